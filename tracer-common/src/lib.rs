@@ -1,0 +1,218 @@
+//! Types shared by the kernel programs (`tracer-ebpf`) and userspace (`tracer`).
+//!
+//! Every type here is `#[repr(C)]`, `Copy` and free of implicit padding (flags are `u8`, never
+//! `bool`), so both sides agree on the bytes without a serialisation step. `aya::Pod` is
+//! implemented behind the `user` feature, which only userspace enables.
+#![no_std]
+
+/// Largest number of bytes of one packet copied into a [`PacketEvent`], counted from the IP
+/// header: 4096 bytes of DNS payload after the largest IPv6 + TCP headers we parse.
+pub const MAX_PACKET_DATA: usize = 4096 + 192;
+/// Default bytes of payload kept after the transport header.
+pub const DEFAULT_SNAPLEN: u32 = 512;
+/// Largest configurable snaplen (payload bytes after the transport header).
+pub const MAX_SNAPLEN: u32 = 4096;
+/// Bytes of a dropped packet copied into a [`DropEvent`], counted from the IP header.
+pub const MAX_DROP_DATA: usize = 512;
+
+/// `kind` of a [`PacketEvent`].
+pub const EVENT_PACKET: u32 = 1;
+/// `kind` of a [`DropEvent`].
+pub const EVENT_DROP: u32 = 2;
+
+pub const DIR_INGRESS: u8 = 0;
+pub const DIR_EGRESS: u8 = 1;
+
+pub const L3_IPV4: u8 = 4;
+pub const L3_IPV6: u8 = 6;
+
+pub const IPPROTO_TCP: u8 = 6;
+pub const IPPROTO_UDP: u8 = 17;
+
+/// Indexes of the per-CPU `COUNTERS` array.
+pub mod counter {
+    /// Packets on a watched port that a TC program tried to report.
+    pub const PACKETS_MATCHED: u32 = 0;
+    /// Ring buffer full: a matched packet was lost.
+    pub const PACKETS_LOST_RINGBUF: u32 = 1;
+    /// IP packet whose headers could not be read (truncated, or an IPv6 extension chain too
+    /// long to follow): not reported, counted here.
+    pub const PARSE_FAILED: u32 = 2;
+    /// Copying the packet bytes failed after a successful reserve; the event was discarded.
+    pub const PACKETS_LOST_COPY: u32 = 3;
+    /// Drops of packets on a watched port that the kfree_skb program tried to report.
+    pub const DROPS_MATCHED: u32 = 4;
+    /// Ring buffer full: a drop event was lost.
+    pub const DROPS_LOST_RINGBUF: u32 = 5;
+    /// Reading kernel memory of a dropped skb failed.
+    pub const DROPS_READ_FAILED: u32 = 6;
+    pub const COUNT: u32 = 8;
+}
+
+/// Tunables of the TC programs, written by userspace into the `CONFIG` global before load.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct CaptureConfig {
+    /// Payload bytes to keep after the transport header (≤ [`MAX_SNAPLEN`]).
+    pub snaplen: u32,
+    pub _reserved: u32,
+}
+
+/// One packet on a watched port, seen by a TC program.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct PacketEvent {
+    /// [`EVENT_PACKET`]
+    pub kind: u32,
+    pub cpu: u32,
+    /// `bpf_ktime_get_boot_ns()`: CLOCK_BOOTTIME, survives suspend.
+    pub ts_ns: u64,
+    /// Network namespace cookie of the device (`bpf_get_netns_cookie`).
+    pub netns_cookie: u64,
+    pub ifindex: u32,
+    /// Length of the packet from the IP header on.
+    pub orig_len: u32,
+    /// Bytes of `data` that are valid.
+    pub cap_len: u32,
+    /// 802.1Q TCI of the packet (0 if untagged): from skb metadata or an in-packet tag.
+    pub vlan_tci: u16,
+    /// [`DIR_INGRESS`] or [`DIR_EGRESS`].
+    pub dir: u8,
+    /// [`L3_IPV4`] or [`L3_IPV6`].
+    pub l3: u8,
+    /// The packet from its IP header on.
+    pub data: [u8; MAX_PACKET_DATA],
+}
+
+/// The tuple of one conntrack direction, as `struct nf_conntrack_tuple` lays it out
+/// (include/net/netfilter/nf_conntrack_tuple.h; unchanged since 2.6.x).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CtTuple {
+    /// `src.u3`: IPv4 in the first 4 bytes, or IPv6.
+    pub src: [u8; 16],
+    /// `src.u.all`, network byte order.
+    pub sport: [u8; 2],
+    /// `src.l3num`: AF_INET (2) or AF_INET6 (10), host byte order.
+    pub l3num: u16,
+    /// `dst.u3`
+    pub dst: [u8; 16],
+    /// `dst.u.all`, network byte order.
+    pub dport: [u8; 2],
+    /// `dst.protonum`
+    pub proto: u8,
+    /// `dst.dir`
+    pub dir: u8,
+}
+
+/// A packet on a watched port freed with a drop reason (`skb:kfree_skb`).
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct DropEvent {
+    /// [`EVENT_DROP`]
+    pub kind: u32,
+    pub cpu: u32,
+    pub ts_ns: u64,
+    /// Cookie of the namespace of `skb->dev` (or of `skb->sk` without a device); 0 if neither.
+    pub netns_cookie: u64,
+    /// Kernel address of the code that dropped it; userspace symbolises it.
+    pub location: u64,
+    /// `enum skb_drop_reason`
+    pub reason: u32,
+    /// `skb->dev->ifindex`, 0 without a device.
+    pub ifindex: u32,
+    /// `nf_conn->status` (enum ip_conntrack_status bits).
+    pub ct_status: u64,
+    /// Original-direction tuple of the skb's conntrack entry.
+    pub ct_orig: CtTuple,
+    /// Reply-direction tuple.
+    pub ct_reply: CtTuple,
+    /// 1 if `ct_*` are valid.
+    pub has_ct: u8,
+    /// [`L3_IPV4`] or [`L3_IPV6`]
+    pub l3: u8,
+    pub _pad: [u8; 2],
+    /// Length of the packet from the IP header on.
+    pub orig_len: u32,
+    /// Bytes of `data` that are valid.
+    pub cap_len: u32,
+    pub _pad2: u32,
+    /// The packet from its IP header on (linear part only).
+    pub data: [u8; MAX_DROP_DATA],
+}
+
+/// Offsets into kernel structures, read by userspace from the kernel's BTF and handed to the
+/// kfree_skb program (Rust has no CO-RE relocations for field access). All in bytes.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct KernelOffsets {
+    pub skb_len: u32,
+    pub skb_head: u32,
+    pub skb_network_header: u32,
+    pub skb_transport_header: u32,
+    pub skb_dev: u32,
+    pub skb_sk: u32,
+    pub skb_nfct: u32,
+    pub skb_data: u32,
+    pub skb_tail: u32,
+    pub dev_ifindex: u32,
+    pub dev_nd_net: u32,
+    pub sk_net: u32,
+    pub net_cookie: u32,
+    pub nfct_status: u32,
+    pub nfct_tuplehash: u32,
+    /// `sizeof(struct nf_conntrack_tuple_hash)`
+    pub tuplehash_size: u32,
+    /// offset of `tuple` in `struct nf_conntrack_tuple_hash`
+    pub tuplehash_tuple: u32,
+    /// 1 if `skb->_nfct` exists (CONFIG_NF_CONNTRACK)
+    pub has_nfct: u32,
+}
+
+impl KernelOffsets {
+    /// All offsets zero: the kfree_skb program reports nothing until userspace fills them in.
+    pub const UNSET: Self = Self {
+        skb_len: 0,
+        skb_head: 0,
+        skb_network_header: 0,
+        skb_transport_header: 0,
+        skb_dev: 0,
+        skb_sk: 0,
+        skb_nfct: 0,
+        skb_data: 0,
+        skb_tail: 0,
+        dev_ifindex: 0,
+        dev_nd_net: 0,
+        sk_net: 0,
+        net_cookie: 0,
+        nfct_status: 0,
+        nfct_tuplehash: 0,
+        tuplehash_size: 0,
+        tuplehash_tuple: 0,
+        has_nfct: 0,
+    };
+}
+
+#[cfg(feature = "user")]
+mod pod {
+    // SAFETY: all are repr(C), Copy, padding-free plain data.
+    unsafe impl aya::Pod for super::CaptureConfig {}
+    unsafe impl aya::Pod for super::KernelOffsets {}
+    unsafe impl aya::Pod for super::CtTuple {}
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use core::mem::{align_of, size_of};
+
+    // No implicit padding: each size equals the sum of its fields.
+    #[test]
+    fn layouts_are_padding_free() {
+        assert_eq!(size_of::<CtTuple>(), 40);
+        assert_eq!(size_of::<PacketEvent>(), 40 + MAX_PACKET_DATA);
+        assert_eq!(size_of::<PacketEvent>() % align_of::<PacketEvent>(), 0);
+        assert_eq!(size_of::<DropEvent>(), 144 + MAX_DROP_DATA);
+        assert_eq!(size_of::<KernelOffsets>(), 18 * 4);
+    }
+}
