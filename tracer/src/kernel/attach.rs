@@ -1,0 +1,264 @@
+//! Keeps the TC programs attached to every watched interface: an initial scan, then a rescan
+//! every [`RESCAN`] so that pods starting (new namespaces, new veths) are picked up within a
+//! second and vanished ones forgotten.
+use std::{
+    collections::{HashMap, HashSet},
+    sync::{
+        atomic::{AtomicBool, Ordering},
+        Arc, Mutex, RwLock,
+    },
+    thread,
+    time::Duration,
+};
+
+use aya::programs::tc::SchedClassifierLinkId;
+
+use super::{
+    netns::{self, NetnsId, NetnsRef},
+    KernelError, Probes,
+};
+
+pub const RESCAN: Duration = Duration::from_millis(500);
+
+/// Which interfaces to watch.
+#[derive(Clone, Debug, Default)]
+pub struct AttachSpec {
+    /// Interfaces of the tracer's own namespace; empty = all of them.
+    pub interfaces: Vec<String>,
+    /// Also every other namespace: named ones and those of running processes.
+    pub all_netns: bool,
+    /// Named namespaces (`ip netns`) to watch in addition to the own one.
+    pub netns: Vec<String>,
+}
+
+/// Names of namespaces and interfaces for display, by netns cookie and ifindex. Kept after
+/// an interface goes away so that late events still get a name; bounded.
+#[derive(Debug, Default)]
+pub struct Names {
+    netns: HashMap<u64, String>,
+    ifaces: HashMap<(u64, u32), String>,
+}
+
+const MAX_NAMES: usize = 65536;
+
+impl Names {
+    pub fn netns(&self, cookie: u64) -> Option<&str> {
+        self.netns.get(&cookie).map(String::as_str)
+    }
+    pub fn iface(&self, cookie: u64, ifindex: u32) -> Option<&str> {
+        self.ifaces.get(&(cookie, ifindex)).map(String::as_str)
+    }
+    fn learn(&mut self, cookie: u64, ns: &str, ifindex: u32, ifname: &str) {
+        if self.ifaces.len() >= MAX_NAMES {
+            self.ifaces.clear();
+        }
+        if self.netns.len() >= MAX_NAMES {
+            self.netns.clear();
+        }
+        self.netns.insert(cookie, ns.to_string());
+        self.ifaces.insert((cookie, ifindex), ifname.to_string());
+    }
+}
+
+pub type SharedNames = Arc<RwLock<Names>>;
+
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+struct AttachKey {
+    netns: NetnsId,
+    ifindex: u32,
+    ifname: String,
+}
+
+struct Attached {
+    links: Vec<(&'static str, SchedClassifierLinkId)>,
+}
+
+/// Attach state, one per tracer run.
+pub struct Attacher {
+    probes: Arc<Mutex<Probes>>,
+    spec: AttachSpec,
+    names: SharedNames,
+    attached: HashMap<AttachKey, Attached>,
+    /// Interfaces we failed to attach to, so each failure is reported once.
+    failed: HashSet<AttachKey>,
+    pub warnings: Vec<String>,
+}
+
+impl Attacher {
+    pub fn new(probes: Arc<Mutex<Probes>>, spec: AttachSpec, names: SharedNames) -> Self {
+        Self {
+            probes,
+            spec,
+            names,
+            attached: HashMap::new(),
+            failed: HashSet::new(),
+            warnings: Vec::new(),
+        }
+    }
+
+    pub fn attached_count(&self) -> usize {
+        self.attached.len()
+    }
+
+    fn namespaces(&self) -> Result<Vec<NetnsRef>, KernelError> {
+        if self.spec.all_netns {
+            return netns::all_netns();
+        }
+        let mut out = vec![netns::own_netns()?];
+        if !self.spec.netns.is_empty() {
+            let named = netns::named_netns();
+            for want in &self.spec.netns {
+                match named.iter().find(|n| &n.name == want) {
+                    Some(n) if n.id != out[0].id => out.push(n.clone()),
+                    Some(_) => {}
+                    None => {
+                        if self.attached.is_empty() {
+                            return Err(KernelError::Netns(format!(
+                                "no network namespace named {want} under /run/netns"
+                            )));
+                        }
+                    }
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// One pass: attach to new interfaces, forget vanished ones. The first call fails on an
+    /// interface given with `-i` that does not exist; later calls only warn.
+    pub fn scan(&mut self) -> Result<(), KernelError> {
+        let first = self.attached.is_empty() && self.failed.is_empty();
+        let namespaces = self.namespaces()?;
+        let mut seen: HashSet<AttachKey> = HashSet::new();
+        for ns in &namespaces {
+            let listed = netns::with_netns(&ns.path, || {
+                let cookie = netns::current_netns_cookie()?;
+                let links = netns::list_links()?;
+                Ok((cookie, links))
+            });
+            let (cookie, links) = match listed {
+                Ok(v) => v,
+                // The namespace went away between listing and entering: not an error.
+                Err(e) if !ns.is_own => {
+                    log::debug!("skipping netns {}: {e}", ns.name);
+                    continue;
+                }
+                Err(e) => return Err(e),
+            };
+            if ns.is_own && first {
+                for want in &self.spec.interfaces {
+                    if !links.iter().any(|l| &l.name == want) {
+                        return Err(KernelError::NoSuchInterface(want.clone()));
+                    }
+                }
+            }
+            let wanted: Vec<_> = links
+                .into_iter()
+                .filter(|l| {
+                    !ns.is_own
+                        || self.spec.interfaces.is_empty()
+                        || self.spec.interfaces.contains(&l.name)
+                })
+                .collect();
+            let mut to_attach = Vec::new();
+            for link in wanted {
+                let key = AttachKey {
+                    netns: ns.id,
+                    ifindex: link.index,
+                    ifname: link.name.clone(),
+                };
+                seen.insert(key.clone());
+                if !self.attached.contains_key(&key) && !self.failed.contains(&key) {
+                    to_attach.push((key, link));
+                }
+            }
+            if to_attach.is_empty() {
+                continue;
+            }
+            if let Ok(mut names) = self.names.write() {
+                for (_, link) in &to_attach {
+                    names.learn(cookie, &ns.name, link.index, &link.name);
+                }
+            }
+            let probes = Arc::clone(&self.probes);
+            let results = netns::with_netns(&ns.path, || {
+                let mut probes = probes
+                    .lock()
+                    .map_err(|_| KernelError::Netns("probe lock poisoned".into()))?;
+                Ok(to_attach
+                    .into_iter()
+                    .map(|(key, link)| {
+                        let r = probes.attach_tc(&link.name, link.has_eth);
+                        (key, r)
+                    })
+                    .collect::<Vec<_>>())
+            });
+            let results = match results {
+                Ok(r) => r,
+                Err(e) if !ns.is_own => {
+                    log::debug!("skipping netns {}: {e}", ns.name);
+                    continue;
+                }
+                Err(e) => return Err(e),
+            };
+            for (key, r) in results {
+                match r {
+                    Ok(links) => {
+                        self.attached.insert(key, Attached { links });
+                    }
+                    Err(e) => {
+                        let msg = format!("cannot attach to {}/{}: {e}", ns.name, key.ifname);
+                        if first && ns.is_own && !self.spec.interfaces.is_empty() {
+                            return Err(e);
+                        }
+                        log::warn!("{msg}");
+                        self.warnings.push(msg);
+                        self.failed.insert(key);
+                    }
+                }
+            }
+        }
+        let gone: Vec<AttachKey> = self
+            .attached
+            .keys()
+            .filter(|k| !seen.contains(*k))
+            .cloned()
+            .collect();
+        for key in gone {
+            if let Some(a) = self.attached.remove(&key) {
+                if let Ok(mut p) = self.probes.lock() {
+                    p.detach_tc(a.links);
+                }
+            }
+        }
+        self.failed.retain(|k| seen.contains(k));
+        Ok(())
+    }
+
+    /// Detaches everything this run attached.
+    pub fn detach_all(&mut self) {
+        if let Ok(mut p) = self.probes.lock() {
+            for (_, a) in self.attached.drain() {
+                p.detach_tc(a.links);
+            }
+        }
+    }
+
+    /// Rescans every [`RESCAN`] on a thread of its own until `stop` is set, then detaches
+    /// everything. setns(2) affects only that thread.
+    pub fn spawn(mut self, stop: Arc<AtomicBool>) -> thread::JoinHandle<Vec<String>> {
+        thread::spawn(move || {
+            while !stop.load(Ordering::Relaxed) {
+                thread::sleep(RESCAN);
+                if stop.load(Ordering::Relaxed) {
+                    break;
+                }
+                if let Err(e) = self.scan() {
+                    log::warn!("interface scan: {e}");
+                }
+            }
+            self.detach_all();
+            std::mem::take(&mut self.warnings)
+        })
+    }
+}

@@ -1,0 +1,255 @@
+//! Network namespaces and their interfaces: discovery, entering, listing links.
+//!
+//! A namespace is entered only for as long as it takes to list its links and attach programs,
+//! by the calling thread alone (`setns(2)` is per thread), and never kept open: holding a
+//! namespace file would keep a deleted pod's namespace (and its veth) alive.
+use std::{
+    collections::BTreeMap,
+    fs::{self, File},
+    os::{
+        fd::{AsFd, AsRawFd},
+        unix::fs::MetadataExt,
+    },
+    path::{Path, PathBuf},
+};
+
+use netlink_packet_core::{
+    NetlinkHeader, NetlinkMessage, NetlinkPayload, NLM_F_DUMP, NLM_F_REQUEST,
+};
+use netlink_packet_route::{
+    link::{LinkAttribute, LinkLayerType, LinkMessage},
+    RouteNetlinkMessage,
+};
+use netlink_sys::{protocols::NETLINK_ROUTE, Socket, SocketAddr};
+use nix::sched::{setns, CloneFlags};
+
+use super::KernelError;
+
+/// Identity of a namespace: device and inode of its nsfs file.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct NetnsId {
+    pub dev: u64,
+    pub ino: u64,
+}
+
+/// Where a namespace can be opened from, and what to call it.
+#[derive(Clone, Debug)]
+pub struct NetnsRef {
+    pub id: NetnsId,
+    pub path: PathBuf,
+    /// `ip netns` name, `pid:COMM`, or `host` for the tracer's own namespace.
+    pub name: String,
+    pub is_own: bool,
+}
+
+/// One interface of a namespace.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Link {
+    pub index: u32,
+    pub name: String,
+    /// Ethernet-like framing at TC (Ethernet and loopback); otherwise the packet starts at
+    /// its IP header (tun, wireguard, ipip, …).
+    pub has_eth: bool,
+}
+
+fn id_of(path: &Path) -> Option<NetnsId> {
+    let md = fs::metadata(path).ok()?;
+    Some(NetnsId {
+        dev: md.dev(),
+        ino: md.ino(),
+    })
+}
+
+pub fn own_netns() -> Result<NetnsRef, KernelError> {
+    let path = PathBuf::from("/proc/self/ns/net");
+    let id = id_of(&path).ok_or_else(|| KernelError::Netns("cannot stat /proc/self/ns/net".into()))?;
+    let name = named_netns()
+        .into_iter()
+        .find(|n| n.id == id)
+        .map(|n| n.name)
+        .unwrap_or_else(|| "host".to_string());
+    // /proc/self would follow whichever thread reads it; pin the tgid's path.
+    let path = PathBuf::from(format!("/proc/{}/ns/net", std::process::id()));
+    Ok(NetnsRef {
+        id,
+        path,
+        name,
+        is_own: true,
+    })
+}
+
+/// Namespaces named by `ip netns add` (bind mounts under /run/netns).
+pub fn named_netns() -> Vec<NetnsRef> {
+    let Ok(dir) = fs::read_dir("/run/netns") else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    for e in dir.flatten() {
+        let path = e.path();
+        if let Some(id) = id_of(&path) {
+            out.push(NetnsRef {
+                id,
+                name: e.file_name().to_string_lossy().into_owned(),
+                path,
+                is_own: false,
+            });
+        }
+    }
+    out
+}
+
+/// The tracer's own namespace, every named one, and those of running processes; one entry
+/// per distinct namespace.
+pub fn all_netns() -> Result<Vec<NetnsRef>, KernelError> {
+    let own = own_netns()?;
+    let mut by_id: BTreeMap<NetnsId, NetnsRef> = BTreeMap::new();
+    for n in named_netns() {
+        by_id.entry(n.id).or_insert(n);
+    }
+    if let Ok(dir) = fs::read_dir("/proc") {
+        for e in dir.flatten() {
+            let fname = e.file_name();
+            let Some(pid) = fname.to_str().and_then(|s| s.parse::<u32>().ok()) else {
+                continue;
+            };
+            let path = PathBuf::from(format!("/proc/{pid}/ns/net"));
+            let Some(id) = id_of(&path) else { continue };
+            by_id.entry(id).or_insert_with(|| {
+                let comm = fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
+                NetnsRef {
+                    id,
+                    path,
+                    name: format!("pid{pid}:{}", comm.trim()),
+                    is_own: false,
+                }
+            });
+        }
+    }
+    by_id.remove(&own.id);
+    let mut out = vec![own];
+    out.extend(by_id.into_values());
+    Ok(out)
+}
+
+/// Runs `f` with the calling thread inside the namespace at `path`, then returns to the
+/// thread's original namespace (or reports that it could not).
+pub fn with_netns<T>(
+    path: &Path,
+    f: impl FnOnce() -> Result<T, KernelError>,
+) -> Result<T, KernelError> {
+    let original = File::open("/proc/thread-self/ns/net")?;
+    let target = File::open(path)
+        .map_err(|e| KernelError::Netns(format!("{}: {e}", path.display())))?;
+    setns(target.as_fd(), CloneFlags::CLONE_NEWNET)
+        .map_err(|e| KernelError::Netns(format!("setns {}: {e}", path.display())))?;
+    drop(target);
+    let result = f();
+    setns(original.as_fd(), CloneFlags::CLONE_NEWNET)
+        .map_err(|e| KernelError::Netns(format!("cannot return to own netns: {e}")))?;
+    result
+}
+
+/// Cookie of the calling thread's current network namespace (`SO_NETNS_COOKIE`, Linux 5.14),
+/// the same value `bpf_get_netns_cookie` gives the kernel programs.
+pub fn current_netns_cookie() -> Result<u64, KernelError> {
+    let sock = nix::sys::socket::socket(
+        nix::sys::socket::AddressFamily::Inet,
+        nix::sys::socket::SockType::Datagram,
+        nix::sys::socket::SockFlag::SOCK_CLOEXEC,
+        None,
+    )
+    .map_err(|e| KernelError::Netns(format!("socket: {e}")))?;
+    let mut cookie: u64 = 0;
+    let mut len = std::mem::size_of::<u64>() as libc::socklen_t;
+    // SAFETY: valid fd, out pointer and length describe `cookie`.
+    let rc = unsafe {
+        libc::getsockopt(
+            sock.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_NETNS_COOKIE,
+            (&mut cookie as *mut u64).cast(),
+            &mut len,
+        )
+    };
+    if rc != 0 {
+        return Err(KernelError::Netns(format!(
+            "SO_NETNS_COOKIE: {}",
+            std::io::Error::last_os_error()
+        )));
+    }
+    Ok(cookie)
+}
+
+/// Interfaces of the calling thread's current namespace (RTM_GETLINK dump).
+pub fn list_links() -> Result<Vec<Link>, KernelError> {
+    let nl = |e: std::io::Error| KernelError::Netlink(format!("RTM_GETLINK: {e}"));
+    let mut socket = Socket::new(NETLINK_ROUTE).map_err(nl)?;
+    socket.bind_auto().map_err(nl)?;
+    socket.connect(&SocketAddr::new(0, 0)).map_err(nl)?;
+    let mut req = NetlinkMessage::new(
+        NetlinkHeader::default(),
+        NetlinkPayload::from(RouteNetlinkMessage::GetLink(LinkMessage::default())),
+    );
+    req.header.flags = NLM_F_DUMP | NLM_F_REQUEST;
+    req.header.sequence_number = 1;
+    req.finalize();
+    let mut buf = vec![0u8; req.buffer_len()];
+    req.serialize(&mut buf[..]);
+    socket.send(&buf[..], 0).map_err(nl)?;
+
+    let mut links = Vec::new();
+    let mut rx = vec![0u8; 64 * 1024];
+    loop {
+        let size = socket.recv(&mut &mut rx[..], 0).map_err(nl)?;
+        let mut offset = 0;
+        while offset < size {
+            let bytes = &rx[offset..size];
+            let msg: NetlinkMessage<RouteNetlinkMessage> = NetlinkMessage::deserialize(bytes)
+                .map_err(|e| KernelError::Netlink(format!("RTM_GETLINK reply: {e}")))?;
+            match msg.payload {
+                NetlinkPayload::Done(_) => return Ok(links),
+                NetlinkPayload::Error(e) => {
+                    return Err(KernelError::Netlink(format!("RTM_GETLINK: {e:?}")))
+                }
+                NetlinkPayload::InnerMessage(RouteNetlinkMessage::NewLink(link)) => {
+                    let name = link.attributes.iter().find_map(|a| match a {
+                        LinkAttribute::IfName(n) => Some(n.clone()),
+                        _ => None,
+                    });
+                    if let Some(name) = name {
+                        links.push(Link {
+                            index: link.header.index,
+                            name,
+                            has_eth: matches!(
+                                link.header.link_layer_type,
+                                LinkLayerType::Ether | LinkLayerType::Loopback
+                            ),
+                        });
+                    }
+                }
+                _ => {}
+            }
+            let len = msg.header.length as usize;
+            if len == 0 {
+                break;
+            }
+            offset += len;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn own_namespace_has_loopback() {
+        let links = list_links().unwrap();
+        let lo = links.iter().find(|l| l.name == "lo").unwrap();
+        assert_eq!(lo.index, 1);
+        assert!(lo.has_eth);
+        let own = own_netns().unwrap();
+        let cookie = with_netns(&own.path, current_netns_cookie).unwrap();
+        assert_eq!(cookie, current_netns_cookie().unwrap());
+    }
+}
