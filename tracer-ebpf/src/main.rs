@@ -15,7 +15,7 @@ use core::{ffi::c_void, mem::size_of, ptr::read_volatile};
 use aya_ebpf::{
     bindings::__sk_buff,
     helpers::{
-        bpf_get_netns_cookie, bpf_get_smp_processor_id, bpf_ktime_get_boot_ns,
+        bpf_get_smp_processor_id, bpf_ktime_get_boot_ns,
         bpf_probe_read_kernel, bpf_probe_read_kernel_buf, generated::bpf_skb_load_bytes,
     },
     macros::{btf_tracepoint, classifier, map},
@@ -52,6 +52,13 @@ static CONFIG: CaptureConfig = CaptureConfig {
     _reserved: 0,
 };
 
+/// Cookie of the network namespace whose interfaces this instance is attached to. Userspace
+/// loads one instance of the TC programs per namespace: `bpf_get_netns_cookie` in TC reports
+/// the namespace of `skb->sk` and falls back to init_net for forwarded and received packets,
+/// which have none.
+#[unsafe(no_mangle)]
+static NETNS_COOKIE: u64 = 0;
+
 #[unsafe(no_mangle)]
 static KERNEL_OFFSETS: KernelOffsets = KernelOffsets::UNSET;
 
@@ -85,8 +92,7 @@ struct Transport {
 
 /// TC classifier on ingress of devices with an Ethernet header (veth, physical NICs, `lo`).
 ///
-/// Hook: `tcx/ingress` (Linux ≥ 6.6) or clsact `ingress` (≥ 4.5). Needs
-/// `bpf_get_netns_cookie` in SCHED_CLS, which Linux has since 6.14 (userspace checks).
+/// Hook: `tcx/ingress` (Linux ≥ 6.6) or clsact `ingress` (≥ 4.5); ring buffer ≥ 5.8.
 #[classifier]
 pub fn dnspath_tc_eth_ingress(ctx: TcContext) -> i32 {
     tc(&ctx, true, DIR_INGRESS)
@@ -195,7 +201,7 @@ fn try_tc(ctx: &TcContext, has_eth: bool, dir: u8) -> Result<(), ()> {
         (*ev).kind = EVENT_PACKET;
         (*ev).cpu = bpf_get_smp_processor_id();
         (*ev).ts_ns = bpf_ktime_get_boot_ns();
-        (*ev).netns_cookie = bpf_get_netns_cookie(skb as *mut c_void);
+        (*ev).netns_cookie = read_volatile(&NETNS_COOKIE);
         (*ev).ifindex = (*skb).ifindex;
         (*ev).orig_len = pkt_len as u32;
         (*ev).vlan_tci = vlan_tci;

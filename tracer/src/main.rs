@@ -1,1 +1,108 @@
-fn main(){}
+//! `dnspath`: follow DNS packets through every hop of a Kubernetes node.
+use std::{io::BufWriter, process::ExitCode, time::Duration};
+
+use clap::{Args, Parser, Subcommand};
+use dnspath::{
+    kernel::attach::AttachSpec,
+    output::Format,
+    trace::{self, TraceOptions},
+};
+
+#[derive(Parser)]
+#[command(name = "dnspath", version, about = "eBPF DNS path tracer for Kubernetes nodes")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Capture and decode every DNS packet at every hop, and kernel drops of DNS packets.
+    ///
+    /// Examples:
+    ///   dnspath trace                          # all interfaces of this network namespace
+    ///   dnspath trace -i eth0 -i cni0          # just these
+    ///   dnspath trace --all-netns -o json      # every pod namespace too, incl. their `lo`
+    ///   dnspath trace --duration 10 --port 53 --port 5353
+    #[command(verbatim_doc_comment)]
+    Trace(TraceArgs),
+}
+
+#[derive(Args)]
+struct TraceArgs {
+    /// Interface of this network namespace to attach to (repeatable); default: all.
+    #[arg(short, long = "interface", value_name = "IFACE")]
+    interfaces: Vec<String>,
+    /// Also attach to every interface (including `lo`) of every other network namespace:
+    /// named ones (/run/netns) and those of running processes. New ones are picked up
+    /// within a second.
+    #[arg(long)]
+    all_netns: bool,
+    /// Also attach to all interfaces of this named network namespace (repeatable).
+    #[arg(long = "netns", value_name = "NAME")]
+    netns: Vec<String>,
+    /// UDP/TCP port to capture (repeatable).
+    #[arg(short, long = "port", default_values_t = [53u16])]
+    ports: Vec<u16>,
+    /// Payload bytes kept after the transport header (max 4096).
+    #[arg(short, long, default_value_t = tracer_common::DEFAULT_SNAPLEN,
+          value_parser = clap::value_parser!(u32).range(1..=i64::from(tracer_common::MAX_SNAPLEN)))]
+    snaplen: u32,
+    /// Output format.
+    #[arg(short, long, value_enum, default_value_t = Format::Text)]
+    output: Format,
+    /// Stop after this many seconds.
+    #[arg(long, value_name = "SECS")]
+    duration: Option<f64>,
+    /// Stop after this many packets.
+    #[arg(short = 'c', long)]
+    count: Option<u64>,
+    /// Do not trace kernel drops (skb:kfree_skb); for kernels without BTF.
+    #[arg(long)]
+    no_drops: bool,
+}
+
+fn main() -> ExitCode {
+    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("warn"))
+        .format_timestamp(None)
+        .init();
+    let cli = Cli::parse();
+    match run(cli) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("dnspath: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(cli: Cli) -> anyhow::Result<()> {
+    match cli.command {
+        Command::Trace(a) => {
+            let duration = match a.duration {
+                Some(s) if s.is_finite() && s > 0.0 => Some(Duration::from_secs_f64(s)),
+                Some(s) => anyhow::bail!("--duration must be a positive number of seconds, got {s}"),
+                None => None,
+            };
+            let opts = TraceOptions {
+                attach: AttachSpec {
+                    interfaces: a.interfaces,
+                    all_netns: a.all_netns,
+                    netns: a.netns,
+                },
+                ports: a.ports,
+                snaplen: a.snaplen,
+                format: a.output,
+                duration,
+                count: a.count,
+                drops: !a.no_drops,
+            };
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()?;
+            let out = Box::new(BufWriter::new(std::io::stdout()));
+            rt.block_on(trace::run(opts, out))?;
+            Ok(())
+        }
+    }
+}

@@ -1,1 +1,164 @@
-fn main() {}
+//! Orchestration only: install what the build and the lab need, build, run the demo lab,
+//! run the tests. The eBPF object itself is built by tracer/build.rs.
+//!
+//!   cargo xtask setup    install toolchain pieces and lab packages (idempotent)
+//!   cargo xtask build    setup, then build the release binary
+//!   cargo xtask demo     setup, build, start the lab, trace a few queries through it
+//!   cargo xtask test     setup, then every test (as root: lab tests included)
+use std::{
+    env,
+    path::{Path, PathBuf},
+    process::{Command, ExitCode},
+};
+
+mod demo;
+
+type Result<T> = std::result::Result<T, String>;
+
+/// Debian packages: Rust for bpfel with a prebuilt core, LLVM 22 for bpf-linker
+/// (shared/TOOLCHAIN.md), and the lab's real servers and clients (shared/LAB.md).
+const PACKAGES: &[&str] = &[
+    "rustc-web",
+    "cargo-web",
+    "libstd-rust-web-dev-bpf",
+    "llvm-22-dev",
+    "libpolly-22-dev",
+    "libzstd-dev",
+    "zlib1g-dev",
+    "iproute2",
+    "iptables",
+    "conntrack",
+    "bind9",
+    "dnsmasq-base",
+    "dnsdist",
+    "dnsutils",
+    "libc-bin",
+    "tcpdump",
+];
+const BPF_LINKER_VERSION: &str = "0.13.0";
+const EBPF_TOOLCHAIN: &str = "debian-bpf";
+
+fn workspace_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .map(Path::to_path_buf)
+        .unwrap_or_else(|| PathBuf::from("."))
+}
+
+pub fn run(cmd: &mut Command) -> Result<()> {
+    let status = cmd.status().map_err(|e| format!("{cmd:?}: {e}"))?;
+    if status.success() {
+        Ok(())
+    } else {
+        Err(format!("{cmd:?} failed: {status}"))
+    }
+}
+
+fn output_ok(cmd: &mut Command) -> Option<String> {
+    let out = cmd.output().ok()?;
+    out.status
+        .success()
+        .then(|| String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+fn missing_packages() -> Vec<&'static str> {
+    PACKAGES
+        .iter()
+        .copied()
+        .filter(|p| {
+            !output_ok(Command::new("dpkg-query").args(["-W", "-f=${Status}", p]))
+                .is_some_and(|s| s.contains("install ok installed"))
+        })
+        .collect()
+}
+
+fn is_root() -> bool {
+    output_ok(Command::new("id").arg("-u")).is_some_and(|s| s.trim() == "0")
+}
+
+fn setup() -> Result<()> {
+    let missing = missing_packages();
+    if !missing.is_empty() {
+        eprintln!("xtask: installing {}", missing.join(" "));
+        let sudo: &[&str] = if is_root() { &[] } else { &["sudo"] };
+        let apt = |args: &[&str]| {
+            let mut c = Command::new(sudo.first().copied().unwrap_or("apt-get"));
+            if !sudo.is_empty() {
+                c.arg("apt-get");
+            }
+            c.args(args).env("DEBIAN_FRONTEND", "noninteractive");
+            c
+        };
+        run(&mut apt(&["update", "-q"]))?;
+        let mut install = apt(&["install", "-y", "-q", "--no-install-recommends"]);
+        install.args(&missing);
+        run(&mut install)?;
+    }
+    let toolchains = output_ok(Command::new("rustup").args(["toolchain", "list"])).unwrap_or_default();
+    if !toolchains.lines().any(|l| l.starts_with(EBPF_TOOLCHAIN)) {
+        eprintln!("xtask: linking Debian's rustc as the `{EBPF_TOOLCHAIN}` toolchain");
+        run(Command::new("rustup").args(["toolchain", "link", EBPF_TOOLCHAIN, "/usr"]))?;
+    }
+    let linker = output_ok(Command::new("bpf-linker").arg("--version")).unwrap_or_default();
+    if !linker.contains(BPF_LINKER_VERSION) {
+        eprintln!("xtask: installing bpf-linker {BPF_LINKER_VERSION} against LLVM 22 (takes a few minutes once)");
+        run(Command::new("cargo")
+            .args([
+                "install",
+                &format!("bpf-linker@{BPF_LINKER_VERSION}"),
+                "--locked",
+                "--no-default-features",
+                "--features",
+                "llvm-22",
+            ])
+            .env("LLVM_PREFIX", "/usr/lib/llvm-22"))?;
+    }
+    Ok(())
+}
+
+pub fn build_release() -> Result<PathBuf> {
+    run(Command::new("cargo")
+        .current_dir(workspace_root())
+        .args(["build", "--release", "--package", "tracer", "--bin", "dnspath"]))?;
+    Ok(workspace_root().join("target/release/dnspath"))
+}
+
+fn test(extra: &[String]) -> Result<()> {
+    if !is_root() {
+        eprintln!("xtask: not root: lab and eBPF tests will report themselves skipped");
+    }
+    // The binary under test must exist before the integration tests spawn it.
+    build_release()?;
+    run(Command::new("cargo")
+        .current_dir(workspace_root())
+        .args(["test", "--workspace", "--exclude", "tracer-ebpf", "--release"])
+        .args(extra)
+        .args(["--", "--test-threads=1"]))
+}
+
+fn main() -> ExitCode {
+    let args: Vec<String> = env::args().skip(1).collect();
+    let (cmd, rest) = match args.split_first() {
+        Some((c, r)) => (c.as_str(), r),
+        None => ("help", &[][..]),
+    };
+    let result = match cmd {
+        "setup" => setup(),
+        "build" => setup().and_then(|()| build_release().map(|_| ())),
+        "demo" => setup()
+            .and_then(|()| build_release())
+            .and_then(|bin| demo::run(&bin)),
+        "test" => setup().and_then(|()| test(rest)),
+        _ => {
+            eprintln!("usage: cargo xtask <setup|build|demo|test [cargo test args]>");
+            return ExitCode::from(2);
+        }
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("xtask: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}

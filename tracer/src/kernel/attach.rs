@@ -70,7 +70,8 @@ struct AttachKey {
 }
 
 struct Attached {
-    links: Vec<(&'static str, SchedClassifierLinkId)>,
+    cookie: u64,
+    links: Vec<(usize, SchedClassifierLinkId)>,
 }
 
 /// Attach state, one per tracer run.
@@ -188,7 +189,7 @@ impl Attacher {
                 Ok(to_attach
                     .into_iter()
                     .map(|(key, link)| {
-                        let r = probes.attach_tc(&link.name, link.has_eth);
+                        let r = probes.attach_tc(cookie, &link.name, link.has_eth);
                         (key, r)
                     })
                     .collect::<Vec<_>>())
@@ -204,7 +205,7 @@ impl Attacher {
             for (key, r) in results {
                 match r {
                     Ok(links) => {
-                        self.attached.insert(key, Attached { links });
+                        self.attached.insert(key, Attached { cookie, links });
                     }
                     Err(e) => {
                         let msg = format!("cannot attach to {}/{}: {e}", ns.name, key.ifname);
@@ -227,7 +228,10 @@ impl Attacher {
         for key in gone {
             if let Some(a) = self.attached.remove(&key) {
                 if let Ok(mut p) = self.probes.lock() {
-                    p.detach_tc(a.links);
+                    p.detach_tc(a.cookie, a.links);
+                    if !self.attached.values().any(|other| other.cookie == a.cookie) {
+                        p.forget_netns(a.cookie);
+                    }
                 }
             }
         }
@@ -239,7 +243,8 @@ impl Attacher {
     pub fn detach_all(&mut self) {
         if let Ok(mut p) = self.probes.lock() {
             for (_, a) in self.attached.drain() {
-                p.detach_tc(a.links);
+                p.detach_tc(a.cookie, a.links);
+                p.forget_netns(a.cookie);
             }
         }
     }

@@ -5,6 +5,11 @@ pub mod btf;
 pub mod kallsyms;
 pub mod netns;
 
+use std::{
+    collections::HashMap,
+    path::{Path, PathBuf},
+};
+
 use aya::{
     maps::{Array, MapData, PerCpuArray, RingBuf},
     programs::{tc, BtfTracePoint, SchedClassifier, TcAttachType},
@@ -75,15 +80,80 @@ pub const TC_PROGRAMS: [(&str, bool, TcAttachType); 4] = [
     ("dnspath_tc_raw_egress", false, TcAttachType::Egress),
 ];
 
+/// Maps shared by every instance of the object, pinned so that later instances reuse them.
+const SHARED_MAPS: [&str; 3] = ["EVENTS", "PORTS", "COUNTERS"];
+const BPFFS: &str = "/sys/fs/bpf";
+/// `BPF_FS_MAGIC` from include/uapi/linux/magic.h.
+const BPF_FS_MAGIC: i64 = 0xcafe4a11;
+
+/// TC programs of one network namespace: an instance of the object whose `NETNS_COOKIE`
+/// says which namespace its events come from.
+struct NetnsPrograms {
+    ebpf: Ebpf,
+    loaded: [bool; TC_PROGRAMS.len()],
+}
+
 /// The loaded programs and maps.
 pub struct Probes {
-    ebpf: Ebpf,
+    /// Owns the shared maps and the kfree_skb program.
+    primary: Ebpf,
+    per_netns: HashMap<u64, NetnsPrograms>,
+    pin_dir: PathBuf,
+    config: CaptureConfig,
     /// Kernel ≥ 6.6: TC attaches as TCX links, which go away with the process.
     pub tcx: bool,
     pub drops_enabled: bool,
 }
 
+fn ensure_bpffs() -> Result<(), KernelError> {
+    let is_bpffs = nix::sys::statfs::statfs(BPFFS)
+        .map(|s| s.filesystem_type().0 as i64 == BPF_FS_MAGIC)
+        .unwrap_or(false);
+    if !is_bpffs {
+        nix::mount::mount(
+            Some("bpf"),
+            BPFFS,
+            Some("bpf"),
+            nix::mount::MsFlags::empty(),
+            None::<&str>,
+        )
+        .map_err(|e| KernelError::Permission(format!("mounting bpffs at {BPFFS}: {e}")))?;
+    }
+    Ok(())
+}
+
+/// Removes pin directories of earlier runs whose process is gone.
+fn remove_stale_pins() {
+    let Ok(dir) = std::fs::read_dir(BPFFS) else { return };
+    for e in dir.flatten() {
+        let name = e.file_name();
+        let Some(pid) = name.to_str().and_then(|n| n.strip_prefix("dnspath-")) else {
+            continue;
+        };
+        if pid.parse::<u32>().is_ok() && !Path::new("/proc").join(pid).exists() {
+            let _ = std::fs::remove_dir_all(e.path());
+        }
+    }
+}
+
 impl Probes {
+    fn loader<'a>(
+        pin_dir: &Path,
+        config: &'a CaptureConfig,
+        offsets: &'a KernelOffsets,
+        cookie: &'a u64,
+    ) -> EbpfLoader<'a> {
+        let mut loader = EbpfLoader::new();
+        loader
+            .override_global("CONFIG", config, true)
+            .override_global("KERNEL_OFFSETS", offsets, true)
+            .override_global("NETNS_COOKIE", cookie, true);
+        for name in SHARED_MAPS {
+            loader.map_pin_path(name, pin_dir.join(name));
+        }
+        loader
+    }
+
     pub fn load(opts: &ProbeOptions) -> Result<Self, KernelError> {
         let wrap_perm = |e: KernelError| -> KernelError {
             if is_eperm(&e) {
@@ -108,32 +178,44 @@ impl Probes {
             snaplen: opts.snaplen.min(MAX_SNAPLEN),
             _reserved: 0,
         };
-        let mut ebpf = EbpfLoader::new()
-            .override_global("CONFIG", &config, true)
-            .override_global("KERNEL_OFFSETS", &offsets, true)
-            .load(OBJECT)
-            .map_err(|e| wrap_perm(e.into()))?;
+        ensure_bpffs()?;
+        remove_stale_pins();
+        let pin_dir = Path::new(BPFFS).join(format!("dnspath-{}", std::process::id()));
+        std::fs::create_dir_all(&pin_dir)?;
+        let primary = Self::loader(&pin_dir, &config, &offsets, &0).load(OBJECT);
+        let mut primary = match primary {
+            Ok(p) => p,
+            Err(e) => {
+                let _ = std::fs::remove_dir_all(&pin_dir);
+                return Err(wrap_perm(e.into()));
+            }
+        };
+        let mut probes_dir_guard = PinDirGuard(Some(pin_dir.clone()));
 
         {
             let mut ports: Array<&mut MapData, u8> = Array::try_from(
-                ebpf.map_mut("PORTS")
+                primary
+                    .map_mut("PORTS")
                     .ok_or_else(|| KernelError::Btf("map PORTS missing from object".into()))?,
             )?;
             for p in &opts.ports {
                 ports.set(u32::from(*p), 1, 0)?;
             }
         }
-        for (name, _, _) in TC_PROGRAMS {
-            let prog: &mut SchedClassifier = program(&mut ebpf, name)?.try_into()?;
-            prog.load().map_err(|e| wrap_perm(e.into()))?;
-        }
         let mut drops_enabled = false;
         if opts.drops {
             let btf = aya::Btf::from_sys_fs().map_err(|e| KernelError::Btf(e.to_string()))?;
-            let prog: &mut BtfTracePoint = program(&mut ebpf, "dnspath_kfree_skb")?.try_into()?;
-            prog.load("kfree_skb", &btf).map_err(|e| KernelError::MissingHook {
-                hook: "tp_btf/skb:kfree_skb",
-                detail: e.to_string(),
+            let prog: &mut BtfTracePoint = program(&mut primary, "dnspath_kfree_skb")?.try_into()?;
+            prog.load("kfree_skb", &btf).map_err(|e| {
+                let e = KernelError::from(e);
+                if is_eperm(&e) {
+                    KernelError::Permission(e.to_string())
+                } else {
+                    KernelError::MissingHook {
+                        hook: "tp_btf/skb:kfree_skb",
+                        detail: e.to_string(),
+                    }
+                }
             })?;
             prog.attach().map_err(|e| KernelError::MissingHook {
                 hook: "tp_btf/skb:kfree_skb",
@@ -141,8 +223,12 @@ impl Probes {
             })?;
             drops_enabled = true;
         }
+        probes_dir_guard.0 = None;
         Ok(Self {
-            ebpf,
+            primary,
+            per_netns: HashMap::new(),
+            pin_dir,
+            config,
             tcx: KernelVersion::current().is_ok_and(|v| v >= KernelVersion::new(6, 6, 0)),
             drops_enabled,
         })
@@ -151,7 +237,7 @@ impl Probes {
     /// The ring buffer all events arrive on; can be taken once.
     pub fn take_events(&mut self) -> Result<RingBuf<MapData>, KernelError> {
         let map = self
-            .ebpf
+            .primary
             .take_map("EVENTS")
             .ok_or_else(|| KernelError::Btf("EVENTS ring buffer already taken".into()))?;
         Ok(RingBuf::try_from(map)?)
@@ -160,7 +246,7 @@ impl Probes {
     /// Sums of the per-CPU counters, indexed by `tracer_common::counter`.
     pub fn counters(&self) -> Result<[u64; counter::COUNT as usize], KernelError> {
         let map = self
-            .ebpf
+            .primary
             .map("COUNTERS")
             .ok_or_else(|| KernelError::Btf("COUNTERS map missing".into()))?;
         let arr: PerCpuArray<&MapData, u64> = PerCpuArray::try_from(map)?;
@@ -172,13 +258,36 @@ impl Probes {
         Ok(out)
     }
 
-    /// Attaches both directions to `iface` in the calling thread's current namespace.
-    /// Returns the link ids to detach later, as (program name, link id).
+    /// The TC program `name` of the namespace with `cookie`, loaded on first use.
+    fn tc_program(&mut self, cookie: u64, index: usize) -> Result<&mut SchedClassifier, KernelError> {
+        let instance = match self.per_netns.entry(cookie) {
+            std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
+            std::collections::hash_map::Entry::Vacant(v) => {
+                let offsets = KernelOffsets::UNSET;
+                let ebpf = Self::loader(&self.pin_dir, &self.config, &offsets, &cookie).load(OBJECT)?;
+                v.insert(NetnsPrograms {
+                    ebpf,
+                    loaded: [false; TC_PROGRAMS.len()],
+                })
+            }
+        };
+        let (name, _, _) = TC_PROGRAMS[index];
+        let prog: &mut SchedClassifier = program(&mut instance.ebpf, name)?.try_into()?;
+        if !instance.loaded[index] {
+            prog.load()?;
+            instance.loaded[index] = true;
+        }
+        Ok(prog)
+    }
+
+    /// Attaches both directions to `iface` of the calling thread's current namespace, whose
+    /// cookie is `cookie`. Returns the link ids to detach later.
     pub fn attach_tc(
         &mut self,
+        cookie: u64,
         iface: &str,
         has_eth: bool,
-    ) -> Result<Vec<(&'static str, tc::SchedClassifierLinkId)>, KernelError> {
+    ) -> Result<Vec<(usize, tc::SchedClassifierLinkId)>, KernelError> {
         if !self.tcx {
             // clsact must exist for netlink attachment; remove filters a killed earlier run
             // of ours left (matched by our program names only).
@@ -192,23 +301,18 @@ impl Probes {
             }
         }
         let mut links = Vec::new();
-        for (name, eth, ty) in TC_PROGRAMS {
-            if eth != has_eth {
+        for (index, (_, eth, ty)) in TC_PROGRAMS.iter().enumerate() {
+            if *eth != has_eth {
                 continue;
             }
-            let prog: &mut SchedClassifier = program(&mut self.ebpf, name)?.try_into()?;
-            match prog.attach(iface, ty) {
-                Ok(id) => links.push((name, id)),
+            let attached = self
+                .tc_program(cookie, index)
+                .and_then(|p| p.attach(iface, *ty).map_err(Into::into));
+            match attached {
+                Ok(id) => links.push((index, id)),
                 Err(e) => {
-                    // Undo the half we attached.
-                    for (n, id) in links.drain(..) {
-                        if let Ok(p) = program(&mut self.ebpf, n)
-                            .and_then(|p| <&mut SchedClassifier>::try_from(p).map_err(Into::into))
-                        {
-                            let _ = p.detach(id);
-                        }
-                    }
-                    return Err(e.into());
+                    self.detach_tc(cookie, links);
+                    return Err(e);
                 }
             }
         }
@@ -217,14 +321,44 @@ impl Probes {
 
     /// Detaches links from [`Probes::attach_tc`]; errors (the interface is already gone) are
     /// expected and ignored.
-    pub fn detach_tc(&mut self, links: Vec<(&'static str, tc::SchedClassifierLinkId)>) {
-        for (name, id) in links {
-            if let Ok(p) = program(&mut self.ebpf, name) {
+    pub fn detach_tc(&mut self, cookie: u64, links: Vec<(usize, tc::SchedClassifierLinkId)>) {
+        let Some(instance) = self.per_netns.get_mut(&cookie) else {
+            return;
+        };
+        for (index, id) in links {
+            if let Ok(p) = program(&mut instance.ebpf, TC_PROGRAMS[index].0) {
                 if let Ok(p) = <&mut SchedClassifier>::try_from(p) {
                     let _ = p.detach(id);
                 }
             }
         }
+    }
+
+    /// Unloads the programs of a namespace that has gone away.
+    pub fn forget_netns(&mut self, cookie: u64) {
+        self.per_netns.remove(&cookie);
+    }
+
+    pub fn netns_instances(&self) -> usize {
+        self.per_netns.len()
+    }
+}
+
+/// Removes the pin directory if loading fails half-way.
+struct PinDirGuard(Option<PathBuf>);
+
+impl Drop for PinDirGuard {
+    fn drop(&mut self) {
+        if let Some(dir) = self.0.take() {
+            let _ = std::fs::remove_dir_all(dir);
+        }
+    }
+}
+
+impl Drop for Probes {
+    fn drop(&mut self) {
+        // Unpinning only removes names; the maps live while programs and fds use them.
+        let _ = std::fs::remove_dir_all(&self.pin_dir);
     }
 }
 

@@ -1,0 +1,158 @@
+//! Running the real `dnspath` binary inside a lab namespace, for tests and the demo.
+use std::{
+    io::{BufRead, BufReader, Read},
+    path::{Path, PathBuf},
+    process::{Child, ExitStatus, Stdio},
+    sync::mpsc,
+    thread,
+    time::Duration,
+};
+
+use crate::{Lab, LabError};
+
+/// The `dnspath` binary: `$DNSPATH_BIN`, else the workspace's release build, else debug.
+pub fn dnspath_bin() -> PathBuf {
+    if let Some(p) = std::env::var_os("DNSPATH_BIN") {
+        return PathBuf::from(p);
+    }
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .map(Path::to_path_buf)
+        .unwrap_or_default();
+    let release = root.join("target/release/dnspath");
+    if release.exists() {
+        release
+    } else {
+        root.join("target/debug/dnspath")
+    }
+}
+
+/// A running `dnspath trace`.
+pub struct Tracer {
+    child: Child,
+    stdout: Option<thread::JoinHandle<String>>,
+    stderr_lines: mpsc::Receiver<String>,
+    stderr_seen: Vec<String>,
+}
+
+/// What a finished run printed.
+#[derive(Debug)]
+pub struct TracerOutput {
+    pub status: ExitStatus,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+impl Tracer {
+    /// Starts `dnspath ARGS` in namespace `ns` and waits until it says it is tracing
+    /// (or fails).
+    pub fn start(lab: &Lab, ns: &str, args: &[&str]) -> Result<Tracer, LabError> {
+        Self::start_with(lab, ns, args, true)
+    }
+
+    /// As [`Tracer::start`]; with `capture_stdout` false the output goes to our stdout (the
+    /// demo shows it live).
+    pub fn start_with(
+        lab: &Lab,
+        ns: &str,
+        args: &[&str],
+        capture_stdout: bool,
+    ) -> Result<Tracer, LabError> {
+        let bin = dnspath_bin();
+        let bin = bin.to_string_lossy().into_owned();
+        let mut all = vec![bin.as_str()];
+        all.extend_from_slice(args);
+        let mut cmd = lab.command_in(ns, &all);
+        cmd.stdin(Stdio::null())
+            .stdout(if capture_stdout {
+                Stdio::piped()
+            } else {
+                Stdio::inherit()
+            })
+            .stderr(Stdio::piped())
+            .env("RUST_LOG", "warn");
+        let mut child = lab.spawn(&mut cmd)?;
+        let stdout = child.stdout.take().map(|mut out| {
+            thread::spawn(move || {
+                let mut s = String::new();
+                let _ = out.read_to_string(&mut s);
+                s
+            })
+        });
+        let (tx, rx) = mpsc::channel();
+        if let Some(err) = child.stderr.take() {
+            thread::spawn(move || {
+                for line in BufReader::new(err).lines().map_while(Result::ok) {
+                    if tx.send(line).is_err() {
+                        break;
+                    }
+                }
+            });
+        }
+        let mut t = Tracer {
+            child,
+            stdout,
+            stderr_lines: rx,
+            stderr_seen: Vec::new(),
+        };
+        t.wait_for_stderr("dnspath: tracing", Duration::from_secs(30))?;
+        Ok(t)
+    }
+
+    /// Waits for a stderr line containing `needle`.
+    pub fn wait_for_stderr(&mut self, needle: &str, timeout: Duration) -> Result<(), LabError> {
+        let deadline = std::time::Instant::now() + timeout;
+        loop {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            match self.stderr_lines.recv_timeout(left) {
+                Ok(line) => {
+                    let hit = line.contains(needle);
+                    self.stderr_seen.push(line);
+                    if hit {
+                        return Ok(());
+                    }
+                }
+                Err(_) => {
+                    return Err(LabError::Config(format!(
+                        "dnspath did not print {needle:?}; stderr so far:\n{}",
+                        self.stderr_seen.join("\n")
+                    )))
+                }
+            }
+        }
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// SIGINT, as Ctrl-C would, then collects the output.
+    pub fn stop(self) -> TracerOutput {
+        // SAFETY: plain kill(2) on our own child's PID, which we have not reaped yet.
+        unsafe {
+            libc::kill(self.child.id() as libc::pid_t, libc::SIGINT);
+        }
+        self.wait()
+    }
+
+    /// Waits for it to exit by itself (`--duration`, `--count`, an error).
+    pub fn wait(mut self) -> TracerOutput {
+        let status = self
+            .child
+            .wait()
+            .unwrap_or_else(|_| std::os::unix::process::ExitStatusExt::from_raw(-1));
+        let stdout = self
+            .stdout
+            .take()
+            .and_then(|h| h.join().ok())
+            .unwrap_or_default();
+        while let Ok(line) = self.stderr_lines.recv_timeout(Duration::from_millis(200)) {
+            self.stderr_seen.push(line);
+        }
+        TracerOutput {
+            status,
+            stdout,
+            stderr: self.stderr_seen.join("\n"),
+        }
+    }
+}

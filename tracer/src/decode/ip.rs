@@ -1,0 +1,686 @@
+//! IPv4/IPv6 + UDP/TCP header parsing of captured packets.
+//!
+//! Captures may be cut by a snaplen, so every length field is checked against the bytes
+//! actually present: a short capture either fails (headers incomplete) or sets
+//! [`IpPacket::truncated`] (payload incomplete). Nothing here allocates.
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+
+const IPV4_MIN_HEADER: usize = 20;
+const IPV6_HEADER: usize = 40;
+const UDP_HEADER: usize = 8;
+const TCP_MIN_HEADER: usize = 20;
+
+const PROTO_HOPOPTS: u8 = 0;
+const PROTO_TCP: u8 = 6;
+const PROTO_UDP: u8 = 17;
+const PROTO_ROUTING: u8 = 43;
+const PROTO_FRAGMENT: u8 = 44;
+const PROTO_DSTOPTS: u8 = 60;
+
+/// Real stacks send at most a handful of extension headers; a long chain is either an
+/// attack or garbage, and bounding it keeps the walk O(1).
+pub const MAX_IPV6_EXTENSION_HEADERS: usize = 8;
+
+/// A parsed IP packet; `transport` borrows from the captured bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct IpPacket<'a> {
+    pub src: IpAddr,
+    pub dst: IpAddr,
+    pub transport: Transport<'a>,
+    /// payload shorter than the headers' lengths say (snaplen cut)
+    pub truncated: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Transport<'a> {
+    Udp {
+        sport: u16,
+        dport: u16,
+        payload: &'a [u8],
+    },
+    Tcp {
+        sport: u16,
+        dport: u16,
+        seq: u32,
+        /// TCP flags byte (FIN=1,SYN=2,RST=4,PSH=8,ACK=16)
+        flags: u8,
+        payload: &'a [u8],
+    },
+    /// other protocol or non-first fragment
+    Other { proto: u8 },
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum IpError {
+    #[error("{layer} header needs {need} bytes, only {have} captured")]
+    TooShort {
+        layer: &'static str,
+        need: usize,
+        have: usize,
+    },
+    #[error("IP version {0} is neither 4 nor 6")]
+    BadVersion(u8),
+    #[error("IPv4 IHL of {0} words is below the 5-word minimum")]
+    BadIhl(u8),
+    #[error("IPv4 total length {total} is smaller than its {header}-byte header")]
+    BadTotalLength { total: u16, header: usize },
+    #[error("TCP data offset of {0} words is below the 5-word minimum")]
+    BadDataOffset(u8),
+    #[error("UDP length {0} is smaller than the 8-byte UDP header")]
+    BadUdpLength(u16),
+    #[error("more than {MAX_IPV6_EXTENSION_HEADERS} IPv6 extension headers")]
+    TooManyExtensionHeaders,
+}
+
+/// Parses `data`, which starts at an IPv4 or IPv6 header.
+pub fn parse_ip(data: &[u8]) -> Result<IpPacket<'_>, IpError> {
+    let first = *data.first().ok_or(IpError::TooShort {
+        layer: "IP",
+        need: 1,
+        have: 0,
+    })?;
+    match first >> 4 {
+        4 => parse_ipv4(data),
+        6 => parse_ipv6(data),
+        v => Err(IpError::BadVersion(v)),
+    }
+}
+
+fn parse_ipv4(data: &[u8]) -> Result<IpPacket<'_>, IpError> {
+    let h: &[u8; IPV4_MIN_HEADER] = array_at(data, 0).ok_or(IpError::TooShort {
+        layer: "IPv4",
+        need: IPV4_MIN_HEADER,
+        have: data.len(),
+    })?;
+    let ihl_words = h[0] & 0x0f;
+    let ihl = usize::from(ihl_words) * 4;
+    if ihl < IPV4_MIN_HEADER {
+        return Err(IpError::BadIhl(ihl_words));
+    }
+    if data.len() < ihl {
+        return Err(IpError::TooShort {
+            layer: "IPv4 (with options)",
+            need: ihl,
+            have: data.len(),
+        });
+    }
+    let total = u16::from_be_bytes([h[2], h[3]]);
+    // Linux BIG TCP (and some TSO captures) leave tot_len at 0 for packets over 64 KiB:
+    // the captured length is then the only length there is.
+    let declared_end = if total == 0 {
+        data.len()
+    } else if usize::from(total) < ihl {
+        return Err(IpError::BadTotalLength { total, header: ihl });
+    } else {
+        usize::from(total)
+    };
+    let src = IpAddr::V4(Ipv4Addr::new(h[12], h[13], h[14], h[15]));
+    let dst = IpAddr::V4(Ipv4Addr::new(h[16], h[17], h[18], h[19]));
+    let proto = h[9];
+    let frag_offset = u16::from_be_bytes([h[6], h[7]]) & 0x1fff;
+    if frag_offset != 0 {
+        // Non-first fragments carry no transport header (RFC 791).
+        return Ok(IpPacket {
+            src,
+            dst,
+            transport: Transport::Other { proto },
+            truncated: data.len() < declared_end,
+        });
+    }
+    let end = declared_end.min(data.len());
+    let ip_truncated = data.len() < declared_end;
+    // Trailing Ethernet padding beyond tot_len is cut off here.
+    let segment = data.get(ihl..end).unwrap_or_default();
+    let (transport, l4_truncated) = parse_transport(proto, segment)?;
+    Ok(IpPacket {
+        src,
+        dst,
+        transport,
+        truncated: ip_truncated || l4_truncated,
+    })
+}
+
+fn parse_ipv6(data: &[u8]) -> Result<IpPacket<'_>, IpError> {
+    let h: &[u8; IPV6_HEADER] = array_at(data, 0).ok_or(IpError::TooShort {
+        layer: "IPv6",
+        need: IPV6_HEADER,
+        have: data.len(),
+    })?;
+    let payload_len = usize::from(u16::from_be_bytes([h[4], h[5]]));
+    // Payload length 0 means a jumbogram (RFC 2675) or Linux BIG TCP: trust the capture.
+    let declared_end = if payload_len == 0 {
+        data.len()
+    } else {
+        IPV6_HEADER.saturating_add(payload_len)
+    };
+    let mut src = [0u8; 16];
+    let mut dst = [0u8; 16];
+    src.copy_from_slice(&h[8..24]);
+    dst.copy_from_slice(&h[24..40]);
+    let src = IpAddr::V6(Ipv6Addr::from(src));
+    let dst = IpAddr::V6(Ipv6Addr::from(dst));
+    let end = declared_end.min(data.len());
+    let ip_truncated = data.len() < declared_end;
+    let body = data.get(IPV6_HEADER..end).unwrap_or_default();
+
+    let mut next = h[6];
+    let mut offset = 0usize;
+    let mut seen = 0usize;
+    loop {
+        match next {
+            PROTO_HOPOPTS | PROTO_ROUTING | PROTO_DSTOPTS => {
+                let ext: &[u8; 2] = array_at(body, offset).ok_or(IpError::TooShort {
+                    layer: "IPv6 extension",
+                    need: offset.saturating_add(2),
+                    have: body.len(),
+                })?;
+                // RFC 8200 §4.3-4.6: Hdr Ext Len counts 8-octet units beyond the first.
+                let len = (usize::from(ext[1]) + 1) * 8;
+                let ext_end = offset.saturating_add(len);
+                if body.len() < ext_end {
+                    return Err(IpError::TooShort {
+                        layer: "IPv6 extension",
+                        need: ext_end,
+                        have: body.len(),
+                    });
+                }
+                next = ext[0];
+                offset = ext_end;
+            }
+            PROTO_FRAGMENT => {
+                let frag: &[u8; 8] = array_at(body, offset).ok_or(IpError::TooShort {
+                    layer: "IPv6 fragment",
+                    need: offset.saturating_add(8),
+                    have: body.len(),
+                })?;
+                next = frag[0];
+                offset = offset.saturating_add(8);
+                let frag_offset = u16::from_be_bytes([frag[2], frag[3]]) >> 3;
+                if frag_offset != 0 {
+                    return Ok(IpPacket {
+                        src,
+                        dst,
+                        transport: Transport::Other { proto: next },
+                        truncated: ip_truncated,
+                    });
+                }
+            }
+            _ => break,
+        }
+        seen += 1;
+        if seen > MAX_IPV6_EXTENSION_HEADERS {
+            return Err(IpError::TooManyExtensionHeaders);
+        }
+    }
+    let segment = body.get(offset..).unwrap_or_default();
+    let (transport, l4_truncated) = parse_transport(next, segment)?;
+    Ok(IpPacket {
+        src,
+        dst,
+        transport,
+        truncated: ip_truncated || l4_truncated,
+    })
+}
+
+/// Returns the transport and whether its own length field promises more than `segment` holds.
+fn parse_transport(proto: u8, segment: &[u8]) -> Result<(Transport<'_>, bool), IpError> {
+    match proto {
+        PROTO_UDP => {
+            let h: &[u8; UDP_HEADER] = array_at(segment, 0).ok_or(IpError::TooShort {
+                layer: "UDP",
+                need: UDP_HEADER,
+                have: segment.len(),
+            })?;
+            let ulen = u16::from_be_bytes([h[4], h[5]]);
+            // Length 0 is legal only for IPv6 jumbograms (RFC 2675 §4); take what was captured.
+            let declared_end = match ulen {
+                0 => segment.len(),
+                n if usize::from(n) < UDP_HEADER => return Err(IpError::BadUdpLength(n)),
+                n => usize::from(n),
+            };
+            let end = declared_end.min(segment.len());
+            Ok((
+                Transport::Udp {
+                    sport: u16::from_be_bytes([h[0], h[1]]),
+                    dport: u16::from_be_bytes([h[2], h[3]]),
+                    payload: segment.get(UDP_HEADER..end).unwrap_or_default(),
+                },
+                segment.len() < declared_end,
+            ))
+        }
+        PROTO_TCP => {
+            let h: &[u8; TCP_MIN_HEADER] = array_at(segment, 0).ok_or(IpError::TooShort {
+                layer: "TCP",
+                need: TCP_MIN_HEADER,
+                have: segment.len(),
+            })?;
+            let doff_words = h[12] >> 4;
+            let doff = usize::from(doff_words) * 4;
+            if doff < TCP_MIN_HEADER {
+                return Err(IpError::BadDataOffset(doff_words));
+            }
+            let payload = segment.get(doff..).ok_or(IpError::TooShort {
+                layer: "TCP (with options)",
+                need: doff,
+                have: segment.len(),
+            })?;
+            Ok((
+                Transport::Tcp {
+                    sport: u16::from_be_bytes([h[0], h[1]]),
+                    dport: u16::from_be_bytes([h[2], h[3]]),
+                    seq: u32::from_be_bytes([h[4], h[5], h[6], h[7]]),
+                    flags: h[13],
+                    payload,
+                },
+                false,
+            ))
+        }
+        proto => Ok((Transport::Other { proto }, false)),
+    }
+}
+
+/// Bounds-checked fixed-size view of `data[offset..offset + N]`.
+fn array_at<const N: usize>(data: &[u8], offset: usize) -> Option<&[u8; N]> {
+    data.get(offset..offset.checked_add(N)?)?.try_into().ok()
+}
+
+#[cfg(test)]
+#[expect(clippy::unwrap_used, reason = "a test fails at the line that broke")]
+mod tests {
+    use super::*;
+
+    fn udp(sport: u16, dport: u16, payload: &[u8]) -> Vec<u8> {
+        let mut v = Vec::new();
+        v.extend_from_slice(&sport.to_be_bytes());
+        v.extend_from_slice(&dport.to_be_bytes());
+        v.extend_from_slice(&((8 + payload.len()) as u16).to_be_bytes());
+        v.extend_from_slice(&[0, 0]);
+        v.extend_from_slice(payload);
+        v
+    }
+
+    fn tcp(sport: u16, dport: u16, seq: u32, flags: u8, options: &[u8], payload: &[u8]) -> Vec<u8> {
+        assert_eq!(options.len() % 4, 0);
+        let doff = (20 + options.len()) / 4;
+        let mut v = Vec::new();
+        v.extend_from_slice(&sport.to_be_bytes());
+        v.extend_from_slice(&dport.to_be_bytes());
+        v.extend_from_slice(&seq.to_be_bytes());
+        v.extend_from_slice(&0u32.to_be_bytes());
+        v.push((doff as u8) << 4);
+        v.push(flags);
+        v.extend_from_slice(&[0xff, 0xff, 0, 0, 0, 0]);
+        v.extend_from_slice(options);
+        v.extend_from_slice(payload);
+        v
+    }
+
+    fn ipv4(proto: u8, options: &[u8], frag: u16, l4: &[u8]) -> Vec<u8> {
+        assert_eq!(options.len() % 4, 0);
+        let ihl = 20 + options.len();
+        let total = (ihl + l4.len()) as u16;
+        let mut v = vec![0x40 | (ihl / 4) as u8, 0];
+        v.extend_from_slice(&total.to_be_bytes());
+        v.extend_from_slice(&[0x12, 0x34]);
+        v.extend_from_slice(&frag.to_be_bytes());
+        v.extend_from_slice(&[64, proto, 0, 0]);
+        v.extend_from_slice(&[10, 0, 0, 1]);
+        v.extend_from_slice(&[10, 0, 0, 2]);
+        v.extend_from_slice(options);
+        v.extend_from_slice(l4);
+        v
+    }
+
+    fn ipv6(next: u8, ext: &[u8], l4: &[u8]) -> Vec<u8> {
+        let plen = (ext.len() + l4.len()) as u16;
+        let mut v = vec![0x60, 0, 0, 0];
+        v.extend_from_slice(&plen.to_be_bytes());
+        v.push(next);
+        v.push(64);
+        v.extend_from_slice(&"fd00::1".parse::<Ipv6Addr>().unwrap().octets());
+        v.extend_from_slice(&"fd00::2".parse::<Ipv6Addr>().unwrap().octets());
+        v.extend_from_slice(ext);
+        v.extend_from_slice(l4);
+        v
+    }
+
+    #[test]
+    fn ipv4_udp() {
+        let pkt = ipv4(17, &[], 0, &udp(5353, 53, b"hello"));
+        let p = parse_ip(&pkt).unwrap();
+        assert_eq!(p.src, "10.0.0.1".parse::<IpAddr>().unwrap());
+        assert_eq!(p.dst, "10.0.0.2".parse::<IpAddr>().unwrap());
+        assert!(!p.truncated);
+        assert_eq!(
+            p.transport,
+            Transport::Udp {
+                sport: 5353,
+                dport: 53,
+                payload: b"hello"
+            }
+        );
+    }
+
+    #[test]
+    fn ipv4_options_honoured() {
+        let pkt = ipv4(17, &[1, 1, 1, 0, 1, 1, 1, 0], 0, &udp(1, 53, b"x"));
+        let p = parse_ip(&pkt).unwrap();
+        assert_eq!(
+            p.transport,
+            Transport::Udp {
+                sport: 1,
+                dport: 53,
+                payload: b"x"
+            }
+        );
+    }
+
+    #[test]
+    fn ipv4_trailing_padding_trimmed() {
+        let mut pkt = ipv4(17, &[], 0, &udp(1, 53, b"ab"));
+        pkt.extend_from_slice(&[0u8; 16]); // Ethernet minimum-frame padding
+        let p = parse_ip(&pkt).unwrap();
+        assert!(!p.truncated);
+        assert_eq!(
+            p.transport,
+            Transport::Udp {
+                sport: 1,
+                dport: 53,
+                payload: b"ab"
+            }
+        );
+    }
+
+    #[test]
+    fn udp_length_bounds_payload() {
+        // IP total length covers 4 extra bytes that the UDP length excludes.
+        let mut l4 = udp(1, 53, b"abc");
+        l4.extend_from_slice(b"junk");
+        let pkt = ipv4(17, &[], 0, &l4);
+        let p = parse_ip(&pkt).unwrap();
+        assert!(!p.truncated);
+        assert!(matches!(
+            p.transport,
+            Transport::Udp {
+                payload: b"abc",
+                ..
+            }
+        ));
+    }
+
+    #[test]
+    fn ipv4_snaplen_cut_sets_truncated() {
+        let pkt = ipv4(17, &[], 0, &udp(1, 53, &[7u8; 100]));
+        let p = parse_ip(&pkt[..60]).unwrap();
+        assert!(p.truncated);
+        match p.transport {
+            Transport::Udp { payload, .. } => assert_eq!(payload.len(), 60 - 28),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn udp_length_larger_than_ip_payload_is_truncated() {
+        let mut l4 = udp(1, 53, b"abcd");
+        l4[4..6].copy_from_slice(&100u16.to_be_bytes());
+        let pkt = ipv4(17, &[], 0, &l4);
+        let p = parse_ip(&pkt).unwrap();
+        assert!(p.truncated);
+        assert!(matches!(
+            p.transport,
+            Transport::Udp {
+                payload: b"abcd",
+                ..
+            }
+        ));
+    }
+
+    #[test]
+    fn bad_udp_length() {
+        let mut l4 = udp(1, 53, b"abcd");
+        l4[4..6].copy_from_slice(&5u16.to_be_bytes());
+        assert_eq!(
+            parse_ip(&ipv4(17, &[], 0, &l4)),
+            Err(IpError::BadUdpLength(5))
+        );
+    }
+
+    #[test]
+    fn ipv4_tcp_with_options() {
+        let l4 = tcp(
+            40000,
+            53,
+            0xdead_beef,
+            0x18,
+            &[1, 1, 8, 10, 0, 0, 0, 1, 0, 0, 0, 2],
+            b"\x00\x02hi",
+        );
+        let pkt = ipv4(6, &[], 0, &l4);
+        let p = parse_ip(&pkt).unwrap();
+        assert!(!p.truncated);
+        assert_eq!(
+            p.transport,
+            Transport::Tcp {
+                sport: 40000,
+                dport: 53,
+                seq: 0xdead_beef,
+                flags: 0x18,
+                payload: b"\x00\x02hi"
+            }
+        );
+    }
+
+    #[test]
+    fn tcp_bad_data_offset() {
+        let mut l4 = tcp(1, 53, 0, 0x10, &[], b"");
+        l4[12] = 4 << 4;
+        assert_eq!(
+            parse_ip(&ipv4(6, &[], 0, &l4)),
+            Err(IpError::BadDataOffset(4))
+        );
+    }
+
+    #[test]
+    fn tcp_options_cut_by_snaplen() {
+        let l4 = tcp(1, 53, 0, 0x10, &[1; 20], b"payload");
+        let pkt = ipv4(6, &[], 0, &l4);
+        assert!(matches!(
+            parse_ip(&pkt[..20 + 30]),
+            Err(IpError::TooShort {
+                layer: "TCP (with options)",
+                need: 40,
+                have: 30
+            })
+        ));
+    }
+
+    #[test]
+    fn tcp_payload_cut_is_truncated() {
+        let l4 = tcp(1, 53, 5, 0x18, &[], &[9u8; 50]);
+        let pkt = ipv4(6, &[], 0, &l4);
+        let p = parse_ip(&pkt[..20 + 20 + 10]).unwrap();
+        assert!(p.truncated);
+        assert!(matches!(p.transport, Transport::Tcp { payload, .. } if payload.len() == 10));
+    }
+
+    #[test]
+    fn ipv4_fragments() {
+        // First fragment (MF set, offset 0): transport header present.
+        let first = ipv4(17, &[], 0x2000, &udp(1, 53, b"abc"));
+        assert!(matches!(
+            parse_ip(&first).unwrap().transport,
+            Transport::Udp { .. }
+        ));
+        // Non-first fragment: bytes after the IP header are not a UDP header.
+        let later = ipv4(17, &[], 0x0010, b"not a udp header");
+        assert_eq!(
+            parse_ip(&later).unwrap().transport,
+            Transport::Other { proto: 17 }
+        );
+    }
+
+    #[test]
+    fn ipv4_errors() {
+        assert!(matches!(parse_ip(&[]), Err(IpError::TooShort { .. })));
+        assert!(matches!(
+            parse_ip(&[0x45, 0, 0]),
+            Err(IpError::TooShort { layer: "IPv4", .. })
+        ));
+        let mut bad_ihl = ipv4(17, &[], 0, &udp(1, 2, b""));
+        bad_ihl[0] = 0x44;
+        assert_eq!(parse_ip(&bad_ihl), Err(IpError::BadIhl(4)));
+        let mut ihl_past_end = ipv4(17, &[], 0, &[]);
+        ihl_past_end[0] = 0x4f;
+        assert!(matches!(
+            parse_ip(&ihl_past_end),
+            Err(IpError::TooShort { need: 60, .. })
+        ));
+        let mut bad_total = ipv4(17, &[], 0, &udp(1, 2, b""));
+        bad_total[2..4].copy_from_slice(&10u16.to_be_bytes());
+        assert_eq!(
+            parse_ip(&bad_total),
+            Err(IpError::BadTotalLength {
+                total: 10,
+                header: 20
+            })
+        );
+        assert_eq!(parse_ip(&[0x55; 40]), Err(IpError::BadVersion(5)));
+        let short_udp = ipv4(17, &[], 0, &[0, 1, 0]);
+        assert!(matches!(
+            parse_ip(&short_udp),
+            Err(IpError::TooShort { layer: "UDP", .. })
+        ));
+    }
+
+    #[test]
+    fn ipv4_other_protocol() {
+        let pkt = ipv4(1, &[], 0, &[8, 0, 0, 0]);
+        let p = parse_ip(&pkt).unwrap();
+        assert_eq!(p.transport, Transport::Other { proto: 1 });
+    }
+
+    #[test]
+    fn ipv6_udp() {
+        let pkt = ipv6(17, &[], &udp(1234, 53, b"q"));
+        let p = parse_ip(&pkt).unwrap();
+        assert_eq!(p.src, "fd00::1".parse::<IpAddr>().unwrap());
+        assert_eq!(p.dst, "fd00::2".parse::<IpAddr>().unwrap());
+        assert!(!p.truncated);
+        assert!(matches!(
+            p.transport,
+            Transport::Udp {
+                sport: 1234,
+                dport: 53,
+                payload: b"q"
+            }
+        ));
+    }
+
+    #[test]
+    fn ipv6_extension_chain() {
+        // hop-by-hop (8 bytes) -> dest opts (16 bytes) -> routing (8 bytes) -> first fragment -> TCP
+        let mut ext = vec![60, 0, 1, 4, 0, 0, 0, 0];
+        ext.extend_from_slice(&[43, 1, 1, 12, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0]);
+        ext.extend_from_slice(&[44, 0, 0, 0, 0, 0, 0, 0]);
+        ext.extend_from_slice(&[6, 0, 0x00, 0x01, 0, 0, 0, 1]); // offset 0, M=1
+        let l4 = tcp(53, 4000, 7, 0x11, &[], b"");
+        let pkt = ipv6(0, &ext, &l4);
+        let p = parse_ip(&pkt).unwrap();
+        assert_eq!(
+            p.transport,
+            Transport::Tcp {
+                sport: 53,
+                dport: 4000,
+                seq: 7,
+                flags: 0x11,
+                payload: b""
+            }
+        );
+    }
+
+    #[test]
+    fn ipv6_non_first_fragment() {
+        let ext = [17, 0, 0x00, 0xb9, 0, 0, 0, 1]; // offset 23 * 8
+        let pkt = ipv6(44, &ext, b"middle of a datagram");
+        let p = parse_ip(&pkt).unwrap();
+        assert_eq!(p.transport, Transport::Other { proto: 17 });
+    }
+
+    #[test]
+    fn ipv6_payload_length_bounds_and_truncation() {
+        let mut pkt = ipv6(17, &[], &udp(1, 53, b"abc"));
+        pkt.extend_from_slice(b"pad");
+        let p = parse_ip(&pkt).unwrap();
+        assert!(!p.truncated);
+        assert!(matches!(
+            p.transport,
+            Transport::Udp {
+                payload: b"abc",
+                ..
+            }
+        ));
+
+        let pkt = ipv6(17, &[], &udp(1, 53, &[0u8; 64]));
+        let p = parse_ip(&pkt[..40 + 8 + 10]).unwrap();
+        assert!(p.truncated);
+        assert!(matches!(p.transport, Transport::Udp { payload, .. } if payload.len() == 10));
+    }
+
+    #[test]
+    fn ipv6_errors() {
+        let pkt = ipv6(17, &[], &udp(1, 53, b""));
+        assert!(matches!(
+            parse_ip(&pkt[..39]),
+            Err(IpError::TooShort { layer: "IPv6", .. })
+        ));
+        // Extension header claims 16 bytes, only 8 present.
+        let pkt = ipv6(0, &[17, 1, 0, 0, 0, 0, 0, 0], b"");
+        assert!(matches!(
+            parse_ip(&pkt),
+            Err(IpError::TooShort {
+                layer: "IPv6 extension",
+                need: 16,
+                have: 8
+            })
+        ));
+        // A chain of destination-options headers longer than the bound.
+        let ext: Vec<u8> = (0..20).flat_map(|_| [60u8, 0, 0, 0, 0, 0, 0, 0]).collect();
+        assert_eq!(
+            parse_ip(&ipv6(60, &ext, b"")),
+            Err(IpError::TooManyExtensionHeaders)
+        );
+    }
+
+    #[test]
+    fn garbage_never_panics() {
+        // Deterministic xorshift so failures reproduce.
+        let mut state = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = move || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state
+        };
+        let seeds = [
+            ipv4(17, &[], 0, &udp(1, 53, b"hello world")),
+            ipv4(
+                6,
+                &[1, 1, 1, 1],
+                0,
+                &tcp(1, 53, 1, 2, &[1, 1, 1, 1], b"abc"),
+            ),
+            ipv6(0, &[17, 0, 1, 4, 0, 0, 0, 0], &udp(1, 53, b"x")),
+        ];
+        for _ in 0..20_000 {
+            let r = next();
+            let mut pkt = seeds[(r % 3) as usize].clone();
+            for _ in 0..(r >> 8) % 6 {
+                let r = next();
+                let i = (r as usize) % pkt.len();
+                pkt[i] = (r >> 32) as u8;
+            }
+            let cut = (next() as usize) % (pkt.len() + 1);
+            let _ = parse_ip(&pkt[..cut]);
+        }
+    }
+}

@@ -1,0 +1,11 @@
+//! Decode stage: raw bytes from the IP header on → typed packets and DNS messages.
+//!
+//! Boundary (used by correlate/sinks; keep it small and stable):
+//! - [`parse_ip`]: IPv4/IPv6 + UDP/TCP headers of a captured packet (possibly cut by snaplen).
+//! - [`dns::decode`]: one DNS message (hickory-proto) → [`dns::DnsMessage`], serialisable.
+//! - [`tcp::TcpReassembler`]: per-flow DNS-over-TCP framing (RFC 7766 §8) with bounded buffers.
+pub mod dns;
+pub mod ip;
+pub mod tcp;
+
+pub use ip::{parse_ip, IpPacket, Transport};

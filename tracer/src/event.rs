@@ -1,0 +1,138 @@
+//! What sources hand to the decode stage: raw observations, live or from a file.
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+
+use serde::Serialize;
+use tracer_common::CtTuple;
+
+/// Direction of a packet at its observation point.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Direction {
+    Ingress,
+    Egress,
+    /// Capture files do not say.
+    Unknown,
+}
+
+impl Direction {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Direction::Ingress => "ingress",
+            Direction::Egress => "egress",
+            Direction::Unknown => "unknown",
+        }
+    }
+    pub fn as_code(self) -> u8 {
+        match self {
+            Direction::Ingress => 0,
+            Direction::Egress => 1,
+            Direction::Unknown => 2,
+        }
+    }
+}
+
+/// Where a packet was seen: network namespace (cookie), interface, direction.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct ObservationPoint {
+    pub netns: u64,
+    pub ifindex: u32,
+    pub dir: Direction,
+}
+
+/// One captured packet, bytes from the IP header on.
+#[derive(Clone, Debug)]
+pub struct CapturedPacket {
+    /// CLOCK_BOOTTIME nanoseconds (live) or Unix-epoch nanoseconds (files).
+    pub ts_ns: u64,
+    pub cpu: Option<u32>,
+    pub at: ObservationPoint,
+    pub vlan: Option<u16>,
+    /// Length on the wire from the IP header on.
+    pub orig_len: u32,
+    pub data: Vec<u8>,
+}
+
+/// One conntrack direction's tuple.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct CtFlow {
+    pub src: SocketAddr,
+    pub dst: SocketAddr,
+    pub proto: u8,
+}
+
+impl CtFlow {
+    pub fn from_tuple(t: &CtTuple) -> Option<Self> {
+        let ip = |b: &[u8; 16]| -> Option<IpAddr> {
+            match t.l3num {
+                2 => Some(IpAddr::V4(Ipv4Addr::new(b[0], b[1], b[2], b[3]))),
+                10 => Some(IpAddr::V6(Ipv6Addr::from(*b))),
+                _ => None,
+            }
+        };
+        Some(Self {
+            src: SocketAddr::new(ip(&t.src)?, u16::from_be_bytes(t.sport)),
+            dst: SocketAddr::new(ip(&t.dst)?, u16::from_be_bytes(t.dport)),
+            proto: t.proto,
+        })
+    }
+}
+
+/// Conntrack entry attached to a dropped skb.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CtSnapshot {
+    /// `enum ip_conntrack_status` bits.
+    pub status: u64,
+    pub orig: CtFlow,
+    pub reply: CtFlow,
+}
+
+/// A packet on a watched port freed with a drop reason.
+#[derive(Clone, Debug)]
+pub struct KernelDrop {
+    pub ts_ns: u64,
+    pub cpu: u32,
+    pub netns: u64,
+    pub ifindex: u32,
+    pub reason: u32,
+    pub location: u64,
+    pub ct: Option<CtSnapshot>,
+    pub orig_len: u32,
+    pub data: Vec<u8>,
+}
+
+/// Kernel-side loss and match counters (live only).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct KernelCounters {
+    pub packets_matched: u64,
+    pub packets_lost_ringbuf: u64,
+    pub packets_lost_copy: u64,
+    pub parse_failed: u64,
+    pub drops_matched: u64,
+    pub drops_lost_ringbuf: u64,
+    pub drops_read_failed: u64,
+}
+
+impl KernelCounters {
+    pub fn from_array(c: &[u64]) -> Self {
+        use tracer_common::counter as k;
+        let at = |i: u32| c.get(i as usize).copied().unwrap_or(0);
+        Self {
+            packets_matched: at(k::PACKETS_MATCHED),
+            packets_lost_ringbuf: at(k::PACKETS_LOST_RINGBUF),
+            packets_lost_copy: at(k::PACKETS_LOST_COPY),
+            parse_failed: at(k::PARSE_FAILED),
+            drops_matched: at(k::DROPS_MATCHED),
+            drops_lost_ringbuf: at(k::DROPS_LOST_RINGBUF),
+            drops_read_failed: at(k::DROPS_READ_FAILED),
+        }
+    }
+}
+
+/// Everything a source produces.
+#[derive(Clone, Debug)]
+pub enum SourceEvent {
+    Packet(CapturedPacket),
+    Drop(KernelDrop),
+    /// A ring-buffer record we could not interpret (size/kind mismatch): counted as lost.
+    Garbled { len: usize },
+}

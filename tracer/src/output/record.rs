@@ -1,0 +1,110 @@
+//! Output records: what sinks write, one per event. Field by field in docs/output.md.
+use serde::Serialize;
+
+use crate::{decode::dns::DnsMessage, event::KernelCounters};
+
+#[derive(Clone, Debug, Serialize)]
+#[serde(tag = "type", rename_all = "lowercase")]
+pub enum Record {
+    Packet(PacketRecord),
+    Drop(DropRecord),
+    Stats(StatsRecord),
+}
+
+/// One DNS message (or one packet that should have carried one) at one observation point.
+#[derive(Clone, Debug, Serialize)]
+pub struct PacketRecord {
+    pub ts_ns: u64,
+    /// Wall-clock time, RFC 3339 UTC.
+    pub time: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cpu: Option<u32>,
+    pub netns: String,
+    pub netns_cookie: u64,
+    pub ifname: String,
+    pub ifindex: u32,
+    pub dir: &'static str,
+    pub proto: &'static str,
+    pub src: String,
+    pub dst: String,
+    /// Packet length from the IP header on.
+    pub len: u32,
+    /// Bytes captured from the IP header on.
+    pub caplen: u32,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub vlan: Option<u16>,
+    pub dns: Option<DnsMessage>,
+    /// Why `dns` is missing.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub malformed: Option<String>,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct CtEndpoints {
+    pub src: String,
+    pub dst: String,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct CtRecord {
+    /// `enum ip_conntrack_status` bits.
+    pub status: u64,
+    pub status_flags: Vec<&'static str>,
+    pub confirmed: bool,
+    pub orig: CtEndpoints,
+    pub reply: CtEndpoints,
+}
+
+/// A port-53 packet freed by the kernel with a drop reason.
+#[derive(Clone, Debug, Serialize)]
+pub struct DropRecord {
+    pub ts_ns: u64,
+    pub time: String,
+    pub cpu: u32,
+    pub netns: String,
+    pub netns_cookie: u64,
+    pub ifname: String,
+    pub ifindex: u32,
+    /// `enum skb_drop_reason` name without the SKB_DROP_REASON_ prefix.
+    pub reason: String,
+    pub reason_code: u32,
+    /// Symbolised kernel location, e.g. `nf_hook_slow+0x9e`.
+    pub location: String,
+    pub proto: &'static str,
+    pub src: String,
+    pub dst: String,
+    pub len: u32,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ct: Option<CtRecord>,
+    pub dns: Option<DnsMessage>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub malformed: Option<String>,
+}
+
+/// Totals; written at the end (and periodically by long runs).
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct StatsRecord {
+    /// Packet events received from the source.
+    pub packets: u64,
+    /// DNS messages decoded (a TCP segment can hold several, or part of one).
+    pub decoded: u64,
+    /// Packets or TCP-framed messages that could not be decoded.
+    pub malformed: u64,
+    /// TCP segments with no DNS bytes (handshake, ACK, FIN).
+    pub tcp_control: u64,
+    /// Captured packets of other protocols / non-first fragments (should be 0 live).
+    pub other: u64,
+    /// Packets the kernel matched but userspace never got (ring buffer full, copy failure,
+    /// unreadable records).
+    pub lost: u64,
+    /// Drop events received.
+    pub drops: u64,
+    /// Drops in namespaces not being traced (not shown).
+    pub drops_unwatched: u64,
+    /// Drops the kernel matched but could not report.
+    pub drops_lost: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub kernel: Option<KernelCounters>,
+    pub tcp_flows_evicted: u64,
+    pub tcp_bytes_dropped: u64,
+}

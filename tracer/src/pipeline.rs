@@ -1,0 +1,367 @@
+//! The shared pipeline after the source: raw observations → decoded records → sinks.
+//! (Correlation and detection stages plug in between decode and the sinks.)
+use std::{
+    collections::HashMap,
+    net::SocketAddr,
+    time::{Duration, SystemTime, UNIX_EPOCH},
+};
+
+use crate::{
+    decode::{
+        dns,
+        parse_ip,
+        tcp::{FlowKey, TcpLimits, TcpOutput, TcpReassembler},
+        Transport,
+    },
+    event::{CapturedPacket, CtSnapshot, KernelCounters, KernelDrop, SourceEvent},
+    kernel::{attach::SharedNames, kallsyms::Kallsyms},
+    output::record::{CtEndpoints, CtRecord, DropRecord, PacketRecord, Record, StatsRecord},
+};
+
+/// Turns a source's timestamps into wall-clock time.
+#[derive(Clone, Copy, Debug)]
+pub enum Clock {
+    /// Live: CLOCK_BOOTTIME ns; `offset_ns` = realtime − boottime at start.
+    Boot { offset_ns: i128 },
+    /// Files: timestamps are already Unix-epoch ns.
+    Epoch,
+}
+
+impl Clock {
+    pub fn boot() -> Self {
+        let real = nix::time::clock_gettime(nix::time::ClockId::CLOCK_REALTIME);
+        let boot = nix::time::clock_gettime(nix::time::ClockId::CLOCK_BOOTTIME);
+        let ns = |t: nix::sys::time::TimeSpec| t.tv_sec() as i128 * 1_000_000_000 + t.tv_nsec() as i128;
+        match (real, boot) {
+            (Ok(r), Ok(b)) => Clock::Boot {
+                offset_ns: ns(r) - ns(b),
+            },
+            _ => Clock::Boot { offset_ns: 0 },
+        }
+    }
+
+    pub fn wall(&self, ts_ns: u64) -> String {
+        let epoch_ns = match self {
+            Clock::Boot { offset_ns } => (ts_ns as i128 + offset_ns).max(0) as u128,
+            Clock::Epoch => ts_ns as u128,
+        };
+        let t = UNIX_EPOCH + Duration::from_nanos(epoch_ns.min(u64::MAX as u128) as u64);
+        humantime::format_rfc3339_micros(t).to_string()
+    }
+
+    pub fn now_ns(&self) -> u64 {
+        match self {
+            Clock::Boot { .. } => nix::time::clock_gettime(nix::time::ClockId::CLOCK_BOOTTIME)
+                .map(|t| t.tv_sec() as u64 * 1_000_000_000 + t.tv_nsec() as u64)
+                .unwrap_or(0),
+            Clock::Epoch => SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .map(|d| d.as_nanos() as u64)
+                .unwrap_or(0),
+        }
+    }
+}
+
+/// `enum ip_conntrack_status` bit names (include/uapi/linux/netfilter/nf_conntrack_common.h).
+const CT_STATUS_BITS: [(u64, &str); 16] = [
+    (1 << 0, "EXPECTED"),
+    (1 << 1, "SEEN_REPLY"),
+    (1 << 2, "ASSURED"),
+    (1 << 3, "CONFIRMED"),
+    (1 << 4, "SRC_NAT"),
+    (1 << 5, "DST_NAT"),
+    (1 << 6, "SEQ_ADJUST"),
+    (1 << 7, "SRC_NAT_DONE"),
+    (1 << 8, "DST_NAT_DONE"),
+    (1 << 9, "DYING"),
+    (1 << 10, "FIXED_TIMEOUT"),
+    (1 << 11, "TEMPLATE"),
+    (1 << 12, "NAT_CLASH"),
+    (1 << 13, "HELPER"),
+    (1 << 14, "OFFLOAD"),
+    (1 << 15, "HW_OFFLOAD"),
+];
+pub const IPS_CONFIRMED: u64 = 1 << 3;
+
+pub fn ct_record(ct: &CtSnapshot) -> CtRecord {
+    CtRecord {
+        status: ct.status,
+        status_flags: CT_STATUS_BITS
+            .iter()
+            .filter(|(bit, _)| ct.status & bit != 0)
+            .map(|(_, n)| *n)
+            .collect(),
+        confirmed: ct.status & IPS_CONFIRMED != 0,
+        orig: CtEndpoints {
+            src: ct.orig.src.to_string(),
+            dst: ct.orig.dst.to_string(),
+        },
+        reply: CtEndpoints {
+            src: ct.reply.src.to_string(),
+            dst: ct.reply.dst.to_string(),
+        },
+    }
+}
+
+/// Decode-stage state and counters.
+pub struct Decoder {
+    clock: Clock,
+    names: SharedNames,
+    kallsyms: Kallsyms,
+    reasons: HashMap<u32, String>,
+    tcp: TcpReassembler,
+    stats: StatsRecord,
+    kernel: Option<KernelCounters>,
+    tcp_out: Vec<TcpOutput>,
+}
+
+impl Decoder {
+    pub fn new(
+        clock: Clock,
+        names: SharedNames,
+        kallsyms: Kallsyms,
+        reasons: HashMap<u32, String>,
+    ) -> Self {
+        Self {
+            clock,
+            names,
+            kallsyms,
+            reasons,
+            tcp: TcpReassembler::new(TcpLimits::default()),
+            stats: StatsRecord::default(),
+            kernel: None,
+            tcp_out: Vec::new(),
+        }
+    }
+
+    fn place(&self, netns: u64, ifindex: u32) -> (String, String) {
+        let Ok(names) = self.names.read() else {
+            return (format!("{netns:#x}"), format!("if{ifindex}"));
+        };
+        let ns = names
+            .netns(netns)
+            .map(str::to_string)
+            .unwrap_or_else(|| format!("netns:{netns:#x}"));
+        let ifname = if ifindex == 0 {
+            String::new()
+        } else {
+            names
+                .iface(netns, ifindex)
+                .map(str::to_string)
+                .unwrap_or_else(|| format!("if{ifindex}"))
+        };
+        (ns, ifname)
+    }
+
+    pub fn on_event(&mut self, ev: SourceEvent, out: &mut Vec<Record>) {
+        match ev {
+            SourceEvent::Packet(p) => self.on_packet(p, out),
+            SourceEvent::Drop(d) => self.on_drop(d, out),
+            SourceEvent::Garbled { len } => {
+                log::warn!("unreadable ring-buffer record of {len} bytes");
+                self.stats.lost += 1;
+            }
+        }
+    }
+
+    fn on_packet(&mut self, p: CapturedPacket, out: &mut Vec<Record>) {
+        self.stats.packets += 1;
+        let (netns, ifname) = self.place(p.at.netns, p.at.ifindex);
+        let base = |proto: &'static str, src: String, dst: String| PacketRecord {
+            ts_ns: p.ts_ns,
+            time: self.clock.wall(p.ts_ns),
+            cpu: p.cpu,
+            netns: netns.clone(),
+            netns_cookie: p.at.netns,
+            ifname: ifname.clone(),
+            ifindex: p.at.ifindex,
+            dir: p.at.dir.as_str(),
+            proto,
+            src,
+            dst,
+            len: p.orig_len,
+            caplen: p.data.len() as u32,
+            vlan: p.vlan,
+            dns: None,
+            malformed: None,
+        };
+        let ip = match parse_ip(&p.data) {
+            Ok(ip) => ip,
+            Err(e) => {
+                self.stats.malformed += 1;
+                let mut r = base("ip", String::new(), String::new());
+                r.malformed = Some(format!("IP: {e}"));
+                out.push(Record::Packet(r));
+                return;
+            }
+        };
+        match ip.transport {
+            Transport::Udp {
+                sport,
+                dport,
+                payload,
+            } => {
+                let mut r = base(
+                    "udp",
+                    SocketAddr::new(ip.src, sport).to_string(),
+                    SocketAddr::new(ip.dst, dport).to_string(),
+                );
+                match dns::decode(payload) {
+                    Ok(m) => {
+                        self.stats.decoded += 1;
+                        r.dns = Some(m);
+                    }
+                    Err(e) => {
+                        self.stats.malformed += 1;
+                        r.malformed = Some(if ip.truncated {
+                            format!("{e} (capture cut at {} bytes; raise --snaplen)", p.data.len())
+                        } else {
+                            e.to_string()
+                        });
+                    }
+                }
+                out.push(Record::Packet(r));
+            }
+            Transport::Tcp {
+                sport,
+                dport,
+                seq,
+                flags,
+                payload,
+            } => {
+                let src = SocketAddr::new(ip.src, sport);
+                let dst = SocketAddr::new(ip.dst, dport);
+                let key = FlowKey {
+                    netns: p.at.netns,
+                    ifindex: p.at.ifindex,
+                    dir: p.at.dir.as_code(),
+                    src,
+                    dst,
+                };
+                let mut produced = std::mem::take(&mut self.tcp_out);
+                produced.clear();
+                self.tcp
+                    .push(p.ts_ns, key, seq, flags, payload, ip.truncated, &mut produced);
+                if produced.is_empty() {
+                    self.stats.tcp_control += u64::from(payload.is_empty());
+                }
+                for item in produced.drain(..) {
+                    let mut r = base("tcp", src.to_string(), dst.to_string());
+                    match item {
+                        TcpOutput::Message(bytes) => match dns::decode(&bytes) {
+                            Ok(m) => {
+                                self.stats.decoded += 1;
+                                r.dns = Some(m);
+                            }
+                            Err(e) => {
+                                self.stats.malformed += 1;
+                                r.malformed = Some(e.to_string());
+                            }
+                        },
+                        TcpOutput::Malformed { reason, bytes } => {
+                            self.stats.malformed += 1;
+                            r.malformed = Some(format!("TCP stream: {reason} ({bytes} bytes)"));
+                        }
+                    }
+                    out.push(Record::Packet(r));
+                }
+                self.tcp_out = produced;
+                self.tcp.expire(p.ts_ns);
+            }
+            Transport::Other { .. } => {
+                self.stats.other += 1;
+            }
+        }
+    }
+
+    fn watched(&self, netns: u64) -> bool {
+        netns == 0 || self.names.read().is_ok_and(|n| n.netns(netns).is_some())
+    }
+
+    fn on_drop(&mut self, d: KernelDrop, out: &mut Vec<Record>) {
+        // kfree_skb fires in every namespace; report those we watch.
+        if !self.watched(d.netns) {
+            self.stats.drops_unwatched += 1;
+            return;
+        }
+        self.stats.drops += 1;
+        let (netns, ifname) = self.place(d.netns, d.ifindex);
+        let mut r = DropRecord {
+            ts_ns: d.ts_ns,
+            time: self.clock.wall(d.ts_ns),
+            cpu: d.cpu,
+            netns,
+            netns_cookie: d.netns,
+            ifname,
+            ifindex: d.ifindex,
+            reason: self
+                .reasons
+                .get(&d.reason)
+                .cloned()
+                .unwrap_or_else(|| format!("REASON{}", d.reason)),
+            reason_code: d.reason,
+            location: self.kallsyms.symbolize(d.location),
+            proto: "ip",
+            src: String::new(),
+            dst: String::new(),
+            len: d.orig_len,
+            ct: d.ct.as_ref().map(ct_record),
+            dns: None,
+            malformed: None,
+        };
+        match parse_ip(&d.data) {
+            Ok(ip) => match ip.transport {
+                Transport::Udp {
+                    sport,
+                    dport,
+                    payload,
+                } => {
+                    r.proto = "udp";
+                    r.src = SocketAddr::new(ip.src, sport).to_string();
+                    r.dst = SocketAddr::new(ip.dst, dport).to_string();
+                    match dns::decode(payload) {
+                        Ok(m) => r.dns = Some(m),
+                        Err(e) => r.malformed = Some(e.to_string()),
+                    }
+                }
+                Transport::Tcp {
+                    sport,
+                    dport,
+                    payload,
+                    ..
+                } => {
+                    r.proto = "tcp";
+                    r.src = SocketAddr::new(ip.src, sport).to_string();
+                    r.dst = SocketAddr::new(ip.dst, dport).to_string();
+                    // A segment starting a message: try to decode it whole.
+                    if payload.len() > 2 {
+                        if let Ok(m) = dns::decode(&payload[2..]) {
+                            r.dns = Some(m);
+                        }
+                    }
+                }
+                Transport::Other { .. } => {}
+            },
+            Err(e) => r.malformed = Some(format!("IP: {e}")),
+        }
+        out.push(Record::Drop(r));
+    }
+
+    /// Latest kernel counters (live only); folds them into the stats.
+    pub fn set_kernel_counters(&mut self, k: KernelCounters) {
+        self.kernel = Some(k);
+    }
+
+    pub fn stats(&self) -> StatsRecord {
+        let mut s = self.stats.clone();
+        let t = self.tcp.stats();
+        s.tcp_flows_evicted = t.flows_evicted;
+        s.tcp_bytes_dropped = t.bytes_dropped;
+        if let Some(k) = self.kernel {
+            s.lost += k.packets_lost_ringbuf + k.packets_lost_copy;
+            s.drops_lost = k.drops_lost_ringbuf + k.drops_read_failed;
+            s.kernel = Some(k);
+        }
+        s
+    }
+}

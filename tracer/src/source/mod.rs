@@ -1,0 +1,3 @@
+//! Sources: where observations come from. Live (eBPF ring buffer) and, later, capture files;
+//! everything after the source is shared.
+pub mod live;

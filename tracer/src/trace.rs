@@ -1,0 +1,156 @@
+//! `dnspath trace`: the live run: load, attach, read, decode, write, detach.
+use std::{
+    io::Write,
+    sync::{
+        atomic::{AtomicBool, Ordering},
+        Arc, Mutex, RwLock,
+    },
+    time::Duration,
+};
+
+use tokio::signal::unix::{signal, SignalKind};
+
+use crate::{
+    event::{KernelCounters, SourceEvent},
+    kernel::{
+        attach::{AttachSpec, Attacher, Names},
+        btf::KernelBtf,
+        kallsyms::Kallsyms,
+        KernelError, ProbeOptions, Probes,
+    },
+    output::{self, Format, Record},
+    pipeline::{Clock, Decoder},
+    source::live::LiveSource,
+};
+
+#[derive(Debug, thiserror::Error)]
+pub enum TraceError {
+    #[error(transparent)]
+    Kernel(#[from] KernelError),
+    #[error("output: {0}")]
+    Io(#[from] std::io::Error),
+}
+
+#[derive(Clone, Debug)]
+pub struct TraceOptions {
+    pub attach: AttachSpec,
+    pub ports: Vec<u16>,
+    pub snaplen: u32,
+    pub format: Format,
+    pub duration: Option<Duration>,
+    /// Stop after this many packet records.
+    pub count: Option<u64>,
+    pub drops: bool,
+}
+
+/// Runs until a signal, `duration` or `count`; returns the final stats.
+pub async fn run(
+    opts: TraceOptions,
+    out: Box<dyn Write + Send>,
+) -> Result<output::record::StatsRecord, TraceError> {
+    let probes = Probes::load(&ProbeOptions {
+        ports: opts.ports.clone(),
+        snaplen: opts.snaplen,
+        drops: opts.drops,
+    })?;
+    let probes = Arc::new(Mutex::new(probes));
+    let ring = probes
+        .lock()
+        .map_err(|_| KernelError::Netns("probe lock poisoned".into()))?
+        .take_events()?;
+
+    let names = Arc::new(RwLock::new(Names::default()));
+    let mut attacher = Attacher::new(Arc::clone(&probes), opts.attach.clone(), Arc::clone(&names));
+    attacher.scan()?;
+    let attached = attacher.attached_count();
+    let reasons = if opts.drops {
+        KernelBtf::load().map(|b| b.drop_reasons()).unwrap_or_default()
+    } else {
+        Default::default()
+    };
+    // Handlers before announcing readiness: a Ctrl-C right after must stop us cleanly.
+    let mut sigint = signal(SignalKind::interrupt())?;
+    let mut sigterm = signal(SignalKind::terminate())?;
+    let ports: Vec<String> = opts.ports.iter().map(u16::to_string).collect();
+    eprintln!(
+        "dnspath: tracing {attached} interface(s){}, ports {}{}; Ctrl-C to stop",
+        if opts.attach.all_netns {
+            " in all network namespaces"
+        } else {
+            ""
+        },
+        ports.join(","),
+        if opts.drops { ", with kernel drops" } else { "" }
+    );
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let watcher = attacher.spawn(Arc::clone(&stop));
+
+    let mut source = LiveSource::new(ring)?;
+    let mut decoder = Decoder::new(Clock::boot(), names, Kallsyms::load(), reasons);
+    let mut sink = output::sink(opts.format, out);
+    let deadline = async {
+        match opts.duration {
+            Some(d) => tokio::time::sleep(d).await,
+            None => std::future::pending::<()>().await,
+        }
+    };
+    tokio::pin!(deadline);
+    let mut tick = tokio::time::interval(Duration::from_secs(1));
+
+    let mut events: Vec<SourceEvent> = Vec::new();
+    let mut records: Vec<Record> = Vec::new();
+    let mut packets_out: u64 = 0;
+    let refresh_counters = |decoder: &mut Decoder| {
+        if let Ok(p) = probes.lock() {
+            if let Ok(c) = p.counters() {
+                decoder.set_kernel_counters(KernelCounters::from_array(&c));
+            }
+        }
+    };
+
+    'run: loop {
+        tokio::select! {
+            r = source.next_batch(&mut events) => { r?; }
+            _ = sigint.recv() => break 'run,
+            _ = sigterm.recv() => break 'run,
+            _ = &mut deadline => break 'run,
+            _ = tick.tick() => { refresh_counters(&mut decoder); continue 'run; }
+        }
+        for ev in events.drain(..) {
+            decoder.on_event(ev, &mut records);
+        }
+        for r in records.drain(..) {
+            if matches!(r, Record::Packet(_)) {
+                packets_out += 1;
+            }
+            sink.write(&r)?;
+            if opts.count.is_some_and(|n| packets_out >= n) {
+                sink.flush()?;
+                break 'run;
+            }
+        }
+        sink.flush()?;
+    }
+
+    stop.store(true, Ordering::Relaxed);
+    let warnings = watcher.join().unwrap_or_default();
+    for w in warnings {
+        log::debug!("{w}");
+    }
+    // What arrived before detaching still counts.
+    if !opts.count.is_some_and(|n| packets_out >= n) {
+        source.drain(&mut events);
+        for ev in events.drain(..) {
+            decoder.on_event(ev, &mut records);
+        }
+        for r in records.drain(..) {
+            sink.write(&r)?;
+        }
+    }
+    refresh_counters(&mut decoder);
+    let stats = decoder.stats();
+    sink.write(&Record::Stats(stats.clone()))?;
+    sink.flush()?;
+    Ok(stats)
+}

@@ -1,0 +1,69 @@
+//! `cargo xtask demo`: a node-like lab with real DNS servers, and dnspath following queries
+//! through every hop of it.
+use std::{path::Path, thread, time::Duration};
+
+use lab::{tracer::Tracer, Lab, LabConfig, Pod};
+
+fn step(title: &str) {
+    eprintln!("\n\x1b[1m== {title}\x1b[0m");
+    thread::sleep(Duration::from_millis(200));
+}
+
+pub fn run(bin: &Path) -> crate::Result<()> {
+    // SAFETY: setting a variable before any thread is started.
+    unsafe { std::env::set_var("DNSPATH_BIN", bin) };
+    let lab = Lab::start(LabConfig::default()).map_err(|e| format!("lab: {e}"))?;
+    eprintln!(
+        "lab {}: client {} ({}), CoreDNS-like dnsdist pods {} and {} behind ClusterIP {}, \
+         upstream bind9 {} ({}), kube-proxy iptables DNAT in {}",
+        lab.prefix(),
+        lab.ip_of(Pod::Client),
+        lab.client_ns(),
+        lab.ip_of(Pod::Dns(0)),
+        lab.ip_of(Pod::Dns(1)),
+        lab.cluster_ip(),
+        lab.ip_of(Pod::Upstream),
+        lab.upstream_ns(),
+        lab.node_ns(),
+    );
+    // Every pod namespace too, so each packet shows on both ends of its veth.
+    let mut args = vec!["trace"];
+    for ns in lab.namespaces().into_iter().skip(1) {
+        args.extend(["--netns", ns]);
+    }
+    let tracer = Tracer::start_with(&lab, lab.node_ns(), &args, false)
+        .map_err(|e| format!("dnspath: {e}"))?;
+
+    step("dig www.lab.test A via the ClusterIP (UDP): client → DNAT → CoreDNS pod → upstream → back");
+    let _ = lab.dig(&["+time=2", "+tries=1", "+short", "www.lab.test."]);
+    thread::sleep(Duration::from_millis(300));
+
+    step("dig +tcp big.lab.test TXT (~3 KB answer, TCP reassembled)");
+    let _ = lab.dig(&["+tcp", "+time=2", "+tries=1", "+short", "big.lab.test.", "TXT"]);
+    thread::sleep(Duration::from_millis(300));
+
+    step("dig AAAA www.lab.test straight to the upstream over IPv6");
+    let up6 = format!("@{}", lab.ip6_of(Pod::Upstream));
+    let _ = lab.dig(&["+time=2", "+tries=1", "+short", &up6, "www.lab.test.", "AAAA"]);
+    thread::sleep(Duration::from_millis(300));
+
+    step("iptables -j DROP for DNS to the pods: the kernel drop, with its reason and the ClusterIP from conntrack");
+    let ipt = lab.iptables();
+    let rule = ["FORWARD", "-p", "udp", "--dport", "53", "-d", "10.244.1.0/24", "-j", "DROP"];
+    let mut add = vec![ipt, "-I"];
+    add.extend_from_slice(&rule);
+    let _ = lab.exec(lab.node_ns(), &add);
+    let _ = lab.dig(&["+time=1", "+tries=1", "+short", "dropped.lab.test."]);
+    let mut del = vec![ipt, "-D"];
+    del.extend_from_slice(&rule);
+    let _ = lab.exec(lab.node_ns(), &del);
+    thread::sleep(Duration::from_millis(300));
+
+    step("stopping dnspath (Ctrl-C); its totals:");
+    let out = tracer.stop();
+    if !out.status.success() {
+        return Err(format!("dnspath exited with {}:\n{}", out.status, out.stderr));
+    }
+    eprintln!("\nlab torn down; try it on a node: dnspath trace --all-netns");
+    Ok(())
+}
