@@ -140,7 +140,8 @@ fn udp_query_is_seen_at_every_hop() {
 #[test]
 fn tcp_query_is_reassembled_at_every_hop() {
     let Some(lab) = lab(LabConfig::default()) else { return };
-    let t = Tracer::start(&lab, lab.node_ns(), &["trace", "-o", "json"]).unwrap();
+    // The ~3 KB answer crosses the veths as one GSO segment: keep all of it.
+    let t = Tracer::start(&lab, lab.node_ns(), &["trace", "-o", "json", "--snaplen", "4096"]).unwrap();
     dig_ok(&lab, &["+tcp", "+time=2", "+tries=1", "www.lab.test.", "A"]);
     // A response larger than one segment's worth of a small MSS would be split; ~3 KB of TXT
     // needs reassembly across segments on the way back.
@@ -156,7 +157,14 @@ fn tcp_query_is_reassembled_at_every_hop() {
         .into_iter()
         .filter(|r| r["proto"] == "tcp")
         .collect();
-    assert!(!big_answers.is_empty(), "big TCP answer not reassembled");
+    assert!(
+        !big_answers.is_empty(),
+        "big TCP answer not reassembled: {:?}",
+        recs.iter()
+            .filter(|r| qname(r) == Some("big.lab.test.") || r["malformed"].is_string())
+            .map(|r| format!("{} {} {} {} {} {}", r["ifname"], r["dir"], r["proto"], r["src"], r["dst"], r["malformed"]))
+            .collect::<Vec<_>>()
+    );
     assert!(
         big_answers[0]["dns"]["answers"].as_array().unwrap().len() >= 20,
         "{:?}",
@@ -164,6 +172,20 @@ fn tcp_query_is_reassembled_at_every_hop() {
     );
     let s = stats(&recs);
     assert_eq!(s["malformed"], 0, "{s}");
+}
+
+#[test]
+fn snaplen_cut_is_reported_as_malformed() {
+    let Some(lab) = lab(LabConfig::default()) else { return };
+    let t = Tracer::start(&lab, lab.node_ns(), &["trace", "-o", "json"]).unwrap();
+    dig_ok(&lab, &["+tcp", "+time=2", "+tries=1", "big.lab.test.", "TXT"]);
+    let recs = records(&t.stop());
+    let cut: Vec<_> = recs
+        .iter()
+        .filter(|r| r["type"] == "packet" && r["malformed"].as_str().is_some_and(|m| m.contains("snaplen")))
+        .collect();
+    assert!(!cut.is_empty(), "default 512-byte snaplen should cut the 3 KB answer");
+    assert_eq!(stats(&recs)["malformed"].as_u64().unwrap() as usize, cut.len());
 }
 
 #[test]
@@ -208,13 +230,24 @@ fn loopback_inside_a_pod_needs_all_netns() {
             ],
         )
         .unwrap();
-    std::thread::sleep(Duration::from_millis(300));
+    let ready = (0..50).any(|_| {
+        std::thread::sleep(Duration::from_millis(100));
+        lab.dig(&["+time=1", "+tries=1", "@127.0.0.53", "stub.test."]).status.success()
+    });
+    if !ready {
+        let _ = stub.kill();
+        let out = stub.wait_with_output().unwrap();
+        panic!("stub resolver did not start: {}", String::from_utf8_lossy(&out.stderr));
+    }
     let t = Tracer::start(&lab, lab.node_ns(), &["trace", "-o", "json", "--all-netns"]).unwrap();
+    if let Ok(Some(status)) = stub.try_wait() {
+        let mut err = String::new();
+        let _ = std::io::Read::read_to_string(stub.stderr.as_mut().unwrap(), &mut err);
+        panic!("stub resolver exited ({status}) once tracing started: {err}");
+    }
     let a = dig_ok(&lab, &["+time=2", "+tries=1", "@127.0.0.53", "stub.test.", "A"]);
     assert!(a.contains("10.9.9.9"), "{a}");
     let recs = records(&t.stop());
-    let _ = stub.kill();
-    let _ = stub.wait();
     let on_lo: Vec<_> = recs
         .iter()
         .filter(|r| r["type"] == "packet" && r["ifname"] == "lo" && qname(r) == Some("stub.test."))
@@ -228,11 +261,12 @@ fn loopback_inside_a_pod_needs_all_netns() {
             && r["dns"]["answers"][0]["data"] == "10.9.9.9"),
         "answer on lo not seen"
     );
-    // The pod side of the veth is watched too: the ClusterIP query leaves the client's eth0.
-    // (Without --all-netns nothing of this is visible from the node.)
+    // Without --all-netns nothing of this is visible from the node.
     let t2 = Tracer::start(&lab, lab.node_ns(), &["trace", "-o", "json"]).unwrap();
     dig_ok(&lab, &["+time=2", "+tries=1", "@127.0.0.53", "stub.test.", "A"]);
     let recs2 = records(&t2.stop());
+    let _ = stub.kill();
+    let _ = stub.wait();
     assert!(
         !recs2.iter().any(|r| r["type"] == "packet" && qname(r) == Some("stub.test.")),
         "node-only trace should not see the pod's loopback"
