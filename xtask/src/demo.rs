@@ -27,7 +27,8 @@ pub fn run(bin: &Path) -> crate::Result<()> {
         lab.node_ns(),
     );
     // Every pod namespace too, so each packet shows on both ends of its veth.
-    let mut args = vec!["trace"];
+    // Full TCP payloads, so the ~3 KB answer below reassembles.
+    let mut args = vec!["trace", "--snaplen", "4096"];
     for ns in lab.namespaces().into_iter().skip(1) {
         args.extend(["--netns", ns]);
     }
