@@ -128,11 +128,64 @@ impl KernelCounters {
     }
 }
 
+/// What happened to a conntrack entry (ctnetlink NEW/UPDATE/DESTROY, or a dump entry).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum CtChange {
+    New,
+    Update,
+    Destroy,
+    /// Present in a dump taken at start.
+    Existing,
+}
+
+/// One conntrack entry of a UDP/TCP flow on a watched port, in one network namespace.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ConntrackEvent {
+    /// Userspace receive time, CLOCK_BOOTTIME ns (same clock as packet events).
+    pub ts_ns: u64,
+    /// Cookie of the namespace whose conntrack table it is in.
+    pub netns: u64,
+    pub change: CtChange,
+    /// `enum ip_conntrack_status` bits (CTA_STATUS), 0 if absent.
+    pub status: u64,
+    pub zone: u16,
+    pub orig: CtFlow,
+    pub reply: CtFlow,
+}
+
+/// Per-CPU conntrack statistics of one namespace (ctnetlink IPCTNL_MSG_CT_GET_STATS_CPU, or
+/// /proc/net/stat/nf_conntrack), summed or for one CPU.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct CtCpuStats {
+    pub cpu: u32,
+    pub found: u64,
+    pub invalid: u64,
+    pub insert: u64,
+    pub insert_failed: u64,
+    pub drop: u64,
+    pub early_drop: u64,
+    pub error: u64,
+    pub search_restart: u64,
+    pub clash_resolve: u64,
+    pub chain_toolong: u64,
+}
+
+/// A sample of conntrack statistics of one namespace, one entry per CPU.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CtStatsSample {
+    pub ts_ns: u64,
+    pub netns: u64,
+    pub per_cpu: Vec<CtCpuStats>,
+}
+
 /// Everything a source produces.
 #[derive(Clone, Debug)]
 pub enum SourceEvent {
     Packet(CapturedPacket),
     Drop(KernelDrop),
+    Conntrack(ConntrackEvent),
+    CtStats(CtStatsSample),
     /// A ring-buffer record we could not interpret (size/kind mismatch): counted as lost.
     Garbled { len: usize },
 }

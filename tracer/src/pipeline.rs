@@ -157,6 +157,8 @@ impl Decoder {
         match ev {
             SourceEvent::Packet(p) => self.on_packet(p, out),
             SourceEvent::Drop(d) => self.on_drop(d, out),
+            // Consumed by the correlate and detect stages.
+            SourceEvent::Conntrack(_) | SourceEvent::CtStats(_) => {}
             SourceEvent::Garbled { len } => {
                 log::warn!("unreadable ring-buffer record of {len} bytes");
                 self.stats.lost += 1;
