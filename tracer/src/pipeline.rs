@@ -103,6 +103,27 @@ pub fn ct_record(ct: &CtSnapshot) -> CtRecord {
     }
 }
 
+/// Drops that are part of normal socket life, not a fault: why, or `None`.
+///
+/// The kernel frees these with a drop reason although nothing went wrong: a listener
+/// consuming a SYN (`tcp_v4_rcv`/`tcp_v6_rcv`, NOT_SPECIFIED, until kernels call
+/// consume_skb there), and a socket closed with data still queued (QUEUE_PURGE, or
+/// NOT_SPECIFIED at `udp_destruct_common`).
+pub fn benign_drop(reason: &str, function: &str, tcp_flags: Option<u8>) -> Option<&'static str> {
+    const SYN: u8 = 0x02;
+    const ACK: u8 = 0x10;
+    match (reason, function) {
+        ("QUEUE_PURGE", _) => Some("socket closed with data still queued"),
+        ("NOT_SPECIFIED", "udp_destruct_common") => Some("socket closed with unread datagrams"),
+        ("NOT_SPECIFIED", "tcp_v4_rcv" | "tcp_v6_rcv")
+            if tcp_flags.is_some_and(|f| f & SYN != 0 && f & ACK == 0) =>
+        {
+            Some("SYN consumed by a listening socket")
+        }
+        _ => None,
+    }
+}
+
 /// Decode-stage state and counters.
 pub struct Decoder {
     clock: Clock,
@@ -310,7 +331,10 @@ impl Decoder {
             ct: d.ct.as_ref().map(ct_record),
             dns: None,
             malformed: None,
+            benign: None,
         };
+        let function = self.kallsyms.function(d.location).unwrap_or("");
+        let mut tcp_flags = None;
         match parse_ip(&d.data) {
             Ok(ip) => match ip.transport {
                 Transport::Udp {
@@ -330,8 +354,10 @@ impl Decoder {
                     sport,
                     dport,
                     payload,
+                    flags,
                     ..
                 } => {
+                    tcp_flags = Some(flags);
                     r.proto = "tcp";
                     r.src = SocketAddr::new(ip.src, sport).to_string();
                     r.dst = SocketAddr::new(ip.dst, dport).to_string();
@@ -345,6 +371,10 @@ impl Decoder {
                 Transport::Other { .. } => {}
             },
             Err(e) => r.malformed = Some(format!("IP: {e}")),
+        }
+        r.benign = benign_drop(&r.reason, function, tcp_flags);
+        if r.benign.is_some() {
+            self.stats.drops_benign += 1;
         }
         out.push(Record::Drop(r));
     }
@@ -365,5 +395,38 @@ impl Decoder {
             s.kernel = Some(k);
         }
         s
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn normal_socket_life_is_benign_and_netfilter_is_not() {
+        assert!(benign_drop("QUEUE_PURGE", "sk_stream_kill_queues", None).is_some());
+        assert!(benign_drop("NOT_SPECIFIED", "udp_destruct_common", None).is_some());
+        assert!(benign_drop("NOT_SPECIFIED", "tcp_v4_rcv", Some(0x02)).is_some());
+        // A data segment dropped there is not a SYN being consumed.
+        assert!(benign_drop("NOT_SPECIFIED", "tcp_v4_rcv", Some(0x18)).is_none());
+        assert!(benign_drop("NETFILTER_DROP", "nf_hook_slow", None).is_none());
+        assert!(benign_drop("NO_SOCKET", "__udp4_lib_rcv", None).is_none());
+    }
+
+    #[test]
+    fn conntrack_status_names() {
+        let flow = |s: &str, d: &str| crate::event::CtFlow {
+            src: s.parse().unwrap(),
+            dst: d.parse().unwrap(),
+            proto: 17,
+        };
+        let r = ct_record(&CtSnapshot {
+            status: 0x1a0,
+            orig: flow("10.244.1.2:5000", "10.96.0.10:53"),
+            reply: flow("10.244.1.3:53", "10.244.1.2:5000"),
+        });
+        assert_eq!(r.status_flags, vec!["DST_NAT", "SRC_NAT_DONE", "DST_NAT_DONE"]);
+        assert!(!r.confirmed);
+        assert_eq!(r.orig.dst, "10.96.0.10:53");
     }
 }

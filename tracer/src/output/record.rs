@@ -79,6 +79,10 @@ pub struct DropRecord {
     pub dns: Option<DnsMessage>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub malformed: Option<String>,
+    /// Set when the drop is part of normal socket life (e.g. a socket closed with data
+    /// queued), with the reason; the text view hides these.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub benign: Option<&'static str>,
 }
 
 /// Totals; written at the end (and periodically by long runs).
@@ -99,6 +103,8 @@ pub struct StatsRecord {
     pub lost: u64,
     /// Drop events received.
     pub drops: u64,
+    /// Of `drops`, those that are normal socket life (`benign` set).
+    pub drops_benign: u64,
     /// Drops in namespaces not being traced (not shown).
     pub drops_unwatched: u64,
     /// Drops the kernel matched but could not report.

@@ -99,6 +99,9 @@ pub fn stats_line(s: &StatsRecord) -> String {
         "--- {} packets, {} DNS messages decoded, {} malformed, {} TCP control segments, {} lost, {} drops",
         s.packets, s.decoded, s.malformed, s.tcp_control, s.lost, s.drops
     );
+    if s.drops_benign > 0 {
+        line.push_str(&format!(" ({} of them normal socket life, not shown)", s.drops_benign));
+    }
     if s.drops_lost > 0 {
         line.push_str(&format!(" ({} drops lost)", s.drops_lost));
     }
@@ -115,6 +118,8 @@ impl<W: Write> Sink for TextSink<W> {
     fn write(&mut self, record: &Record) -> io::Result<()> {
         let line = match record {
             Record::Packet(p) => packet_line(p),
+            // Normal socket life; counted in the totals, listed in JSON.
+            Record::Drop(d) if d.benign.is_some() => return Ok(()),
             Record::Drop(d) => drop_line(d),
             Record::Stats(s) => stats_line(s),
         };

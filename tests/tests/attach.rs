@@ -1,0 +1,165 @@
+//! Where dnspath attaches: devices without an Ethernet header, VLAN tags, namespaces that
+//! come and go while it runs. Root only; `--test-threads=1`.
+use std::{process::Command, thread, time::Duration};
+
+use lab::{tracer::Tracer, Lab, LabConfig, Pod};
+use serde_json::Value;
+
+fn lab() -> Option<Lab> {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("skipped: needs root (network namespaces, eBPF)");
+        return None;
+    }
+    Some(Lab::start(LabConfig::default()).unwrap())
+}
+
+fn records(stdout: &str) -> Vec<Value> {
+    stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("bad NDJSON {l:?}: {e}")))
+        .collect()
+}
+
+fn packets_for<'a>(recs: &'a [Value], name: &str) -> Vec<&'a Value> {
+    recs.iter()
+        .filter(|r| r["type"] == "packet" && r["dns"]["questions"][0]["name"] == name)
+        .collect()
+}
+
+/// A namespace made by the test itself, deleted on drop.
+struct TestNetns(String);
+
+impl TestNetns {
+    fn new(name: String) -> Self {
+        let ok = Command::new("ip").args(["netns", "add", &name]).status().unwrap().success();
+        assert!(ok, "ip netns add {name}");
+        let ok = Command::new("ip")
+            .args(["-n", &name, "link", "set", "lo", "up"])
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok);
+        TestNetns(name)
+    }
+}
+
+impl Drop for TestNetns {
+    fn drop(&mut self) {
+        let _ = Command::new("ip").args(["netns", "del", &self.0]).status();
+    }
+}
+
+#[test]
+fn device_without_ethernet_header_is_traced() {
+    let Some(lab) = lab() else { return };
+    let ns = lab.client_ns();
+    for args in [
+        vec!["ip", "tuntap", "add", "dev", "tun0", "mode", "tun"],
+        vec!["ip", "link", "set", "tun0", "up"],
+        vec!["ip", "addr", "add", "10.77.0.1/24", "dev", "tun0"],
+    ] {
+        let o = lab.exec(ns, &args);
+        assert!(o.status.success(), "{args:?}: {o:?}");
+    }
+    let t = Tracer::start(&lab, lab.node_ns(), &["trace", "-o", "json", "--netns", ns]).unwrap();
+    // No reader on the tun: the query leaves through it (egress TC sees it) and is dropped.
+    let _ = lab.dig(&["+time=1", "+tries=1", "@10.77.0.2", "tun.test."]);
+    let out = t.stop();
+    assert!(out.status.success(), "{}", out.stderr);
+    let recs = records(&out.stdout);
+    let on_tun: Vec<_> = packets_for(&recs, "tun.test.")
+        .into_iter()
+        .filter(|r| r["ifname"] == "tun0")
+        .collect();
+    assert!(!on_tun.is_empty(), "nothing seen on tun0: {recs:?}");
+    assert_eq!(on_tun[0]["dir"], "egress");
+    assert_eq!(on_tun[0]["netns"], ns);
+    assert_eq!(on_tun[0]["dst"], "10.77.0.2:53");
+}
+
+/// An 802.1Q-tagged DNS query sent raw from the client pod: its egress TC sees the tag in
+/// the packet, the node's ingress TC sees it in skb metadata after the kernel untags it.
+#[test]
+fn vlan_tagged_query_is_decoded() {
+    let Some(lab) = lab() else { return };
+    let mac = String::from_utf8(
+        lab.exec(lab.node_ns(), &["cat", &format!("/sys/class/net/{}/address", lab.veth_of(Pod::Client))])
+            .stdout,
+    )
+    .unwrap();
+    let script = format!(
+        r#"
+import socket, struct
+def csum(b):
+    if len(b) % 2: b += b'\0'
+    s = sum(struct.unpack('!%dH' % (len(b)//2), b))
+    while s >> 16: s = (s & 0xffff) + (s >> 16)
+    return ~s & 0xffff
+q = struct.pack('!HHHHHH', 0x4242, 0x0100, 1, 0, 0, 0) + b'\x04vlan\x04test\x00' + struct.pack('!HH', 1, 1)
+udp = struct.pack('!HHHH', 40000, 53, 8 + len(q), 0) + q
+src, dst = socket.inet_aton('10.244.1.2'), socket.inet_aton('10.250.0.53')
+ip = struct.pack('!BBHHHBBH4s4s', 0x45, 0, 20 + len(udp), 1, 0, 64, 17, 0, src, dst)
+ip = ip[:10] + struct.pack('!H', csum(ip)) + ip[12:]
+s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW)
+s.bind(('eth0', 0))
+dmac = bytes.fromhex('{mac}'.replace(':', ''))
+smac = open('/sys/class/net/eth0/address').read().strip()
+smac = bytes.fromhex(smac.replace(':', ''))
+s.send(dmac + smac + struct.pack('!HHH', 0x8100, 100, 0x0800) + ip + udp)
+"#,
+        mac = mac.trim()
+    );
+    let t = Tracer::start(
+        &lab,
+        lab.node_ns(),
+        &["trace", "-o", "json", "--netns", lab.client_ns(), "-i", lab.veth_of(Pod::Client)],
+    )
+    .unwrap();
+    let o = lab.exec(lab.client_ns(), &["python3", "-c", &script]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    thread::sleep(Duration::from_millis(300));
+    let out = t.stop();
+    assert!(out.status.success(), "{}", out.stderr);
+    let recs = records(&out.stdout);
+    let seen = packets_for(&recs, "vlan.test.");
+    assert!(
+        seen.iter().any(|r| r["netns"] == lab.client_ns() && r["dir"] == "egress" && r["vlan"] == 100),
+        "tag in the packet (client egress) not handled: {seen:?}"
+    );
+    assert!(
+        seen.iter().any(|r| r["netns"] == lab.node_ns() && r["dir"] == "ingress" && r["vlan"] == 100),
+        "tag in skb metadata (node ingress) not handled: {seen:?}"
+    );
+    assert!(seen.iter().all(|r| r["dns"]["id"] == 0x4242 && r["src"] == "10.244.1.2:40000"));
+}
+
+#[test]
+fn namespaces_appearing_and_vanishing_are_followed() {
+    let Some(lab) = lab() else { return };
+    let t = Tracer::start(&lab, lab.node_ns(), &["trace", "-o", "json", "--all-netns"]).unwrap();
+    let name = format!("{}-late", lab.prefix());
+    let late = TestNetns::new(name.clone());
+    // Picked up within a second (rescans every 500 ms).
+    thread::sleep(Duration::from_millis(1100));
+    let o = Command::new("ip")
+        .args(["netns", "exec", &name, "dig", "+time=1", "+tries=1", "@127.0.0.1", "late.test."])
+        .output()
+        .unwrap();
+    assert!(String::from_utf8_lossy(&o.stdout).contains("late.test"), "{o:?}");
+    drop(late);
+    thread::sleep(Duration::from_millis(1100));
+    let out = t.stop();
+    assert!(out.status.success(), "{}", out.stderr);
+    assert!(
+        !out.stderr.to_lowercase().contains("warn") && !out.stderr.to_lowercase().contains("error"),
+        "vanishing namespace caused noise: {}",
+        out.stderr
+    );
+    let recs = records(&out.stdout);
+    let seen = packets_for(&recs, "late.test.");
+    assert!(
+        seen.iter().any(|r| r["netns"] == name.as_str() && r["ifname"] == "lo"),
+        "query in the new namespace not seen: {seen:?}"
+    );
+}
