@@ -6,3 +6,4 @@ pub mod decode;
 pub mod output;
 pub mod pipeline;
 pub mod trace;
+pub mod correlate;

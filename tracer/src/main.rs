@@ -4,7 +4,7 @@ use std::{io::BufWriter, process::ExitCode, time::Duration};
 use clap::{Args, Parser, Subcommand};
 use dnspath::{
     kernel::attach::AttachSpec,
-    output::Format,
+    output::{Format, View},
     trace::{self, TraceOptions},
 };
 
@@ -24,6 +24,7 @@ enum Command {
     ///   dnspath trace -i eth0 -i cni0          # just these
     ///   dnspath trace --all-netns -o json      # every pod namespace too, incl. their `lo`
     ///   dnspath trace --duration 10 --port 53 --port 5353
+    ///   dnspath trace --view packets           # a line per packet instead of transaction trees
     #[command(verbatim_doc_comment)]
     Trace(TraceArgs),
 }
@@ -51,6 +52,12 @@ struct TraceArgs {
     /// Output format.
     #[arg(short, long, value_enum, default_value_t = Format::Text)]
     output: Format,
+    /// What to show [default: transactions for text, both for json].
+    #[arg(long, value_enum)]
+    view: Option<View>,
+    /// Seconds after which an unanswered query counts as timed out (resolv.conf default 5).
+    #[arg(long, value_name = "SECS", default_value_t = 5.0)]
+    timeout: f64,
     /// Stop after this many seconds.
     #[arg(long, value_name = "SECS")]
     duration: Option<f64>,
@@ -76,14 +83,18 @@ fn main() -> ExitCode {
     }
 }
 
+fn positive_secs(s: f64, flag: &str) -> anyhow::Result<Duration> {
+    if s.is_finite() && s > 0.0 && s < 1e9 {
+        Ok(Duration::from_secs_f64(s))
+    } else {
+        anyhow::bail!("{flag} must be a positive number of seconds, got {s}")
+    }
+}
+
 fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Trace(a) => {
-            let duration = match a.duration {
-                Some(s) if s.is_finite() && s > 0.0 => Some(Duration::from_secs_f64(s)),
-                Some(s) => anyhow::bail!("--duration must be a positive number of seconds, got {s}"),
-                None => None,
-            };
+            let duration = a.duration.map(|s| positive_secs(s, "--duration")).transpose()?;
             let opts = TraceOptions {
                 attach: AttachSpec {
                     interfaces: a.interfaces,
@@ -93,6 +104,11 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 ports: a.ports,
                 snaplen: a.snaplen,
                 format: a.output,
+                view: a.view.unwrap_or(match a.output {
+                    Format::Text => View::Transactions,
+                    Format::Json => View::Both,
+                }),
+                timeout: positive_secs(a.timeout, "--timeout")?,
                 duration,
                 count: a.count,
                 drops: !a.no_drops,

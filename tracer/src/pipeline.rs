@@ -7,13 +7,14 @@ use std::{
 };
 
 use crate::{
+    correlate::{DropObservation, Observation, Observed},
     decode::{
         dns,
         parse_ip,
         tcp::{FlowKey, TcpLimits, TcpOutput, TcpReassembler},
         Transport,
     },
-    event::{CapturedPacket, CtSnapshot, KernelCounters, KernelDrop, SourceEvent},
+    event::{CapturedPacket, CtSnapshot, KernelCounters, KernelDrop, ObservationPoint, SourceEvent},
     kernel::{attach::SharedNames, kallsyms::Kallsyms},
     output::record::{CtEndpoints, CtRecord, DropRecord, PacketRecord, Record, StatsRecord},
 };
@@ -109,16 +110,18 @@ pub fn ct_record(ct: &CtSnapshot) -> CtRecord {
 /// consuming a SYN (`tcp_v4_rcv`/`tcp_v6_rcv`, NOT_SPECIFIED, until kernels call
 /// consume_skb there), and a socket closed with data still queued (QUEUE_PURGE, or
 /// NOT_SPECIFIED at `udp_destruct_common`).
-pub fn benign_drop(reason: &str, function: &str, tcp_flags: Option<u8>) -> Option<&'static str> {
+pub fn benign_drop(reason: &str, function: &str, tcp: Option<(u8, bool)>) -> Option<&'static str> {
     const SYN: u8 = 0x02;
     const ACK: u8 = 0x10;
-    match (reason, function) {
-        ("QUEUE_PURGE", _) => Some("socket closed with data still queued"),
-        ("NOT_SPECIFIED", "udp_destruct_common") => Some("socket closed with unread datagrams"),
-        ("NOT_SPECIFIED", "tcp_v4_rcv" | "tcp_v6_rcv")
-            if tcp_flags.is_some_and(|f| f & SYN != 0 && f & ACK == 0) =>
-        {
+    match (reason, function, tcp) {
+        ("QUEUE_PURGE", _, _) => Some("socket closed with data still queued"),
+        ("NOT_SPECIFIED", "udp_destruct_common", _) => Some("socket closed with unread datagrams"),
+        ("NOT_SPECIFIED", "tcp_v4_rcv" | "tcp_v6_rcv", Some((flags, true))) if flags & SYN != 0 && flags & ACK == 0 => {
             Some("SYN consumed by a listening socket")
+        }
+        // The handshake's final ACK, consumed while the request socket becomes a full one.
+        ("NOT_SPECIFIED", "tcp_v4_rcv" | "tcp_v6_rcv", Some((flags, true))) if flags & ACK != 0 && flags & SYN == 0 => {
+            Some("handshake ACK consumed by a listening socket")
         }
         _ => None,
     }
@@ -134,6 +137,8 @@ pub struct Decoder {
     stats: StatsRecord,
     kernel: Option<KernelCounters>,
     tcp_out: Vec<TcpOutput>,
+    /// Typed observations for the correlate stage, when it runs.
+    observed: Option<Vec<Observed>>,
 }
 
 impl Decoder {
@@ -152,6 +157,38 @@ impl Decoder {
             stats: StatsRecord::default(),
             kernel: None,
             tcp_out: Vec::new(),
+            observed: None,
+        }
+    }
+
+    /// Also hand typed observations to the correlate stage ([`Decoder::take_observed`]).
+    pub fn collect_observations(&mut self) {
+        self.observed.get_or_insert_with(Vec::new);
+    }
+
+    /// Moves the observations collected since the last call into `out`.
+    pub fn take_observed(&mut self, out: &mut Vec<Observed>) {
+        if let Some(v) = self.observed.as_mut() {
+            out.append(v);
+        }
+    }
+
+    pub fn clock(&self) -> Clock {
+        self.clock
+    }
+
+    fn observe(&mut self, r: &PacketRecord, proto: u8, src: SocketAddr, dst: SocketAddr, at: ObservationPoint) {
+        if let (Some(obs), Some(msg)) = (self.observed.as_mut(), r.dns.as_ref()) {
+            obs.push(Observed::Message(Observation {
+                ts_ns: r.ts_ns,
+                at,
+                netns: r.netns.clone(),
+                ifname: r.ifname.clone(),
+                proto,
+                src,
+                dst,
+                msg: msg.clone(),
+            }));
         }
     }
 
@@ -190,9 +227,10 @@ impl Decoder {
     fn on_packet(&mut self, p: CapturedPacket, out: &mut Vec<Record>) {
         self.stats.packets += 1;
         let (netns, ifname) = self.place(p.at.netns, p.at.ifindex);
+        let clock = self.clock;
         let base = |proto: &'static str, src: String, dst: String| PacketRecord {
             ts_ns: p.ts_ns,
-            time: self.clock.wall(p.ts_ns),
+            time: clock.wall(p.ts_ns),
             cpu: p.cpu,
             netns: netns.clone(),
             netns_cookie: p.at.netns,
@@ -224,15 +262,13 @@ impl Decoder {
                 dport,
                 payload,
             } => {
-                let mut r = base(
-                    "udp",
-                    SocketAddr::new(ip.src, sport).to_string(),
-                    SocketAddr::new(ip.dst, dport).to_string(),
-                );
+                let (src, dst) = (SocketAddr::new(ip.src, sport), SocketAddr::new(ip.dst, dport));
+                let mut r = base("udp", src.to_string(), dst.to_string());
                 match dns::decode(payload) {
                     Ok(m) => {
                         self.stats.decoded += 1;
                         r.dns = Some(m);
+                        self.observe(&r, tracer_common::IPPROTO_UDP, src, dst, p.at);
                     }
                     Err(e) => {
                         self.stats.malformed += 1;
@@ -275,6 +311,7 @@ impl Decoder {
                             Ok(m) => {
                                 self.stats.decoded += 1;
                                 r.dns = Some(m);
+                                self.observe(&r, tracer_common::IPPROTO_TCP, src, dst, p.at);
                             }
                             Err(e) => {
                                 self.stats.malformed += 1;
@@ -357,7 +394,7 @@ impl Decoder {
                     flags,
                     ..
                 } => {
-                    tcp_flags = Some(flags);
+                    tcp_flags = Some((flags, payload.is_empty()));
                     r.proto = "tcp";
                     r.src = SocketAddr::new(ip.src, sport).to_string();
                     r.dst = SocketAddr::new(ip.dst, dport).to_string();
@@ -375,6 +412,27 @@ impl Decoder {
         r.benign = benign_drop(&r.reason, function, tcp_flags);
         if r.benign.is_some() {
             self.stats.drops_benign += 1;
+        }
+        if let Some(obs) = self.observed.as_mut() {
+            if let (Ok(src), Ok(dst)) = (r.src.parse::<SocketAddr>(), r.dst.parse::<SocketAddr>()) {
+                obs.push(Observed::Drop(DropObservation {
+                    ts_ns: r.ts_ns,
+                    netns: r.netns.clone(),
+                    ifname: r.ifname.clone(),
+                    reason: r.reason.clone(),
+                    location: r.location.clone(),
+                    benign: r.benign.is_some(),
+                    proto: if r.proto == "tcp" {
+                        tracer_common::IPPROTO_TCP
+                    } else {
+                        tracer_common::IPPROTO_UDP
+                    },
+                    src,
+                    dst,
+                    ct: d.ct,
+                    msg: r.dns.clone(),
+                }));
+            }
         }
         out.push(Record::Drop(r));
     }
@@ -406,9 +464,10 @@ mod tests {
     fn normal_socket_life_is_benign_and_netfilter_is_not() {
         assert!(benign_drop("QUEUE_PURGE", "sk_stream_kill_queues", None).is_some());
         assert!(benign_drop("NOT_SPECIFIED", "udp_destruct_common", None).is_some());
-        assert!(benign_drop("NOT_SPECIFIED", "tcp_v4_rcv", Some(0x02)).is_some());
-        // A data segment dropped there is not a SYN being consumed.
-        assert!(benign_drop("NOT_SPECIFIED", "tcp_v4_rcv", Some(0x18)).is_none());
+        assert!(benign_drop("NOT_SPECIFIED", "tcp_v4_rcv", Some((0x02, true))).is_some());
+        assert!(benign_drop("NOT_SPECIFIED", "tcp_v6_rcv", Some((0x10, true))).is_some());
+        // A segment with data dropped there is not handshake bookkeeping.
+        assert!(benign_drop("NOT_SPECIFIED", "tcp_v4_rcv", Some((0x18, false))).is_none());
         assert!(benign_drop("NETFILTER_DROP", "nf_hook_slow", None).is_none());
         assert!(benign_drop("NO_SOCKET", "__udp4_lib_rcv", None).is_none());
     }

@@ -18,7 +18,8 @@ use crate::{
         kallsyms::Kallsyms,
         KernelError, ProbeOptions, Probes,
     },
-    output::{self, Format, Record},
+    correlate::{CorrelateConfig, Correlator, Observed},
+    output::{self, Format, Record, View},
     pipeline::{Clock, Decoder},
     source::live::LiveSource,
 };
@@ -37,6 +38,9 @@ pub struct TraceOptions {
     pub ports: Vec<u16>,
     pub snaplen: u32,
     pub format: Format,
+    pub view: View,
+    /// Unanswered-query timeout of the correlate stage.
+    pub timeout: Duration,
     pub duration: Option<Duration>,
     /// Stop after this many packet records.
     pub count: Option<u64>,
@@ -87,7 +91,19 @@ pub async fn run(
     let watcher = attacher.spawn(Arc::clone(&stop));
 
     let mut source = LiveSource::new(ring)?;
-    let mut decoder = Decoder::new(Clock::boot(), names, Kallsyms::load(), reasons);
+    let clock = Clock::boot();
+    let mut decoder = Decoder::new(clock, names, Kallsyms::load(), reasons);
+    let mut correlator = opts.view.transactions().then(|| {
+        decoder.collect_observations();
+        Correlator::new(
+            CorrelateConfig {
+                timeout_ns: opts.timeout.as_nanos().min(u128::from(u64::MAX)) as u64,
+                ..Default::default()
+            },
+            clock,
+        )
+    });
+    let mut observed: Vec<Observed> = Vec::new();
     let mut sink = output::sink(opts.format, out);
     let deadline = async {
         match opts.duration {
@@ -96,7 +112,8 @@ pub async fn run(
         }
     };
     tokio::pin!(deadline);
-    let mut tick = tokio::time::interval(Duration::from_secs(1));
+    let mut tick = tokio::time::interval(Duration::from_millis(100));
+    let mut ticks: u64 = 0;
 
     let mut events: Vec<SourceEvent> = Vec::new();
     let mut records: Vec<Record> = Vec::new();
@@ -115,14 +132,29 @@ pub async fn run(
             _ = sigint.recv() => break 'run,
             _ = sigterm.recv() => break 'run,
             _ = &mut deadline => break 'run,
-            _ = tick.tick() => { refresh_counters(&mut decoder); continue 'run; }
+            _ = tick.tick() => {
+                ticks += 1;
+                if ticks % 10 == 0 {
+                    refresh_counters(&mut decoder);
+                }
+            }
         }
         for ev in events.drain(..) {
             decoder.on_event(ev, &mut records);
         }
+        if let Some(c) = correlator.as_mut() {
+            decoder.take_observed(&mut observed);
+            for o in observed.drain(..) {
+                c.on_observed(o);
+            }
+            c.tick(clock.now_ns(), &mut records);
+        }
         for r in records.drain(..) {
             if matches!(r, Record::Packet(_)) {
                 packets_out += 1;
+                if !opts.view.packets() {
+                    continue;
+                }
             }
             sink.write(&r)?;
             if opts.count.is_some_and(|n| packets_out >= n) {
@@ -144,12 +176,23 @@ pub async fn run(
         for ev in events.drain(..) {
             decoder.on_event(ev, &mut records);
         }
-        for r in records.drain(..) {
-            sink.write(&r)?;
+    }
+    if let Some(c) = correlator.as_mut() {
+        decoder.take_observed(&mut observed);
+        for o in observed.drain(..) {
+            c.on_observed(o);
         }
+        c.flush(clock.now_ns(), &mut records);
+    }
+    for r in records.drain(..) {
+        if matches!(r, Record::Packet(_)) && !opts.view.packets() {
+            continue;
+        }
+        sink.write(&r)?;
     }
     refresh_counters(&mut decoder);
-    let stats = decoder.stats();
+    let mut stats = decoder.stats();
+    stats.correlate = correlator.as_ref().map(Correlator::stats);
     sink.write(&Record::Stats(stats.clone()))?;
     sink.flush()?;
     Ok(stats)

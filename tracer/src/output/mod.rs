@@ -14,6 +14,27 @@ pub enum Format {
     Json,
 }
 
+/// What to show: every packet, the transactions they make up, or both.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum View {
+    /// One record per DNS message at each point it was seen.
+    Packets,
+    /// One record per finished transaction: the client's question, every leg it caused
+    /// (DNAT, forwarders), every hop, latencies and the outcome.
+    Transactions,
+    /// Both.
+    Both,
+}
+
+impl View {
+    pub fn packets(self) -> bool {
+        self != View::Transactions
+    }
+    pub fn transactions(self) -> bool {
+        self != View::Packets
+    }
+}
+
 /// Where records go.
 pub trait Sink {
     fn write(&mut self, record: &Record) -> io::Result<()>;

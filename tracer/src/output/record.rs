@@ -1,14 +1,108 @@
 //! Output records: what sinks write, one per event. Field by field in docs/output.md.
 use serde::Serialize;
 
-use crate::{decode::dns::DnsMessage, event::KernelCounters};
+use crate::{correlate::LegRole, decode::dns::DnsMessage, event::KernelCounters};
 
 #[derive(Clone, Debug, Serialize)]
 #[serde(tag = "type", rename_all = "lowercase")]
 pub enum Record {
     Packet(PacketRecord),
     Drop(DropRecord),
+    Transaction(TransactionRecord),
     Stats(StatsRecord),
+}
+
+/// One observation of one message of a leg.
+#[derive(Clone, Debug, Serialize)]
+pub struct HopRecord {
+    pub ts_ns: u64,
+    pub netns: String,
+    pub ifname: String,
+    pub dir: &'static str,
+    pub src: String,
+    pub dst: String,
+    pub dns_id: u16,
+    pub qr: bool,
+    /// For a response: time since the query was seen at this same point.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub latency_ns: Option<u64>,
+}
+
+/// The kernel drop that ended a leg.
+#[derive(Clone, Debug, Serialize)]
+pub struct LegDrop {
+    pub ts_ns: u64,
+    pub netns: String,
+    pub ifname: String,
+    pub reason: String,
+    pub location: String,
+    /// The response was dropped (not the query).
+    pub response: bool,
+}
+
+/// One query and its response between a client socket and a server.
+#[derive(Clone, Debug, Serialize)]
+pub struct LegRecord {
+    pub id: u64,
+    /// Index in `legs` of the leg whose server sent this one (forwarding), if any.
+    pub parent: Option<usize>,
+    pub role: LegRole,
+    pub proto: &'static str,
+    /// Client and server as seen at the leg's first hop.
+    pub client: String,
+    pub server: String,
+    /// Where the query was delivered (after DNAT; equals `server` without NAT).
+    pub backend: String,
+    pub dns_id: u16,
+    /// How hops were joined: `same-tuple`, `conntrack`, or `fallback` (client port, DNS id,
+    /// question).
+    pub join: &'static str,
+    /// `answered`, `truncated`, `dropped`, `unanswered`.
+    pub outcome: &'static str,
+    pub rcode: Option<String>,
+    pub answers: Vec<String>,
+    /// Query → response at the leg's first point.
+    pub latency_ns: Option<u64>,
+    /// The same query re-sent from the same socket with the same id.
+    pub retransmits: u32,
+    pub drop: Option<LegDrop>,
+    pub hops: Vec<HopRecord>,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct LookupRef {
+    pub id: u64,
+    /// Index of this transaction's name among the lookup's names (search-list order).
+    pub step: u32,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct QuestionRecord {
+    pub name: String,
+    #[serde(rename = "type")]
+    pub qtype: String,
+    pub class: String,
+}
+
+/// One client question followed through every leg it caused.
+#[derive(Clone, Debug, Serialize)]
+pub struct TransactionRecord {
+    pub id: u64,
+    pub lookup: LookupRef,
+    pub ts_ns: u64,
+    pub time: String,
+    pub client: String,
+    pub client_netns: String,
+    pub question: QuestionRecord,
+    /// `answered`, `dropped`, `unanswered`.
+    pub outcome: &'static str,
+    pub rcode: Option<String>,
+    pub answers: Vec<String>,
+    /// First query → the answer the client got, at the client's first point.
+    pub latency_ns: Option<u64>,
+    /// One line for a person, e.g. `timeout after 5.0 s, retried, answered at +5.02 s: NOERROR`.
+    pub summary: String,
+    pub legs: Vec<LegRecord>,
 }
 
 /// One DNS message (or one packet that should have carried one) at one observation point.
@@ -111,6 +205,8 @@ pub struct StatsRecord {
     pub drops_lost: u64,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub kernel: Option<KernelCounters>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub correlate: Option<crate::correlate::CorrelateStats>,
     pub tcp_flows_evicted: u64,
     pub tcp_bytes_dropped: u64,
 }

@@ -3,7 +3,7 @@
 use std::io::{self, Write};
 
 use super::{
-    record::{DropRecord, PacketRecord, StatsRecord},
+    record::{DropRecord, LegRecord, PacketRecord, StatsRecord, TransactionRecord},
     Record, Sink,
 };
 
@@ -94,6 +94,102 @@ pub fn drop_line(d: &DropRecord) -> String {
     )
 }
 
+fn dur(ns: u64) -> String {
+    if ns >= 1_000_000_000 {
+        format!("{:.2} s", ns as f64 / 1e9)
+    } else if ns >= 1_000_000 {
+        format!("{:.2} ms", ns as f64 / 1e6)
+    } else {
+        format!("{} µs", ns / 1000)
+    }
+}
+
+fn leg_line(l: &LegRecord) -> String {
+    let nat = if l.backend != l.server {
+        format!(" ⇒DNAT {}", l.backend)
+    } else {
+        String::new()
+    };
+    let result = match (l.outcome, &l.rcode) {
+        ("answered", Some(rc)) => format!("{rc}"),
+        ("truncated", Some(rc)) => format!("{rc} truncated"),
+        ("dropped", _) => match &l.drop {
+            Some(d) => format!("DROPPED {} at {} ({}/{})", d.reason, d.location, d.netns, d.ifname),
+            None => "DROPPED".to_string(),
+        },
+        _ => "no answer".to_string(),
+    };
+    let lat = l.latency_ns.map(|n| format!(" {}", dur(n))).unwrap_or_default();
+    let retx = if l.retransmits > 0 {
+        format!(", {} retransmit(s)", l.retransmits)
+    } else {
+        String::new()
+    };
+    let role = match l.role {
+        crate::correlate::LegRole::Retry => "retry: ",
+        crate::correlate::LegRole::TcpFallback => "tcp retry: ",
+        _ => "",
+    };
+    format!(
+        "{role}{} {} → {}{nat} id {}: {result}{lat} [{} join, {} hops{retx}]",
+        l.proto,
+        l.client,
+        l.server,
+        l.dns_id,
+        l.join,
+        l.hops.len()
+    )
+}
+
+fn hops_line(l: &LegRecord) -> String {
+    let start = l.hops.first().map(|h| h.ts_ns).unwrap_or(0);
+    let mut parts = Vec::new();
+    for (i, h) in l.hops.iter().enumerate() {
+        // Responses are marked, the way back is the second half of the line.
+        let arrow = if h.qr && l.hops.get(i.wrapping_sub(1)).is_some_and(|p| !p.qr) { "⇐ " } else { "" };
+        let dir = match h.dir {
+            "ingress" => "in",
+            "egress" => "out",
+            _ => "",
+        };
+        parts.push(format!(
+            "{arrow}{}/{} {dir} +{}",
+            h.netns,
+            h.ifname,
+            dur(h.ts_ns.saturating_sub(start))
+        ));
+    }
+    parts.join(" · ")
+}
+
+pub fn transaction_block(t: &TransactionRecord) -> String {
+    let mut out = format!(
+        "{} {} {} asks {} {}: {}",
+        clock(&t.time),
+        t.client_netns,
+        t.client,
+        t.question.name,
+        t.question.qtype,
+        t.summary
+    );
+    if t.lookup.step > 0 {
+        out.push_str(&format!("  (lookup {} step {})", t.lookup.id, t.lookup.step + 1));
+    }
+    out.push('\n');
+    // Depth-first over the leg tree, roots in time order.
+    fn walk(t: &TransactionRecord, parent: Option<usize>, depth: usize, out: &mut String) {
+        for (i, l) in t.legs.iter().enumerate().filter(|(_, l)| l.parent == parent) {
+            let pad = "    ".repeat(depth);
+            out.push_str(&format!("  {pad}└ {}\n", leg_line(l)));
+            out.push_str(&format!("  {pad}    {}\n", hops_line(l)));
+            walk(t, Some(i), depth + 1, out);
+        }
+    }
+    walk(t, None, 0, &mut out);
+    out.pop();
+    out
+}
+
 pub fn stats_line(s: &StatsRecord) -> String {
     let mut line = format!(
         "--- {} packets, {} DNS messages decoded, {} malformed, {} TCP control segments, {} lost, {} drops",
@@ -121,6 +217,7 @@ impl<W: Write> Sink for TextSink<W> {
             // Normal socket life; counted in the totals, listed in JSON.
             Record::Drop(d) if d.benign.is_some() => return Ok(()),
             Record::Drop(d) => drop_line(d),
+            Record::Transaction(t) => transaction_block(t),
             Record::Stats(s) => stats_line(s),
         };
         writeln!(self.out, "{line}")

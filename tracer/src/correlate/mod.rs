@@ -1,0 +1,960 @@
+//! Correlate stage: hops → legs → transactions → lookups.
+//!
+//! - A **hop** is one observation of one DNS message: where, when, the addresses as seen there.
+//! - A **leg** is one query and its response between a client socket and a server, joined
+//!   across every point it was seen and across DNAT/SNAT. Hops join a leg by
+//!   (transport, client port, DNS id, question), where the client port is the one of the
+//!   flow's *original* conntrack tuple when conntrack knows the flow ("conntrack"), else the
+//!   port as seen ("fallback" when the addresses differ between hops, "same-tuple" when not).
+//! - Legs form a **transaction** tree: a server that receives a question and, within a window,
+//!   sends the same question elsewhere makes the second leg a child of the first. Retries of
+//!   an unanswered query and the TCP retry of a truncated answer are further attempts of the
+//!   same transaction.
+//! - Transactions of one client asking a name and its search-list expansions
+//!   (`name.ns.svc.cluster.local`, …, `name.`) share a **lookup**.
+//!
+//! Observations are reordered by timestamp within a short window (events of different CPUs
+//! and the conntrack socket arrive out of order). All state is bounded; what is evicted is
+//! counted.
+pub mod ctmap;
+
+use std::{
+    collections::{BTreeMap, HashMap},
+    net::{IpAddr, SocketAddr},
+};
+
+use serde::Serialize;
+
+use crate::{
+    decode::dns::DnsMessage,
+    event::{ConntrackEvent, CtSnapshot, ObservationPoint},
+    pipeline::Clock,
+    output::record::{HopRecord, LegDrop, LegRecord, LookupRef, QuestionRecord, Record, TransactionRecord},
+};
+use ctmap::CtMap;
+
+/// One decoded DNS message at one observation point (decode → correlate).
+#[derive(Clone, Debug)]
+pub struct Observation {
+    pub ts_ns: u64,
+    pub at: ObservationPoint,
+    /// Display names of the namespace and interface.
+    pub netns: String,
+    pub ifname: String,
+    /// IPPROTO_UDP or IPPROTO_TCP.
+    pub proto: u8,
+    pub src: SocketAddr,
+    pub dst: SocketAddr,
+    pub msg: DnsMessage,
+}
+
+/// A kernel drop of a DNS packet (decode → correlate).
+#[derive(Clone, Debug)]
+pub struct DropObservation {
+    pub ts_ns: u64,
+    pub netns: String,
+    pub ifname: String,
+    pub reason: String,
+    pub location: String,
+    pub benign: bool,
+    pub proto: u8,
+    pub src: SocketAddr,
+    pub dst: SocketAddr,
+    pub ct: Option<CtSnapshot>,
+    pub msg: Option<DnsMessage>,
+}
+
+#[derive(Clone, Debug)]
+pub enum Observed {
+    Message(Observation),
+    Drop(DropObservation),
+}
+
+impl Observed {
+    fn ts(&self) -> u64 {
+        match self {
+            Observed::Message(o) => o.ts_ns,
+            Observed::Drop(d) => d.ts_ns,
+        }
+    }
+}
+
+/// Windows and bounds.
+#[derive(Clone, Copy, Debug)]
+pub struct CorrelateConfig {
+    /// A query without an answer for this long is unanswered (resolv.conf's default 5 s).
+    pub timeout_ns: u64,
+    /// Quiet time after a transaction's last hop before it is reported.
+    pub settle_ns: u64,
+    /// How long after a timeout a retry is still waited for.
+    pub retry_grace_ns: u64,
+    /// A forwarder's own query counts as a child if sent this soon after the client's.
+    pub forward_window_ns: u64,
+    /// Search-list steps of one lookup follow each other within this window.
+    pub lookup_window_ns: u64,
+    /// Observations are reordered within this window.
+    pub reorder_ns: u64,
+    pub max_legs: usize,
+    pub max_ct_entries: usize,
+    pub max_hops_per_leg: usize,
+}
+
+impl Default for CorrelateConfig {
+    fn default() -> Self {
+        Self {
+            timeout_ns: 5_000_000_000,
+            settle_ns: 300_000_000,
+            retry_grace_ns: 1_500_000_000,
+            forward_window_ns: 2_000_000_000,
+            lookup_window_ns: 3_000_000_000,
+            reorder_ns: 50_000_000,
+            max_legs: 65_536,
+            max_ct_entries: 262_144,
+            max_hops_per_leg: 64,
+        }
+    }
+}
+
+/// Counters of the correlate stage.
+#[derive(Clone, Copy, Debug, Default, Serialize)]
+pub struct CorrelateStats {
+    pub transactions: u64,
+    pub legs: u64,
+    /// Responses whose query was never seen (started before the trace, or evicted).
+    pub orphan_responses: u64,
+    /// Messages without a question (cannot be keyed).
+    pub unkeyed: u64,
+    pub drops_attached: u64,
+    pub drops_unmatched: u64,
+    /// Legs forgotten to keep memory bounded (their transactions are not reported).
+    pub evicted_legs: u64,
+    pub evicted_transactions: u64,
+    /// Hops not stored because a leg already had `max_hops_per_leg`.
+    pub hops_not_stored: u64,
+    pub ct_entries_evicted: u64,
+    /// Observations handled out of the reorder window (arrived too late).
+    pub late_observations: u64,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+struct QKey {
+    name: String,
+    qtype: String,
+    class: String,
+}
+
+impl QKey {
+    fn of(msg: &DnsMessage) -> Option<QKey> {
+        let q = msg.questions.first()?;
+        Some(QKey {
+            name: q.name.to_ascii_lowercase(),
+            qtype: q.qtype.clone(),
+            class: q.class.clone(),
+        })
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+struct LegKey {
+    proto: u8,
+    client_port: u16,
+    id: u16,
+    q: QKey,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Via {
+    /// Same addresses as the leg's first hop.
+    Same,
+    /// Addresses differ; joined through the conntrack entry.
+    Conntrack,
+    /// Addresses differ; joined by (client port, DNS id, question) alone.
+    Fallback,
+}
+
+#[derive(Clone, Debug)]
+struct Hop {
+    ts_ns: u64,
+    at: ObservationPoint,
+    netns: String,
+    ifname: String,
+    src: SocketAddr,
+    dst: SocketAddr,
+    dns_id: u16,
+    qr: bool,
+    via: Via,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum LegRole {
+    /// The client's first query.
+    Query,
+    /// The same question again from the same client after no answer.
+    Retry,
+    /// The same question over TCP after a truncated UDP answer.
+    TcpFallback,
+    /// A server forwarding the question it received.
+    Forward,
+}
+
+#[derive(Clone, Debug)]
+struct Response {
+    ts_ns: u64,
+    rcode: String,
+    tc: bool,
+    answers: Vec<String>,
+}
+
+#[derive(Clone, Debug)]
+struct Leg {
+    id: u64,
+    key: LegKey,
+    tx: u64,
+    parent: Option<u64>,
+    role: LegRole,
+    first_ts: u64,
+    last_ts: u64,
+    /// Client and server as at the first query hop.
+    client: SocketAddr,
+    server: SocketAddr,
+    /// Where the query was last seen going (after DNAT: the pod).
+    backend: SocketAddr,
+    backend_at: Option<(ObservationPoint, String)>,
+    client_netns: String,
+    client_point: ObservationPoint,
+    hops: Vec<Hop>,
+    retransmits: u32,
+    response: Option<Response>,
+    drop: Option<LegDrop>,
+    timed_out: bool,
+    /// Still waiting when the input ended (trace stopped before the timeout).
+    cut_short: bool,
+}
+
+impl Leg {
+    fn closed(&self) -> bool {
+        self.response.is_some() || self.timed_out || self.cut_short
+    }
+}
+
+#[derive(Clone, Debug)]
+struct Transaction {
+    id: u64,
+    lookup: u64,
+    lookup_step: u32,
+    legs: Vec<u64>,
+    first_ts: u64,
+    last_activity: u64,
+}
+
+#[derive(Clone, Debug)]
+struct LookupState {
+    id: u64,
+    /// Names asked so far, lowercase, in order (distinct).
+    names: Vec<String>,
+    last_ts: u64,
+}
+
+/// Could `a` and `b` be two steps of one search-list expansion? Both are the name the user
+/// typed followed by a search domain (possibly none), and Kubernetes-style search lists are
+/// nested (`ns.svc.cluster.local`, `svc.cluster.local`, `cluster.local`): after their common
+/// leading labels, one remainder is a trailing part of the other.
+fn same_lookup_names(a: &str, b: &str) -> bool {
+    if a == b {
+        return true;
+    }
+    let la: Vec<&str> = a.trim_end_matches('.').split('.').collect();
+    let lb: Vec<&str> = b.trim_end_matches('.').split('.').collect();
+    let common = la.iter().zip(&lb).take_while(|(x, y)| x == y).count();
+    if common == 0 {
+        return false;
+    }
+    let (ra, rb) = (&la[common..], &lb[common..]);
+    ra.ends_with(rb) || rb.ends_with(ra)
+}
+
+/// The correlator. Feed it observations and conntrack events; call [`Correlator::tick`]
+/// regularly (live: every ~100 ms; offline: as file time advances) and
+/// [`Correlator::flush`] at the end.
+pub struct Correlator {
+    cfg: CorrelateConfig,
+    clock: Clock,
+    ct: CtMap,
+    pending: BTreeMap<(u64, u64), Observed>,
+    seq: u64,
+    watermark: u64,
+    legs: HashMap<u64, Leg>,
+    by_key: HashMap<LegKey, u64>,
+    /// Unanswered legs by question, to find a forwarder's parent.
+    open_by_q: HashMap<QKey, Vec<u64>>,
+    txs: BTreeMap<u64, Transaction>,
+    lookups: HashMap<(IpAddr, String), LookupState>,
+    next_id: u64,
+    stats: CorrelateStats,
+}
+
+impl Correlator {
+    pub fn new(cfg: CorrelateConfig, clock: Clock) -> Self {
+        Self {
+            clock,
+            ct: CtMap::new(cfg.max_ct_entries),
+            cfg,
+            pending: BTreeMap::new(),
+            seq: 0,
+            watermark: 0,
+            legs: HashMap::new(),
+            by_key: HashMap::new(),
+            open_by_q: HashMap::new(),
+            txs: BTreeMap::new(),
+            lookups: HashMap::new(),
+            next_id: 1,
+            stats: CorrelateStats::default(),
+        }
+    }
+
+    pub fn stats(&self) -> CorrelateStats {
+        let mut s = self.stats;
+        s.ct_entries_evicted = self.ct.evicted;
+        s
+    }
+
+    /// Open legs and transactions (for memory-bound tests and metrics).
+    pub fn open_legs(&self) -> usize {
+        self.legs.len()
+    }
+
+    fn next(&mut self) -> u64 {
+        let id = self.next_id;
+        self.next_id += 1;
+        id
+    }
+
+    pub fn on_conntrack(&mut self, ev: &ConntrackEvent) {
+        self.ct.learn(ev);
+    }
+
+    /// Queues an observation; it is correlated once the reorder window has passed it.
+    pub fn on_observed(&mut self, o: Observed) {
+        let ts = o.ts();
+        if ts < self.watermark {
+            self.stats.late_observations += 1;
+            self.process(o);
+            return;
+        }
+        self.seq += 1;
+        self.pending.insert((ts, self.seq), o);
+        // Bound the reorder buffer: under a flood, correlate early rather than grow.
+        while self.pending.len() > self.cfg.max_legs {
+            if let Some((_, o)) = self.pending.pop_first() {
+                self.watermark = self.watermark.max(o.ts());
+                self.process(o);
+            }
+        }
+    }
+
+    fn process(&mut self, o: Observed) {
+        match o {
+            Observed::Message(m) => self.on_message(m),
+            Observed::Drop(d) => self.on_drop(d),
+        }
+    }
+
+    /// The client port of the flow's original tuple (conntrack), and whether the observed
+    /// addresses differ from it.
+    fn canonical_client(&self, proto: u8, src: SocketAddr, dst: SocketAddr, qr: bool) -> (SocketAddr, bool) {
+        match self.ct.lookup(proto, src, dst) {
+            Some(m) => (m.orig.src, true),
+            None => (if qr { dst } else { src }, false),
+        }
+    }
+
+    fn on_message(&mut self, o: Observation) {
+        let Some(q) = QKey::of(&o.msg) else {
+            self.stats.unkeyed += 1;
+            return;
+        };
+        let qr = o.msg.qr;
+        let (client, by_ct) = self.canonical_client(o.proto, o.src, o.dst, qr);
+        let key = LegKey {
+            proto: o.proto,
+            client_port: client.port(),
+            id: o.msg.id,
+            q: q.clone(),
+        };
+        let (seen_client, seen_server) = if qr { (o.dst, o.src) } else { (o.src, o.dst) };
+        let hop = |via| Hop {
+            ts_ns: o.ts_ns,
+            at: o.at,
+            netns: o.netns.clone(),
+            ifname: o.ifname.clone(),
+            src: o.src,
+            dst: o.dst,
+            dns_id: o.msg.id,
+            qr,
+            via,
+        };
+        let existing = self.by_key.get(&key).copied();
+        if qr {
+            let Some(leg_id) = existing else {
+                self.stats.orphan_responses += 1;
+                return;
+            };
+            let max_hops = self.cfg.max_hops_per_leg;
+            let Some(leg) = self.legs.get_mut(&leg_id) else { return };
+            let via = via_for(leg, seen_client, seen_server, by_ct);
+            if leg.hops.len() < max_hops {
+                leg.hops.push(hop(via));
+            } else {
+                self.stats.hops_not_stored += 1;
+            }
+            leg.last_ts = leg.last_ts.max(o.ts_ns);
+            if leg.response.is_none() {
+                leg.response = Some(Response {
+                    ts_ns: o.ts_ns,
+                    rcode: o.msg.rcode.clone(),
+                    tc: o.msg.flags.tc,
+                    answers: o
+                        .msg
+                        .answers
+                        .iter()
+                        .map(|r| format!("{} {}", r.rtype, r.data))
+                        .collect(),
+                });
+                leg.timed_out = false;
+                let tx = leg.tx;
+                remove_open(&mut self.open_by_q, &q, leg_id);
+                self.touch(tx, o.ts_ns);
+            } else {
+                let tx = leg.tx;
+                self.touch(tx, o.ts_ns);
+            }
+            return;
+        }
+
+        // A query.
+        if let Some(leg_id) = existing {
+            let settle = self.cfg.settle_ns;
+            let max_hops = self.cfg.max_hops_per_leg;
+            if let Some(leg) = self.legs.get_mut(&leg_id) {
+                let answered_long_ago = leg
+                    .response
+                    .as_ref()
+                    .is_some_and(|r| o.ts_ns > r.ts_ns + settle);
+                if !answered_long_ago {
+                    // The same query again at a point that already saw it: a retransmission.
+                    let again = leg
+                        .hops
+                        .iter()
+                        .any(|h| !h.qr && h.at == o.at && o.ts_ns > h.ts_ns + 100_000_000);
+                    if again && o.at == leg.client_point {
+                        leg.retransmits += 1;
+                    }
+                    let via = via_for(leg, seen_client, seen_server, by_ct);
+                    if seen_server != leg.server && o.ts_ns >= leg.last_ts {
+                        leg.backend = seen_server;
+                        leg.backend_at = Some((o.at, o.netns.clone()));
+                    }
+                    if leg.hops.len() < max_hops {
+                        leg.hops.push(hop(via));
+                    } else {
+                        self.stats.hops_not_stored += 1;
+                    }
+                    leg.last_ts = leg.last_ts.max(o.ts_ns);
+                    let tx = leg.tx;
+                    self.touch(tx, o.ts_ns);
+                    return;
+                }
+            }
+        }
+
+        // A new leg: a forwarder's query, a retry, a TCP fallback, or a new transaction.
+        let id = self.next();
+        let (tx, parent, role) = match self.find_parent(&q, seen_client.ip(), &o) {
+            Some(parent) => (self.legs.get(&parent).map(|p| p.tx).unwrap_or(0), Some(parent), LegRole::Forward),
+            None => match self.find_previous_attempt(&q, &o, seen_client.ip()) {
+                Some((tx, role)) => (tx, None, role),
+                None => {
+                    let tx = self.next();
+                    let (lookup, step) = self.assign_lookup(seen_client.ip(), &o.netns, &q.name, o.ts_ns);
+                    self.txs.insert(
+                        tx,
+                        Transaction {
+                            id: tx,
+                            lookup,
+                            lookup_step: step,
+                            legs: Vec::new(),
+                            first_ts: o.ts_ns,
+                            last_activity: o.ts_ns,
+                        },
+                    );
+                    (tx, None, LegRole::Query)
+                }
+            },
+        };
+        let leg = Leg {
+            id,
+            key: key.clone(),
+            tx,
+            parent,
+            role,
+            first_ts: o.ts_ns,
+            last_ts: o.ts_ns,
+            client: seen_client,
+            server: seen_server,
+            backend: seen_server,
+            backend_at: Some((o.at, o.netns.clone())),
+            client_netns: o.netns.clone(),
+            client_point: o.at,
+            hops: vec![hop(Via::Same)],
+            retransmits: 0,
+            response: None,
+            drop: None,
+            timed_out: false,
+            cut_short: false,
+        };
+        if let Some(t) = self.txs.get_mut(&tx) {
+            t.legs.push(id);
+            t.last_activity = t.last_activity.max(o.ts_ns);
+        }
+        // A key reused after its leg was answered replaces it in the index.
+        self.by_key.insert(key, id);
+        self.open_by_q.entry(q).or_default().push(id);
+        self.legs.insert(id, leg);
+        self.stats.legs += 1;
+        self.enforce_bounds();
+    }
+
+    /// An open leg whose query was delivered to the address this new query comes from (or,
+    /// for loopback servers, into the namespace it comes from), for the same question.
+    fn find_parent(&self, q: &QKey, from: IpAddr, o: &Observation) -> Option<u64> {
+        let candidates = self.open_by_q.get(q)?;
+        candidates
+            .iter()
+            .rev()
+            .filter_map(|id| self.legs.get(id))
+            .filter(|l| l.response.is_none() && !l.timed_out)
+            .filter(|l| o.ts_ns >= l.first_ts && o.ts_ns - l.first_ts <= self.cfg.forward_window_ns)
+            .find(|l| {
+                let backend_ip = l.backend.ip();
+                let server_ip = l.server.ip();
+                backend_ip == from
+                    || server_ip == from
+                    || (backend_ip.is_loopback()
+                        && l.backend_at.as_ref().is_some_and(|(_, ns)| *ns == o.netns))
+            })
+            .map(|l| l.id)
+    }
+
+    /// An earlier root attempt of the same client and question that this one repeats:
+    /// after no answer (retry) or a truncated UDP answer (TCP fallback).
+    fn find_previous_attempt(&self, q: &QKey, o: &Observation, client_ip: IpAddr) -> Option<(u64, LegRole)> {
+        let window = self.cfg.timeout_ns + self.cfg.retry_grace_ns;
+        self.legs
+            .values()
+            .filter(|l| l.parent.is_none() && l.key.q == *q && l.client.ip() == client_ip)
+            .filter(|l| o.ts_ns >= l.first_ts && o.ts_ns - l.first_ts <= window)
+            .filter(|l| l.client_netns == o.netns)
+            .filter_map(|l| match &l.response {
+                Some(r) if r.tc && o.proto == tracer_common::IPPROTO_TCP => Some((l, LegRole::TcpFallback)),
+                Some(_) => None,
+                None => Some((l, LegRole::Retry)),
+            })
+            .max_by_key(|(l, _)| l.first_ts)
+            .map(|(l, role)| (l.tx, role))
+    }
+
+    fn assign_lookup(&mut self, client: IpAddr, netns: &str, name: &str, ts: u64) -> (u64, u32) {
+        let window = self.cfg.lookup_window_ns;
+        let key = (client, netns.to_string());
+        if let Some(state) = self.lookups.get_mut(&key) {
+            let related = state
+                .names
+                .iter()
+                .any(|n| same_lookup_names(n, name));
+            if related && ts.saturating_sub(state.last_ts) <= window {
+                state.last_ts = ts;
+                let step = match state.names.iter().position(|n| n == name) {
+                    Some(i) => i,
+                    None => {
+                        state.names.push(name.to_string());
+                        state.names.len() - 1
+                    }
+                };
+                return (state.id, step as u32);
+            }
+        }
+        let id = self.next();
+        if self.lookups.len() >= self.cfg.max_legs {
+            let horizon = ts.saturating_sub(window);
+            self.lookups.retain(|_, s| s.last_ts >= horizon);
+            if self.lookups.len() >= self.cfg.max_legs {
+                self.lookups.clear();
+            }
+        }
+        self.lookups.insert(
+            key,
+            LookupState {
+                id,
+                names: vec![name.to_string()],
+                last_ts: ts,
+            },
+        );
+        (id, 0)
+    }
+
+    fn on_drop(&mut self, d: DropObservation) {
+        if d.benign {
+            return;
+        }
+        let Some(msg) = &d.msg else {
+            self.stats.drops_unmatched += 1;
+            return;
+        };
+        let Some(q) = QKey::of(msg) else {
+            self.stats.drops_unmatched += 1;
+            return;
+        };
+        let client_port = match &d.ct {
+            Some(ct) => ct.orig.src.port(),
+            None if msg.qr => d.dst.port(),
+            None => d.src.port(),
+        };
+        let key = LegKey {
+            proto: d.proto,
+            client_port,
+            id: msg.id,
+            q,
+        };
+        let Some(leg) = self.by_key.get(&key).and_then(|id| self.legs.get_mut(id)) else {
+            self.stats.drops_unmatched += 1;
+            return;
+        };
+        if leg.drop.is_none() {
+            leg.drop = Some(LegDrop {
+                ts_ns: d.ts_ns,
+                netns: d.netns,
+                ifname: d.ifname,
+                reason: d.reason,
+                location: d.location,
+                response: msg.qr,
+            });
+            self.stats.drops_attached += 1;
+        }
+        let tx = leg.tx;
+        self.touch(tx, d.ts_ns);
+    }
+
+    fn touch(&mut self, tx: u64, ts: u64) {
+        if let Some(t) = self.txs.get_mut(&tx) {
+            t.last_activity = t.last_activity.max(ts);
+        }
+    }
+
+    fn enforce_bounds(&mut self) {
+        while self.legs.len() > self.cfg.max_legs {
+            let Some((&oldest, _)) = self.txs.iter().next() else { break };
+            if let Some(t) = self.txs.remove(&oldest) {
+                self.stats.evicted_transactions += 1;
+                for id in t.legs {
+                    if self.remove_leg(id) {
+                        self.stats.evicted_legs += 1;
+                    }
+                }
+            }
+        }
+    }
+
+    fn remove_leg(&mut self, id: u64) -> bool {
+        let Some(leg) = self.legs.remove(&id) else { return false };
+        if self.by_key.get(&leg.key) == Some(&id) {
+            self.by_key.remove(&leg.key);
+        }
+        remove_open(&mut self.open_by_q, &leg.key.q, id);
+        true
+    }
+
+    /// Correlates what the reorder window has released and reports finished transactions.
+    /// `now_ns` is in the observations' clock (live: boot time; offline: the file's time).
+    pub fn tick(&mut self, now_ns: u64, out: &mut Vec<Record>) {
+        let release = now_ns.saturating_sub(self.cfg.reorder_ns);
+        while let Some(entry) = self.pending.first_entry() {
+            if entry.key().0 > release {
+                break;
+            }
+            let o = entry.remove();
+            self.watermark = self.watermark.max(o.ts());
+            self.process(o);
+        }
+        self.finish(now_ns, false, out);
+    }
+
+    /// End of input: correlate everything and report every transaction.
+    pub fn flush(&mut self, now_ns: u64, out: &mut Vec<Record>) {
+        while let Some((_, o)) = self.pending.pop_first() {
+            self.watermark = self.watermark.max(o.ts());
+            self.process(o);
+        }
+        self.finish(now_ns, true, out);
+    }
+
+    fn finish(&mut self, now: u64, all: bool, out: &mut Vec<Record>) {
+        let timeout = self.cfg.timeout_ns;
+        let mut newly_closed: Vec<(QKey, u64)> = Vec::new();
+        for leg in self.legs.values_mut() {
+            if leg.response.is_none() && !leg.timed_out {
+                if now >= leg.first_ts + timeout {
+                    leg.timed_out = true;
+                    newly_closed.push((leg.key.q.clone(), leg.id));
+                } else if all {
+                    leg.cut_short = true;
+                }
+            }
+        }
+        for (q, id) in newly_closed {
+            remove_open(&mut self.open_by_q, &q, id);
+        }
+        let done: Vec<u64> = self
+            .txs
+            .values()
+            .filter(|t| all || self.tx_done(t, now))
+            .map(|t| t.id)
+            .collect();
+        for id in done {
+            if let Some(t) = self.txs.remove(&id) {
+                if let Some(rec) = self.render(&t) {
+                    out.push(Record::Transaction(rec));
+                    self.stats.transactions += 1;
+                }
+                for leg in t.legs {
+                    self.remove_leg(leg);
+                }
+            }
+        }
+    }
+
+    fn tx_done(&self, t: &Transaction, now: u64) -> bool {
+        if now < t.last_activity + self.cfg.settle_ns {
+            return false;
+        }
+        let legs: Vec<&Leg> = t.legs.iter().filter_map(|id| self.legs.get(id)).collect();
+        if !legs.iter().all(|l| l.closed()) {
+            return false;
+        }
+        // The last root attempt timed out: its retry may still come.
+        let last_root = legs.iter().filter(|l| l.parent.is_none()).max_by_key(|l| l.first_ts);
+        match last_root {
+            Some(l) if l.timed_out => now >= l.first_ts + self.cfg.timeout_ns + self.cfg.retry_grace_ns,
+            _ => true,
+        }
+    }
+
+    fn render(&self, t: &Transaction) -> Option<TransactionRecord> {
+        let legs: Vec<&Leg> = t.legs.iter().filter_map(|id| self.legs.get(id)).collect();
+        let root = legs.first()?;
+        let index_of = |id: u64| legs.iter().position(|l| l.id == id);
+        let timeout_s = self.cfg.timeout_ns as f64 / 1e9;
+
+        let leg_records: Vec<LegRecord> = legs
+            .iter()
+            .map(|l| {
+                let mut hops: Vec<&Hop> = l.hops.iter().collect();
+                hops.sort_by_key(|h| h.ts_ns);
+                let join = if hops.iter().any(|h| h.via == Via::Conntrack) {
+                    "conntrack"
+                } else if hops.iter().any(|h| h.via == Via::Fallback) {
+                    "fallback"
+                } else {
+                    "same-tuple"
+                };
+                // A query leaves an interface in one direction and its answer comes back
+                // through the same interface in the other.
+                let query_at = |at: ObservationPoint| {
+                    hops.iter()
+                        .filter(|h| !h.qr && same_iface(h.at, at))
+                        .map(|h| h.ts_ns)
+                        .min()
+                };
+                let outcome = match (&l.response, &l.drop) {
+                    (Some(r), _) if r.tc => "truncated",
+                    (Some(_), _) => "answered",
+                    (None, Some(_)) => "dropped",
+                    (None, None) if l.cut_short => "pending",
+                    (None, None) => "unanswered",
+                };
+                let latency = l.response.as_ref().and_then(|r| {
+                    let back_at_client = hops
+                        .iter()
+                        .filter(|h| h.qr && same_iface(h.at, l.client_point))
+                        .map(|h| h.ts_ns)
+                        .min()
+                        .unwrap_or(r.ts_ns);
+                    back_at_client.checked_sub(l.first_ts)
+                });
+                LegRecord {
+                    id: l.id,
+                    parent: l.parent.and_then(index_of),
+                    role: l.role,
+                    proto: if l.key.proto == tracer_common::IPPROTO_TCP { "tcp" } else { "udp" },
+                    client: l.client.to_string(),
+                    server: l.server.to_string(),
+                    backend: l.backend.to_string(),
+                    dns_id: l.key.id,
+                    join,
+                    outcome,
+                    rcode: l.response.as_ref().map(|r| r.rcode.clone()),
+                    answers: l.response.as_ref().map(|r| r.answers.clone()).unwrap_or_default(),
+                    latency_ns: latency,
+                    retransmits: l.retransmits,
+                    drop: l.drop.clone(),
+                    hops: hops
+                        .iter()
+                        .map(|h| HopRecord {
+                            ts_ns: h.ts_ns,
+                            netns: h.netns.clone(),
+                            ifname: h.ifname.clone(),
+                            dir: h.at.dir.as_str(),
+                            src: h.src.to_string(),
+                            dst: h.dst.to_string(),
+                            dns_id: h.dns_id,
+                            qr: h.qr,
+                            latency_ns: if h.qr {
+                                query_at(h.at).and_then(|q| h.ts_ns.checked_sub(q))
+                            } else {
+                                None
+                            },
+                        })
+                        .collect(),
+                }
+            })
+            .collect();
+
+        // Outcome of the whole transaction: the answer the client got, at its first point.
+        let roots: Vec<&&Leg> = legs.iter().filter(|l| l.parent.is_none()).collect();
+        let final_root = roots.iter().rev().find(|l| l.response.as_ref().is_some_and(|r| !r.tc)).or(roots.last());
+        let final_root = final_root?;
+        let retried = roots.iter().any(|l| l.role == LegRole::Retry) || root.retransmits > 0;
+        let tcp = roots.iter().any(|l| l.role == LegRole::TcpFallback);
+        let end_ts = final_root.response.as_ref().map(|r| {
+            final_root
+                .hops
+                .iter()
+                .filter(|h| h.qr && same_iface(h.at, final_root.client_point))
+                .map(|h| h.ts_ns)
+                .min()
+                .unwrap_or(r.ts_ns)
+        });
+        let latency = end_ts.and_then(|e| e.checked_sub(t.first_ts));
+        let fmt_lat = |ns: u64| {
+            if ns >= 1_000_000_000 {
+                format!("{:.2} s", ns as f64 / 1e9)
+            } else {
+                format!("{:.2} ms", ns as f64 / 1e6)
+            }
+        };
+        let dropped = legs.iter().find_map(|l| l.drop.as_ref());
+        let (outcome, summary) = match (&final_root.response, latency) {
+            (Some(r), Some(lat)) => {
+                let answers = match r.answers.len() {
+                    0 => String::new(),
+                    1..=3 => format!(" {}", r.answers.join(", ")),
+                    n => format!(" {}, … ({n} answers)", r.answers[..2].join(", ")),
+                };
+                let first_timed_out = roots.first().is_some_and(|l| l.timed_out || l.response.is_none());
+                let how = if tcp {
+                    format!("truncated, retried over TCP, {}{} at +{}", r.rcode, answers, fmt_lat(lat))
+                } else if retried && first_timed_out {
+                    let cause = match dropped {
+                        Some(d) => format!("query dropped ({} at {}), ", d.reason, d.location),
+                        None => String::new(),
+                    };
+                    format!(
+                        "{cause}timeout after {timeout_s:.1} s, retried, answered at +{}: {}{}",
+                        fmt_lat(lat),
+                        r.rcode,
+                        answers
+                    )
+                } else {
+                    format!("{}{} in {}", r.rcode, answers, fmt_lat(lat))
+                };
+                ("answered", how)
+            }
+            _ => match dropped {
+                Some(d) => (
+                    "dropped",
+                    format!(
+                        "dropped by the kernel ({} at {}), unanswered{}",
+                        d.reason,
+                        d.location,
+                        if retried { ", retried" } else { "" }
+                    ),
+                ),
+                None if final_root.cut_short => (
+                    "pending",
+                    "no answer yet when the input ended".to_string(),
+                ),
+                None => (
+                    "unanswered",
+                    format!(
+                        "unanswered after {timeout_s:.1} s{}",
+                        if retried {
+                            format!(", retried {} time(s)", roots.len().saturating_sub(1).max(root.retransmits as usize))
+                        } else {
+                            String::new()
+                        }
+                    ),
+                ),
+            },
+        };
+        let q = root.key.q.clone();
+        Some(TransactionRecord {
+            id: t.id,
+            lookup: LookupRef {
+                id: t.lookup,
+                step: t.lookup_step,
+            },
+            ts_ns: t.first_ts,
+            time: self.clock.wall(t.first_ts),
+            client: root.client.to_string(),
+            client_netns: root.client_netns.clone(),
+            question: QuestionRecord {
+                name: q.name,
+                qtype: q.qtype,
+                class: q.class,
+            },
+            outcome,
+            rcode: final_root.response.as_ref().map(|r| r.rcode.clone()),
+            answers: final_root.response.as_ref().map(|r| r.answers.clone()).unwrap_or_default(),
+            latency_ns: latency,
+            summary,
+            legs: leg_records,
+        })
+    }
+}
+
+fn via_for(leg: &Leg, seen_client: SocketAddr, seen_server: SocketAddr, by_ct: bool) -> Via {
+    if seen_client == leg.client && seen_server == leg.server {
+        return Via::Same;
+    }
+    if by_ct {
+        Via::Conntrack
+    } else {
+        Via::Fallback
+    }
+}
+
+fn same_iface(a: ObservationPoint, b: ObservationPoint) -> bool {
+    a.netns == b.netns && a.ifindex == b.ifindex
+}
+
+fn remove_open(open: &mut HashMap<QKey, Vec<u64>>, q: &QKey, id: u64) {
+    if let Some(v) = open.get_mut(q) {
+        v.retain(|x| *x != id);
+        if v.is_empty() {
+            open.remove(q);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

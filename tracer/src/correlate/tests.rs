@@ -1,0 +1,350 @@
+use super::*;
+use crate::{
+    decode::dns::{Flags, Question, Record as Rr},
+    event::{CtChange, CtFlow, Direction},
+    output::record::TransactionRecord,
+};
+
+const MS: u64 = 1_000_000;
+const UDP: u8 = 17;
+const TCP: u8 = 6;
+
+fn msg(id: u16, qr: bool, name: &str, qtype: &str, rcode: &str, answers: &[&str], tc: bool) -> DnsMessage {
+    DnsMessage {
+        id,
+        qr,
+        opcode: "QUERY".into(),
+        rcode: rcode.into(),
+        flags: Flags {
+            aa: false,
+            tc,
+            rd: true,
+            ra: qr,
+            ad: false,
+            cd: false,
+        },
+        questions: vec![Question {
+            name: name.into(),
+            qtype: qtype.into(),
+            class: "IN".into(),
+        }],
+        answers: answers
+            .iter()
+            .map(|a| Rr {
+                name: name.into(),
+                rtype: qtype.into(),
+                class: "IN".into(),
+                ttl: 30,
+                data: (*a).into(),
+            })
+            .collect(),
+        authority: vec![],
+        additional: vec![],
+        edns: None,
+    }
+}
+
+fn at(netns: u64, ifindex: u32, dir: Direction) -> ObservationPoint {
+    ObservationPoint { netns, ifindex, dir }
+}
+
+struct Feed {
+    c: Correlator,
+    out: Vec<Record>,
+}
+
+impl Feed {
+    fn new() -> Self {
+        Self {
+            c: Correlator::new(CorrelateConfig::default(), Clock::Epoch),
+            out: vec![],
+        }
+    }
+    #[allow(clippy::too_many_arguments)]
+    fn see(&mut self, ts: u64, point: ObservationPoint, ns: &str, ifn: &str, proto: u8, src: &str, dst: &str, m: DnsMessage) {
+        self.c.on_observed(Observed::Message(Observation {
+            ts_ns: ts,
+            at: point,
+            netns: ns.into(),
+            ifname: ifn.into(),
+            proto,
+            src: src.parse().unwrap(),
+            dst: dst.parse().unwrap(),
+            msg: m,
+        }));
+    }
+    fn txs(&mut self, now: u64) -> Vec<TransactionRecord> {
+        self.c.tick(now, &mut self.out);
+        self.out
+            .drain(..)
+            .filter_map(|r| match r {
+                Record::Transaction(t) => Some(t),
+                _ => None,
+            })
+            .collect()
+    }
+}
+
+/// Client → ClusterIP (DNAT to a CoreDNS pod) → upstream, and the answers back.
+fn dnat_path(f: &mut Feed, t0: u64, cport: u16, id: u16, name: &str) {
+    let client = format!("10.244.1.2:{cport}");
+    let q = || msg(id, false, name, "A", "NOERROR", &[], false);
+    let fq = || msg(512, false, name, "A", "NOERROR", &[], false);
+    let a = || msg(id, true, name, "A", "NOERROR", &["10.250.0.80"], false);
+    let fa = || msg(512, true, name, "A", "NOERROR", &["10.250.0.80"], false);
+    let node_client = at(1, 10, Direction::Ingress);
+    let node_dnsa_out = at(1, 11, Direction::Egress);
+    let node_dnsa_in = at(1, 11, Direction::Ingress);
+    let node_up_out = at(1, 12, Direction::Egress);
+    let node_up_in = at(1, 12, Direction::Ingress);
+    let node_client_out = at(1, 10, Direction::Egress);
+    f.see(t0, node_client, "node", "vclient", UDP, &client, "10.96.0.10:53", q());
+    f.see(t0 + 10_000, node_dnsa_out, "node", "vdnsa", UDP, &client, "10.244.1.3:53", q());
+    f.see(t0 + 100_000, node_dnsa_in, "node", "vdnsa", UDP, "10.244.1.3:40000", "10.250.0.53:53", fq());
+    f.see(t0 + 110_000, node_up_out, "node", "vup", UDP, "10.244.1.3:40000", "10.250.0.53:53", fq());
+    f.see(t0 + 300_000, node_up_in, "node", "vup", UDP, "10.250.0.53:53", "10.244.1.3:40000", fa());
+    f.see(t0 + 310_000, node_dnsa_out, "node", "vdnsa", UDP, "10.250.0.53:53", "10.244.1.3:40000", fa());
+    f.see(t0 + 400_000, node_dnsa_in, "node", "vdnsa", UDP, "10.244.1.3:53", &client, a());
+    f.see(t0 + 410_000, node_client_out, "node", "vclient", UDP, "10.96.0.10:53", &client, a());
+}
+
+#[test]
+fn dnat_and_forward_make_one_tree() {
+    let mut f = Feed::new();
+    dnat_path(&mut f, 1_000 * MS, 41234, 7, "www.lab.test.");
+    assert!(f.txs(1_000 * MS + 100 * MS).is_empty(), "reported before settling");
+    let txs = f.txs(3_000 * MS);
+    assert_eq!(txs.len(), 1);
+    let t = &txs[0];
+    assert_eq!(t.outcome, "answered");
+    assert_eq!(t.legs.len(), 2);
+    let client_leg = &t.legs[0];
+    assert_eq!(client_leg.server, "10.96.0.10:53");
+    assert_eq!(client_leg.backend, "10.244.1.3:53");
+    assert_eq!(client_leg.join, "fallback");
+    assert_eq!(client_leg.hops.len(), 4);
+    assert_eq!(client_leg.latency_ns, Some(410_000));
+    let up = &t.legs[1];
+    assert_eq!(up.parent, Some(0));
+    assert_eq!(up.role, LegRole::Forward);
+    assert_eq!(up.join, "same-tuple");
+    assert_eq!(up.hops.len(), 4);
+    assert_eq!(up.latency_ns, Some(210_000));
+    assert_eq!(t.answers, vec!["A 10.250.0.80"]);
+    assert!(t.summary.starts_with("NOERROR A 10.250.0.80 in"), "{}", t.summary);
+    // Response hop latency is measured at the same point as its query.
+    let back = up.hops.iter().find(|h| h.qr && h.ifname == "vup").unwrap();
+    assert_eq!(back.latency_ns, Some(190_000));
+}
+
+#[test]
+fn conntrack_joins_snat_hairpin() {
+    let mut f = Feed::new();
+    let flow = |s: &str, d: &str| CtFlow {
+        src: s.parse().unwrap(),
+        dst: d.parse().unwrap(),
+        proto: UDP,
+    };
+    f.c.on_conntrack(&ConntrackEvent {
+        ts_ns: 0,
+        netns: 1,
+        change: CtChange::New,
+        status: 0x1b0,
+        zone: 0,
+        orig: flow("10.244.1.3:4000", "10.96.0.10:53"),
+        reply: flow("10.244.1.3:53", "169.254.1.1:6000"),
+    });
+    let q = || msg(9, false, "x.test.", "A", "NOERROR", &[], false);
+    let a = || msg(9, true, "x.test.", "A", "NXDOMAIN", &[], false);
+    f.see(MS, at(2, 2, Direction::Egress), "dnsa", "eth0", UDP, "10.244.1.3:4000", "10.96.0.10:53", q());
+    f.see(MS + 50_000, at(1, 11, Direction::Egress), "node", "vdnsa", UDP, "169.254.1.1:6000", "10.244.1.3:53", q());
+    f.see(MS + 90_000, at(1, 11, Direction::Ingress), "node", "vdnsa", UDP, "10.244.1.3:53", "169.254.1.1:6000", a());
+    f.see(MS + 99_000, at(2, 2, Direction::Ingress), "dnsa", "eth0", UDP, "10.96.0.10:53", "10.244.1.3:4000", a());
+    let txs = f.txs(2_000 * MS);
+    assert_eq!(txs.len(), 1, "{txs:?}");
+    let l = &txs[0].legs[0];
+    assert_eq!(l.join, "conntrack");
+    assert_eq!(l.hops.len(), 4);
+    assert_eq!(txs[0].rcode.as_deref(), Some("NXDOMAIN"));
+}
+
+#[test]
+fn unanswered_then_retry_is_one_transaction() {
+    let mut f = Feed::new();
+    let p = at(3, 2, Direction::Egress);
+    let q = |id| msg(id, false, "slow.test.", "A", "NOERROR", &[], false);
+    f.see(MS, p, "client", "eth0", UDP, "10.244.1.2:5000", "10.96.0.10:53", q(1));
+    // Not reported at the timeout: the retry may still come.
+    assert!(f.txs(5_100 * MS).is_empty());
+    let t_retry = MS + 5_000 * MS;
+    f.see(t_retry, p, "client", "eth0", UDP, "10.244.1.2:5001", "10.96.0.10:53", q(2));
+    f.see(
+        t_retry + 20 * MS,
+        at(3, 2, Direction::Ingress),
+        "client",
+        "eth0",
+        UDP,
+        "10.96.0.10:53",
+        "10.244.1.2:5001",
+        msg(2, true, "slow.test.", "A", "NOERROR", &["10.1.1.1"], false),
+    );
+    let txs = f.txs(7_000 * MS);
+    assert_eq!(txs.len(), 1, "{txs:?}");
+    let t = &txs[0];
+    assert_eq!(t.legs.len(), 2);
+    assert_eq!(t.legs[0].outcome, "unanswered");
+    assert_eq!(t.legs[1].role, LegRole::Retry);
+    assert_eq!(t.outcome, "answered");
+    assert!(t.summary.contains("timeout after 5.0 s, retried, answered at +5.02 s"), "{}", t.summary);
+}
+
+#[test]
+fn never_answered_is_reported_after_timeout_and_grace() {
+    let mut f = Feed::new();
+    f.see(MS, at(3, 2, Direction::Egress), "client", "eth0", UDP, "10.244.1.2:5000", "10.250.0.99:53",
+        msg(1, false, "void.test.", "A", "NOERROR", &[], false));
+    assert!(f.txs(6_000 * MS).is_empty());
+    let txs = f.txs(7_000 * MS);
+    assert_eq!(txs.len(), 1);
+    assert_eq!(txs[0].outcome, "unanswered");
+    assert!(txs[0].summary.starts_with("unanswered after 5.0 s"), "{}", txs[0].summary);
+}
+
+#[test]
+fn truncated_then_tcp_is_one_transaction() {
+    let mut f = Feed::new();
+    let p_out = at(3, 2, Direction::Egress);
+    let p_in = at(3, 2, Direction::Ingress);
+    f.see(MS, p_out, "c", "eth0", UDP, "10.244.1.2:5000", "10.250.0.53:53", msg(1, false, "big.test.", "TXT", "NOERROR", &[], false));
+    f.see(2 * MS, p_in, "c", "eth0", UDP, "10.250.0.53:53", "10.244.1.2:5000", msg(1, true, "big.test.", "TXT", "NOERROR", &[], true));
+    f.see(3 * MS, p_out, "c", "eth0", TCP, "10.244.1.2:6000", "10.250.0.53:53", msg(2, false, "big.test.", "TXT", "NOERROR", &[], false));
+    f.see(5 * MS, p_in, "c", "eth0", TCP, "10.250.0.53:53", "10.244.1.2:6000", msg(2, true, "big.test.", "TXT", "NOERROR", &["\"x\""], false));
+    let txs = f.txs(1_000 * MS);
+    assert_eq!(txs.len(), 1, "{txs:?}");
+    assert_eq!(txs[0].legs[0].outcome, "truncated");
+    assert_eq!(txs[0].legs[1].role, LegRole::TcpFallback);
+    assert!(txs[0].summary.starts_with("truncated, retried over TCP, NOERROR"), "{}", txs[0].summary);
+}
+
+#[test]
+fn search_list_expansion_is_one_lookup() {
+    let mut f = Feed::new();
+    let p_out = at(3, 2, Direction::Egress);
+    let p_in = at(3, 2, Direction::Ingress);
+    let names = [
+        "www.lab.test.default.svc.cluster.local.",
+        "www.lab.test.svc.cluster.local.",
+        "www.lab.test.cluster.local.",
+        "www.lab.test.",
+    ];
+    let mut ts = MS;
+    for (i, name) in names.iter().enumerate() {
+        for (j, qtype) in ["A", "AAAA"].iter().enumerate() {
+            let id = (i * 2 + j) as u16;
+            let last = i == names.len() - 1;
+            f.see(ts, p_out, "c", "eth0", UDP, "10.244.1.2:5000", "10.96.0.10:53", msg(id, false, name, qtype, "NOERROR", &[], false));
+            let (rcode, ans): (&str, &[&str]) = if last { ("NOERROR", &["10.250.0.80"]) } else { ("NXDOMAIN", &[]) };
+            f.see(ts + MS, p_in, "c", "eth0", UDP, "10.96.0.10:53", "10.244.1.2:5000", msg(id, true, name, qtype, rcode, ans, false));
+        }
+        ts += 2 * MS;
+    }
+    // Another client's unrelated query is another lookup.
+    f.see(ts, at(4, 2, Direction::Egress), "d", "eth0", UDP, "10.244.1.9:5000", "10.96.0.10:53", msg(99, false, "www.lab.test.", "A", "NOERROR", &[], false));
+    let mut txs = f.txs(2_000 * MS);
+    // The unanswered one is reported after its timeout.
+    txs.extend(f.txs(8_000 * MS));
+    let lookup = txs[0].lookup.id;
+    let same: Vec<_> = txs.iter().filter(|t| t.lookup.id == lookup).collect();
+    assert_eq!(same.len(), 8, "{txs:#?}");
+    assert_eq!(same.iter().filter(|t| t.rcode.as_deref() == Some("NXDOMAIN")).count(), 6);
+    let last = same.iter().find(|t| t.question.name == "www.lab.test." && t.question.qtype == "A").unwrap();
+    assert_eq!(last.lookup.step, 3);
+    assert_eq!(last.answers, vec!["A 10.250.0.80"]);
+    assert!(txs.iter().any(|t| t.lookup.id != lookup && t.client.starts_with("10.244.1.9")));
+}
+
+#[test]
+fn drop_is_attached_to_its_leg() {
+    let mut f = Feed::new();
+    let q = || msg(5, false, "d.test.", "A", "NOERROR", &[], false);
+    f.see(MS, at(1, 10, Direction::Ingress), "node", "vclient", UDP, "10.244.1.2:5000", "10.96.0.10:53", q());
+    let flow = |s: &str, d: &str| CtFlow {
+        src: s.parse().unwrap(),
+        dst: d.parse().unwrap(),
+        proto: UDP,
+    };
+    f.c.on_observed(Observed::Drop(DropObservation {
+        ts_ns: MS + 1000,
+        netns: "node".into(),
+        ifname: "vclient".into(),
+        reason: "NETFILTER_DROP".into(),
+        location: "nft_do_chain+0x3e8".into(),
+        benign: false,
+        proto: UDP,
+        src: "10.244.1.2:5000".parse().unwrap(),
+        dst: "10.244.1.3:53".parse().unwrap(),
+        ct: Some(CtSnapshot {
+            status: 0x120,
+            orig: flow("10.244.1.2:5000", "10.96.0.10:53"),
+            reply: flow("10.244.1.3:53", "10.244.1.2:5000"),
+        }),
+        msg: Some(q()),
+    }));
+    let txs = f.txs(8_000 * MS);
+    assert_eq!(txs.len(), 1);
+    assert_eq!(txs[0].outcome, "dropped");
+    assert_eq!(txs[0].legs[0].outcome, "dropped");
+    assert!(txs[0].summary.contains("NETFILTER_DROP"), "{}", txs[0].summary);
+    assert_eq!(f.c.stats().drops_attached, 1);
+}
+
+#[test]
+fn a_flood_of_unanswered_queries_stays_bounded() {
+    let cfg = CorrelateConfig {
+        max_legs: 1000,
+        ..Default::default()
+    };
+    let mut c = Correlator::new(cfg, Clock::Epoch);
+    let mut out = vec![];
+    for i in 0..20_000u32 {
+        c.on_observed(Observed::Message(Observation {
+            ts_ns: u64::from(i) * 1000,
+            at: at(1, 1, Direction::Egress),
+            netns: "c".into(),
+            ifname: "eth0".into(),
+            proto: UDP,
+            src: format!("10.0.{}.{}:{}", i / 250 % 250, i % 250, 1024 + i % 60000).parse().unwrap(),
+            dst: "10.96.0.10:53".parse().unwrap(),
+            msg: msg(i as u16, false, &format!("n{i}.flood.test."), "A", "NOERROR", &[], false),
+        }));
+        if i % 100 == 0 {
+            c.tick(u64::from(i) * 1000, &mut out);
+        }
+        assert!(c.open_legs() <= 1000);
+        assert!(c.pending.len() <= 1000);
+    }
+    let s = c.stats();
+    assert!(s.evicted_legs >= 19_000 - 1000, "{s:?}");
+    assert_eq!(s.evicted_legs, s.evicted_transactions);
+}
+
+#[test]
+fn out_of_order_arrival_is_reordered() {
+    let mut f = Feed::new();
+    let p_out = at(3, 2, Direction::Egress);
+    // The response is handed over before its query (different CPUs).
+    f.see(MS + 500_000, at(3, 2, Direction::Ingress), "c", "eth0", UDP, "10.250.0.53:53", "10.244.1.2:5000", msg(1, true, "o.test.", "A", "NOERROR", &["10.0.0.1"], false));
+    f.see(MS, p_out, "c", "eth0", UDP, "10.244.1.2:5000", "10.250.0.53:53", msg(1, false, "o.test.", "A", "NOERROR", &[], false));
+    let txs = f.txs(1_000 * MS);
+    assert_eq!(txs.len(), 1);
+    assert_eq!(txs[0].outcome, "answered");
+    assert_eq!(f.c.stats().orphan_responses, 0);
+}
+
+#[test]
+fn search_domain_steps_are_related_and_other_names_not() {
+    assert!(same_lookup_names("www.lab.test.default.svc.cluster.local.", "www.lab.test.svc.cluster.local."));
+    assert!(same_lookup_names("www.lab.test.cluster.local.", "www.lab.test."));
+    assert!(!same_lookup_names("api.example.com.", "www.example.com."));
+    assert!(!same_lookup_names("www.lab.test.", "www.lab.other."));
+}
