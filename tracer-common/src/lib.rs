@@ -58,21 +58,22 @@ pub struct CaptureConfig {
     pub _reserved: u32,
 }
 
-/// One packet on a watched port, seen by a TC program.
+/// Fixed part of a [`PacketEvent`]; the ring-buffer record is this header followed by
+/// `cap_len` packet bytes (records are only as long as the packet needs).
 #[repr(C)]
-#[derive(Clone, Copy)]
-pub struct PacketEvent {
+#[derive(Clone, Copy, Debug, Default)]
+pub struct PacketHeader {
     /// [`EVENT_PACKET`]
     pub kind: u32,
     pub cpu: u32,
     /// `bpf_ktime_get_boot_ns()`: CLOCK_BOOTTIME, survives suspend.
     pub ts_ns: u64,
-    /// Network namespace cookie of the device (`bpf_get_netns_cookie`).
+    /// Cookie of the network namespace of the device (set per program instance).
     pub netns_cookie: u64,
     pub ifindex: u32,
     /// Length of the packet from the IP header on.
     pub orig_len: u32,
-    /// Bytes of `data` that are valid.
+    /// Bytes of packet data that follow the header.
     pub cap_len: u32,
     /// 802.1Q TCI of the packet (0 if untagged): from skb metadata or an in-packet tag.
     pub vlan_tci: u16,
@@ -80,6 +81,17 @@ pub struct PacketEvent {
     pub dir: u8,
     /// [`L3_IPV4`] or [`L3_IPV6`].
     pub l3: u8,
+}
+
+/// Size of [`PacketHeader`] in a record.
+pub const PACKET_HEADER_LEN: usize = core::mem::size_of::<PacketHeader>();
+
+/// One packet on a watched port, seen by a TC program: built in a per-CPU scratch buffer,
+/// sent as its first `PACKET_HEADER_LEN + hdr.cap_len` bytes.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct PacketEvent {
+    pub hdr: PacketHeader,
     /// The packet from its IP header on.
     pub data: [u8; MAX_PACKET_DATA],
 }
@@ -210,7 +222,9 @@ mod tests {
     #[test]
     fn layouts_are_padding_free() {
         assert_eq!(size_of::<CtTuple>(), 40);
-        assert_eq!(size_of::<PacketEvent>(), 40 + MAX_PACKET_DATA);
+        assert_eq!(PACKET_HEADER_LEN, 40);
+        assert_eq!(size_of::<PacketEvent>(), PACKET_HEADER_LEN + MAX_PACKET_DATA);
+        assert_eq!(core::mem::offset_of!(PacketEvent, data), PACKET_HEADER_LEN);
         assert_eq!(size_of::<PacketEvent>() % align_of::<PacketEvent>(), 0);
         assert_eq!(size_of::<DropEvent>(), 144 + MAX_DROP_DATA);
         assert_eq!(size_of::<KernelOffsets>(), 18 * 4);

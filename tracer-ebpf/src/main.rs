@@ -23,7 +23,8 @@ use aya_ebpf::{
     programs::{BtfTracePointContext, TcContext},
 };
 use tracer_common::{
-    counter, CaptureConfig, CtTuple, DropEvent, KernelOffsets, PacketEvent, DIR_EGRESS,
+    counter, CaptureConfig, CtTuple, DropEvent, KernelOffsets, PacketEvent, PacketHeader,
+    PACKET_HEADER_LEN, DIR_EGRESS,
     DIR_INGRESS, EVENT_DROP, EVENT_PACKET, IPPROTO_TCP, IPPROTO_UDP, L3_IPV4, L3_IPV6,
     MAX_DROP_DATA, MAX_PACKET_DATA, MAX_SNAPLEN,
 };
@@ -42,6 +43,11 @@ static EVENTS: RingBuf = RingBuf::with_byte_size(16 * 1024 * 1024, 0);
 /// Watched ports: a non-zero value at index PORT means "capture".
 #[map]
 static PORTS: Array<u8> = Array::with_max_entries(65536, 0);
+
+/// Per-CPU scratch space where a packet event is built before it is copied into the ring
+/// buffer with only the bytes it needs (a DNS packet is ~100 bytes; the event can hold 4 KB).
+#[map]
+static SCRATCH: PerCpuArray<PacketEvent> = PerCpuArray::with_max_entries(1, 0);
 
 #[map]
 static COUNTERS: PerCpuArray<u64> = PerCpuArray::with_max_entries(counter::COUNT, 0);
@@ -191,31 +197,31 @@ fn try_tc(ctx: &TcContext, has_eth: bool, dir: u8) -> Result<(), ()> {
     let want = (t.l4_off - t.l3_off) + l4_hdr + snaplen;
     let cap = if want < pkt_len { want } else { pkt_len };
 
-    let Some(mut entry) = EVENTS.reserve::<PacketEvent>(0) else {
-        count(counter::PACKETS_LOST_RINGBUF);
+    let Some(ev) = SCRATCH.get_ptr_mut(0) else {
+        count(counter::PACKETS_LOST_COPY);
         return Ok(());
     };
-    let ev = entry.as_mut_ptr();
-    // SAFETY: `ev` points at a reserved, writable PacketEvent.
+    // The verifier needs the length provably in 1..=MAX_PACKET_DATA.
+    let cap = cap as u32;
+    if cap == 0 || cap as usize > MAX_PACKET_DATA {
+        count(counter::PACKETS_LOST_COPY);
+        return Ok(());
+    }
+    // SAFETY: `ev` points at this CPU's scratch PacketEvent; programs do not nest on a CPU
+    // for TC.
     unsafe {
-        (*ev).kind = EVENT_PACKET;
-        (*ev).cpu = bpf_get_smp_processor_id();
-        (*ev).ts_ns = bpf_ktime_get_boot_ns();
-        (*ev).netns_cookie = read_volatile(&NETNS_COOKIE);
-        (*ev).ifindex = (*skb).ifindex;
-        (*ev).orig_len = pkt_len as u32;
-        (*ev).vlan_tci = vlan_tci;
-        (*ev).dir = dir;
-        (*ev).l3 = t.l3;
-        // The verifier needs the length provably in 1..=MAX_PACKET_DATA.
-        let cap = cap as u32;
-        if cap == 0 || cap as usize > MAX_PACKET_DATA {
-            (*ev).cap_len = 0;
-            entry.discard(0);
-            count(counter::PACKETS_LOST_COPY);
-            return Ok(());
-        }
-        (*ev).cap_len = cap;
+        (*ev).hdr = PacketHeader {
+            kind: EVENT_PACKET,
+            cpu: bpf_get_smp_processor_id(),
+            ts_ns: bpf_ktime_get_boot_ns(),
+            netns_cookie: read_volatile(&NETNS_COOKIE),
+            ifindex: (*skb).ifindex,
+            orig_len: pkt_len as u32,
+            cap_len: cap,
+            vlan_tci,
+            dir,
+            l3: t.l3,
+        };
         let ret = bpf_skb_load_bytes(
             skb as *const c_void,
             t.l3_off as u32,
@@ -223,12 +229,18 @@ fn try_tc(ctx: &TcContext, has_eth: bool, dir: u8) -> Result<(), ()> {
             cap,
         );
         if ret != 0 {
-            entry.discard(0);
             count(counter::PACKETS_LOST_COPY);
             return Ok(());
         }
+        let len = PACKET_HEADER_LEN + cap as usize;
+        if len > size_of::<PacketEvent>() {
+            return Ok(());
+        }
+        let bytes = core::slice::from_raw_parts(ev as *const u8, len);
+        if EVENTS.output::<[u8]>(bytes, 0).is_err() {
+            count(counter::PACKETS_LOST_RINGBUF);
+        }
     }
-    entry.submit(0);
     Ok(())
 }
 

@@ -1,7 +1,7 @@
 //! The live source: records from the `EVENTS` ring buffer → [`SourceEvent`].
 use aya::maps::{MapData, RingBuf};
 use tokio::io::unix::AsyncFd;
-use tracer_common::{DropEvent, PacketEvent, DIR_EGRESS, EVENT_DROP, EVENT_PACKET};
+use tracer_common::{DropEvent, PacketHeader, DIR_EGRESS, EVENT_DROP, EVENT_PACKET, PACKET_HEADER_LEN};
 
 use crate::event::{
     CapturedPacket, CtFlow, CtSnapshot, Direction, KernelDrop, ObservationPoint, SourceEvent,
@@ -23,9 +23,10 @@ pub fn parse_record(bytes: &[u8]) -> SourceEvent {
         .and_then(|b| b.try_into().ok())
         .map(u32::from_ne_bytes);
     match kind {
-        Some(EVENT_PACKET) => match read_record::<PacketEvent>(bytes) {
+        Some(EVENT_PACKET) => match read_record::<PacketHeader>(bytes) {
             Some(ev) => {
-                let cap = (ev.cap_len as usize).min(ev.data.len());
+                let data = bytes.get(PACKET_HEADER_LEN..).unwrap_or_default();
+                let cap = (ev.cap_len as usize).min(data.len());
                 SourceEvent::Packet(CapturedPacket {
                     ts_ns: ev.ts_ns,
                     cpu: Some(ev.cpu),
@@ -40,7 +41,7 @@ pub fn parse_record(bytes: &[u8]) -> SourceEvent {
                     },
                     vlan: (ev.vlan_tci != 0).then_some(ev.vlan_tci & 0x0fff),
                     orig_len: ev.orig_len,
-                    data: ev.data[..cap].to_vec(),
+                    data: data[..cap].to_vec(),
                 })
             }
             None => SourceEvent::Garbled { len: bytes.len() },
