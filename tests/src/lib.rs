@@ -823,5 +823,4 @@ fn remove_dir_logged(prefix: &str, dir: &Path) {
 }
 
 #[cfg(test)]
-#[expect(clippy::unwrap_used, reason = "a test fails at the line that broke")]
 mod tests;

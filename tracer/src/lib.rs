@@ -6,4 +6,5 @@ pub mod decode;
 pub mod output;
 pub mod pipeline;
 pub mod trace;
+pub mod conntrack;
 pub mod correlate;

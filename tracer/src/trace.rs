@@ -16,7 +16,7 @@ use crate::{
         attach::{AttachSpec, Attacher, Names},
         btf::KernelBtf,
         kallsyms::Kallsyms,
-        KernelError, ProbeOptions, Probes,
+        netns, KernelError, ProbeOptions, Probes,
     },
     correlate::{CorrelateConfig, Correlator, Observed},
     output::{self, Format, Record, View},
@@ -89,6 +89,14 @@ pub async fn run(
 
     let stop = Arc::new(AtomicBool::new(false));
     let watcher = attacher.spawn(Arc::clone(&stop));
+    // Conntrack of the namespaces where DNAT happens, for joining hops across NAT.
+    let (ct_tx, ct_rx) = std::sync::mpsc::channel::<SourceEvent>();
+    let ct_watchers = if opts.view.transactions() {
+        start_conntrack(&opts, &ct_tx, &stop)
+    } else {
+        Vec::new()
+    };
+    drop(ct_tx);
 
     let mut source = LiveSource::new(ring)?;
     let clock = Clock::boot();
@@ -134,7 +142,7 @@ pub async fn run(
             _ = &mut deadline => break 'run,
             _ = tick.tick() => {
                 ticks += 1;
-                if ticks % 10 == 0 {
+                if ticks.is_multiple_of(10) {
                     refresh_counters(&mut decoder);
                 }
             }
@@ -143,6 +151,7 @@ pub async fn run(
             decoder.on_event(ev, &mut records);
         }
         if let Some(c) = correlator.as_mut() {
+            feed_conntrack(&ct_rx, c);
             decoder.take_observed(&mut observed);
             for o in observed.drain(..) {
                 c.on_observed(o);
@@ -167,17 +176,30 @@ pub async fn run(
 
     stop.store(true, Ordering::Relaxed);
     let warnings = watcher.join().unwrap_or_default();
+    let mut ct_lost = 0;
+    for w in ct_watchers {
+        if let Ok(summary) = w.join() {
+            ct_lost += summary.lost;
+            if let Some(e) = summary.error {
+                log::warn!("conntrack watcher: {e}");
+            }
+        }
+    }
+    if ct_lost > 0 {
+        log::warn!("conntrack: {ct_lost} events lost (socket overruns); some hops may be joined by the fallback method");
+    }
     for w in warnings {
         log::debug!("{w}");
     }
     // What arrived before detaching still counts.
-    if !opts.count.is_some_and(|n| packets_out >= n) {
+    if opts.count.is_none_or(|n| packets_out < n) {
         source.drain(&mut events);
         for ev in events.drain(..) {
             decoder.on_event(ev, &mut records);
         }
     }
     if let Some(c) = correlator.as_mut() {
+        feed_conntrack(&ct_rx, c);
         decoder.take_observed(&mut observed);
         for o in observed.drain(..) {
             c.on_observed(o);
@@ -196,4 +218,60 @@ pub async fn run(
     sink.write(&Record::Stats(stats.clone()))?;
     sink.flush()?;
     Ok(stats)
+}
+
+fn feed_conntrack(rx: &std::sync::mpsc::Receiver<SourceEvent>, c: &mut Correlator) {
+    while let Ok(ev) = rx.try_recv() {
+        if let SourceEvent::Conntrack(ct) = ev {
+            c.on_conntrack(&ct);
+        }
+    }
+}
+
+/// One conntrack watcher thread per namespace where NAT is expected: ours, those named with
+/// `--netns`, and with `--all-netns` every named one (`/run/netns`, where CNI plugins put pod
+/// namespaces), at most [`MAX_CT_WATCHERS`]. Without conntrack: a warning, and hops across
+/// NAT are joined by the fallback method.
+fn start_conntrack(
+    opts: &TraceOptions,
+    tx: &std::sync::mpsc::Sender<SourceEvent>,
+    stop: &Arc<AtomicBool>,
+) -> Vec<std::thread::JoinHandle<crate::conntrack::WatchSummary>> {
+    const MAX_CT_WATCHERS: usize = 64;
+    let mut namespaces = Vec::new();
+    if let Ok(own) = netns::own_netns() {
+        namespaces.push(own);
+    }
+    for n in netns::named_netns() {
+        if namespaces.iter().any(|m| m.id == n.id) {
+            continue;
+        }
+        if opts.attach.all_netns || opts.attach.netns.contains(&n.name) {
+            namespaces.push(n);
+        }
+    }
+    if namespaces.len() > MAX_CT_WATCHERS {
+        log::warn!(
+            "conntrack: watching {MAX_CT_WATCHERS} of {} namespaces",
+            namespaces.len()
+        );
+        namespaces.truncate(MAX_CT_WATCHERS);
+    }
+    let mut handles = Vec::new();
+    for ns in namespaces {
+        let Ok(cookie) = netns::with_netns(&ns.path, netns::current_netns_cookie) else {
+            continue;
+        };
+        match crate::conntrack::spawn_watch(
+            ns.path.clone(),
+            cookie,
+            opts.ports.clone(),
+            tx.clone(),
+            Arc::clone(stop),
+        ) {
+            Ok(h) => handles.push(h),
+            Err(e) => log::warn!("conntrack in {}: {e}; joining hops across NAT without it", ns.name),
+        }
+    }
+    handles
 }

@@ -17,6 +17,7 @@
 //! and the conntrack socket arrive out of order). All state is bounded; what is evicted is
 //! counted.
 pub mod ctmap;
+pub mod loops;
 
 use std::{
     collections::{BTreeMap, HashMap},
@@ -32,6 +33,7 @@ use crate::{
     output::record::{HopRecord, LegDrop, LegRecord, LookupRef, QuestionRecord, Record, TransactionRecord},
 };
 use ctmap::CtMap;
+use loops::{LoopHop, LoopTracker};
 
 /// One decoded DNS message at one observation point (decode → correlate).
 #[derive(Clone, Debug)]
@@ -92,11 +94,14 @@ pub struct CorrelateConfig {
     pub forward_window_ns: u64,
     /// Search-list steps of one lookup follow each other within this window.
     pub lookup_window_ns: u64,
-    /// Observations are reordered within this window.
+    /// Observations are reordered within this window (CPUs' ring-buffer records and
+    /// conntrack events arrive out of order).
     pub reorder_ns: u64,
     pub max_legs: usize,
     pub max_ct_entries: usize,
     pub max_hops_per_leg: usize,
+    /// Legs kept per transaction (a loop grows its tree without end).
+    pub max_legs_per_transaction: usize,
 }
 
 impl Default for CorrelateConfig {
@@ -107,16 +112,17 @@ impl Default for CorrelateConfig {
             retry_grace_ns: 1_500_000_000,
             forward_window_ns: 2_000_000_000,
             lookup_window_ns: 3_000_000_000,
-            reorder_ns: 50_000_000,
+            reorder_ns: 150_000_000,
             max_legs: 65_536,
             max_ct_entries: 262_144,
             max_hops_per_leg: 64,
+            max_legs_per_transaction: 64,
         }
     }
 }
 
 /// Counters of the correlate stage.
-#[derive(Clone, Copy, Debug, Default, Serialize)]
+#[derive(Clone, Debug, Default, Serialize)]
 pub struct CorrelateStats {
     pub transactions: u64,
     pub legs: u64,
@@ -134,10 +140,15 @@ pub struct CorrelateStats {
     pub ct_entries_evicted: u64,
     /// Observations handled out of the reorder window (arrived too late).
     pub late_observations: u64,
+    /// Legs not kept because their transaction already had `max_legs_per_transaction`.
+    pub legs_not_stored: u64,
+    /// Messages of a question in an active loop: counted towards the loop, not correlated.
+    pub loop_messages: u64,
+    pub loops: loops::LoopStats,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
-struct QKey {
+pub struct QKey {
     name: String,
     qtype: String,
     class: String,
@@ -292,6 +303,26 @@ pub struct Correlator {
     lookups: HashMap<(IpAddr, String), LookupState>,
     next_id: u64,
     stats: CorrelateStats,
+    loops: LoopTracker,
+}
+
+/// A server endpoint, for deciding that a question came back to a server already on its
+/// chain. Loopback addresses are only the same server within one namespace.
+type Endpoint = (SocketAddr, Option<String>);
+
+fn endpoints(l: &Leg) -> [Endpoint; 2] {
+    let ns = |a: &SocketAddr, at: Option<&String>| {
+        if a.ip().is_loopback() {
+            Some(at.cloned().unwrap_or_else(|| l.client_netns.clone()))
+        } else {
+            None
+        }
+    };
+    let backend_ns = l.backend_at.as_ref().map(|(_, n)| n);
+    [
+        (l.server, ns(&l.server, Some(&l.client_netns))),
+        (l.backend, ns(&l.backend, backend_ns)),
+    ]
 }
 
 impl Correlator {
@@ -310,13 +341,77 @@ impl Correlator {
             lookups: HashMap::new(),
             next_id: 1,
             stats: CorrelateStats::default(),
+            loops: LoopTracker::new(clock),
         }
     }
 
     pub fn stats(&self) -> CorrelateStats {
-        let mut s = self.stats;
+        let mut s = self.stats.clone();
         s.ct_entries_evicted = self.ct.evicted;
+        s.loops = self.loops.stats.clone();
         s
+    }
+
+    /// `n` packets of a question in an active loop were only counted (storm shedding).
+    pub fn summarised(&mut self, name: &str, qtype: &str, class: &str, n: u64, last_ts: u64) {
+        let q = QKey {
+            name: name.to_ascii_lowercase(),
+            qtype: qtype.to_string(),
+            class: class.to_string(),
+        };
+        self.loops.packets(&q, n, true, last_ts);
+    }
+
+    /// Walks from a forwarded leg up its chain; reports a cycle if one of its servers is
+    /// already on the chain.
+    fn check_cycle(&mut self, leg_id: u64, ts: u64) {
+        let Some(leaf) = self.legs.get(&leg_id) else { return };
+        if leaf.parent.is_none() {
+            return;
+        }
+        let mut chain: Vec<&Leg> = vec![leaf];
+        let mut cur = leaf.parent;
+        while let Some(p) = cur {
+            if chain.len() >= 64 {
+                break;
+            }
+            let Some(pl) = self.legs.get(&p) else { break };
+            chain.push(pl);
+            cur = pl.parent;
+        }
+        let leaf_eps = endpoints(leaf);
+        let Some(i) = chain
+            .iter()
+            .enumerate()
+            .skip(1)
+            .find(|(_, anc)| endpoints(anc).iter().any(|e| leaf_eps.contains(e)))
+            .map(|(i, _)| i)
+        else {
+            return;
+        };
+        let hop = |l: &Leg| LoopHop {
+            from: l.client.to_string(),
+            server: l.server.to_string(),
+            backend: l.backend.to_string(),
+            at: l
+                .backend_at
+                .as_ref()
+                .map(|(p, ns)| {
+                    let ifname = l
+                        .hops
+                        .iter()
+                        .find(|h| h.at == *p)
+                        .map(|h| h.ifname.as_str())
+                        .unwrap_or("");
+                    format!("{ns}/{ifname}")
+                })
+                .unwrap_or_default(),
+        };
+        let cycle: Vec<LoopHop> = chain[..i].iter().rev().map(|l| hop(l)).collect();
+        let hop_count = chain.len().saturating_sub(1) as u64;
+        let client = chain.last().map(|r| r.client.to_string());
+        let q = leaf.key.q.clone();
+        self.loops.cycle(&q, cycle, hop_count, client, ts);
     }
 
     /// Open legs and transactions (for memory-bound tests and metrics).
@@ -374,6 +469,11 @@ impl Correlator {
             self.stats.unkeyed += 1;
             return;
         };
+        if self.loops.active_for(&q) {
+            self.stats.loop_messages += 1;
+            self.loops.packets(&q, 1, false, o.ts_ns);
+            return;
+        }
         let qr = o.msg.qr;
         let (client, by_ct) = self.canonical_client(o.proto, o.src, o.dst, qr);
         let key = LegKey {
@@ -451,9 +551,11 @@ impl Correlator {
                         leg.retransmits += 1;
                     }
                     let via = via_for(leg, seen_client, seen_server, by_ct);
-                    if seen_server != leg.server && o.ts_ns >= leg.last_ts {
+                    let mut moved = false;
+                    if seen_server != leg.server && seen_server != leg.backend && o.ts_ns >= leg.last_ts {
                         leg.backend = seen_server;
                         leg.backend_at = Some((o.at, o.netns.clone()));
+                        moved = leg.parent.is_some();
                     }
                     if leg.hops.len() < max_hops {
                         leg.hops.push(hop(via));
@@ -463,14 +565,30 @@ impl Correlator {
                     leg.last_ts = leg.last_ts.max(o.ts_ns);
                     let tx = leg.tx;
                     self.touch(tx, o.ts_ns);
+                    if moved {
+                        self.check_cycle(leg_id, o.ts_ns);
+                    }
                     return;
                 }
             }
         }
 
         // A new leg: a forwarder's query, a retry, a TCP fallback, or a new transaction.
+        let parent_leg = self.find_parent(&q, seen_client.ip(), &o);
+        if let Some(p) = parent_leg {
+            let full = self
+                .legs
+                .get(&p)
+                .and_then(|pl| self.txs.get(&pl.tx))
+                .is_some_and(|t| t.legs.len() >= self.cfg.max_legs_per_transaction);
+            if full {
+                self.stats.legs_not_stored += 1;
+                self.loops.forward(seen_client.ip().to_string(), &q, o.ts_ns);
+                return;
+            }
+        }
         let id = self.next();
-        let (tx, parent, role) = match self.find_parent(&q, seen_client.ip(), &o) {
+        let (tx, parent, role) = match parent_leg {
             Some(parent) => (self.legs.get(&parent).map(|p| p.tx).unwrap_or(0), Some(parent), LegRole::Forward),
             None => match self.find_previous_attempt(&q, &o, seen_client.ip()) {
                 Some((tx, role)) => (tx, None, role),
@@ -519,9 +637,17 @@ impl Correlator {
         }
         // A key reused after its leg was answered replaces it in the index.
         self.by_key.insert(key, id);
-        self.open_by_q.entry(q).or_default().push(id);
+        self.open_by_q.entry(q.clone()).or_default().push(id);
         self.legs.insert(id, leg);
         self.stats.legs += 1;
+        match role {
+            LegRole::Forward => {
+                self.loops.forward(seen_client.ip().to_string(), &q, o.ts_ns);
+                self.check_cycle(id, o.ts_ns);
+            }
+            LegRole::Query => self.loops.client_ask(&q, o.ts_ns),
+            _ => {}
+        }
         self.enforce_bounds();
     }
 
@@ -699,6 +825,10 @@ impl Correlator {
     }
 
     fn finish(&mut self, now: u64, all: bool, out: &mut Vec<Record>) {
+        self.loops.tick(now, all);
+        let mut loop_records = Vec::new();
+        self.loops.drain(&mut loop_records);
+        out.extend(loop_records.into_iter().map(Record::Loop));
         let timeout = self.cfg.timeout_ns;
         let mut newly_closed: Vec<(QKey, u64)> = Vec::new();
         for leg in self.legs.values_mut() {

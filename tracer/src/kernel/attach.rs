@@ -48,7 +48,7 @@ impl Names {
     pub fn iface(&self, cookie: u64, ifindex: u32) -> Option<&str> {
         self.ifaces.get(&(cookie, ifindex)).map(String::as_str)
     }
-    fn learn(&mut self, cookie: u64, ns: &str, ifindex: u32, ifname: &str) {
+    pub fn learn(&mut self, cookie: u64, ns: &str, ifindex: u32, ifname: &str) {
         if self.ifaces.len() >= MAX_NAMES {
             self.ifaces.clear();
         }

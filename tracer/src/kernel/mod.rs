@@ -107,7 +107,7 @@ pub struct Probes {
 
 fn ensure_bpffs() -> Result<(), KernelError> {
     let is_bpffs = nix::sys::statfs::statfs(BPFFS)
-        .map(|s| s.filesystem_type().0 as i64 == BPF_FS_MAGIC)
+        .map(|s| s.filesystem_type().0 == BPF_FS_MAGIC)
         .unwrap_or(false);
     if !is_bpffs {
         nix::mount::mount(

@@ -9,6 +9,7 @@ pub enum Record {
     Packet(PacketRecord),
     Drop(DropRecord),
     Transaction(TransactionRecord),
+    Loop(crate::correlate::loops::LoopRecord),
     Stats(StatsRecord),
 }
 
@@ -207,6 +208,9 @@ pub struct StatsRecord {
     pub kernel: Option<KernelCounters>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub correlate: Option<crate::correlate::CorrelateStats>,
+    /// UDP packets of a question in an active forwarding loop that were only counted, not
+    /// decoded or correlated (storm shedding; see docs/output.md).
+    pub summarised: u64,
     pub tcp_flows_evicted: u64,
     pub tcp_bytes_dropped: u64,
 }

@@ -111,7 +111,7 @@ fn leg_line(l: &LegRecord) -> String {
         String::new()
     };
     let result = match (l.outcome, &l.rcode) {
-        ("answered", Some(rc)) => format!("{rc}"),
+        ("answered", Some(rc)) => rc.clone(),
         ("truncated", Some(rc)) => format!("{rc} truncated"),
         ("dropped", _) => match &l.drop {
             Some(d) => format!("DROPPED {} at {} ({}/{})", d.reason, d.location, d.netns, d.ifname),
@@ -190,11 +190,48 @@ pub fn transaction_block(t: &TransactionRecord) -> String {
     out
 }
 
+pub fn loop_line(l: &crate::correlate::loops::LoopRecord) -> String {
+    use crate::correlate::loops::{LoopKind, LoopState};
+    let what = match (l.state, l.kind) {
+        (LoopState::Detected, LoopKind::Cycle) => "FORWARDING LOOP detected",
+        (LoopState::Detected, LoopKind::Amplification) => "AMPLIFICATION STORM detected",
+        (LoopState::Ongoing, _) => "forwarding loop ongoing",
+        (LoopState::Ended, _) => "forwarding loop ended",
+    };
+    let probe = if l.loop_plugin_probe {
+        " (CoreDNS loop plugin probe)"
+    } else {
+        ""
+    };
+    let span = l.last_seen_ns.saturating_sub(l.first_seen_ns);
+    format!(
+        "{} {what}: {} {}{probe} zone {}: {} — {} hop(s), {} pkt/s, {} packets ({} summarised) over {}, clients {}",
+        clock(&l.time),
+        l.question.name,
+        l.question.qtype,
+        l.zone,
+        l.path,
+        l.hop_count,
+        l.rate_pps,
+        l.packets,
+        l.summarised,
+        dur(span),
+        if l.clients.is_empty() {
+            "-".to_string()
+        } else {
+            l.clients.join(",")
+        }
+    )
+}
+
 pub fn stats_line(s: &StatsRecord) -> String {
     let mut line = format!(
         "--- {} packets, {} DNS messages decoded, {} malformed, {} TCP control segments, {} lost, {} drops",
         s.packets, s.decoded, s.malformed, s.tcp_control, s.lost, s.drops
     );
+    if s.summarised > 0 {
+        line.push_str(&format!(", {} loop packets only counted", s.summarised));
+    }
     if s.drops_benign > 0 {
         line.push_str(&format!(" ({} of them normal socket life, not shown)", s.drops_benign));
     }
@@ -218,6 +255,7 @@ impl<W: Write> Sink for TextSink<W> {
             Record::Drop(d) if d.benign.is_some() => return Ok(()),
             Record::Drop(d) => drop_line(d),
             Record::Transaction(t) => transaction_block(t),
+            Record::Loop(l) => loop_line(l),
             Record::Stats(s) => stats_line(s),
         };
         writeln!(self.out, "{line}")

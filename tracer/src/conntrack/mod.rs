@@ -1,0 +1,73 @@
+//! Conntrack reader for the correlate stage: entries of DNS flows (which ClusterIP a packet
+//! was for, which backend DNAT chose) and per-CPU conntrack statistics, per network
+//! namespace, over ctnetlink (`NETLINK_NETFILTER`, subsystem `NFNL_SUBSYS_CTNETLINK`).
+//!
+//! Messages are built and parsed with `netlink-packet-netfilter` (rust-netlink, on the same
+//! `netlink-packet-core` 0.9 as `netlink-packet-route`): it models IPCTNL_MSG_CT_NEW/GET/DELETE
+//! with the tuple, status, protoinfo, timeout and mark attributes. What it does not model is
+//! taken from its generic `DefaultNla`s: `CTA_ZONE`, and IPCTNL_MSG_CT_GET_STATS_CPU (which it
+//! parses as `ConntrackMessage::Other` with the `CTA_STATS_*` attributes as `DefaultNla`s).
+//!
+//! Everything here works on the calling thread's current network namespace (`setns(2)` is per
+//! thread); [`spawn_watch`] runs a watcher on a dedicated thread inside a given namespace.
+//!
+//! Kernel references: `net/netfilter/nf_conntrack_netlink.c` (ctnetlink_conntrack_event,
+//! ctnetlink_dump_table, ctnetlink_ct_stat_cpu_dump), `include/uapi/linux/netfilter/
+//! nfnetlink_conntrack.h` (attributes), `net/netfilter/nf_conntrack_standalone.c`
+//! (ct_cpu_seq_show, the /proc/net/stat/nf_conntrack format).
+mod message;
+mod procfs;
+mod socket;
+mod stats;
+mod watch;
+
+pub use message::{decode_datagram, CtEntry, CtMessage};
+pub use procfs::{parse_cpu_list, parse_proc_stat};
+pub use stats::{read_stats, read_stats_netlink, read_stats_procfs, sample_stats};
+pub use watch::{
+    spawn_watch, spawn_watch_with, ConntrackWatcher, PortFilter, WatchCounters, WatchOptions,
+    WatchSummary,
+};
+
+use crate::kernel::KernelError;
+
+/// Why conntrack could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum ConntrackError {
+    /// No conntrack in this namespace or kernel (nf_conntrack / nf_conntrack_netlink missing,
+    /// or procfs statistics turned off and ctnetlink unavailable). Callers warn and go on
+    /// without conntrack data.
+    #[error("conntrack is not available here: {0}")]
+    Unavailable(String),
+    #[error("permission denied: ctnetlink needs CAP_NET_ADMIN: {0}")]
+    Permission(String),
+    #[error("netlink socket: {op}: {source}")]
+    Socket {
+        op: &'static str,
+        #[source]
+        source: std::io::Error,
+    },
+    /// NLMSG_ERROR in answer to a request; `errno` is positive.
+    #[error("ctnetlink {request}: {}", std::io::Error::from_raw_os_error(*errno))]
+    Kernel { request: &'static str, errno: i32 },
+    /// A reply or event that does not parse: the kernel's bytes or ours are wrong.
+    #[error("malformed ctnetlink message: {0}")]
+    Malformed(String),
+    #[error("{path}: {detail}")]
+    Procfs { path: String, detail: String },
+    #[error("{0}")]
+    Netns(#[from] KernelError),
+    #[error("starting the conntrack watch thread: {0}")]
+    Thread(std::io::Error),
+}
+
+/// CLOCK_BOOTTIME in nanoseconds, the clock of packet events; 0 if it cannot be read.
+pub(crate) fn boottime_ns() -> u64 {
+    nix::time::clock_gettime(nix::time::ClockId::CLOCK_BOOTTIME)
+        .map(|t| {
+            (t.tv_sec() as u64)
+                .saturating_mul(1_000_000_000)
+                .saturating_add(t.tv_nsec() as u64)
+        })
+        .unwrap_or(0)
+}

@@ -1,0 +1,456 @@
+//! Following a namespace's conntrack table: a dump of what exists, then the kernel's
+//! NEW/UPDATE/DESTROY events, resynchronised with a new dump whenever events were lost.
+use std::{
+    path::PathBuf,
+    sync::{
+        atomic::{AtomicBool, AtomicU64, Ordering},
+        mpsc::Sender,
+        Arc,
+    },
+    thread::JoinHandle,
+    time::{Duration, Instant},
+};
+
+use super::{
+    boottime_ns,
+    message::{decode_datagram, table_dump_request, CtEntry, CtMessage},
+    sample_stats,
+    socket::{CtSocket, Received},
+    ConntrackError,
+};
+use crate::{
+    event::{ConntrackEvent, CtChange, SourceEvent},
+    kernel::netns::with_netns,
+};
+
+/// `enum nfnetlink_groups` (nfnetlink_compat.h / nfnetlink.h).
+const NFNLGRP_CONNTRACK_NEW: u32 = 1;
+const NFNLGRP_CONNTRACK_UPDATE: u32 = 2;
+const NFNLGRP_CONNTRACK_DESTROY: u32 = 3;
+/// Datagrams taken per [`ConntrackWatcher::next_events`] call, so a busy table cannot keep
+/// a caller from checking its stop flag.
+const MAX_DATAGRAMS_PER_CALL: usize = 4096;
+/// How long the watch thread blocks at a time before looking at its stop flag.
+const STOP_POLL: Duration = Duration::from_millis(100);
+
+/// Which entries are reported: UDP and TCP flows with one of `ports` as source or
+/// destination port of the original or reply tuple. No ports: every UDP/TCP flow.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PortFilter {
+    ports: Vec<u16>,
+}
+
+impl PortFilter {
+    pub fn new(ports: &[u16]) -> Self {
+        let mut ports = ports.to_vec();
+        ports.sort_unstable();
+        ports.dedup();
+        Self { ports }
+    }
+
+    pub fn matches(&self, e: &CtEntry) -> bool {
+        // CtEntry only holds UDP/TCP flows (others are CtMessage::OtherProtocol).
+        self.ports.is_empty()
+            || [e.orig.src, e.orig.dst, e.reply.src, e.reply.dst]
+                .iter()
+                .any(|a| self.ports.binary_search(&a.port()).is_ok())
+    }
+}
+
+/// Live counters of a watcher; shared with whoever reports them.
+#[derive(Debug, Default)]
+pub struct WatchCounters {
+    /// Conntrack events delivered, dump entries included.
+    pub events: AtomicU64,
+    /// Of those, `Existing` entries from dumps (the first and every resync).
+    pub existing: AtomicU64,
+    /// Events known lost: a lower bound, since an overrun drops an unknown number (≥ 1).
+    pub lost: AtomicU64,
+    /// ENOBUFS: the socket's receive buffer overflowed.
+    pub overruns: AtomicU64,
+    /// Dumps taken after an overrun.
+    pub resyncs: AtomicU64,
+    /// Messages that did not parse or did not fit the buffer (also counted in `lost`).
+    pub malformed: AtomicU64,
+    /// Entries of other protocols or ports.
+    pub filtered: AtomicU64,
+    /// Statistics samples delivered.
+    pub stats_samples: AtomicU64,
+}
+
+impl WatchCounters {
+    fn add(c: &AtomicU64, n: u64) {
+        c.fetch_add(n, Ordering::Relaxed);
+    }
+}
+
+/// How a watcher runs.
+#[derive(Clone, Debug)]
+pub struct WatchOptions {
+    /// See [`PortFilter`]; default 53.
+    pub ports: Vec<u16>,
+    /// Interval of [`SourceEvent::CtStats`] samples from [`spawn_watch_with`] (one at start
+    /// and one at the end too); `None` for none. Default 1 s.
+    pub stats_interval: Option<Duration>,
+    /// Receive buffer of the event socket, bytes. Default 4 MiB.
+    pub rcvbuf: usize,
+    pub counters: Arc<WatchCounters>,
+}
+
+impl Default for WatchOptions {
+    fn default() -> Self {
+        Self {
+            ports: vec![53],
+            stats_interval: Some(Duration::from_secs(1)),
+            rcvbuf: 4 << 20,
+            counters: Arc::default(),
+        }
+    }
+}
+
+/// What a watch thread did, returned when it ends.
+#[derive(Debug, Default)]
+pub struct WatchSummary {
+    pub events: u64,
+    pub existing: u64,
+    pub lost: u64,
+    pub overruns: u64,
+    pub resyncs: u64,
+    pub malformed: u64,
+    pub filtered: u64,
+    pub stats_samples: u64,
+    /// Why the thread ended early, if it did.
+    pub error: Option<ConntrackError>,
+}
+
+impl WatchSummary {
+    fn new(c: &WatchCounters, error: Option<ConntrackError>) -> Self {
+        let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        Self {
+            events: get(&c.events),
+            existing: get(&c.existing),
+            lost: get(&c.lost),
+            overruns: get(&c.overruns),
+            resyncs: get(&c.resyncs),
+            malformed: get(&c.malformed),
+            filtered: get(&c.filtered),
+            stats_samples: get(&c.stats_samples),
+            error,
+        }
+    }
+}
+
+/// Conntrack events of the network namespace the opening thread was in.
+///
+/// Two sockets: one subscribed to NFNLGRP_CONNTRACK_NEW/UPDATE/DESTROY, one for dumps, so
+/// dump replies and events never interleave. The event socket subscribes before the first
+/// dump, so nothing falls between them; an entry created meanwhile may be reported twice
+/// (Existing and New).
+pub struct ConntrackWatcher {
+    events: CtSocket,
+    dump: CtSocket,
+    netns: u64,
+    ports: PortFilter,
+    counters: Arc<WatchCounters>,
+    /// Dump entries not yet handed out.
+    pending: Vec<SourceEvent>,
+    /// A resync dump is owed (the last one failed).
+    resync: bool,
+}
+
+impl ConntrackWatcher {
+    /// Opens the sockets in the calling thread's current namespace, whose cookie is
+    /// `netns_cookie`, and dumps the table; the first [`ConntrackWatcher::next_events`]
+    /// returns the dump.
+    pub fn open(netns_cookie: u64, ports: &[u16]) -> Result<Self, ConntrackError> {
+        Self::open_with(
+            netns_cookie,
+            &WatchOptions {
+                ports: ports.to_vec(),
+                ..WatchOptions::default()
+            },
+        )
+    }
+
+    pub fn open_with(netns_cookie: u64, opts: &WatchOptions) -> Result<Self, ConntrackError> {
+        let events = CtSocket::open()?;
+        events.set_rcvbuf(opts.rcvbuf);
+        for group in [
+            NFNLGRP_CONNTRACK_NEW,
+            NFNLGRP_CONNTRACK_UPDATE,
+            NFNLGRP_CONNTRACK_DESTROY,
+        ] {
+            events.subscribe(group)?;
+        }
+        let mut w = Self {
+            events,
+            dump: CtSocket::open()?,
+            netns: netns_cookie,
+            ports: PortFilter::new(&opts.ports),
+            counters: opts.counters.clone(),
+            pending: Vec::new(),
+            resync: false,
+        };
+        let mut first = Vec::new();
+        w.dump_table(&mut first)?;
+        w.pending = first;
+        Ok(w)
+    }
+
+    pub fn counters(&self) -> &Arc<WatchCounters> {
+        &self.counters
+    }
+
+    /// Events known lost so far (a lower bound; see [`WatchCounters::lost`]).
+    pub fn lost(&self) -> u64 {
+        self.counters.lost.load(Ordering::Relaxed)
+    }
+
+    /// Appends the next events to `out`, waiting at most `timeout` for the first; returns how
+    /// many were appended. After a socket overrun the table is dumped again and its entries
+    /// appended as `Existing`.
+    pub fn next_events(
+        &mut self,
+        out: &mut Vec<SourceEvent>,
+        timeout: Duration,
+    ) -> Result<usize, ConntrackError> {
+        let start = out.len();
+        if !self.pending.is_empty() {
+            out.append(&mut self.pending);
+            return Ok(out.len() - start);
+        }
+        if self.resync {
+            self.dump_table(out)?;
+            self.resync = false;
+            return Ok(out.len() - start);
+        }
+        if !self.events.wait_readable(timeout)? {
+            return Ok(0);
+        }
+        for _ in 0..MAX_DATAGRAMS_PER_CALL {
+            match self.events.recv_nonblocking()? {
+                Received::Empty => break,
+                Received::Datagram(n) => {
+                    let ts_ns = boottime_ns();
+                    for m in decode_datagram(self.events.data(n)) {
+                        match m {
+                            Ok((_, msg)) => self.push(msg, ts_ns, out),
+                            Err(e) => {
+                                log::debug!("conntrack event: {e}");
+                                WatchCounters::add(&self.counters.malformed, 1);
+                                WatchCounters::add(&self.counters.lost, 1);
+                            }
+                        }
+                    }
+                }
+                Received::Truncated(n) => {
+                    log::debug!("conntrack event datagram of {n} bytes truncated");
+                    WatchCounters::add(&self.counters.malformed, 1);
+                    WatchCounters::add(&self.counters.lost, 1);
+                }
+                Received::Overrun => {
+                    WatchCounters::add(&self.counters.overruns, 1);
+                    WatchCounters::add(&self.counters.lost, 1);
+                    self.resync = true;
+                }
+            }
+        }
+        if self.resync {
+            WatchCounters::add(&self.counters.resyncs, 1);
+            self.dump_table(out)?;
+            self.resync = false;
+        }
+        Ok(out.len() - start)
+    }
+
+    fn push(&self, msg: CtMessage, ts_ns: u64, out: &mut Vec<SourceEvent>) {
+        match msg {
+            CtMessage::Entry { change, entry } if self.ports.matches(&entry) => {
+                WatchCounters::add(&self.counters.events, 1);
+                if change == CtChange::Existing {
+                    WatchCounters::add(&self.counters.existing, 1);
+                }
+                out.push(SourceEvent::Conntrack(ConntrackEvent {
+                    ts_ns,
+                    netns: self.netns,
+                    change,
+                    status: entry.status,
+                    zone: entry.zone,
+                    orig: entry.orig,
+                    reply: entry.reply,
+                }));
+            }
+            CtMessage::Entry { .. } | CtMessage::OtherProtocol => {
+                WatchCounters::add(&self.counters.filtered, 1);
+            }
+            _ => {}
+        }
+    }
+
+    /// IPCTNL_MSG_CT_GET dump of the whole table (every family and zone), as `Existing`.
+    fn dump_table(&mut self, out: &mut Vec<SourceEvent>) -> Result<(), ConntrackError> {
+        self.resync = true;
+        let ts_ns = boottime_ns();
+        let mut entries = Vec::new();
+        let malformed = self
+            .dump
+            .dump("IPCTNL_MSG_CT_GET", table_dump_request, |m| entries.push(m))?;
+        WatchCounters::add(&self.counters.malformed, malformed);
+        WatchCounters::add(&self.counters.lost, malformed);
+        for m in entries {
+            self.push(m, ts_ns, out);
+        }
+        self.resync = false;
+        Ok(())
+    }
+}
+
+/// Watches the namespace at `netns_path` (cookie `netns_cookie`) on a new thread, sending
+/// UDP/TCP entries on `ports` (see [`PortFilter`]) and a statistics sample every second to
+/// `tx` until `stop` is set or `tx`'s receiver is gone.
+pub fn spawn_watch(
+    netns_path: PathBuf,
+    netns_cookie: u64,
+    ports: Vec<u16>,
+    tx: Sender<SourceEvent>,
+    stop: Arc<AtomicBool>,
+) -> Result<JoinHandle<WatchSummary>, ConntrackError> {
+    spawn_watch_with(
+        netns_path,
+        netns_cookie,
+        WatchOptions {
+            ports,
+            ..WatchOptions::default()
+        },
+        tx,
+        stop,
+    )
+}
+
+/// [`spawn_watch`] with every option. The thread enters the namespace for as long as it
+/// watches (`with_netns`), and its summary says why it ended if that was an error.
+pub fn spawn_watch_with(
+    netns_path: PathBuf,
+    netns_cookie: u64,
+    opts: WatchOptions,
+    tx: Sender<SourceEvent>,
+    stop: Arc<AtomicBool>,
+) -> Result<JoinHandle<WatchSummary>, ConntrackError> {
+    std::thread::Builder::new()
+        .name(format!("conntrack-{netns_cookie:x}"))
+        .spawn(move || {
+            let result = with_netns(&netns_path, || Ok(watch(netns_cookie, &opts, &tx, &stop)));
+            let error = match result {
+                Ok(r) => r.err(),
+                Err(e) => Some(e.into()),
+            };
+            WatchSummary::new(&opts.counters, error)
+        })
+        .map_err(ConntrackError::Thread)
+}
+
+fn watch(
+    netns: u64,
+    opts: &WatchOptions,
+    tx: &Sender<SourceEvent>,
+    stop: &AtomicBool,
+) -> Result<(), ConntrackError> {
+    let mut watcher = ConntrackWatcher::open_with(netns, opts)?;
+    let mut stats_interval = opts.stats_interval;
+    let mut next_stats = Instant::now();
+    let mut batch = Vec::new();
+    let take_stats =
+        |batch: &mut Vec<SourceEvent>, interval: &mut Option<Duration>| match sample_stats(netns) {
+            Ok(s) => {
+                WatchCounters::add(&opts.counters.stats_samples, 1);
+                batch.push(SourceEvent::CtStats(s));
+            }
+            Err(e) => {
+                log::warn!("conntrack statistics of netns {netns:#x}: {e}; not sampling them");
+                *interval = None;
+            }
+        };
+    while !stop.load(Ordering::Relaxed) {
+        let mut timeout = STOP_POLL;
+        if let Some(interval) = stats_interval {
+            let now = Instant::now();
+            if now >= next_stats {
+                take_stats(&mut batch, &mut stats_interval);
+                next_stats = now + interval;
+            }
+            timeout = timeout.min(next_stats.saturating_duration_since(now));
+        }
+        let result = watcher.next_events(&mut batch, timeout);
+        for ev in batch.drain(..) {
+            if tx.send(ev).is_err() {
+                return Ok(());
+            }
+        }
+        result?;
+    }
+    if stats_interval.is_some() {
+        take_stats(&mut batch, &mut stats_interval);
+        for ev in batch.drain(..) {
+            let _ = tx.send(ev);
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::event::CtFlow;
+
+    fn entry(orig: (&str, &str), reply: (&str, &str)) -> CtEntry {
+        let f = |(s, d): (&str, &str)| CtFlow {
+            src: s.parse().unwrap(),
+            dst: d.parse().unwrap(),
+            proto: 17,
+        };
+        CtEntry {
+            status: 0,
+            zone: 0,
+            orig: f(orig),
+            reply: f(reply),
+        }
+    }
+
+    #[test]
+    fn port_filter_looks_at_both_tuples() {
+        let dns = PortFilter::new(&[53]);
+        let to_cluster_ip = entry(
+            ("10.244.1.2:40005", "10.96.0.10:53"),
+            ("10.244.1.3:53", "10.244.1.2:40005"),
+        );
+        assert!(dns.matches(&to_cluster_ip));
+        // A DNAT from port 5353 to 53: only the reply tuple says 53.
+        let remapped = entry(
+            ("10.244.1.2:40005", "10.96.0.10:5353"),
+            ("10.244.1.3:53", "10.244.1.2:40005"),
+        );
+        assert!(dns.matches(&remapped));
+        let web = entry(
+            ("10.244.1.2:40005", "10.96.0.1:443"),
+            ("10.244.1.9:8443", "10.244.1.2:40005"),
+        );
+        assert!(!dns.matches(&web));
+        assert!(PortFilter::new(&[]).matches(&web));
+        assert!(PortFilter::new(&[8443, 53, 53]).matches(&web));
+    }
+
+    #[test]
+    fn watcher_sees_own_namespace_dump() {
+        if nix::unistd::geteuid().as_raw() != 0 {
+            eprintln!("skipped: needs root (CAP_NET_ADMIN for ctnetlink)");
+            return;
+        }
+        let mut w = ConntrackWatcher::open(0, &[]).unwrap();
+        let mut out = Vec::new();
+        w.next_events(&mut out, Duration::from_millis(10)).unwrap();
+        assert!(out
+            .iter()
+            .all(|e| matches!(e, SourceEvent::Conntrack(c) if c.change == CtChange::Existing)));
+        assert_eq!(w.lost(), 0);
+    }
+}

@@ -1,0 +1,349 @@
+//! Forwarding loops: cycles in the transaction tree, and amplification storms whose cycle is
+//! partly invisible.
+//!
+//! A loop is reported once when its cycle closes (`detected`), then at most once a second
+//! while it lasts (`ongoing`), and once more when the question has not been seen for
+//! [`LOOP_END_NS`] (`ended`). Reports are keyed by question and cycle, so a loop that keeps
+//! re-forming (its transaction evicted, a new client query entering it) stays one report.
+use std::collections::{BTreeSet, HashMap};
+
+use serde::Serialize;
+
+use crate::{output::record::QuestionRecord, pipeline::Clock};
+
+use super::QKey;
+
+/// Quiet time after which a loop counts as ended.
+pub const LOOP_END_NS: u64 = 2_000_000_000;
+const UPDATE_EVERY_NS: u64 = 1_000_000_000;
+/// Amplification: forwards of one question by one server per second, at least …
+const STORM_MIN_PER_SEC: u64 = 100;
+/// … and this many times the rate at which clients ask it.
+const STORM_FACTOR: u64 = 10;
+const MAX_LOOPS: usize = 1024;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LoopKind {
+    /// The question came back to a server already on its chain.
+    Cycle,
+    /// The same question re-sent by a server far faster than clients ask it; the rest of
+    /// the cycle is out of sight (another node, an external resolver).
+    Amplification,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LoopState {
+    Detected,
+    Ongoing,
+    Ended,
+}
+
+/// One server of a cycle.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct LoopHop {
+    /// The query's client (a forwarder) as seen at the leg's first hop.
+    pub from: String,
+    /// Where it was sent (may be a ClusterIP).
+    pub server: String,
+    /// Where it arrived after DNAT.
+    pub backend: String,
+    /// Namespace/interface where it was seen arriving.
+    pub at: String,
+}
+
+/// A `loop` record.
+#[derive(Clone, Debug, Serialize)]
+pub struct LoopRecord {
+    pub id: u64,
+    pub state: LoopState,
+    pub kind: LoopKind,
+    pub ts_ns: u64,
+    pub time: String,
+    pub question: QuestionRecord,
+    /// The question's parent domain.
+    pub zone: String,
+    /// CoreDNS's `loop` plugin probe (HINFO for a random name at startup).
+    pub loop_plugin_probe: bool,
+    /// The cycle, first server to last (the last forwards back to the first).
+    pub cycle: Vec<LoopHop>,
+    /// The cycle in one line, e.g. `10.244.1.4:53 → 10.96.0.10:53 ⇒DNAT 10.244.1.3:53 → …`.
+    pub path: String,
+    /// Legs in the longest chain seen so far (1 = a server forwarding to itself).
+    pub hop_count: u64,
+    /// Packets of this question per second over the last second.
+    pub rate_pps: u64,
+    /// Packets of this question seen since detection (correlated + summarised).
+    pub packets: u64,
+    /// Of `packets`, those only counted (not decoded or correlated) to survive the storm.
+    pub summarised: u64,
+    /// Client sockets whose queries entered the loop.
+    pub clients: Vec<String>,
+    pub first_seen_ns: u64,
+    pub last_seen_ns: u64,
+}
+
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct LoopStats {
+    pub detected: u64,
+    pub ended: u64,
+    pub active: u64,
+    pub amplification: u64,
+}
+
+#[derive(Clone, Debug)]
+struct Tracked {
+    rec: LoopRecord,
+    q: QKey,
+    last_report: u64,
+    /// packets counted in the current one-second window, and its start
+    win_start: u64,
+    win_count: u64,
+    clients: BTreeSet<String>,
+    dirty: bool,
+}
+
+/// Loop reports by (question, cycle servers).
+pub struct LoopTracker {
+    clock: Clock,
+    loops: HashMap<(QKey, Vec<String>), Tracked>,
+    /// Which report a question's packets count towards.
+    by_question: HashMap<QKey, (QKey, Vec<String>)>,
+    /// (server ip, question) → (window start, forwards in window)
+    forwards: HashMap<(String, QKey), (u64, u64)>,
+    /// question → (window start, client queries in window)
+    asks: HashMap<QKey, (u64, u64)>,
+    next_id: u64,
+    pub stats: LoopStats,
+    out: Vec<LoopRecord>,
+}
+
+fn zone_of(name: &str) -> String {
+    match name.split_once('.') {
+        Some((_, rest)) if !rest.is_empty() => rest.to_string(),
+        _ => ".".to_string(),
+    }
+}
+
+impl LoopTracker {
+    pub fn new(clock: Clock) -> Self {
+        Self {
+            clock,
+            loops: HashMap::new(),
+            by_question: HashMap::new(),
+            forwards: HashMap::new(),
+            asks: HashMap::new(),
+            next_id: 1,
+            stats: LoopStats::default(),
+            out: Vec::new(),
+        }
+    }
+
+    /// Is a loop report active for this question (its packets can be summarised)?
+    pub(super) fn active_for(&self, q: &QKey) -> bool {
+        self.by_question.contains_key(q)
+    }
+
+    pub(super) fn drain(&mut self, out: &mut Vec<LoopRecord>) {
+        out.append(&mut self.out);
+    }
+
+    /// A cycle closed in a transaction tree.
+    pub(super) fn cycle(
+        &mut self,
+        q: &QKey,
+        cycle: Vec<LoopHop>,
+        hop_count: u64,
+        client: Option<String>,
+        ts: u64,
+    ) {
+        let mut servers: Vec<String> = cycle.iter().map(|h| h.backend.clone()).collect();
+        servers.sort();
+        servers.dedup();
+        self.report(q, LoopKind::Cycle, servers, cycle, hop_count, client, ts);
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn report(
+        &mut self,
+        q: &QKey,
+        kind: LoopKind,
+        servers: Vec<String>,
+        cycle: Vec<LoopHop>,
+        hop_count: u64,
+        client: Option<String>,
+        ts: u64,
+    ) {
+        let key = (q.clone(), servers);
+        if let Some(t) = self.loops.get_mut(&key) {
+            t.rec.hop_count = t.rec.hop_count.max(hop_count);
+            if let Some(c) = client {
+                if t.clients.len() < 64 {
+                    t.clients.insert(c);
+                }
+            }
+            t.dirty = true;
+            self.by_question.insert(q.clone(), key);
+            return;
+        }
+        if self.loops.len() >= MAX_LOOPS {
+            return;
+        }
+        let id = self.next_id;
+        self.next_id += 1;
+        let path = match cycle.first() {
+            Some(first) => {
+                let mut p = first.from.clone();
+                for h in &cycle {
+                    p.push_str(&format!(" → {}", h.server));
+                    if h.backend != h.server {
+                        p.push_str(&format!(" ⇒DNAT {}", h.backend));
+                    }
+                    p.push_str(&format!(" ({})", h.at));
+                }
+                p
+            }
+            None => String::new(),
+        };
+        let mut clients = BTreeSet::new();
+        if let Some(c) = client {
+            clients.insert(c);
+        }
+        let rec = LoopRecord {
+            id,
+            state: LoopState::Detected,
+            kind,
+            ts_ns: ts,
+            time: self.clock.wall(ts),
+            question: QuestionRecord {
+                name: q.name.clone(),
+                qtype: q.qtype.clone(),
+                class: q.class.clone(),
+            },
+            zone: zone_of(&q.name),
+            loop_plugin_probe: q.qtype == "HINFO",
+            cycle,
+            path,
+            hop_count,
+            rate_pps: 0,
+            packets: 0,
+            summarised: 0,
+            clients: clients.iter().cloned().collect(),
+            first_seen_ns: ts,
+            last_seen_ns: ts,
+        };
+        self.stats.detected += 1;
+        if kind == LoopKind::Amplification {
+            self.stats.amplification += 1;
+        }
+        self.out.push(rec.clone());
+        self.by_question.insert(q.clone(), key.clone());
+        self.loops.insert(
+            key,
+            Tracked {
+                rec,
+                q: q.clone(),
+                last_report: ts,
+                win_start: ts,
+                win_count: 0,
+                clients,
+                dirty: false,
+            },
+        );
+    }
+
+    /// `n` packets of question `q` seen at `ts` (correlated or only counted).
+    pub(super) fn packets(&mut self, q: &QKey, n: u64, summarised: bool, ts: u64) {
+        let Some(key) = self.by_question.get(q) else { return };
+        let Some(t) = self.loops.get_mut(key) else { return };
+        t.rec.packets += n;
+        if summarised {
+            t.rec.summarised += n;
+        }
+        t.rec.last_seen_ns = t.rec.last_seen_ns.max(ts);
+        if ts >= t.win_start + 1_000_000_000 {
+            let secs = ((ts - t.win_start) / 1_000_000_000).max(1);
+            t.rec.rate_pps = t.win_count / secs;
+            t.win_start = ts;
+            t.win_count = 0;
+        }
+        t.win_count += n;
+        t.dirty = true;
+    }
+
+    /// A client's own query for `q` (not a forward): the baseline for amplification.
+    pub(super) fn client_ask(&mut self, q: &QKey, ts: u64) {
+        let e = self.asks.entry(q.clone()).or_insert((ts, 0));
+        if ts >= e.0 + 1_000_000_000 {
+            *e = (ts, 0);
+        }
+        e.1 += 1;
+    }
+
+    /// A server sent `q` onwards; an amplification storm if it does so far faster than
+    /// clients ask.
+    pub(super) fn forward(&mut self, server_ip: String, q: &QKey, ts: u64) {
+        if self.by_question.contains_key(q) {
+            return;
+        }
+        let e = self.forwards.entry((server_ip.clone(), q.clone())).or_insert((ts, 0));
+        if ts >= e.0 + 1_000_000_000 {
+            *e = (ts, 0);
+        }
+        e.1 += 1;
+        let forwards = e.1;
+        let asks = self.asks.get(q).filter(|a| ts < a.0 + 2_000_000_000).map(|a| a.1).unwrap_or(0);
+        if forwards >= STORM_MIN_PER_SEC && forwards >= STORM_FACTOR * asks.max(1) {
+            let hop = LoopHop {
+                from: server_ip.clone(),
+                server: String::from("(not visible)"),
+                backend: server_ip.clone(),
+                at: String::new(),
+            };
+            self.report(q, LoopKind::Amplification, vec![server_ip], vec![hop], 0, None, ts);
+        }
+        if self.forwards.len() > 65_536 {
+            let horizon = ts.saturating_sub(2_000_000_000);
+            self.forwards.retain(|_, v| v.0 >= horizon);
+        }
+        if self.asks.len() > 65_536 {
+            let horizon = ts.saturating_sub(2_000_000_000);
+            self.asks.retain(|_, v| v.0 >= horizon);
+        }
+    }
+
+    /// Updates and ends, as time passes. Returns the questions whose loops ended.
+    pub(super) fn tick(&mut self, now: u64, all: bool) -> Vec<QKey> {
+        let mut ended = Vec::new();
+        let mut gone = Vec::new();
+        for (key, t) in self.loops.iter_mut() {
+            if all || now >= t.rec.last_seen_ns.max(t.rec.first_seen_ns) + LOOP_END_NS {
+                t.rec.state = LoopState::Ended;
+                t.rec.ts_ns = now;
+                t.rec.time = self.clock.wall(now);
+                t.rec.clients = t.clients.iter().cloned().collect();
+                self.out.push(t.rec.clone());
+                self.stats.ended += 1;
+                ended.push(t.q.clone());
+                gone.push(key.clone());
+            } else if t.dirty && now >= t.last_report + UPDATE_EVERY_NS {
+                t.rec.state = LoopState::Ongoing;
+                t.rec.ts_ns = now;
+                t.rec.time = self.clock.wall(now);
+                t.rec.clients = t.clients.iter().cloned().collect();
+                t.last_report = now;
+                t.dirty = false;
+                self.out.push(t.rec.clone());
+            }
+        }
+        for key in gone {
+            self.loops.remove(&key);
+            if self.by_question.get(&key.0) == Some(&key) {
+                self.by_question.remove(&key.0);
+            }
+        }
+        self.stats.active = self.loops.len() as u64;
+        ended
+    }
+}
