@@ -25,6 +25,7 @@ enum Command {
     ///   dnspath trace --all-netns -o json      # every pod namespace too, incl. their `lo`
     ///   dnspath trace --duration 10 --port 53 --port 5353
     ///   dnspath trace --view packets           # a line per packet instead of transaction trees
+    ///   dnspath trace --all-netns --until loop # exit 3 once a forwarding loop is found
     #[command(verbatim_doc_comment)]
     Trace(TraceArgs),
 }
@@ -67,7 +68,20 @@ struct TraceArgs {
     /// Do not trace kernel drops (skb:kfree_skb); for kernels without BTF.
     #[arg(long)]
     no_drops: bool,
+    /// Stop at the first such event and exit with status 3 (for a one-shot debug container:
+    /// `dnspath trace --all-netns --until loop`).
+    #[arg(long, value_enum, value_name = "EVENT")]
+    until: Option<Until>,
 }
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+enum Until {
+    /// A forwarding loop (or amplification storm) is reported.
+    Loop,
+}
+
+/// Exit status when `--until loop` found one.
+const EXIT_LOOP_FOUND: u8 = 3;
 
 fn main() -> ExitCode {
     env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("warn"))
@@ -75,7 +89,7 @@ fn main() -> ExitCode {
         .init();
     let cli = Cli::parse();
     match run(cli) {
-        Ok(()) => ExitCode::SUCCESS,
+        Ok(code) => code,
         Err(e) => {
             eprintln!("dnspath: {e:#}");
             ExitCode::FAILURE
@@ -91,7 +105,7 @@ fn positive_secs(s: f64, flag: &str) -> anyhow::Result<Duration> {
     }
 }
 
-fn run(cli: Cli) -> anyhow::Result<()> {
+fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
         Command::Trace(a) => {
             let duration = a.duration.map(|s| positive_secs(s, "--duration")).transpose()?;
@@ -112,13 +126,18 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 duration,
                 count: a.count,
                 drops: !a.no_drops,
+                until_loop: a.until == Some(Until::Loop),
             };
             let rt = tokio::runtime::Builder::new_current_thread()
                 .enable_all()
                 .build()?;
+            let until_loop = opts.until_loop;
             let out = Box::new(BufWriter::new(std::io::stdout()));
-            rt.block_on(trace::run(opts, out))?;
-            Ok(())
+            let summary = rt.block_on(trace::run(opts, out))?;
+            if until_loop && summary.loop_found {
+                return Ok(ExitCode::from(EXIT_LOOP_FOUND));
+            }
+            Ok(ExitCode::SUCCESS)
         }
     }
 }

@@ -139,6 +139,68 @@ pub struct Decoder {
     tcp_out: Vec<TcpOutput>,
     /// Typed observations for the correlate stage, when it runs.
     observed: Option<Vec<Observed>>,
+    /// Questions of active forwarding loops, by lowercase wire form: their UDP packets are
+    /// only counted (a loop runs at hundreds of thousands of packets per second).
+    summarise: HashMap<Box<[u8]>, Summarised>,
+}
+
+/// Packets of one looping question that were counted instead of decoded.
+#[derive(Clone, Debug)]
+pub struct Summarised {
+    pub name: String,
+    pub qtype: String,
+    pub class: String,
+    /// Since the last [`Decoder::take_summarised`].
+    pub count: u64,
+    pub last_ts: u64,
+}
+
+/// Lowercased wire form of a message's first question (name, type, class) in `buf`:
+/// cheap enough to run on every packet before decoding.
+fn question_key<'b>(payload: &[u8], buf: &'b mut [u8; 264]) -> Option<&'b [u8]> {
+    if payload.get(4..6)? == [0, 0] {
+        return None;
+    }
+    let mut i = 12;
+    let mut n = 0;
+    loop {
+        let len = *payload.get(i)? as usize;
+        if len & 0xc0 != 0 {
+            return None;
+        }
+        *buf.get_mut(n)? = len as u8;
+        n += 1;
+        i += 1;
+        if len == 0 {
+            break;
+        }
+        for b in payload.get(i..i + len)? {
+            *buf.get_mut(n)? = b.to_ascii_lowercase();
+            n += 1;
+        }
+        i += len;
+    }
+    buf.get_mut(n..n + 4)?.copy_from_slice(payload.get(i..i + 4)?);
+    buf.get(..n + 4)
+}
+
+/// The same key built from presentation form.
+fn question_key_of(name: &str, qtype: &str, class: &str) -> Option<Box<[u8]>> {
+    use std::str::FromStr;
+    let rtype = hickory_proto::rr::RecordType::from_str(qtype).ok()?;
+    let class = hickory_proto::rr::DNSClass::from_str(class).ok()?;
+    let mut out = Vec::with_capacity(name.len() + 6);
+    for label in name.trim_end_matches('.').split('.').filter(|l| !l.is_empty()) {
+        if label.len() > 63 || label.contains('\\') {
+            return None;
+        }
+        out.push(label.len() as u8);
+        out.extend(label.bytes().map(|b| b.to_ascii_lowercase()));
+    }
+    out.push(0);
+    out.extend(u16::from(rtype).to_be_bytes());
+    out.extend(u16::from(class).to_be_bytes());
+    Some(out.into_boxed_slice())
 }
 
 impl Decoder {
@@ -158,6 +220,37 @@ impl Decoder {
             kernel: None,
             tcp_out: Vec::new(),
             observed: None,
+            summarise: HashMap::new(),
+        }
+    }
+
+    /// From now on only count UDP packets of this question (an active loop).
+    pub fn summarise_question(&mut self, name: &str, qtype: &str, class: &str) {
+        if let Some(key) = question_key_of(name, qtype, class) {
+            self.summarise.entry(key).or_insert_with(|| Summarised {
+                name: name.to_string(),
+                qtype: qtype.to_string(),
+                class: class.to_string(),
+                count: 0,
+                last_ts: 0,
+            });
+        }
+    }
+
+    /// Decode this question's packets again (the loop ended).
+    pub fn stop_summarising(&mut self, name: &str, qtype: &str, class: &str) {
+        if let Some(key) = question_key_of(name, qtype, class) {
+            self.summarise.remove(&key);
+        }
+    }
+
+    /// Counts since the last call, per question.
+    pub fn take_summarised(&mut self, out: &mut Vec<Summarised>) {
+        for s in self.summarise.values_mut() {
+            if s.count > 0 {
+                out.push(s.clone());
+                s.count = 0;
+            }
         }
     }
 
@@ -262,6 +355,17 @@ impl Decoder {
                 dport,
                 payload,
             } => {
+                if !self.summarise.is_empty() {
+                    let mut buf = [0u8; 264];
+                    if let Some(key) = question_key(payload, &mut buf) {
+                        if let Some(s) = self.summarise.get_mut(key) {
+                            s.count += 1;
+                            s.last_ts = s.last_ts.max(p.ts_ns);
+                            self.stats.summarised += 1;
+                            return;
+                        }
+                    }
+                }
                 let (src, dst) = (SocketAddr::new(ip.src, sport), SocketAddr::new(ip.dst, dport));
                 let mut r = base("udp", src.to_string(), dst.to_string());
                 match dns::decode(payload) {
@@ -470,6 +574,25 @@ mod tests {
         assert!(benign_drop("NOT_SPECIFIED", "tcp_v4_rcv", Some((0x18, false))).is_none());
         assert!(benign_drop("NETFILTER_DROP", "nf_hook_slow", None).is_none());
         assert!(benign_drop("NO_SOCKET", "__udp4_lib_rcv", None).is_none());
+    }
+
+    #[test]
+    fn question_keys_match_from_wire_and_text() {
+        // id 0x1234, RD, 1 question: WWW.Lab.test A IN (mixed case, DNS 0x20)
+        let mut msg = vec![0x12, 0x34, 0x01, 0x00, 0, 1, 0, 0, 0, 0, 0, 0];
+        msg.extend(b"\x03WWW\x03Lab\x04test\x00\x00\x01\x00\x01");
+        let mut buf = [0u8; 264];
+        let wire = question_key(&msg, &mut buf).unwrap().to_vec();
+        assert_eq!(wire, question_key_of("www.lab.test.", "A", "IN").unwrap().to_vec());
+        assert_ne!(wire, question_key_of("www.lab.test.", "AAAA", "IN").unwrap().to_vec());
+        // Compression in a question, truncation, no question: no key, no panic.
+        let mut ptr = msg[..12].to_vec();
+        ptr.extend([0xc0, 0x0c, 0, 1, 0, 1]);
+        assert!(question_key(&ptr, &mut buf).is_none());
+        assert!(question_key(&msg[..20], &mut buf).is_none());
+        let mut none = msg.clone();
+        none[5] = 0;
+        assert!(question_key(&none, &mut buf).is_none());
     }
 
     #[test]

@@ -18,7 +18,10 @@ use crate::{
         kallsyms::Kallsyms,
         netns, KernelError, ProbeOptions, Probes,
     },
-    correlate::{CorrelateConfig, Correlator, Observed},
+    correlate::{
+        loops::{LoopRecord, LoopState},
+        CorrelateConfig, Correlator, Observed,
+    },
     output::{self, Format, Record, View},
     pipeline::{Clock, Decoder},
     source::live::LiveSource,
@@ -45,13 +48,21 @@ pub struct TraceOptions {
     /// Stop after this many packet records.
     pub count: Option<u64>,
     pub drops: bool,
+    /// Stop as soon as a forwarding loop is reported.
+    pub until_loop: bool,
 }
 
-/// Runs until a signal, `duration` or `count`; returns the final stats.
-pub async fn run(
-    opts: TraceOptions,
-    out: Box<dyn Write + Send>,
-) -> Result<output::record::StatsRecord, TraceError> {
+/// How a trace ended.
+#[derive(Clone, Debug)]
+pub struct TraceSummary {
+    pub stats: output::record::StatsRecord,
+    /// A forwarding loop was reported (`--until loop` stops there).
+    pub loop_found: bool,
+}
+
+/// Runs until a signal, `duration`, `count` or (with `until_loop`) a loop; returns the
+/// final stats.
+pub async fn run(opts: TraceOptions, out: Box<dyn Write + Send>) -> Result<TraceSummary, TraceError> {
     let probes = Probes::load(&ProbeOptions {
         ports: opts.ports.clone(),
         snaplen: opts.snaplen,
@@ -112,6 +123,8 @@ pub async fn run(
         )
     });
     let mut observed: Vec<Observed> = Vec::new();
+    let mut summarised = Vec::new();
+    let mut loop_found = false;
     let mut sink = output::sink(opts.format, out);
     let deadline = async {
         match opts.duration {
@@ -120,7 +133,7 @@ pub async fn run(
         }
     };
     tokio::pin!(deadline);
-    let mut tick = tokio::time::interval(Duration::from_millis(100));
+    let mut tick = tokio::time::interval(Duration::from_millis(50));
     let mut ticks: u64 = 0;
 
     let mut events: Vec<SourceEvent> = Vec::new();
@@ -142,7 +155,7 @@ pub async fn run(
             _ = &mut deadline => break 'run,
             _ = tick.tick() => {
                 ticks += 1;
-                if ticks.is_multiple_of(10) {
+                if ticks.is_multiple_of(20) {
                     refresh_counters(&mut decoder);
                 }
             }
@@ -156,6 +169,10 @@ pub async fn run(
             for o in observed.drain(..) {
                 c.on_observed(o);
             }
+            decoder.take_summarised(&mut summarised);
+            for s in summarised.drain(..) {
+                c.summarised(&s.name, &s.qtype, &s.class, s.count, s.last_ts);
+            }
             c.tick(clock.now_ns(), &mut records);
         }
         for r in records.drain(..) {
@@ -165,7 +182,15 @@ pub async fn run(
                     continue;
                 }
             }
+            if let Record::Loop(l) = &r {
+                follow_loop(&mut decoder, l);
+                loop_found |= l.state == LoopState::Detected;
+            }
             sink.write(&r)?;
+            if opts.until_loop && loop_found {
+                sink.flush()?;
+                break 'run;
+            }
             if opts.count.is_some_and(|n| packets_out >= n) {
                 sink.flush()?;
                 break 'run;
@@ -210,6 +235,9 @@ pub async fn run(
         if matches!(r, Record::Packet(_)) && !opts.view.packets() {
             continue;
         }
+        if let Record::Loop(l) = &r {
+            loop_found |= l.state == LoopState::Detected;
+        }
         sink.write(&r)?;
     }
     refresh_counters(&mut decoder);
@@ -217,7 +245,17 @@ pub async fn run(
     stats.correlate = correlator.as_ref().map(Correlator::stats);
     sink.write(&Record::Stats(stats.clone()))?;
     sink.flush()?;
-    Ok(stats)
+    Ok(TraceSummary { stats, loop_found })
+}
+
+/// Under a loop, only count its packets; when it ends, decode them again.
+fn follow_loop(decoder: &mut Decoder, l: &LoopRecord) {
+    let q = &l.question;
+    match l.state {
+        LoopState::Detected => decoder.summarise_question(&q.name, &q.qtype, &q.class),
+        LoopState::Ended => decoder.stop_summarising(&q.name, &q.qtype, &q.class),
+        LoopState::Ongoing => {}
+    }
 }
 
 fn feed_conntrack(rx: &std::sync::mpsc::Receiver<SourceEvent>, c: &mut Correlator) {

@@ -80,7 +80,10 @@ pub struct LoopRecord {
     pub summarised: u64,
     /// Client sockets whose queries entered the loop.
     pub clients: Vec<String>,
+    /// When the question entered the chain (the client's query).
     pub first_seen_ns: u64,
+    /// When the cycle closed (the first repeat to a server of the chain).
+    pub detected_ns: u64,
     pub last_seen_ns: u64,
 }
 
@@ -150,18 +153,20 @@ impl LoopTracker {
     }
 
     /// A cycle closed in a transaction tree.
+    #[allow(clippy::too_many_arguments)]
     pub(super) fn cycle(
         &mut self,
         q: &QKey,
         cycle: Vec<LoopHop>,
         hop_count: u64,
         client: Option<String>,
+        entered_ts: u64,
         ts: u64,
     ) {
         let mut servers: Vec<String> = cycle.iter().map(|h| h.backend.clone()).collect();
         servers.sort();
         servers.dedup();
-        self.report(q, LoopKind::Cycle, servers, cycle, hop_count, client, ts);
+        self.report(q, LoopKind::Cycle, servers, cycle, hop_count, client, entered_ts, ts);
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -173,6 +178,7 @@ impl LoopTracker {
         cycle: Vec<LoopHop>,
         hop_count: u64,
         client: Option<String>,
+        entered_ts: u64,
         ts: u64,
     ) {
         let key = (q.clone(), servers);
@@ -230,7 +236,8 @@ impl LoopTracker {
             packets: 0,
             summarised: 0,
             clients: clients.iter().cloned().collect(),
-            first_seen_ns: ts,
+            first_seen_ns: entered_ts.min(ts),
+            detected_ns: ts,
             last_seen_ns: ts,
         };
         self.stats.detected += 1;
@@ -301,7 +308,7 @@ impl LoopTracker {
                 backend: server_ip.clone(),
                 at: String::new(),
             };
-            self.report(q, LoopKind::Amplification, vec![server_ip], vec![hop], 0, None, ts);
+            self.report(q, LoopKind::Amplification, vec![server_ip], vec![hop], 0, None, ts, ts);
         }
         if self.forwards.len() > 65_536 {
             let horizon = ts.saturating_sub(2_000_000_000);

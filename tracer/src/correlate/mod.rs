@@ -112,7 +112,7 @@ impl Default for CorrelateConfig {
             retry_grace_ns: 1_500_000_000,
             forward_window_ns: 2_000_000_000,
             lookup_window_ns: 3_000_000_000,
-            reorder_ns: 150_000_000,
+            reorder_ns: 60_000_000,
             max_legs: 65_536,
             max_ct_entries: 262_144,
             max_hops_per_leg: 64,
@@ -232,6 +232,8 @@ struct Leg {
     /// Where the query was last seen going (after DNAT: the pod).
     backend: SocketAddr,
     backend_at: Option<(ObservationPoint, String)>,
+    /// Namespace of the latest query hop: where the query was delivered, as far as seen.
+    delivered_ns: String,
     client_netns: String,
     client_point: ObservationPoint,
     hops: Vec<Hop>,
@@ -306,23 +308,19 @@ pub struct Correlator {
     loops: LoopTracker,
 }
 
-/// A server endpoint, for deciding that a question came back to a server already on its
-/// chain. Loopback addresses are only the same server within one namespace.
+/// The server a leg's query was delivered to, for deciding that a question came back to a
+/// server already on its chain: after DNAT the pod, not the ClusterIP (a pod forwarding to
+/// its own Service is only a loop once the Service sends the question back to a server of
+/// the chain). Loopback addresses are only the same server within one namespace.
 type Endpoint = (SocketAddr, Option<String>);
 
-fn endpoints(l: &Leg) -> [Endpoint; 2] {
-    let ns = |a: &SocketAddr, at: Option<&String>| {
-        if a.ip().is_loopback() {
-            Some(at.cloned().unwrap_or_else(|| l.client_netns.clone()))
-        } else {
-            None
-        }
+fn endpoint(l: &Leg) -> Endpoint {
+    let ns = if l.backend.ip().is_loopback() {
+        Some(l.delivered_ns.clone())
+    } else {
+        None
     };
-    let backend_ns = l.backend_at.as_ref().map(|(_, n)| n);
-    [
-        (l.server, ns(&l.server, Some(&l.client_netns))),
-        (l.backend, ns(&l.backend, backend_ns)),
-    ]
+    (l.backend, ns)
 }
 
 impl Correlator {
@@ -379,12 +377,12 @@ impl Correlator {
             chain.push(pl);
             cur = pl.parent;
         }
-        let leaf_eps = endpoints(leaf);
+        let leaf_ep = endpoint(leaf);
         let Some(i) = chain
             .iter()
             .enumerate()
             .skip(1)
-            .find(|(_, anc)| endpoints(anc).iter().any(|e| leaf_eps.contains(e)))
+            .find(|(_, anc)| endpoint(anc) == leaf_ep)
             .map(|(i, _)| i)
         else {
             return;
@@ -410,8 +408,9 @@ impl Correlator {
         let cycle: Vec<LoopHop> = chain[..i].iter().rev().map(|l| hop(l)).collect();
         let hop_count = chain.len().saturating_sub(1) as u64;
         let client = chain.last().map(|r| r.client.to_string());
+        let entered = chain.last().map(|r| r.first_ts).unwrap_or(ts);
         let q = leaf.key.q.clone();
-        self.loops.cycle(&q, cycle, hop_count, client, ts);
+        self.loops.cycle(&q, cycle, hop_count, client, entered, ts);
     }
 
     /// Open legs and transactions (for memory-bound tests and metrics).
@@ -562,6 +561,9 @@ impl Correlator {
                     } else {
                         self.stats.hops_not_stored += 1;
                     }
+                    if o.ts_ns >= leg.last_ts {
+                        leg.delivered_ns = o.netns.clone();
+                    }
                     leg.last_ts = leg.last_ts.max(o.ts_ns);
                     let tx = leg.tx;
                     self.touch(tx, o.ts_ns);
@@ -590,7 +592,7 @@ impl Correlator {
         let id = self.next();
         let (tx, parent, role) = match parent_leg {
             Some(parent) => (self.legs.get(&parent).map(|p| p.tx).unwrap_or(0), Some(parent), LegRole::Forward),
-            None => match self.find_previous_attempt(&q, &o, seen_client.ip()) {
+            None => match self.find_previous_attempt(&q, &o, seen_client) {
                 Some((tx, role)) => (tx, None, role),
                 None => {
                     let tx = self.next();
@@ -622,6 +624,7 @@ impl Correlator {
             server: seen_server,
             backend: seen_server,
             backend_at: Some((o.at, o.netns.clone())),
+            delivered_ns: o.netns.clone(),
             client_netns: o.netns.clone(),
             client_point: o.at,
             hops: vec![hop(Via::Same)],
@@ -664,27 +667,32 @@ impl Correlator {
             .find(|l| {
                 let backend_ip = l.backend.ip();
                 let server_ip = l.server.ip();
+                // A forwarder sends from the address it was asked on, from its loopback, or
+                // (a loopback server) from any address of the namespace it runs in.
                 backend_ip == from
                     || server_ip == from
-                    || (backend_ip.is_loopback()
-                        && l.backend_at.as_ref().is_some_and(|(_, ns)| *ns == o.netns))
+                    || ((backend_ip.is_loopback() || from.is_loopback()) && l.delivered_ns == o.netns)
             })
             .map(|l| l.id)
     }
 
     /// An earlier root attempt of the same client and question that this one repeats:
-    /// after no answer (retry) or a truncated UDP answer (TCP fallback).
-    fn find_previous_attempt(&self, q: &QKey, o: &Observation, client_ip: IpAddr) -> Option<(u64, LegRole)> {
+    /// after no answer (retry) or a truncated UDP answer (TCP fallback). Concurrent queries
+    /// from other sockets of the same client are not retries: a retry comes from the same
+    /// socket, or after the earlier query went unanswered for a while.
+    fn find_previous_attempt(&self, q: &QKey, o: &Observation, client: SocketAddr) -> Option<(u64, LegRole)> {
+        const RETRY_MIN_NS: u64 = 500_000_000;
         let window = self.cfg.timeout_ns + self.cfg.retry_grace_ns;
         self.legs
             .values()
-            .filter(|l| l.parent.is_none() && l.key.q == *q && l.client.ip() == client_ip)
+            .filter(|l| l.parent.is_none() && l.key.q == *q && l.client.ip() == client.ip())
             .filter(|l| o.ts_ns >= l.first_ts && o.ts_ns - l.first_ts <= window)
             .filter(|l| l.client_netns == o.netns)
             .filter_map(|l| match &l.response {
                 Some(r) if r.tc && o.proto == tracer_common::IPPROTO_TCP => Some((l, LegRole::TcpFallback)),
                 Some(_) => None,
-                None => Some((l, LegRole::Retry)),
+                None if l.client == client || o.ts_ns - l.first_ts >= RETRY_MIN_NS => Some((l, LegRole::Retry)),
+                None => None,
             })
             .max_by_key(|(l, _)| l.first_ts)
             .map(|(l, role)| (l.tx, role))
