@@ -521,10 +521,13 @@ impl Decoder {
             if let (Ok(src), Ok(dst)) = (r.src.parse::<SocketAddr>(), r.dst.parse::<SocketAddr>()) {
                 obs.push(Observed::Drop(DropObservation {
                     ts_ns: r.ts_ns,
+                    cpu: d.cpu,
+                    netns_cookie: d.netns,
                     netns: r.netns.clone(),
                     ifname: r.ifname.clone(),
                     reason: r.reason.clone(),
                     location: r.location.clone(),
+                    function: function.to_string(),
                     benign: r.benign.is_some(),
                     proto: if r.proto == "tcp" {
                         tracer_common::IPPROTO_TCP

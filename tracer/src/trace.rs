@@ -260,8 +260,10 @@ fn follow_loop(decoder: &mut Decoder, l: &LoopRecord) {
 
 fn feed_conntrack(rx: &std::sync::mpsc::Receiver<SourceEvent>, c: &mut Correlator) {
     while let Ok(ev) = rx.try_recv() {
-        if let SourceEvent::Conntrack(ct) = ev {
-            c.on_conntrack(&ct);
+        match ev {
+            SourceEvent::Conntrack(ct) => c.on_conntrack(&ct),
+            SourceEvent::CtStats(s) => c.on_ct_stats(s),
+            _ => {}
         }
     }
 }
@@ -300,13 +302,14 @@ fn start_conntrack(
         let Ok(cookie) = netns::with_netns(&ns.path, netns::current_netns_cookie) else {
             continue;
         };
-        match crate::conntrack::spawn_watch(
-            ns.path.clone(),
-            cookie,
-            opts.ports.clone(),
-            tx.clone(),
-            Arc::clone(stop),
-        ) {
+        // Statistics every 200 ms: a race drop is judged by the per-CPU counters sampled
+        // on both sides of it.
+        let watch = crate::conntrack::WatchOptions {
+            ports: opts.ports.clone(),
+            stats_interval: Some(Duration::from_millis(200)),
+            ..Default::default()
+        };
+        match crate::conntrack::spawn_watch_with(ns.path.clone(), cookie, watch, tx.clone(), Arc::clone(stop)) {
             Ok(h) => handles.push(h),
             Err(e) => log::warn!("conntrack in {}: {e}; joining hops across NAT without it", ns.name),
         }

@@ -18,9 +18,10 @@
 //! counted.
 pub mod ctmap;
 pub mod loops;
+pub mod race;
 
 use std::{
-    collections::{BTreeMap, HashMap},
+    collections::{BTreeMap, HashMap, VecDeque},
     net::{IpAddr, SocketAddr},
 };
 
@@ -28,12 +29,13 @@ use serde::Serialize;
 
 use crate::{
     decode::dns::DnsMessage,
-    event::{ConntrackEvent, CtSnapshot, ObservationPoint},
+    event::{ConntrackEvent, CtSnapshot, CtStatsSample, ObservationPoint},
     pipeline::Clock,
     output::record::{HopRecord, LegDrop, LegRecord, LookupRef, QuestionRecord, Record, TransactionRecord},
 };
 use ctmap::CtMap;
 use loops::{LoopHop, LoopTracker};
+use race::{CtSamples, RaceQuery, RaceRecord, RaceVerdict};
 
 /// One decoded DNS message at one observation point (decode → correlate).
 #[derive(Clone, Debug)]
@@ -54,10 +56,15 @@ pub struct Observation {
 #[derive(Clone, Debug)]
 pub struct DropObservation {
     pub ts_ns: u64,
+    pub cpu: u32,
+    /// Cookie of the namespace (whose conntrack statistics tell a race).
+    pub netns_cookie: u64,
     pub netns: String,
     pub ifname: String,
     pub reason: String,
     pub location: String,
+    /// The function part of `location`.
+    pub function: String,
     pub benign: bool,
     pub proto: u8,
     pub src: SocketAddr,
@@ -145,6 +152,7 @@ pub struct CorrelateStats {
     /// Messages of a question in an active loop: counted towards the loop, not correlated.
     pub loop_messages: u64,
     pub loops: loops::LoopStats,
+    pub races: race::RaceStats,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -240,6 +248,9 @@ struct Leg {
     retransmits: u32,
     response: Option<Response>,
     drop: Option<LegDrop>,
+    /// The drop was a failed conntrack confirm: (cpu, netns cookie, ts, backend it was
+    /// DNAT'd to).
+    race: Option<(u32, u64, u64, SocketAddr)>,
     timed_out: bool,
     /// Still waiting when the input ended (trace stopped before the timeout).
     cut_short: bool,
@@ -306,6 +317,11 @@ pub struct Correlator {
     next_id: u64,
     stats: CorrelateStats,
     loops: LoopTracker,
+    ct_samples: CtSamples,
+    /// Recent client queries by socket, to find the sibling of a dropped one (A/AAAA pair)
+    /// after its own transaction has been reported: (first ts, dns id, question, backend).
+    recent: HashMap<SocketAddr, VecDeque<(u64, u16, QKey, SocketAddr)>>,
+    race_out: Vec<RaceRecord>,
 }
 
 /// The server a leg's query was delivered to, for deciding that a question came back to a
@@ -340,7 +356,67 @@ impl Correlator {
             next_id: 1,
             stats: CorrelateStats::default(),
             loops: LoopTracker::new(clock),
+            ct_samples: CtSamples::default(),
+            recent: HashMap::new(),
+            race_out: Vec::new(),
         }
+    }
+
+    /// A conntrack statistics sample: kept to confirm races; resolved clashes are reported.
+    pub fn on_ct_stats(&mut self, s: CtStatsSample) {
+        let (ts, netns) = (s.ts_ns, s.netns);
+        for (cpu, n) in self.ct_samples.add(s) {
+            self.stats.races.resolved_clashes += n;
+            self.race_out.push(RaceRecord {
+                verdict: RaceVerdict::ResolvedClash,
+                ts_ns: ts,
+                time: self.clock.wall(ts),
+                netns: format!("netns:{netns:#x}"),
+                client: String::new(),
+                client_netns: String::new(),
+                dropped: None,
+                sibling: None,
+                cpu: Some(cpu),
+                counters: race::CounterDeltas {
+                    clash_resolve: n,
+                    ..Default::default()
+                },
+                counter_confirmed: true,
+                drop_reason: None,
+                drop_location: None,
+                retry_ns: None,
+                total_delay_ns: None,
+                summary: format!("{n} conntrack clash(es) resolved by the kernel on CPU {cpu}: the race happened, nothing was lost"),
+            });
+        }
+    }
+
+    fn remember_query(&mut self, l: &Leg) {
+        if l.parent.is_some() {
+            return;
+        }
+        let q = self.recent.entry(l.client).or_default();
+        q.push_back((l.first_ts, l.key.id, l.key.q.clone(), l.backend));
+        while q.len() > 16 {
+            q.pop_front();
+        }
+        if self.recent.len() > self.cfg.max_legs {
+            let horizon = l.first_ts.saturating_sub(self.cfg.timeout_ns + self.cfg.retry_grace_ns);
+            self.recent.retain(|_, v| v.back().is_some_and(|r| r.0 >= horizon));
+        }
+    }
+
+    /// Another query from the same socket within `window` of `ts` (glibc's A/AAAA pair).
+    fn sibling_of(&self, l: &Leg, window: u64) -> Option<(u64, u16, QKey, SocketAddr)> {
+        let live = self
+            .legs
+            .values()
+            .filter(|o| o.id != l.id && o.parent.is_none() && o.client == l.client)
+            .map(|o| (o.first_ts, o.key.id, o.key.q.clone(), o.backend));
+        let old = self.recent.get(&l.client).into_iter().flatten().cloned();
+        live.chain(old)
+            .filter(|(ts, id, _, _)| *id != l.key.id && ts.abs_diff(l.first_ts) <= window)
+            .min_by_key(|(ts, ..)| ts.abs_diff(l.first_ts))
     }
 
     pub fn stats(&self) -> CorrelateStats {
@@ -631,6 +707,7 @@ impl Correlator {
             retransmits: 0,
             response: None,
             drop: None,
+            race: None,
             timed_out: false,
             cut_short: false,
         };
@@ -764,6 +841,10 @@ impl Correlator {
             self.stats.drops_unmatched += 1;
             return;
         };
+        if leg.race.is_none() && race::is_race_candidate(&d.reason, &d.function, d.ct.as_ref()) {
+            let backend = d.ct.as_ref().map(|ct| ct.reply.src).unwrap_or(leg.backend);
+            leg.race = Some((d.cpu, d.netns_cookie, d.ts_ns, backend));
+        }
         if leg.drop.is_none() {
             leg.drop = Some(LegDrop {
                 ts_ns: d.ts_ns,
@@ -860,15 +941,117 @@ impl Correlator {
             .collect();
         for id in done {
             if let Some(t) = self.txs.remove(&id) {
-                if let Some(rec) = self.render(&t) {
+                let rendered = self.render(&t);
+                self.races_of(&t, rendered.as_ref());
+                if let Some(rec) = rendered {
                     out.push(Record::Transaction(rec));
                     self.stats.transactions += 1;
                 }
                 for leg in t.legs {
+                    if let Some(l) = self.legs.get(&leg).cloned() {
+                        self.remember_query(&l);
+                    }
                     self.remove_leg(leg);
                 }
             }
         }
+        out.extend(self.race_out.drain(..).map(Record::Race));
+    }
+
+    /// Race records of a finished transaction: race drops with their evidence, or a
+    /// suspected race (an unanswered query of an A/AAAA pair retried at the timeout).
+    fn races_of(&mut self, t: &Transaction, rec: Option<&TransactionRecord>) {
+        const PAIR_WINDOW_NS: u64 = 50_000_000;
+        let legs: Vec<Leg> = t.legs.iter().filter_map(|id| self.legs.get(id)).cloned().collect();
+        let Some(root) = legs.first() else { return };
+        let retry = legs
+            .iter()
+            .filter(|l| l.parent.is_none() && l.role == LegRole::Retry)
+            .map(|l| l.first_ts.saturating_sub(t.first_ts))
+            .min();
+        let total = rec.and_then(|r| r.latency_ns);
+        let fmt = |ns: u64| {
+            if ns >= 1_000_000_000 {
+                format!("{:.2} s", ns as f64 / 1e9)
+            } else {
+                format!("{:.1} ms", ns as f64 / 1e6)
+            }
+        };
+        let question = |q: &QKey| crate::output::record::QuestionRecord {
+            name: q.name.clone(),
+            qtype: q.qtype.clone(),
+            class: q.class.clone(),
+        };
+        for l in legs.iter().filter(|l| l.parent.is_none()) {
+            let sibling = self.sibling_of(l, PAIR_WINDOW_NS);
+            let pair_start = sibling.as_ref().map(|s| s.0.min(l.first_ts)).unwrap_or(l.first_ts);
+            let sibling_rec = sibling.as_ref().map(|(ts, id, q, backend)| RaceQuery {
+                dns_id: *id,
+                question: question(q),
+                backend: backend.to_string(),
+                offset_ns: ts.saturating_sub(pair_start),
+            });
+            let (verdict, cpu, counters, confirmed, drop_ts, backend) = match l.race {
+                Some((cpu, netns, ts, backend)) => {
+                    let c = self.ct_samples.around(netns, cpu, ts);
+                    let confirmed = c.as_ref().is_some_and(|c| c.insert_failed > 0 || c.drop > 0);
+                    (RaceVerdict::RaceDrop, Some(cpu), c.unwrap_or_default(), confirmed, Some(ts), backend)
+                }
+                None if l.drop.is_none()
+                    && l.response.is_none()
+                    && (retry.is_some() || l.retransmits > 0)
+                    && sibling.is_some() =>
+                {
+                    (RaceVerdict::Suspected, None, race::CounterDeltas::default(), false, None, l.backend)
+                }
+                None => continue,
+            };
+            match verdict {
+                RaceVerdict::RaceDrop => self.stats.races.race_drops += 1,
+                RaceVerdict::Suspected => self.stats.races.suspected += 1,
+                RaceVerdict::ResolvedClash => {}
+            }
+            let what = match verdict {
+                RaceVerdict::RaceDrop => format!(
+                    "{} dropped by conntrack race at +{}",
+                    l.key.q.qtype,
+                    fmt(drop_ts.unwrap_or(l.first_ts).saturating_sub(pair_start))
+                ),
+                _ => format!("{} unanswered, no kernel evidence (suspected race)", l.key.q.qtype),
+            };
+            let how = match (retry, total) {
+                (Some(r), _) => format!(", retried at +{}", fmt(r)),
+                _ => ", no retry seen".to_string(),
+            };
+            let summary = match total {
+                Some(total) => format!("lookup of {} took {}: {what}{how}", l.key.q.name, fmt(total)),
+                None => format!("lookup of {}: {what}{how}", l.key.q.name),
+            };
+            self.race_out.push(RaceRecord {
+                verdict,
+                ts_ns: drop_ts.unwrap_or(l.first_ts),
+                time: self.clock.wall(drop_ts.unwrap_or(l.first_ts)),
+                netns: l.drop.as_ref().map(|d| d.netns.clone()).unwrap_or_default(),
+                client: l.client.to_string(),
+                client_netns: l.client_netns.clone(),
+                dropped: Some(RaceQuery {
+                    dns_id: l.key.id,
+                    question: question(&l.key.q),
+                    backend: backend.to_string(),
+                    offset_ns: l.first_ts.saturating_sub(pair_start),
+                }),
+                sibling: sibling_rec.clone(),
+                cpu,
+                counters,
+                counter_confirmed: confirmed,
+                drop_reason: l.drop.as_ref().map(|d| d.reason.clone()),
+                drop_location: l.drop.as_ref().map(|d| d.location.clone()),
+                retry_ns: retry,
+                total_delay_ns: total,
+                summary,
+            });
+        }
+        let _ = root;
     }
 
     fn tx_done(&self, t: &Transaction, now: u64) -> bool {
@@ -877,6 +1060,13 @@ impl Correlator {
         }
         let legs: Vec<&Leg> = t.legs.iter().filter_map(|id| self.legs.get(id)).collect();
         if !legs.iter().all(|l| l.closed()) {
+            return false;
+        }
+        // A race drop is judged with the counters sampled after it (they come every 200 ms).
+        let waiting_for_counters = legs.iter().any(|l| {
+            l.race.is_some_and(|(_, netns, ts, _)| !self.ct_samples.has_after(netns, ts) && now < ts + 2_000_000_000)
+        });
+        if waiting_for_counters {
             return false;
         }
         // The last root attempt timed out: its retry may still come.

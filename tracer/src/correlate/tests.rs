@@ -275,10 +275,13 @@ fn drop_is_attached_to_its_leg() {
     };
     f.c.on_observed(Observed::Drop(DropObservation {
         ts_ns: MS + 1000,
+        cpu: 0,
+        netns_cookie: 1,
         netns: "node".into(),
         ifname: "vclient".into(),
         reason: "NETFILTER_DROP".into(),
         location: "nft_do_chain+0x3e8".into(),
+        function: "nft_do_chain".into(),
         benign: false,
         proto: UDP,
         src: "10.244.1.2:5000".parse().unwrap(),
@@ -290,6 +293,11 @@ fn drop_is_attached_to_its_leg() {
         }),
         msg: Some(q()),
     }));
+    f.c.tick(8_000 * MS, &mut f.out);
+    assert!(
+        !f.out.iter().any(|r| matches!(r, Record::Race(_))),
+        "a rule drop is not a race"
+    );
     let txs = f.txs(8_000 * MS);
     assert_eq!(txs.len(), 1);
     assert_eq!(txs[0].outcome, "dropped");
@@ -347,4 +355,71 @@ fn search_domain_steps_are_related_and_other_names_not() {
     assert!(same_lookup_names("www.lab.test.cluster.local.", "www.lab.test."));
     assert!(!same_lookup_names("api.example.com.", "www.example.com."));
     assert!(!same_lookup_names("www.lab.test.", "www.lab.other."));
+}
+
+/// glibc's A and AAAA from one socket; the A fails to confirm (insert_failed +1 on CPU 1),
+/// is dropped, and retried at the timeout.
+#[test]
+fn race_drop_with_counters_sibling_and_retry() {
+    use crate::event::{CtCpuStats, CtStatsSample};
+    let mut f = Feed::new();
+    let sample = |ts: u64, insert_failed: u64| CtStatsSample {
+        ts_ns: ts,
+        netns: 1,
+        per_cpu: vec![
+            CtCpuStats { cpu: 0, ..Default::default() },
+            CtCpuStats { cpu: 1, insert_failed, drop: insert_failed, ..Default::default() },
+        ],
+    };
+    f.c.on_ct_stats(sample(0, 7));
+    let flow = |s: &str, d: &str| CtFlow { src: s.parse().unwrap(), dst: d.parse().unwrap(), proto: UDP };
+    let client = "10.244.1.2:5000";
+    let p_in = at(1, 10, Direction::Ingress);
+    let q = |id, t| msg(id, false, "api.lab.test.", t, "NOERROR", &[], false);
+    f.see(10 * MS, p_in, "node", "vclient", UDP, client, "10.96.0.10:53", q(1, "A"));
+    f.see(10 * MS + 400_000, p_in, "node", "vclient", UDP, client, "10.96.0.10:53", q(2, "AAAA"));
+    f.see(10 * MS + 500_000, at(1, 11, Direction::Egress), "node", "vdnsb", UDP, client, "10.244.1.4:53", q(2, "AAAA"));
+    f.see(11 * MS, at(1, 10, Direction::Egress), "node", "vclient", UDP, "10.96.0.10:53", client,
+        msg(2, true, "api.lab.test.", "AAAA", "NOERROR", &[], false));
+    f.c.on_observed(Observed::Drop(DropObservation {
+        ts_ns: 10 * MS + 600_000,
+        cpu: 1,
+        netns_cookie: 1,
+        netns: "node".into(),
+        ifname: "vclient".into(),
+        reason: "NETFILTER_DROP".into(),
+        location: "nf_hook_slow+0x9e".into(),
+        function: "nf_hook_slow".into(),
+        benign: false,
+        proto: UDP,
+        src: client.parse().unwrap(),
+        dst: "10.244.1.3:53".parse().unwrap(),
+        ct: Some(CtSnapshot {
+            status: 0x1a0,
+            orig: flow(client, "10.96.0.10:53"),
+            reply: flow("10.244.1.3:53", client),
+        }),
+        msg: Some(q(1, "A")),
+    }));
+    f.c.on_ct_stats(sample(200 * MS, 8));
+    // glibc retries the A at its timeout, same socket.
+    let retry = 10 * MS + 5_000 * MS;
+    f.see(retry, p_in, "node", "vclient", UDP, client, "10.96.0.10:53", q(3, "A"));
+    f.see(retry + MS, at(1, 10, Direction::Egress), "node", "vclient", UDP, "10.96.0.10:53", client,
+        msg(3, true, "api.lab.test.", "A", "NOERROR", &["10.0.0.7"], false));
+    f.c.tick(9_000 * MS, &mut f.out);
+    let races: Vec<_> = f.out.iter().filter_map(|r| match r { Record::Race(r) => Some(r.clone()), _ => None }).collect();
+    assert_eq!(races.len(), 1, "{races:#?}");
+    let r = &races[0];
+    assert_eq!(r.verdict, race::RaceVerdict::RaceDrop);
+    assert!(r.counter_confirmed);
+    assert_eq!(r.counters.insert_failed, 1);
+    assert_eq!(r.cpu, Some(1));
+    let dropped = r.dropped.as_ref().unwrap();
+    assert_eq!((dropped.dns_id, dropped.question.qtype.as_str(), dropped.backend.as_str()), (1, "A", "10.244.1.3:53"));
+    let sibling = r.sibling.as_ref().unwrap();
+    assert_eq!((sibling.dns_id, sibling.question.qtype.as_str(), sibling.backend.as_str()), (2, "AAAA", "10.244.1.4:53"));
+    assert_eq!(r.retry_ns, Some(5_000 * MS));
+    assert!(r.summary.starts_with("lookup of api.lab.test. took 5.00 s: A dropped by conntrack race at +0.6 ms, retried at +5.00 s"), "{}", r.summary);
+    assert_eq!(f.c.stats().races.race_drops, 1);
 }

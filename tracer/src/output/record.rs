@@ -10,6 +10,7 @@ pub enum Record {
     Drop(DropRecord),
     Transaction(TransactionRecord),
     Loop(crate::correlate::loops::LoopRecord),
+    Race(crate::correlate::race::RaceRecord),
     Stats(StatsRecord),
 }
 

@@ -224,6 +224,30 @@ pub fn loop_line(l: &crate::correlate::loops::LoopRecord) -> String {
     )
 }
 
+pub fn race_line(r: &crate::correlate::race::RaceRecord) -> String {
+    use crate::correlate::race::RaceVerdict;
+    let tag = match r.verdict {
+        RaceVerdict::RaceDrop => "CONNTRACK RACE",
+        RaceVerdict::ResolvedClash => "conntrack clash resolved",
+        RaceVerdict::Suspected => "SUSPECTED conntrack race",
+    };
+    let mut line = format!("{} {tag}: {}", clock(&r.time), r.summary);
+    if !r.client.is_empty() {
+        line.push_str(&format!(" [client {} in {}", r.client, r.client_netns));
+        if let Some(d) = &r.dropped {
+            line.push_str(&format!("; {} id {} → {}", d.question.qtype, d.dns_id, d.backend));
+        }
+        if let Some(s) = &r.sibling {
+            line.push_str(&format!("; sibling {} id {} → {}", s.question.qtype, s.dns_id, s.backend));
+        }
+        if let Some(cpu) = r.cpu {
+            line.push_str(&format!("; CPU {cpu} insert_failed +{} drop +{}", r.counters.insert_failed, r.counters.drop));
+        }
+        line.push(']');
+    }
+    line
+}
+
 pub fn stats_line(s: &StatsRecord) -> String {
     let mut line = format!(
         "--- {} packets, {} DNS messages decoded, {} malformed, {} TCP control segments, {} lost, {} drops",
@@ -256,6 +280,7 @@ impl<W: Write> Sink for TextSink<W> {
             Record::Drop(d) => drop_line(d),
             Record::Transaction(t) => transaction_block(t),
             Record::Loop(l) => loop_line(l),
+            Record::Race(r) => race_line(r),
             Record::Stats(s) => stats_line(s),
         };
         writeln!(self.out, "{line}")

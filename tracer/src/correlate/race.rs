@@ -1,0 +1,225 @@
+//! The conntrack DNAT race (kubernetes/kubernetes#56903): two queries of one UDP socket
+//! (glibc's A and AAAA) race through conntrack after DNAT; one fails to insert and is dropped,
+//! and the client waits out its timeout.
+//!
+//! Evidence combined per drop:
+//! - the drop: `NETFILTER_DROP` at `nf_hook_slow` (or the NFQUEUE variant at `nfqnl_reinject`)
+//!   of a packet whose conntrack entry is **not confirmed** and has its NAT done — a failed
+//!   confirm. A drop by a rule (`nft_do_chain`, a confirmed entry, NAT not done yet) is a
+//!   rule drop, never a race;
+//! - the per-CPU conntrack statistics of that namespace: `insert_failed`/`drop` grew on the
+//!   CPU that dropped it between the samples around the drop;
+//! - the sibling query from the same socket and the backend each was DNAT'd to, and the
+//!   client's retry (from the transaction).
+use std::collections::{HashMap, VecDeque};
+
+use serde::Serialize;
+
+use crate::{
+    event::{CtCpuStats, CtSnapshot, CtStatsSample},
+    output::record::QuestionRecord,
+    pipeline::IPS_CONFIRMED,
+};
+
+const IPS_SRC_NAT_DONE: u64 = 1 << 7;
+const IPS_DST_NAT_DONE: u64 = 1 << 8;
+const IPS_DST_NAT: u64 = 1 << 5;
+const SAMPLES_KEPT: usize = 64;
+
+/// Is this drop a failed conntrack confirm (a race candidate)?
+pub fn is_race_candidate(reason: &str, function: &str, ct: Option<&CtSnapshot>) -> bool {
+    let Some(ct) = ct else { return false };
+    if ct.status & IPS_CONFIRMED != 0 || ct.status & IPS_DST_NAT == 0 {
+        return false;
+    }
+    match function {
+        // __nf_conntrack_confirm failed → NF_DROP → freed in nf_hook_slow, after both NAT
+        // hooks ran (POSTROUTING/INPUT confirm is last).
+        "nf_hook_slow" => {
+            reason == "NETFILTER_DROP"
+                && ct.status & (IPS_SRC_NAT_DONE | IPS_DST_NAT_DONE) == IPS_SRC_NAT_DONE | IPS_DST_NAT_DONE
+        }
+        // A verdict re-injected from NFQUEUE that then fails to confirm.
+        "nfqnl_reinject" => ct.status & IPS_DST_NAT_DONE != 0,
+        _ => false,
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum RaceVerdict {
+    /// Kernel evidence: failed confirm of a DNAT'd query (and, when sampled, the counters).
+    RaceDrop,
+    /// The kernel resolved a clash (`clash_resolve` grew): the race happened, nothing lost.
+    ResolvedClash,
+    /// An unanswered query of an A/AAAA pair retried at the timeout, with no kernel
+    /// evidence (lost elsewhere, or before the tracer saw it).
+    Suspected,
+}
+
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct CounterDeltas {
+    pub insert_failed: u64,
+    pub drop: u64,
+    pub clash_resolve: u64,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct RaceQuery {
+    pub dns_id: u16,
+    pub question: QuestionRecord,
+    /// Where DNAT sent it.
+    pub backend: String,
+    /// Time since the pair's first query.
+    pub offset_ns: u64,
+}
+
+/// A `race` record.
+#[derive(Clone, Debug, Serialize)]
+pub struct RaceRecord {
+    pub verdict: RaceVerdict,
+    pub ts_ns: u64,
+    pub time: String,
+    pub netns: String,
+    /// The client socket.
+    pub client: String,
+    pub client_netns: String,
+    pub dropped: Option<RaceQuery>,
+    pub sibling: Option<RaceQuery>,
+    pub cpu: Option<u32>,
+    /// Per-CPU conntrack counter growth on `cpu` around the drop (all CPUs for clashes).
+    pub counters: CounterDeltas,
+    /// The counters were sampled on both sides of the drop and `insert_failed` or `drop`
+    /// grew on its CPU.
+    pub counter_confirmed: bool,
+    pub drop_reason: Option<String>,
+    pub drop_location: Option<String>,
+    /// The client's retry, since its first query.
+    pub retry_ns: Option<u64>,
+    /// First query → answer (end to end, including the retry).
+    pub total_delay_ns: Option<u64>,
+    pub summary: String,
+}
+
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct RaceStats {
+    pub race_drops: u64,
+    pub resolved_clashes: u64,
+    pub suspected: u64,
+}
+
+/// Conntrack statistics samples per namespace, to read counter growth around a drop.
+#[derive(Default)]
+pub struct CtSamples {
+    by_netns: HashMap<u64, VecDeque<CtStatsSample>>,
+}
+
+impl CtSamples {
+    /// Adds a sample; returns the growth of `clash_resolve` since the previous one, per CPU.
+    pub fn add(&mut self, s: CtStatsSample) -> Vec<(u32, u64)> {
+        let q = self.by_netns.entry(s.netns).or_default();
+        let mut clashes = Vec::new();
+        if let Some(prev) = q.back() {
+            for c in &s.per_cpu {
+                if let Some(p) = prev.per_cpu.iter().find(|p| p.cpu == c.cpu) {
+                    let d = c.clash_resolve.saturating_sub(p.clash_resolve);
+                    if d > 0 {
+                        clashes.push((c.cpu, d));
+                    }
+                }
+            }
+        }
+        q.push_back(s);
+        while q.len() > SAMPLES_KEPT {
+            q.pop_front();
+        }
+        if self.by_netns.len() > 1024 {
+            self.by_netns.clear();
+        }
+        clashes
+    }
+
+    /// Counter growth on `cpu` of `netns` between the last sample before `ts` and the first
+    /// after it; `None` until a sample after `ts` exists.
+    pub fn around(&self, netns: u64, cpu: u32, ts: u64) -> Option<CounterDeltas> {
+        let q = self.by_netns.get(&netns)?;
+        let before = q.iter().rev().find(|s| s.ts_ns <= ts)?;
+        let after = q.iter().find(|s| s.ts_ns > ts)?;
+        let at = |s: &CtStatsSample| s.per_cpu.iter().find(|c| c.cpu == cpu).copied();
+        let (b, a): (CtCpuStats, CtCpuStats) = (at(before)?, at(after)?);
+        Some(CounterDeltas {
+            insert_failed: a.insert_failed.saturating_sub(b.insert_failed),
+            drop: a.drop.saturating_sub(b.drop),
+            clash_resolve: a.clash_resolve.saturating_sub(b.clash_resolve),
+        })
+    }
+
+    pub fn has_after(&self, netns: u64, ts: u64) -> bool {
+        self.by_netns
+            .get(&netns)
+            .is_some_and(|q| q.back().is_some_and(|s| s.ts_ns > ts))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::event::CtFlow;
+
+    fn ct(status: u64) -> CtSnapshot {
+        let f = |s: &str, d: &str| CtFlow {
+            src: s.parse().unwrap(),
+            dst: d.parse().unwrap(),
+            proto: 17,
+        };
+        CtSnapshot {
+            status,
+            orig: f("10.244.1.2:5000", "10.96.0.10:53"),
+            reply: f("10.244.1.3:53", "10.244.1.2:5000"),
+        }
+    }
+
+    /// shared/LAB.md's table of what the kernel shows for each kind of drop.
+    #[test]
+    fn races_and_rule_drops_tell_apart() {
+        assert!(is_race_candidate("NETFILTER_DROP", "nf_hook_slow", Some(&ct(0x1a0))));
+        assert!(is_race_candidate("NETFILTER_DROP", "nf_hook_slow", Some(&ct(0x180 | 0x20))));
+        assert!(is_race_candidate("NOT_SPECIFIED", "nfqnl_reinject", Some(&ct(0x120))));
+        // iptables-nft and iptables-legacy DROP rules
+        assert!(!is_race_candidate("NETFILTER_DROP", "nft_do_chain", Some(&ct(0x120))));
+        assert!(!is_race_candidate("NETFILTER_DROP", "nf_hook_slow", Some(&ct(0x120))));
+        // confirmed entry, no NAT, no conntrack
+        assert!(!is_race_candidate("NETFILTER_DROP", "nf_hook_slow", Some(&ct(0x1a8))));
+        assert!(!is_race_candidate("NETFILTER_DROP", "nf_hook_slow", Some(&ct(0x180))));
+        assert!(!is_race_candidate("NETFILTER_DROP", "nf_hook_slow", None));
+    }
+
+    #[test]
+    fn counter_growth_around_a_drop() {
+        let sample = |ts: u64, insert_failed: u64, clash: u64| CtStatsSample {
+            ts_ns: ts,
+            netns: 7,
+            per_cpu: vec![
+                CtCpuStats {
+                    cpu: 0,
+                    ..Default::default()
+                },
+                CtCpuStats {
+                    cpu: 1,
+                    insert_failed,
+                    drop: insert_failed,
+                    clash_resolve: clash,
+                    ..Default::default()
+                },
+            ],
+        };
+        let mut s = CtSamples::default();
+        assert!(s.add(sample(100, 5, 0)).is_empty());
+        assert!(s.around(7, 1, 150).is_none());
+        assert_eq!(s.add(sample(200, 6, 3)), vec![(1, 3)]);
+        let d = s.around(7, 1, 150).unwrap();
+        assert_eq!((d.insert_failed, d.drop, d.clash_resolve), (1, 1, 3));
+        assert_eq!(s.around(7, 0, 150).unwrap().insert_failed, 0);
+        assert!(s.has_after(7, 150));
+    }
+}
