@@ -23,6 +23,7 @@ mod config;
 mod error;
 pub mod kube_proxy;
 mod process;
+pub mod race;
 mod servers;
 pub mod tracer;
 

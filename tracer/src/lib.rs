@@ -8,3 +8,4 @@ pub mod pipeline;
 pub mod trace;
 pub mod conntrack;
 pub mod correlate;
+pub mod analyze;

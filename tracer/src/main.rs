@@ -1,8 +1,9 @@
 //! `dnspath`: follow DNS packets through every hop of a Kubernetes node.
-use std::{io::BufWriter, process::ExitCode, time::Duration};
+use std::{io::BufWriter, path::PathBuf, process::ExitCode, time::Duration};
 
 use clap::{Args, Parser, Subcommand};
 use dnspath::{
+    analyze::{self, AnalyzeError, AnalyzeOptions},
     kernel::attach::AttachSpec,
     output::{Format, View},
     trace::{self, TraceOptions},
@@ -28,6 +29,40 @@ enum Command {
     ///   dnspath trace --all-netns --until loop # exit 3 once a forwarding loop is found
     #[command(verbatim_doc_comment)]
     Trace(TraceArgs),
+    /// Decode a pcap or pcapng capture file offline, with the same output as `trace`.
+    ///
+    /// Reads what tcpdump, tshark and dumpcap write: Ethernet (with VLAN tags), raw IP,
+    /// Linux cooked (`tcpdump -i any`: SLL and SLL2) and BSD loopback link types.
+    /// A file that ends early or is damaged part-way is analyzed up to the damage, with a
+    /// warning on stderr (exit 0); a file that is not a capture at all is an error.
+    ///
+    /// Examples:
+    ///   tcpdump -i any -w dns.pcap port 53    # on the node, then:
+    ///   dnspath analyze dns.pcap
+    ///   dnspath analyze dns.pcapng -o json --port 53 --port 5353
+    ///   zcat dns.pcap.gz | dnspath analyze -
+    #[command(verbatim_doc_comment)]
+    Analyze(AnalyzeArgs),
+}
+
+#[derive(Args)]
+struct AnalyzeArgs {
+    /// pcap or pcapng file; `-` reads standard input.
+    #[arg(value_name = "FILE")]
+    file: PathBuf,
+    /// Decode UDP/TCP packets from or to this port (repeatable); the others are skipped
+    /// and counted on stderr.
+    #[arg(short, long = "port", default_values_t = [53u16])]
+    ports: Vec<u16>,
+    /// Output format.
+    #[arg(short, long, value_enum, default_value_t = Format::Text)]
+    output: Format,
+    /// What to show [default: transactions for text, both for json].
+    #[arg(long, value_enum)]
+    view: Option<View>,
+    /// Seconds (of capture time) after which an unanswered query counts as timed out.
+    #[arg(long, value_name = "SECS", default_value_t = 5.0)]
+    timeout: f64,
 }
 
 #[derive(Args)]
@@ -136,6 +171,27 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             let summary = rt.block_on(trace::run(opts, out))?;
             if until_loop && summary.loop_found {
                 return Ok(ExitCode::from(EXIT_LOOP_FOUND));
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Analyze(a) => {
+            let opts = AnalyzeOptions {
+                path: a.file,
+                view: a.view.unwrap_or(match a.output {
+                    Format::Text => View::Transactions,
+                    Format::Json => View::Both,
+                }),
+                format: a.output,
+                timeout: positive_secs(a.timeout, "--timeout")?,
+                ports: a.ports,
+            };
+            let out = Box::new(std::io::stdout());
+            match analyze::run(opts, out) {
+                // `dnspath analyze big.pcap | head`: the reader has what it wanted.
+                Err(AnalyzeError::Io(e)) if e.kind() == std::io::ErrorKind::BrokenPipe => {}
+                r => {
+                    r?;
+                }
             }
             Ok(ExitCode::SUCCESS)
         }

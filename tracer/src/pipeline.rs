@@ -293,13 +293,11 @@ impl Decoder {
             .netns(netns)
             .map(str::to_string)
             .unwrap_or_else(|| format!("netns:{netns:#x}"));
-        let ifname = if ifindex == 0 {
-            String::new()
-        } else {
-            names
-                .iface(netns, ifindex)
-                .map(str::to_string)
-                .unwrap_or_else(|| format!("if{ifindex}"))
+        // ifindex 0: a drop without a device (live), or a file's first interface.
+        let ifname = match names.iface(netns, ifindex) {
+            Some(n) => n.to_string(),
+            None if ifindex == 0 => String::new(),
+            None => format!("if{ifindex}"),
         };
         (ns, ifname)
     }

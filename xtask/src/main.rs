@@ -5,12 +5,14 @@
 //!   cargo xtask build    setup, then build the release binary
 //!   cargo xtask demo     setup, build, start the lab, trace a few queries through it
 //!   cargo xtask test     setup, then every test (as root: lab tests included)
+//!   cargo xtask bench    setup (and tshark), build, time `dnspath analyze` against tshark
 use std::{
     env,
     path::{Path, PathBuf},
     process::{Command, ExitCode},
 };
 
+mod bench;
 mod demo;
 
 type Result<T> = std::result::Result<T, String>;
@@ -34,6 +36,9 @@ const PACKAGES: &[&str] = &[
     "dnsutils",
     "libc-bin",
     "tcpdump",
+    "gcc",
+    "libnetfilter-queue-dev",
+    "python3",
 ];
 const BPF_LINKER_VERSION: &str = "0.13.0";
 const EBPF_TOOLCHAIN: &str = "debian-bpf";
@@ -61,8 +66,8 @@ fn output_ok(cmd: &mut Command) -> Option<String> {
         .then(|| String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
-fn missing_packages() -> Vec<&'static str> {
-    PACKAGES
+fn missing_packages(packages: &[&'static str]) -> Vec<&'static str> {
+    packages
         .iter()
         .copied()
         .filter(|p| {
@@ -76,8 +81,9 @@ fn is_root() -> bool {
     output_ok(Command::new("id").arg("-u")).is_some_and(|s| s.trim() == "0")
 }
 
-fn setup() -> Result<()> {
-    let missing = missing_packages();
+/// Installs those of `packages` that are missing (apt-get, through sudo unless root).
+fn install_packages(packages: &[&'static str]) -> Result<()> {
+    let missing = missing_packages(packages);
     if !missing.is_empty() {
         eprintln!("xtask: installing {}", missing.join(" "));
         let sudo: &[&str] = if is_root() { &[] } else { &["sudo"] };
@@ -94,6 +100,11 @@ fn setup() -> Result<()> {
         install.args(&missing);
         run(&mut install)?;
     }
+    Ok(())
+}
+
+fn setup() -> Result<()> {
+    install_packages(PACKAGES)?;
     let toolchains = output_ok(Command::new("rustup").args(["toolchain", "list"])).unwrap_or_default();
     if !toolchains.lines().any(|l| l.starts_with(EBPF_TOOLCHAIN)) {
         eprintln!("xtask: linking Debian's rustc as the `{EBPF_TOOLCHAIN}` toolchain");
@@ -149,8 +160,12 @@ fn main() -> ExitCode {
             .and_then(|()| build_release())
             .and_then(|bin| demo::run(&bin)),
         "test" => setup().and_then(|()| test(rest)),
+        "bench" => setup()
+            .and_then(|()| install_packages(&["tshark"]))
+            .and_then(|()| build_release())
+            .and_then(|bin| bench::run(&bin, rest)),
         _ => {
-            eprintln!("usage: cargo xtask <setup|build|demo|test [cargo test args]>");
+            eprintln!("usage: cargo xtask <setup|build|demo|test [cargo test args]|bench [--packets N] [--runs N] [--keep FILE]>");
             return ExitCode::from(2);
         }
     };

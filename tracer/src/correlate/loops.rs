@@ -17,7 +17,7 @@ use super::QKey;
 pub const LOOP_END_NS: u64 = 2_000_000_000;
 const UPDATE_EVERY_NS: u64 = 1_000_000_000;
 /// Amplification: forwards of one question by one server per second, at least …
-const STORM_MIN_PER_SEC: u64 = 100;
+const STORM_MIN_PER_SEC: u64 = 200;
 /// … and this many times the rate at which clients ask it.
 const STORM_FACTOR: u64 = 10;
 const MAX_LOOPS: usize = 1024;
@@ -115,8 +115,8 @@ pub struct LoopTracker {
     by_question: HashMap<QKey, (QKey, Vec<String>)>,
     /// (server ip, question) → (window start, forwards in window)
     forwards: HashMap<(String, QKey), (u64, u64)>,
-    /// question → (window start, client queries in window)
-    asks: HashMap<QKey, (u64, u64)>,
+    /// question → (window start, client queries in window, in the window before)
+    asks: HashMap<QKey, (u64, u64, u64)>,
     next_id: u64,
     pub stats: LoopStats,
     out: Vec<LoopRecord>,
@@ -281,9 +281,11 @@ impl LoopTracker {
 
     /// A client's own query for `q` (not a forward): the baseline for amplification.
     pub(super) fn client_ask(&mut self, q: &QKey, ts: u64) {
-        let e = self.asks.entry(q.clone()).or_insert((ts, 0));
+        let e = self.asks.entry(q.clone()).or_insert((ts, 0, 0));
         if ts >= e.0 + 1_000_000_000 {
-            *e = (ts, 0);
+            // The previous window only counts if it was the one just before.
+            let prev = if ts < e.0 + 2_000_000_000 { e.1 } else { 0 };
+            *e = (ts, 0, prev);
         }
         e.1 += 1;
     }
@@ -300,7 +302,14 @@ impl LoopTracker {
         }
         e.1 += 1;
         let forwards = e.1;
-        let asks = self.asks.get(q).filter(|a| ts < a.0 + 2_000_000_000).map(|a| a.1).unwrap_or(0);
+        // Client rate: the larger of this and the previous one-second window, so that a
+        // window that just started does not make the clients look quiet.
+        let asks = self
+            .asks
+            .get(q)
+            .filter(|a| ts < a.0 + 2_000_000_000)
+            .map(|a| a.1.max(a.2))
+            .unwrap_or(0);
         if forwards >= STORM_MIN_PER_SEC && forwards >= STORM_FACTOR * asks.max(1) {
             let hop = LoopHop {
                 from: server_ip.clone(),

@@ -312,6 +312,10 @@ pub struct Correlator {
     by_key: HashMap<LegKey, u64>,
     /// Unanswered legs by question, to find a forwarder's parent.
     open_by_q: HashMap<QKey, Vec<u64>>,
+    /// Client (root) legs by client address and question, for retries and TCP fallback.
+    roots_by_q: HashMap<(IpAddr, QKey), Vec<u64>>,
+    /// Client (root) legs by client socket, for the sibling of an A/AAAA pair.
+    roots_by_socket: HashMap<SocketAddr, Vec<u64>>,
     txs: BTreeMap<u64, Transaction>,
     lookups: HashMap<(IpAddr, String), LookupState>,
     next_id: u64,
@@ -351,6 +355,8 @@ impl Correlator {
             legs: HashMap::new(),
             by_key: HashMap::new(),
             open_by_q: HashMap::new(),
+            roots_by_q: HashMap::new(),
+            roots_by_socket: HashMap::new(),
             txs: BTreeMap::new(),
             lookups: HashMap::new(),
             next_id: 1,
@@ -409,9 +415,12 @@ impl Correlator {
     /// Another query from the same socket within `window` of `ts` (glibc's A/AAAA pair).
     fn sibling_of(&self, l: &Leg, window: u64) -> Option<(u64, u16, QKey, SocketAddr)> {
         let live = self
-            .legs
-            .values()
-            .filter(|o| o.id != l.id && o.parent.is_none() && o.client == l.client)
+            .roots_by_socket
+            .get(&l.client)
+            .into_iter()
+            .flatten()
+            .filter_map(|id| self.legs.get(id))
+            .filter(|o| o.id != l.id)
             .map(|o| (o.first_ts, o.key.id, o.key.q.clone(), o.backend));
         let old = self.recent.get(&l.client).into_iter().flatten().cloned();
         live.chain(old)
@@ -598,7 +607,7 @@ impl Correlator {
                 });
                 leg.timed_out = false;
                 let tx = leg.tx;
-                remove_open(&mut self.open_by_q, &q, leg_id);
+                remove_from(&mut self.open_by_q, &q, leg_id);
                 self.touch(tx, o.ts_ns);
             } else {
                 let tx = leg.tx;
@@ -718,6 +727,10 @@ impl Correlator {
         // A key reused after its leg was answered replaces it in the index.
         self.by_key.insert(key, id);
         self.open_by_q.entry(q.clone()).or_default().push(id);
+        if parent.is_none() {
+            self.roots_by_q.entry((seen_client.ip(), q.clone())).or_default().push(id);
+            self.roots_by_socket.entry(seen_client).or_default().push(id);
+        }
         self.legs.insert(id, leg);
         self.stats.legs += 1;
         match role {
@@ -725,8 +738,7 @@ impl Correlator {
                 self.loops.forward(seen_client.ip().to_string(), &q, o.ts_ns);
                 self.check_cycle(id, o.ts_ns);
             }
-            LegRole::Query => self.loops.client_ask(&q, o.ts_ns),
-            _ => {}
+            LegRole::Query | LegRole::Retry | LegRole::TcpFallback => self.loops.client_ask(&q, o.ts_ns),
         }
         self.enforce_bounds();
     }
@@ -754,25 +766,34 @@ impl Correlator {
     }
 
     /// An earlier root attempt of the same client and question that this one repeats:
-    /// after no answer (retry) or a truncated UDP answer (TCP fallback). Concurrent queries
-    /// from other sockets of the same client are not retries: a retry comes from the same
-    /// socket, or after the earlier query went unanswered for a while.
+    /// after no answer (retry) or a truncated UDP answer (TCP fallback). Only the client's
+    /// latest query of that question counts, and only when it went unanswered from the same
+    /// socket, or for a while: concurrent or later answered queries of the same name from
+    /// other sockets are transactions of their own.
     fn find_previous_attempt(&self, q: &QKey, o: &Observation, client: SocketAddr) -> Option<(u64, LegRole)> {
         const RETRY_MIN_NS: u64 = 500_000_000;
+        const MAX_ATTEMPTS: usize = 8;
         let window = self.cfg.timeout_ns + self.cfg.retry_grace_ns;
-        self.legs
-            .values()
-            .filter(|l| l.parent.is_none() && l.key.q == *q && l.client.ip() == client.ip())
+        let latest = self
+            .roots_by_q
+            .get(&(client.ip(), q.clone()))
+            .into_iter()
+            .flatten()
+            .filter_map(|id| self.legs.get(id))
             .filter(|l| o.ts_ns >= l.first_ts && o.ts_ns - l.first_ts <= window)
             .filter(|l| l.client_netns == o.netns)
-            .filter_map(|l| match &l.response {
-                Some(r) if r.tc && o.proto == tracer_common::IPPROTO_TCP => Some((l, LegRole::TcpFallback)),
-                Some(_) => None,
-                None if l.client == client || o.ts_ns - l.first_ts >= RETRY_MIN_NS => Some((l, LegRole::Retry)),
-                None => None,
-            })
-            .max_by_key(|(l, _)| l.first_ts)
-            .map(|(l, role)| (l.tx, role))
+            .max_by_key(|l| l.first_ts)?;
+        let attempts = self.txs.get(&latest.tx).map(|t| t.legs.len()).unwrap_or(0);
+        if attempts >= MAX_ATTEMPTS {
+            return None;
+        }
+        let role = match &latest.response {
+            Some(r) if r.tc && o.proto == tracer_common::IPPROTO_TCP => LegRole::TcpFallback,
+            Some(_) => return None,
+            None if latest.client == client || o.ts_ns - latest.first_ts >= RETRY_MIN_NS => LegRole::Retry,
+            None => return None,
+        };
+        Some((latest.tx, role))
     }
 
     fn assign_lookup(&mut self, client: IpAddr, netns: &str, name: &str, ts: u64) -> (u64, u32) {
@@ -885,7 +906,11 @@ impl Correlator {
         if self.by_key.get(&leg.key) == Some(&id) {
             self.by_key.remove(&leg.key);
         }
-        remove_open(&mut self.open_by_q, &leg.key.q, id);
+        remove_from(&mut self.open_by_q, &leg.key.q, id);
+        if leg.parent.is_none() {
+            remove_from(&mut self.roots_by_q, &(leg.client.ip(), leg.key.q.clone()), id);
+            remove_from(&mut self.roots_by_socket, &leg.client, id);
+        }
         true
     }
 
@@ -931,7 +956,7 @@ impl Correlator {
             }
         }
         for (q, id) in newly_closed {
-            remove_open(&mut self.open_by_q, &q, id);
+            remove_from(&mut self.open_by_q, &q, id);
         }
         let done: Vec<u64> = self
             .txs
@@ -961,7 +986,7 @@ impl Correlator {
     /// Race records of a finished transaction: race drops with their evidence, or a
     /// suspected race (an unanswered query of an A/AAAA pair retried at the timeout).
     fn races_of(&mut self, t: &Transaction, rec: Option<&TransactionRecord>) {
-        const PAIR_WINDOW_NS: u64 = 50_000_000;
+        const PAIR_WINDOW_NS: u64 = 100_000_000;
         let legs: Vec<Leg> = t.legs.iter().filter_map(|id| self.legs.get(id)).cloned().collect();
         let Some(root) = legs.first() else { return };
         let retry = legs
@@ -1275,11 +1300,11 @@ fn same_iface(a: ObservationPoint, b: ObservationPoint) -> bool {
     a.netns == b.netns && a.ifindex == b.ifindex
 }
 
-fn remove_open(open: &mut HashMap<QKey, Vec<u64>>, q: &QKey, id: u64) {
-    if let Some(v) = open.get_mut(q) {
+fn remove_from<K: std::hash::Hash + Eq>(index: &mut HashMap<K, Vec<u64>>, key: &K, id: u64) {
+    if let Some(v) = index.get_mut(key) {
         v.retain(|x| *x != id);
         if v.is_empty() {
-            open.remove(q);
+            index.remove(key);
         }
     }
 }

@@ -29,18 +29,19 @@ const SAMPLES_KEPT: usize = 64;
 /// Is this drop a failed conntrack confirm (a race candidate)?
 pub fn is_race_candidate(reason: &str, function: &str, ct: Option<&CtSnapshot>) -> bool {
     let Some(ct) = ct else { return false };
-    if ct.status & IPS_CONFIRMED != 0 || ct.status & IPS_DST_NAT == 0 {
+    if ct.status & IPS_CONFIRMED != 0 {
         return false;
     }
     match function {
         // __nf_conntrack_confirm failed → NF_DROP → freed in nf_hook_slow, after both NAT
-        // hooks ran (POSTROUTING/INPUT confirm is last).
+        // hooks ran (POSTROUTING/INPUT confirm is last). The loser may be either query of
+        // the pair, DNAT'd or not (0x1a0 or 0x180).
         "nf_hook_slow" => {
             reason == "NETFILTER_DROP"
                 && ct.status & (IPS_SRC_NAT_DONE | IPS_DST_NAT_DONE) == IPS_SRC_NAT_DONE | IPS_DST_NAT_DONE
         }
         // A verdict re-injected from NFQUEUE that then fails to confirm.
-        "nfqnl_reinject" => ct.status & IPS_DST_NAT_DONE != 0,
+        "nfqnl_reinject" => ct.status & IPS_DST_NAT != 0 && ct.status & IPS_DST_NAT_DONE != 0,
         _ => false,
     }
 }
@@ -183,14 +184,14 @@ mod tests {
     #[test]
     fn races_and_rule_drops_tell_apart() {
         assert!(is_race_candidate("NETFILTER_DROP", "nf_hook_slow", Some(&ct(0x1a0))));
-        assert!(is_race_candidate("NETFILTER_DROP", "nf_hook_slow", Some(&ct(0x180 | 0x20))));
+        assert!(is_race_candidate("NETFILTER_DROP", "nf_hook_slow", Some(&ct(0x180))));
         assert!(is_race_candidate("NOT_SPECIFIED", "nfqnl_reinject", Some(&ct(0x120))));
         // iptables-nft and iptables-legacy DROP rules
         assert!(!is_race_candidate("NETFILTER_DROP", "nft_do_chain", Some(&ct(0x120))));
         assert!(!is_race_candidate("NETFILTER_DROP", "nf_hook_slow", Some(&ct(0x120))));
-        // confirmed entry, no NAT, no conntrack
+        // confirmed entry, NAT not done yet, no conntrack
         assert!(!is_race_candidate("NETFILTER_DROP", "nf_hook_slow", Some(&ct(0x1a8))));
-        assert!(!is_race_candidate("NETFILTER_DROP", "nf_hook_slow", Some(&ct(0x180))));
+        assert!(!is_race_candidate("NETFILTER_DROP", "nf_hook_slow", Some(&ct(0x100))));
         assert!(!is_race_candidate("NETFILTER_DROP", "nf_hook_slow", None));
     }
 

@@ -423,3 +423,29 @@ fn race_drop_with_counters_sibling_and_retry() {
     assert!(r.summary.starts_with("lookup of api.lab.test. took 5.00 s: A dropped by conntrack race at +0.6 ms, retried at +5.00 s"), "{}", r.summary);
     assert_eq!(f.c.stats().races.race_drops, 1);
 }
+
+/// Many clients asking the same name through a forwarder at a high rate is not an
+/// amplification: the forwarder sends it on as often as it is asked.
+#[test]
+fn busy_forwarder_is_not_an_amplification() {
+    let mut f = Feed::new();
+    // 1.6 s at 500 queries/s: the rate windows of clients and forwards do not line up.
+    for i in 0..800u64 {
+        let t = MS + i * 2 * MS;
+        let port = 10_000 + i as u16;
+        let client = format!("10.244.1.2:{port}");
+        let id = i as u16;
+        f.see(t, at(1, 10, Direction::Ingress), "node", "vclient", UDP, &client, "10.96.0.10:53",
+            msg(id, false, "busy.test.", "A", "NOERROR", &[], false));
+        f.see(t + 10_000, at(1, 11, Direction::Egress), "node", "vdnsa", UDP, &client, "10.244.1.3:53",
+            msg(id, false, "busy.test.", "A", "NOERROR", &[], false));
+        f.see(t + 20_000, at(1, 11, Direction::Ingress), "node", "vdnsa", UDP, &format!("10.244.1.3:{port}"), "10.250.0.53:53",
+            msg(id ^ 0x5555, false, "busy.test.", "A", "NOERROR", &[], false));
+        f.see(t + 90_000, at(1, 10, Direction::Egress), "node", "vclient", UDP, "10.96.0.10:53", &client,
+            msg(id, true, "busy.test.", "A", "NOERROR", &["10.0.0.1"], false));
+        f.c.tick(t, &mut f.out);
+    }
+    f.c.tick(10_000 * MS, &mut f.out);
+    let loops: Vec<_> = f.out.iter().filter(|r| matches!(r, Record::Loop(_))).collect();
+    assert!(loops.is_empty(), "{loops:#?}");
+}

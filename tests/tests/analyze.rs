@@ -1,0 +1,515 @@
+//! `dnspath analyze` on real captures of lab traffic: tcpdump on `any` (Linux cooked SLL and
+//! SLL2) and on one veth (Ethernet), pcapng from editcap and from a live tshark, a file cut
+//! mid-packet, and files that are not captures at all.
+//! Run as root with `--test-threads=1` (`cargo xtask test`).
+#![allow(clippy::unwrap_used, clippy::expect_used, reason = "integration tests fail at the line that broke")]
+use std::{
+    io::{BufRead, BufReader},
+    path::{Path, PathBuf},
+    process::{Child, Command, Output},
+    sync::mpsc,
+    thread,
+    time::{Duration, Instant},
+};
+
+use lab::{tracer::dnspath_bin, Lab, LabConfig, Pod};
+use serde_json::Value;
+
+fn is_root() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    unsafe { libc::geteuid() == 0 }
+}
+
+fn have(tool: &str) -> bool {
+    Command::new("sh")
+        .args(["-c", &format!("command -v {tool}")])
+        .output()
+        .is_ok_and(|o| o.status.success())
+}
+
+/// Starts a lab, or says why this test cannot run here.
+fn lab(tools: &[&str]) -> Option<Lab> {
+    if !is_root() {
+        eprintln!("skipped: needs root (network namespaces, packet capture)");
+        return None;
+    }
+    if let Some(missing) = tools.iter().find(|t| !have(t)) {
+        eprintln!("skipped: {missing} is not installed");
+        return None;
+    }
+    assert!(
+        dnspath_bin().exists(),
+        "dnspath binary missing at {}; run `cargo xtask test`",
+        dnspath_bin().display()
+    );
+    Some(Lab::start(LabConfig::default()).unwrap())
+}
+
+/// A directory of this test's files, removed on drop (also when the test panics).
+struct Scratch(PathBuf);
+
+impl Scratch {
+    fn new(tag: &str) -> Self {
+        let dir = std::env::temp_dir().join(format!("dnspath-analyze-{}-{tag}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        Scratch(dir)
+    }
+
+    fn file(&self, name: &str) -> PathBuf {
+        self.0.join(name)
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// A capture tool running in a lab namespace.
+struct Capture {
+    child: Child,
+    stderr: mpsc::Receiver<String>,
+    seen: Vec<String>,
+}
+
+impl Capture {
+    /// Starts `args` in `ns` and waits until it prints a line containing `ready`.
+    fn start(lab: &Lab, ns: &str, args: &[&str], ready: &str) -> Capture {
+        let mut child = lab.spawn_in(ns, args).unwrap();
+        let (tx, rx) = mpsc::channel();
+        let err = child.stderr.take().unwrap();
+        thread::spawn(move || {
+            for line in BufReader::new(err).lines().map_while(Result::ok) {
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        let mut c = Capture {
+            child,
+            stderr: rx,
+            seen: Vec::new(),
+        };
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match c.stderr.recv_timeout(left) {
+                Ok(line) => {
+                    let hit = line.contains(ready);
+                    c.seen.push(line);
+                    if hit {
+                        // tshark says so as dumpcap starts, a moment before its socket is up.
+                        thread::sleep(Duration::from_millis(500));
+                        return c;
+                    }
+                }
+                Err(_) => {
+                    let _ = c.child.kill();
+                    panic!("{args:?} did not print {ready:?}: {}", c.seen.join("\n"));
+                }
+            }
+        }
+    }
+
+    /// SIGINT (the tools flush and close the file on it), then waits for the exit.
+    fn stop(mut self) -> String {
+        // Let the last packets reach the capture socket.
+        thread::sleep(Duration::from_millis(300));
+        // SAFETY: kill(2) on our own child, not yet reaped.
+        unsafe {
+            libc::kill(self.child.id() as libc::pid_t, libc::SIGINT);
+        }
+        let status = self.child.wait().unwrap();
+        while let Ok(line) = self.stderr.recv_timeout(Duration::from_secs(2)) {
+            self.seen.push(line);
+        }
+        let log = self.seen.join("\n");
+        assert!(status.success(), "capture exited with {status}: {log}");
+        log
+    }
+}
+
+fn tcpdump(lab: &Lab, ns: &str, iface: &str, file: &Path, extra: &[&str]) -> Capture {
+    let file = file.to_string_lossy().into_owned();
+    // --immediate-mode: hand each packet over at once (TPACKET_V3 otherwise holds them in
+    // blocks for up to a second, and SIGINT discards those); -U: write each packet out at
+    // once; -Z root: keep the permission to write the file.
+    let mut args = vec![
+        "tcpdump", "--immediate-mode", "-U", "-n", "-Z", "root", "-i", iface, "-w", file.as_str(),
+    ];
+    args.extend_from_slice(extra);
+    Capture::start(lab, ns, &args, "listening on")
+}
+
+struct Analysis {
+    out: Output,
+    recs: Vec<Value>,
+    stderr: String,
+}
+
+fn analyze(file: &Path, extra: &[&str]) -> Analysis {
+    let out = Command::new(dnspath_bin())
+        .arg("analyze")
+        .arg(file)
+        .args(["-o", "json"])
+        .args(extra)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    let recs = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap_or_else(|e| panic!("bad NDJSON {l:?}: {e}")))
+        .collect();
+    Analysis { out, recs, stderr }
+}
+
+fn analyze_ok(file: &Path) -> Analysis {
+    let a = analyze(file, &[]);
+    assert!(a.out.status.success(), "dnspath analyze failed: {:?}\n{}", a.out.status, a.stderr);
+    assert!(!a.stderr.contains("warning"), "{}", a.stderr);
+    a
+}
+
+fn stats(recs: &[Value]) -> &Value {
+    let last = recs.last().unwrap_or_else(|| panic!("no output"));
+    assert_eq!(last["type"], "stats", "the stats record comes last: {last}");
+    last
+}
+
+fn packets(recs: &[Value]) -> Vec<&Value> {
+    recs.iter().filter(|r| r["type"] == "packet").collect()
+}
+
+fn dig_ok(lab: &Lab, args: &[&str]) {
+    let out = lab.dig(args);
+    assert!(out.status.success(), "dig {args:?}: {}", String::from_utf8_lossy(&out.stdout));
+}
+
+/// `dig www.lab.test` over UDP and TCP, via the ClusterIP.
+fn queries(lab: &Lab) {
+    dig_ok(lab, &["+time=2", "+tries=1", "www.lab.test.", "A"]);
+    dig_ok(lab, &["+tcp", "+time=2", "+tries=1", "www.lab.test.", "A"]);
+}
+
+/// The client's query to the ClusterIP over `proto` and the answer back to it (un-DNAT'd,
+/// with 10.250.0.80), as seen on the client's veth. Returns them.
+fn query_and_answer<'a>(lab: &Lab, recs: &'a [Value], proto: &str) -> (&'a Value, &'a Value) {
+    let client = format!("{}:", lab.ip_of(Pod::Client));
+    let service = format!("{}:53", lab.cluster_ip());
+    let all = packets(recs);
+    let q = all
+        .iter()
+        .find(|r| {
+            r["proto"] == proto
+                && r["dns"]["qr"] == false
+                && r["dst"] == service.as_str()
+                && r["src"].as_str().is_some_and(|s| s.starts_with(&client))
+                && r["dns"]["questions"][0]["name"] == "www.lab.test."
+                && r["dns"]["questions"][0]["type"] == "A"
+        })
+        .unwrap_or_else(|| panic!("{proto} query from {client} to {service} not found in\n{}", brief(&all)));
+    let a = all
+        .iter()
+        .find(|r| {
+            r["proto"] == proto
+                && r["dns"]["qr"] == true
+                && r["src"] == service.as_str()
+                && r["dst"] == q["src"]
+                && r["dns"]["id"] == q["dns"]["id"]
+                && r["dns"]["answers"]
+                    .as_array()
+                    .is_some_and(|a| a.iter().any(|rr| rr["type"] == "A" && rr["data"] == "10.250.0.80"))
+        })
+        .unwrap_or_else(|| panic!("{proto} answer 10.250.0.80 to {} not found in\n{}", q["src"], brief(&all)));
+    (q, a)
+}
+
+/// One line per packet record, for failure messages.
+fn brief(recs: &[&Value]) -> String {
+    recs.iter()
+        .map(|r| {
+            format!(
+                "{}/{}({}) {} {} {} > {} id {} qr {} {} {}",
+                r["netns"],
+                r["ifname"],
+                r["ifindex"],
+                r["dir"],
+                r["proto"],
+                r["src"],
+                r["dst"],
+                r["dns"]["id"],
+                r["dns"]["qr"],
+                r["dns"]["questions"][0]["name"],
+                r["dns"]["answers"]
+            )
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// The correlate stage runs offline too: the client's question becomes one transaction, its
+/// query leg through the DNAT (joined without conntrack) and the CoreDNS pod's forward to the
+/// upstream under it.
+fn assert_transaction(lab: &Lab, recs: &[Value], proto: &str) {
+    let client = format!("{}:", lab.ip_of(Pod::Client));
+    let txs: Vec<&Value> = recs.iter().filter(|r| r["type"] == "transaction").collect();
+    let t = txs
+        .iter()
+        .find(|t| {
+            t["question"]["name"] == "www.lab.test."
+                && t["client"].as_str().is_some_and(|c| c.starts_with(&client))
+                && t["legs"][0]["proto"] == proto
+        })
+        .unwrap_or_else(|| panic!("no {proto} transaction of {client}: {txs:#?}"));
+    assert_eq!(t["outcome"], "answered", "{t}");
+    assert_eq!(t["answers"][0], "A 10.250.0.80", "{t}");
+    let legs = t["legs"].as_array().unwrap();
+    assert_eq!(legs[0]["server"], format!("{}:53", lab.cluster_ip()), "{t}");
+    let up = format!("{}:53", lab.ip_of(Pod::Upstream));
+    assert!(
+        legs.iter().any(|l| l["role"] == "forward" && l["parent"] == 0 && l["server"] == up.as_str()),
+        "the forward to the upstream under the client's leg: {t}"
+    );
+}
+
+fn ifindex(lab: &Lab, ns: &str, dev: &str) -> u64 {
+    let o = lab.exec(ns, &["cat", &format!("/sys/class/net/{dev}/ifindex")]);
+    assert!(o.status.success(), "{o:?}");
+    String::from_utf8_lossy(&o.stdout).trim().parse().unwrap()
+}
+
+/// Start of each packet record of a pcap file (24-byte header, 16-byte record headers).
+fn pcap_records(bytes: &[u8]) -> Vec<(usize, usize)> {
+    assert_eq!(&bytes[..4], &0xa1b2_c3d4u32.to_le_bytes(), "little-endian µs pcap expected");
+    let mut out = Vec::new();
+    let mut at = 24;
+    while at + 16 <= bytes.len() {
+        let incl = u32::from_le_bytes(bytes[at + 8..at + 12].try_into().unwrap()) as usize;
+        out.push((at, 16 + incl));
+        at += 16 + incl;
+    }
+    assert_eq!(at, bytes.len(), "capture not flushed whole");
+    out
+}
+
+#[test]
+fn cooked_captures_of_the_any_interface() {
+    let Some(lab) = lab(&["tcpdump"]) else { return };
+    let dir = Scratch::new("any");
+    let sll = dir.file("any-sll.pcap");
+    let sll2 = dir.file("any-sll2.pcap");
+    let plain = dir.file("any.pcap");
+    let node = lab.node_ns();
+    let caps = [
+        tcpdump(&lab, node, "any", &sll, &["-y", "LINUX_SLL", "port", "53"]),
+        tcpdump(&lab, node, "any", &sll2, &["-y", "LINUX_SLL2", "port", "53"]),
+        // What a user gets without choosing.
+        tcpdump(&lab, node, "any", &plain, &["port", "53"]),
+    ];
+    queries(&lab);
+    for c in caps {
+        c.stop();
+    }
+
+    let veth = ifindex(&lab, node, lab.veth_of(Pod::Client));
+    for (file, has_ifindex) in [(&sll, false), (&sll2, true), (&plain, false)] {
+        let a = analyze_ok(file);
+        for proto in ["udp", "tcp"] {
+            let (q, ans) = query_and_answer(&lab, &a.recs, proto);
+            // On `any`, the cooked header says whether the node sent or received it.
+            assert_eq!(q["dir"], "ingress", "{q}");
+            assert_eq!(ans["dir"], "egress", "{ans}");
+            let stem = file.file_stem().unwrap().to_str().unwrap();
+            assert_eq!(q["netns"], stem, "{q}");
+            assert!(q["cpu"].is_null(), "{q}");
+            if has_ifindex {
+                assert_eq!(q["ifindex"], veth, "SLL2 names the interface: {q}");
+                assert_eq!(ans["ifindex"], veth, "{ans}");
+            }
+        }
+        for proto in ["udp", "tcp"] {
+            assert_transaction(&lab, &a.recs, proto);
+        }
+        let s = stats(&a.recs);
+        assert_eq!(s["malformed"], 0, "{s}");
+        assert!(s["decoded"].as_u64().unwrap() >= 8, "{s}");
+        assert!(a.stderr.contains("0 skipped"), "{}", a.stderr);
+    }
+}
+
+#[test]
+fn ethernet_capture_of_one_veth() {
+    let Some(lab) = lab(&["tcpdump"]) else { return };
+    let dir = Scratch::new("eth");
+    let file = dir.file("client-veth.pcap");
+    let cap = tcpdump(&lab, lab.node_ns(), lab.veth_of(Pod::Client), &file, &[]);
+    queries(&lab);
+    // Something that is not DNS, to be skipped and counted.
+    let up = lab.ip_of(Pod::Upstream);
+    let o = lab.exec(lab.client_ns(), &["bash", "-c", &format!("printf x > /dev/udp/{up}/9")]);
+    assert!(o.status.success(), "{o:?}");
+    cap.stop();
+
+    let a = analyze(&file, &[]);
+    assert!(a.out.status.success(), "{}", a.stderr);
+    for proto in ["udp", "tcp"] {
+        let (q, ans) = query_and_answer(&lab, &a.recs, proto);
+        // A pcap of one interface does not say which way a packet went.
+        assert_eq!(q["dir"], "unknown", "{q}");
+        assert_eq!(ans["ifname"], "if0", "{ans}");
+    }
+    assert!(a.stderr.contains("1 on other ports"), "{}", a.stderr);
+    // With that port included, the datagram is decoded (and is no DNS message).
+    let all = analyze(&file, &["--port", "53", "--port", "9"]);
+    assert!(all.out.status.success(), "{}", all.stderr);
+    assert_eq!(
+        stats(&all.recs)["malformed"].as_u64().unwrap(),
+        stats(&a.recs)["malformed"].as_u64().unwrap() + 1,
+        "{}",
+        all.stderr
+    );
+}
+
+#[test]
+fn pcapng_from_editcap_and_from_tshark() {
+    let Some(lab) = lab(&["tcpdump", "tshark", "editcap"]) else { return };
+    let dir = Scratch::new("ng");
+    let pcap = dir.file("sll2.pcap");
+    let converted = dir.file("converted.pcapng");
+    let live = dir.file("live.pcapng");
+    let node = lab.node_ns();
+    let veth = lab.veth_of(Pod::Client);
+    let live_s = live.to_string_lossy().into_owned();
+    let caps = [
+        tcpdump(&lab, node, "any", &pcap, &["-y", "LINUX_SLL2", "port", "53"]),
+        Capture::start(
+            &lab,
+            node,
+            &["tshark", "-n", "-i", veth, "-F", "pcapng", "-w", live_s.as_str()],
+            "Capturing on",
+        ),
+    ];
+    queries(&lab);
+    for c in caps {
+        c.stop();
+    }
+    let o = Command::new("editcap")
+        .args(["-F", "pcapng"])
+        .arg(&pcap)
+        .arg(&converted)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "editcap: {}", String::from_utf8_lossy(&o.stderr));
+
+    let a = analyze_ok(&converted);
+    assert!(a.stderr.contains("(pcapng)"), "{}", a.stderr);
+    for proto in ["udp", "tcp"] {
+        let (q, ans) = query_and_answer(&lab, &a.recs, proto);
+        assert_eq!((&q["dir"], &ans["dir"]), (&Value::from("ingress"), &Value::from("egress")));
+    }
+    let from_pcap = analyze_ok(&pcap);
+    assert_eq!(
+        packets(&a.recs).len(),
+        packets(&from_pcap.recs).len(),
+        "the same packets as pcap and as pcapng"
+    );
+
+    // dumpcap names the interface in its interface description block.
+    let b = analyze_ok(&live);
+    for proto in ["udp", "tcp"] {
+        let (q, _) = query_and_answer(&lab, &b.recs, proto);
+        assert_eq!(q["ifname"], veth, "{q}");
+        assert_eq!(q["netns"], "live", "{q}");
+    }
+}
+
+#[test]
+fn truncated_capture_keeps_the_packets_before_the_cut() {
+    let Some(lab) = lab(&["tcpdump"]) else { return };
+    let dir = Scratch::new("cut");
+    let file = dir.file("full.pcap");
+    let cap = tcpdump(&lab, lab.node_ns(), "any", &file, &["-y", "LINUX_SLL", "port", "53"]);
+    queries(&lab);
+    cap.stop();
+    let full = analyze_ok(&file);
+
+    let bytes = std::fs::read(&file).unwrap();
+    let records = pcap_records(&bytes);
+    let &(last_at, last_len) = records.last().unwrap();
+    let cut_file = dir.file("cut.pcap");
+    std::fs::write(&cut_file, &bytes[..last_at + last_len / 2]).unwrap();
+    let cut = analyze(&cut_file, &[]);
+    assert!(cut.out.status.success(), "damage part-way is a warning, not a failure: {}", cut.stderr);
+    let warning = cut
+        .stderr
+        .lines()
+        .find(|l| l.contains("warning"))
+        .unwrap_or_else(|| panic!("no warning: {}", cut.stderr));
+    assert!(warning.contains(&format!("truncated at byte offset {last_at}")), "{warning}");
+    assert!(warning.contains(&format!("packet record {}", records.len())), "{warning}");
+    assert_eq!(
+        stats(&cut.recs)["packets"].as_u64().unwrap(),
+        stats(&full.recs)["packets"].as_u64().unwrap() - 1,
+        "every packet before the cut is decoded"
+    );
+    // The same records, in order (but for the namespace, named after the file).
+    let without_netns = |recs: &[Value]| -> Vec<Value> {
+        packets(recs)
+            .into_iter()
+            .map(|r| {
+                let mut r = r.clone();
+                r["netns"] = Value::Null;
+                r
+            })
+            .collect()
+    };
+    let (before, all) = (without_netns(&cut.recs), without_netns(&full.recs));
+    assert!(before.len() >= all.len() - 1 && !before.is_empty());
+    assert_eq!(before[..], all[..before.len()]);
+    // Still something to work with: the UDP exchange came first.
+    query_and_answer(&lab, &cut.recs, "udp");
+
+    // A cut inside the 16-byte record header is reported the same way.
+    std::fs::write(&cut_file, &bytes[..last_at + 7]).unwrap();
+    let cut = analyze(&cut_file, &[]);
+    assert!(cut.out.status.success());
+    assert!(cut.stderr.contains(&format!("truncated at byte offset {last_at}")), "{}", cut.stderr);
+}
+
+#[test]
+fn files_that_are_not_captures_are_clear_errors() {
+    if !dnspath_bin().exists() {
+        eprintln!("skipped: dnspath binary missing at {}; run `cargo xtask test`", dnspath_bin().display());
+        return;
+    }
+    let dir = Scratch::new("bad");
+    let one_line_error = |file: &Path, want: &str| {
+        let a = analyze(file, &[]);
+        assert!(!a.out.status.success(), "{} should fail", file.display());
+        assert_eq!(a.stderr.trim().lines().count(), 1, "one-line error expected: {}", a.stderr);
+        assert!(a.stderr.contains(want), "{}", a.stderr);
+        assert!(a.out.stdout.is_empty());
+    };
+    let garbage = dir.file("garbage.pcap");
+    std::fs::write(&garbage, b"GET / HTTP/1.1\r\nHost: example\r\n\r\n").unwrap();
+    one_line_error(&garbage, "not a pcap or pcapng file (it starts with 47 45 54 20");
+    let empty = dir.file("empty.pcap");
+    std::fs::write(&empty, b"").unwrap();
+    one_line_error(&empty, "not a pcap or pcapng file (the file is empty)");
+    let short = dir.file("short.pcap");
+    std::fs::write(&short, 0xa1b2_c3d4u32.to_le_bytes()).unwrap();
+    one_line_error(&short, "pcap file header unreadable: 4 of 24 bytes present");
+    one_line_error(&dir.file("missing.pcap"), "No such file or directory");
+
+    // A header and no packets is an empty capture, not an error.
+    let mut header = Vec::new();
+    for v in [0xa1b2_c3d4u32, 0x0004_0002, 0, 0, 262_144, 1] {
+        header.extend_from_slice(&v.to_le_bytes());
+    }
+    let no_packets = dir.file("no-packets.pcap");
+    std::fs::write(&no_packets, &header).unwrap();
+    let a = analyze(&no_packets, &[]);
+    assert!(a.out.status.success(), "{}", a.stderr);
+    assert_eq!(stats(&a.recs)["packets"], 0);
+}
