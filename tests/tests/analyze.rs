@@ -513,3 +513,62 @@ fn files_that_are_not_captures_are_clear_errors() {
     assert!(a.out.status.success(), "{}", a.stderr);
     assert_eq!(stats(&a.recs)["packets"], 0);
 }
+
+/// The transactions of `tcpdump -i any` analysed offline are those dnspath traced live from
+/// the same traffic: same client, question, outcome, servers and legs; joined across DNAT by
+/// the fallback method offline, by conntrack live.
+#[test]
+fn offline_transactions_match_the_live_trace() {
+    let Some(lab) = lab(&["tcpdump"]) else { return };
+    let scratch = Scratch::new("live-vs-offline");
+    let file = scratch.file("any.pcap");
+    let cap = tcpdump(&lab, lab.node_ns(), "any", &file, &["udp port 53"]);
+    let live = lab::tracer::Tracer::start(&lab, lab.node_ns(), &["trace", "-o", "json", "--view", "transactions"]).unwrap();
+    for name in ["www.lab.test.", "alias.lab.test.", "nxdomain.lab.test."] {
+        let _ = lab.dig(&["+time=2", "+tries=1", name, "A"]);
+    }
+    thread::sleep(Duration::from_millis(700));
+    let live = live.stop();
+    cap.stop();
+    assert!(live.status.success(), "{}", live.stderr);
+    let live_recs: Vec<Value> = live
+        .stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let offline = analyze(&file, &["--view", "transactions"]);
+    assert!(offline.out.status.success(), "{}", offline.stderr);
+    // What a person compares: who asked what, what came back, through which servers.
+    let key = |t: &Value| {
+        let legs = t["legs"].as_array().unwrap();
+        format!(
+            "{} {} {} {} {} | {}",
+            t["client"],
+            t["question"]["name"],
+            t["question"]["type"],
+            t["outcome"],
+            t["rcode"],
+            legs.iter()
+                .map(|l| format!("{}→{}⇒{} parent {}", l["role"], l["server"], l["backend"], l["parent"]))
+                .collect::<Vec<_>>()
+                .join(", ")
+        )
+    };
+    let txs = |recs: &[Value]| {
+        let mut v: Vec<String> = recs.iter().filter(|r| r["type"] == "transaction").map(key).collect();
+        v.sort();
+        v
+    };
+    let (l, o) = (txs(&live_recs), txs(&offline.recs));
+    eprintln!("live:\n{}\noffline:\n{}", l.join("\n"), o.join("\n"));
+    assert_eq!(l.len(), 3, "{l:#?}");
+    assert_eq!(l, o);
+    let joins = |recs: &[Value]| {
+        recs.iter()
+            .filter(|r| r["type"] == "transaction")
+            .map(|t| t["legs"][0]["join"].as_str().unwrap().to_string())
+            .collect::<Vec<_>>()
+    };
+    assert!(joins(&live_recs).iter().all(|j| j == "conntrack"), "{:?}", joins(&live_recs));
+    assert!(joins(&offline.recs).iter().all(|j| j == "fallback"), "{:?}", joins(&offline.recs));
+}
