@@ -17,7 +17,10 @@ fn nightly_has_rust_src() -> bool {
         return false;
     };
     let sysroot = String::from_utf8_lossy(&out.stdout).trim().to_string();
-    out.status.success() && Path::new(&sysroot).join("lib/rustlib/src/rust/library/core").is_dir()
+    out.status.success()
+        && Path::new(&sysroot)
+            .join("lib/rustlib/src/rust/library/core")
+            .is_dir()
 }
 
 fn toolchain_exists(name: &str) -> bool {

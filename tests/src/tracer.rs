@@ -156,3 +156,30 @@ impl Tracer {
         }
     }
 }
+
+/// Whether this process may build labs and load eBPF programs.
+pub fn is_root() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    unsafe { libc::geteuid() == 0 }
+}
+
+/// A lab for a test, or `None` after saying why the test cannot run here: a test that needs
+/// root reports itself skipped rather than passing silently.
+pub fn lab_or_skip(cfg: crate::LabConfig) -> Option<Lab> {
+    if !is_root() {
+        eprintln!("skipped: needs root (network namespaces, eBPF)");
+        return None;
+    }
+    match Lab::start(cfg) {
+        Ok(lab) => Some(lab),
+        Err(e) => panic!("lab: {e}"),
+    }
+}
+
+/// `dnspath -o json` output, one value per line; a line that is not JSON fails the test.
+pub fn ndjson(stdout: &str) -> Vec<serde_json::Value> {
+    stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("bad NDJSON {l:?}: {e}")))
+        .collect()
+}

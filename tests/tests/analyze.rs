@@ -2,7 +2,11 @@
 //! SLL2) and on one veth (Ethernet), pcapng from editcap and from a live tshark, a file cut
 //! mid-packet, and files that are not captures at all.
 //! Run as root with `--test-threads=1` (`cargo xtask test`).
-#![allow(clippy::unwrap_used, clippy::expect_used, reason = "integration tests fail at the line that broke")]
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "integration tests fail at the line that broke"
+)]
 use std::{
     io::{BufRead, BufReader},
     path::{Path, PathBuf},
@@ -50,7 +54,8 @@ struct Scratch(PathBuf);
 
 impl Scratch {
     fn new(tag: &str) -> Self {
-        let dir = std::env::temp_dir().join(format!("dnspath-analyze-{}-{tag}", std::process::id()));
+        let dir =
+            std::env::temp_dir().join(format!("dnspath-analyze-{}-{tag}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         Scratch(dir)
     }
@@ -136,7 +141,16 @@ fn tcpdump(lab: &Lab, ns: &str, iface: &str, file: &Path, extra: &[&str]) -> Cap
     // blocks for up to a second, and SIGINT discards those); -U: write each packet out at
     // once; -Z root: keep the permission to write the file.
     let mut args = vec![
-        "tcpdump", "--immediate-mode", "-U", "-n", "-Z", "root", "-i", iface, "-w", file.as_str(),
+        "tcpdump",
+        "--immediate-mode",
+        "-U",
+        "-n",
+        "-Z",
+        "root",
+        "-i",
+        iface,
+        "-w",
+        file.as_str(),
     ];
     args.extend_from_slice(extra);
     Capture::start(lab, ns, &args, "listening on")
@@ -159,14 +173,21 @@ fn analyze(file: &Path, extra: &[&str]) -> Analysis {
     let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
     let recs = String::from_utf8_lossy(&out.stdout)
         .lines()
-        .map(|l| serde_json::from_str::<Value>(l).unwrap_or_else(|e| panic!("bad NDJSON {l:?}: {e}")))
+        .map(|l| {
+            serde_json::from_str::<Value>(l).unwrap_or_else(|e| panic!("bad NDJSON {l:?}: {e}"))
+        })
         .collect();
     Analysis { out, recs, stderr }
 }
 
 fn analyze_ok(file: &Path) -> Analysis {
     let a = analyze(file, &[]);
-    assert!(a.out.status.success(), "dnspath analyze failed: {:?}\n{}", a.out.status, a.stderr);
+    assert!(
+        a.out.status.success(),
+        "dnspath analyze failed: {:?}\n{}",
+        a.out.status,
+        a.stderr
+    );
     assert!(!a.stderr.contains("warning"), "{}", a.stderr);
     a
 }
@@ -183,7 +204,11 @@ fn packets(recs: &[Value]) -> Vec<&Value> {
 
 fn dig_ok(lab: &Lab, args: &[&str]) {
     let out = lab.dig(args);
-    assert!(out.status.success(), "dig {args:?}: {}", String::from_utf8_lossy(&out.stdout));
+    assert!(
+        out.status.success(),
+        "dig {args:?}: {}",
+        String::from_utf8_lossy(&out.stdout)
+    );
 }
 
 /// `dig www.lab.test` over UDP and TCP, via the ClusterIP.
@@ -208,7 +233,12 @@ fn query_and_answer<'a>(lab: &Lab, recs: &'a [Value], proto: &str) -> (&'a Value
                 && r["dns"]["questions"][0]["name"] == "www.lab.test."
                 && r["dns"]["questions"][0]["type"] == "A"
         })
-        .unwrap_or_else(|| panic!("{proto} query from {client} to {service} not found in\n{}", brief(&all)));
+        .unwrap_or_else(|| {
+            panic!(
+                "{proto} query from {client} to {service} not found in\n{}",
+                brief(&all)
+            )
+        });
     let a = all
         .iter()
         .find(|r| {
@@ -217,11 +247,18 @@ fn query_and_answer<'a>(lab: &Lab, recs: &'a [Value], proto: &str) -> (&'a Value
                 && r["src"] == service.as_str()
                 && r["dst"] == q["src"]
                 && r["dns"]["id"] == q["dns"]["id"]
-                && r["dns"]["answers"]
-                    .as_array()
-                    .is_some_and(|a| a.iter().any(|rr| rr["type"] == "A" && rr["data"] == "10.250.0.80"))
+                && r["dns"]["answers"].as_array().is_some_and(|a| {
+                    a.iter()
+                        .any(|rr| rr["type"] == "A" && rr["data"] == "10.250.0.80")
+                })
         })
-        .unwrap_or_else(|| panic!("{proto} answer 10.250.0.80 to {} not found in\n{}", q["src"], brief(&all)));
+        .unwrap_or_else(|| {
+            panic!(
+                "{proto} answer 10.250.0.80 to {} not found in\n{}",
+                q["src"],
+                brief(&all)
+            )
+        });
     (q, a)
 }
 
@@ -268,7 +305,8 @@ fn assert_transaction(lab: &Lab, recs: &[Value], proto: &str) {
     assert_eq!(legs[0]["server"], format!("{}:53", lab.cluster_ip()), "{t}");
     let up = format!("{}:53", lab.ip_of(Pod::Upstream));
     assert!(
-        legs.iter().any(|l| l["role"] == "forward" && l["parent"] == 0 && l["server"] == up.as_str()),
+        legs.iter()
+            .any(|l| l["role"] == "forward" && l["parent"] == 0 && l["server"] == up.as_str()),
         "the forward to the upstream under the client's leg: {t}"
     );
 }
@@ -281,7 +319,11 @@ fn ifindex(lab: &Lab, ns: &str, dev: &str) -> u64 {
 
 /// Start of each packet record of a pcap file (24-byte header, 16-byte record headers).
 fn pcap_records(bytes: &[u8]) -> Vec<(usize, usize)> {
-    assert_eq!(&bytes[..4], &0xa1b2_c3d4u32.to_le_bytes(), "little-endian µs pcap expected");
+    assert_eq!(
+        &bytes[..4],
+        &0xa1b2_c3d4u32.to_le_bytes(),
+        "little-endian µs pcap expected"
+    );
     let mut out = Vec::new();
     let mut at = 24;
     while at + 16 <= bytes.len() {
@@ -303,7 +345,13 @@ fn cooked_captures_of_the_any_interface() {
     let node = lab.node_ns();
     let caps = [
         tcpdump(&lab, node, "any", &sll, &["-y", "LINUX_SLL", "port", "53"]),
-        tcpdump(&lab, node, "any", &sll2, &["-y", "LINUX_SLL2", "port", "53"]),
+        tcpdump(
+            &lab,
+            node,
+            "any",
+            &sll2,
+            &["-y", "LINUX_SLL2", "port", "53"],
+        ),
         // What a user gets without choosing.
         tcpdump(&lab, node, "any", &plain, &["port", "53"]),
     ];
@@ -347,7 +395,10 @@ fn ethernet_capture_of_one_veth() {
     queries(&lab);
     // Something that is not DNS, to be skipped and counted.
     let up = lab.ip_of(Pod::Upstream);
-    let o = lab.exec(lab.client_ns(), &["bash", "-c", &format!("printf x > /dev/udp/{up}/9")]);
+    let o = lab.exec(
+        lab.client_ns(),
+        &["bash", "-c", &format!("printf x > /dev/udp/{up}/9")],
+    );
     assert!(o.status.success(), "{o:?}");
     cap.stop();
 
@@ -373,7 +424,9 @@ fn ethernet_capture_of_one_veth() {
 
 #[test]
 fn pcapng_from_editcap_and_from_tshark() {
-    let Some(lab) = lab(&["tcpdump", "tshark", "editcap"]) else { return };
+    let Some(lab) = lab(&["tcpdump", "tshark", "editcap"]) else {
+        return;
+    };
     let dir = Scratch::new("ng");
     let pcap = dir.file("sll2.pcap");
     let converted = dir.file("converted.pcapng");
@@ -382,11 +435,26 @@ fn pcapng_from_editcap_and_from_tshark() {
     let veth = lab.veth_of(Pod::Client);
     let live_s = live.to_string_lossy().into_owned();
     let caps = [
-        tcpdump(&lab, node, "any", &pcap, &["-y", "LINUX_SLL2", "port", "53"]),
+        tcpdump(
+            &lab,
+            node,
+            "any",
+            &pcap,
+            &["-y", "LINUX_SLL2", "port", "53"],
+        ),
         Capture::start(
             &lab,
             node,
-            &["tshark", "-n", "-i", veth, "-F", "pcapng", "-w", live_s.as_str()],
+            &[
+                "tshark",
+                "-n",
+                "-i",
+                veth,
+                "-F",
+                "pcapng",
+                "-w",
+                live_s.as_str(),
+            ],
             "Capturing on",
         ),
     ];
@@ -400,13 +468,20 @@ fn pcapng_from_editcap_and_from_tshark() {
         .arg(&converted)
         .output()
         .unwrap();
-    assert!(o.status.success(), "editcap: {}", String::from_utf8_lossy(&o.stderr));
+    assert!(
+        o.status.success(),
+        "editcap: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
 
     let a = analyze_ok(&converted);
     assert!(a.stderr.contains("(pcapng)"), "{}", a.stderr);
     for proto in ["udp", "tcp"] {
         let (q, ans) = query_and_answer(&lab, &a.recs, proto);
-        assert_eq!((&q["dir"], &ans["dir"]), (&Value::from("ingress"), &Value::from("egress")));
+        assert_eq!(
+            (&q["dir"], &ans["dir"]),
+            (&Value::from("ingress"), &Value::from("egress"))
+        );
     }
     let from_pcap = analyze_ok(&pcap);
     assert_eq!(
@@ -429,7 +504,13 @@ fn truncated_capture_keeps_the_packets_before_the_cut() {
     let Some(lab) = lab(&["tcpdump"]) else { return };
     let dir = Scratch::new("cut");
     let file = dir.file("full.pcap");
-    let cap = tcpdump(&lab, lab.node_ns(), "any", &file, &["-y", "LINUX_SLL", "port", "53"]);
+    let cap = tcpdump(
+        &lab,
+        lab.node_ns(),
+        "any",
+        &file,
+        &["-y", "LINUX_SLL", "port", "53"],
+    );
     queries(&lab);
     cap.stop();
     let full = analyze_ok(&file);
@@ -440,14 +521,24 @@ fn truncated_capture_keeps_the_packets_before_the_cut() {
     let cut_file = dir.file("cut.pcap");
     std::fs::write(&cut_file, &bytes[..last_at + last_len / 2]).unwrap();
     let cut = analyze(&cut_file, &[]);
-    assert!(cut.out.status.success(), "damage part-way is a warning, not a failure: {}", cut.stderr);
+    assert!(
+        cut.out.status.success(),
+        "damage part-way is a warning, not a failure: {}",
+        cut.stderr
+    );
     let warning = cut
         .stderr
         .lines()
         .find(|l| l.contains("warning"))
         .unwrap_or_else(|| panic!("no warning: {}", cut.stderr));
-    assert!(warning.contains(&format!("truncated at byte offset {last_at}")), "{warning}");
-    assert!(warning.contains(&format!("packet record {}", records.len())), "{warning}");
+    assert!(
+        warning.contains(&format!("truncated at byte offset {last_at}")),
+        "{warning}"
+    );
+    assert!(
+        warning.contains(&format!("packet record {}", records.len())),
+        "{warning}"
+    );
     assert_eq!(
         stats(&cut.recs)["packets"].as_u64().unwrap(),
         stats(&full.recs)["packets"].as_u64().unwrap() - 1,
@@ -474,26 +565,42 @@ fn truncated_capture_keeps_the_packets_before_the_cut() {
     std::fs::write(&cut_file, &bytes[..last_at + 7]).unwrap();
     let cut = analyze(&cut_file, &[]);
     assert!(cut.out.status.success());
-    assert!(cut.stderr.contains(&format!("truncated at byte offset {last_at}")), "{}", cut.stderr);
+    assert!(
+        cut.stderr
+            .contains(&format!("truncated at byte offset {last_at}")),
+        "{}",
+        cut.stderr
+    );
 }
 
 #[test]
 fn files_that_are_not_captures_are_clear_errors() {
     if !dnspath_bin().exists() {
-        eprintln!("skipped: dnspath binary missing at {}; run `cargo xtask test`", dnspath_bin().display());
+        eprintln!(
+            "skipped: dnspath binary missing at {}; run `cargo xtask test`",
+            dnspath_bin().display()
+        );
         return;
     }
     let dir = Scratch::new("bad");
     let one_line_error = |file: &Path, want: &str| {
         let a = analyze(file, &[]);
         assert!(!a.out.status.success(), "{} should fail", file.display());
-        assert_eq!(a.stderr.trim().lines().count(), 1, "one-line error expected: {}", a.stderr);
+        assert_eq!(
+            a.stderr.trim().lines().count(),
+            1,
+            "one-line error expected: {}",
+            a.stderr
+        );
         assert!(a.stderr.contains(want), "{}", a.stderr);
         assert!(a.out.stdout.is_empty());
     };
     let garbage = dir.file("garbage.pcap");
     std::fs::write(&garbage, b"GET / HTTP/1.1\r\nHost: example\r\n\r\n").unwrap();
-    one_line_error(&garbage, "not a pcap or pcapng file (it starts with 47 45 54 20");
+    one_line_error(
+        &garbage,
+        "not a pcap or pcapng file (it starts with 47 45 54 20",
+    );
     let empty = dir.file("empty.pcap");
     std::fs::write(&empty, b"").unwrap();
     one_line_error(&empty, "not a pcap or pcapng file (the file is empty)");
@@ -523,7 +630,12 @@ fn offline_transactions_match_the_live_trace() {
     let scratch = Scratch::new("live-vs-offline");
     let file = scratch.file("any.pcap");
     let cap = tcpdump(&lab, lab.node_ns(), "any", &file, &["udp port 53"]);
-    let live = lab::tracer::Tracer::start(&lab, lab.node_ns(), &["trace", "-o", "json", "--view", "transactions"]).unwrap();
+    let live = lab::tracer::Tracer::start(
+        &lab,
+        lab.node_ns(),
+        &["trace", "-o", "json", "--view", "transactions"],
+    )
+    .unwrap();
     for name in ["www.lab.test.", "alias.lab.test.", "nxdomain.lab.test."] {
         let _ = lab.dig(&["+time=2", "+tries=1", name, "A"]);
     }
@@ -549,13 +661,20 @@ fn offline_transactions_match_the_live_trace() {
             t["outcome"],
             t["rcode"],
             legs.iter()
-                .map(|l| format!("{}→{}⇒{} parent {}", l["role"], l["server"], l["backend"], l["parent"]))
+                .map(|l| format!(
+                    "{}→{}⇒{} parent {}",
+                    l["role"], l["server"], l["backend"], l["parent"]
+                ))
                 .collect::<Vec<_>>()
                 .join(", ")
         )
     };
     let txs = |recs: &[Value]| {
-        let mut v: Vec<String> = recs.iter().filter(|r| r["type"] == "transaction").map(key).collect();
+        let mut v: Vec<String> = recs
+            .iter()
+            .filter(|r| r["type"] == "transaction")
+            .map(key)
+            .collect();
         v.sort();
         v
     };
@@ -569,6 +688,14 @@ fn offline_transactions_match_the_live_trace() {
             .map(|t| t["legs"][0]["join"].as_str().unwrap().to_string())
             .collect::<Vec<_>>()
     };
-    assert!(joins(&live_recs).iter().all(|j| j == "conntrack"), "{:?}", joins(&live_recs));
-    assert!(joins(&offline.recs).iter().all(|j| j == "fallback"), "{:?}", joins(&offline.recs));
+    assert!(
+        joins(&live_recs).iter().all(|j| j == "conntrack"),
+        "{:?}",
+        joins(&live_recs)
+    );
+    assert!(
+        joins(&offline.recs).iter().all(|j| j == "fallback"),
+        "{:?}",
+        joins(&offline.recs)
+    );
 }

@@ -1,25 +1,17 @@
-#![allow(clippy::unwrap_used, clippy::expect_used, reason = "integration tests fail at the line that broke")]
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "integration tests fail at the line that broke"
+)]
 //! Where dnspath attaches: devices without an Ethernet header, VLAN tags, namespaces that
 //! come and go while it runs. Root only; `--test-threads=1`.
 use std::{process::Command, thread, time::Duration};
 
-use lab::{tracer::Tracer, Lab, LabConfig, Pod};
+use lab::{tracer::lab_or_skip, tracer::ndjson as records, tracer::Tracer, Lab, LabConfig, Pod};
 use serde_json::Value;
 
 fn lab() -> Option<Lab> {
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
-        eprintln!("skipped: needs root (network namespaces, eBPF)");
-        return None;
-    }
-    Some(Lab::start(LabConfig::default()).unwrap())
-}
-
-fn records(stdout: &str) -> Vec<Value> {
-    stdout
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("bad NDJSON {l:?}: {e}")))
-        .collect()
+    lab_or_skip(LabConfig::default())
 }
 
 fn packets_for<'a>(recs: &'a [Value], name: &str) -> Vec<&'a Value> {
@@ -33,7 +25,11 @@ struct TestNetns(String);
 
 impl TestNetns {
     fn new(name: String) -> Self {
-        let ok = Command::new("ip").args(["netns", "add", &name]).status().unwrap().success();
+        let ok = Command::new("ip")
+            .args(["netns", "add", &name])
+            .status()
+            .unwrap()
+            .success();
         assert!(ok, "ip netns add {name}");
         let ok = Command::new("ip")
             .args(["-n", &name, "link", "set", "lo", "up"])
@@ -85,8 +81,14 @@ fn device_without_ethernet_header_is_traced() {
 fn vlan_tagged_query_is_decoded() {
     let Some(lab) = lab() else { return };
     let mac = String::from_utf8(
-        lab.exec(lab.node_ns(), &["cat", &format!("/sys/class/net/{}/address", lab.veth_of(Pod::Client))])
-            .stdout,
+        lab.exec(
+            lab.node_ns(),
+            &[
+                "cat",
+                &format!("/sys/class/net/{}/address", lab.veth_of(Pod::Client)),
+            ],
+        )
+        .stdout,
     )
     .unwrap();
     let script = format!(
@@ -114,7 +116,15 @@ s.send(dmac + smac + struct.pack('!HHH', 0x8100, 100, 0x0800) + ip + udp)
     let t = Tracer::start(
         &lab,
         lab.node_ns(),
-        &["trace", "-o", "json", "--netns", lab.client_ns(), "-i", lab.veth_of(Pod::Client)],
+        &[
+            "trace",
+            "-o",
+            "json",
+            "--netns",
+            lab.client_ns(),
+            "-i",
+            lab.veth_of(Pod::Client),
+        ],
     )
     .unwrap();
     let o = lab.exec(lab.client_ns(), &["python3", "-c", &script]);
@@ -125,14 +135,18 @@ s.send(dmac + smac + struct.pack('!HHH', 0x8100, 100, 0x0800) + ip + udp)
     let recs = records(&out.stdout);
     let seen = packets_for(&recs, "vlan.test.");
     assert!(
-        seen.iter().any(|r| r["netns"] == lab.client_ns() && r["dir"] == "egress" && r["vlan"] == 100),
+        seen.iter()
+            .any(|r| r["netns"] == lab.client_ns() && r["dir"] == "egress" && r["vlan"] == 100),
         "tag in the packet (client egress) not handled: {seen:?}"
     );
     assert!(
-        seen.iter().any(|r| r["netns"] == lab.node_ns() && r["dir"] == "ingress" && r["vlan"] == 100),
+        seen.iter()
+            .any(|r| r["netns"] == lab.node_ns() && r["dir"] == "ingress" && r["vlan"] == 100),
         "tag in skb metadata (node ingress) not handled: {seen:?}"
     );
-    assert!(seen.iter().all(|r| r["dns"]["id"] == 0x4242 && r["src"] == "10.244.1.2:40000"));
+    assert!(seen
+        .iter()
+        .all(|r| r["dns"]["id"] == 0x4242 && r["src"] == "10.244.1.2:40000"));
 }
 
 #[test]
@@ -144,10 +158,22 @@ fn namespaces_appearing_and_vanishing_are_followed() {
     // Picked up within a second (rescans every 500 ms).
     thread::sleep(Duration::from_millis(1100));
     let o = Command::new("ip")
-        .args(["netns", "exec", &name, "dig", "+time=1", "+tries=1", "@127.0.0.1", "late.test."])
+        .args([
+            "netns",
+            "exec",
+            &name,
+            "dig",
+            "+time=1",
+            "+tries=1",
+            "@127.0.0.1",
+            "late.test.",
+        ])
         .output()
         .unwrap();
-    assert!(String::from_utf8_lossy(&o.stdout).contains("late.test"), "{o:?}");
+    assert!(
+        String::from_utf8_lossy(&o.stdout).contains("late.test"),
+        "{o:?}"
+    );
     drop(late);
     thread::sleep(Duration::from_millis(1100));
     let out = t.stop();
@@ -160,7 +186,8 @@ fn namespaces_appearing_and_vanishing_are_followed() {
     let recs = records(&out.stdout);
     let seen = packets_for(&recs, "late.test.");
     assert!(
-        seen.iter().any(|r| r["netns"] == name.as_str() && r["ifname"] == "lo"),
+        seen.iter()
+            .any(|r| r["netns"] == name.as_str() && r["ifname"] == "lo"),
         "query in the new namespace not seen: {seen:?}"
     );
 }

@@ -1,4 +1,8 @@
-#![allow(clippy::unwrap_used, clippy::expect_used, reason = "integration tests fail at the line that broke")]
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "integration tests fail at the line that broke"
+)]
 //! The conntrack reader (`dnspath::conntrack`) against the lab's node namespace: the
 //! kube-proxy DNAT of a query to the ClusterIP as ctnetlink events, per-CPU statistics over
 //! ctnetlink and procfs, and resynchronisation after the event socket overflows.

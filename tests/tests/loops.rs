@@ -1,4 +1,8 @@
-#![allow(clippy::unwrap_used, clippy::expect_used, reason = "integration tests fail at the line that broke")]
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "integration tests fail at the line that broke"
+)]
 //! Forwarding loops born at runtime, against real servers: dnsdist ping-pong through the
 //! Service, hairpin to itself, a pod forwarding to itself over its own loopback, a loopback
 //! stub that sends the question back to the Service; and no false alarms on a healthy lab
@@ -8,35 +12,24 @@ use std::{
     time::{Duration, Instant},
 };
 
-use lab::{tracer::Tracer, DnsPodConfig, DnsServerKind, Lab, LabConfig, Pod};
+use lab::{
+    tracer::Tracer,
+    tracer::{lab_or_skip as lab, ndjson as records},
+    DnsPodConfig, DnsServerKind, LabConfig, Pod,
+};
 use serde_json::Value;
 
-fn is_root() -> bool {
-    // SAFETY: geteuid has no preconditions.
-    unsafe { libc::geteuid() == 0 }
-}
-
-fn lab(cfg: LabConfig) -> Option<Lab> {
-    if !is_root() {
-        eprintln!("skipped: needs root (network namespaces, eBPF)");
-        return None;
-    }
-    Some(Lab::start(cfg).unwrap())
-}
-
-fn records(stdout: &str) -> Vec<Value> {
-    stdout
-        .lines()
-        .map(|l| serde_json::from_str::<Value>(l).unwrap_or_else(|e| panic!("bad NDJSON {l:?}: {e}")))
+fn loops<'a>(recs: &'a [Value], state: &str) -> Vec<&'a Value> {
+    recs.iter()
+        .filter(|r| r["type"] == "loop" && r["state"] == state)
         .collect()
 }
 
-fn loops<'a>(recs: &'a [Value], state: &str) -> Vec<&'a Value> {
-    recs.iter().filter(|r| r["type"] == "loop" && r["state"] == state).collect()
-}
-
 fn stats(recs: &[Value]) -> &Value {
-    recs.iter().rev().find(|r| r["type"] == "stats").expect("stats record")
+    recs.iter()
+        .rev()
+        .find(|r| r["type"] == "stats")
+        .expect("stats record")
 }
 
 fn dnsdist_to_cluster_ip() -> DnsPodConfig {
@@ -45,8 +38,15 @@ fn dnsdist_to_cluster_ip() -> DnsPodConfig {
 
 #[test]
 fn ping_pong_loop_through_the_service_is_reported_and_survived() {
-    let Some(mut lab) = lab(LabConfig::default()) else { return };
-    let t = Tracer::start(&lab, lab.node_ns(), &["trace", "-o", "json", "--view", "transactions"]).unwrap();
+    let Some(mut lab) = lab(LabConfig::default()) else {
+        return;
+    };
+    let t = Tracer::start(
+        &lab,
+        lab.node_ns(),
+        &["trace", "-o", "json", "--view", "transactions"],
+    )
+    .unwrap();
     // The loop is born at runtime: both "CoreDNS" pods now forward to their own Service.
     lab.reconfigure_dns_pod(0, dnsdist_to_cluster_ip()).unwrap();
     lab.reconfigure_dns_pod(1, dnsdist_to_cluster_ip()).unwrap();
@@ -57,33 +57,57 @@ fn ping_pong_loop_through_the_service_is_reported_and_survived() {
     let mut healthy = 0;
     while started.elapsed() < Duration::from_secs(30) {
         thread::sleep(Duration::from_secs(3));
-        let o = lab.dig(&["+time=2", "+tries=1", &up, &format!("h{healthy}.lab.test."), "A"]);
+        let o = lab.dig(&[
+            "+time=2",
+            "+tries=1",
+            &up,
+            &format!("h{healthy}.lab.test."),
+            "A",
+        ]);
         if o.status.success() {
             healthy += 1;
         }
     }
     // End the loop: back to the upstream; the report says it ended.
-    lab.reconfigure_dns_pod(0, DnsPodConfig::new(DnsServerKind::Dnsdist)).unwrap();
-    lab.reconfigure_dns_pod(1, DnsPodConfig::new(DnsServerKind::Dnsdist)).unwrap();
+    lab.reconfigure_dns_pod(0, DnsPodConfig::new(DnsServerKind::Dnsdist))
+        .unwrap();
+    lab.reconfigure_dns_pod(1, DnsPodConfig::new(DnsServerKind::Dnsdist))
+        .unwrap();
     thread::sleep(Duration::from_secs(3));
     let stop_started = Instant::now();
     let out = t.stop();
-    assert!(stop_started.elapsed() < Duration::from_secs(10), "tracer slow to stop under load");
+    assert!(
+        stop_started.elapsed() < Duration::from_secs(10),
+        "tracer slow to stop under load"
+    );
     assert!(out.status.success(), "{}", out.stderr);
     let recs = records(&out.stdout);
     let detected = loops(&recs, "detected");
-    assert_eq!(detected.len(), 1, "one loop report, not one per packet: {detected:#?}");
+    assert_eq!(
+        detected.len(),
+        1,
+        "one loop report, not one per packet: {detected:#?}"
+    );
     let l = detected[0];
     assert_eq!(l["kind"], "cycle");
     assert_eq!(l["question"]["name"], "storm.lab.test.");
     assert_eq!(l["zone"], "lab.test.");
     let path = l["path"].as_str().unwrap();
     assert!(path.contains("10.96.0.10:53 ⇒DNAT 10.244.1."), "{path}");
-    assert!(l["clients"][0].as_str().unwrap().starts_with("10.244.1.2:"), "{l:#}");
+    assert!(
+        l["clients"][0].as_str().unwrap().starts_with("10.244.1.2:"),
+        "{l:#}"
+    );
     let after = l["detected_ns"].as_u64().unwrap() - l["first_seen_ns"].as_u64().unwrap();
-    eprintln!("cycle closed {:.2} ms after the client's query entered it", after as f64 / 1e6);
+    eprintln!(
+        "cycle closed {:.2} ms after the client's query entered it",
+        after as f64 / 1e6
+    );
     assert!(after < 100_000_000, "{after} ns");
-    assert!(!loops(&recs, "ongoing").is_empty(), "no updates while it lasted");
+    assert!(
+        !loops(&recs, "ongoing").is_empty(),
+        "no updates while it lasted"
+    );
     let ended = loops(&recs, "ended");
     assert_eq!(ended.len(), 1, "{ended:#?}");
     let total = ended[0]["packets"].as_u64().unwrap();
@@ -93,7 +117,9 @@ fn ping_pong_loop_through_the_service_is_reported_and_survived() {
         .iter()
         .filter(|r| {
             r["type"] == "transaction"
-                && r["question"]["name"].as_str().is_some_and(|n| n.starts_with('h'))
+                && r["question"]["name"]
+                    .as_str()
+                    .is_some_and(|n| n.starts_with('h'))
                 && r["outcome"] == "answered"
         })
         .count();
@@ -103,8 +129,14 @@ fn ping_pong_loop_through_the_service_is_reported_and_survived() {
          {healthy}/{healthy_seen} healthy queries answered/traced, stats {s}"
     );
     assert!(total > 10_000, "{total}");
-    assert!(healthy >= 5 && healthy_seen >= healthy - 1, "{healthy} {healthy_seen}");
-    assert_eq!(s["summarised"], summarised, "every summarised packet counted once");
+    assert!(
+        healthy >= 5 && healthy_seen >= healthy - 1,
+        "{healthy} {healthy_seen}"
+    );
+    assert_eq!(
+        s["summarised"], summarised,
+        "every summarised packet counted once"
+    );
 }
 
 #[test]
@@ -117,12 +149,25 @@ fn hairpin_to_itself_is_a_one_hop_loop() {
     let t = Tracer::start(
         &lab,
         lab.node_ns(),
-        &["trace", "-o", "json", "--view", "transactions", "--until", "loop"],
+        &[
+            "trace",
+            "-o",
+            "json",
+            "--view",
+            "transactions",
+            "--until",
+            "loop",
+        ],
     )
     .unwrap();
     let _ = lab.dig(&["+time=1", "+tries=1", "self.lab.test.", "A"]);
     let out = t.wait();
-    assert_eq!(out.status.code(), Some(3), "--until loop exits 3: {}", out.stderr);
+    assert_eq!(
+        out.status.code(),
+        Some(3),
+        "--until loop exits 3: {}",
+        out.stderr
+    );
     let recs = records(&out.stdout);
     let l = loops(&recs, "detected")[0];
     let pod = format!("{}:53", lab.ip_of(Pod::Dns(0)));
@@ -130,14 +175,21 @@ fn hairpin_to_itself_is_a_one_hop_loop() {
     assert_eq!(cycle.len(), 1, "{l:#}");
     assert_eq!(cycle[0]["backend"], pod.as_str());
     assert_eq!(cycle[0]["server"], "10.96.0.10:53");
-    assert!(cycle[0]["from"].as_str().unwrap().starts_with(&pod[..pod.len() - 3]), "{l:#}");
+    assert!(
+        cycle[0]["from"]
+            .as_str()
+            .unwrap()
+            .starts_with(&pod[..pod.len() - 3]),
+        "{l:#}"
+    );
 }
 
 #[test]
 fn loop_over_a_pods_own_loopback_needs_all_netns() {
     // The pod forwards to 127.0.0.53, which is itself: nothing crosses a veth.
     let cfg = LabConfig {
-        dns_pods: vec![DnsPodConfig::new(DnsServerKind::Dnsdist).forwarding_to("127.0.0.53:53".parse().unwrap())],
+        dns_pods: vec![DnsPodConfig::new(DnsServerKind::Dnsdist)
+            .forwarding_to("127.0.0.53:53".parse().unwrap())],
         ..LabConfig::default()
     };
     let Some(lab) = lab(cfg) else { return };
@@ -145,17 +197,38 @@ fn loop_over_a_pods_own_loopback_needs_all_netns() {
     let t = Tracer::start(
         &lab,
         lab.node_ns(),
-        &["trace", "-o", "json", "--view", "transactions", "--all-netns", "--until", "loop"],
+        &[
+            "trace",
+            "-o",
+            "json",
+            "--view",
+            "transactions",
+            "--all-netns",
+            "--until",
+            "loop",
+        ],
     )
     .unwrap();
-    let _ = lab.dig(&["+time=1", "+tries=1", &format!("@{pod_ip}"), "lo.lab.test.", "A"]);
+    let _ = lab.dig(&[
+        "+time=1",
+        "+tries=1",
+        &format!("@{pod_ip}"),
+        "lo.lab.test.",
+        "A",
+    ]);
     let out = t.wait();
     assert_eq!(out.status.code(), Some(3), "{}", out.stderr);
     let recs = records(&out.stdout);
     let l = loops(&recs, "detected")[0];
     let cycle = l["cycle"].as_array().unwrap();
-    assert!(cycle.iter().all(|h| h["backend"] == "127.0.0.53:53"), "{l:#}");
-    assert!(cycle[0]["at"].as_str().unwrap().starts_with(lab.dns_ns(0)), "{l:#}");
+    assert!(
+        cycle.iter().all(|h| h["backend"] == "127.0.0.53:53"),
+        "{l:#}"
+    );
+    assert!(
+        cycle[0]["at"].as_str().unwrap().starts_with(lab.dns_ns(0)),
+        "{l:#}"
+    );
 }
 
 #[test]
@@ -164,7 +237,8 @@ fn stub_on_loopback_sending_back_to_the_service_is_a_short_loop() {
     // stub forwards to the Service, which sends it back to the same pod. (The stub listens on
     // port 5353: the pod's server holds the wildcard port 53.)
     let cfg = LabConfig {
-        dns_pods: vec![DnsPodConfig::new(DnsServerKind::Dnsmasq).forwarding_to("127.0.0.54:5353".parse().unwrap())],
+        dns_pods: vec![DnsPodConfig::new(DnsServerKind::Dnsmasq)
+            .forwarding_to("127.0.0.54:5353".parse().unwrap())],
         pin_backend: Some(0),
         ..LabConfig::default()
     };
@@ -173,8 +247,17 @@ fn stub_on_loopback_sending_back_to_the_service_is_a_short_loop() {
         .spawn_in(
             lab.dns_ns(0),
             &[
-                "dnsmasq", "-k", "-C", "/dev/null", "--no-resolv", "--no-hosts", "--user=root",
-                "--bind-interfaces", "--listen-address=127.0.0.54", "--port=5353", "--server=10.96.0.10",
+                "dnsmasq",
+                "-k",
+                "-C",
+                "/dev/null",
+                "--no-resolv",
+                "--no-hosts",
+                "--user=root",
+                "--bind-interfaces",
+                "--listen-address=127.0.0.54",
+                "--port=5353",
+                "--server=10.96.0.10",
                 "--pid-file=",
             ],
         )
@@ -183,7 +266,18 @@ fn stub_on_loopback_sending_back_to_the_service_is_a_short_loop() {
     let t = Tracer::start(
         &lab,
         lab.node_ns(),
-        &["trace", "-o", "json", "--view", "transactions", "--all-netns", "--port", "53", "--port", "5353"],
+        &[
+            "trace",
+            "-o",
+            "json",
+            "--view",
+            "transactions",
+            "--all-netns",
+            "--port",
+            "53",
+            "--port",
+            "5353",
+        ],
     )
     .unwrap();
     let o = lab.dig(&["+time=2", "+tries=1", "stub.lab.test.", "A"]);
@@ -198,34 +292,80 @@ fn stub_on_loopback_sending_back_to_the_service_is_a_short_loop() {
     assert_eq!(detected.len(), 1, "{recs:#?}");
     let l = detected[0];
     assert!(l["hop_count"].as_u64().unwrap() >= 2, "{l:#}");
-    assert!(l["path"].as_str().unwrap().contains("127.0.0.54:5353"), "{l:#}");
+    assert!(
+        l["path"].as_str().unwrap().contains("127.0.0.54:5353"),
+        "{l:#}"
+    );
     assert!(!answered, "the client should be left unanswered");
-    eprintln!("short loop: {} hops, {} packets", l["hop_count"], loops(&recs, "ended")[0]["packets"]);
+    eprintln!(
+        "short loop: {} hops, {} packets",
+        l["hop_count"],
+        loops(&recs, "ended")[0]["packets"]
+    );
 }
 
 /// A healthy lab under sustained load — many clients, the same names, cache misses, TCP
 /// fallback, a node-local cache in front of CoreDNS in front of the upstream — reports no loop.
 #[test]
 fn no_false_positives_on_a_healthy_lab_under_load() {
-    let Some(lab) = lab(LabConfig::default()) else { return };
+    let Some(lab) = lab(LabConfig::default()) else {
+        return;
+    };
     // NodeLocal-DNSCache-like cache on the node: 169.254.20.10 → ClusterIP → CoreDNS → upstream.
     let node = lab.node_ns();
-    assert!(lab.exec(node, &["ip", "addr", "add", "169.254.20.10/32", "dev", "lo"]).status.success());
+    assert!(lab
+        .exec(
+            node,
+            &["ip", "addr", "add", "169.254.20.10/32", "dev", "lo"]
+        )
+        .status
+        .success());
     for pod in [Pod::Client] {
-        let o = lab.exec(lab.ns_of(pod), &["ip", "route", "add", "169.254.20.10/32", "via", "169.254.1.1"]);
+        let o = lab.exec(
+            lab.ns_of(pod),
+            &[
+                "ip",
+                "route",
+                "add",
+                "169.254.20.10/32",
+                "via",
+                "169.254.1.1",
+            ],
+        );
         assert!(o.status.success(), "{o:?}");
     }
     let mut cache = lab
         .spawn_in(
             node,
             &[
-                "dnsmasq", "-k", "-C", "/dev/null", "--no-resolv", "--no-hosts", "--user=root",
-                "--bind-interfaces", "--listen-address=169.254.20.10", "--server=10.96.0.10", "--pid-file=",
+                "dnsmasq",
+                "-k",
+                "-C",
+                "/dev/null",
+                "--no-resolv",
+                "--no-hosts",
+                "--user=root",
+                "--bind-interfaces",
+                "--listen-address=169.254.20.10",
+                "--server=10.96.0.10",
+                "--pid-file=",
             ],
         )
         .unwrap();
     thread::sleep(Duration::from_millis(500));
-    let t = Tracer::start(&lab, node, &["trace", "-o", "json", "--view", "transactions", "--all-netns"]).unwrap();
+    let t = Tracer::start(
+        &lab,
+        node,
+        &[
+            "trace",
+            "-o",
+            "json",
+            "--view",
+            "transactions",
+            "--all-netns",
+        ],
+    )
+    .unwrap();
     // 40 sockets × 60 queries: the same few names from everyone, unique misses, both
     // resolvers (ClusterIP and the node-local cache), some through TCP.
     let script = r#"
@@ -256,7 +396,13 @@ print(sent[0])
     let sent: u64 = String::from_utf8_lossy(&o.stdout).trim().parse().unwrap();
     for _ in 0..10 {
         let _ = lab.dig(&["+tcp", "+time=2", "+tries=1", "big.lab.test.", "TXT"]);
-        let _ = lab.dig(&["+time=2", "+tries=1", "@169.254.20.10", "medium.lab.test.", "TXT"]);
+        let _ = lab.dig(&[
+            "+time=2",
+            "+tries=1",
+            "@169.254.20.10",
+            "medium.lab.test.",
+            "TXT",
+        ]);
     }
     // A retry after a timeout must not look like a loop either.
     let _ = lab.dig(&["+time=1", "+tries=2", "@10.250.0.99", "retry.lab.test."]);
@@ -269,7 +415,11 @@ print(sent[0])
     let txs: Vec<_> = recs.iter().filter(|r| r["type"] == "transaction").collect();
     let three_level = txs
         .iter()
-        .filter(|t| t["legs"].as_array().is_some_and(|l| l.iter().any(|l| l["parent"] == 1)))
+        .filter(|t| {
+            t["legs"]
+                .as_array()
+                .is_some_and(|l| l.iter().any(|l| l["parent"] == 1))
+        })
         .count();
     let loop_records: Vec<_> = recs.iter().filter(|r| r["type"] == "loop").collect();
     eprintln!(
@@ -278,6 +428,13 @@ print(sent[0])
         loop_records.len()
     );
     assert!(loop_records.is_empty(), "false positive: {loop_records:#?}");
-    assert!(txs.len() as u64 >= sent * 9 / 10, "too few transactions traced: {}", txs.len());
-    assert!(three_level > 0, "no node-local → CoreDNS → upstream chain seen");
+    assert!(
+        txs.len() as u64 >= sent * 9 / 10,
+        "too few transactions traced: {}",
+        txs.len()
+    );
+    assert!(
+        three_level > 0,
+        "no node-local → CoreDNS → upstream chain seen"
+    );
 }

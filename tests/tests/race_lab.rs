@@ -1,4 +1,8 @@
-#![allow(clippy::unwrap_used, clippy::expect_used, reason = "integration tests fail at the line that broke")]
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "integration tests fail at the line that broke"
+)]
 //! The conntrack DNAT race made deterministic (LAB.md "Failure 2"): a query to the
 //! ClusterIP held in an NFQUEUE after DNAT, while the same socket queries the pods
 //! directly, loses its conntrack insertion (`insert_failed` +1, `drop` +1) every time.

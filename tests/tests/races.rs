@@ -1,30 +1,25 @@
-#![allow(clippy::unwrap_used, clippy::expect_used, reason = "integration tests fail at the line that broke")]
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "integration tests fail at the line that broke"
+)]
 //! The conntrack DNAT race, reproduced with the real kernel: every drop attributed to its
 //! query and socket, rule drops never called races, no false alarms on healthy traffic.
 //! Root only; `--test-threads=1`.
 use std::{thread, time::Duration};
 
-use lab::{race, tracer::Tracer, IptablesFlavor, Lab, LabConfig, Pod};
+use lab::{
+    race,
+    tracer::Tracer,
+    tracer::{lab_or_skip as lab, ndjson as records},
+    IptablesFlavor, Lab, LabConfig, Pod,
+};
 use serde_json::Value;
 
-fn lab(cfg: LabConfig) -> Option<Lab> {
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
-        eprintln!("skipped: needs root (network namespaces, eBPF)");
-        return None;
-    }
-    Some(Lab::start(cfg).unwrap())
-}
-
-fn records(stdout: &str) -> Vec<Value> {
-    stdout
-        .lines()
-        .map(|l| serde_json::from_str::<Value>(l).unwrap_or_else(|e| panic!("bad NDJSON {l:?}: {e}")))
-        .collect()
-}
-
 fn races<'a>(recs: &'a [Value], verdict: &str) -> Vec<&'a Value> {
-    recs.iter().filter(|r| r["type"] == "race" && r["verdict"] == verdict).collect()
+    recs.iter()
+        .filter(|r| r["type"] == "race" && r["verdict"] == verdict)
+        .collect()
 }
 
 /// Sum over CPUs of (insert_failed, drop, clash_resolve) in the node namespace.
@@ -33,20 +28,38 @@ fn ct_totals(lab: &Lab) -> (u64, u64, u64) {
 }
 
 fn trace(lab: &Lab) -> Tracer {
-    Tracer::start(lab, lab.node_ns(), &["trace", "-o", "json", "--view", "transactions", "--timeout", "1"]).unwrap()
+    Tracer::start(
+        lab,
+        lab.node_ns(),
+        &[
+            "trace",
+            "-o",
+            "json",
+            "--view",
+            "transactions",
+            "--timeout",
+            "1",
+        ],
+    )
+    .unwrap()
 }
 
 /// shared/LAB.md's deterministic race: the A query is held in NFQUEUE after DNAT, the AAAA
 /// from the same socket goes straight to the pods; on release the A fails to confirm.
 #[test]
 fn forced_races_are_each_reported_with_query_and_socket() {
-    let Some(lab) = lab(LabConfig::default()) else { return };
+    let Some(lab) = lab(LabConfig::default()) else {
+        return;
+    };
     let rig = race::RaceRig::install(&lab, 300).unwrap();
     let t = trace(&lab);
     let before = ct_totals(&lab);
     let mut shots = Vec::new();
     for i in 0..10 {
-        shots.push((format!("forced{i}.lab.test."), race::force_race(&lab, &format!("forced{i}.lab.test")).unwrap()));
+        shots.push((
+            format!("forced{i}.lab.test."),
+            race::force_race(&lab, &format!("forced{i}.lab.test")).unwrap(),
+        ));
     }
     let after = ct_totals(&lab);
     // Timeout 1 s + retry grace, then the counters sample.
@@ -57,7 +70,10 @@ fn forced_races_are_each_reported_with_query_and_socket() {
     let recs = records(&out.stdout);
     let drops = races(&recs, "race-drop");
     let insert_failed = after.0 - before.0;
-    eprintln!("forced: insert_failed +{insert_failed}, {} race drops reported", drops.len());
+    eprintln!(
+        "forced: insert_failed +{insert_failed}, {} race drops reported",
+        drops.len()
+    );
     assert_eq!(insert_failed, 10);
     assert_eq!(drops.len() as u64, insert_failed, "{drops:#?}");
     for (name, shot) in &shots {
@@ -65,12 +81,22 @@ fn forced_races_are_each_reported_with_query_and_socket() {
             .iter()
             .find(|r| r["dropped"]["question"]["name"] == name.as_str())
             .unwrap_or_else(|| panic!("no race for {name}: {drops:#?}"));
-        assert_eq!(r["client"], format!("{}:{}", lab.ip_of(Pod::Client), shot.src_port), "{r:#}");
+        assert_eq!(
+            r["client"],
+            format!("{}:{}", lab.ip_of(Pod::Client), shot.src_port),
+            "{r:#}"
+        );
         assert_eq!(r["dropped"]["dns_id"], shot.a_id, "{r:#}");
         assert_eq!(r["dropped"]["question"]["type"], "A");
         assert_eq!(r["counter_confirmed"], true, "{r:#}");
         assert_eq!(r["sibling"]["question"]["type"], "AAAA", "{r:#}");
-        assert!(r["summary"].as_str().unwrap().contains("A dropped by conntrack race"), "{r:#}");
+        assert!(
+            r["summary"]
+                .as_str()
+                .unwrap()
+                .contains("A dropped by conntrack race"),
+            "{r:#}"
+        );
     }
 }
 
@@ -79,8 +105,14 @@ fn forced_races_are_each_reported_with_query_and_socket() {
 /// attributed to its query; resolved clashes are counted.
 #[test]
 fn natural_two_cpu_race_drops_are_all_attributed() {
-    let Some(lab) = lab(LabConfig::default()) else { return };
-    if std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1) < 2 {
+    let Some(lab) = lab(LabConfig::default()) else {
+        return;
+    };
+    if std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1)
+        < 2
+    {
         eprintln!("skipped: needs two CPUs");
         return;
     }
@@ -123,7 +155,10 @@ for n in range(2000):
     assert!(out.status.success(), "{}", out.stderr);
     let recs = records(&out.stdout);
     let drops = races(&recs, "race-drop");
-    let clashes: u64 = races(&recs, "resolved-clash").iter().map(|r| r["counters"]["clash_resolve"].as_u64().unwrap()).sum();
+    let clashes: u64 = races(&recs, "resolved-clash")
+        .iter()
+        .map(|r| r["counters"]["clash_resolve"].as_u64().unwrap())
+        .sum();
     let insert_failed = after.0 - before.0;
     eprintln!(
         "2000 pairs: insert_failed +{insert_failed}, drop +{}, clash_resolve +{}; reported {} race drops, {clashes} resolved clashes",
@@ -131,10 +166,23 @@ for n in range(2000):
         after.2 - before.2,
         drops.len()
     );
-    assert_eq!(drops.len() as u64, insert_failed, "every counted drop attributed, nothing else: {drops:#?}");
+    assert_eq!(
+        drops.len() as u64,
+        insert_failed,
+        "every counted drop attributed, nothing else: {drops:#?}"
+    );
     for d in &drops {
-        assert!(d["client"].as_str().unwrap().starts_with("10.244.1.2:"), "{d:#}");
-        assert!(d["dropped"]["question"]["name"].as_str().unwrap().starts_with('r'), "{d:#}");
+        assert!(
+            d["client"].as_str().unwrap().starts_with("10.244.1.2:"),
+            "{d:#}"
+        );
+        assert!(
+            d["dropped"]["question"]["name"]
+                .as_str()
+                .unwrap()
+                .starts_with('r'),
+            "{d:#}"
+        );
         assert_eq!(d["counter_confirmed"], true, "{d:#}");
     }
     assert_eq!(clashes, after.2 - before.2, "resolved clashes counted");
@@ -149,7 +197,17 @@ fn rule_drops_are_not_races(flavor: IptablesFlavor) {
     };
     let ipt = lab.iptables();
     // A DROP for DNS to the pods in the node, and one inside the upstream's own namespace.
-    let node_rule = ["FORWARD", "-p", "udp", "--dport", "53", "-d", "10.244.1.0/24", "-j", "DROP"];
+    let node_rule = [
+        "FORWARD",
+        "-p",
+        "udp",
+        "--dport",
+        "53",
+        "-d",
+        "10.244.1.0/24",
+        "-j",
+        "DROP",
+    ];
     let up_rule = ["INPUT", "-p", "udp", "--dport", "53", "-j", "DROP"];
     let t = trace(&lab);
     let mut add = vec![ipt, "-I"];
@@ -167,12 +225,30 @@ fn rule_drops_are_not_races(flavor: IptablesFlavor) {
     let out = t.stop();
     assert!(out.status.success(), "{}", out.stderr);
     let recs = records(&out.stdout);
-    let drop_events: Vec<_> = recs.iter().filter(|r| r["type"] == "drop" && r["benign"].is_null()).collect();
-    let netfilter = drop_events.iter().filter(|d| d["reason"] == "NETFILTER_DROP").count();
-    let race_records: Vec<_> = recs.iter().filter(|r| r["type"] == "race" && r["verdict"] != "resolved-clash").collect();
-    eprintln!("{flavor:?}: {netfilter} NETFILTER_DROP events, {} race records", race_records.len());
-    assert!(netfilter >= 2, "the rules' drops were not seen: {drop_events:#?}");
-    assert!(race_records.is_empty(), "rule drops called races: {race_records:#?}");
+    let drop_events: Vec<_> = recs
+        .iter()
+        .filter(|r| r["type"] == "drop" && r["benign"].is_null())
+        .collect();
+    let netfilter = drop_events
+        .iter()
+        .filter(|d| d["reason"] == "NETFILTER_DROP")
+        .count();
+    let race_records: Vec<_> = recs
+        .iter()
+        .filter(|r| r["type"] == "race" && r["verdict"] != "resolved-clash")
+        .collect();
+    eprintln!(
+        "{flavor:?}: {netfilter} NETFILTER_DROP events, {} race records",
+        race_records.len()
+    );
+    assert!(
+        netfilter >= 2,
+        "the rules' drops were not seen: {drop_events:#?}"
+    );
+    assert!(
+        race_records.is_empty(),
+        "rule drops called races: {race_records:#?}"
+    );
 }
 
 #[test]
@@ -187,11 +263,17 @@ fn legacy_rule_drops_are_not_races() {
 
 #[test]
 fn healthy_getent_through_the_cluster_ip_has_no_races() {
-    let Some(lab) = lab(LabConfig::default()) else { return };
+    let Some(lab) = lab(LabConfig::default()) else {
+        return;
+    };
     let t = trace(&lab);
     let o = lab.exec(
         lab.client_ns(),
-        &["bash", "-c", "for i in $(seq 1000); do getent ahosts www.lab.test >/dev/null || echo FAIL; done"],
+        &[
+            "bash",
+            "-c",
+            "for i in $(seq 1000); do getent ahosts www.lab.test >/dev/null || echo FAIL; done",
+        ],
     );
     assert!(o.status.success());
     let failures = String::from_utf8_lossy(&o.stdout).matches("FAIL").count();
@@ -200,8 +282,14 @@ fn healthy_getent_through_the_cluster_ip_has_no_races() {
     assert!(out.status.success(), "{}", out.stderr);
     let recs = records(&out.stdout);
     let txs = recs.iter().filter(|r| r["type"] == "transaction").count();
-    let bad: Vec<_> = recs.iter().filter(|r| r["type"] == "race" && r["verdict"] != "resolved-clash").collect();
-    eprintln!("getent ×1000: {failures} failures, {txs} transactions, {} race records", bad.len());
+    let bad: Vec<_> = recs
+        .iter()
+        .filter(|r| r["type"] == "race" && r["verdict"] != "resolved-clash")
+        .collect();
+    eprintln!(
+        "getent ×1000: {failures} failures, {txs} transactions, {} race records",
+        bad.len()
+    );
     assert_eq!(failures, 0);
     assert!(txs >= 8000, "{txs}");
     assert!(bad.is_empty(), "{bad:#?}");

@@ -1,4 +1,8 @@
-#![allow(clippy::unwrap_used, clippy::expect_used, reason = "integration tests fail at the line that broke")]
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "integration tests fail at the line that broke"
+)]
 //! `dnspath trace` against the lab: real servers, real kernel, real iptables DNAT.
 //! Run as root with `--test-threads=1` (`cargo xtask test`).
 use std::time::Duration;
@@ -37,7 +41,9 @@ fn records(out: &TracerOutput) -> Vec<Value> {
     );
     out.stdout
         .lines()
-        .map(|l| serde_json::from_str::<Value>(l).unwrap_or_else(|e| panic!("bad NDJSON {l:?}: {e}")))
+        .map(|l| {
+            serde_json::from_str::<Value>(l).unwrap_or_else(|e| panic!("bad NDJSON {l:?}: {e}"))
+        })
         .collect()
 }
 
@@ -84,7 +90,9 @@ fn assert_path(lab: &Lab, recs: &[Value], name: &str, proto: &str) {
     let cip = format!("{}:53", lab.cluster_ip());
     let q_client = find(recs, name, client, "ingress", false);
     assert!(
-        q_client.iter().any(|r| r["dst"] == cip.as_str() && r["proto"] == proto),
+        q_client
+            .iter()
+            .any(|r| r["dst"] == cip.as_str() && r["proto"] == proto),
         "query to the ClusterIP not seen at {client}: {q_client:?}"
     );
     let backend = (0..lab.dns_pod_count())
@@ -99,8 +107,8 @@ fn assert_path(lab: &Lab, recs: &[Value], name: &str, proto: &str) {
     let up_addr = format!("{}:53", lab.ip_of(Pod::Upstream));
     let fwd = find(recs, name, up, "egress", false);
     assert!(
-        fwd.iter()
-            .any(|r| r["dst"] == up_addr.as_str() && r["src"].as_str().is_some_and(|s| s.starts_with(&pod_ip))),
+        fwd.iter().any(|r| r["dst"] == up_addr.as_str()
+            && r["src"].as_str().is_some_and(|s| s.starts_with(&pod_ip))),
         "forwarded query from {pod_ip} to the upstream not seen at {up}: {fwd:?}"
     );
     let answered = |r: &&Value| {
@@ -127,7 +135,9 @@ fn assert_path(lab: &Lab, recs: &[Value], name: &str, proto: &str) {
 
 #[test]
 fn udp_query_is_seen_at_every_hop() {
-    let Some(lab) = lab(LabConfig::default()) else { return };
+    let Some(lab) = lab(LabConfig::default()) else {
+        return;
+    };
     let t = Tracer::start(&lab, lab.node_ns(), &["trace", "-o", "json"]).unwrap();
     dig_ok(&lab, &["+time=2", "+tries=1", "www.lab.test.", "A"]);
     let recs = records(&t.stop());
@@ -140,13 +150,23 @@ fn udp_query_is_seen_at_every_hop() {
 
 #[test]
 fn tcp_query_is_reassembled_at_every_hop() {
-    let Some(lab) = lab(LabConfig::default()) else { return };
+    let Some(lab) = lab(LabConfig::default()) else {
+        return;
+    };
     // The ~3 KB answer crosses the veths as one GSO segment: keep all of it.
-    let t = Tracer::start(&lab, lab.node_ns(), &["trace", "-o", "json", "--snaplen", "4096"]).unwrap();
+    let t = Tracer::start(
+        &lab,
+        lab.node_ns(),
+        &["trace", "-o", "json", "--snaplen", "4096"],
+    )
+    .unwrap();
     dig_ok(&lab, &["+tcp", "+time=2", "+tries=1", "www.lab.test.", "A"]);
     // A response larger than one segment's worth of a small MSS would be split; ~3 KB of TXT
     // needs reassembly across segments on the way back.
-    let big = dig_ok(&lab, &["+tcp", "+time=2", "+tries=1", "big.lab.test.", "TXT"]);
+    let big = dig_ok(
+        &lab,
+        &["+tcp", "+time=2", "+tries=1", "big.lab.test.", "TXT"],
+    );
     assert!(big.contains("TXT"), "{big}");
     let recs = records(&t.stop());
     // The client leg and the pod's upstream leg both over TCP (dnsdist keeps the transport).
@@ -163,7 +183,10 @@ fn tcp_query_is_reassembled_at_every_hop() {
         "big TCP answer not reassembled: {:?}",
         recs.iter()
             .filter(|r| qname(r) == Some("big.lab.test.") || r["malformed"].is_string())
-            .map(|r| format!("{} {} {} {} {} {}", r["ifname"], r["dir"], r["proto"], r["src"], r["dst"], r["malformed"]))
+            .map(|r| format!(
+                "{} {} {} {} {} {}",
+                r["ifname"], r["dir"], r["proto"], r["src"], r["dst"], r["malformed"]
+            ))
             .collect::<Vec<_>>()
     );
     assert!(
@@ -177,23 +200,50 @@ fn tcp_query_is_reassembled_at_every_hop() {
 
 #[test]
 fn snaplen_cut_is_reported_as_malformed() {
-    let Some(lab) = lab(LabConfig::default()) else { return };
+    let Some(lab) = lab(LabConfig::default()) else {
+        return;
+    };
     let t = Tracer::start(&lab, lab.node_ns(), &["trace", "-o", "json"]).unwrap();
-    dig_ok(&lab, &["+tcp", "+time=2", "+tries=1", "big.lab.test.", "TXT"]);
+    dig_ok(
+        &lab,
+        &["+tcp", "+time=2", "+tries=1", "big.lab.test.", "TXT"],
+    );
     let recs = records(&t.stop());
     let cut: Vec<_> = recs
         .iter()
-        .filter(|r| r["type"] == "packet" && r["malformed"].as_str().is_some_and(|m| m.contains("snaplen")))
+        .filter(|r| {
+            r["type"] == "packet"
+                && r["malformed"]
+                    .as_str()
+                    .is_some_and(|m| m.contains("snaplen"))
+        })
         .collect();
-    assert!(!cut.is_empty(), "default 512-byte snaplen should cut the 3 KB answer");
-    assert_eq!(stats(&recs)["malformed"].as_u64().unwrap() as usize, cut.len());
+    assert!(
+        !cut.is_empty(),
+        "default 512-byte snaplen should cut the 3 KB answer"
+    );
+    assert_eq!(
+        stats(&recs)["malformed"].as_u64().unwrap() as usize,
+        cut.len()
+    );
 }
 
 #[test]
 fn iptables_drop_rule_produces_drop_event() {
-    let Some(lab) = lab(LabConfig::default()) else { return };
+    let Some(lab) = lab(LabConfig::default()) else {
+        return;
+    };
     let ipt = lab.iptables();
-    let rule = ["-p", "udp", "--dport", "53", "-d", "10.244.1.0/24", "-j", "DROP"];
+    let rule = [
+        "-p",
+        "udp",
+        "--dport",
+        "53",
+        "-d",
+        "10.244.1.0/24",
+        "-j",
+        "DROP",
+    ];
     let mut add = vec![ipt, "-I", "FORWARD"];
     add.extend_from_slice(&rule);
     let o = lab.exec(lab.node_ns(), &add);
@@ -213,32 +263,51 @@ fn iptables_drop_rule_produces_drop_event() {
     assert!(d["location"].as_str().unwrap().contains('+'), "{d}");
     assert_eq!(d["netns"], lab.node_ns(), "{d}");
     // DNAT already happened; the conntrack entry remembers the ClusterIP.
-    assert_eq!(d["ct"]["orig"]["dst"], format!("{}:53", lab.cluster_ip()), "{d}");
+    assert_eq!(
+        d["ct"]["orig"]["dst"],
+        format!("{}:53", lab.cluster_ip()),
+        "{d}"
+    );
     assert_eq!(d["ct"]["confirmed"], false, "{d}");
     assert!(stats(&recs)["drops"].as_u64().unwrap() >= 1);
 }
 
 #[test]
 fn loopback_inside_a_pod_needs_all_netns() {
-    let Some(lab) = lab(LabConfig::default()) else { return };
+    let Some(lab) = lab(LabConfig::default()) else {
+        return;
+    };
     // A stub resolver on the client pod's own loopback, as systemd-resolved on 127.0.0.53.
     let mut stub = lab
         .spawn_in(
             lab.client_ns(),
             &[
-                "dnsmasq", "-k", "--no-resolv", "--listen-address=127.0.0.53", "--bind-interfaces",
-                "--address=/stub.test/10.9.9.9", "-C", "/dev/null", "--pid-file=", "--user=root",
+                "dnsmasq",
+                "-k",
+                "--no-resolv",
+                "--listen-address=127.0.0.53",
+                "--bind-interfaces",
+                "--address=/stub.test/10.9.9.9",
+                "-C",
+                "/dev/null",
+                "--pid-file=",
+                "--user=root",
             ],
         )
         .unwrap();
     let ready = (0..50).any(|_| {
         std::thread::sleep(Duration::from_millis(100));
-        lab.dig(&["+time=1", "+tries=1", "@127.0.0.53", "stub.test."]).status.success()
+        lab.dig(&["+time=1", "+tries=1", "@127.0.0.53", "stub.test."])
+            .status
+            .success()
     });
     if !ready {
         let _ = stub.kill();
         let out = stub.wait_with_output().unwrap();
-        panic!("stub resolver did not start: {}", String::from_utf8_lossy(&out.stderr));
+        panic!(
+            "stub resolver did not start: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
     }
     let t = Tracer::start(&lab, lab.node_ns(), &["trace", "-o", "json", "--all-netns"]).unwrap();
     if let Ok(Some(status)) = stub.try_wait() {
@@ -246,7 +315,10 @@ fn loopback_inside_a_pod_needs_all_netns() {
         let _ = std::io::Read::read_to_string(stub.stderr.as_mut().unwrap(), &mut err);
         panic!("stub resolver exited ({status}) once tracing started: {err}");
     }
-    let a = dig_ok(&lab, &["+time=2", "+tries=1", "@127.0.0.53", "stub.test.", "A"]);
+    let a = dig_ok(
+        &lab,
+        &["+time=2", "+tries=1", "@127.0.0.53", "stub.test.", "A"],
+    );
     assert!(a.contains("10.9.9.9"), "{a}");
     let recs = records(&t.stop());
     let on_lo: Vec<_> = recs
@@ -254,39 +326,62 @@ fn loopback_inside_a_pod_needs_all_netns() {
         .filter(|r| r["type"] == "packet" && r["ifname"] == "lo" && qname(r) == Some("stub.test."))
         .collect();
     assert!(
-        on_lo.iter().any(|r| r["netns"] == lab.client_ns() && r["dns"]["qr"] == false),
+        on_lo
+            .iter()
+            .any(|r| r["netns"] == lab.client_ns() && r["dns"]["qr"] == false),
         "query on the client pod's lo not seen: {on_lo:?}"
     );
     assert!(
-        on_lo.iter().any(|r| r["netns"] == lab.client_ns()
-            && r["dns"]["answers"][0]["data"] == "10.9.9.9"),
+        on_lo
+            .iter()
+            .any(|r| r["netns"] == lab.client_ns() && r["dns"]["answers"][0]["data"] == "10.9.9.9"),
         "answer on lo not seen"
     );
     // Without --all-netns nothing of this is visible from the node.
     let t2 = Tracer::start(&lab, lab.node_ns(), &["trace", "-o", "json"]).unwrap();
-    dig_ok(&lab, &["+time=2", "+tries=1", "@127.0.0.53", "stub.test.", "A"]);
+    dig_ok(
+        &lab,
+        &["+time=2", "+tries=1", "@127.0.0.53", "stub.test.", "A"],
+    );
     let recs2 = records(&t2.stop());
     let _ = stub.kill();
     let _ = stub.wait();
     assert!(
-        !recs2.iter().any(|r| r["type"] == "packet" && qname(r) == Some("stub.test.")),
+        !recs2
+            .iter()
+            .any(|r| r["type"] == "packet" && qname(r) == Some("stub.test.")),
         "node-only trace should not see the pod's loopback"
     );
 }
 
 #[test]
 fn ipv6_query_is_decoded() {
-    let Some(lab) = lab(LabConfig::default()) else { return };
+    let Some(lab) = lab(LabConfig::default()) else {
+        return;
+    };
     let t = Tracer::start(&lab, lab.node_ns(), &["trace", "-o", "json"]).unwrap();
     let server = format!("@{}", lab.ip6_of(Pod::Upstream));
-    let out = dig_ok(&lab, &["+time=2", "+tries=1", &server, "www.lab.test.", "AAAA"]);
+    let out = dig_ok(
+        &lab,
+        &["+time=2", "+tries=1", &server, "www.lab.test.", "AAAA"],
+    );
     assert!(out.contains("fd00:250::80"), "{out}");
     let recs = records(&t.stop());
     let client_src = format!("[{}]:", lab.ip6_of(Pod::Client));
-    let v6: Vec<_> = find(&recs, "www.lab.test.", lab.veth_of(Pod::Client), "egress", true)
-        .into_iter()
-        .filter(|r| r["dst"].as_str().is_some_and(|d| d.starts_with(&client_src)))
-        .collect();
+    let v6: Vec<_> = find(
+        &recs,
+        "www.lab.test.",
+        lab.veth_of(Pod::Client),
+        "egress",
+        true,
+    )
+    .into_iter()
+    .filter(|r| {
+        r["dst"]
+            .as_str()
+            .is_some_and(|d| d.starts_with(&client_src))
+    })
+    .collect();
     assert!(!v6.is_empty(), "IPv6 answer not seen");
     assert_eq!(v6[0]["dns"]["answers"][0]["type"], "AAAA");
     assert_eq!(v6[0]["dns"]["answers"][0]["data"], "fd00:250::80");
@@ -295,7 +390,9 @@ fn ipv6_query_is_decoded() {
 
 #[test]
 fn malformed_packets_are_reported_not_fatal() {
-    let Some(lab) = lab(LabConfig::default()) else { return };
+    let Some(lab) = lab(LabConfig::default()) else {
+        return;
+    };
     let t = Tracer::start(&lab, lab.node_ns(), &["trace", "-o", "json"]).unwrap();
     let up = lab.ip_of(Pod::Upstream).to_string();
     // Too short for a header; and a header claiming one question whose name is a
@@ -316,18 +413,43 @@ fn malformed_packets_are_reported_not_fatal() {
     assert!(bad.len() >= 4, "malformed packets not reported: {bad:?}");
     assert!(bad.iter().all(|r| r["dns"].is_null()));
     assert!(
-        bad.iter().any(|r| r["malformed"].as_str().unwrap().to_lowercase().contains("pointer")
-            || r["malformed"].as_str().unwrap().to_lowercase().contains("compression")),
+        bad.iter().any(|r| r["malformed"]
+            .as_str()
+            .unwrap()
+            .to_lowercase()
+            .contains("pointer")
+            || r["malformed"]
+                .as_str()
+                .unwrap()
+                .to_lowercase()
+                .contains("compression")),
         "compression loop not named: {bad:?}"
     );
-    assert!(!find(&recs, "www.lab.test.", lab.veth_of(Pod::Client), "egress", true).is_empty());
-    assert_eq!(stats(&recs)["malformed"].as_u64().unwrap() as usize, bad.len());
+    assert!(!find(
+        &recs,
+        "www.lab.test.",
+        lab.veth_of(Pod::Client),
+        "egress",
+        true
+    )
+    .is_empty());
+    assert_eq!(
+        stats(&recs)["malformed"].as_u64().unwrap() as usize,
+        bad.len()
+    );
 }
 
 #[test]
 fn duration_and_count_stop_the_trace() {
-    let Some(lab) = lab(LabConfig::default()) else { return };
-    let t = Tracer::start(&lab, lab.node_ns(), &["trace", "-o", "json", "--count", "2"]).unwrap();
+    let Some(lab) = lab(LabConfig::default()) else {
+        return;
+    };
+    let t = Tracer::start(
+        &lab,
+        lab.node_ns(),
+        &["trace", "-o", "json", "--count", "2"],
+    )
+    .unwrap();
     dig_ok(&lab, &["+time=2", "+tries=1", "www.lab.test.", "A"]);
     let out = t.wait();
     let recs = records(&out);
@@ -340,19 +462,39 @@ fn duration_and_count_stop_the_trace() {
 
 #[test]
 fn clear_errors_for_bad_setups() {
-    let Some(lab) = lab(LabConfig::default()) else { return };
+    let Some(lab) = lab(LabConfig::default()) else {
+        return;
+    };
     let o = lab.exec(
         lab.node_ns(),
-        &[&dnspath_bin().to_string_lossy(), "trace", "-i", "nosuch0", "--duration", "1"],
+        &[
+            &dnspath_bin().to_string_lossy(),
+            "trace",
+            "-i",
+            "nosuch0",
+            "--duration",
+            "1",
+        ],
     );
     assert!(!o.status.success());
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(err.contains("no such interface: nosuch0"), "{err}");
-    assert_eq!(err.trim().lines().count(), 1, "one-line error expected: {err}");
+    assert_eq!(
+        err.trim().lines().count(),
+        1,
+        "one-line error expected: {err}"
+    );
 
     let o = lab.exec(
         lab.node_ns(),
-        &["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", &dnspath_bin().to_string_lossy(), "trace"],
+        &[
+            "setpriv",
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            &dnspath_bin().to_string_lossy(),
+            "trace",
+        ],
     );
     assert!(!o.status.success());
     let err = String::from_utf8_lossy(&o.stderr);

@@ -1,25 +1,27 @@
-#![allow(clippy::unwrap_used, clippy::expect_used, reason = "integration tests fail at the line that broke")]
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "integration tests fail at the line that broke"
+)]
 //! Transactions against the lab: one query followed through DNAT and forwarders, search-list
 //! lookups, unanswered queries and their retries. Root only; `--test-threads=1`.
 use std::time::Duration;
 
-use lab::{tracer::Tracer, Lab, LabConfig, Pod};
+use lab::{
+    tracer::Tracer,
+    tracer::{lab_or_skip, ndjson},
+    Lab, LabConfig, Pod,
+};
 
 use serde_json::Value;
 
 fn lab() -> Option<Lab> {
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
-        eprintln!("skipped: needs root (network namespaces, eBPF)");
-        return None;
-    }
-    Some(Lab::start(LabConfig::default()).unwrap())
+    lab_or_skip(LabConfig::default())
 }
 
 fn transactions(stdout: &str) -> Vec<Value> {
-    stdout
-        .lines()
-        .map(|l| serde_json::from_str::<Value>(l).unwrap_or_else(|e| panic!("bad NDJSON {l:?}: {e}")))
+    ndjson(stdout)
+        .into_iter()
         .filter(|r| r["type"] == "transaction")
         .collect()
 }
@@ -40,7 +42,10 @@ fn dig_through_the_cluster_ip_is_one_transaction_tree() {
     let out = t.stop();
     assert!(out.status.success(), "{}", out.stderr);
     let txs = transactions(&out.stdout);
-    let ours: Vec<_> = txs.iter().filter(|t| t["question"]["name"] == "www.lab.test.").collect();
+    let ours: Vec<_> = txs
+        .iter()
+        .filter(|t| t["question"]["name"] == "www.lab.test.")
+        .collect();
     assert_eq!(ours.len(), 1, "one transaction expected: {txs:#?}");
     let t = ours[0];
     assert_eq!(t["outcome"], "answered");
@@ -58,13 +63,19 @@ fn dig_through_the_cluster_ip_is_one_transaction_tree() {
         "{client_leg:#}"
     );
     // Client veth in, pod veth out (after DNAT), and both answers back.
-    assert!(client_leg["hops"].as_array().unwrap().len() >= 4, "{client_leg:#}");
+    assert!(
+        client_leg["hops"].as_array().unwrap().len() >= 4,
+        "{client_leg:#}"
+    );
     assert_eq!(client_leg["join"], "conntrack", "{client_leg:#}");
     let up = &legs[1];
     assert_eq!(up["parent"], 0);
     assert_eq!(up["role"], "forward");
     assert_eq!(up["server"], format!("{}:53", lab.ip_of(Pod::Upstream)));
-    assert!(up["client"].as_str().unwrap().starts_with(&backend[..backend.len() - 3]));
+    assert!(up["client"]
+        .as_str()
+        .unwrap()
+        .starts_with(&backend[..backend.len() - 3]));
     assert!(t["latency_ns"].as_u64().unwrap() >= up["latency_ns"].as_u64().unwrap());
 }
 
@@ -74,7 +85,10 @@ fn search_list_expansion_is_one_lookup() {
     let t = trace_node(&lab, &[]);
     // glibc with the pod's resolv.conf (ndots:5): A and AAAA for each search domain.
     let o = lab.exec(lab.client_ns(), &["getent", "ahosts", "www.lab.test"]);
-    assert!(String::from_utf8_lossy(&o.stdout).contains("10.250.0.80"), "{o:?}");
+    assert!(
+        String::from_utf8_lossy(&o.stdout).contains("10.250.0.80"),
+        "{o:?}"
+    );
     std::thread::sleep(Duration::from_millis(600));
     let out = t.stop();
     assert!(out.status.success(), "{}", out.stderr);
@@ -84,16 +98,24 @@ fn search_list_expansion_is_one_lookup() {
         .find(|t| t["question"]["name"] == "www.lab.test." && t["question"]["type"] == "A")
         .unwrap_or_else(|| panic!("final A query not found: {txs:#?}"));
     let lookup = &last["lookup"]["id"];
-    let steps: Vec<_> = txs.iter().filter(|t| &t["lookup"]["id"] == lookup).collect();
+    let steps: Vec<_> = txs
+        .iter()
+        .filter(|t| &t["lookup"]["id"] == lookup)
+        .collect();
     let nx: Vec<_> = steps.iter().filter(|t| t["rcode"] == "NXDOMAIN").collect();
     assert!(
-        nx.iter().any(|t| t["question"]["name"] == "www.lab.test.default.svc.cluster.local."),
+        nx.iter()
+            .any(|t| t["question"]["name"] == "www.lab.test.default.svc.cluster.local."),
         "first search step missing from the lookup: {steps:#?}"
     );
     assert!(nx.len() >= 3, "{steps:#?}");
     assert_eq!(last["answers"][0], "A 10.250.0.80");
     assert!(last["lookup"]["step"].as_u64().unwrap() >= 3, "{last:#}");
-    eprintln!("lookup {lookup}: {} transactions, {} NXDOMAIN", steps.len(), nx.len());
+    eprintln!(
+        "lookup {lookup}: {} transactions, {} NXDOMAIN",
+        steps.len(),
+        nx.len()
+    );
 }
 
 #[test]
@@ -121,11 +143,24 @@ fn unanswered_query_times_out_and_its_retry_is_linked() {
     let _ = sink.wait();
     assert!(out.status.success(), "{}", out.stderr);
     let txs = transactions(&out.stdout);
-    let ours: Vec<_> = txs.iter().filter(|t| t["question"]["name"] == "void.lab.test.").collect();
-    assert_eq!(ours.len(), 1, "the retry must join the first attempt: {txs:#?}");
+    let ours: Vec<_> = txs
+        .iter()
+        .filter(|t| t["question"]["name"] == "void.lab.test.")
+        .collect();
+    assert_eq!(
+        ours.len(),
+        1,
+        "the retry must join the first attempt: {txs:#?}"
+    );
     let t = ours[0];
     assert_eq!(t["outcome"], "unanswered", "{t:#}");
-    assert!(t["summary"].as_str().unwrap().contains("unanswered after 1.0 s"), "{t:#}");
+    assert!(
+        t["summary"]
+            .as_str()
+            .unwrap()
+            .contains("unanswered after 1.0 s"),
+        "{t:#}"
+    );
     assert!(t["summary"].as_str().unwrap().contains("retried"), "{t:#}");
     let legs = t["legs"].as_array().unwrap();
     let attempts = legs.len() as u64 + legs[0]["retransmits"].as_u64().unwrap();
@@ -138,17 +173,32 @@ struct HoleNetns(String);
 impl HoleNetns {
     fn new(lab: &Lab, ns: &str) -> Self {
         let run = |args: &[&str]| {
-            let o = std::process::Command::new("ip").args(args).output().unwrap();
+            let o = std::process::Command::new("ip")
+                .args(args)
+                .output()
+                .unwrap();
             assert!(o.status.success(), "ip {args:?}: {o:?}");
         };
         run(&["netns", "add", ns]);
         let guard = HoleNetns(ns.to_string());
         let node = lab.node_ns();
-        run(&["-n", node, "link", "add", ns, "type", "veth", "peer", "name", "eth0", "netns", ns]);
+        run(&[
+            "-n", node, "link", "add", ns, "type", "veth", "peer", "name", "eth0", "netns", ns,
+        ]);
         run(&["-n", ns, "link", "set", "lo", "up"]);
         run(&["-n", ns, "link", "set", "eth0", "up"]);
         run(&["-n", ns, "addr", "add", "10.250.0.54/32", "dev", "eth0"]);
-        run(&["-n", ns, "route", "add", "169.254.1.1", "dev", "eth0", "scope", "link"]);
+        run(&[
+            "-n",
+            ns,
+            "route",
+            "add",
+            "169.254.1.1",
+            "dev",
+            "eth0",
+            "scope",
+            "link",
+        ]);
         run(&["-n", ns, "route", "add", "default", "via", "169.254.1.1"]);
         run(&["-n", node, "addr", "add", "169.254.1.1/32", "dev", ns]);
         run(&["-n", node, "link", "set", ns, "up"]);
@@ -159,6 +209,8 @@ impl HoleNetns {
 
 impl Drop for HoleNetns {
     fn drop(&mut self) {
-        let _ = std::process::Command::new("ip").args(["netns", "del", &self.0]).status();
+        let _ = std::process::Command::new("ip")
+            .args(["netns", "del", &self.0])
+            .status();
     }
 }

@@ -223,7 +223,10 @@ mod tests {
     fn layouts_are_padding_free() {
         assert_eq!(size_of::<CtTuple>(), 40);
         assert_eq!(PACKET_HEADER_LEN, 40);
-        assert_eq!(size_of::<PacketEvent>(), PACKET_HEADER_LEN + MAX_PACKET_DATA);
+        assert_eq!(
+            size_of::<PacketEvent>(),
+            PACKET_HEADER_LEN + MAX_PACKET_DATA
+        );
         assert_eq!(core::mem::offset_of!(PacketEvent, data), PACKET_HEADER_LEN);
         assert_eq!(size_of::<PacketEvent>() % align_of::<PacketEvent>(), 0);
         assert_eq!(size_of::<DropEvent>(), 144 + MAX_DROP_DATA);

@@ -15,8 +15,8 @@ use core::{ffi::c_void, mem::size_of, ptr::read_volatile};
 use aya_ebpf::{
     bindings::__sk_buff,
     helpers::{
-        bpf_get_smp_processor_id, bpf_ktime_get_boot_ns,
-        bpf_probe_read_kernel, bpf_probe_read_kernel_buf, generated::bpf_skb_load_bytes,
+        bpf_get_smp_processor_id, bpf_ktime_get_boot_ns, bpf_probe_read_kernel,
+        bpf_probe_read_kernel_buf, generated::bpf_skb_load_bytes,
     },
     macros::{btf_tracepoint, classifier, map},
     maps::{Array, PerCpuArray, RingBuf},
@@ -24,9 +24,8 @@ use aya_ebpf::{
 };
 use tracer_common::{
     counter, CaptureConfig, CtTuple, DropEvent, KernelOffsets, PacketEvent, PacketHeader,
-    PACKET_HEADER_LEN, DIR_EGRESS,
-    DIR_INGRESS, EVENT_DROP, EVENT_PACKET, IPPROTO_TCP, IPPROTO_UDP, L3_IPV4, L3_IPV6,
-    MAX_DROP_DATA, MAX_PACKET_DATA, MAX_SNAPLEN,
+    DIR_EGRESS, DIR_INGRESS, EVENT_DROP, EVENT_PACKET, IPPROTO_TCP, IPPROTO_UDP, L3_IPV4, L3_IPV6,
+    MAX_DROP_DATA, MAX_PACKET_DATA, MAX_SNAPLEN, PACKET_HEADER_LEN,
 };
 
 /// `TC_ACT_UNSPEC`, which is also `TCX_NEXT`: never change the packet's fate.
@@ -138,7 +137,11 @@ fn try_tc(ctx: &TcContext, has_eth: bool, dir: u8) -> Result<(), ()> {
     // SAFETY: the context pointer is valid for the whole program run.
     let (vlan_present, meta_tci, skb_protocol) =
         unsafe { ((*skb).vlan_present, (*skb).vlan_tci, (*skb).protocol) };
-    let mut vlan_tci: u16 = if vlan_present != 0 { meta_tci as u16 } else { 0 };
+    let mut vlan_tci: u16 = if vlan_present != 0 {
+        meta_tci as u16
+    } else {
+        0
+    };
 
     let (ethertype, l3_off) = if has_eth {
         let mut proto = u16::from_be(ptr_at::<u16>(ctx, 12)?);
@@ -348,7 +351,11 @@ fn try_kfree_skb(ctx: &BtfTracePointContext) -> Result<(), ()> {
                 if frag & 0x1fff != 0 {
                     return Ok(());
                 }
-                (L3_IPV4, ip + ((vihl & 0x0f) as u64) * 4, kread::<u8>(ip, 9)?)
+                (
+                    L3_IPV4,
+                    ip + ((vihl & 0x0f) as u64) * 4,
+                    kread::<u8>(ip, 9)?,
+                )
             }
             6 => (L3_IPV6, ip + 40, kread::<u8>(ip, 6)?),
             _ => return Ok(()),

@@ -12,15 +12,13 @@ use std::{
 };
 
 use crate::{
+    correlate::{CorrelateConfig, Correlator, Observed},
     decode::{parse_ip, Transport},
     event::SourceEvent,
     kernel::{attach::Names, kallsyms::Kallsyms},
-    correlate::{CorrelateConfig, Correlator, Observed},
     output::{record::StatsRecord, text::TextSink, Format, JsonSink, Record, Sink, View},
     pipeline::{Clock, Decoder},
-    source::file::{
-        netns_name_for, CaptureFormat, FileError, FileProgress, FileSource, LinkSkips,
-    },
+    source::file::{netns_name_for, CaptureFormat, FileError, FileProgress, FileSource, LinkSkips},
 };
 
 #[derive(Debug, thiserror::Error)]
@@ -198,7 +196,8 @@ impl PortSet {
     }
 
     fn contains(bits: &[u64; 1024], p: u16) -> bool {
-        bits.get(usize::from(p >> 6)).is_some_and(|w| w & (1 << (p & 63)) != 0)
+        bits.get(usize::from(p >> 6))
+            .is_some_and(|w| w & (1 << (p & 63)) != 0)
     }
 }
 
@@ -228,7 +227,12 @@ pub fn analyze(
     let names = Arc::new(RwLock::new(Names::default()));
     let mut source = open_source(&opts.path, Arc::clone(&names))?;
     let clock = Clock::Epoch;
-    let mut decoder = Decoder::new(clock, Arc::clone(&names), Kallsyms::default(), Default::default());
+    let mut decoder = Decoder::new(
+        clock,
+        Arc::clone(&names),
+        Kallsyms::default(),
+        Default::default(),
+    );
     // Without conntrack, hops across DNAT are joined by the fallback method.
     let mut correlator = opts.view.transactions().then(|| {
         decoder.collect_observations();
@@ -371,7 +375,9 @@ mod tests {
 
     fn udp(sport: u16, dport: u16, payload: &[u8]) -> Vec<u8> {
         let total = (28 + payload.len()) as u16;
-        let mut p = vec![0x45, 0, 0, 0, 0, 1, 0, 0, 64, 17, 0, 0, 10, 0, 0, 1, 10, 0, 0, 2];
+        let mut p = vec![
+            0x45, 0, 0, 0, 0, 1, 0, 0, 64, 17, 0, 0, 10, 0, 0, 1, 10, 0, 0, 2,
+        ];
         p[2..4].copy_from_slice(&total.to_be_bytes());
         p.extend_from_slice(&sport.to_be_bytes());
         p.extend_from_slice(&dport.to_be_bytes());
@@ -395,7 +401,12 @@ mod tests {
             f.extend_from_slice(&v.to_le_bytes());
         }
         for (i, frame) in frames.iter().enumerate() {
-            for v in [1_700_000_000 + i as u32, 0, frame.len() as u32, frame.len() as u32] {
+            for v in [
+                1_700_000_000 + i as u32,
+                0,
+                frame.len() as u32,
+                frame.len() as u32,
+            ] {
                 f.extend_from_slice(&v.to_le_bytes());
             }
             f.extend_from_slice(frame);
@@ -422,7 +433,10 @@ mod tests {
         let report = analyze(&opts, Box::new(out.clone()));
         let _ = std::fs::remove_file(&path);
         let text = String::from_utf8(out.0.lock().unwrap().clone()).unwrap();
-        let recs = text.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+        let recs = text
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
         (report.unwrap(), recs)
     }
 
@@ -430,12 +444,21 @@ mod tests {
     fn port_filter_counts_what_it_skips() {
         let mut icmp = udp(0, 0, &[]);
         icmp[9] = 1;
-        let frames = vec![udp(40000, 53, &query()), udp(40000, 9, b"x"), icmp, vec![0x45, 0]];
+        let frames = vec![
+            udp(40000, 53, &query()),
+            udp(40000, 9, b"x"),
+            icmp,
+            vec![0x45, 0],
+        ];
         let (report, recs) = run_on(&pcap(&frames), &[53], View::Packets);
         assert_eq!(report.progress.packets, 4);
         assert_eq!(report.stats.packets, 1);
         assert_eq!(
-            (report.skipped.other_port, report.skipped.not_udp_tcp, report.skipped.unreadable_ip),
+            (
+                report.skipped.other_port,
+                report.skipped.not_udp_tcp,
+                report.skipped.unreadable_ip
+            ),
             (1, 1, 1)
         );
         assert!(report.stopped_by.is_none());
@@ -444,11 +467,18 @@ mod tests {
         assert_eq!(p["src"], "10.0.0.1:40000");
         assert_eq!(p["dns"]["questions"][0]["name"], "a.test.");
         assert_eq!(p["ifname"], "if0");
-        assert!(p["netns"].as_str().unwrap().starts_with("dnspath-analyze-unit-"));
+        assert!(p["netns"]
+            .as_str()
+            .unwrap()
+            .starts_with("dnspath-analyze-unit-"));
         assert_eq!(p["time"], "2023-11-14T22:13:20.000000Z");
         assert_eq!(recs.last().unwrap()["type"], "stats");
         let summary = report.summary_lines("f.pcap").join("\n");
-        assert!(summary.contains("4 packets read, 1 decoded as DNS traffic, 3 skipped (1 on other ports"), "{summary}");
+        assert!(
+            summary
+                .contains("4 packets read, 1 decoded as DNS traffic, 3 skipped (1 on other ports"),
+            "{summary}"
+        );
 
         // No ports: everything IP reaches the decoder.
         let (all, _) = run_on(&pcap(&frames), &[], View::Packets);
@@ -464,7 +494,10 @@ mod tests {
         let e = report.stopped_by.as_ref().unwrap();
         assert!(e.to_string().contains("packet record 2"), "{e}");
         let summary = report.summary_lines("f.pcap");
-        assert!(summary.last().unwrap().starts_with("warning: "), "{summary:?}");
+        assert!(
+            summary.last().unwrap().starts_with("warning: "),
+            "{summary:?}"
+        );
         // The unanswered query is still reported, as cut short by the end of the capture.
         assert!(recs.iter().any(|r| r["type"] == "transaction"), "{recs:?}");
         assert_eq!(recs.last().unwrap()["type"], "stats");

@@ -187,5 +187,7 @@ pub enum SourceEvent {
     Conntrack(ConntrackEvent),
     CtStats(CtStatsSample),
     /// A ring-buffer record we could not interpret (size/kind mismatch): counted as lost.
-    Garbled { len: usize },
+    Garbled {
+        len: usize,
+    },
 }

@@ -10,7 +10,11 @@ use dnspath::{
 };
 
 #[derive(Parser)]
-#[command(name = "dnspath", version, about = "eBPF DNS path tracer for Kubernetes nodes")]
+#[command(
+    name = "dnspath",
+    version,
+    about = "eBPF DNS path tracer for Kubernetes nodes"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -143,7 +147,10 @@ fn positive_secs(s: f64, flag: &str) -> anyhow::Result<Duration> {
 fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
         Command::Trace(a) => {
-            let duration = a.duration.map(|s| positive_secs(s, "--duration")).transpose()?;
+            let duration = a
+                .duration
+                .map(|s| positive_secs(s, "--duration"))
+                .transpose()?;
             let opts = TraceOptions {
                 attach: AttachSpec {
                     interfaces: a.interfaces,

@@ -9,12 +9,13 @@ use std::{
 use crate::{
     correlate::{DropObservation, Observation, Observed},
     decode::{
-        dns,
-        parse_ip,
+        dns, parse_ip,
         tcp::{FlowKey, TcpLimits, TcpOutput, TcpReassembler},
         Transport,
     },
-    event::{CapturedPacket, CtSnapshot, KernelCounters, KernelDrop, ObservationPoint, SourceEvent},
+    event::{
+        CapturedPacket, CtSnapshot, KernelCounters, KernelDrop, ObservationPoint, SourceEvent,
+    },
     kernel::{attach::SharedNames, kallsyms::Kallsyms},
     output::record::{CtEndpoints, CtRecord, DropRecord, PacketRecord, Record, StatsRecord},
 };
@@ -32,7 +33,8 @@ impl Clock {
     pub fn boot() -> Self {
         let real = nix::time::clock_gettime(nix::time::ClockId::CLOCK_REALTIME);
         let boot = nix::time::clock_gettime(nix::time::ClockId::CLOCK_BOOTTIME);
-        let ns = |t: nix::sys::time::TimeSpec| t.tv_sec() as i128 * 1_000_000_000 + t.tv_nsec() as i128;
+        let ns =
+            |t: nix::sys::time::TimeSpec| t.tv_sec() as i128 * 1_000_000_000 + t.tv_nsec() as i128;
         match (real, boot) {
             (Ok(r), Ok(b)) => Clock::Boot {
                 offset_ns: ns(r) - ns(b),
@@ -116,11 +118,15 @@ pub fn benign_drop(reason: &str, function: &str, tcp: Option<(u8, bool)>) -> Opt
     match (reason, function, tcp) {
         ("QUEUE_PURGE", _, _) => Some("socket closed with data still queued"),
         ("NOT_SPECIFIED", "udp_destruct_common", _) => Some("socket closed with unread datagrams"),
-        ("NOT_SPECIFIED", "tcp_v4_rcv" | "tcp_v6_rcv", Some((flags, true))) if flags & SYN != 0 && flags & ACK == 0 => {
+        ("NOT_SPECIFIED", "tcp_v4_rcv" | "tcp_v6_rcv", Some((flags, true)))
+            if flags & SYN != 0 && flags & ACK == 0 =>
+        {
             Some("SYN consumed by a listening socket")
         }
         // The handshake's final ACK, consumed while the request socket becomes a full one.
-        ("NOT_SPECIFIED", "tcp_v4_rcv" | "tcp_v6_rcv", Some((flags, true))) if flags & ACK != 0 && flags & SYN == 0 => {
+        ("NOT_SPECIFIED", "tcp_v4_rcv" | "tcp_v6_rcv", Some((flags, true)))
+            if flags & ACK != 0 && flags & SYN == 0 =>
+        {
             Some("handshake ACK consumed by a listening socket")
         }
         _ => None,
@@ -180,7 +186,8 @@ fn question_key<'b>(payload: &[u8], buf: &'b mut [u8; 264]) -> Option<&'b [u8]> 
         }
         i += len;
     }
-    buf.get_mut(n..n + 4)?.copy_from_slice(payload.get(i..i + 4)?);
+    buf.get_mut(n..n + 4)?
+        .copy_from_slice(payload.get(i..i + 4)?);
     buf.get(..n + 4)
 }
 
@@ -190,7 +197,11 @@ fn question_key_of(name: &str, qtype: &str, class: &str) -> Option<Box<[u8]>> {
     let rtype = hickory_proto::rr::RecordType::from_str(qtype).ok()?;
     let class = hickory_proto::rr::DNSClass::from_str(class).ok()?;
     let mut out = Vec::with_capacity(name.len() + 6);
-    for label in name.trim_end_matches('.').split('.').filter(|l| !l.is_empty()) {
+    for label in name
+        .trim_end_matches('.')
+        .split('.')
+        .filter(|l| !l.is_empty())
+    {
         if label.len() > 63 || label.contains('\\') {
             return None;
         }
@@ -270,7 +281,14 @@ impl Decoder {
         self.clock
     }
 
-    fn observe(&mut self, r: &PacketRecord, proto: u8, src: SocketAddr, dst: SocketAddr, at: ObservationPoint) {
+    fn observe(
+        &mut self,
+        r: &PacketRecord,
+        proto: u8,
+        src: SocketAddr,
+        dst: SocketAddr,
+        at: ObservationPoint,
+    ) {
         if let (Some(obs), Some(msg)) = (self.observed.as_mut(), r.dns.as_ref()) {
             obs.push(Observed::Message(Observation {
                 ts_ns: r.ts_ns,
@@ -364,7 +382,10 @@ impl Decoder {
                         }
                     }
                 }
-                let (src, dst) = (SocketAddr::new(ip.src, sport), SocketAddr::new(ip.dst, dport));
+                let (src, dst) = (
+                    SocketAddr::new(ip.src, sport),
+                    SocketAddr::new(ip.dst, dport),
+                );
                 let mut r = base("udp", src.to_string(), dst.to_string());
                 match dns::decode(payload) {
                     Ok(m) => {
@@ -375,7 +396,10 @@ impl Decoder {
                     Err(e) => {
                         self.stats.malformed += 1;
                         r.malformed = Some(if ip.truncated {
-                            format!("{e} (capture cut at {} bytes; raise --snaplen)", p.data.len())
+                            format!(
+                                "{e} (capture cut at {} bytes; raise --snaplen)",
+                                p.data.len()
+                            )
                         } else {
                             e.to_string()
                         });
@@ -401,8 +425,15 @@ impl Decoder {
                 };
                 let mut produced = std::mem::take(&mut self.tcp_out);
                 produced.clear();
-                self.tcp
-                    .push(p.ts_ns, key, seq, flags, payload, ip.truncated, &mut produced);
+                self.tcp.push(
+                    p.ts_ns,
+                    key,
+                    seq,
+                    flags,
+                    payload,
+                    ip.truncated,
+                    &mut produced,
+                );
                 if produced.is_empty() {
                     self.stats.tcp_control += u64::from(payload.is_empty());
                 }
@@ -584,8 +615,18 @@ mod tests {
         msg.extend(b"\x03WWW\x03Lab\x04test\x00\x00\x01\x00\x01");
         let mut buf = [0u8; 264];
         let wire = question_key(&msg, &mut buf).unwrap().to_vec();
-        assert_eq!(wire, question_key_of("www.lab.test.", "A", "IN").unwrap().to_vec());
-        assert_ne!(wire, question_key_of("www.lab.test.", "AAAA", "IN").unwrap().to_vec());
+        assert_eq!(
+            wire,
+            question_key_of("www.lab.test.", "A", "IN")
+                .unwrap()
+                .to_vec()
+        );
+        assert_ne!(
+            wire,
+            question_key_of("www.lab.test.", "AAAA", "IN")
+                .unwrap()
+                .to_vec()
+        );
         // Compression in a question, truncation, no question: no key, no panic.
         let mut ptr = msg[..12].to_vec();
         ptr.extend([0xc0, 0x0c, 0, 1, 0, 1]);
@@ -608,7 +649,10 @@ mod tests {
             orig: flow("10.244.1.2:5000", "10.96.0.10:53"),
             reply: flow("10.244.1.3:53", "10.244.1.2:5000"),
         });
-        assert_eq!(r.status_flags, vec!["DST_NAT", "SRC_NAT_DONE", "DST_NAT_DONE"]);
+        assert_eq!(
+            r.status_flags,
+            vec!["DST_NAT", "SRC_NAT_DONE", "DST_NAT_DONE"]
+        );
         assert!(!r.confirmed);
         assert_eq!(r.orig.dst, "10.96.0.10:53");
     }

@@ -11,16 +11,16 @@ use std::{
 use tokio::signal::unix::{signal, SignalKind};
 
 use crate::{
+    correlate::{
+        loops::{LoopRecord, LoopState},
+        CorrelateConfig, Correlator, Observed,
+    },
     event::{KernelCounters, SourceEvent},
     kernel::{
         attach::{AttachSpec, Attacher, Names},
         btf::KernelBtf,
         kallsyms::Kallsyms,
         netns, KernelError, ProbeOptions, Probes,
-    },
-    correlate::{
-        loops::{LoopRecord, LoopState},
-        CorrelateConfig, Correlator, Observed,
     },
     output::{self, Format, Record, View},
     pipeline::{Clock, Decoder},
@@ -62,7 +62,10 @@ pub struct TraceSummary {
 
 /// Runs until a signal, `duration`, `count` or (with `until_loop`) a loop; returns the
 /// final stats.
-pub async fn run(opts: TraceOptions, out: Box<dyn Write + Send>) -> Result<TraceSummary, TraceError> {
+pub async fn run(
+    opts: TraceOptions,
+    out: Box<dyn Write + Send>,
+) -> Result<TraceSummary, TraceError> {
     let probes = Probes::load(&ProbeOptions {
         ports: opts.ports.clone(),
         snaplen: opts.snaplen,
@@ -79,7 +82,9 @@ pub async fn run(opts: TraceOptions, out: Box<dyn Write + Send>) -> Result<Trace
     attacher.scan()?;
     let attached = attacher.attached_count();
     let reasons = if opts.drops {
-        KernelBtf::load().map(|b| b.drop_reasons()).unwrap_or_default()
+        KernelBtf::load()
+            .map(|b| b.drop_reasons())
+            .unwrap_or_default()
     } else {
         Default::default()
     };
@@ -95,7 +100,11 @@ pub async fn run(opts: TraceOptions, out: Box<dyn Write + Send>) -> Result<Trace
             ""
         },
         ports.join(","),
-        if opts.drops { ", with kernel drops" } else { "" }
+        if opts.drops {
+            ", with kernel drops"
+        } else {
+            ""
+        }
     );
 
     let stop = Arc::new(AtomicBool::new(false));
@@ -309,9 +318,18 @@ fn start_conntrack(
             stats_interval: Some(Duration::from_millis(200)),
             ..Default::default()
         };
-        match crate::conntrack::spawn_watch_with(ns.path.clone(), cookie, watch, tx.clone(), Arc::clone(stop)) {
+        match crate::conntrack::spawn_watch_with(
+            ns.path.clone(),
+            cookie,
+            watch,
+            tx.clone(),
+            Arc::clone(stop),
+        ) {
             Ok(h) => handles.push(h),
-            Err(e) => log::warn!("conntrack in {}: {e}; joining hops across NAT without it", ns.name),
+            Err(e) => log::warn!(
+                "conntrack in {}: {e}; joining hops across NAT without it",
+                ns.name
+            ),
         }
     }
     handles

@@ -206,7 +206,10 @@ fn scenarios() -> Vec<Scenario> {
                 None,
                 T_AAAA,
                 300,
-                Rdata::Aaaa([0x26, 0x06, 0x28, 0, 0x02, 0x20, 0, 1, 0x2, 0x48, 0x18, 0x93, 0x25, 0xc8, 0x19, 0x46]),
+                Rdata::Aaaa([
+                    0x26, 0x06, 0x28, 0, 0x02, 0x20, 0, 1, 0x2, 0x48, 0x18, 0x93, 0x25, 0xc8, 0x19,
+                    0x46,
+                ]),
             )],
             authority: vec![],
         },
@@ -236,7 +239,12 @@ fn scenarios() -> Vec<Scenario> {
             qtype: T_TXT,
             rcode: 0,
             aa: false,
-            answers: vec![rr(None, T_TXT, 3600, Rdata::Txt("v=spf1 include:_spf.example.org -all"))],
+            answers: vec![rr(
+                None,
+                T_TXT,
+                3600,
+                Rdata::Txt("v=spf1 include:_spf.example.org -all"),
+            )],
             authority: vec![],
         },
         Scenario {
@@ -272,9 +280,19 @@ fn scenarios() -> Vec<Scenario> {
             aa: false,
             answers: vec![
                 rr(None, T_CNAME, 60, Rdata::Name("edge.cdn.example.net.")),
-                rr(Some("edge.cdn.example.net."), T_A, 20, Rdata::A([198, 51, 100, 7])),
+                rr(
+                    Some("edge.cdn.example.net."),
+                    T_A,
+                    20,
+                    Rdata::A([198, 51, 100, 7]),
+                ),
             ],
-            authority: vec![rr(Some("example.net."), T_NS, 86400, Rdata::Name("ns1.example.net."))],
+            authority: vec![rr(
+                Some("example.net."),
+                T_NS,
+                86400,
+                Rdata::Name("ns1.example.net."),
+            )],
         },
         Scenario {
             qname: "example.com.",
@@ -301,7 +319,14 @@ fn dns_message(s: &Scenario, id: u16, response: bool, cookie: u64) -> Vec<u8> {
     put_u16(&mut m, flags);
     put_u16(&mut m, 1);
     put_u16(&mut m, if response { s.answers.len() as u16 } else { 0 });
-    put_u16(&mut m, if response { s.authority.len() as u16 } else { 0 });
+    put_u16(
+        &mut m,
+        if response {
+            s.authority.len() as u16
+        } else {
+            0
+        },
+    );
     put_u16(&mut m, 1);
     put_name(&mut m, s.qname);
     put_u16(&mut m, s.qtype);
@@ -389,7 +414,9 @@ pub fn write_capture(path: &Path, packets: u64) -> crate::Result<u64> {
         w.write_all(f)
     };
     while written < packets {
-        let due = pending.peek().is_some_and(|Reverse((ts, _, _))| *ts <= t_us);
+        let due = pending
+            .peek()
+            .is_some_and(|Reverse((ts, _, _))| *ts <= t_us);
         if due || packets - written <= pending.len() as u64 {
             if let Some(Reverse((ts, _, f))) = pending.pop() {
                 write_record(&mut w, ts, &f).map_err(io)?;
@@ -398,13 +425,21 @@ pub fn write_capture(path: &Path, packets: u64) -> crate::Result<u64> {
             }
         }
         let s = &scenarios[(i % scenarios.len() as u64) as usize];
-        let client = ([10, 244, (1 + (i / 250) % 8) as u8, (2 + i % 250) as u8], 32768 + (i % 28000) as u16);
+        let client = (
+            [10, 244, (1 + (i / 250) % 8) as u8, (2 + i % 250) as u8],
+            32768 + (i % 28000) as u16,
+        );
         let id = (i.wrapping_mul(40503) & 0xffff) as u16;
         let cookie = i.wrapping_mul(0x9e37_79b9_7f4a_7c15);
         let q = frame(client, server, id, &dns_message(s, id, false, cookie));
         write_record(&mut w, t_us, &q).map_err(io)?;
         written += 1;
-        let r = frame(server, client, id ^ 0x5555, &dns_message(s, id, true, cookie));
+        let r = frame(
+            server,
+            client,
+            id ^ 0x5555,
+            &dns_message(s, id, true, cookie),
+        );
         pending.push(Reverse((t_us + 200 + (i * 37) % 800, i, r)));
         t_us += 50;
         i += 1;
@@ -452,11 +487,14 @@ pub fn run(dnspath: &Path, args: &[String]) -> crate::Result<()> {
     let tshark = crate::output_ok(Command::new("tshark").arg("--version"))
         .and_then(|v| v.lines().next().map(str::to_string))
         .ok_or("tshark does not run")?;
-    let path = o
-        .keep
-        .clone()
-        .unwrap_or_else(|| std::env::temp_dir().join(format!("dnspath-bench-{}.pcap", std::process::id())));
-    eprintln!("bench: writing {} DNS packets to {}", o.packets, path.display());
+    let path = o.keep.clone().unwrap_or_else(|| {
+        std::env::temp_dir().join(format!("dnspath-bench-{}.pcap", std::process::id()))
+    });
+    eprintln!(
+        "bench: writing {} DNS packets to {}",
+        o.packets,
+        path.display()
+    );
     let size = write_capture(&path, o.packets)?;
     let result = measure(dnspath, &path, &o, size, &tshark);
     if o.keep.is_none() {
@@ -482,7 +520,18 @@ fn measure(dnspath: &Path, path: &Path, o: &Options, size: u64, tshark: &str) ->
         (
             "tshark -Y dns -T fields",
             Path::new("tshark"),
-            vec!["-r", &file, "-Y", "dns", "-T", "fields", "-e", "dns.qry.name", "-e", "dns.id"],
+            vec![
+                "-r",
+                &file,
+                "-Y",
+                "dns",
+                "-T",
+                "fields",
+                "-e",
+                "dns.qry.name",
+                "-e",
+                "dns.id",
+            ],
         ),
     ];
     let mut times: Vec<Vec<Duration>> = vec![Vec::new(); commands.len()];
@@ -493,7 +542,9 @@ fn measure(dnspath: &Path, path: &Path, o: &Options, size: u64, tshark: &str) ->
             if *program == dnspath {
                 let want = format!("{} packets read, {} decoded", o.packets, o.packets);
                 if !stderr.contains(&want) {
-                    return Err(format!("{label} did not decode every packet (expected \"{want}\"): {stderr}"));
+                    return Err(format!(
+                        "{label} did not decode every packet (expected \"{want}\"): {stderr}"
+                    ));
                 }
             }
             times[i].push(t);
@@ -511,12 +562,19 @@ fn measure(dnspath: &Path, path: &Path, o: &Options, size: u64, tshark: &str) ->
         cpu_model()
     );
     for ((label, _, _), t) in commands.iter().zip(&medians) {
-        println!("  {label:<40} {:>7.2} s {:>10.0} packets/s", t.as_secs_f64(), rate(*t));
+        println!(
+            "  {label:<40} {:>7.2} s {:>10.0} packets/s",
+            t.as_secs_f64(),
+            rate(*t)
+        );
     }
     println!("  ({tshark})");
     let tshark_t = medians[2].as_secs_f64();
     for ((label, _, _), t) in commands.iter().zip(&medians).take(2) {
-        println!("  {label}: {:.2}x tshark's speed", tshark_t / t.as_secs_f64().max(1e-9));
+        println!(
+            "  {label}: {:.2}x tshark's speed",
+            tshark_t / t.as_secs_f64().max(1e-9)
+        );
     }
     Ok(())
 }

@@ -35,22 +35,48 @@ pub fn run(bin: &Path) -> crate::Result<()> {
     let tracer = Tracer::start_with(&lab, lab.node_ns(), &args, false)
         .map_err(|e| format!("dnspath: {e}"))?;
 
-    step("dig www.lab.test A via the ClusterIP (UDP): client → DNAT → CoreDNS pod → upstream → back");
+    step(
+        "dig www.lab.test A via the ClusterIP (UDP): client → DNAT → CoreDNS pod → upstream → back",
+    );
     let _ = lab.dig(&["+time=2", "+tries=1", "+short", "www.lab.test."]);
     thread::sleep(Duration::from_millis(300));
 
     step("dig +tcp big.lab.test TXT (~3 KB answer, TCP reassembled)");
-    let _ = lab.dig(&["+tcp", "+time=2", "+tries=1", "+short", "big.lab.test.", "TXT"]);
+    let _ = lab.dig(&[
+        "+tcp",
+        "+time=2",
+        "+tries=1",
+        "+short",
+        "big.lab.test.",
+        "TXT",
+    ]);
     thread::sleep(Duration::from_millis(300));
 
     step("dig AAAA www.lab.test straight to the upstream over IPv6");
     let up6 = format!("@{}", lab.ip6_of(Pod::Upstream));
-    let _ = lab.dig(&["+time=2", "+tries=1", "+short", &up6, "www.lab.test.", "AAAA"]);
+    let _ = lab.dig(&[
+        "+time=2",
+        "+tries=1",
+        "+short",
+        &up6,
+        "www.lab.test.",
+        "AAAA",
+    ]);
     thread::sleep(Duration::from_millis(300));
 
     step("iptables -j DROP for DNS to the pods: the kernel drop, with its reason and the ClusterIP from conntrack");
     let ipt = lab.iptables();
-    let rule = ["FORWARD", "-p", "udp", "--dport", "53", "-d", "10.244.1.0/24", "-j", "DROP"];
+    let rule = [
+        "FORWARD",
+        "-p",
+        "udp",
+        "--dport",
+        "53",
+        "-d",
+        "10.244.1.0/24",
+        "-j",
+        "DROP",
+    ];
     let mut add = vec![ipt, "-I"];
     add.extend_from_slice(&rule);
     let _ = lab.exec(lab.node_ns(), &add);
@@ -63,7 +89,10 @@ pub fn run(bin: &Path) -> crate::Result<()> {
     step("stopping dnspath (Ctrl-C); its totals:");
     let out = tracer.stop();
     if !out.status.success() {
-        return Err(format!("dnspath exited with {}:\n{}", out.status, out.stderr));
+        return Err(format!(
+            "dnspath exited with {}:\n{}",
+            out.status, out.stderr
+        ));
     }
     eprintln!("\nlab torn down; try it on a node: dnspath trace --all-netns");
     Ok(())

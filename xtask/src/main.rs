@@ -105,7 +105,8 @@ fn install_packages(packages: &[&'static str]) -> Result<()> {
 
 fn setup() -> Result<()> {
     install_packages(PACKAGES)?;
-    let toolchains = output_ok(Command::new("rustup").args(["toolchain", "list"])).unwrap_or_default();
+    let toolchains =
+        output_ok(Command::new("rustup").args(["toolchain", "list"])).unwrap_or_default();
     if !toolchains.lines().any(|l| l.starts_with(EBPF_TOOLCHAIN)) {
         eprintln!("xtask: linking Debian's rustc as the `{EBPF_TOOLCHAIN}` toolchain");
         run(Command::new("rustup").args(["toolchain", "link", EBPF_TOOLCHAIN, "/usr"]))?;
@@ -128,9 +129,14 @@ fn setup() -> Result<()> {
 }
 
 pub fn build_release() -> Result<PathBuf> {
-    run(Command::new("cargo")
-        .current_dir(workspace_root())
-        .args(["build", "--release", "--package", "tracer", "--bin", "dnspath"]))?;
+    run(Command::new("cargo").current_dir(workspace_root()).args([
+        "build",
+        "--release",
+        "--package",
+        "tracer",
+        "--bin",
+        "dnspath",
+    ]))?;
     Ok(workspace_root().join("target/release/dnspath"))
 }
 
@@ -142,7 +148,13 @@ fn test(extra: &[String]) -> Result<()> {
     build_release()?;
     run(Command::new("cargo")
         .current_dir(workspace_root())
-        .args(["test", "--workspace", "--exclude", "tracer-ebpf", "--release"])
+        .args([
+            "test",
+            "--workspace",
+            "--exclude",
+            "tracer-ebpf",
+            "--release",
+        ])
         .args(extra)
         .args(["--", "--test-threads=1"]))
 }

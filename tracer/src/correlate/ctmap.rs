@@ -81,7 +81,11 @@ impl CtMap {
     /// Learns (or re-learns) an entry. DESTROY is ignored on purpose: packets of a flow can
     /// still be in flight in userspace after the entry is gone; eviction bounds the map.
     pub fn learn(&mut self, ev: &ConntrackEvent) {
-        if ev.change == CtChange::Destroy && self.map.contains_key(&(ev.orig.proto, ev.orig.src, ev.orig.dst)) {
+        if ev.change == CtChange::Destroy
+            && self
+                .map
+                .contains_key(&(ev.orig.proto, ev.orig.src, ev.orig.dst))
+        {
             return;
         }
         let orig = OrigFlow {
@@ -136,16 +140,26 @@ mod tests {
             reply: flow("10.244.1.3:53", "169.254.1.1:6000"),
         });
         let a = |s: &str| s.parse::<SocketAddr>().unwrap();
-        let pre = m.lookup(17, a("10.244.1.3:4000"), a("10.96.0.10:53")).unwrap();
-        let post = m.lookup(17, a("169.254.1.1:6000"), a("10.244.1.3:53")).unwrap();
+        let pre = m
+            .lookup(17, a("10.244.1.3:4000"), a("10.96.0.10:53"))
+            .unwrap();
+        let post = m
+            .lookup(17, a("169.254.1.1:6000"), a("10.244.1.3:53"))
+            .unwrap();
         assert_eq!(pre.orig, post.orig);
         assert!(!post.reply_dir);
-        let answer = m.lookup(17, a("10.244.1.3:53"), a("169.254.1.1:6000")).unwrap();
+        let answer = m
+            .lookup(17, a("10.244.1.3:53"), a("169.254.1.1:6000"))
+            .unwrap();
         assert!(answer.reply_dir);
         assert_eq!(answer.orig.src, a("10.244.1.3:4000"));
-        let unnat = m.lookup(17, a("10.96.0.10:53"), a("10.244.1.3:4000")).unwrap();
+        let unnat = m
+            .lookup(17, a("10.96.0.10:53"), a("10.244.1.3:4000"))
+            .unwrap();
         assert!(unnat.reply_dir);
-        assert!(m.lookup(6, a("10.244.1.3:4000"), a("10.96.0.10:53")).is_none());
+        assert!(m
+            .lookup(6, a("10.244.1.3:4000"), a("10.96.0.10:53"))
+            .is_none());
     }
 
     #[test]

@@ -166,7 +166,16 @@ impl LoopTracker {
         let mut servers: Vec<String> = cycle.iter().map(|h| h.backend.clone()).collect();
         servers.sort();
         servers.dedup();
-        self.report(q, LoopKind::Cycle, servers, cycle, hop_count, client, entered_ts, ts);
+        self.report(
+            q,
+            LoopKind::Cycle,
+            servers,
+            cycle,
+            hop_count,
+            client,
+            entered_ts,
+            ts,
+        );
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -262,8 +271,12 @@ impl LoopTracker {
 
     /// `n` packets of question `q` seen at `ts` (correlated or only counted).
     pub(super) fn packets(&mut self, q: &QKey, n: u64, summarised: bool, ts: u64) {
-        let Some(key) = self.by_question.get(q) else { return };
-        let Some(t) = self.loops.get_mut(key) else { return };
+        let Some(key) = self.by_question.get(q) else {
+            return;
+        };
+        let Some(t) = self.loops.get_mut(key) else {
+            return;
+        };
         t.rec.packets += n;
         if summarised {
             t.rec.summarised += n;
@@ -296,7 +309,10 @@ impl LoopTracker {
         if self.by_question.contains_key(q) {
             return;
         }
-        let e = self.forwards.entry((server_ip.clone(), q.clone())).or_insert((ts, 0));
+        let e = self
+            .forwards
+            .entry((server_ip.clone(), q.clone()))
+            .or_insert((ts, 0));
         if ts >= e.0 + 1_000_000_000 {
             *e = (ts, 0);
         }
@@ -317,7 +333,16 @@ impl LoopTracker {
                 backend: server_ip.clone(),
                 at: String::new(),
             };
-            self.report(q, LoopKind::Amplification, vec![server_ip], vec![hop], 0, None, ts, ts);
+            self.report(
+                q,
+                LoopKind::Amplification,
+                vec![server_ip],
+                vec![hop],
+                0,
+                None,
+                ts,
+                ts,
+            );
         }
         if self.forwards.len() > 65_536 {
             let horizon = ts.saturating_sub(2_000_000_000);

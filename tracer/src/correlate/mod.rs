@@ -30,8 +30,10 @@ use serde::Serialize;
 use crate::{
     decode::dns::DnsMessage,
     event::{ConntrackEvent, CtSnapshot, CtStatsSample, ObservationPoint},
+    output::record::{
+        HopRecord, LegDrop, LegRecord, LookupRef, QuestionRecord, Record, TransactionRecord,
+    },
     pipeline::Clock,
-    output::record::{HopRecord, LegDrop, LegRecord, LookupRef, QuestionRecord, Record, TransactionRecord},
 };
 use ctmap::CtMap;
 use loops::{LoopHop, LoopTracker};
@@ -407,8 +409,11 @@ impl Correlator {
             q.pop_front();
         }
         if self.recent.len() > self.cfg.max_legs {
-            let horizon = l.first_ts.saturating_sub(self.cfg.timeout_ns + self.cfg.retry_grace_ns);
-            self.recent.retain(|_, v| v.back().is_some_and(|r| r.0 >= horizon));
+            let horizon = l
+                .first_ts
+                .saturating_sub(self.cfg.timeout_ns + self.cfg.retry_grace_ns);
+            self.recent
+                .retain(|_, v| v.back().is_some_and(|r| r.0 >= horizon));
         }
     }
 
@@ -448,7 +453,9 @@ impl Correlator {
     /// Walks from a forwarded leg up its chain; reports a cycle if one of its servers is
     /// already on the chain.
     fn check_cycle(&mut self, leg_id: u64, ts: u64) {
-        let Some(leaf) = self.legs.get(&leg_id) else { return };
+        let Some(leaf) = self.legs.get(&leg_id) else {
+            return;
+        };
         if leaf.parent.is_none() {
             return;
         }
@@ -541,7 +548,13 @@ impl Correlator {
 
     /// The client port of the flow's original tuple (conntrack), and whether the observed
     /// addresses differ from it.
-    fn canonical_client(&self, proto: u8, src: SocketAddr, dst: SocketAddr, qr: bool) -> (SocketAddr, bool) {
+    fn canonical_client(
+        &self,
+        proto: u8,
+        src: SocketAddr,
+        dst: SocketAddr,
+        qr: bool,
+    ) -> (SocketAddr, bool) {
         match self.ct.lookup(proto, src, dst) {
             Some(m) => (m.orig.src, true),
             None => (if qr { dst } else { src }, false),
@@ -585,7 +598,9 @@ impl Correlator {
                 return;
             };
             let max_hops = self.cfg.max_hops_per_leg;
-            let Some(leg) = self.legs.get_mut(&leg_id) else { return };
+            let Some(leg) = self.legs.get_mut(&leg_id) else {
+                return;
+            };
             let via = via_for(leg, seen_client, seen_server, by_ct);
             if leg.hops.len() < max_hops {
                 leg.hops.push(hop(via));
@@ -636,7 +651,10 @@ impl Correlator {
                     }
                     let via = via_for(leg, seen_client, seen_server, by_ct);
                     let mut moved = false;
-                    if seen_server != leg.server && seen_server != leg.backend && o.ts_ns >= leg.last_ts {
+                    if seen_server != leg.server
+                        && seen_server != leg.backend
+                        && o.ts_ns >= leg.last_ts
+                    {
                         leg.backend = seen_server;
                         leg.backend_at = Some((o.at, o.netns.clone()));
                         moved = leg.parent.is_some();
@@ -670,18 +688,24 @@ impl Correlator {
                 .is_some_and(|t| t.legs.len() >= self.cfg.max_legs_per_transaction);
             if full {
                 self.stats.legs_not_stored += 1;
-                self.loops.forward(seen_client.ip().to_string(), &q, o.ts_ns);
+                self.loops
+                    .forward(seen_client.ip().to_string(), &q, o.ts_ns);
                 return;
             }
         }
         let id = self.next();
         let (tx, parent, role) = match parent_leg {
-            Some(parent) => (self.legs.get(&parent).map(|p| p.tx).unwrap_or(0), Some(parent), LegRole::Forward),
+            Some(parent) => (
+                self.legs.get(&parent).map(|p| p.tx).unwrap_or(0),
+                Some(parent),
+                LegRole::Forward,
+            ),
             None => match self.find_previous_attempt(&q, &o, seen_client) {
                 Some((tx, role)) => (tx, None, role),
                 None => {
                     let tx = self.next();
-                    let (lookup, step) = self.assign_lookup(seen_client.ip(), &o.netns, &q.name, o.ts_ns);
+                    let (lookup, step) =
+                        self.assign_lookup(seen_client.ip(), &o.netns, &q.name, o.ts_ns);
                     self.txs.insert(
                         tx,
                         Transaction {
@@ -728,17 +752,26 @@ impl Correlator {
         self.by_key.insert(key, id);
         self.open_by_q.entry(q.clone()).or_default().push(id);
         if parent.is_none() {
-            self.roots_by_q.entry((seen_client.ip(), q.clone())).or_default().push(id);
-            self.roots_by_socket.entry(seen_client).or_default().push(id);
+            self.roots_by_q
+                .entry((seen_client.ip(), q.clone()))
+                .or_default()
+                .push(id);
+            self.roots_by_socket
+                .entry(seen_client)
+                .or_default()
+                .push(id);
         }
         self.legs.insert(id, leg);
         self.stats.legs += 1;
         match role {
             LegRole::Forward => {
-                self.loops.forward(seen_client.ip().to_string(), &q, o.ts_ns);
+                self.loops
+                    .forward(seen_client.ip().to_string(), &q, o.ts_ns);
                 self.check_cycle(id, o.ts_ns);
             }
-            LegRole::Query | LegRole::Retry | LegRole::TcpFallback => self.loops.client_ask(&q, o.ts_ns),
+            LegRole::Query | LegRole::Retry | LegRole::TcpFallback => {
+                self.loops.client_ask(&q, o.ts_ns)
+            }
         }
         self.enforce_bounds();
     }
@@ -760,7 +793,8 @@ impl Correlator {
                 // (a loopback server) from any address of the namespace it runs in.
                 backend_ip == from
                     || server_ip == from
-                    || ((backend_ip.is_loopback() || from.is_loopback()) && l.delivered_ns == o.netns)
+                    || ((backend_ip.is_loopback() || from.is_loopback())
+                        && l.delivered_ns == o.netns)
             })
             .map(|l| l.id)
     }
@@ -770,7 +804,12 @@ impl Correlator {
     /// latest query of that question counts, and only when it went unanswered from the same
     /// socket, or for a while: concurrent or later answered queries of the same name from
     /// other sockets are transactions of their own.
-    fn find_previous_attempt(&self, q: &QKey, o: &Observation, client: SocketAddr) -> Option<(u64, LegRole)> {
+    fn find_previous_attempt(
+        &self,
+        q: &QKey,
+        o: &Observation,
+        client: SocketAddr,
+    ) -> Option<(u64, LegRole)> {
         const RETRY_MIN_NS: u64 = 500_000_000;
         const MAX_ATTEMPTS: usize = 8;
         let window = self.cfg.timeout_ns + self.cfg.retry_grace_ns;
@@ -790,7 +829,9 @@ impl Correlator {
         let role = match &latest.response {
             Some(r) if r.tc && o.proto == tracer_common::IPPROTO_TCP => LegRole::TcpFallback,
             Some(_) => return None,
-            None if latest.client == client || o.ts_ns - latest.first_ts >= RETRY_MIN_NS => LegRole::Retry,
+            None if latest.client == client || o.ts_ns - latest.first_ts >= RETRY_MIN_NS => {
+                LegRole::Retry
+            }
             None => return None,
         };
         Some((latest.tx, role))
@@ -800,10 +841,7 @@ impl Correlator {
         let window = self.cfg.lookup_window_ns;
         let key = (client, netns.to_string());
         if let Some(state) = self.lookups.get_mut(&key) {
-            let related = state
-                .names
-                .iter()
-                .any(|n| same_lookup_names(n, name));
+            let related = state.names.iter().any(|n| same_lookup_names(n, name));
             if related && ts.saturating_sub(state.last_ts) <= window {
                 state.last_ts = ts;
                 let step = match state.names.iter().position(|n| n == name) {
@@ -889,7 +927,9 @@ impl Correlator {
 
     fn enforce_bounds(&mut self) {
         while self.legs.len() > self.cfg.max_legs {
-            let Some((&oldest, _)) = self.txs.iter().next() else { break };
+            let Some((&oldest, _)) = self.txs.iter().next() else {
+                break;
+            };
             if let Some(t) = self.txs.remove(&oldest) {
                 self.stats.evicted_transactions += 1;
                 for id in t.legs {
@@ -902,13 +942,19 @@ impl Correlator {
     }
 
     fn remove_leg(&mut self, id: u64) -> bool {
-        let Some(leg) = self.legs.remove(&id) else { return false };
+        let Some(leg) = self.legs.remove(&id) else {
+            return false;
+        };
         if self.by_key.get(&leg.key) == Some(&id) {
             self.by_key.remove(&leg.key);
         }
         remove_from(&mut self.open_by_q, &leg.key.q, id);
         if leg.parent.is_none() {
-            remove_from(&mut self.roots_by_q, &(leg.client.ip(), leg.key.q.clone()), id);
+            remove_from(
+                &mut self.roots_by_q,
+                &(leg.client.ip(), leg.key.q.clone()),
+                id,
+            );
             remove_from(&mut self.roots_by_socket, &leg.client, id);
         }
         true
@@ -987,7 +1033,12 @@ impl Correlator {
     /// suspected race (an unanswered query of an A/AAAA pair retried at the timeout).
     fn races_of(&mut self, t: &Transaction, rec: Option<&TransactionRecord>) {
         const PAIR_WINDOW_NS: u64 = 100_000_000;
-        let legs: Vec<Leg> = t.legs.iter().filter_map(|id| self.legs.get(id)).cloned().collect();
+        let legs: Vec<Leg> = t
+            .legs
+            .iter()
+            .filter_map(|id| self.legs.get(id))
+            .cloned()
+            .collect();
         let Some(root) = legs.first() else { return };
         let retry = legs
             .iter()
@@ -1009,7 +1060,10 @@ impl Correlator {
         };
         for l in legs.iter().filter(|l| l.parent.is_none()) {
             let sibling = self.sibling_of(l, PAIR_WINDOW_NS);
-            let pair_start = sibling.as_ref().map(|s| s.0.min(l.first_ts)).unwrap_or(l.first_ts);
+            let pair_start = sibling
+                .as_ref()
+                .map(|s| s.0.min(l.first_ts))
+                .unwrap_or(l.first_ts);
             let sibling_rec = sibling.as_ref().map(|(ts, id, q, backend)| RaceQuery {
                 dns_id: *id,
                 question: question(q),
@@ -1019,15 +1073,31 @@ impl Correlator {
             let (verdict, cpu, counters, confirmed, drop_ts, backend) = match l.race {
                 Some((cpu, netns, ts, backend)) => {
                     let c = self.ct_samples.around(netns, cpu, ts);
-                    let confirmed = c.as_ref().is_some_and(|c| c.insert_failed > 0 || c.drop > 0);
-                    (RaceVerdict::RaceDrop, Some(cpu), c.unwrap_or_default(), confirmed, Some(ts), backend)
+                    let confirmed = c
+                        .as_ref()
+                        .is_some_and(|c| c.insert_failed > 0 || c.drop > 0);
+                    (
+                        RaceVerdict::RaceDrop,
+                        Some(cpu),
+                        c.unwrap_or_default(),
+                        confirmed,
+                        Some(ts),
+                        backend,
+                    )
                 }
                 None if l.drop.is_none()
                     && l.response.is_none()
                     && (retry.is_some() || l.retransmits > 0)
                     && sibling.is_some() =>
                 {
-                    (RaceVerdict::Suspected, None, race::CounterDeltas::default(), false, None, l.backend)
+                    (
+                        RaceVerdict::Suspected,
+                        None,
+                        race::CounterDeltas::default(),
+                        false,
+                        None,
+                        l.backend,
+                    )
                 }
                 None => continue,
             };
@@ -1042,14 +1112,21 @@ impl Correlator {
                     l.key.q.qtype,
                     fmt(drop_ts.unwrap_or(l.first_ts).saturating_sub(pair_start))
                 ),
-                _ => format!("{} unanswered, no kernel evidence (suspected race)", l.key.q.qtype),
+                _ => format!(
+                    "{} unanswered, no kernel evidence (suspected race)",
+                    l.key.q.qtype
+                ),
             };
             let how = match (retry, total) {
                 (Some(r), _) => format!(", retried at +{}", fmt(r)),
                 _ => ", no retry seen".to_string(),
             };
             let summary = match total {
-                Some(total) => format!("lookup of {} took {}: {what}{how}", l.key.q.name, fmt(total)),
+                Some(total) => format!(
+                    "lookup of {} took {}: {what}{how}",
+                    l.key.q.name,
+                    fmt(total)
+                ),
                 None => format!("lookup of {}: {what}{how}", l.key.q.name),
             };
             self.race_out.push(RaceRecord {
@@ -1089,15 +1166,22 @@ impl Correlator {
         }
         // A race drop is judged with the counters sampled after it (they come every 200 ms).
         let waiting_for_counters = legs.iter().any(|l| {
-            l.race.is_some_and(|(_, netns, ts, _)| !self.ct_samples.has_after(netns, ts) && now < ts + 2_000_000_000)
+            l.race.is_some_and(|(_, netns, ts, _)| {
+                !self.ct_samples.has_after(netns, ts) && now < ts + 2_000_000_000
+            })
         });
         if waiting_for_counters {
             return false;
         }
         // The last root attempt timed out: its retry may still come.
-        let last_root = legs.iter().filter(|l| l.parent.is_none()).max_by_key(|l| l.first_ts);
+        let last_root = legs
+            .iter()
+            .filter(|l| l.parent.is_none())
+            .max_by_key(|l| l.first_ts);
         match last_root {
-            Some(l) if l.timed_out => now >= l.first_ts + self.cfg.timeout_ns + self.cfg.retry_grace_ns,
+            Some(l) if l.timed_out => {
+                now >= l.first_ts + self.cfg.timeout_ns + self.cfg.retry_grace_ns
+            }
             _ => true,
         }
     }
@@ -1148,7 +1232,11 @@ impl Correlator {
                     id: l.id,
                     parent: l.parent.and_then(index_of),
                     role: l.role,
-                    proto: if l.key.proto == tracer_common::IPPROTO_TCP { "tcp" } else { "udp" },
+                    proto: if l.key.proto == tracer_common::IPPROTO_TCP {
+                        "tcp"
+                    } else {
+                        "udp"
+                    },
                     client: l.client.to_string(),
                     server: l.server.to_string(),
                     backend: l.backend.to_string(),
@@ -1156,7 +1244,11 @@ impl Correlator {
                     join,
                     outcome,
                     rcode: l.response.as_ref().map(|r| r.rcode.clone()),
-                    answers: l.response.as_ref().map(|r| r.answers.clone()).unwrap_or_default(),
+                    answers: l
+                        .response
+                        .as_ref()
+                        .map(|r| r.answers.clone())
+                        .unwrap_or_default(),
                     latency_ns: latency,
                     retransmits: l.retransmits,
                     drop: l.drop.clone(),
@@ -1184,7 +1276,11 @@ impl Correlator {
 
         // Outcome of the whole transaction: the answer the client got, at its first point.
         let roots: Vec<&&Leg> = legs.iter().filter(|l| l.parent.is_none()).collect();
-        let final_root = roots.iter().rev().find(|l| l.response.as_ref().is_some_and(|r| !r.tc)).or(roots.last());
+        let final_root = roots
+            .iter()
+            .rev()
+            .find(|l| l.response.as_ref().is_some_and(|r| !r.tc))
+            .or(roots.last());
         let final_root = final_root?;
         let retried = roots.iter().any(|l| l.role == LegRole::Retry) || root.retransmits > 0;
         let tcp = roots.iter().any(|l| l.role == LegRole::TcpFallback);
@@ -1213,9 +1309,16 @@ impl Correlator {
                     1..=3 => format!(" {}", r.answers.join(", ")),
                     n => format!(" {}, … ({n} answers)", r.answers[..2].join(", ")),
                 };
-                let first_timed_out = roots.first().is_some_and(|l| l.timed_out || l.response.is_none());
+                let first_timed_out = roots
+                    .first()
+                    .is_some_and(|l| l.timed_out || l.response.is_none());
                 let how = if tcp {
-                    format!("truncated, retried over TCP, {}{} at +{}", r.rcode, answers, fmt_lat(lat))
+                    format!(
+                        "truncated, retried over TCP, {}{} at +{}",
+                        r.rcode,
+                        answers,
+                        fmt_lat(lat)
+                    )
                 } else if retried && first_timed_out {
                     let cause = match dropped {
                         Some(d) => format!("query dropped ({} at {}), ", d.reason, d.location),
@@ -1242,16 +1345,18 @@ impl Correlator {
                         if retried { ", retried" } else { "" }
                     ),
                 ),
-                None if final_root.cut_short => (
-                    "pending",
-                    "no answer yet when the input ended".to_string(),
-                ),
+                None if final_root.cut_short => {
+                    ("pending", "no answer yet when the input ended".to_string())
+                }
                 None => (
                     "unanswered",
                     format!(
                         "unanswered after {timeout_s:.1} s{}",
                         if retried {
-                            format!(", retried {} time(s)", roots.len().saturating_sub(1).max(root.retransmits as usize))
+                            format!(
+                                ", retried {} time(s)",
+                                roots.len().saturating_sub(1).max(root.retransmits as usize)
+                            )
                         } else {
                             String::new()
                         }
@@ -1277,7 +1382,11 @@ impl Correlator {
             },
             outcome,
             rcode: final_root.response.as_ref().map(|r| r.rcode.clone()),
-            answers: final_root.response.as_ref().map(|r| r.answers.clone()).unwrap_or_default(),
+            answers: final_root
+                .response
+                .as_ref()
+                .map(|r| r.answers.clone())
+                .unwrap_or_default(),
             latency_ns: latency,
             summary,
             legs: leg_records,

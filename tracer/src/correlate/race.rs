@@ -38,7 +38,8 @@ pub fn is_race_candidate(reason: &str, function: &str, ct: Option<&CtSnapshot>) 
         // the pair, DNAT'd or not (0x1a0 or 0x180).
         "nf_hook_slow" => {
             reason == "NETFILTER_DROP"
-                && ct.status & (IPS_SRC_NAT_DONE | IPS_DST_NAT_DONE) == IPS_SRC_NAT_DONE | IPS_DST_NAT_DONE
+                && ct.status & (IPS_SRC_NAT_DONE | IPS_DST_NAT_DONE)
+                    == IPS_SRC_NAT_DONE | IPS_DST_NAT_DONE
         }
         // A verdict re-injected from NFQUEUE that then fails to confirm.
         "nfqnl_reinject" => ct.status & IPS_DST_NAT != 0 && ct.status & IPS_DST_NAT_DONE != 0,
@@ -183,15 +184,43 @@ mod tests {
     /// shared/LAB.md's table of what the kernel shows for each kind of drop.
     #[test]
     fn races_and_rule_drops_tell_apart() {
-        assert!(is_race_candidate("NETFILTER_DROP", "nf_hook_slow", Some(&ct(0x1a0))));
-        assert!(is_race_candidate("NETFILTER_DROP", "nf_hook_slow", Some(&ct(0x180))));
-        assert!(is_race_candidate("NOT_SPECIFIED", "nfqnl_reinject", Some(&ct(0x120))));
+        assert!(is_race_candidate(
+            "NETFILTER_DROP",
+            "nf_hook_slow",
+            Some(&ct(0x1a0))
+        ));
+        assert!(is_race_candidate(
+            "NETFILTER_DROP",
+            "nf_hook_slow",
+            Some(&ct(0x180))
+        ));
+        assert!(is_race_candidate(
+            "NOT_SPECIFIED",
+            "nfqnl_reinject",
+            Some(&ct(0x120))
+        ));
         // iptables-nft and iptables-legacy DROP rules
-        assert!(!is_race_candidate("NETFILTER_DROP", "nft_do_chain", Some(&ct(0x120))));
-        assert!(!is_race_candidate("NETFILTER_DROP", "nf_hook_slow", Some(&ct(0x120))));
+        assert!(!is_race_candidate(
+            "NETFILTER_DROP",
+            "nft_do_chain",
+            Some(&ct(0x120))
+        ));
+        assert!(!is_race_candidate(
+            "NETFILTER_DROP",
+            "nf_hook_slow",
+            Some(&ct(0x120))
+        ));
         // confirmed entry, NAT not done yet, no conntrack
-        assert!(!is_race_candidate("NETFILTER_DROP", "nf_hook_slow", Some(&ct(0x1a8))));
-        assert!(!is_race_candidate("NETFILTER_DROP", "nf_hook_slow", Some(&ct(0x100))));
+        assert!(!is_race_candidate(
+            "NETFILTER_DROP",
+            "nf_hook_slow",
+            Some(&ct(0x1a8))
+        ));
+        assert!(!is_race_candidate(
+            "NETFILTER_DROP",
+            "nf_hook_slow",
+            Some(&ct(0x100))
+        ));
         assert!(!is_race_candidate("NETFILTER_DROP", "nf_hook_slow", None));
     }
 

@@ -9,7 +9,15 @@ const MS: u64 = 1_000_000;
 const UDP: u8 = 17;
 const TCP: u8 = 6;
 
-fn msg(id: u16, qr: bool, name: &str, qtype: &str, rcode: &str, answers: &[&str], tc: bool) -> DnsMessage {
+fn msg(
+    id: u16,
+    qr: bool,
+    name: &str,
+    qtype: &str,
+    rcode: &str,
+    answers: &[&str],
+    tc: bool,
+) -> DnsMessage {
     DnsMessage {
         id,
         qr,
@@ -45,7 +53,11 @@ fn msg(id: u16, qr: bool, name: &str, qtype: &str, rcode: &str, answers: &[&str]
 }
 
 fn at(netns: u64, ifindex: u32, dir: Direction) -> ObservationPoint {
-    ObservationPoint { netns, ifindex, dir }
+    ObservationPoint {
+        netns,
+        ifindex,
+        dir,
+    }
 }
 
 struct Feed {
@@ -61,7 +73,17 @@ impl Feed {
         }
     }
     #[allow(clippy::too_many_arguments)]
-    fn see(&mut self, ts: u64, point: ObservationPoint, ns: &str, ifn: &str, proto: u8, src: &str, dst: &str, m: DnsMessage) {
+    fn see(
+        &mut self,
+        ts: u64,
+        point: ObservationPoint,
+        ns: &str,
+        ifn: &str,
+        proto: u8,
+        src: &str,
+        dst: &str,
+        m: DnsMessage,
+    ) {
         self.c.on_observed(Observed::Message(Observation {
             ts_ns: ts,
             at: point,
@@ -98,21 +120,96 @@ fn dnat_path(f: &mut Feed, t0: u64, cport: u16, id: u16, name: &str) {
     let node_up_out = at(1, 12, Direction::Egress);
     let node_up_in = at(1, 12, Direction::Ingress);
     let node_client_out = at(1, 10, Direction::Egress);
-    f.see(t0, node_client, "node", "vclient", UDP, &client, "10.96.0.10:53", q());
-    f.see(t0 + 10_000, node_dnsa_out, "node", "vdnsa", UDP, &client, "10.244.1.3:53", q());
-    f.see(t0 + 100_000, node_dnsa_in, "node", "vdnsa", UDP, "10.244.1.3:40000", "10.250.0.53:53", fq());
-    f.see(t0 + 110_000, node_up_out, "node", "vup", UDP, "10.244.1.3:40000", "10.250.0.53:53", fq());
-    f.see(t0 + 300_000, node_up_in, "node", "vup", UDP, "10.250.0.53:53", "10.244.1.3:40000", fa());
-    f.see(t0 + 310_000, node_dnsa_out, "node", "vdnsa", UDP, "10.250.0.53:53", "10.244.1.3:40000", fa());
-    f.see(t0 + 400_000, node_dnsa_in, "node", "vdnsa", UDP, "10.244.1.3:53", &client, a());
-    f.see(t0 + 410_000, node_client_out, "node", "vclient", UDP, "10.96.0.10:53", &client, a());
+    f.see(
+        t0,
+        node_client,
+        "node",
+        "vclient",
+        UDP,
+        &client,
+        "10.96.0.10:53",
+        q(),
+    );
+    f.see(
+        t0 + 10_000,
+        node_dnsa_out,
+        "node",
+        "vdnsa",
+        UDP,
+        &client,
+        "10.244.1.3:53",
+        q(),
+    );
+    f.see(
+        t0 + 100_000,
+        node_dnsa_in,
+        "node",
+        "vdnsa",
+        UDP,
+        "10.244.1.3:40000",
+        "10.250.0.53:53",
+        fq(),
+    );
+    f.see(
+        t0 + 110_000,
+        node_up_out,
+        "node",
+        "vup",
+        UDP,
+        "10.244.1.3:40000",
+        "10.250.0.53:53",
+        fq(),
+    );
+    f.see(
+        t0 + 300_000,
+        node_up_in,
+        "node",
+        "vup",
+        UDP,
+        "10.250.0.53:53",
+        "10.244.1.3:40000",
+        fa(),
+    );
+    f.see(
+        t0 + 310_000,
+        node_dnsa_out,
+        "node",
+        "vdnsa",
+        UDP,
+        "10.250.0.53:53",
+        "10.244.1.3:40000",
+        fa(),
+    );
+    f.see(
+        t0 + 400_000,
+        node_dnsa_in,
+        "node",
+        "vdnsa",
+        UDP,
+        "10.244.1.3:53",
+        &client,
+        a(),
+    );
+    f.see(
+        t0 + 410_000,
+        node_client_out,
+        "node",
+        "vclient",
+        UDP,
+        "10.96.0.10:53",
+        &client,
+        a(),
+    );
 }
 
 #[test]
 fn dnat_and_forward_make_one_tree() {
     let mut f = Feed::new();
     dnat_path(&mut f, 1_000 * MS, 41234, 7, "www.lab.test.");
-    assert!(f.txs(1_000 * MS + 100 * MS).is_empty(), "reported before settling");
+    assert!(
+        f.txs(1_000 * MS + 100 * MS).is_empty(),
+        "reported before settling"
+    );
     let txs = f.txs(3_000 * MS);
     assert_eq!(txs.len(), 1);
     let t = &txs[0];
@@ -131,7 +228,11 @@ fn dnat_and_forward_make_one_tree() {
     assert_eq!(up.hops.len(), 4);
     assert_eq!(up.latency_ns, Some(210_000));
     assert_eq!(t.answers, vec!["A 10.250.0.80"]);
-    assert!(t.summary.starts_with("NOERROR A 10.250.0.80 in"), "{}", t.summary);
+    assert!(
+        t.summary.starts_with("NOERROR A 10.250.0.80 in"),
+        "{}",
+        t.summary
+    );
     // Response hop latency is measured at the same point as its query.
     let back = up.hops.iter().find(|h| h.qr && h.ifname == "vup").unwrap();
     assert_eq!(back.latency_ns, Some(190_000));
@@ -156,10 +257,46 @@ fn conntrack_joins_snat_hairpin() {
     });
     let q = || msg(9, false, "x.test.", "A", "NOERROR", &[], false);
     let a = || msg(9, true, "x.test.", "A", "NXDOMAIN", &[], false);
-    f.see(MS, at(2, 2, Direction::Egress), "dnsa", "eth0", UDP, "10.244.1.3:4000", "10.96.0.10:53", q());
-    f.see(MS + 50_000, at(1, 11, Direction::Egress), "node", "vdnsa", UDP, "169.254.1.1:6000", "10.244.1.3:53", q());
-    f.see(MS + 90_000, at(1, 11, Direction::Ingress), "node", "vdnsa", UDP, "10.244.1.3:53", "169.254.1.1:6000", a());
-    f.see(MS + 99_000, at(2, 2, Direction::Ingress), "dnsa", "eth0", UDP, "10.96.0.10:53", "10.244.1.3:4000", a());
+    f.see(
+        MS,
+        at(2, 2, Direction::Egress),
+        "dnsa",
+        "eth0",
+        UDP,
+        "10.244.1.3:4000",
+        "10.96.0.10:53",
+        q(),
+    );
+    f.see(
+        MS + 50_000,
+        at(1, 11, Direction::Egress),
+        "node",
+        "vdnsa",
+        UDP,
+        "169.254.1.1:6000",
+        "10.244.1.3:53",
+        q(),
+    );
+    f.see(
+        MS + 90_000,
+        at(1, 11, Direction::Ingress),
+        "node",
+        "vdnsa",
+        UDP,
+        "10.244.1.3:53",
+        "169.254.1.1:6000",
+        a(),
+    );
+    f.see(
+        MS + 99_000,
+        at(2, 2, Direction::Ingress),
+        "dnsa",
+        "eth0",
+        UDP,
+        "10.96.0.10:53",
+        "10.244.1.3:4000",
+        a(),
+    );
     let txs = f.txs(2_000 * MS);
     assert_eq!(txs.len(), 1, "{txs:?}");
     let l = &txs[0].legs[0];
@@ -173,11 +310,29 @@ fn unanswered_then_retry_is_one_transaction() {
     let mut f = Feed::new();
     let p = at(3, 2, Direction::Egress);
     let q = |id| msg(id, false, "slow.test.", "A", "NOERROR", &[], false);
-    f.see(MS, p, "client", "eth0", UDP, "10.244.1.2:5000", "10.96.0.10:53", q(1));
+    f.see(
+        MS,
+        p,
+        "client",
+        "eth0",
+        UDP,
+        "10.244.1.2:5000",
+        "10.96.0.10:53",
+        q(1),
+    );
     // Not reported at the timeout: the retry may still come.
     assert!(f.txs(5_100 * MS).is_empty());
     let t_retry = MS + 5_000 * MS;
-    f.see(t_retry, p, "client", "eth0", UDP, "10.244.1.2:5001", "10.96.0.10:53", q(2));
+    f.see(
+        t_retry,
+        p,
+        "client",
+        "eth0",
+        UDP,
+        "10.244.1.2:5001",
+        "10.96.0.10:53",
+        q(2),
+    );
     f.see(
         t_retry + 20 * MS,
         at(3, 2, Direction::Ingress),
@@ -195,19 +350,36 @@ fn unanswered_then_retry_is_one_transaction() {
     assert_eq!(t.legs[0].outcome, "unanswered");
     assert_eq!(t.legs[1].role, LegRole::Retry);
     assert_eq!(t.outcome, "answered");
-    assert!(t.summary.contains("timeout after 5.0 s, retried, answered at +5.02 s"), "{}", t.summary);
+    assert!(
+        t.summary
+            .contains("timeout after 5.0 s, retried, answered at +5.02 s"),
+        "{}",
+        t.summary
+    );
 }
 
 #[test]
 fn never_answered_is_reported_after_timeout_and_grace() {
     let mut f = Feed::new();
-    f.see(MS, at(3, 2, Direction::Egress), "client", "eth0", UDP, "10.244.1.2:5000", "10.250.0.99:53",
-        msg(1, false, "void.test.", "A", "NOERROR", &[], false));
+    f.see(
+        MS,
+        at(3, 2, Direction::Egress),
+        "client",
+        "eth0",
+        UDP,
+        "10.244.1.2:5000",
+        "10.250.0.99:53",
+        msg(1, false, "void.test.", "A", "NOERROR", &[], false),
+    );
     assert!(f.txs(6_000 * MS).is_empty());
     let txs = f.txs(7_000 * MS);
     assert_eq!(txs.len(), 1);
     assert_eq!(txs[0].outcome, "unanswered");
-    assert!(txs[0].summary.starts_with("unanswered after 5.0 s"), "{}", txs[0].summary);
+    assert!(
+        txs[0].summary.starts_with("unanswered after 5.0 s"),
+        "{}",
+        txs[0].summary
+    );
 }
 
 #[test]
@@ -215,15 +387,57 @@ fn truncated_then_tcp_is_one_transaction() {
     let mut f = Feed::new();
     let p_out = at(3, 2, Direction::Egress);
     let p_in = at(3, 2, Direction::Ingress);
-    f.see(MS, p_out, "c", "eth0", UDP, "10.244.1.2:5000", "10.250.0.53:53", msg(1, false, "big.test.", "TXT", "NOERROR", &[], false));
-    f.see(2 * MS, p_in, "c", "eth0", UDP, "10.250.0.53:53", "10.244.1.2:5000", msg(1, true, "big.test.", "TXT", "NOERROR", &[], true));
-    f.see(3 * MS, p_out, "c", "eth0", TCP, "10.244.1.2:6000", "10.250.0.53:53", msg(2, false, "big.test.", "TXT", "NOERROR", &[], false));
-    f.see(5 * MS, p_in, "c", "eth0", TCP, "10.250.0.53:53", "10.244.1.2:6000", msg(2, true, "big.test.", "TXT", "NOERROR", &["\"x\""], false));
+    f.see(
+        MS,
+        p_out,
+        "c",
+        "eth0",
+        UDP,
+        "10.244.1.2:5000",
+        "10.250.0.53:53",
+        msg(1, false, "big.test.", "TXT", "NOERROR", &[], false),
+    );
+    f.see(
+        2 * MS,
+        p_in,
+        "c",
+        "eth0",
+        UDP,
+        "10.250.0.53:53",
+        "10.244.1.2:5000",
+        msg(1, true, "big.test.", "TXT", "NOERROR", &[], true),
+    );
+    f.see(
+        3 * MS,
+        p_out,
+        "c",
+        "eth0",
+        TCP,
+        "10.244.1.2:6000",
+        "10.250.0.53:53",
+        msg(2, false, "big.test.", "TXT", "NOERROR", &[], false),
+    );
+    f.see(
+        5 * MS,
+        p_in,
+        "c",
+        "eth0",
+        TCP,
+        "10.250.0.53:53",
+        "10.244.1.2:6000",
+        msg(2, true, "big.test.", "TXT", "NOERROR", &["\"x\""], false),
+    );
     let txs = f.txs(1_000 * MS);
     assert_eq!(txs.len(), 1, "{txs:?}");
     assert_eq!(txs[0].legs[0].outcome, "truncated");
     assert_eq!(txs[0].legs[1].role, LegRole::TcpFallback);
-    assert!(txs[0].summary.starts_with("truncated, retried over TCP, NOERROR"), "{}", txs[0].summary);
+    assert!(
+        txs[0]
+            .summary
+            .starts_with("truncated, retried over TCP, NOERROR"),
+        "{}",
+        txs[0].summary
+    );
 }
 
 #[test]
@@ -242,32 +456,82 @@ fn search_list_expansion_is_one_lookup() {
         for (j, qtype) in ["A", "AAAA"].iter().enumerate() {
             let id = (i * 2 + j) as u16;
             let last = i == names.len() - 1;
-            f.see(ts, p_out, "c", "eth0", UDP, "10.244.1.2:5000", "10.96.0.10:53", msg(id, false, name, qtype, "NOERROR", &[], false));
-            let (rcode, ans): (&str, &[&str]) = if last { ("NOERROR", &["10.250.0.80"]) } else { ("NXDOMAIN", &[]) };
-            f.see(ts + MS, p_in, "c", "eth0", UDP, "10.96.0.10:53", "10.244.1.2:5000", msg(id, true, name, qtype, rcode, ans, false));
+            f.see(
+                ts,
+                p_out,
+                "c",
+                "eth0",
+                UDP,
+                "10.244.1.2:5000",
+                "10.96.0.10:53",
+                msg(id, false, name, qtype, "NOERROR", &[], false),
+            );
+            let (rcode, ans): (&str, &[&str]) = if last {
+                ("NOERROR", &["10.250.0.80"])
+            } else {
+                ("NXDOMAIN", &[])
+            };
+            f.see(
+                ts + MS,
+                p_in,
+                "c",
+                "eth0",
+                UDP,
+                "10.96.0.10:53",
+                "10.244.1.2:5000",
+                msg(id, true, name, qtype, rcode, ans, false),
+            );
         }
         ts += 2 * MS;
     }
     // Another client's unrelated query is another lookup.
-    f.see(ts, at(4, 2, Direction::Egress), "d", "eth0", UDP, "10.244.1.9:5000", "10.96.0.10:53", msg(99, false, "www.lab.test.", "A", "NOERROR", &[], false));
+    f.see(
+        ts,
+        at(4, 2, Direction::Egress),
+        "d",
+        "eth0",
+        UDP,
+        "10.244.1.9:5000",
+        "10.96.0.10:53",
+        msg(99, false, "www.lab.test.", "A", "NOERROR", &[], false),
+    );
     let mut txs = f.txs(2_000 * MS);
     // The unanswered one is reported after its timeout.
     txs.extend(f.txs(8_000 * MS));
     let lookup = txs[0].lookup.id;
     let same: Vec<_> = txs.iter().filter(|t| t.lookup.id == lookup).collect();
     assert_eq!(same.len(), 8, "{txs:#?}");
-    assert_eq!(same.iter().filter(|t| t.rcode.as_deref() == Some("NXDOMAIN")).count(), 6);
-    let last = same.iter().find(|t| t.question.name == "www.lab.test." && t.question.qtype == "A").unwrap();
+    assert_eq!(
+        same.iter()
+            .filter(|t| t.rcode.as_deref() == Some("NXDOMAIN"))
+            .count(),
+        6
+    );
+    let last = same
+        .iter()
+        .find(|t| t.question.name == "www.lab.test." && t.question.qtype == "A")
+        .unwrap();
     assert_eq!(last.lookup.step, 3);
     assert_eq!(last.answers, vec!["A 10.250.0.80"]);
-    assert!(txs.iter().any(|t| t.lookup.id != lookup && t.client.starts_with("10.244.1.9")));
+    assert!(txs
+        .iter()
+        .any(|t| t.lookup.id != lookup && t.client.starts_with("10.244.1.9")));
 }
 
 #[test]
 fn drop_is_attached_to_its_leg() {
     let mut f = Feed::new();
     let q = || msg(5, false, "d.test.", "A", "NOERROR", &[], false);
-    f.see(MS, at(1, 10, Direction::Ingress), "node", "vclient", UDP, "10.244.1.2:5000", "10.96.0.10:53", q());
+    f.see(
+        MS,
+        at(1, 10, Direction::Ingress),
+        "node",
+        "vclient",
+        UDP,
+        "10.244.1.2:5000",
+        "10.96.0.10:53",
+        q(),
+    );
     let flow = |s: &str, d: &str| CtFlow {
         src: s.parse().unwrap(),
         dst: d.parse().unwrap(),
@@ -302,7 +566,11 @@ fn drop_is_attached_to_its_leg() {
     assert_eq!(txs.len(), 1);
     assert_eq!(txs[0].outcome, "dropped");
     assert_eq!(txs[0].legs[0].outcome, "dropped");
-    assert!(txs[0].summary.contains("NETFILTER_DROP"), "{}", txs[0].summary);
+    assert!(
+        txs[0].summary.contains("NETFILTER_DROP"),
+        "{}",
+        txs[0].summary
+    );
     assert_eq!(f.c.stats().drops_attached, 1);
 }
 
@@ -321,9 +589,19 @@ fn a_flood_of_unanswered_queries_stays_bounded() {
             netns: "c".into(),
             ifname: "eth0".into(),
             proto: UDP,
-            src: format!("10.0.{}.{}:{}", i / 250 % 250, i % 250, 1024 + i % 60000).parse().unwrap(),
+            src: format!("10.0.{}.{}:{}", i / 250 % 250, i % 250, 1024 + i % 60000)
+                .parse()
+                .unwrap(),
             dst: "10.96.0.10:53".parse().unwrap(),
-            msg: msg(i as u16, false, &format!("n{i}.flood.test."), "A", "NOERROR", &[], false),
+            msg: msg(
+                i as u16,
+                false,
+                &format!("n{i}.flood.test."),
+                "A",
+                "NOERROR",
+                &[],
+                false,
+            ),
         }));
         if i % 100 == 0 {
             c.tick(u64::from(i) * 1000, &mut out);
@@ -341,8 +619,26 @@ fn out_of_order_arrival_is_reordered() {
     let mut f = Feed::new();
     let p_out = at(3, 2, Direction::Egress);
     // The response is handed over before its query (different CPUs).
-    f.see(MS + 500_000, at(3, 2, Direction::Ingress), "c", "eth0", UDP, "10.250.0.53:53", "10.244.1.2:5000", msg(1, true, "o.test.", "A", "NOERROR", &["10.0.0.1"], false));
-    f.see(MS, p_out, "c", "eth0", UDP, "10.244.1.2:5000", "10.250.0.53:53", msg(1, false, "o.test.", "A", "NOERROR", &[], false));
+    f.see(
+        MS + 500_000,
+        at(3, 2, Direction::Ingress),
+        "c",
+        "eth0",
+        UDP,
+        "10.250.0.53:53",
+        "10.244.1.2:5000",
+        msg(1, true, "o.test.", "A", "NOERROR", &["10.0.0.1"], false),
+    );
+    f.see(
+        MS,
+        p_out,
+        "c",
+        "eth0",
+        UDP,
+        "10.244.1.2:5000",
+        "10.250.0.53:53",
+        msg(1, false, "o.test.", "A", "NOERROR", &[], false),
+    );
     let txs = f.txs(1_000 * MS);
     assert_eq!(txs.len(), 1);
     assert_eq!(txs[0].outcome, "answered");
@@ -351,8 +647,14 @@ fn out_of_order_arrival_is_reordered() {
 
 #[test]
 fn search_domain_steps_are_related_and_other_names_not() {
-    assert!(same_lookup_names("www.lab.test.default.svc.cluster.local.", "www.lab.test.svc.cluster.local."));
-    assert!(same_lookup_names("www.lab.test.cluster.local.", "www.lab.test."));
+    assert!(same_lookup_names(
+        "www.lab.test.default.svc.cluster.local.",
+        "www.lab.test.svc.cluster.local."
+    ));
+    assert!(same_lookup_names(
+        "www.lab.test.cluster.local.",
+        "www.lab.test."
+    ));
     assert!(!same_lookup_names("api.example.com.", "www.example.com."));
     assert!(!same_lookup_names("www.lab.test.", "www.lab.other."));
 }
@@ -367,20 +669,67 @@ fn race_drop_with_counters_sibling_and_retry() {
         ts_ns: ts,
         netns: 1,
         per_cpu: vec![
-            CtCpuStats { cpu: 0, ..Default::default() },
-            CtCpuStats { cpu: 1, insert_failed, drop: insert_failed, ..Default::default() },
+            CtCpuStats {
+                cpu: 0,
+                ..Default::default()
+            },
+            CtCpuStats {
+                cpu: 1,
+                insert_failed,
+                drop: insert_failed,
+                ..Default::default()
+            },
         ],
     };
     f.c.on_ct_stats(sample(0, 7));
-    let flow = |s: &str, d: &str| CtFlow { src: s.parse().unwrap(), dst: d.parse().unwrap(), proto: UDP };
+    let flow = |s: &str, d: &str| CtFlow {
+        src: s.parse().unwrap(),
+        dst: d.parse().unwrap(),
+        proto: UDP,
+    };
     let client = "10.244.1.2:5000";
     let p_in = at(1, 10, Direction::Ingress);
     let q = |id, t| msg(id, false, "api.lab.test.", t, "NOERROR", &[], false);
-    f.see(10 * MS, p_in, "node", "vclient", UDP, client, "10.96.0.10:53", q(1, "A"));
-    f.see(10 * MS + 400_000, p_in, "node", "vclient", UDP, client, "10.96.0.10:53", q(2, "AAAA"));
-    f.see(10 * MS + 500_000, at(1, 11, Direction::Egress), "node", "vdnsb", UDP, client, "10.244.1.4:53", q(2, "AAAA"));
-    f.see(11 * MS, at(1, 10, Direction::Egress), "node", "vclient", UDP, "10.96.0.10:53", client,
-        msg(2, true, "api.lab.test.", "AAAA", "NOERROR", &[], false));
+    f.see(
+        10 * MS,
+        p_in,
+        "node",
+        "vclient",
+        UDP,
+        client,
+        "10.96.0.10:53",
+        q(1, "A"),
+    );
+    f.see(
+        10 * MS + 400_000,
+        p_in,
+        "node",
+        "vclient",
+        UDP,
+        client,
+        "10.96.0.10:53",
+        q(2, "AAAA"),
+    );
+    f.see(
+        10 * MS + 500_000,
+        at(1, 11, Direction::Egress),
+        "node",
+        "vdnsb",
+        UDP,
+        client,
+        "10.244.1.4:53",
+        q(2, "AAAA"),
+    );
+    f.see(
+        11 * MS,
+        at(1, 10, Direction::Egress),
+        "node",
+        "vclient",
+        UDP,
+        "10.96.0.10:53",
+        client,
+        msg(2, true, "api.lab.test.", "AAAA", "NOERROR", &[], false),
+    );
     f.c.on_observed(Observed::Drop(DropObservation {
         ts_ns: 10 * MS + 600_000,
         cpu: 1,
@@ -404,11 +753,43 @@ fn race_drop_with_counters_sibling_and_retry() {
     f.c.on_ct_stats(sample(200 * MS, 8));
     // glibc retries the A at its timeout, same socket.
     let retry = 10 * MS + 5_000 * MS;
-    f.see(retry, p_in, "node", "vclient", UDP, client, "10.96.0.10:53", q(3, "A"));
-    f.see(retry + MS, at(1, 10, Direction::Egress), "node", "vclient", UDP, "10.96.0.10:53", client,
-        msg(3, true, "api.lab.test.", "A", "NOERROR", &["10.0.0.7"], false));
+    f.see(
+        retry,
+        p_in,
+        "node",
+        "vclient",
+        UDP,
+        client,
+        "10.96.0.10:53",
+        q(3, "A"),
+    );
+    f.see(
+        retry + MS,
+        at(1, 10, Direction::Egress),
+        "node",
+        "vclient",
+        UDP,
+        "10.96.0.10:53",
+        client,
+        msg(
+            3,
+            true,
+            "api.lab.test.",
+            "A",
+            "NOERROR",
+            &["10.0.0.7"],
+            false,
+        ),
+    );
     f.c.tick(9_000 * MS, &mut f.out);
-    let races: Vec<_> = f.out.iter().filter_map(|r| match r { Record::Race(r) => Some(r.clone()), _ => None }).collect();
+    let races: Vec<_> = f
+        .out
+        .iter()
+        .filter_map(|r| match r {
+            Record::Race(r) => Some(r.clone()),
+            _ => None,
+        })
+        .collect();
     assert_eq!(races.len(), 1, "{races:#?}");
     let r = &races[0];
     assert_eq!(r.verdict, race::RaceVerdict::RaceDrop);
@@ -416,9 +797,23 @@ fn race_drop_with_counters_sibling_and_retry() {
     assert_eq!(r.counters.insert_failed, 1);
     assert_eq!(r.cpu, Some(1));
     let dropped = r.dropped.as_ref().unwrap();
-    assert_eq!((dropped.dns_id, dropped.question.qtype.as_str(), dropped.backend.as_str()), (1, "A", "10.244.1.3:53"));
+    assert_eq!(
+        (
+            dropped.dns_id,
+            dropped.question.qtype.as_str(),
+            dropped.backend.as_str()
+        ),
+        (1, "A", "10.244.1.3:53")
+    );
     let sibling = r.sibling.as_ref().unwrap();
-    assert_eq!((sibling.dns_id, sibling.question.qtype.as_str(), sibling.backend.as_str()), (2, "AAAA", "10.244.1.4:53"));
+    assert_eq!(
+        (
+            sibling.dns_id,
+            sibling.question.qtype.as_str(),
+            sibling.backend.as_str()
+        ),
+        (2, "AAAA", "10.244.1.4:53")
+    );
     assert_eq!(r.retry_ns, Some(5_000 * MS));
     assert!(r.summary.starts_with("lookup of api.lab.test. took 5.00 s: A dropped by conntrack race at +0.6 ms, retried at +5.00 s"), "{}", r.summary);
     assert_eq!(f.c.stats().races.race_drops, 1);
@@ -435,17 +830,53 @@ fn busy_forwarder_is_not_an_amplification() {
         let port = 10_000 + i as u16;
         let client = format!("10.244.1.2:{port}");
         let id = i as u16;
-        f.see(t, at(1, 10, Direction::Ingress), "node", "vclient", UDP, &client, "10.96.0.10:53",
-            msg(id, false, "busy.test.", "A", "NOERROR", &[], false));
-        f.see(t + 10_000, at(1, 11, Direction::Egress), "node", "vdnsa", UDP, &client, "10.244.1.3:53",
-            msg(id, false, "busy.test.", "A", "NOERROR", &[], false));
-        f.see(t + 20_000, at(1, 11, Direction::Ingress), "node", "vdnsa", UDP, &format!("10.244.1.3:{port}"), "10.250.0.53:53",
-            msg(id ^ 0x5555, false, "busy.test.", "A", "NOERROR", &[], false));
-        f.see(t + 90_000, at(1, 10, Direction::Egress), "node", "vclient", UDP, "10.96.0.10:53", &client,
-            msg(id, true, "busy.test.", "A", "NOERROR", &["10.0.0.1"], false));
+        f.see(
+            t,
+            at(1, 10, Direction::Ingress),
+            "node",
+            "vclient",
+            UDP,
+            &client,
+            "10.96.0.10:53",
+            msg(id, false, "busy.test.", "A", "NOERROR", &[], false),
+        );
+        f.see(
+            t + 10_000,
+            at(1, 11, Direction::Egress),
+            "node",
+            "vdnsa",
+            UDP,
+            &client,
+            "10.244.1.3:53",
+            msg(id, false, "busy.test.", "A", "NOERROR", &[], false),
+        );
+        f.see(
+            t + 20_000,
+            at(1, 11, Direction::Ingress),
+            "node",
+            "vdnsa",
+            UDP,
+            &format!("10.244.1.3:{port}"),
+            "10.250.0.53:53",
+            msg(id ^ 0x5555, false, "busy.test.", "A", "NOERROR", &[], false),
+        );
+        f.see(
+            t + 90_000,
+            at(1, 10, Direction::Egress),
+            "node",
+            "vclient",
+            UDP,
+            "10.96.0.10:53",
+            &client,
+            msg(id, true, "busy.test.", "A", "NOERROR", &["10.0.0.1"], false),
+        );
         f.c.tick(t, &mut f.out);
     }
     f.c.tick(10_000 * MS, &mut f.out);
-    let loops: Vec<_> = f.out.iter().filter(|r| matches!(r, Record::Loop(_))).collect();
+    let loops: Vec<_> = f
+        .out
+        .iter()
+        .filter(|r| matches!(r, Record::Loop(_)))
+        .collect();
     assert!(loops.is_empty(), "{loops:#?}");
 }

@@ -26,7 +26,8 @@ impl KernelBtf {
         if !path.exists() {
             return Err(KernelError::NoBtf(path.display().to_string()));
         }
-        let btf = Btf::from_file(path).map_err(|e| KernelError::Btf(format!("{}: {e}", path.display())))?;
+        let btf = Btf::from_file(path)
+            .map_err(|e| KernelError::Btf(format!("{}: {e}", path.display())))?;
         Ok(Self { btf })
     }
 

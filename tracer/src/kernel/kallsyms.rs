@@ -25,7 +25,8 @@ impl Kallsyms {
                 let addr = u64::from_str_radix(it.next()?, 16).ok()?;
                 let kind = it.next()?;
                 let name = it.next()?;
-                (addr != 0 && matches!(kind, "t" | "T" | "w" | "W")).then(|| (addr, name.to_string()))
+                (addr != 0 && matches!(kind, "t" | "T" | "w" | "W"))
+                    .then(|| (addr, name.to_string()))
             })
             .collect();
         syms.sort_unstable_by_key(|(a, _)| *a);

@@ -124,7 +124,9 @@ fn ensure_bpffs() -> Result<(), KernelError> {
 
 /// Removes pin directories of earlier runs whose process is gone.
 fn remove_stale_pins() {
-    let Ok(dir) = std::fs::read_dir(BPFFS) else { return };
+    let Ok(dir) = std::fs::read_dir(BPFFS) else {
+        return;
+    };
     for e in dir.flatten() {
         let name = e.file_name();
         let Some(pid) = name.to_str().and_then(|n| n.strip_prefix("dnspath-")) else {
@@ -205,7 +207,8 @@ impl Probes {
         let mut drops_enabled = false;
         if opts.drops {
             let btf = aya::Btf::from_sys_fs().map_err(|e| KernelError::Btf(e.to_string()))?;
-            let prog: &mut BtfTracePoint = program(&mut primary, "dnspath_kfree_skb")?.try_into()?;
+            let prog: &mut BtfTracePoint =
+                program(&mut primary, "dnspath_kfree_skb")?.try_into()?;
             prog.load("kfree_skb", &btf).map_err(|e| {
                 let e = KernelError::from(e);
                 if is_eperm(&e) {
@@ -259,12 +262,17 @@ impl Probes {
     }
 
     /// The TC program `name` of the namespace with `cookie`, loaded on first use.
-    fn tc_program(&mut self, cookie: u64, index: usize) -> Result<&mut SchedClassifier, KernelError> {
+    fn tc_program(
+        &mut self,
+        cookie: u64,
+        index: usize,
+    ) -> Result<&mut SchedClassifier, KernelError> {
         let instance = match self.per_netns.entry(cookie) {
             std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
             std::collections::hash_map::Entry::Vacant(v) => {
                 let offsets = KernelOffsets::UNSET;
-                let ebpf = Self::loader(&self.pin_dir, &self.config, &offsets, &cookie).load(OBJECT)?;
+                let ebpf =
+                    Self::loader(&self.pin_dir, &self.config, &offsets, &cookie).load(OBJECT)?;
                 v.insert(NetnsPrograms {
                     ebpf,
                     loaded: [false; TC_PROGRAMS.len()],
@@ -362,7 +370,10 @@ impl Drop for Probes {
     }
 }
 
-fn program<'a>(ebpf: &'a mut Ebpf, name: &str) -> Result<&'a mut aya::programs::Program, KernelError> {
+fn program<'a>(
+    ebpf: &'a mut Ebpf,
+    name: &str,
+) -> Result<&'a mut aya::programs::Program, KernelError> {
     ebpf.program_mut(name)
         .ok_or_else(|| KernelError::Btf(format!("program {name} missing from object")))
 }

@@ -62,7 +62,8 @@ fn id_of(path: &Path) -> Option<NetnsId> {
 
 pub fn own_netns() -> Result<NetnsRef, KernelError> {
     let path = PathBuf::from("/proc/self/ns/net");
-    let id = id_of(&path).ok_or_else(|| KernelError::Netns("cannot stat /proc/self/ns/net".into()))?;
+    let id =
+        id_of(&path).ok_or_else(|| KernelError::Netns("cannot stat /proc/self/ns/net".into()))?;
     let name = named_netns()
         .into_iter()
         .find(|n| n.id == id)
@@ -138,8 +139,8 @@ pub fn with_netns<T>(
     f: impl FnOnce() -> Result<T, KernelError>,
 ) -> Result<T, KernelError> {
     let original = File::open("/proc/thread-self/ns/net")?;
-    let target = File::open(path)
-        .map_err(|e| KernelError::Netns(format!("{}: {e}", path.display())))?;
+    let target =
+        File::open(path).map_err(|e| KernelError::Netns(format!("{}: {e}", path.display())))?;
     setns(target.as_fd(), CloneFlags::CLONE_NEWNET)
         .map_err(|e| KernelError::Netns(format!("setns {}: {e}", path.display())))?;
     drop(target);

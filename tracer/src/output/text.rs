@@ -53,22 +53,21 @@ pub fn packet_line(p: &PacketRecord) -> String {
 }
 
 pub fn drop_line(d: &DropRecord) -> String {
-    let ct = d
-        .ct
-        .as_ref()
-        .map(|ct| {
-            format!(
-                " ct[{:#x} {}{} orig {} > {} reply {} > {}]",
-                ct.status,
-                ct.status_flags.join(","),
-                if ct.confirmed { "" } else { ",UNCONFIRMED" },
-                ct.orig.src,
-                ct.orig.dst,
-                ct.reply.src,
-                ct.reply.dst
-            )
-        })
-        .unwrap_or_default();
+    let ct =
+        d.ct.as_ref()
+            .map(|ct| {
+                format!(
+                    " ct[{:#x} {}{} orig {} > {} reply {} > {}]",
+                    ct.status,
+                    ct.status_flags.join(","),
+                    if ct.confirmed { "" } else { ",UNCONFIRMED" },
+                    ct.orig.src,
+                    ct.orig.dst,
+                    ct.reply.src,
+                    ct.reply.dst
+                )
+            })
+            .unwrap_or_default();
     let what = match (&d.dns, &d.malformed) {
         (Some(m), _) => m.summary_line(),
         (None, Some(why)) => format!("(undecoded: {why})"),
@@ -114,12 +113,18 @@ fn leg_line(l: &LegRecord) -> String {
         ("answered", Some(rc)) => rc.clone(),
         ("truncated", Some(rc)) => format!("{rc} truncated"),
         ("dropped", _) => match &l.drop {
-            Some(d) => format!("DROPPED {} at {} ({}/{})", d.reason, d.location, d.netns, d.ifname),
+            Some(d) => format!(
+                "DROPPED {} at {} ({}/{})",
+                d.reason, d.location, d.netns, d.ifname
+            ),
             None => "DROPPED".to_string(),
         },
         _ => "no answer".to_string(),
     };
-    let lat = l.latency_ns.map(|n| format!(" {}", dur(n))).unwrap_or_default();
+    let lat = l
+        .latency_ns
+        .map(|n| format!(" {}", dur(n)))
+        .unwrap_or_default();
     let retx = if l.retransmits > 0 {
         format!(", {} retransmit(s)", l.retransmits)
     } else {
@@ -146,7 +151,11 @@ fn hops_line(l: &LegRecord) -> String {
     let mut parts = Vec::new();
     for (i, h) in l.hops.iter().enumerate() {
         // Responses are marked, the way back is the second half of the line.
-        let arrow = if h.qr && l.hops.get(i.wrapping_sub(1)).is_some_and(|p| !p.qr) { "⇐ " } else { "" };
+        let arrow = if h.qr && l.hops.get(i.wrapping_sub(1)).is_some_and(|p| !p.qr) {
+            "⇐ "
+        } else {
+            ""
+        };
         let dir = match h.dir {
             "ingress" => "in",
             "egress" => "out",
@@ -173,12 +182,21 @@ pub fn transaction_block(t: &TransactionRecord) -> String {
         t.summary
     );
     if t.lookup.step > 0 {
-        out.push_str(&format!("  (lookup {} step {})", t.lookup.id, t.lookup.step + 1));
+        out.push_str(&format!(
+            "  (lookup {} step {})",
+            t.lookup.id,
+            t.lookup.step + 1
+        ));
     }
     out.push('\n');
     // Depth-first over the leg tree, roots in time order.
     fn walk(t: &TransactionRecord, parent: Option<usize>, depth: usize, out: &mut String) {
-        for (i, l) in t.legs.iter().enumerate().filter(|(_, l)| l.parent == parent) {
+        for (i, l) in t
+            .legs
+            .iter()
+            .enumerate()
+            .filter(|(_, l)| l.parent == parent)
+        {
             let pad = "    ".repeat(depth);
             out.push_str(&format!("  {pad}└ {}\n", leg_line(l)));
             out.push_str(&format!("  {pad}    {}\n", hops_line(l)));
@@ -235,13 +253,22 @@ pub fn race_line(r: &crate::correlate::race::RaceRecord) -> String {
     if !r.client.is_empty() {
         line.push_str(&format!(" [client {} in {}", r.client, r.client_netns));
         if let Some(d) = &r.dropped {
-            line.push_str(&format!("; {} id {} → {}", d.question.qtype, d.dns_id, d.backend));
+            line.push_str(&format!(
+                "; {} id {} → {}",
+                d.question.qtype, d.dns_id, d.backend
+            ));
         }
         if let Some(s) = &r.sibling {
-            line.push_str(&format!("; sibling {} id {} → {}", s.question.qtype, s.dns_id, s.backend));
+            line.push_str(&format!(
+                "; sibling {} id {} → {}",
+                s.question.qtype, s.dns_id, s.backend
+            ));
         }
         if let Some(cpu) = r.cpu {
-            line.push_str(&format!("; CPU {cpu} insert_failed +{} drop +{}", r.counters.insert_failed, r.counters.drop));
+            line.push_str(&format!(
+                "; CPU {cpu} insert_failed +{} drop +{}",
+                r.counters.insert_failed, r.counters.drop
+            ));
         }
         line.push(']');
     }
@@ -257,7 +284,10 @@ pub fn stats_line(s: &StatsRecord) -> String {
         line.push_str(&format!(", {} loop packets only counted", s.summarised));
     }
     if s.drops_benign > 0 {
-        line.push_str(&format!(" ({} of them normal socket life, not shown)", s.drops_benign));
+        line.push_str(&format!(
+            " ({} of them normal socket life, not shown)",
+            s.drops_benign
+        ));
     }
     if s.drops_lost > 0 {
         line.push_str(&format!(" ({} drops lost)", s.drops_lost));

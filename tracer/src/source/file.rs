@@ -20,8 +20,8 @@ use pcap_file::{
     pcap::{PcapHeader, PcapParser},
     pcapng::{
         blocks::{
-            enhanced_packet::EnhancedPacketOption, interface_description::InterfaceDescriptionOption,
-            packet::PacketOption,
+            enhanced_packet::EnhancedPacketOption,
+            interface_description::InterfaceDescriptionOption, packet::PacketOption,
         },
         Block, PcapNgParser,
     },
@@ -172,9 +172,7 @@ impl TsUnit {
 
     fn to_ns(self, raw: u64) -> u64 {
         let ns: u128 = match self {
-            TsUnit::Decimal(n) if n <= 9 => {
-                u128::from(raw) * 10u128.pow(u32::from(9 - n))
-            }
+            TsUnit::Decimal(n) if n <= 9 => u128::from(raw) * 10u128.pow(u32::from(9 - n)),
             TsUnit::Decimal(n) => match 10u128.checked_pow(u32::from(n - 9)) {
                 Some(div) => u128::from(raw) / div,
                 None => 0,
@@ -225,12 +223,19 @@ fn be16(b: &[u8], at: usize) -> Option<u16> {
 }
 
 fn be32(b: &[u8], at: usize) -> Option<u32> {
-    b.get(at..at + 4).map(|s| u32::from_be_bytes([s[0], s[1], s[2], s[3]]))
+    b.get(at..at + 4)
+        .map(|s| u32::from_be_bytes([s[0], s[1], s[2], s[3]]))
 }
 
 /// Follows 802.1Q/802.1ad tags from `ethertype` at `offset`; the innermost tag's VLAN id
 /// wins, as in the kernel programs.
-fn after_tags(frame: &[u8], mut ethertype: u16, mut offset: usize, dir: Option<Direction>, ifindex: Option<u32>) -> Link {
+fn after_tags(
+    frame: &[u8],
+    mut ethertype: u16,
+    mut offset: usize,
+    dir: Option<Direction>,
+    ifindex: Option<u32>,
+) -> Link {
     let mut vlan = None;
     let mut tags = 0;
     while matches!(ethertype, ETH_P_8021Q | ETH_P_8021AD | ETH_P_QINQ1) {
@@ -285,7 +290,11 @@ fn strip_link(linktype: u32, frame: &[u8]) -> Link {
             None => Link::Truncated,
             Some(b) => {
                 let le = u32::from_le_bytes(*b);
-                null_family(if le <= 0xffff { le } else { u32::from_be_bytes(*b) })
+                null_family(if le <= 0xffff {
+                    le
+                } else {
+                    u32::from_be_bytes(*b)
+                })
             }
         },
         // LINKTYPE_LOOP: the same, always big-endian.
@@ -385,7 +394,8 @@ impl<R: Read> Input<R> {
             if self.end == self.buf.len() {
                 // Grows with the data that arrives, not with what a length field claims.
                 let len = self.buf.len();
-                self.buf.resize((len * 2).min(n.next_power_of_two()).max(len + 1), 0);
+                self.buf
+                    .resize((len * 2).min(n.next_power_of_two()).max(len + 1), 0);
             }
             let Some(free) = self.buf.get_mut(self.end..) else {
                 break;
@@ -417,7 +427,11 @@ struct Frame {
 enum Step {
     Packet(Frame),
     /// A pcapng interface description: learn its name.
-    Interface { id: u32, name: Option<String>, linktype: u32 },
+    Interface {
+        id: u32,
+        name: Option<String>,
+        linktype: u32,
+    },
     /// A packet block with intact framing whose contents could not be read.
     BadBlock(String),
     /// Anything else (statistics, name resolution, section headers, ...).
@@ -455,7 +469,10 @@ fn range_in(outer: &[u8], inner: &[u8]) -> Option<Range<usize>> {
 /// Length of the pcapng section header block at the start of `b`.
 fn shb_len(b: &[u8]) -> Result<usize, String> {
     let (Some(len), Some(bom)) = (b.get(4..8), b.get(8..12)) else {
-        return Err(format!("section header block cut short: {} of 12 bytes", b.len()));
+        return Err(format!(
+            "section header block cut short: {} of 12 bytes",
+            b.len()
+        ));
     };
     let bom = u32::from_be_bytes([bom[0], bom[1], bom[2], bom[3]]);
     let len = [len[0], len[1], len[2], len[3]];
@@ -470,10 +487,14 @@ fn shb_len(b: &[u8]) -> Result<usize, String> {
 fn check_block_len(len: u32) -> Result<usize, String> {
     let len = len as usize;
     if len < 12 || !len.is_multiple_of(4) {
-        return Err(format!("block length {len} is not a multiple of 4 of at least 12"));
+        return Err(format!(
+            "block length {len} is not a multiple of 4 of at least 12"
+        ));
     }
     if len > MAX_RECORD {
-        return Err(format!("block length {len} exceeds the {MAX_RECORD}-byte limit"));
+        return Err(format!(
+            "block length {len} exceeds the {MAX_RECORD}-byte limit"
+        ));
     }
     Ok(len)
 }
@@ -636,7 +657,10 @@ fn pcapng_block<R: Read>(
         Block::SimplePacket(spb) => {
             // Padding is part of `data`; the original length bounds what was captured.
             let kept = spb.data.len().min(spb.original_len as usize);
-            match (interfaces.first(), spb.data.get(..kept).and_then(|d| range_in(avail, d))) {
+            match (
+                interfaces.first(),
+                spb.data.get(..kept).and_then(|d| range_in(avail, d)),
+            ) {
                 (Some(iface), Some(data)) => Step::Packet(Frame {
                     ts_ns: last_ts,
                     iface: 0,
@@ -645,7 +669,9 @@ fn pcapng_block<R: Read>(
                     dir: None,
                     data,
                 }),
-                (None, _) => Step::BadBlock("simple packet block before any interface description".into()),
+                (None, _) => {
+                    Step::BadBlock("simple packet block before any interface description".into())
+                }
                 (_, None) => Step::BadBlock("packet data outside its block".into()),
             }
         }
@@ -676,7 +702,12 @@ fn packet_step(
     let ts_ns = if iface.ts_offset_s >= 0 {
         ns.saturating_add((iface.ts_offset_s as u64).saturating_mul(1_000_000_000))
     } else {
-        ns.saturating_sub(iface.ts_offset_s.unsigned_abs().saturating_mul(1_000_000_000))
+        ns.saturating_sub(
+            iface
+                .ts_offset_s
+                .unsigned_abs()
+                .saturating_mul(1_000_000_000),
+        )
     };
     Step::Packet(Frame {
         ts_ns,
@@ -689,7 +720,10 @@ fn packet_step(
 }
 
 enum Format {
-    Pcap { parser: PcapParser, linktype: u32 },
+    Pcap {
+        parser: PcapParser,
+        linktype: u32,
+    },
     PcapNg {
         parser: PcapNgParser,
         interfaces: Vec<Interface>,
@@ -971,7 +1005,9 @@ impl<R: Read> FileSource<R> {
                 break;
             }
             let read = match &mut self.format {
-                Format::Pcap { parser, linktype } => pcap_record(&mut self.input, parser, *linktype),
+                Format::Pcap { parser, linktype } => {
+                    pcap_record(&mut self.input, parser, *linktype)
+                }
                 Format::PcapNg { parser, interfaces } => {
                     pcapng_block(&mut self.input, parser, interfaces, self.last_ts)
                 }
@@ -1083,7 +1119,10 @@ mod tests {
     impl Pcap {
         fn new(linktype: u32, big: bool, nanos: bool) -> Self {
             let magic: u32 = if nanos { 0xA1B2_3C4D } else { 0xA1B2_C3D4 };
-            let mut p = Pcap { bytes: Vec::new(), big };
+            let mut p = Pcap {
+                bytes: Vec::new(),
+                big,
+            };
             p.u32(magic);
             p.u16(2);
             p.u16(4);
@@ -1094,11 +1133,19 @@ mod tests {
             p
         }
         fn u16(&mut self, v: u16) {
-            let b = if self.big { v.to_be_bytes() } else { v.to_le_bytes() };
+            let b = if self.big {
+                v.to_be_bytes()
+            } else {
+                v.to_le_bytes()
+            };
             self.bytes.extend_from_slice(&b);
         }
         fn u32(&mut self, v: u32) {
-            let b = if self.big { v.to_be_bytes() } else { v.to_le_bytes() };
+            let b = if self.big {
+                v.to_be_bytes()
+            } else {
+                v.to_le_bytes()
+            };
             self.bytes.extend_from_slice(&b);
         }
         fn packet(mut self, sec: u32, frac: u32, frame: &[u8], wire: u32) -> Self {
@@ -1118,7 +1165,10 @@ mod tests {
 
     impl PcapNg {
         fn new(big: bool) -> Self {
-            let mut p = PcapNg { bytes: Vec::new(), big };
+            let mut p = PcapNg {
+                bytes: Vec::new(),
+                big,
+            };
             let mut body = Vec::new();
             p.put32(&mut body, PCAPNG_BYTE_ORDER_MAGIC);
             p.put16(&mut body, 1);
@@ -1128,10 +1178,18 @@ mod tests {
             p
         }
         fn put16(&self, b: &mut Vec<u8>, v: u16) {
-            b.extend_from_slice(&if self.big { v.to_be_bytes() } else { v.to_le_bytes() });
+            b.extend_from_slice(&if self.big {
+                v.to_be_bytes()
+            } else {
+                v.to_le_bytes()
+            });
         }
         fn put32(&self, b: &mut Vec<u8>, v: u32) {
-            b.extend_from_slice(&if self.big { v.to_be_bytes() } else { v.to_le_bytes() });
+            b.extend_from_slice(&if self.big {
+                v.to_be_bytes()
+            } else {
+                v.to_le_bytes()
+            });
         }
         fn opt(&self, b: &mut Vec<u8>, code: u16, value: &[u8]) {
             self.put16(b, code);
@@ -1198,7 +1256,12 @@ mod tests {
     }
 
     fn open(bytes: &[u8]) -> Result<FileSource<Cursor<Vec<u8>>>, FileError> {
-        FileSource::from_reader(Cursor::new(bytes.to_vec()), "t.pcap".into(), "t".into(), names())
+        FileSource::from_reader(
+            Cursor::new(bytes.to_vec()),
+            "t.pcap".into(),
+            "t".into(),
+            names(),
+        )
     }
 
     /// Every packet, then the error that ended the file (if any).
@@ -1210,7 +1273,10 @@ mod tests {
                 Ok(Some(p)) => out.push(p),
                 Ok(None) => return (out, None, src.skips()),
                 Err(e) => {
-                    assert!(src.next_packet(|_| true).unwrap().is_none(), "stream ends after an error");
+                    assert!(
+                        src.next_packet(|_| true).unwrap().is_none(),
+                        "stream ends after an error"
+                    );
                     return (out, Some(e), src.skips());
                 }
             }
@@ -1220,13 +1286,23 @@ mod tests {
     #[test]
     fn ethernet_with_two_vlan_tags() {
         let ip = ipv4_udp();
-        let frame = eth(ETH_P_IP, &[(ETH_P_8021AD, 0x0064), (ETH_P_8021Q, 0x2005)], &ip);
-        let bytes = Pcap::new(1, false, false).packet(1_700_000_000, 123_456, &frame, 80).bytes;
+        let frame = eth(
+            ETH_P_IP,
+            &[(ETH_P_8021AD, 0x0064), (ETH_P_8021Q, 0x2005)],
+            &ip,
+        );
+        let bytes = Pcap::new(1, false, false)
+            .packet(1_700_000_000, 123_456, &frame, 80)
+            .bytes;
         let (pkts, err, _) = read_all(&bytes);
         assert!(err.is_none());
         let p = &pkts[0];
         assert_eq!(p.data, ip);
-        assert_eq!(p.vlan, Some(5), "innermost tag, as the kernel programs report");
+        assert_eq!(
+            p.vlan,
+            Some(5),
+            "innermost tag, as the kernel programs report"
+        );
         assert_eq!(p.orig_len, 80 - 22);
         assert_eq!(p.ts_ns, 1_700_000_000_123_456_000);
         assert_eq!(p.at.dir, Direction::Unknown);
@@ -1255,13 +1331,17 @@ mod tests {
         let ip = ipv4_udp();
         let mut sll = vec![0, 4, 0, 1, 0, 6, 2, 0, 0, 0, 0, 1, 0, 0, 8, 0];
         sll.extend_from_slice(&ip);
-        let bytes = Pcap::new(113, true, true).packet(5, 7, &sll, sll.len() as u32).bytes;
+        let bytes = Pcap::new(113, true, true)
+            .packet(5, 7, &sll, sll.len() as u32)
+            .bytes;
         let (pkts, _, _) = read_all(&bytes);
         assert_eq!(pkts[0].at.dir, Direction::Egress);
         assert_eq!(pkts[0].data, ip);
         assert_eq!(pkts[0].ts_ns, 5_000_000_007, "nanosecond pcap");
 
-        let mut sll2 = vec![0x86, 0xdd, 0, 0, 0, 0, 0, 42, 0, 1, 0, 6, 2, 0, 0, 0, 0, 1, 0, 0];
+        let mut sll2 = vec![
+            0x86, 0xdd, 0, 0, 0, 0, 0, 42, 0, 1, 0, 6, 2, 0, 0, 0, 0, 1, 0, 0,
+        ];
         sll2.extend_from_slice(&[0x60, 0, 0, 0]);
         let bytes = Pcap::new(276, false, false).packet(5, 7, &sll2, 24).bytes;
         let (pkts, _, _) = read_all(&bytes);
@@ -1284,19 +1364,25 @@ mod tests {
         ] {
             let mut f = header.clone();
             f.extend_from_slice(&ip);
-            let bytes = Pcap::new(linktype, false, false).packet(1, 0, &f, f.len() as u32).bytes;
+            let bytes = Pcap::new(linktype, false, false)
+                .packet(1, 0, &f, f.len() as u32)
+                .bytes;
             let (pkts, err, _) = read_all(&bytes);
             assert!(err.is_none(), "{linktype}");
             assert_eq!(pkts.len(), 1, "linktype {linktype} header {header:?}");
             assert_eq!(pkts[0].data, ip);
         }
-        let bytes = Pcap::new(0, false, false).packet(1, 0, &[7, 0, 0, 0, 1], 5).bytes;
+        let bytes = Pcap::new(0, false, false)
+            .packet(1, 0, &[7, 0, 0, 0, 1], 5)
+            .bytes;
         assert_eq!(read_all(&bytes).2.not_ip, 1, "unknown address family");
     }
 
     #[test]
     fn unsupported_link_type_is_counted() {
-        let bytes = Pcap::new(105, false, false).packet(1, 0, &[0; 30], 30).bytes;
+        let bytes = Pcap::new(105, false, false)
+            .packet(1, 0, &[0; 30], 30)
+            .bytes;
         let mut src = open(&bytes).unwrap();
         assert!(src.next_packet(|_| true).unwrap().is_none());
         assert_eq!(src.skips().unsupported_link, 1);
@@ -1326,7 +1412,10 @@ mod tests {
             .unwrap();
             assert_eq!(src.format(), CaptureFormat::PcapNg);
             let a = src.next_packet(|_| true).unwrap().unwrap();
-            assert_eq!(a.ts_ns, 1_700_000_000_000_001_000, "default resolution is µs");
+            assert_eq!(
+                a.ts_ns, 1_700_000_000_000_001_000,
+                "default resolution is µs"
+            );
             assert_eq!(a.at.dir, Direction::Egress);
             assert_eq!(a.at.ifindex, 0);
             assert_eq!(a.data, ip);
@@ -1337,7 +1426,10 @@ mod tests {
             let c = src.next_packet(|_| true).unwrap().unwrap();
             assert_eq!(c.at.dir, Direction::Unknown);
             let d = src.next_packet(|_| true).unwrap().unwrap();
-            assert_eq!(d.ts_ns, 3, "a simple packet block takes the previous timestamp");
+            assert_eq!(
+                d.ts_ns, 3,
+                "a simple packet block takes the previous timestamp"
+            );
             assert_eq!(d.data, ip);
             assert!(src.next_packet(|_| true).unwrap().is_none());
             let n = names.read().unwrap();
@@ -1438,7 +1530,10 @@ mod tests {
         ng.extend_from_slice(&[0; 16]);
         let (_, err, _) = read_all(&ng);
         let err = err.unwrap().to_string();
-        assert!(err.contains("block 2") && err.contains("byte offset 28"), "{err}");
+        assert!(
+            err.contains("block 2") && err.contains("byte offset 28"),
+            "{err}"
+        );
     }
 
     #[test]
@@ -1470,7 +1565,10 @@ mod tests {
         let mut sll2 = vec![8, 0, 0, 0, 0, 0, 0, 3, 0, 1, 4, 6, 2, 0, 0, 0, 0, 1, 0, 0];
         sll2.extend_from_slice(&ip);
         let seeds = [
-            Pcap::new(1, false, false).packet(1, 2, &frame, 60).packet(3, 4, &frame, 60).bytes,
+            Pcap::new(1, false, false)
+                .packet(1, 2, &frame, 60)
+                .packet(3, 4, &frame, 60)
+                .bytes,
             Pcap::new(276, true, true).packet(1, 2, &sll2, 60).bytes,
             PcapNg::new(false)
                 .idb(1, Some("eth0"), Some(9))
@@ -1479,7 +1577,10 @@ mod tests {
                 .epb(1, 2, &sll2, None)
                 .spb(&frame)
                 .bytes,
-            PcapNg::new(true).idb(0, None, None).epb(0, 1, &[2, 0, 0, 0, 0x45], None).bytes,
+            PcapNg::new(true)
+                .idb(0, None, None)
+                .epb(0, 1, &[2, 0, 0, 0, 0x45], None)
+                .bytes,
         ];
         let mut rng = Rng(0x1234_5678_9abc_def1);
         for seed in &seeds {

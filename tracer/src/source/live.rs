@@ -1,7 +1,9 @@
 //! The live source: records from the `EVENTS` ring buffer → [`SourceEvent`].
 use aya::maps::{MapData, RingBuf};
 use tokio::io::unix::AsyncFd;
-use tracer_common::{DropEvent, PacketHeader, DIR_EGRESS, EVENT_DROP, EVENT_PACKET, PACKET_HEADER_LEN};
+use tracer_common::{
+    DropEvent, PacketHeader, DIR_EGRESS, EVENT_DROP, EVENT_PACKET, PACKET_HEADER_LEN,
+};
 
 use crate::event::{
     CapturedPacket, CtFlow, CtSnapshot, Direction, KernelDrop, ObservationPoint, SourceEvent,
@@ -50,7 +52,10 @@ pub fn parse_record(bytes: &[u8]) -> SourceEvent {
             Some(ev) => {
                 let cap = (ev.cap_len as usize).min(ev.data.len());
                 let ct = if ev.has_ct != 0 {
-                    match (CtFlow::from_tuple(&ev.ct_orig), CtFlow::from_tuple(&ev.ct_reply)) {
+                    match (
+                        CtFlow::from_tuple(&ev.ct_orig),
+                        CtFlow::from_tuple(&ev.ct_reply),
+                    ) {
                         (Some(orig), Some(reply)) => Some(CtSnapshot {
                             status: ev.ct_status,
                             orig,

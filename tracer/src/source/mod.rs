@@ -1,4 +1,4 @@
 //! Sources: where observations come from. Live (eBPF ring buffer) and, later, capture files;
 //! everything after the source is shared.
-pub mod live;
 pub mod file;
+pub mod live;
