@@ -131,8 +131,6 @@ pub async fn run(
             clock,
         )
     });
-    let mut observed: Vec<Observed> = Vec::new();
-    let mut summarised = Vec::new();
     let mut loop_found = false;
     let mut sink = output::sink(opts.format, out);
     let deadline = async {
@@ -173,15 +171,7 @@ pub async fn run(
             decoder.on_event(ev, &mut records);
         }
         if let Some(c) = correlator.as_mut() {
-            feed_conntrack(&ct_rx, c);
-            decoder.take_observed(&mut observed);
-            for o in observed.drain(..) {
-                c.on_observed(o);
-            }
-            decoder.take_summarised(&mut summarised);
-            for s in summarised.drain(..) {
-                c.summarised(&s.name, &s.qtype, &s.class, s.count, s.last_ts);
-            }
+            hand_over(&mut decoder, c, &ct_rx);
             c.tick(clock.now_ns(), &mut records);
         }
         for r in records.drain(..) {
@@ -233,11 +223,7 @@ pub async fn run(
         }
     }
     if let Some(c) = correlator.as_mut() {
-        feed_conntrack(&ct_rx, c);
-        decoder.take_observed(&mut observed);
-        for o in observed.drain(..) {
-            c.on_observed(o);
-        }
+        hand_over(&mut decoder, c, &ct_rx);
         c.flush(clock.now_ns(), &mut records);
     }
     for r in records.drain(..) {
@@ -264,6 +250,22 @@ fn follow_loop(decoder: &mut Decoder, l: &LoopRecord) {
         LoopState::Detected => decoder.summarise_question(&q.name, &q.qtype, &q.class),
         LoopState::Ended => decoder.stop_summarising(&q.name, &q.qtype, &q.class),
         LoopState::Ongoing => {}
+    }
+}
+
+/// What the correlate stage gets after each batch: conntrack events and statistics, the
+/// decoded observations, and the counts of loop packets that were only counted.
+fn hand_over(decoder: &mut Decoder, c: &mut Correlator, rx: &std::sync::mpsc::Receiver<SourceEvent>) {
+    let mut observed: Vec<Observed> = Vec::new();
+    decoder.take_observed(&mut observed);
+    let mut summarised = Vec::new();
+    decoder.take_summarised(&mut summarised);
+    feed_conntrack(rx, c);
+    for o in observed {
+        c.on_observed(o);
+    }
+    for s in summarised {
+        c.summarised(&s.name, &s.qtype, &s.class, s.count, s.last_ts);
     }
 }
 
