@@ -327,6 +327,8 @@ pub struct Correlator {
     /// Recent client queries by socket, to find the sibling of a dropped one (A/AAAA pair)
     /// after its own transaction has been reported: (first ts, dns id, question, backend).
     recent: HashMap<SocketAddr, VecDeque<(u64, u16, QKey, SocketAddr)>>,
+    /// `recent`'s entries in insertion order, for pruning the oldest in O(1).
+    recent_order: VecDeque<(u64, SocketAddr)>,
     race_out: Vec<RaceRecord>,
 }
 
@@ -366,6 +368,7 @@ impl Correlator {
             loops: LoopTracker::new(clock),
             ct_samples: CtSamples::default(),
             recent: HashMap::new(),
+            recent_order: VecDeque::new(),
             race_out: Vec::new(),
         }
     }
@@ -399,21 +402,29 @@ impl Correlator {
         }
     }
 
-    fn remember_query(&mut self, l: &Leg) {
-        if l.parent.is_some() {
-            return;
+    /// Keeps a reported client query for a while: (socket, first ts, id, question, backend).
+    fn remember_query(&mut self, (client, first_ts, id, q, backend): (SocketAddr, u64, u16, QKey, SocketAddr)) {
+        let per_socket = self.recent.entry(client).or_default();
+        per_socket.push_back((first_ts, id, q, backend));
+        if per_socket.len() > 16 {
+            per_socket.pop_front();
         }
-        let q = self.recent.entry(l.client).or_default();
-        q.push_back((l.first_ts, l.key.id, l.key.q.clone(), l.backend));
-        while q.len() > 16 {
-            q.pop_front();
-        }
-        if self.recent.len() > self.cfg.max_legs {
-            let horizon = l
-                .first_ts
-                .saturating_sub(self.cfg.timeout_ns + self.cfg.retry_grace_ns);
-            self.recent
-                .retain(|_, v| v.back().is_some_and(|r| r.0 >= horizon));
+        self.recent_order.push_back((first_ts, client));
+        // Forget what is older than a retry could be, and bound the size.
+        let horizon = first_ts.saturating_sub(self.cfg.timeout_ns + self.cfg.retry_grace_ns);
+        while let Some(&(ts, socket)) = self.recent_order.front() {
+            if ts >= horizon && self.recent_order.len() <= self.cfg.max_legs {
+                break;
+            }
+            self.recent_order.pop_front();
+            if let Some(v) = self.recent.get_mut(&socket) {
+                if v.front().is_some_and(|r| r.0 <= ts) {
+                    v.pop_front();
+                }
+                if v.is_empty() {
+                    self.recent.remove(&socket);
+                }
+            }
         }
     }
 
@@ -856,9 +867,10 @@ impl Correlator {
         }
         let id = self.next();
         if self.lookups.len() >= self.cfg.max_legs {
+            // Amortised: prune to at most half, so this runs once per max_legs/2 inserts.
             let horizon = ts.saturating_sub(window);
             self.lookups.retain(|_, s| s.last_ts >= horizon);
-            if self.lookups.len() >= self.cfg.max_legs {
+            if self.lookups.len() >= self.cfg.max_legs / 2 {
                 self.lookups.clear();
             }
         }
@@ -1019,8 +1031,9 @@ impl Correlator {
                     self.stats.transactions += 1;
                 }
                 for leg in t.legs {
-                    if let Some(l) = self.legs.get(&leg).cloned() {
-                        self.remember_query(&l);
+                    if let Some(l) = self.legs.get(&leg).filter(|l| l.parent.is_none()) {
+                        let entry = (l.client, l.first_ts, l.key.id, l.key.q.clone(), l.backend);
+                        self.remember_query(entry);
                     }
                     self.remove_leg(leg);
                 }
@@ -1033,6 +1046,13 @@ impl Correlator {
     /// suspected race (an unanswered query of an A/AAAA pair retried at the timeout).
     fn races_of(&mut self, t: &Transaction, rec: Option<&TransactionRecord>) {
         const PAIR_WINDOW_NS: u64 = 100_000_000;
+        // Most transactions have nothing to say here: check before copying anything.
+        let candidate = t.legs.iter().filter_map(|id| self.legs.get(id)).any(|l| {
+            l.race.is_some() || (l.parent.is_none() && l.response.is_none() && l.drop.is_none())
+        });
+        if !candidate {
+            return;
+        }
         let legs: Vec<Leg> = t
             .legs
             .iter()
