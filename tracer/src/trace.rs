@@ -255,7 +255,11 @@ fn follow_loop(decoder: &mut Decoder, l: &LoopRecord) {
 
 /// What the correlate stage gets after each batch: conntrack events and statistics, the
 /// decoded observations, and the counts of loop packets that were only counted.
-fn hand_over(decoder: &mut Decoder, c: &mut Correlator, rx: &std::sync::mpsc::Receiver<SourceEvent>) {
+fn hand_over(
+    decoder: &mut Decoder,
+    c: &mut Correlator,
+    rx: &std::sync::mpsc::Receiver<SourceEvent>,
+) {
     let mut observed: Vec<Observed> = Vec::new();
     decoder.take_observed(&mut observed);
     let mut summarised = Vec::new();

@@ -76,6 +76,10 @@ pub struct DropObservation {
 }
 
 #[derive(Clone, Debug)]
+#[expect(
+    clippy::large_enum_variant,
+    reason = "drops are rare; boxing every message to shrink them is not worth an allocation"
+)]
 pub enum Observed {
     Message(Observation),
     Drop(DropObservation),
@@ -403,7 +407,10 @@ impl Correlator {
     }
 
     /// Keeps a reported client query for a while: (socket, first ts, id, question, backend).
-    fn remember_query(&mut self, (client, first_ts, id, q, backend): (SocketAddr, u64, u16, QKey, SocketAddr)) {
+    fn remember_query(
+        &mut self,
+        (client, first_ts, id, q, backend): (SocketAddr, u64, u16, QKey, SocketAddr),
+    ) {
         let per_socket = self.recent.entry(client).or_default();
         per_socket.push_back((first_ts, id, q, backend));
         if per_socket.len() > 16 {
