@@ -2,7 +2,7 @@
 //! through every hop of it.
 use std::{path::Path, thread, time::Duration};
 
-use lab::{tracer::Tracer, Lab, LabConfig, Pod};
+use lab::{tracer::Tracer, DnsPodConfig, DnsServerKind, Lab, LabConfig, Pod};
 
 fn step(title: &str) {
     eprintln!("\n\x1b[1m== {title}\x1b[0m");
@@ -12,7 +12,7 @@ fn step(title: &str) {
 pub fn run(bin: &Path) -> crate::Result<()> {
     // SAFETY: setting a variable before any thread is started.
     unsafe { std::env::set_var("DNSPATH_BIN", bin) };
-    let lab = Lab::start(LabConfig::default()).map_err(|e| format!("lab: {e}"))?;
+    let mut lab = Lab::start(LabConfig::default()).map_err(|e| format!("lab: {e}"))?;
     eprintln!(
         "lab {}: client {} ({}), CoreDNS-like dnsdist pods {} and {} behind ClusterIP {}, \
          upstream bind9 {} ({}), kube-proxy iptables DNAT in {}",
@@ -39,7 +39,7 @@ pub fn run(bin: &Path) -> crate::Result<()> {
         "dig www.lab.test A via the ClusterIP (UDP): client → DNAT → CoreDNS pod → upstream → back",
     );
     let _ = lab.dig(&["+time=2", "+tries=1", "+short", "www.lab.test."]);
-    thread::sleep(Duration::from_millis(300));
+    thread::sleep(Duration::from_millis(800));
 
     step("dig +tcp big.lab.test TXT (~3 KB answer, TCP reassembled)");
     let _ = lab.dig(&[
@@ -50,7 +50,7 @@ pub fn run(bin: &Path) -> crate::Result<()> {
         "big.lab.test.",
         "TXT",
     ]);
-    thread::sleep(Duration::from_millis(300));
+    thread::sleep(Duration::from_millis(800));
 
     step("dig AAAA www.lab.test straight to the upstream over IPv6");
     let up6 = format!("@{}", lab.ip6_of(Pod::Upstream));
@@ -62,7 +62,7 @@ pub fn run(bin: &Path) -> crate::Result<()> {
         "www.lab.test.",
         "AAAA",
     ]);
-    thread::sleep(Duration::from_millis(300));
+    thread::sleep(Duration::from_millis(800));
 
     step("iptables -j DROP for DNS to the pods: the kernel drop, with its reason and the ClusterIP from conntrack");
     let ipt = lab.iptables();
@@ -84,7 +84,23 @@ pub fn run(bin: &Path) -> crate::Result<()> {
     let mut del = vec![ipt, "-D"];
     del.extend_from_slice(&rule);
     let _ = lab.exec(lab.node_ns(), &del);
-    thread::sleep(Duration::from_millis(300));
+    thread::sleep(Duration::from_millis(800));
+
+    step("both CoreDNS pods now forward to their own Service: a forwarding loop born at runtime");
+    let to_service = DnsPodConfig::new(DnsServerKind::Dnsdist).forwarding_to_cluster_ip();
+    let healthy = DnsPodConfig::new(DnsServerKind::Dnsdist);
+    for i in 0..2 {
+        lab.reconfigure_dns_pod(i, to_service.clone())
+            .map_err(|e| format!("lab: {e}"))?;
+    }
+    let _ = lab.dig(&["+time=1", "+tries=1", "+short", "loop.lab.test."]);
+    thread::sleep(Duration::from_secs(2));
+    step("pods fixed again: the loop ends");
+    for i in 0..2 {
+        lab.reconfigure_dns_pod(i, healthy.clone())
+            .map_err(|e| format!("lab: {e}"))?;
+    }
+    thread::sleep(Duration::from_secs(3));
 
     step("stopping dnspath (Ctrl-C); its totals:");
     let out = tracer.stop();
