@@ -280,9 +280,6 @@ pub fn stats_line(s: &StatsRecord) -> String {
         "--- {} packets, {} DNS messages decoded, {} malformed, {} TCP control segments, {} lost, {} drops",
         s.packets, s.decoded, s.malformed, s.tcp_control, s.lost, s.drops
     );
-    if s.summarised > 0 {
-        line.push_str(&format!(", {} loop packets only counted", s.summarised));
-    }
     if s.drops_benign > 0 {
         line.push_str(&format!(
             " ({} of them normal socket life, not shown)",
@@ -291,6 +288,9 @@ pub fn stats_line(s: &StatsRecord) -> String {
     }
     if s.drops_lost > 0 {
         line.push_str(&format!(" ({} drops lost)", s.drops_lost));
+    }
+    if s.summarised > 0 {
+        line.push_str(&format!(", {} loop packets only counted", s.summarised));
     }
     if let Some(k) = &s.kernel {
         line.push_str(&format!(
