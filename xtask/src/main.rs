@@ -36,6 +36,8 @@ const PACKAGES: &[&str] = &[
     "dnsutils",
     "libc-bin",
     "tcpdump",
+    // pcapng captures for the analyze tests (tshark, editcap), and the bench's baseline
+    "tshark",
     "gcc",
     "libnetfilter-queue-dev",
     "python3",
