@@ -227,6 +227,14 @@ impl Lab {
         self.cfg.iptables.iptables()
     }
 
+    /// `iptables OP RULE...` in namespace `ns` with the lab's iptables flavour, e.g.
+    /// `lab.iptables_rule(ns, "-I", &["FORWARD", "-p", "udp", "-j", "DROP"])`.
+    pub fn iptables_rule(&self, ns: &str, op: &str, rule: &[&str]) -> Output {
+        let mut args = vec![self.iptables(), op];
+        args.extend_from_slice(rule);
+        self.exec(ns, &args)
+    }
+
     /// `/tmp/<prefix>`: one directory per server pod (`up/`, `dnsa/`, ...) holding its
     /// config (`named.conf` and zone files, `dnsdist.conf`, `dnsmasq.args`) and its
     /// stdout/stderr (`server.log`).

@@ -195,7 +195,6 @@ fn rule_drops_are_not_races(flavor: IptablesFlavor) {
     }) else {
         return;
     };
-    let ipt = lab.iptables();
     // A DROP for DNS to the pods in the node, and one inside the upstream's own namespace.
     let node_rule = [
         "FORWARD",
@@ -210,16 +209,19 @@ fn rule_drops_are_not_races(flavor: IptablesFlavor) {
     ];
     let up_rule = ["INPUT", "-p", "udp", "--dport", "53", "-j", "DROP"];
     let t = trace(&lab);
-    let mut add = vec![ipt, "-I"];
-    add.extend_from_slice(&node_rule);
-    assert!(lab.exec(lab.node_ns(), &add).status.success());
+    assert!(lab
+        .iptables_rule(lab.node_ns(), "-I", &node_rule)
+        .status
+        .success());
     let _ = lab.exec(lab.client_ns(), &["getent", "ahosts", "ruled.lab.test"]);
-    let mut del = vec![ipt, "-D"];
-    del.extend_from_slice(&node_rule);
-    assert!(lab.exec(lab.node_ns(), &del).status.success());
-    let mut add = vec![ipt, "-I"];
-    add.extend_from_slice(&up_rule);
-    assert!(lab.exec(lab.ns_of(Pod::Upstream), &add).status.success());
+    assert!(lab
+        .iptables_rule(lab.node_ns(), "-D", &node_rule)
+        .status
+        .success());
+    assert!(lab
+        .iptables_rule(lab.ns_of(Pod::Upstream), "-I", &up_rule)
+        .status
+        .success());
     let _ = lab.dig(&["+time=1", "+tries=1", "upstream-dropped.lab.test."]);
     thread::sleep(Duration::from_secs(4));
     let out = t.stop();

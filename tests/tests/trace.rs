@@ -233,8 +233,8 @@ fn iptables_drop_rule_produces_drop_event() {
     let Some(lab) = lab(LabConfig::default()) else {
         return;
     };
-    let ipt = lab.iptables();
     let rule = [
+        "FORWARD",
         "-p",
         "udp",
         "--dport",
@@ -244,9 +244,7 @@ fn iptables_drop_rule_produces_drop_event() {
         "-j",
         "DROP",
     ];
-    let mut add = vec![ipt, "-I", "FORWARD"];
-    add.extend_from_slice(&rule);
-    let o = lab.exec(lab.node_ns(), &add);
+    let o = lab.iptables_rule(lab.node_ns(), "-I", &rule);
     assert!(o.status.success(), "{o:?}");
     let t = Tracer::start(&lab, lab.node_ns(), &["trace", "-o", "json"]).unwrap();
     let out = lab.dig(&["+time=1", "+tries=1", "dropped.lab.test.", "A"]);

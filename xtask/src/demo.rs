@@ -65,7 +65,6 @@ pub fn run(bin: &Path) -> crate::Result<()> {
     thread::sleep(Duration::from_millis(800));
 
     step("iptables -j DROP for DNS to the pods: the kernel drop, with its reason and the ClusterIP from conntrack");
-    let ipt = lab.iptables();
     let rule = [
         "FORWARD",
         "-p",
@@ -77,13 +76,9 @@ pub fn run(bin: &Path) -> crate::Result<()> {
         "-j",
         "DROP",
     ];
-    let mut add = vec![ipt, "-I"];
-    add.extend_from_slice(&rule);
-    let _ = lab.exec(lab.node_ns(), &add);
+    let _ = lab.iptables_rule(lab.node_ns(), "-I", &rule);
     let _ = lab.dig(&["+time=1", "+tries=1", "+short", "dropped.lab.test."]);
-    let mut del = vec![ipt, "-D"];
-    del.extend_from_slice(&rule);
-    let _ = lab.exec(lab.node_ns(), &del);
+    let _ = lab.iptables_rule(lab.node_ns(), "-D", &rule);
     thread::sleep(Duration::from_millis(800));
 
     step("both CoreDNS pods now forward to their own Service: a forwarding loop born at runtime");
