@@ -8,12 +8,21 @@
 /// Largest number of bytes of one packet copied into a [`PacketEvent`], counted from the IP
 /// header: 4096 bytes of DNS payload after the largest IPv6 + TCP headers we parse.
 pub const MAX_PACKET_DATA: usize = 4096 + 192;
+/// Size of the data buffer of a [`PacketEvent`]: a power of two above [`MAX_PACKET_DATA`], so
+/// that the kernel program can bound a copy length with a mask that every verifier since 5.10
+/// follows (`len = ((n - 1) & PACKET_DATA_MASK) + 1` is provably in `1..=PACKET_DATA_BUF`).
+pub const PACKET_DATA_BUF: usize = 8192;
+pub const PACKET_DATA_MASK: usize = PACKET_DATA_BUF - 1;
 /// Default bytes of payload kept after the transport header.
 pub const DEFAULT_SNAPLEN: u32 = 512;
 /// Largest configurable snaplen (payload bytes after the transport header).
 pub const MAX_SNAPLEN: u32 = 4096;
 /// Bytes of a dropped packet copied into a [`DropEvent`], counted from the IP header.
 pub const MAX_DROP_DATA: usize = 512;
+/// Mask bounding a drop copy length (see [`PACKET_DATA_MASK`]); `MAX_DROP_DATA` is a power of two.
+pub const DROP_DATA_MASK: usize = MAX_DROP_DATA - 1;
+const _: () = assert!(PACKET_DATA_BUF.is_power_of_two() && PACKET_DATA_BUF >= MAX_PACKET_DATA);
+const _: () = assert!(MAX_DROP_DATA.is_power_of_two());
 
 /// `kind` of a [`PacketEvent`].
 pub const EVENT_PACKET: u32 = 1;
@@ -92,8 +101,8 @@ pub const PACKET_HEADER_LEN: usize = core::mem::size_of::<PacketHeader>();
 #[derive(Clone, Copy)]
 pub struct PacketEvent {
     pub hdr: PacketHeader,
-    /// The packet from its IP header on.
-    pub data: [u8; MAX_PACKET_DATA],
+    /// The packet from its IP header on; at most [`MAX_PACKET_DATA`] bytes are used.
+    pub data: [u8; PACKET_DATA_BUF],
 }
 
 /// The tuple of one conntrack direction, as `struct nf_conntrack_tuple` lays it out
@@ -179,6 +188,9 @@ pub struct KernelOffsets {
     pub tuplehash_tuple: u32,
     /// 1 if `skb->_nfct` exists (CONFIG_NF_CONNTRACK)
     pub has_nfct: u32,
+    /// 1: `net_cookie` is the offset of `net->ns.inum` (a `u32`), the namespace id userspace
+    /// uses on kernels without `SO_NETNS_COOKIE` (< 5.14); 0: of `net->net_cookie` (a `u64`).
+    pub net_id_is_inum: u32,
 }
 
 impl KernelOffsets {
@@ -202,6 +214,7 @@ impl KernelOffsets {
         tuplehash_size: 0,
         tuplehash_tuple: 0,
         has_nfct: 0,
+        net_id_is_inum: 0,
     };
 }
 
@@ -225,11 +238,11 @@ mod tests {
         assert_eq!(PACKET_HEADER_LEN, 40);
         assert_eq!(
             size_of::<PacketEvent>(),
-            PACKET_HEADER_LEN + MAX_PACKET_DATA
+            PACKET_HEADER_LEN + PACKET_DATA_BUF
         );
         assert_eq!(core::mem::offset_of!(PacketEvent, data), PACKET_HEADER_LEN);
         assert_eq!(size_of::<PacketEvent>() % align_of::<PacketEvent>(), 0);
         assert_eq!(size_of::<DropEvent>(), 144 + MAX_DROP_DATA);
-        assert_eq!(size_of::<KernelOffsets>(), 18 * 4);
+        assert_eq!(size_of::<KernelOffsets>(), 19 * 4);
     }
 }

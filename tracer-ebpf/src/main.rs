@@ -16,25 +16,23 @@ use aya_ebpf::{
     bindings::__sk_buff,
     helpers::{
         bpf_get_smp_processor_id, bpf_ktime_get_boot_ns, bpf_probe_read_kernel,
-        bpf_probe_read_kernel_buf, generated::bpf_skb_load_bytes,
+        generated::{self as gen, bpf_skb_load_bytes},
     },
     macros::{btf_tracepoint, classifier, map},
     maps::{Array, PerCpuArray, RingBuf},
     programs::{BtfTracePointContext, TcContext},
 };
+use packet::PacketRead as _;
 use tracer_common::{
     counter, CaptureConfig, CtTuple, DropEvent, KernelOffsets, PacketEvent, PacketHeader,
-    DIR_EGRESS, DIR_INGRESS, EVENT_DROP, EVENT_PACKET, IPPROTO_TCP, IPPROTO_UDP, L3_IPV4, L3_IPV6,
-    MAX_DROP_DATA, MAX_PACKET_DATA, MAX_SNAPLEN, PACKET_HEADER_LEN,
+    DIR_EGRESS, DIR_INGRESS, DROP_DATA_MASK, EVENT_DROP, EVENT_PACKET, IPPROTO_TCP,
+    MAX_DROP_DATA, MAX_PACKET_DATA, MAX_SNAPLEN, PACKET_DATA_MASK, PACKET_HEADER_LEN,
 };
+
+mod packet;
 
 /// `TC_ACT_UNSPEC`, which is also `TCX_NEXT`: never change the packet's fate.
 const TC_NEXT: i32 = -1;
-
-const ETH_P_IP: u16 = 0x0800;
-const ETH_P_IPV6: u16 = 0x86dd;
-const ETH_P_8021Q: u16 = 0x8100;
-const ETH_P_8021AD: u16 = 0x88a8;
 
 #[map]
 static EVENTS: RingBuf = RingBuf::with_byte_size(16 * 1024 * 1024, 0);
@@ -57,10 +55,10 @@ static CONFIG: CaptureConfig = CaptureConfig {
     _reserved: 0,
 };
 
-/// Cookie of the network namespace whose interfaces this instance is attached to. Userspace
-/// loads one instance of the TC programs per namespace: `bpf_get_netns_cookie` in TC reports
-/// the namespace of `skb->sk` and falls back to init_net for forwarded and received packets,
-/// which have none.
+/// Id of the network namespace whose interfaces this instance is attached to (its cookie,
+/// or its inode number on kernels without `SO_NETNS_COOKIE`). Userspace loads one instance of
+/// the TC programs per namespace: `bpf_get_netns_cookie` in TC reports the namespace of
+/// `skb->sk` and falls back to init_net for forwarded and received packets, which have none.
 #[unsafe(no_mangle)]
 static NETNS_COOKIE: u64 = 0;
 
@@ -78,21 +76,6 @@ fn count(index: u32) {
 #[inline(always)]
 fn watched(port: u16) -> bool {
     matches!(PORTS.get(port as u32), Some(v) if *v != 0)
-}
-
-/// The one bounds-checked packet accessor: `bpf_skb_load_bytes` checks `offset + size_of::<T>()`
-/// against the packet (linear and paged parts alike) and fails rather than read past it.
-#[inline(always)]
-fn ptr_at<T>(ctx: &TcContext, offset: usize) -> Result<T, ()> {
-    ctx.load::<T>(offset).map_err(|_| ())
-}
-
-/// Where the transport header starts and which protocol it is.
-struct Transport {
-    l3: u8,
-    l3_off: usize,
-    l4_off: usize,
-    proto: u8,
 }
 
 /// TC classifier on ingress of devices with an Ethernet header (veth, physical NICs, `lo`).
@@ -143,46 +126,24 @@ fn try_tc(ctx: &TcContext, has_eth: bool, dir: u8) -> Result<(), ()> {
         0
     };
 
+    // With VLAN offload the tag is in skb metadata and the payload starts at 14.
     let (ethertype, l3_off) = if has_eth {
-        let mut proto = u16::from_be(ptr_at::<u16>(ctx, 12)?);
-        let mut off = 14usize;
-        // Up to two in-packet tags (802.1ad outer + 802.1Q inner); with VLAN offload the
-        // tag is in skb metadata instead and the payload starts at 14.
-        let mut i = 0;
-        while i < 2 {
-            if proto == ETH_P_8021Q || proto == ETH_P_8021AD {
-                vlan_tci = u16::from_be(ptr_at::<u16>(ctx, off)?);
-                proto = u16::from_be(ptr_at::<u16>(ctx, off + 2)?);
-                off += 4;
-            }
-            i += 1;
+        let (proto, off, tci) = packet::ethernet(ctx)?;
+        if let Some(tci) = tci {
+            vlan_tci = tci;
         }
         (proto, off)
     } else {
         (u16::from_be(skb_protocol as u16), 0usize)
     };
-
-    let t = match ethertype {
-        ETH_P_IP => match ipv4_transport(ctx, l3_off)? {
-            Some(t) => t,
-            None => return Ok(()),
-        },
-        ETH_P_IPV6 => match ipv6_transport(ctx, l3_off)? {
-            Some(t) => t,
-            None => return Ok(()),
-        },
-        _ => return Ok(()),
-    };
-    if t.proto != IPPROTO_UDP && t.proto != IPPROTO_TCP {
+    let Some(t) = packet::transport(ctx, ethertype, l3_off)? else {
         return Ok(());
-    }
-    let ports = u32::from_be(ptr_at::<u32>(ctx, t.l4_off)?);
-    let (sport, dport) = ((ports >> 16) as u16, ports as u16);
-    if !watched(sport) && !watched(dport) {
+    };
+    if !watched(t.sport) && !watched(t.dport) {
         return Ok(());
     }
     let l4_hdr = if t.proto == IPPROTO_TCP {
-        let doff = ptr_at::<u8>(ctx, t.l4_off + 12)?;
+        let doff = ctx.ptr_at::<u8>(t.l4_off + 12)?;
         ((doff >> 4) as usize) * 4
     } else {
         8
@@ -199,19 +160,18 @@ fn try_tc(ctx: &TcContext, has_eth: bool, dir: u8) -> Result<(), ()> {
     } as usize;
     let want = (t.l4_off - t.l3_off) + l4_hdr + snaplen;
     let cap = if want < pkt_len { want } else { pkt_len };
+    if cap == 0 || cap > MAX_PACKET_DATA {
+        count(counter::PACKETS_LOST_COPY);
+        return Ok(());
+    }
+    let cap = packet::bounded_len(cap as u32, PACKET_DATA_MASK as u32);
 
     let Some(ev) = SCRATCH.get_ptr_mut(0) else {
         count(counter::PACKETS_LOST_COPY);
         return Ok(());
     };
-    // The verifier needs the length provably in 1..=MAX_PACKET_DATA.
-    let cap = cap as u32;
-    if cap == 0 || cap as usize > MAX_PACKET_DATA {
-        count(counter::PACKETS_LOST_COPY);
-        return Ok(());
-    }
     // SAFETY: `ev` points at this CPU's scratch PacketEvent; programs do not nest on a CPU
-    // for TC.
+    // for TC. `cap` is in 1..=PACKET_DATA_BUF, the size of `data`.
     unsafe {
         (*ev).hdr = PacketHeader {
             kind: EVENT_PACKET,
@@ -235,11 +195,8 @@ fn try_tc(ctx: &TcContext, has_eth: bool, dir: u8) -> Result<(), ()> {
             count(counter::PACKETS_LOST_COPY);
             return Ok(());
         }
-        let len = PACKET_HEADER_LEN + cap as usize;
-        if len > size_of::<PacketEvent>() {
-            return Ok(());
-        }
-        let bytes = core::slice::from_raw_parts(ev as *const u8, len);
+        let bytes =
+            core::slice::from_raw_parts(ev as *const u8, PACKET_HEADER_LEN + cap as usize);
         if EVENTS.output::<[u8]>(bytes, 0).is_err() {
             count(counter::PACKETS_LOST_RINGBUF);
         }
@@ -247,73 +204,29 @@ fn try_tc(ctx: &TcContext, has_eth: bool, dir: u8) -> Result<(), ()> {
     Ok(())
 }
 
-/// IPv4 header at `off` (RFC 791). `None` for non-first fragments, which carry no ports.
-#[inline(always)]
-fn ipv4_transport(ctx: &TcContext, off: usize) -> Result<Option<Transport>, ()> {
-    let vihl = ptr_at::<u8>(ctx, off)?;
-    let ihl = ((vihl & 0x0f) as usize) * 4;
-    if vihl >> 4 != 4 || ihl < 20 {
-        return Err(());
-    }
-    let frag = u16::from_be(ptr_at::<u16>(ctx, off + 6)?);
-    if frag & 0x1fff != 0 {
-        return Ok(None);
-    }
-    let proto = ptr_at::<u8>(ctx, off + 9)?;
-    Ok(Some(Transport {
-        l3: L3_IPV4,
-        l3_off: off,
-        l4_off: off + ihl,
-        proto,
-    }))
-}
-
-/// IPv6 header at `off` (RFC 8200), following up to four extension headers.
-#[inline(always)]
-fn ipv6_transport(ctx: &TcContext, off: usize) -> Result<Option<Transport>, ()> {
-    let mut nh = ptr_at::<u8>(ctx, off + 6)?;
-    let mut l4 = off + 40;
-    let mut i = 0;
-    while i < 4 {
-        match nh {
-            // hop-by-hop, routing, destination options: length in 8-octet units, not
-            // counting the first 8
-            0 | 43 | 60 => {
-                let hdr = ptr_at::<[u8; 2]>(ctx, l4)?;
-                nh = hdr[0];
-                l4 += (hdr[1] as usize + 1) * 8;
-            }
-            // fragment header: only the first fragment has the transport header
-            44 => {
-                let hdr = ptr_at::<[u8; 4]>(ctx, l4)?;
-                let frag_off = u16::from_be_bytes([hdr[2], hdr[3]]) >> 3;
-                if frag_off != 0 {
-                    return Ok(None);
-                }
-                nh = hdr[0];
-                l4 += 8;
-            }
-            _ => break,
-        }
-        i += 1;
-    }
-    Ok(Some(Transport {
-        l3: L3_IPV6,
-        l3_off: off,
-        l4_off: l4,
-        proto: nh,
-    }))
-}
-
-/// Drops of packets on a watched port.
+/// Drops of packets on a watched port, with the drop reason.
 ///
 /// Hook: BTF-enabled tracepoint `skb:kfree_skb`,
-/// `TP_PROTO(struct sk_buff *skb, void *location, enum skb_drop_reason reason, struct sock *rx_sk)`;
+/// `TP_PROTO(struct sk_buff *skb, void *location, enum skb_drop_reason reason, ...)`;
 /// the `reason` argument exists since Linux 5.17, `tp_btf` needs kernel BTF (5.5+).
 /// Struct offsets come from userspace (`KERNEL_OFFSETS`), read from `/sys/kernel/btf/vmlinux`.
 #[btf_tracepoint(function = "kfree_skb")]
 pub fn dnspath_kfree_skb(ctx: BtfTracePointContext) -> i32 {
-    match try_kfree_skb(&ctx) {
+    let reason: u32 = ctx.arg(2);
+    kfree_skb(&ctx, reason)
+}
+
+/// As [`dnspath_kfree_skb`] on kernels before 5.17, whose tracepoint is
+/// `TP_PROTO(struct sk_buff *skb, void *location)`: the verifier rejects a read of a third
+/// argument, so drops are reported with reason 0 (`NOT_SPECIFIED`) and their location.
+#[btf_tracepoint(function = "kfree_skb")]
+pub fn dnspath_kfree_skb_noreason(ctx: BtfTracePointContext) -> i32 {
+    kfree_skb(&ctx, 0)
+}
+
+#[inline(always)]
+fn kfree_skb(ctx: &BtfTracePointContext, reason: u32) -> i32 {
+    match try_kfree_skb(ctx, reason) {
         Ok(()) => {}
         Err(()) => count(counter::DROPS_READ_FAILED),
     }
@@ -327,10 +240,9 @@ unsafe fn kread<T>(base: u64, off: u32) -> Result<T, ()> {
 }
 
 #[inline(always)]
-fn try_kfree_skb(ctx: &BtfTracePointContext) -> Result<(), ()> {
+fn try_kfree_skb(ctx: &BtfTracePointContext, reason: u32) -> Result<(), ()> {
     let skb: u64 = ctx.arg(0);
     let location: u64 = ctx.arg(1);
-    let reason: u32 = ctx.arg(2);
     // SAFETY: plain global set by userspace before load.
     let o = unsafe { read_volatile(&KERNEL_OFFSETS) };
     if o.skb_head == 0 || skb == 0 {
@@ -343,34 +255,24 @@ fn try_kfree_skb(ctx: &BtfTracePointContext) -> Result<(), ()> {
         if head == 0 || nh == 0xffff {
             return Ok(());
         }
-        let ip = head + nh as u64;
-        let vihl: u8 = kread(ip, 0)?;
-        let (l3, l4, proto) = match vihl >> 4 {
-            4 => {
-                let frag: u16 = u16::from_be(kread(ip, 6)?);
-                if frag & 0x1fff != 0 {
-                    return Ok(());
-                }
-                (
-                    L3_IPV4,
-                    ip + ((vihl & 0x0f) as u64) * 4,
-                    kread::<u8>(ip, 9)?,
-                )
-            }
-            6 => (L3_IPV6, ip + 40, kread::<u8>(ip, 6)?),
-            _ => return Ok(()),
+        // `tail` is an offset from `head` on 64-bit kernels (NET_SKBUFF_DATA_USES_OFFSET):
+        // the linear bytes from the network header on are the ones the walker may read.
+        let tail: u32 = kread(skb, o.skb_tail)?;
+        let linear = (tail as u64).saturating_sub(nh as u64);
+        let pkt = packet::KernelPacket {
+            base: head + nh as u64,
+            len: linear,
         };
-        if proto != IPPROTO_UDP && proto != IPPROTO_TCP {
+        let first: u8 = pkt.ptr_at(0)?;
+        let Some(t) = packet::transport(&pkt, packet::ethertype_of_version(first), 0)? else {
             return Ok(());
-        }
-        let ports: u32 = u32::from_be(kread(l4, 0)?);
-        if !watched((ports >> 16) as u16) && !watched(ports as u16) {
+        };
+        if !watched(t.sport) && !watched(t.dport) {
             return Ok(());
         }
         count(counter::DROPS_MATCHED);
 
         let len: u32 = kread(skb, o.skb_len)?;
-        let tail: u32 = kread(skb, o.skb_tail)?;
         let data: u64 = kread(skb, o.skb_data)?;
         let data_off = data.saturating_sub(head);
         let Some(mut entry) = EVENTS.reserve::<DropEvent>(0) else {
@@ -383,7 +285,7 @@ fn try_kfree_skb(ctx: &BtfTracePointContext) -> Result<(), ()> {
         (*ev).ts_ns = bpf_ktime_get_boot_ns();
         (*ev).location = location;
         (*ev).reason = reason;
-        (*ev).l3 = l3;
+        (*ev).l3 = t.l3;
         (*ev)._pad = [0; 2];
         (*ev)._pad2 = 0;
         // skb->len counts from skb->data; the network header may lie before or after it.
@@ -402,10 +304,12 @@ fn try_kfree_skb(ctx: &BtfTracePointContext) -> Result<(), ()> {
                 0
             }
         };
-        (*ev).netns_cookie = if net != 0 {
-            kread(net, o.net_cookie).unwrap_or(0)
-        } else {
+        (*ev).netns_cookie = if net == 0 {
             0
+        } else if o.net_id_is_inum != 0 {
+            kread::<u32>(net, o.net_cookie).unwrap_or(0) as u64
+        } else {
+            kread(net, o.net_cookie).unwrap_or(0)
         };
 
         (*ev).has_ct = 0;
@@ -431,19 +335,22 @@ fn try_kfree_skb(ctx: &BtfTracePointContext) -> Result<(), ()> {
             }
         }
 
-        // Copy the linear part from the network header: `tail` is an offset from `head`
-        // on 64-bit kernels (NET_SKBUFF_DATA_USES_OFFSET).
-        let linear = (tail as u64).saturating_sub(nh as u64);
-        let cap = if linear < MAX_DROP_DATA as u64 {
-            linear as usize
-        } else {
-            MAX_DROP_DATA
-        };
+        // Copy the linear part from the network header, at most MAX_DROP_DATA bytes.
         (*ev).cap_len = 0;
-        if cap > 0 && cap <= MAX_DROP_DATA {
-            let dst = &mut (&mut (*ev).data)[..cap];
-            if bpf_probe_read_kernel_buf(ip as *const u8, dst).is_ok() {
-                (*ev).cap_len = cap as u32;
+        if linear > 0 {
+            let cap = if linear < MAX_DROP_DATA as u64 {
+                linear as u32
+            } else {
+                MAX_DROP_DATA as u32
+            };
+            let cap = packet::bounded_len(cap, DROP_DATA_MASK as u32);
+            if gen::bpf_probe_read_kernel(
+                (*ev).data.as_mut_ptr() as *mut c_void,
+                cap,
+                pkt.base as *const c_void,
+            ) == 0
+            {
+                (*ev).cap_len = cap;
             }
         }
         entry.submit(0);
@@ -461,4 +368,4 @@ fn panic(_info: &core::panic::PanicInfo) -> ! {
 #[unsafe(no_mangle)]
 static LICENSE: [u8; 13] = *b"Dual MIT/GPL\0";
 
-const _: () = assert!(size_of::<PacketEvent>() <= 8192);
+const _: () = assert!(size_of::<PacketEvent>() <= 8192 + 64);
