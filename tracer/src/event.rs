@@ -128,6 +128,26 @@ impl KernelCounters {
     }
 }
 
+/// What the live source could set up on this kernel: said once at start and repeated in the
+/// final `stats` (under `kernel`), so a degraded run is never mistaken for a full one.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct KernelSetup {
+    /// `uname -r`
+    pub release: String,
+    /// `tcx` (Linux ≥ 6.6: links die with the process) or `clsact` (netlink filters).
+    pub tc_attach: &'static str,
+    /// Hooks in use: `tc`, `tp_btf/kfree_skb`, …
+    pub hooks: Vec<&'static str>,
+    /// Drops carry the kernel's drop reason (`tp_btf/kfree_skb` with `reason`, Linux ≥ 5.17).
+    pub drop_reason: bool,
+    /// How namespaces are identified: `cookie` (≥ 5.14) or `inode`.
+    pub netns_id: &'static str,
+    /// Features this kernel cannot have, each with why.
+    pub degraded: Vec<String>,
+    /// Interfaces that could not be attached to, over the run.
+    pub attach_failures: u64,
+}
+
 /// What happened to a conntrack entry (ctnetlink NEW/UPDATE/DESTROY, or a dump entry).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]

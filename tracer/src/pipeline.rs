@@ -586,7 +586,10 @@ impl Decoder {
         if let Some(k) = self.kernel {
             s.lost += k.packets_lost_ringbuf + k.packets_lost_copy;
             s.drops_lost = k.drops_lost_ringbuf + k.drops_read_failed;
-            s.kernel = Some(k);
+            s.kernel = Some(crate::output::record::KernelStats {
+                counters: k,
+                setup: None,
+            });
         }
         s
     }

@@ -15,7 +15,7 @@ use crate::{
         loops::{LoopRecord, LoopState},
         CorrelateConfig, Correlator, Observed,
     },
-    event::{KernelCounters, SourceEvent},
+    event::{KernelCounters, KernelSetup, SourceEvent},
     kernel::{
         attach::{AttachSpec, Attacher, Names},
         btf::KernelBtf,
@@ -80,7 +80,14 @@ pub async fn run(
     let names = Arc::new(RwLock::new(Names::default()));
     let mut attacher = Attacher::new(Arc::clone(&probes), opts.attach.clone(), Arc::clone(&names));
     attacher.scan()?;
+    attacher.require_some()?;
     let attached = attacher.attached_count();
+    let setup = probes
+        .lock()
+        .map_err(|_| KernelError::Netns("probe lock poisoned".into()))?
+        .setup
+        .clone();
+    eprintln!("dnspath: {}", setup_line(&setup));
     let reasons = if opts.drops {
         KernelBtf::load()
             .map(|b| b.drop_reasons())
@@ -199,7 +206,7 @@ pub async fn run(
     }
 
     stop.store(true, Ordering::Relaxed);
-    let warnings = watcher.join().unwrap_or_default();
+    let (warnings, attach_failures) = watcher.join().unwrap_or_default();
     let mut ct_lost = 0;
     for w in ct_watchers {
         if let Ok(summary) = w.join() {
@@ -238,9 +245,38 @@ pub async fn run(
     refresh_counters(&mut decoder);
     let mut stats = decoder.stats();
     stats.correlate = correlator.as_ref().map(Correlator::stats);
+    if let Some(k) = stats.kernel.as_mut() {
+        let mut setup = setup;
+        setup.attach_failures = attach_failures;
+        k.setup = Some(setup);
+    }
     sink.write(&Record::Stats(stats.clone()))?;
     sink.flush()?;
     Ok(TraceSummary { stats, loop_found })
+}
+
+/// The start-up line saying what this kernel gave us, e.g.
+/// `kernel 6.1.0-57-amd64: tc attach clsact; drops tp_btf/kfree_skb (with reason)`.
+fn setup_line(s: &KernelSetup) -> String {
+    let drops = if s.hooks.contains(&"tp_btf/kfree_skb") {
+        if s.drop_reason {
+            "drops tp_btf/kfree_skb (with reason)"
+        } else {
+            "drops tp_btf/kfree_skb (no reason: kernel < 5.17)"
+        }
+    } else {
+        "drops off"
+    };
+    let mut line = format!(
+        "kernel {}: tc attach {}; {drops}; netns ids: {}",
+        s.release.escape_debug(),
+        s.tc_attach,
+        s.netns_id
+    );
+    for d in &s.degraded {
+        line.push_str(&format!("; degraded: {}", d.escape_debug()));
+    }
+    line
 }
 
 /// Under a loop, only count its packets; when it ends, decode them again.

@@ -82,6 +82,13 @@ pub struct Attacher {
     attached: HashMap<AttachKey, Attached>,
     /// Interfaces we failed to attach to, so each failure is reported once.
     failed: HashSet<AttachKey>,
+    /// Causes of attach failures already warned about (the error with the interface name
+    /// taken out): a cause is warned once, however many interfaces it hits.
+    causes: HashSet<String>,
+    /// Interfaces that could not be attached to, over the run.
+    pub failures: u64,
+    /// The first failure, for the error of a run that attached nowhere.
+    first_failure: Option<String>,
     pub warnings: Vec<String>,
 }
 
@@ -93,8 +100,24 @@ impl Attacher {
             names,
             attached: HashMap::new(),
             failed: HashSet::new(),
+            causes: HashSet::new(),
+            failures: 0,
+            first_failure: None,
             warnings: Vec::new(),
         }
+    }
+
+    /// After the first scan: a run that could attach to no interface at all is an error
+    /// (one line with the first cause), not a run that silently captures nothing.
+    pub fn require_some(&self) -> Result<(), KernelError> {
+        if self.attached.is_empty() {
+            return Err(KernelError::NothingAttached(
+                self.first_failure
+                    .clone()
+                    .unwrap_or_else(|| "no interfaces found".into()),
+            ));
+        }
+        Ok(())
     }
 
     pub fn attached_count(&self) -> usize {
@@ -208,12 +231,20 @@ impl Attacher {
                         self.attached.insert(key, Attached { cookie, links });
                     }
                     Err(e) => {
-                        let msg = format!("cannot attach to {}/{}: {e}", ns.name, key.ifname);
                         if first && ns.is_own && !self.spec.interfaces.is_empty() {
                             return Err(e);
                         }
-                        log::warn!("{msg}");
+                        let msg = format!("cannot attach to {}/{}: {e}", ns.name, key.ifname);
+                        let cause = e.to_string().replace(&key.ifname, "IFACE");
+                        if self.causes.len() < 64 && self.causes.insert(cause) {
+                            log::warn!("{msg} (further interfaces failing the same way are counted in stats)");
+                        } else {
+                            log::debug!("{msg}");
+                        }
+                        self.failures += 1;
+                        self.first_failure.get_or_insert(msg.clone());
                         self.warnings.push(msg);
+                        self.warnings.truncate(256);
                         self.failed.insert(key);
                     }
                 }
@@ -251,7 +282,7 @@ impl Attacher {
 
     /// Rescans every [`RESCAN`] on a thread of its own until `stop` is set, then detaches
     /// everything. setns(2) affects only that thread.
-    pub fn spawn(mut self, stop: Arc<AtomicBool>) -> thread::JoinHandle<Vec<String>> {
+    pub fn spawn(mut self, stop: Arc<AtomicBool>) -> thread::JoinHandle<(Vec<String>, u64)> {
         thread::spawn(move || {
             while !stop.load(Ordering::Relaxed) {
                 thread::sleep(RESCAN);
@@ -263,7 +294,7 @@ impl Attacher {
                 }
             }
             self.detach_all();
-            std::mem::take(&mut self.warnings)
+            (std::mem::take(&mut self.warnings), self.failures)
         })
     }
 }

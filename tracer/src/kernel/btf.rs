@@ -116,7 +116,15 @@ impl KernelBtf {
             dev_ifindex: self.offset("net_device", "ifindex")?,
             dev_nd_net: self.offset("net_device", "nd_net")?,
             sk_net: self.offset("sock_common", "skc_net")?,
-            net_cookie: self.offset("net", "net_cookie")?,
+            net_cookie: match super::netns::netns_id_kind() {
+                super::netns::NetnsIdKind::Cookie => self.offset("net", "net_cookie")?,
+                super::netns::NetnsIdKind::Inode => {
+                    self.offset("net", "ns")? + self.offset("ns_common", "inum")?
+                }
+            },
+            net_id_is_inum: u32::from(
+                super::netns::netns_id_kind() == super::netns::NetnsIdKind::Inode,
+            ),
             ..KernelOffsets::UNSET
         };
         if let (Ok(nfct), Ok(status), Ok(th), Ok(th_size), Ok(tuple)) = (

@@ -18,7 +18,7 @@ use aya::{
 };
 use tracer_common::{counter, CaptureConfig, KernelOffsets, MAX_SNAPLEN};
 
-use crate::ebpf::OBJECT;
+use crate::{ebpf::OBJECT, event::KernelSetup};
 
 #[derive(Debug, thiserror::Error)]
 pub enum KernelError {
@@ -30,6 +30,17 @@ pub enum KernelError {
     Btf(String),
     #[error("kernel lacks a needed hook: {hook}: {detail}")]
     MissingHook { hook: &'static str, detail: String },
+    /// The verifier refused a program: one line a person can act on; the whole log is in
+    /// the file named (or on stderr with `-v`).
+    #[error("Linux {release} rejected eBPF program {program}: {last}{}", match log { Some(p) => format!(" (full verifier log: {})", p.display()), None => String::new() })]
+    Rejected {
+        program: &'static str,
+        release: String,
+        last: String,
+        log: Option<PathBuf>,
+    },
+    #[error("attached to no interface: {0}")]
+    NothingAttached(String),
     #[error("no such interface: {0}")]
     NoSuchInterface(String),
     #[error("network namespace: {0}")]
@@ -47,6 +58,9 @@ pub enum KernelError {
 }
 
 fn is_eperm(e: &(dyn std::error::Error + 'static)) -> bool {
+    if let Some(KernelError::Rejected { .. }) = e.downcast_ref::<KernelError>() {
+        return false;
+    }
     let mut cur: Option<&(dyn std::error::Error + 'static)> = Some(e);
     while let Some(err) = cur {
         if let Some(io) = err.downcast_ref::<std::io::Error>() {
@@ -70,6 +84,75 @@ pub struct ProbeOptions {
     pub snaplen: u32,
     /// Load and attach the kfree_skb program.
     pub drops: bool,
+}
+
+/// `uname -r`, e.g. `6.1.0-57-amd64`.
+pub fn kernel_release() -> String {
+    nix::sys::utsname::uname()
+        .map(|u| u.release().to_string_lossy().into_owned())
+        .unwrap_or_else(|_| "(unknown)".into())
+}
+
+/// The line of a verifier log that says why: the last one before the statistics lines
+/// (`processed N insns …`, `verification time …`, `stack depth …`).
+fn verifier_reason(log: &str) -> String {
+    log.lines()
+        .map(str::trim)
+        .filter(|l| {
+            !l.is_empty()
+                && !l.starts_with("processed ")
+                && !l.starts_with("verification time")
+                && !l.starts_with("stack depth")
+                && !l.starts_with("-- END PROG LOAD LOG --")
+        })
+        .next_back()
+        .unwrap_or("(empty verifier log)")
+        .to_string()
+}
+
+/// Where a rejected program's full verifier log goes.
+fn verifier_log_path(program: &str) -> PathBuf {
+    std::env::temp_dir().join(format!("dnspath-verifier-{program}.log"))
+}
+
+/// Turns a failed `load` of `program` into an error a person can act on: a verifier
+/// rejection becomes one line naming the program, the kernel and the verifier's last
+/// message, with the log written to a file (and to stderr at debug level); missing
+/// permissions stay a permission error.
+fn load_error(program: &'static str, e: aya::programs::ProgramError) -> KernelError {
+    if let aya::programs::ProgramError::LoadError {
+        io_error,
+        verifier_log,
+    } = &e
+    {
+        let text = verifier_log.to_string();
+        if text.trim().is_empty() {
+            if matches!(io_error.raw_os_error(), Some(libc::EPERM)) {
+                return KernelError::Permission(format!("loading {program}: {io_error}"));
+            }
+            return KernelError::Rejected {
+                program,
+                release: kernel_release(),
+                last: io_error.to_string(),
+                log: None,
+            };
+        }
+        log::debug!("verifier log of {program}:\n{text}");
+        let path = verifier_log_path(program);
+        let log = std::fs::write(&path, &text).ok().map(|()| path);
+        return KernelError::Rejected {
+            program,
+            release: kernel_release(),
+            last: verifier_reason(&text),
+            log,
+        };
+    }
+    let e = KernelError::from(e);
+    if is_eperm(&e) {
+        KernelError::Permission(e.to_string())
+    } else {
+        e
+    }
 }
 
 /// TC program names in the object, by framing and direction.
@@ -103,6 +186,11 @@ pub struct Probes {
     /// Kernel ≥ 6.6: TC attaches as TCX links, which go away with the process.
     pub tcx: bool,
     pub drops_enabled: bool,
+    /// What could be set up on this kernel (said at start and in the final stats).
+    pub setup: KernelSetup,
+    /// Another dnspath runs here: clsact filters of ours are then not removed at attach,
+    /// since they may be its.
+    other_instance: Option<u32>,
 }
 
 fn ensure_bpffs() -> Result<(), KernelError> {
@@ -122,20 +210,30 @@ fn ensure_bpffs() -> Result<(), KernelError> {
     Ok(())
 }
 
-/// Removes pin directories of earlier runs whose process is gone.
-fn remove_stale_pins() {
-    let Ok(dir) = std::fs::read_dir(BPFFS) else {
-        return;
-    };
+/// Removes pin directories of earlier runs whose process is gone; returns the pid of
+/// another dnspath that is still running, if any.
+fn remove_stale_pins() -> Option<u32> {
+    let dir = std::fs::read_dir(BPFFS).ok()?;
+    let own = std::process::id();
+    let mut other = None;
     for e in dir.flatten() {
         let name = e.file_name();
-        let Some(pid) = name.to_str().and_then(|n| n.strip_prefix("dnspath-")) else {
+        let Some(pid) = name
+            .to_str()
+            .and_then(|n| n.strip_prefix("dnspath-"))
+            .and_then(|p| p.parse::<u32>().ok())
+        else {
             continue;
         };
-        if pid.parse::<u32>().is_ok() && !Path::new("/proc").join(pid).exists() {
+        if Path::new("/proc").join(pid.to_string()).exists() {
+            if pid != own {
+                other = Some(pid);
+            }
+        } else {
             let _ = std::fs::remove_dir_all(e.path());
         }
     }
+    other
 }
 
 impl Probes {
@@ -157,43 +255,59 @@ impl Probes {
     }
 
     pub fn load(opts: &ProbeOptions) -> Result<Self, KernelError> {
-        let wrap_perm = |e: KernelError| -> KernelError {
-            if is_eperm(&e) {
-                KernelError::Permission(e.to_string())
-            } else {
-                e
-            }
-        };
         if nix::unistd::geteuid().as_raw() != 0 {
             return Err(KernelError::Permission(format!(
                 "running as uid {}",
                 nix::unistd::geteuid()
             )));
         }
-        let offsets = if opts.drops {
-            let btf = btf::KernelBtf::load()?;
-            btf.kernel_offsets()?
-        } else {
-            KernelOffsets::UNSET
+        let version = KernelVersion::current().ok();
+        let at_least = |a, b| version.is_some_and(|v| v >= KernelVersion::new(a, b, 0));
+        let tcx = at_least(6, 6);
+        let mut setup = KernelSetup {
+            release: kernel_release(),
+            tc_attach: if tcx { "tcx" } else { "clsact" },
+            hooks: vec!["tc"],
+            netns_id: netns::netns_id_kind().as_str(),
+            ..Default::default()
         };
+        // Drops need the kernel's BTF (for tp_btf and the struct offsets); without it they
+        // are a degraded feature, not a failure.
+        let mut offsets = KernelOffsets::UNSET;
+        if opts.drops {
+            match btf::KernelBtf::load().and_then(|b| b.kernel_offsets()) {
+                Ok(o) => offsets = o,
+                Err(e) => setup
+                    .degraded
+                    .push(format!("kernel drops not traced: {e}")),
+            }
+        }
         let config = CaptureConfig {
             snaplen: opts.snaplen.min(MAX_SNAPLEN),
             _reserved: 0,
         };
         ensure_bpffs()?;
-        remove_stale_pins();
+        let other_instance = remove_stale_pins();
         let pin_dir = Path::new(BPFFS).join(format!("dnspath-{}", std::process::id()));
         std::fs::create_dir_all(&pin_dir)?;
-        let primary = Self::loader(&pin_dir, &config, &offsets, &0).load(OBJECT);
-        let mut primary = match primary {
+        let mut probes_dir_guard = PinDirGuard(Some(pin_dir.clone()));
+        let mut primary = match Self::loader(&pin_dir, &config, &offsets, &0).load(OBJECT) {
             Ok(p) => p,
             Err(e) => {
-                let _ = std::fs::remove_dir_all(&pin_dir);
-                return Err(wrap_perm(e.into()));
+                let e = KernelError::from(e);
+                if is_eperm(&e) {
+                    return Err(KernelError::Permission(e.to_string()));
+                }
+                // Creating the maps is what fails on kernels without a BPF ring buffer.
+                if !at_least(5, 8) {
+                    return Err(KernelError::MissingHook {
+                        hook: "BPF ring buffer (Linux ≥ 5.8)",
+                        detail: format!("Linux {} is too old: {e}", setup.release),
+                    });
+                }
+                return Err(e);
             }
         };
-        let mut probes_dir_guard = PinDirGuard(Some(pin_dir.clone()));
-
         {
             let mut ports: Array<&mut MapData, u8> = Array::try_from(
                 primary
@@ -204,27 +318,28 @@ impl Probes {
                 ports.set(u32::from(*p), 1, 0)?;
             }
         }
+        // The TC programs go through the verifier now, once, so that a rejection is one
+        // error at start rather than a failure on every interface.
+        for (name, _, _) in TC_PROGRAMS {
+            let prog: &mut SchedClassifier = program(&mut primary, name)?.try_into()?;
+            prog.load().map_err(|e| load_error(name, e))?;
+        }
         let mut drops_enabled = false;
-        if opts.drops {
-            let btf = aya::Btf::from_sys_fs().map_err(|e| KernelError::Btf(e.to_string()))?;
-            let prog: &mut BtfTracePoint =
-                program(&mut primary, "dnspath_kfree_skb")?.try_into()?;
-            prog.load("kfree_skb", &btf).map_err(|e| {
-                let e = KernelError::from(e);
-                if is_eperm(&e) {
-                    KernelError::Permission(e.to_string())
-                } else {
-                    KernelError::MissingHook {
-                        hook: "tp_btf/skb:kfree_skb",
-                        detail: e.to_string(),
+        if offsets.skb_head != 0 {
+            match Self::attach_drops(&mut primary, at_least(5, 17)) {
+                Ok((hook, with_reason)) => {
+                    drops_enabled = true;
+                    setup.hooks.push(hook);
+                    setup.drop_reason = with_reason;
+                    if !with_reason {
+                        setup.degraded.push(
+                            "drops have no reason (tp_btf/kfree_skb has no reason argument before Linux 5.17); location only".into(),
+                        );
                     }
                 }
-            })?;
-            prog.attach().map_err(|e| KernelError::MissingHook {
-                hook: "tp_btf/skb:kfree_skb",
-                detail: e.to_string(),
-            })?;
-            drops_enabled = true;
+                Err(e @ KernelError::Permission(_)) => return Err(e),
+                Err(e) => setup.degraded.push(format!("kernel drops not traced: {e}")),
+            }
         }
         probes_dir_guard.0 = None;
         Ok(Self {
@@ -232,9 +347,48 @@ impl Probes {
             per_netns: HashMap::new(),
             pin_dir,
             config,
-            tcx: KernelVersion::current().is_ok_and(|v| v >= KernelVersion::new(6, 6, 0)),
+            tcx,
             drops_enabled,
+            setup,
+            other_instance,
         })
+    }
+
+    /// Loads and attaches the drop program: the variant with the `reason` argument where the
+    /// kernel has it (≥ 5.17), else (or if the verifier refuses it) the one without.
+    fn attach_drops(ebpf: &mut Ebpf, reason_expected: bool) -> Result<(&'static str, bool), KernelError> {
+        const HOOK: &str = "tp_btf/kfree_skb";
+        let btf = aya::Btf::from_sys_fs().map_err(|e| KernelError::Btf(e.to_string()))?;
+        let variants: &[(&'static str, bool)] = if reason_expected {
+            &[("dnspath_kfree_skb", true), ("dnspath_kfree_skb_noreason", false)]
+        } else {
+            &[("dnspath_kfree_skb_noreason", false)]
+        };
+        let mut last = None;
+        for (name, with_reason) in variants {
+            let prog: &mut BtfTracePoint = program(ebpf, name)?.try_into()?;
+            match prog.load("kfree_skb", &btf) {
+                Ok(()) => {}
+                Err(e) => {
+                    let e = load_error(name, e);
+                    if matches!(e, KernelError::Permission(_)) {
+                        return Err(e);
+                    }
+                    log::debug!("{e}");
+                    last = Some(e);
+                    continue;
+                }
+            }
+            prog.attach().map_err(|e| KernelError::MissingHook {
+                hook: HOOK,
+                detail: e.to_string(),
+            })?;
+            return Ok((HOOK, *with_reason));
+        }
+        Err(last.unwrap_or(KernelError::MissingHook {
+            hook: HOOK,
+            detail: "no variant of the drop program".into(),
+        }))
     }
 
     /// The ring buffer all events arrive on; can be taken once.
@@ -282,7 +436,7 @@ impl Probes {
         let (name, _, _) = TC_PROGRAMS[index];
         let prog: &mut SchedClassifier = program(&mut instance.ebpf, name)?.try_into()?;
         if !instance.loaded[index] {
-            prog.load()?;
+            prog.load().map_err(|e| load_error(name, e))?;
             instance.loaded[index] = true;
         }
         Ok(prog)
@@ -298,14 +452,18 @@ impl Probes {
     ) -> Result<Vec<(usize, tc::SchedClassifierLinkId)>, KernelError> {
         if !self.tcx {
             // clsact must exist for netlink attachment; remove filters a killed earlier run
-            // of ours left (matched by our program names only).
+            // of ours left (matched by our program names only: clsact filters, unlike TCX
+            // links, outlive their process).
             match tc::qdisc_add_clsact(iface) {
                 Ok(()) => {}
                 Err(tc::TcError::NetlinkError(e)) if e.raw_os_error() == Some(libc::EEXIST) => {}
                 Err(e) => return Err(KernelError::Netlink(format!("clsact on {iface}: {e}"))),
             }
-            for (name, _, ty) in TC_PROGRAMS {
-                let _ = tc::qdisc_detach_program(iface, ty, name);
+            // With another dnspath running, filters of our names may be its: leave them.
+            if self.other_instance.is_none() {
+                for (name, _, ty) in TC_PROGRAMS {
+                    let _ = tc::qdisc_detach_program(iface, ty, name);
+                }
             }
         }
         let mut links = Vec::new();

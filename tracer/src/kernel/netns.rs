@@ -150,16 +150,43 @@ pub fn with_netns<T>(
     result
 }
 
-/// Cookie of the calling thread's current network namespace (`SO_NETNS_COOKIE`, Linux 5.14),
-/// the same value `bpf_get_netns_cookie` gives the kernel programs.
-pub fn current_netns_cookie() -> Result<u64, KernelError> {
+/// How namespaces are identified on this kernel.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum NetnsIdKind {
+    /// `SO_NETNS_COOKIE` (Linux ≥ 5.14): the value `bpf_get_netns_cookie` gives, unique for
+    /// the whole boot.
+    Cookie,
+    /// The namespace's inode number (`/proc/thread-self/ns/net`), on kernels without
+    /// `SO_NETNS_COOKIE`; the drop program reads `net->ns.inum` to match.
+    Inode,
+}
+
+impl NetnsIdKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            NetnsIdKind::Cookie => "cookie",
+            NetnsIdKind::Inode => "inode",
+        }
+    }
+}
+
+/// Which id [`current_netns_cookie`] returns on this kernel (probed once).
+pub fn netns_id_kind() -> NetnsIdKind {
+    static KIND: std::sync::OnceLock<NetnsIdKind> = std::sync::OnceLock::new();
+    *KIND.get_or_init(|| match so_netns_cookie() {
+        Err(e) if e.raw_os_error() == Some(libc::ENOPROTOOPT) => NetnsIdKind::Inode,
+        _ => NetnsIdKind::Cookie,
+    })
+}
+
+fn so_netns_cookie() -> std::io::Result<u64> {
     let sock = nix::sys::socket::socket(
         nix::sys::socket::AddressFamily::Inet,
         nix::sys::socket::SockType::Datagram,
         nix::sys::socket::SockFlag::SOCK_CLOEXEC,
         None,
     )
-    .map_err(|e| KernelError::Netns(format!("socket: {e}")))?;
+    .map_err(std::io::Error::from)?;
     let mut cookie: u64 = 0;
     let mut len = std::mem::size_of::<u64>() as libc::socklen_t;
     // SAFETY: valid fd, out pointer and length describe `cookie`.
@@ -173,12 +200,22 @@ pub fn current_netns_cookie() -> Result<u64, KernelError> {
         )
     };
     if rc != 0 {
-        return Err(KernelError::Netns(format!(
-            "SO_NETNS_COOKIE: {}",
-            std::io::Error::last_os_error()
-        )));
+        return Err(std::io::Error::last_os_error());
     }
     Ok(cookie)
+}
+
+/// Id of the calling thread's current network namespace: its cookie (`SO_NETNS_COOKIE`,
+/// Linux 5.14, the same value `bpf_get_netns_cookie` gives the kernel programs), or on older
+/// kernels its inode number (see [`NetnsIdKind`]).
+pub fn current_netns_cookie() -> Result<u64, KernelError> {
+    match netns_id_kind() {
+        NetnsIdKind::Cookie => so_netns_cookie()
+            .map_err(|e| KernelError::Netns(format!("SO_NETNS_COOKIE: {e}"))),
+        NetnsIdKind::Inode => std::fs::metadata("/proc/thread-self/ns/net")
+            .map(|m| std::os::unix::fs::MetadataExt::ino(&m))
+            .map_err(|e| KernelError::Netns(format!("/proc/thread-self/ns/net: {e}"))),
+    }
 }
 
 /// Interfaces of the calling thread's current namespace (RTM_GETLINK dump).

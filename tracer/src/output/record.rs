@@ -1,7 +1,11 @@
 //! Output records: what sinks write, one per event. Field by field in docs/output.md.
 use serde::Serialize;
 
-use crate::{correlate::LegRole, decode::dns::DnsMessage, event::KernelCounters};
+use crate::{
+    correlate::LegRole,
+    decode::dns::DnsMessage,
+    event::{KernelCounters, KernelSetup},
+};
 
 #[derive(Clone, Debug, Serialize)]
 #[serde(tag = "type", rename_all = "lowercase")]
@@ -181,6 +185,15 @@ pub struct DropRecord {
     pub benign: Option<&'static str>,
 }
 
+/// The kernel side of a live run: its counters and what could be set up.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct KernelStats {
+    #[serde(flatten)]
+    pub counters: KernelCounters,
+    #[serde(flatten, skip_serializing_if = "Option::is_none")]
+    pub setup: Option<KernelSetup>,
+}
+
 /// Totals; written at the end (and periodically by long runs).
 #[derive(Clone, Debug, Default, Serialize)]
 pub struct StatsRecord {
@@ -206,7 +219,7 @@ pub struct StatsRecord {
     /// Drops the kernel matched but could not report.
     pub drops_lost: u64,
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub kernel: Option<KernelCounters>,
+    pub kernel: Option<KernelStats>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub correlate: Option<crate::correlate::CorrelateStats>,
     /// UDP packets of a question in an active forwarding loop that were only counted, not

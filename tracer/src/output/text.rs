@@ -295,8 +295,19 @@ pub fn stats_line(s: &StatsRecord) -> String {
     if let Some(k) = &s.kernel {
         line.push_str(&format!(
             "; kernel: {} matched, {} ring-buffer full, {} header parse failures",
-            k.packets_matched, k.packets_lost_ringbuf, k.parse_failed
+            k.counters.packets_matched, k.counters.packets_lost_ringbuf, k.counters.parse_failed
         ));
+        if let Some(setup) = &k.setup {
+            if setup.attach_failures > 0 {
+                line.push_str(&format!(
+                    ", {} interfaces not attached",
+                    setup.attach_failures
+                ));
+            }
+            for d in &setup.degraded {
+                line.push_str(&format!("; degraded: {}", d.escape_debug()));
+            }
+        }
     }
     line
 }
