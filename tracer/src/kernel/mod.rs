@@ -277,9 +277,7 @@ impl Probes {
         if opts.drops {
             match btf::KernelBtf::load().and_then(|b| b.kernel_offsets()) {
                 Ok(o) => offsets = o,
-                Err(e) => setup
-                    .degraded
-                    .push(format!("kernel drops not traced: {e}")),
+                Err(e) => setup.degraded.push(format!("kernel drops not traced: {e}")),
             }
         }
         let config = CaptureConfig {
@@ -356,11 +354,17 @@ impl Probes {
 
     /// Loads and attaches the drop program: the variant with the `reason` argument where the
     /// kernel has it (≥ 5.17), else (or if the verifier refuses it) the one without.
-    fn attach_drops(ebpf: &mut Ebpf, reason_expected: bool) -> Result<(&'static str, bool), KernelError> {
+    fn attach_drops(
+        ebpf: &mut Ebpf,
+        reason_expected: bool,
+    ) -> Result<(&'static str, bool), KernelError> {
         const HOOK: &str = "tp_btf/kfree_skb";
         let btf = aya::Btf::from_sys_fs().map_err(|e| KernelError::Btf(e.to_string()))?;
         let variants: &[(&'static str, bool)] = if reason_expected {
-            &[("dnspath_kfree_skb", true), ("dnspath_kfree_skb_noreason", false)]
+            &[
+                ("dnspath_kfree_skb", true),
+                ("dnspath_kfree_skb_noreason", false),
+            ]
         } else {
             &[("dnspath_kfree_skb_noreason", false)]
         };
@@ -398,6 +402,21 @@ impl Probes {
             .take_map("EVENTS")
             .ok_or_else(|| KernelError::Btf("EVENTS ring buffer already taken".into()))?;
         Ok(RingBuf::try_from(map)?)
+    }
+
+    /// Runs TC program `index` (of [`TC_PROGRAMS`]) once on `frame` with
+    /// `BPF_PROG_TEST_RUN`, as if the frame had passed the hook: the kernel programs tested
+    /// on crafted frames without a lab. Events go to the ring buffer as usual; returns the
+    /// program's verdict.
+    pub fn test_run_tc(&mut self, index: usize, frame: &[u8]) -> Result<u32, KernelError> {
+        use aya::programs::{TestRun as _, TestRunOptions};
+        let (name, _, _) = TC_PROGRAMS
+            .get(index)
+            .ok_or_else(|| KernelError::Btf(format!("no TC program {index}")))?;
+        let prog: &mut SchedClassifier = program(&mut self.primary, name)?.try_into()?;
+        let mut opts = TestRunOptions::new();
+        opts.data_in = Some(frame);
+        Ok(prog.test_run(opts)?.return_value)
     }
 
     /// Sums of the per-CPU counters, indexed by `tracer_common::counter`.

@@ -1,0 +1,333 @@
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "integration tests fail at the line that broke"
+)]
+//! The TC programs on crafted frames, through `BPF_PROG_TEST_RUN`: no lab, no traffic, just
+//! the kernel's verifier and the programs' walk of VLAN tags, IPv4 options, IPv6 extension
+//! headers, TCP options and cut DNS payloads, checked on the ring-buffer record each one
+//! leaves (or does not). Root only; `cargo xtask vm-test` runs this on every kernel of the
+//! matrix too.
+use aya::maps::{MapData, RingBuf};
+use dnspath::{
+    event::{Direction, SourceEvent},
+    kernel::{ProbeOptions, Probes, TC_PROGRAMS},
+    source::live::parse_record,
+};
+use lab::tracer::is_root;
+use tracer_common::counter;
+
+const ETH_INGRESS: usize = 0;
+const ETH_EGRESS: usize = 1;
+const SNAPLEN: u32 = 100;
+
+struct Rig {
+    probes: Probes,
+    ring: RingBuf<MapData>,
+}
+
+fn rig() -> Option<Rig> {
+    if !is_root() {
+        eprintln!("skipped: BPF_PROG_TEST_RUN needs root");
+        return None;
+    }
+    let mut probes = Probes::load(&ProbeOptions {
+        ports: vec![53],
+        snaplen: SNAPLEN,
+        drops: false,
+    })
+    .unwrap();
+    let ring = probes.take_events().unwrap();
+    assert_eq!(TC_PROGRAMS[ETH_INGRESS].0, "dnspath_tc_eth_ingress");
+    assert_eq!(TC_PROGRAMS[ETH_EGRESS].0, "dnspath_tc_eth_egress");
+    Some(Rig { probes, ring })
+}
+
+impl Rig {
+    /// Runs `frame` through program `index`; returns the records it produced and how much
+    /// each kernel counter grew.
+    fn run(&mut self, index: usize, frame: &[u8]) -> (Vec<SourceEvent>, [u64; 8]) {
+        let before = self.probes.counters().unwrap();
+        let verdict = self.probes.test_run_tc(index, frame).unwrap();
+        // TC_ACT_UNSPEC (-1): the programs never change a packet's fate.
+        assert_eq!(verdict as i32, -1, "verdict");
+        let after = self.probes.counters().unwrap();
+        let mut grew = [0u64; 8];
+        for (i, g) in grew.iter_mut().enumerate() {
+            *g = after[i] - before[i];
+        }
+        let mut out = Vec::new();
+        while let Some(item) = self.ring.next() {
+            out.push(parse_record(&item));
+        }
+        (out, grew)
+    }
+}
+
+fn one_packet(events: &[SourceEvent]) -> &dnspath::event::CapturedPacket {
+    assert_eq!(events.len(), 1, "expected one record, got {events:?}");
+    match &events[0] {
+        SourceEvent::Packet(p) => p,
+        other => panic!("expected a packet record, got {other:?}"),
+    }
+}
+
+fn dns_query(extra: usize) -> Vec<u8> {
+    // id 0x1234, RD, one question "a.test. A IN", then `extra` bytes of padding (as if an
+    // EDNS answer followed).
+    let mut d = vec![0x12, 0x34, 0x01, 0x00, 0, 1, 0, 0, 0, 0, 0, 0];
+    d.extend_from_slice(b"\x01a\x04test\x00\x00\x01\x00\x01");
+    d.extend(std::iter::repeat_n(0xab, extra));
+    d
+}
+
+fn udp(sport: u16, dport: u16, payload: &[u8]) -> Vec<u8> {
+    let mut u = Vec::new();
+    u.extend_from_slice(&sport.to_be_bytes());
+    u.extend_from_slice(&dport.to_be_bytes());
+    u.extend_from_slice(&((8 + payload.len()) as u16).to_be_bytes());
+    u.extend_from_slice(&[0, 0]);
+    u.extend_from_slice(payload);
+    u
+}
+
+/// TCP with `opt_words` 32-bit words of options (NOPs) and a 2-byte DNS length prefix.
+fn tcp(sport: u16, dport: u16, opt_words: usize, payload: &[u8]) -> Vec<u8> {
+    let mut t = Vec::new();
+    t.extend_from_slice(&sport.to_be_bytes());
+    t.extend_from_slice(&dport.to_be_bytes());
+    t.extend_from_slice(&[0, 0, 0, 1, 0, 0, 0, 0]);
+    t.push(((5 + opt_words) as u8) << 4);
+    t.push(0x18); // PSH|ACK
+    t.extend_from_slice(&[0xff, 0xff, 0, 0, 0, 0]);
+    t.extend(std::iter::repeat_n(1u8, opt_words * 4));
+    t.extend_from_slice(&(payload.len() as u16).to_be_bytes());
+    t.extend_from_slice(payload);
+    t
+}
+
+fn ipv4(proto: u8, option_words: usize, frag: u16, l4: &[u8]) -> Vec<u8> {
+    let ihl = 5 + option_words;
+    let total = ihl * 4 + l4.len();
+    let mut ip = vec![(4 << 4) | ihl as u8, 0];
+    ip.extend_from_slice(&(total as u16).to_be_bytes());
+    ip.extend_from_slice(&[0x33, 0x44]);
+    ip.extend_from_slice(&frag.to_be_bytes());
+    ip.extend_from_slice(&[64, proto, 0, 0, 10, 244, 1, 2, 10, 96, 0, 10]);
+    ip.extend(std::iter::repeat_n(1u8, option_words * 4)); // NOP options
+    ip.extend_from_slice(l4);
+    ip
+}
+
+/// IPv6 with the extension headers `ext` (each: next-header byte is filled in), then `l4`.
+fn ipv6(ext: &[Vec<u8>], proto: u8, l4: &[u8]) -> Vec<u8> {
+    let mut chain: Vec<u8> = Vec::new();
+    let mut ext = ext.to_vec();
+    // Each header's byte 0 holds its own kind until linked to the next one's.
+    let kinds: Vec<u8> = ext.iter().map(|e| e[0]).collect();
+    for (i, e) in ext.iter_mut().enumerate() {
+        e[0] = kinds.get(i + 1).copied().unwrap_or(proto);
+        chain.extend_from_slice(e);
+    }
+    let first = kinds.first().copied().unwrap_or(proto);
+    let mut ip = vec![0x60, 0, 0, 0];
+    ip.extend_from_slice(&((chain.len() + l4.len()) as u16).to_be_bytes());
+    ip.push(first);
+    ip.push(64);
+    ip.extend_from_slice(&[0xfd, 0, 2, 0x44, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 2]);
+    ip.extend_from_slice(&[0xfd, 0, 2, 0x44, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 3]);
+    ip.extend_from_slice(&chain);
+    ip.extend_from_slice(l4);
+    ip
+}
+
+/// An 8-byte extension header of `kind` (0 hop-by-hop, 60 destination options) with PadN.
+fn ext_opts(kind: u8) -> Vec<u8> {
+    vec![kind, 0, 1, 4, 0, 0, 0, 0]
+}
+
+/// A fragment header (44) at fragment `offset` (8-octet units), more-fragments set.
+fn ext_frag(offset: u16) -> Vec<u8> {
+    let o = (offset << 3) | 1;
+    let b = o.to_be_bytes();
+    vec![44, 0, b[0], b[1], 0, 0, 0x12, 0x34]
+}
+
+/// Ethernet with `tags` (TPID, VID) pairs, then `ethertype` and `payload`.
+fn eth(tags: &[(u16, u16)], ethertype: u16, payload: &[u8]) -> Vec<u8> {
+    let mut f = vec![2, 0, 0, 0, 0, 1, 2, 0, 0, 0, 0, 2];
+    for (tpid, vid) in tags {
+        f.extend_from_slice(&tpid.to_be_bytes());
+        f.extend_from_slice(&vid.to_be_bytes());
+    }
+    f.extend_from_slice(&ethertype.to_be_bytes());
+    f.extend_from_slice(payload);
+    f
+}
+
+#[test]
+fn ipv4_udp_query_is_copied_whole_with_its_direction() {
+    let Some(mut rig) = rig() else { return };
+    let ip = ipv4(17, 0, 0, &udp(40000, 53, &dns_query(0)));
+    for (index, dir) in [
+        (ETH_INGRESS, Direction::Ingress),
+        (ETH_EGRESS, Direction::Egress),
+    ] {
+        let (ev, grew) = rig.run(index, &eth(&[], 0x0800, &ip));
+        let p = one_packet(&ev);
+        assert_eq!(p.data, ip, "record holds the IP packet");
+        assert_eq!(p.orig_len as usize, ip.len());
+        assert_eq!(p.at.dir, dir);
+        assert_eq!(p.vlan, None);
+        assert_eq!(grew[counter::PACKETS_MATCHED as usize], 1);
+        assert_eq!(grew[counter::PACKETS_LOST_RINGBUF as usize], 0);
+    }
+}
+
+#[test]
+fn vlan_tags_in_the_packet_are_walked() {
+    let Some(mut rig) = rig() else { return };
+    let ip = ipv4(17, 0, 0, &udp(53, 40000, &dns_query(0)));
+    let (ev, _) = rig.run(ETH_INGRESS, &eth(&[(0x8100, 100)], 0x0800, &ip));
+    let p = one_packet(&ev);
+    assert_eq!(p.data, ip);
+    assert_eq!(p.vlan, Some(100));
+    // 802.1ad outer + 802.1Q inner: the inner tag is the one reported.
+    let (ev, _) = rig.run(
+        ETH_INGRESS,
+        &eth(&[(0x88a8, 7), (0x8100, 200)], 0x0800, &ip),
+    );
+    let p = one_packet(&ev);
+    assert_eq!(p.data, ip);
+    assert_eq!(p.vlan, Some(200));
+}
+
+#[test]
+fn ipv4_options_are_skipped_by_ihl() {
+    let Some(mut rig) = rig() else { return };
+    for words in [1, 3, 10] {
+        let ip = ipv4(17, words, 0, &udp(40000, 53, &dns_query(0)));
+        let (ev, _) = rig.run(ETH_EGRESS, &eth(&[], 0x0800, &ip));
+        assert_eq!(one_packet(&ev).data, ip, "IHL {}", 5 + words);
+    }
+    // Port 53 only at the wrong offset (as if IHL were ignored): nothing captured.
+    let mut ip = ipv4(17, 2, 0, &udp(40000, 5353, &dns_query(0)));
+    ip[20..24].copy_from_slice(&[0x9c, 0x40, 0, 53]);
+    let (ev, grew) = rig.run(ETH_EGRESS, &eth(&[], 0x0800, &ip));
+    assert!(ev.is_empty(), "{ev:?}");
+    assert_eq!(grew[counter::PACKETS_MATCHED as usize], 0);
+}
+
+#[test]
+fn ipv6_extension_headers_are_followed() {
+    let Some(mut rig) = rig() else { return };
+    let l4 = udp(40000, 53, &dns_query(0));
+    for chain in [
+        vec![],
+        vec![ext_opts(0)],
+        vec![ext_opts(0), ext_opts(60)],
+        vec![ext_opts(0), ext_frag(0)],
+    ] {
+        let ip = ipv6(&chain, 17, &l4);
+        let (ev, _) = rig.run(ETH_INGRESS, &eth(&[], 0x86dd, &ip));
+        assert_eq!(one_packet(&ev).data, ip, "chain of {}", chain.len());
+    }
+    // A non-first fragment carries no ports: not captured by the port match.
+    let ip = ipv6(&[ext_frag(100)], 17, &l4);
+    let (ev, _) = rig.run(ETH_INGRESS, &eth(&[], 0x86dd, &ip));
+    assert!(ev.is_empty(), "{ev:?}");
+}
+
+#[test]
+fn ipv4_non_first_fragment_is_not_matched() {
+    let Some(mut rig) = rig() else { return };
+    let ip = ipv4(17, 0, 100, &udp(40000, 53, &dns_query(0)));
+    let (ev, grew) = rig.run(ETH_INGRESS, &eth(&[], 0x0800, &ip));
+    assert!(ev.is_empty(), "{ev:?}");
+    assert_eq!(grew[counter::PACKETS_MATCHED as usize], 0);
+}
+
+#[test]
+fn tcp_with_options_keeps_headers_and_snaplen_payload() {
+    let Some(mut rig) = rig() else { return };
+    for opt_words in [0, 3, 10] {
+        let seg = tcp(40000, 53, opt_words, &dns_query(300));
+        let ip = ipv4(6, 0, 0, &seg);
+        let (ev, _) = rig.run(ETH_EGRESS, &eth(&[], 0x0800, &ip));
+        let p = one_packet(&ev);
+        let headers = 20 + (5 + opt_words) * 4;
+        assert_eq!(
+            p.data.len(),
+            headers + SNAPLEN as usize,
+            "options {opt_words}"
+        );
+        assert_eq!(p.data[..], ip[..p.data.len()]);
+        assert_eq!(p.orig_len as usize, ip.len());
+    }
+}
+
+#[test]
+fn dns_cut_at_odd_lengths_is_copied_as_far_as_it_goes() {
+    let Some(mut rig) = rig() else { return };
+    // Payloads below, at and above the snaplen, odd and even.
+    for extra in [0usize, 1, 57, 70, 71, 72, 73, 500, 1201, 3001] {
+        let ip = ipv4(17, 0, 0, &udp(53, 40000, &dns_query(extra)));
+        let (ev, grew) = rig.run(ETH_INGRESS, &eth(&[], 0x0800, &ip));
+        let p = one_packet(&ev);
+        let want = ip.len().min(20 + 8 + SNAPLEN as usize);
+        assert_eq!(p.data.len(), want, "extra {extra}");
+        assert_eq!(p.data[..], ip[..want]);
+        assert_eq!(p.orig_len as usize, ip.len());
+        assert_eq!(grew[counter::PACKETS_LOST_COPY as usize], 0);
+    }
+    // A UDP header cut short: the ports are there, so it is captured as far as it goes.
+    let ip = ipv4(17, 0, 0, &udp(53, 40000, &[]));
+    let cut = &ip[..20 + 4];
+    let (ev, _) = rig.run(ETH_INGRESS, &eth(&[], 0x0800, cut));
+    assert_eq!(one_packet(&ev).data, cut);
+}
+
+#[test]
+fn other_traffic_leaves_no_record() {
+    let Some(mut rig) = rig() else { return };
+    let cases: Vec<(&str, Vec<u8>)> = vec![
+        (
+            "udp 80",
+            eth(&[], 0x0800, &ipv4(17, 0, 0, &udp(40000, 80, b"hello"))),
+        ),
+        (
+            "tcp 443",
+            eth(&[], 0x0800, &ipv4(6, 0, 0, &tcp(40000, 443, 0, b"x"))),
+        ),
+        ("icmp", eth(&[], 0x0800, &ipv4(1, 0, 0, &[8, 0, 0, 0]))),
+        ("arp", eth(&[], 0x0806, &[0u8; 28])),
+        (
+            "ipv6 udp 123",
+            eth(&[], 0x86dd, &ipv6(&[], 17, &udp(123, 123, b"ntp"))),
+        ),
+    ];
+    for (what, frame) in cases {
+        let (ev, grew) = rig.run(ETH_EGRESS, &frame);
+        assert!(ev.is_empty(), "{what}: {ev:?}");
+        assert_eq!(grew[counter::PACKETS_MATCHED as usize], 0, "{what}");
+        assert_eq!(grew[counter::PARSE_FAILED as usize], 0, "{what}");
+    }
+}
+
+#[test]
+fn unreadable_headers_are_counted_not_reported() {
+    let Some(mut rig) = rig() else { return };
+    let ip = ipv4(17, 0, 0, &udp(40000, 53, &dns_query(0)));
+    // Ports cut off after the IPv4 header, and a bad IHL. (The kernel's test run refuses
+    // frames too short for an IPv4 header itself.)
+    let mut bad_ihl = ip.clone();
+    bad_ihl[0] = 0x43;
+    for (what, frame) in [
+        ("ports cut", eth(&[], 0x0800, &ip[..22])),
+        ("ihl 3", eth(&[], 0x0800, &bad_ihl)),
+    ] {
+        let (ev, grew) = rig.run(ETH_INGRESS, &frame);
+        assert!(ev.is_empty(), "{what}: {ev:?}");
+        assert_eq!(grew[counter::PARSE_FAILED as usize], 1, "{what}");
+    }
+}
