@@ -210,8 +210,9 @@ fn so_netns_cookie() -> std::io::Result<u64> {
 /// kernels its inode number (see [`NetnsIdKind`]).
 pub fn current_netns_cookie() -> Result<u64, KernelError> {
     match netns_id_kind() {
-        NetnsIdKind::Cookie => so_netns_cookie()
-            .map_err(|e| KernelError::Netns(format!("SO_NETNS_COOKIE: {e}"))),
+        NetnsIdKind::Cookie => {
+            so_netns_cookie().map_err(|e| KernelError::Netns(format!("SO_NETNS_COOKIE: {e}")))
+        }
         NetnsIdKind::Inode => std::fs::metadata("/proc/thread-self/ns/net")
             .map(|m| std::os::unix::fs::MetadataExt::ino(&m))
             .map_err(|e| KernelError::Netns(format!("/proc/thread-self/ns/net: {e}"))),
