@@ -152,7 +152,10 @@ pub struct DropEvent {
     pub has_ct: u8,
     /// [`L3_IPV4`] or [`L3_IPV6`]
     pub l3: u8,
-    pub _pad: [u8; 2],
+    /// 1: `__nf_conntrack_confirm` returned `NF_DROP` for this very skb just before (the
+    /// optional kprobe pair saw it) — a failed conntrack insert. 0: not seen (or no hook).
+    pub confirm_failed: u8,
+    pub _pad: u8,
     /// Length of the packet from the IP header on.
     pub orig_len: u32,
     /// Bytes of `data` that are valid.

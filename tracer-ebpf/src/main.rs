@@ -18,9 +18,9 @@ use aya_ebpf::{
         bpf_get_smp_processor_id, bpf_ktime_get_boot_ns, bpf_probe_read_kernel,
         generated::{self as gen, bpf_skb_load_bytes},
     },
-    macros::{btf_tracepoint, classifier, map},
-    maps::{Array, PerCpuArray, RingBuf},
-    programs::{BtfTracePointContext, TcContext},
+    macros::{btf_tracepoint, classifier, kprobe, kretprobe, map},
+    maps::{Array, LruHashMap, PerCpuArray, RingBuf},
+    programs::{BtfTracePointContext, ProbeContext, RetProbeContext, TcContext},
 };
 use packet::PacketRead as _;
 use tracer_common::{
@@ -45,6 +45,15 @@ static PORTS: Array<u8> = Array::with_max_entries(65536, 0);
 /// buffer with only the bytes it needs (a DNS packet is ~100 bytes; the event can hold 4 KB).
 #[map]
 static SCRATCH: PerCpuArray<PacketEvent> = PerCpuArray::with_max_entries(1, 0);
+
+/// The skb of the `__nf_conntrack_confirm` call in progress on this CPU (netfilter hooks
+/// run with bottom halves off: entry and return are on the same CPU, not nested).
+#[map]
+static CONFIRM_SKB: PerCpuArray<u64> = PerCpuArray::with_max_entries(1, 0);
+
+/// skbs whose conntrack confirm returned `NF_DROP` → when; the drop program consumes them.
+#[map]
+static CONFIRM_FAILED: LruHashMap<u64, u64> = LruHashMap::with_max_entries(1024, 0);
 
 #[map]
 static COUNTERS: PerCpuArray<u64> = PerCpuArray::with_max_entries(counter::COUNT, 0);
@@ -233,6 +242,41 @@ fn kfree_skb(ctx: &BtfTracePointContext, reason: u32) -> i32 {
     0
 }
 
+/// Entry of `int __nf_conntrack_confirm(struct sk_buff *skb)`
+/// (net/netfilter/nf_conntrack_core.c, all supported kernels; in the `nf_conntrack` module on
+/// most distributions). Hook: kprobe, optional (feature-probed; absent without
+/// CONFIG_KPROBES): it makes race verdicts exact instead of inferred from counters.
+#[kprobe]
+pub fn dnspath_confirm_entry(ctx: ProbeContext) -> u32 {
+    let skb: u64 = ctx.arg(0).unwrap_or(0);
+    if let Some(slot) = CONFIRM_SKB.get_ptr_mut(0) {
+        // SAFETY: per-CPU slot.
+        unsafe { *slot = skb };
+    }
+    0
+}
+
+/// Return of `__nf_conntrack_confirm`: `NF_DROP` (0) means the entry could not be inserted
+/// (`insert_failed`), the clash the kernel could not resolve; the packet is freed next.
+/// Hook: kretprobe, optional, paired with [`dnspath_confirm_entry`].
+#[kretprobe]
+pub fn dnspath_confirm_exit(ctx: RetProbeContext) -> u32 {
+    let ret: i32 = ctx.ret();
+    let Some(slot) = CONFIRM_SKB.get_ptr_mut(0) else {
+        return 0;
+    };
+    // SAFETY: per-CPU slot.
+    let skb = unsafe { *slot };
+    if ret == 0 && skb != 0 {
+        // SAFETY: helper call with valid key/value pointers.
+        let now = unsafe { bpf_ktime_get_boot_ns() };
+        let _ = CONFIRM_FAILED.insert(&skb, &now, 0);
+    }
+    // SAFETY: per-CPU slot.
+    unsafe { *slot = 0 };
+    0
+}
+
 #[inline(always)]
 unsafe fn kread<T>(base: u64, off: u32) -> Result<T, ()> {
     // SAFETY: bpf_probe_read_kernel faults safely on a bad address.
@@ -286,7 +330,15 @@ fn try_kfree_skb(ctx: &BtfTracePointContext, reason: u32) -> Result<(), ()> {
         (*ev).location = location;
         (*ev).reason = reason;
         (*ev).l3 = t.l3;
-        (*ev)._pad = [0; 2];
+        (*ev).confirm_failed = 0;
+        (*ev)._pad = 0;
+        // A failed confirm of this skb in the last second (the kprobe pair, where loaded).
+        if let Some(at) = CONFIRM_FAILED.get(&skb) {
+            if (*ev).ts_ns.saturating_sub(*at) < 1_000_000_000 {
+                (*ev).confirm_failed = 1;
+            }
+            let _ = CONFIRM_FAILED.remove(&skb);
+        }
         (*ev)._pad2 = 0;
         // skb->len counts from skb->data; the network header may lie before or after it.
         (*ev).orig_len = (len as u64 + data_off).saturating_sub(nh as u64) as u32;

@@ -98,6 +98,8 @@ pub struct KernelDrop {
     pub ct: Option<CtSnapshot>,
     pub orig_len: u32,
     pub data: Vec<u8>,
+    /// The optional kprobe pair saw `__nf_conntrack_confirm` return `NF_DROP` for this skb.
+    pub confirm_failed: bool,
 }
 
 /// Kernel-side loss and match counters (live only).

@@ -112,6 +112,9 @@ pub fn ct_record(ct: &CtSnapshot) -> CtRecord {
 /// consuming a SYN (`tcp_v4_rcv`/`tcp_v6_rcv`, NOT_SPECIFIED, until kernels call
 /// consume_skb there), and a socket closed with data still queued (QUEUE_PURGE, or
 /// NOT_SPECIFIED at `udp_destruct_common`).
+/// The reason of a drop on a kernel whose drop tracepoint carries none (< 5.17).
+pub const UNKNOWN_REASON: &str = "UNKNOWN";
+
 pub fn benign_drop(reason: &str, function: &str, tcp: Option<(u8, bool)>) -> Option<&'static str> {
     const SYN: u8 = 0x02;
     const ACK: u8 = 0x10;
@@ -139,6 +142,7 @@ pub struct Decoder {
     names: SharedNames,
     kallsyms: Kallsyms,
     reasons: HashMap<u32, String>,
+    confirm_hook: bool,
     tcp: TcpReassembler,
     stats: StatsRecord,
     kernel: Option<KernelCounters>,
@@ -232,7 +236,14 @@ impl Decoder {
             tcp_out: Vec::new(),
             observed: None,
             summarise: HashMap::new(),
+            confirm_hook: false,
         }
+    }
+
+    /// The conntrack-confirm hook is loaded: a drop's `confirm_failed` flag is then the
+    /// kernel's word (without it the flag is meaningless and not passed on).
+    pub fn set_confirm_hook(&mut self, loaded: bool) {
+        self.confirm_hook = loaded;
     }
 
     /// From now on only count UDP packets of this question (an active loop).
@@ -487,12 +498,18 @@ impl Decoder {
             netns_cookie: d.netns,
             ifname,
             ifindex: d.ifindex,
-            reason: self
-                .reasons
-                .get(&d.reason)
-                .cloned()
-                .unwrap_or_else(|| format!("REASON{}", d.reason)),
-            reason_code: d.reason,
+            // No `enum skb_drop_reason` in the kernel's BTF: a kernel before 5.17, whose
+            // tracepoint has no reason at all.
+            reason: if self.reasons.is_empty() {
+                UNKNOWN_REASON.to_string()
+            } else {
+                self.reasons
+                    .get(&d.reason)
+                    .cloned()
+                    .unwrap_or_else(|| format!("REASON{}", d.reason))
+            },
+            reason_code: (!self.reasons.is_empty()).then_some(d.reason),
+            confirm_failed: self.confirm_hook.then_some(d.confirm_failed),
             location: self.kallsyms.symbolize(d.location),
             proto: "ip",
             src: String::new(),
@@ -566,6 +583,7 @@ impl Decoder {
                     src,
                     dst,
                     ct: d.ct,
+                    confirm_failed: self.confirm_hook.then_some(d.confirm_failed),
                     msg: r.dns.clone(),
                 }));
             }

@@ -128,6 +128,12 @@ pub async fn run(
     let mut source = LiveSource::new(ring)?;
     let clock = Clock::boot();
     let mut decoder = Decoder::new(clock, names, Kallsyms::load(), reasons);
+    decoder.set_confirm_hook(
+        probes
+            .lock()
+            .map_err(|_| KernelError::Netns("probe lock poisoned".into()))?
+            .confirm_hook,
+    );
     let mut correlator = opts.view.transactions().then(|| {
         decoder.collect_observations();
         Correlator::new(
@@ -267,8 +273,13 @@ fn setup_line(s: &KernelSetup) -> String {
     } else {
         "drops off"
     };
+    let race = if s.hooks.contains(&crate::kernel::CONFIRM_HOOK) {
+        format!("; race hook {}", crate::kernel::CONFIRM_HOOK)
+    } else {
+        String::new()
+    };
     let mut line = format!(
-        "kernel {}: tc attach {}; {drops}; netns ids: {}",
+        "kernel {}: tc attach {}; {drops}{race}; netns ids: {}",
         s.release.escape_debug(),
         s.tc_attach,
         s.netns_id

@@ -72,6 +72,9 @@ pub struct DropObservation {
     pub src: SocketAddr,
     pub dst: SocketAddr,
     pub ct: Option<CtSnapshot>,
+    /// With the conntrack-confirm hook loaded: whether the kernel's confirm of this packet
+    /// failed (`NF_DROP`); `None` without the hook.
+    pub confirm_failed: Option<bool>,
     pub msg: Option<DnsMessage>,
 }
 
@@ -256,7 +259,7 @@ struct Leg {
     drop: Option<LegDrop>,
     /// The drop was a failed conntrack confirm: (cpu, netns cookie, ts, backend it was
     /// DNAT'd to).
-    race: Option<(u32, u64, u64, SocketAddr)>,
+    race: Option<(u32, u64, u64, SocketAddr, Option<bool>)>,
     timed_out: bool,
     /// Still waiting when the input ended (trace stopped before the timeout).
     cut_short: bool,
@@ -397,6 +400,7 @@ impl Correlator {
                     ..Default::default()
                 },
                 counter_confirmed: true,
+                kernel_confirm_failed: None,
                 drop_reason: None,
                 drop_location: None,
                 retry_ns: None,
@@ -919,9 +923,11 @@ impl Correlator {
             self.stats.drops_unmatched += 1;
             return;
         };
-        if leg.race.is_none() && race::is_race_candidate(&d.reason, &d.function, d.ct.as_ref()) {
+        if leg.race.is_none()
+            && race::is_race_candidate(&d.reason, &d.function, d.ct.as_ref(), d.confirm_failed)
+        {
             let backend = d.ct.as_ref().map(|ct| ct.reply.src).unwrap_or(leg.backend);
-            leg.race = Some((d.cpu, d.netns_cookie, d.ts_ns, backend));
+            leg.race = Some((d.cpu, d.netns_cookie, d.ts_ns, backend, d.confirm_failed));
         }
         if leg.drop.is_none() {
             leg.drop = Some(LegDrop {
@@ -1097,8 +1103,8 @@ impl Correlator {
                 backend: backend.to_string(),
                 offset_ns: ts.saturating_sub(pair_start),
             });
-            let (verdict, cpu, counters, confirmed, drop_ts, backend) = match l.race {
-                Some((cpu, netns, ts, backend)) => {
+            let (verdict, cpu, counters, confirmed, drop_ts, backend, confirm) = match l.race {
+                Some((cpu, netns, ts, backend, confirm)) => {
                     let c = self.ct_samples.around(netns, cpu, ts);
                     let confirmed = c
                         .as_ref()
@@ -1110,6 +1116,7 @@ impl Correlator {
                         confirmed,
                         Some(ts),
                         backend,
+                        confirm,
                     )
                 }
                 None if l.drop.is_none()
@@ -1124,6 +1131,7 @@ impl Correlator {
                         false,
                         None,
                         l.backend,
+                        None,
                     )
                 }
                 None => continue,
@@ -1173,6 +1181,7 @@ impl Correlator {
                 cpu,
                 counters,
                 counter_confirmed: confirmed,
+                kernel_confirm_failed: confirm,
                 drop_reason: l.drop.as_ref().map(|d| d.reason.clone()),
                 drop_location: l.drop.as_ref().map(|d| d.location.clone()),
                 retry_ns: retry,
@@ -1193,7 +1202,7 @@ impl Correlator {
         }
         // A race drop is judged with the counters sampled after it (they come every 200 ms).
         let waiting_for_counters = legs.iter().any(|l| {
-            l.race.is_some_and(|(_, netns, ts, _)| {
+            l.race.is_some_and(|(_, netns, ts, _, _)| {
                 !self.ct_samples.has_after(netns, ts) && now < ts + 2_000_000_000
             })
         });

@@ -27,7 +27,18 @@ const IPS_DST_NAT: u64 = 1 << 5;
 const SAMPLES_KEPT: usize = 64;
 
 /// Is this drop a failed conntrack confirm (a race candidate)?
-pub fn is_race_candidate(reason: &str, function: &str, ct: Option<&CtSnapshot>) -> bool {
+///
+/// `confirm_failed` is the kernel's own word where the conntrack-confirm hook is loaded:
+/// `Some(true)` settles it; otherwise the drop's reason, location and entry state decide.
+pub fn is_race_candidate(
+    reason: &str,
+    function: &str,
+    ct: Option<&CtSnapshot>,
+    confirm_failed: Option<bool>,
+) -> bool {
+    if confirm_failed == Some(true) {
+        return true;
+    }
     let Some(ct) = ct else { return false };
     if ct.status & IPS_CONFIRMED != 0 {
         return false;
@@ -36,8 +47,9 @@ pub fn is_race_candidate(reason: &str, function: &str, ct: Option<&CtSnapshot>) 
         // __nf_conntrack_confirm failed → NF_DROP → freed in nf_hook_slow, after both NAT
         // hooks ran (POSTROUTING/INPUT confirm is last). The loser may be either query of
         // the pair, DNAT'd or not (0x1a0 or 0x180).
+        // Before 5.17 the kernel gives no reason: the location and the entry's state decide.
         "nf_hook_slow" => {
-            reason == "NETFILTER_DROP"
+            (reason == "NETFILTER_DROP" || reason == crate::pipeline::UNKNOWN_REASON)
                 && ct.status & (IPS_SRC_NAT_DONE | IPS_DST_NAT_DONE)
                     == IPS_SRC_NAT_DONE | IPS_DST_NAT_DONE
         }
@@ -94,6 +106,9 @@ pub struct RaceRecord {
     /// The counters were sampled on both sides of the drop and `insert_failed` or `drop`
     /// grew on its CPU.
     pub counter_confirmed: bool,
+    /// The kprobe pair on `__nf_conntrack_confirm` saw it return `NF_DROP` for the dropped
+    /// packet; `null` where the kernel has no kprobes (or without the hook).
+    pub kernel_confirm_failed: Option<bool>,
     pub drop_reason: Option<String>,
     pub drop_location: Option<String>,
     /// The client's retry, since its first query.
@@ -187,41 +202,80 @@ mod tests {
         assert!(is_race_candidate(
             "NETFILTER_DROP",
             "nf_hook_slow",
-            Some(&ct(0x1a0))
+            Some(&ct(0x1a0)),
+            None
         ));
         assert!(is_race_candidate(
             "NETFILTER_DROP",
             "nf_hook_slow",
-            Some(&ct(0x180))
+            Some(&ct(0x180)),
+            None
         ));
         assert!(is_race_candidate(
             "NOT_SPECIFIED",
             "nfqnl_reinject",
-            Some(&ct(0x120))
+            Some(&ct(0x120)),
+            None
+        ));
+        // no reason (< 5.17): location and state decide
+        assert!(is_race_candidate(
+            "UNKNOWN",
+            "nf_hook_slow",
+            Some(&ct(0x1a0)),
+            None
+        ));
+        assert!(!is_race_candidate(
+            "UNKNOWN",
+            "nf_hook_slow",
+            Some(&ct(0x120)),
+            None
         ));
         // iptables-nft and iptables-legacy DROP rules
         assert!(!is_race_candidate(
             "NETFILTER_DROP",
             "nft_do_chain",
-            Some(&ct(0x120))
+            Some(&ct(0x120)),
+            None
         ));
         assert!(!is_race_candidate(
             "NETFILTER_DROP",
             "nf_hook_slow",
-            Some(&ct(0x120))
+            Some(&ct(0x120)),
+            None
         ));
         // confirmed entry, NAT not done yet, no conntrack
         assert!(!is_race_candidate(
             "NETFILTER_DROP",
             "nf_hook_slow",
-            Some(&ct(0x1a8))
+            Some(&ct(0x1a8)),
+            None
         ));
         assert!(!is_race_candidate(
             "NETFILTER_DROP",
             "nf_hook_slow",
-            Some(&ct(0x100))
+            Some(&ct(0x100)),
+            None
         ));
-        assert!(!is_race_candidate("NETFILTER_DROP", "nf_hook_slow", None));
+        assert!(!is_race_candidate(
+            "NETFILTER_DROP",
+            "nf_hook_slow",
+            None,
+            None
+        ));
+        // The kernel's own word, where the confirm hook is loaded, settles it either way
+        // the heuristics would go.
+        assert!(is_race_candidate(
+            "NETFILTER_DROP",
+            "nf_hook_slow",
+            Some(&ct(0x120)),
+            Some(true)
+        ));
+        assert!(is_race_candidate(
+            "NOT_SPECIFIED",
+            "nfqnl_reinject",
+            None,
+            Some(true)
+        ));
     }
 
     #[test]

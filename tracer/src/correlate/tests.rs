@@ -550,6 +550,7 @@ fn drop_is_attached_to_its_leg() {
         proto: UDP,
         src: "10.244.1.2:5000".parse().unwrap(),
         dst: "10.244.1.3:53".parse().unwrap(),
+        confirm_failed: None,
         ct: Some(CtSnapshot {
             status: 0x120,
             orig: flow("10.244.1.2:5000", "10.96.0.10:53"),
@@ -743,6 +744,7 @@ fn race_drop_with_counters_sibling_and_retry() {
         proto: UDP,
         src: client.parse().unwrap(),
         dst: "10.244.1.3:53".parse().unwrap(),
+        confirm_failed: None,
         ct: Some(CtSnapshot {
             status: 0x1a0,
             orig: flow(client, "10.96.0.10:53"),

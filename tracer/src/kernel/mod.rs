@@ -12,7 +12,7 @@ use std::{
 
 use aya::{
     maps::{Array, MapData, PerCpuArray, RingBuf},
-    programs::{tc, BtfTracePoint, SchedClassifier, TcAttachType},
+    programs::{tc, BtfTracePoint, KProbe, SchedClassifier, TcAttachType},
     util::KernelVersion,
     Ebpf, EbpfLoader,
 };
@@ -155,6 +155,9 @@ fn load_error(program: &'static str, e: aya::programs::ProgramError) -> KernelEr
     }
 }
 
+/// The optional precise race hook, as named in `stats.kernel.hooks`.
+pub const CONFIRM_HOOK: &str = "kprobe+kretprobe/__nf_conntrack_confirm";
+
 /// TC program names in the object, by framing and direction.
 pub const TC_PROGRAMS: [(&str, bool, TcAttachType); 4] = [
     ("dnspath_tc_eth_ingress", true, TcAttachType::Ingress),
@@ -191,6 +194,8 @@ pub struct Probes {
     /// Another dnspath runs here: clsact filters of ours are then not removed at attach,
     /// since they may be its.
     other_instance: Option<u32>,
+    /// The conntrack-confirm kprobes are attached (drops then say whether the confirm failed).
+    pub confirm_hook: bool,
 }
 
 fn ensure_bpffs() -> Result<(), KernelError> {
@@ -339,6 +344,18 @@ impl Probes {
                 Err(e) => setup.degraded.push(format!("kernel drops not traced: {e}")),
             }
         }
+        let mut confirm_hook = false;
+        if drops_enabled {
+            match Self::attach_confirm_hook(&mut primary) {
+                Ok(()) => {
+                    confirm_hook = true;
+                    setup.hooks.push(CONFIRM_HOOK);
+                }
+                Err(e) => setup.degraded.push(format!(
+                    "race verdicts from conntrack counters only: {CONFIRM_HOOK} unavailable ({e})"
+                )),
+            }
+        }
         probes_dir_guard.0 = None;
         Ok(Self {
             primary,
@@ -349,7 +366,25 @@ impl Probes {
             drops_enabled,
             setup,
             other_instance,
+            confirm_hook,
         })
+    }
+
+    /// The optional precise race hook: kprobe + kretprobe on `__nf_conntrack_confirm`.
+    /// Needs CONFIG_KPROBES and the symbol (the `nf_conntrack` module loaded).
+    fn attach_confirm_hook(ebpf: &mut Ebpf) -> Result<(), KernelError> {
+        if !Path::new("/sys/bus/event_source/devices/kprobe").exists() {
+            return Err(KernelError::MissingHook {
+                hook: "kprobes",
+                detail: "this kernel has none (CONFIG_KPROBES off)".into(),
+            });
+        }
+        for name in ["dnspath_confirm_entry", "dnspath_confirm_exit"] {
+            let prog: &mut KProbe = program(ebpf, name)?.try_into()?;
+            prog.load().map_err(|e| load_error(name, e))?;
+            prog.attach("__nf_conntrack_confirm", 0)?;
+        }
+        Ok(())
     }
 
     /// Loads and attaches the drop program: the variant with the `reason` argument where the

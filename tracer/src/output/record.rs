@@ -165,9 +165,15 @@ pub struct DropRecord {
     pub netns_cookie: u64,
     pub ifname: String,
     pub ifindex: u32,
-    /// `enum skb_drop_reason` name without the SKB_DROP_REASON_ prefix.
+    /// `enum skb_drop_reason` name without the SKB_DROP_REASON_ prefix; `UNKNOWN` on kernels
+    /// whose drop tracepoint has no reason (< 5.17).
     pub reason: String,
-    pub reason_code: u32,
+    /// Its value on this kernel; `null` where the kernel gives none.
+    pub reason_code: Option<u32>,
+    /// Where the conntrack-confirm kprobes are loaded: whether conntrack failed to insert
+    /// this packet's entry just before (`__nf_conntrack_confirm` returned `NF_DROP`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub confirm_failed: Option<bool>,
     /// Symbolised kernel location, e.g. `nf_hook_slow+0x9e`.
     pub location: String,
     pub proto: &'static str,

@@ -76,6 +76,7 @@ pub fn parse_record(bytes: &[u8]) -> SourceEvent {
                     ct,
                     orig_len: ev.orig_len,
                     data: ev.data[..cap].to_vec(),
+                    confirm_failed: ev.confirm_failed != 0,
                 })
             }
             None => SourceEvent::Garbled { len: bytes.len() },
