@@ -23,6 +23,19 @@ fn races<'a>(recs: &'a [Value], verdict: &str) -> Vec<&'a Value> {
 }
 
 /// Sum over CPUs of (insert_failed, drop, clash_resolve) in the node namespace.
+/// Whether the final stats say the kprobe pair on `__nf_conntrack_confirm` was loaded.
+fn has_confirm_hook(recs: &[Value]) -> bool {
+    let stats = recs
+        .iter()
+        .find(|r| r["type"] == "stats")
+        .expect("a stats record");
+    stats["kernel"]["hooks"]
+        .as_array()
+        .expect("stats.kernel.hooks")
+        .iter()
+        .any(|h| h == dnspath::kernel::CONFIRM_HOOK)
+}
+
 fn ct_totals(lab: &Lab) -> (u64, u64, u64) {
     race::ct_totals(&race::ct_stats(lab).unwrap())
 }
@@ -68,6 +81,8 @@ fn forced_races_are_each_reported_with_query_and_socket() {
     rig.remove().unwrap();
     assert!(out.status.success(), "{}", out.stderr);
     let recs = records(&out.stdout);
+    let confirm_hook = has_confirm_hook(&recs);
+    eprintln!("conntrack-confirm kprobes: {confirm_hook}");
     let drops = races(&recs, "race-drop");
     let insert_failed = after.0 - before.0;
     eprintln!(
@@ -89,6 +104,12 @@ fn forced_races_are_each_reported_with_query_and_socket() {
         assert_eq!(r["dropped"]["dns_id"], shot.a_id, "{r:#}");
         assert_eq!(r["dropped"]["question"]["type"], "A");
         assert_eq!(r["counter_confirmed"], true, "{r:#}");
+        // Where the kernel has kprobes, its own word agrees with the counters'.
+        if confirm_hook {
+            assert_eq!(r["kernel_confirm_failed"], true, "{r:#}");
+        } else {
+            assert!(r["kernel_confirm_failed"].is_null(), "{r:#}");
+        }
         assert_eq!(r["sibling"]["question"]["type"], "AAAA", "{r:#}");
         assert!(
             r["summary"]
@@ -231,10 +252,19 @@ fn rule_drops_are_not_races(flavor: IptablesFlavor) {
         .iter()
         .filter(|r| r["type"] == "drop" && r["benign"].is_null())
         .collect();
+    // Before 5.17 the kernel gives no reason (UNKNOWN).
     let netfilter = drop_events
         .iter()
-        .filter(|d| d["reason"] == "NETFILTER_DROP")
+        .filter(|d| d["reason"] == "NETFILTER_DROP" || d["reason"] == "UNKNOWN")
         .count();
+    if has_confirm_hook(&recs) {
+        for d in &drop_events {
+            assert_eq!(
+                d["confirm_failed"], false,
+                "a rule drop is no failed confirm: {d:#}"
+            );
+        }
+    }
     let race_records: Vec<_> = recs
         .iter()
         .filter(|r| r["type"] == "race" && r["verdict"] != "resolved-clash")
