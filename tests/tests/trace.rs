@@ -5,7 +5,7 @@
 )]
 //! `dnspath trace` against the lab: real servers, real kernel, real iptables DNAT.
 //! Run as root with `--test-threads=1` (`cargo xtask test`).
-use std::time::Duration;
+use std::{thread, time::Duration};
 
 use lab::{
     tracer::{dnspath_bin, Tracer, TracerOutput},
@@ -497,4 +497,63 @@ fn clear_errors_for_bad_setups() {
     assert!(!o.status.success());
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(err.contains("needs root"), "{err}");
+}
+
+/// The drop program walks the same headers as TC: an IPv6 query behind a hop-by-hop
+/// extension header, dropped by an ip6tables rule on the node, is reported as a drop of a
+/// DNS packet (its ports and question read past the extension header), as well as traced.
+#[test]
+fn ipv6_drop_behind_an_extension_header_is_reported() {
+    let Some(lab) = lab(LabConfig::default()) else {
+        return;
+    };
+    let ip6tables = lab.iptables().replace("iptables", "ip6tables");
+    let rule = [
+        "FORWARD",
+        "-p",
+        "udp",
+        "--dport",
+        "53",
+        "-d",
+        "fd00:250::53",
+        "-j",
+        "DROP",
+    ];
+    let rule_cmd = |op: &str| {
+        let mut args = vec![ip6tables.as_str(), op];
+        args.extend_from_slice(&rule);
+        let o = lab.exec(lab.node_ns(), &args);
+        assert!(o.status.success(), "{args:?}: {o:?}");
+    };
+    let t = Tracer::start(&lab, lab.node_ns(), &["trace", "-o", "json", "--all-netns"]).unwrap();
+    rule_cmd("-I");
+    // Hop-by-hop options header with one PadN option (RFC 8200 §4.3), then a DNS query.
+    let script = format!(
+        "import socket\n\
+         s = socket.socket(socket.AF_INET6, socket.SOCK_DGRAM)\n\
+         s.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_HOPOPTS, bytes([0, 0, 1, 4, 0, 0, 0, 0]))\n\
+         q = bytes.fromhex('abcd01000001000000000000') + b'\\x05hopv6\\x03lab\\x04test\\x00' + bytes.fromhex('00010001')\n\
+         s.sendto(q, ('{}', 53))\n",
+        lab.ip6_of(Pod::Upstream)
+    );
+    let o = lab.exec(lab.client_ns(), &["python3", "-c", &script]);
+    assert!(o.status.success(), "{o:?}");
+    thread::sleep(Duration::from_millis(500));
+    rule_cmd("-D");
+    let recs = records(&t.stop());
+    let traced: Vec<_> = recs
+        .iter()
+        .filter(|r| r["type"] == "packet" && qname(r) == Some("hopv6.lab.test."))
+        .collect();
+    assert!(!traced.is_empty(), "the query was not traced: {recs:#?}");
+    let drops: Vec<_> = recs
+        .iter()
+        .filter(|r| r["type"] == "drop" && r["dst"] == "[fd00:250::53]:53")
+        .collect();
+    assert_eq!(
+        drops.len(),
+        1,
+        "drop behind an extension header not reported: {recs:#?}"
+    );
+    assert_eq!(drops[0]["dns"]["questions"][0]["name"], "hopv6.lab.test.");
 }
