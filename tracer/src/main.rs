@@ -16,6 +16,10 @@ use dnspath::{
     about = "eBPF DNS path tracer for Kubernetes nodes"
 )]
 struct Cli {
+    /// Say more on stderr: `-v` adds debug messages (among them the whole verifier log of
+    /// a program the kernel rejects), `-vv` trace messages. `RUST_LOG` overrides.
+    #[arg(short, long, action = clap::ArgAction::Count, global = true)]
+    verbose: u8,
     #[command(subcommand)]
     command: Command,
 }
@@ -123,10 +127,15 @@ enum Until {
 const EXIT_LOOP_FOUND: u8 = 3;
 
 fn main() -> ExitCode {
-    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("warn"))
+    let cli = Cli::parse();
+    let level = match cli.verbose {
+        0 => "warn",
+        1 => "warn,dnspath=debug",
+        _ => "warn,dnspath=trace",
+    };
+    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or(level))
         .format_timestamp(None)
         .init();
-    let cli = Cli::parse();
     match run(cli) {
         Ok(code) => code,
         Err(e) => {
