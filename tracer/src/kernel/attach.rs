@@ -72,6 +72,9 @@ struct AttachKey {
 struct Attached {
     cookie: u64,
     links: Vec<(usize, SchedClassifierLinkId)>,
+    /// The namespace, to enter for detaching: clsact filters are removed over netlink in
+    /// the namespace of their interface (TCX links go away with their fd anywhere).
+    netns_path: std::path::PathBuf,
 }
 
 /// Attach state, one per tracer run.
@@ -228,7 +231,14 @@ impl Attacher {
             for (key, r) in results {
                 match r {
                     Ok(links) => {
-                        self.attached.insert(key, Attached { cookie, links });
+                        self.attached.insert(
+                            key,
+                            Attached {
+                                cookie,
+                                links,
+                                netns_path: ns.path.clone(),
+                            },
+                        );
                     }
                     Err(e) => {
                         if first && ns.is_own && !self.spec.interfaces.is_empty() {
@@ -258,12 +268,8 @@ impl Attacher {
             .collect();
         for key in gone {
             if let Some(a) = self.attached.remove(&key) {
-                if let Ok(mut p) = self.probes.lock() {
-                    p.detach_tc(a.cookie, a.links);
-                    if !self.attached.values().any(|other| other.cookie == a.cookie) {
-                        p.forget_netns(a.cookie);
-                    }
-                }
+                let forget = !self.attached.values().any(|other| other.cookie == a.cookie);
+                self.detach(a, forget);
             }
         }
         self.failed.retain(|k| seen.contains(k));
@@ -272,10 +278,44 @@ impl Attacher {
 
     /// Detaches everything this run attached.
     pub fn detach_all(&mut self) {
+        let all: Vec<Attached> = self.attached.drain().map(|(_, a)| a).collect();
+        let mut cookies = HashSet::new();
+        for a in all {
+            cookies.insert(a.cookie);
+            self.detach(a, false);
+        }
+        // Only now: dropping an instance makes aya detach its remaining links in the
+        // *current* namespace, where the same ifindex/priority/handle may name another
+        // interface's filter (every namespace's `lo` is ifindex 1).
         if let Ok(mut p) = self.probes.lock() {
-            for (_, a) in self.attached.drain() {
-                p.detach_tc(a.cookie, a.links);
-                p.forget_netns(a.cookie);
+            for cookie in cookies {
+                p.forget_netns(cookie);
+            }
+        }
+    }
+
+    /// Detaches one interface's links from inside its namespace; a namespace that is gone
+    /// took its interfaces and their filters with it. `forget` unloads the namespace's
+    /// program instance too.
+    fn detach(&self, a: Attached, forget: bool) {
+        let probes = Arc::clone(&self.probes);
+        let cookie = a.cookie;
+        let mut links = Some(a.links);
+        let entered = netns::with_netns(&a.netns_path, || {
+            if let (Ok(mut p), Some(links)) = (probes.lock(), links.take()) {
+                p.detach_tc(cookie, links);
+            }
+            Ok(())
+        });
+        if let Err(e) = entered {
+            log::debug!("namespace {} gone: {e}", a.netns_path.display());
+        }
+        if let (Some(links), Ok(mut p)) = (links, self.probes.lock()) {
+            p.abandon_tc(cookie, links);
+        }
+        if forget {
+            if let Ok(mut p) = self.probes.lock() {
+                p.forget_netns(cookie);
             }
         }
     }

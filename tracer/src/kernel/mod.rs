@@ -548,7 +548,34 @@ impl Probes {
         for (index, id) in links {
             if let Ok(p) = program(&mut instance.ebpf, TC_PROGRAMS[index].0) {
                 if let Ok(p) = <&mut SchedClassifier>::try_from(p) {
-                    let _ = p.detach(id);
+                    if let Err(e) = p.detach(id) {
+                        log::debug!("detaching {}: {e}", TC_PROGRAMS[index].0);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Forgets links whose namespace has gone (and their interfaces and filters with it)
+    /// without detaching them: on clsact kernels aya would detach by (ifindex, priority,
+    /// handle) in the *current* namespace, where those may name a live filter of another
+    /// interface (every `lo` is ifindex 1). TCX links are fds, closed normally.
+    pub fn abandon_tc(&mut self, cookie: u64, links: Vec<(usize, tc::SchedClassifierLinkId)>) {
+        let tcx = self.tcx;
+        let Some(instance) = self.per_netns.get_mut(&cookie) else {
+            return;
+        };
+        for (index, id) in links {
+            if let Ok(p) = program(&mut instance.ebpf, TC_PROGRAMS[index].0) {
+                if let Ok(p) = <&mut SchedClassifier>::try_from(p) {
+                    if let Ok(link) = p.take_link(id) {
+                        if tcx {
+                            drop(link);
+                        } else {
+                            // A netlink link holds no fd: nothing leaks.
+                            std::mem::forget(link);
+                        }
+                    }
                 }
             }
         }
