@@ -235,6 +235,14 @@ impl Lab {
         self.exec(ns, &args)
     }
 
+    /// As [`Lab::iptables_rule`], for IPv6 (`ip6tables` of the lab's flavour).
+    pub fn ip6tables_rule(&self, ns: &str, op: &str, rule: &[&str]) -> Output {
+        let ip6tables = self.iptables().replace("iptables", "ip6tables");
+        let mut args = vec![ip6tables.as_str(), op];
+        args.extend_from_slice(rule);
+        self.exec(ns, &args)
+    }
+
     /// `/tmp/<prefix>`: one directory per server pod (`up/`, `dnsa/`, ...) holding its
     /// config (`named.conf` and zone files, `dnsdist.conf`, `dnsmasq.args`) and its
     /// stdout/stderr (`server.log`).

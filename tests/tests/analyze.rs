@@ -706,3 +706,178 @@ fn offline_transactions_match_the_live_trace() {
         joins(&offline.recs)
     );
 }
+
+/// `medium.lab.test. TXT` over Ethernet/IPv4/UDP: a query, and its 708-byte answer of nine
+/// 62-byte strings, as frames of a capture.
+fn txt_exchange() -> (Vec<u8>, Vec<u8>) {
+    let qname = b"\x06medium\x03lab\x04test\x00";
+    let mut query = vec![0x04, 0xd2, 0x01, 0x00, 0, 1, 0, 0, 0, 0, 0, 0];
+    query.extend_from_slice(qname);
+    query.extend_from_slice(&[0, 16, 0, 1]);
+    let mut answer = vec![0x04, 0xd2, 0x85, 0x80, 0, 1, 0, 9, 0, 0, 0, 0];
+    answer.extend_from_slice(qname);
+    answer.extend_from_slice(&[0, 16, 0, 1]);
+    for i in 0..9u8 {
+        answer.extend_from_slice(&[0xc0, 12, 0, 16, 0, 1, 0, 0, 1, 44, 0, 63, 62]);
+        answer.extend_from_slice(format!("{i:02}").as_bytes());
+        answer.extend_from_slice(&[b'x'; 60]);
+    }
+    assert_eq!(answer.len(), 708);
+    let frame = |src: [u8; 4], sport: u16, dst: [u8; 4], dport: u16, dns: &[u8]| {
+        let mut f = vec![2, 0, 0, 0, 0, 2, 2, 0, 0, 0, 0, 1, 0x08, 0x00];
+        let total = (20 + 8 + dns.len()) as u16;
+        f.extend_from_slice(&[0x45, 0, 0, 0, 0, 1, 0x40, 0, 64, 17, 0, 0]);
+        f[16..18].copy_from_slice(&total.to_be_bytes());
+        f.extend_from_slice(&src);
+        f.extend_from_slice(&dst);
+        f.extend_from_slice(&sport.to_be_bytes());
+        f.extend_from_slice(&dport.to_be_bytes());
+        f.extend_from_slice(&(8 + dns.len() as u16).to_be_bytes());
+        f.extend_from_slice(&[0, 0]);
+        f.extend_from_slice(dns);
+        f
+    };
+    (
+        frame([10, 244, 1, 2], 40000, [10, 250, 0, 53], 53, &query),
+        frame([10, 250, 0, 53], 53, [10, 244, 1, 2], 40000, &answer),
+    )
+}
+
+/// An Ethernet pcap with a snaplen: each frame is kept up to `snaplen` bytes, with its
+/// original length in the record, as tcpdump `-s` writes it.
+fn pcap_with_snaplen(frames: &[Vec<u8>], snaplen: usize) -> Vec<u8> {
+    let mut f = Vec::new();
+    for v in [0xa1b2_c3d4u32, 0x0004_0002, 0, 0, snaplen as u32, 1] {
+        f.extend_from_slice(&v.to_le_bytes());
+    }
+    for (i, frame) in frames.iter().enumerate() {
+        let kept = frame.len().min(snaplen);
+        for v in [
+            1_700_000_000,
+            1000 * i as u32,
+            kept as u32,
+            frame.len() as u32,
+        ] {
+            f.extend_from_slice(&v.to_le_bytes());
+        }
+        f.extend_from_slice(&frame[..kept]);
+    }
+    f
+}
+
+/// A capture whose snaplen (200 bytes of frame: 158 of DNS) cuts a TXT answer: the answer
+/// is decoded as far as it goes, marked `capture_truncated`, not malformed, and answers its
+/// transaction, with a note saying where it was cut.
+#[test]
+fn a_small_capture_snaplen_cuts_the_answer_but_it_still_answers() {
+    if !dnspath_bin().exists() {
+        eprintln!(
+            "skipped: dnspath binary missing at {}; run `cargo xtask test`",
+            dnspath_bin().display()
+        );
+        return;
+    }
+    let dir = Scratch::new("snaplen");
+    let file = dir.file("cut.pcap");
+    let (query, answer) = txt_exchange();
+    std::fs::write(&file, pcap_with_snaplen(&[query, answer], 200)).unwrap();
+    let a = analyze_ok(&file);
+    let s = stats(&a.recs);
+    assert_eq!(
+        (&s["decoded"], &s["malformed"], &s["capture_truncated"]),
+        (&Value::from(1), &Value::from(0), &Value::from(1)),
+        "{s}"
+    );
+    let pkts = packets(&a.recs);
+    let cut = pkts
+        .iter()
+        .find(|r| r["dns"]["qr"] == true)
+        .unwrap_or_else(|| panic!("answer not decoded: {}", brief(&pkts)));
+    assert_eq!(cut["capture_truncated"], true, "{cut}");
+    assert!(cut.get("malformed").is_none(), "{cut}");
+    assert_eq!(cut["caplen"], 200 - 14);
+    assert_eq!(cut["len"], 20 + 8 + 708);
+    // 12 + 21 bytes of header and question, then 75 bytes per answer: 1 fits in 158.
+    let dns = &cut["dns"];
+    assert_eq!(dns["questions"][0]["name"], "medium.lab.test.");
+    assert_eq!(dns["answers"].as_array().unwrap().len(), 1, "{dns}");
+    assert_eq!(
+        dns["answers"][0]["data"],
+        format!("\"00{}\"", "x".repeat(60))
+    );
+    assert_eq!(
+        dns["cut"],
+        serde_json::json!({"captured_bytes": 158, "message_bytes": 708, "questions": 0,
+                           "answers": 8, "authority": 0, "additional": 0})
+    );
+
+    let txs: Vec<&Value> = a
+        .recs
+        .iter()
+        .filter(|r| r["type"] == "transaction")
+        .collect();
+    assert_eq!(txs.len(), 1, "{txs:#?}");
+    let t = txs[0];
+    assert_eq!(t["outcome"], "answered", "{t}");
+    assert_eq!(t["rcode"], "NOERROR", "{t}");
+    assert_eq!(t["answers"].as_array().unwrap().len(), 1, "{t}");
+    assert_eq!(t["answer_cut"]["answers"], 8, "{t}");
+    assert_eq!(t["legs"][0]["outcome"], "answered", "{t}");
+    let summary = t["summary"].as_str().unwrap();
+    assert!(
+        summary.ends_with("answer cut by the capture at 158 of 708 bytes: 1 of 9 answers seen"),
+        "{summary}"
+    );
+
+    // The text view says the same.
+    let out = Command::new(dnspath_bin())
+        .arg("analyze")
+        .arg(&file)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    assert!(
+        text.contains("asks medium.lab.test. TXT: NOERROR TXT \"00"),
+        "{text}"
+    );
+    assert!(text.contains("1 of 9 answers seen"), "{text}");
+    assert!(
+        !text.contains("unanswered") && !text.contains("MALFORMED"),
+        "{text}"
+    );
+    assert!(text.contains("1 cut by the capture's snaplen"), "{text}");
+
+    // The same answer, short though its capture was not cut (its record's original length
+    // is what was kept, less than its IP header says): wrong in itself, malformed, and no
+    // answer to the transaction.
+    let (query, answer) = txt_exchange();
+    let second = 24 + 16 + query.len();
+    let mut bytes = pcap_with_snaplen(&[query, answer], 200);
+    bytes[second + 12..second + 16].copy_from_slice(&200u32.to_le_bytes());
+    std::fs::write(&file, &bytes).unwrap();
+    let a = analyze_ok(&file);
+    let s = stats(&a.recs);
+    assert_eq!(
+        (&s["malformed"], &s["capture_truncated"]),
+        (&Value::from(1), &Value::from(0)),
+        "{s}"
+    );
+    let bad = packets(&a.recs)
+        .into_iter()
+        .find(|r| r["malformed"].is_string())
+        .unwrap();
+    assert!(
+        bad["dns"].is_null() && bad.get("capture_truncated").is_none(),
+        "{bad}"
+    );
+    assert!(
+        bad["malformed"]
+            .as_str()
+            .unwrap()
+            .contains("rdata length 63 runs past"),
+        "{bad}"
+    );
+    let t = a.recs.iter().find(|r| r["type"] == "transaction").unwrap();
+    assert_ne!(t["outcome"], "answered", "{t}");
+}

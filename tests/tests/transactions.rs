@@ -214,3 +214,77 @@ impl Drop for HoleNetns {
             .status();
     }
 }
+
+/// `--snaplen 200` cuts the ~700-byte TXT answer at every hop: the transaction is still
+/// answered, with the answers that fit and a note where the answer was cut; nothing is
+/// malformed and nothing waits for a timeout.
+#[test]
+fn answer_cut_by_the_snaplen_still_answers() {
+    let Some(lab) = lab() else { return };
+    let t = Tracer::start(
+        &lab,
+        lab.node_ns(),
+        &["trace", "-o", "json", "--snaplen", "200"],
+    )
+    .unwrap();
+    let o = lab.dig(&["+time=2", "+tries=1", "medium.lab.test.", "TXT"]);
+    let dig_out = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        o.status.success() && dig_out.contains("status: NOERROR"),
+        "{dig_out}"
+    );
+    assert!(dig_out.contains("ANSWER: 8"), "{dig_out}");
+    std::thread::sleep(Duration::from_millis(600));
+    let out = t.stop();
+    assert!(out.status.success(), "{}", out.stderr);
+    let recs = ndjson(&out.stdout);
+    let txs = transactions(&out.stdout);
+    let t = txs
+        .iter()
+        .find(|t| t["question"]["name"] == "medium.lab.test.")
+        .unwrap_or_else(|| panic!("no transaction: {txs:#?}"));
+    assert_eq!(t["outcome"], "answered", "{t:#}");
+    assert_eq!(t["rcode"], "NOERROR", "{t:#}");
+    let answers = t["answers"].as_array().unwrap();
+    assert!(
+        !answers.is_empty() && answers.len() < 8,
+        "the answers that fit in 200 bytes: {t:#}"
+    );
+    assert!(answers
+        .iter()
+        .all(|a| a.as_str().unwrap().starts_with("TXT \"")));
+    let cut = &t["answer_cut"];
+    assert_eq!(cut["captured_bytes"], 200, "{t:#}");
+    assert!(cut["message_bytes"].as_u64().unwrap() > 600, "{t:#}");
+    assert_eq!(
+        cut["answers"].as_u64().unwrap() as usize + answers.len(),
+        8,
+        "{t:#}"
+    );
+    let summary = t["summary"].as_str().unwrap();
+    eprintln!("medium.lab.test. TXT with --snaplen 200: {summary}");
+    assert!(
+        summary.contains("answer cut by the capture at 200 of"),
+        "{summary}"
+    );
+    assert!(!summary.contains("unanswered"), "{summary}");
+    // Every leg (client → ClusterIP, the pod's forward to the upstream) answered.
+    let legs = t["legs"].as_array().unwrap();
+    assert!(legs.len() >= 2, "{t:#}");
+    assert!(legs.iter().all(|l| l["outcome"] == "answered"), "{t:#}");
+    // The packets: responses cut, none malformed.
+    let packets: Vec<_> = recs.iter().filter(|r| r["type"] == "packet").collect();
+    assert!(
+        packets.iter().all(|p| p.get("malformed").is_none()),
+        "{packets:#?}"
+    );
+    let cut_packets = packets
+        .iter()
+        .filter(|p| p["capture_truncated"] == true)
+        .count();
+    assert!(cut_packets >= 4, "every hop of both answers: {packets:#?}");
+    let stats = recs.last().unwrap();
+    assert_eq!(stats["type"], "stats");
+    assert_eq!(stats["malformed"], 0, "{stats}");
+    assert_eq!(stats["capture_truncated"], cut_packets, "{stats}");
+}

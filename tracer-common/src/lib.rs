@@ -14,7 +14,7 @@ pub const MAX_PACKET_DATA: usize = 4096 + 192;
 pub const PACKET_DATA_BUF: usize = 8192;
 pub const PACKET_DATA_MASK: usize = PACKET_DATA_BUF - 1;
 /// Default bytes of payload kept after the transport header.
-pub const DEFAULT_SNAPLEN: u32 = 512;
+pub const DEFAULT_SNAPLEN: u32 = 2048;
 /// Largest configurable snaplen (payload bytes after the transport header).
 pub const MAX_SNAPLEN: u32 = 4096;
 /// Bytes of a dropped packet copied into a [`DropEvent`], counted from the IP header.

@@ -89,8 +89,13 @@ struct TraceArgs {
     /// UDP/TCP port to capture (repeatable).
     #[arg(short, long = "port", default_values_t = [53u16])]
     ports: Vec<u16>,
-    /// Payload bytes kept after the transport header (max 4096).
-    #[arg(short, long, default_value_t = tracer_common::DEFAULT_SNAPLEN,
+    /// DNS bytes kept of each packet, after the UDP/TCP header (max 4096). The default
+    /// holds whole every answer within the 1232-byte EDNS buffer size resolvers use since
+    /// DNS Flag Day 2020, and every packet of a 1500-byte-MTU link (at most 1472 bytes of
+    /// UDP payload). Longer messages (big answers over TCP or GSO, loopback's 64 KiB MTU)
+    /// are decoded as far as they go and marked `capture_truncated`. A packet takes only
+    /// its own size in the ring buffer, so small packets cost the same at any snaplen.
+    #[arg(short, long, default_value_t = DEFAULT_SNAPLEN,
           value_parser = clap::value_parser!(u32).range(1..=i64::from(tracer_common::MAX_SNAPLEN)))]
     snaplen: u32,
     /// Output format.
@@ -122,6 +127,11 @@ enum Until {
     /// A forwarding loop (or amplification storm) is reported.
     Loop,
 }
+
+/// `--snaplen` default: a full 1500-byte-MTU packet's payload (1472 bytes of UDP) and more,
+/// a power of two. The kernel program's own default (`tracer_common::DEFAULT_SNAPLEN`) only
+/// applies when userspace does not set one.
+const DEFAULT_SNAPLEN: u32 = 2048;
 
 /// Exit status when `--until loop` found one.
 const EXIT_LOOP_FOUND: u8 = 3;

@@ -218,6 +218,44 @@ fn question_key_of(name: &str, qtype: &str, class: &str) -> Option<Box<[u8]>> {
     Some(out.into_boxed_slice())
 }
 
+/// What became of one DNS message's bytes.
+enum Decoded {
+    Whole(dns::DnsMessage),
+    /// The capture cut it: what was decoded (`None`: not even the header was captured).
+    Cut(Option<dns::DnsMessage>),
+    /// Wrong in itself (or in the part the capture holds): why.
+    Malformed(String),
+}
+
+/// The length on the wire of a message whose end the capture cut off, or `None` when the
+/// capture holds it whole. Cut means both: the packet's headers say `missing` bytes of the
+/// transport payload are not in the capture, and the capture's own record of the packet's
+/// length (`orig_len`, from the IP header on) says it held fewer bytes than were on the wire.
+/// A packet whose headers promise more than the wire had is short in itself, not cut.
+fn cut_by_capture(orig_len: u32, caplen: usize, missing: usize, captured: usize) -> Option<usize> {
+    let cut = missing > 0 && usize::try_from(orig_len).is_ok_and(|wire| wire > caplen);
+    cut.then(|| captured.saturating_add(missing))
+}
+
+/// Decodes one message; `cut`: its length on the wire when the capture cut it.
+fn decode_message(bytes: &[u8], cut: Option<usize>) -> Decoded {
+    match cut {
+        None => match dns::decode(bytes) {
+            Ok(m) => Decoded::Whole(m),
+            Err(e) => Decoded::Malformed(e.to_string()),
+        },
+        Some(len) => match dns::decode_cut(bytes, len) {
+            // Only bytes after the message were missing.
+            Ok(Some(m)) if m.cut.is_none() => Decoded::Whole(m),
+            Ok(m) => Decoded::Cut(m),
+            Err(e) => Decoded::Malformed(format!(
+                "{e} (in the {} bytes captured of a {len}-byte message)",
+                bytes.len()
+            )),
+        },
+    }
+}
+
 impl Decoder {
     pub fn new(
         clock: Clock,
@@ -314,6 +352,35 @@ impl Decoder {
         }
     }
 
+    /// Puts a decode result into a packet record, counts it, and hands a message (whole or
+    /// cut) to the correlate stage.
+    fn record_decoded(
+        &mut self,
+        r: &mut PacketRecord,
+        decoded: Decoded,
+        proto: u8,
+        src: SocketAddr,
+        dst: SocketAddr,
+        at: ObservationPoint,
+    ) {
+        match decoded {
+            Decoded::Whole(m) => {
+                self.stats.decoded += 1;
+                r.dns = Some(m);
+            }
+            Decoded::Cut(m) => {
+                self.stats.capture_truncated += 1;
+                r.capture_truncated = true;
+                r.dns = m;
+            }
+            Decoded::Malformed(why) => {
+                self.stats.malformed += 1;
+                r.malformed = Some(why);
+            }
+        }
+        self.observe(r, proto, src, dst, at);
+    }
+
     fn place(&self, netns: u64, ifindex: u32) -> (String, String) {
         let Ok(names) = self.names.read() else {
             return (format!("{netns:#x}"), format!("if{ifindex}"));
@@ -365,6 +432,7 @@ impl Decoder {
             vlan: p.vlan,
             dns: None,
             malformed: None,
+            capture_truncated: false,
         };
         let ip = match parse_ip(&p.data) {
             Ok(ip) => ip,
@@ -398,24 +466,18 @@ impl Decoder {
                     SocketAddr::new(ip.dst, dport),
                 );
                 let mut r = base("udp", src.to_string(), dst.to_string());
-                match dns::decode(payload) {
-                    Ok(m) => {
-                        self.stats.decoded += 1;
-                        r.dns = Some(m);
-                        self.observe(&r, tracer_common::IPPROTO_UDP, src, dst, p.at);
+                let cut = cut_by_capture(p.orig_len, p.data.len(), ip.missing, payload.len());
+                let decoded = match decode_message(payload, cut) {
+                    // Short of what its headers say, though nothing was cut on capture.
+                    Decoded::Malformed(e) if ip.missing > 0 && cut.is_none() => {
+                        Decoded::Malformed(format!(
+                            "{e} (the IP/UDP lengths promise {} more bytes than the packet had)",
+                            ip.missing
+                        ))
                     }
-                    Err(e) => {
-                        self.stats.malformed += 1;
-                        r.malformed = Some(if ip.truncated {
-                            format!(
-                                "{e} (capture cut at {} bytes; raise --snaplen)",
-                                p.data.len()
-                            )
-                        } else {
-                            e.to_string()
-                        });
-                    }
-                }
+                    d => d,
+                };
+                self.record_decoded(&mut r, decoded, tracer_common::IPPROTO_UDP, src, dst, p.at);
                 out.push(Record::Packet(r));
             }
             Transport::Tcp {
@@ -436,13 +498,14 @@ impl Decoder {
                 };
                 let mut produced = std::mem::take(&mut self.tcp_out);
                 produced.clear();
+                let cut = cut_by_capture(p.orig_len, p.data.len(), ip.missing, payload.len());
                 self.tcp.push(
                     p.ts_ns,
                     key,
                     seq,
                     flags,
                     payload,
-                    ip.truncated,
+                    cut.is_some(),
                     &mut produced,
                 );
                 if produced.is_empty() {
@@ -450,23 +513,28 @@ impl Decoder {
                 }
                 for item in produced.drain(..) {
                     let mut r = base("tcp", src.to_string(), dst.to_string());
-                    match item {
-                        TcpOutput::Message(bytes) => match dns::decode(&bytes) {
-                            Ok(m) => {
-                                self.stats.decoded += 1;
-                                r.dns = Some(m);
-                                self.observe(&r, tracer_common::IPPROTO_TCP, src, dst, p.at);
-                            }
-                            Err(e) => {
-                                self.stats.malformed += 1;
-                                r.malformed = Some(e.to_string());
-                            }
-                        },
+                    let decoded = match item {
+                        TcpOutput::Message(bytes) => decode_message(&bytes, None),
+                        TcpOutput::Cut {
+                            captured,
+                            message_len: Some(len),
+                        } => decode_message(&captured, Some(len)),
+                        // Not even the length prefix of the message was captured.
+                        TcpOutput::Cut {
+                            message_len: None, ..
+                        } => Decoded::Cut(None),
                         TcpOutput::Malformed { reason, bytes } => {
-                            self.stats.malformed += 1;
-                            r.malformed = Some(format!("TCP stream: {reason} ({bytes} bytes)"));
+                            Decoded::Malformed(format!("TCP stream: {reason} ({bytes} bytes)"))
                         }
-                    }
+                    };
+                    self.record_decoded(
+                        &mut r,
+                        decoded,
+                        tracer_common::IPPROTO_TCP,
+                        src,
+                        dst,
+                        p.at,
+                    );
                     out.push(Record::Packet(r));
                 }
                 self.tcp_out = produced;
@@ -518,6 +586,7 @@ impl Decoder {
             ct: d.ct.as_ref().map(ct_record),
             dns: None,
             malformed: None,
+            capture_truncated: false,
             benign: None,
         };
         let function = self.kallsyms.function(d.location).unwrap_or("");
@@ -532,9 +601,14 @@ impl Decoder {
                     r.proto = "udp";
                     r.src = SocketAddr::new(ip.src, sport).to_string();
                     r.dst = SocketAddr::new(ip.dst, dport).to_string();
-                    match dns::decode(payload) {
-                        Ok(m) => r.dns = Some(m),
-                        Err(e) => r.malformed = Some(e.to_string()),
+                    let cut = cut_by_capture(d.orig_len, d.data.len(), ip.missing, payload.len());
+                    match decode_message(payload, cut) {
+                        Decoded::Whole(m) => r.dns = Some(m),
+                        Decoded::Cut(m) => {
+                            r.dns = m;
+                            r.capture_truncated = true;
+                        }
+                        Decoded::Malformed(e) => r.malformed = Some(e),
                     }
                 }
                 Transport::Tcp {
@@ -548,10 +622,21 @@ impl Decoder {
                     r.proto = "tcp";
                     r.src = SocketAddr::new(ip.src, sport).to_string();
                     r.dst = SocketAddr::new(ip.dst, dport).to_string();
-                    // A segment starting a message: try to decode it whole.
-                    if payload.len() > 2 {
-                        if let Ok(m) = dns::decode(&payload[2..]) {
-                            r.dns = Some(m);
+                    // A segment starting a message: try to decode it, as far as it was
+                    // copied.
+                    if let Some((&[h0, h1], message)) = payload.split_first_chunk::<2>() {
+                        let len = usize::from(u16::from_be_bytes([h0, h1]));
+                        let copy_cut =
+                            cut_by_capture(d.orig_len, d.data.len(), ip.missing, 0).is_some();
+                        let cut = (copy_cut && len > message.len()).then_some(len);
+                        match decode_message(message.get(..len).unwrap_or(message), cut) {
+                            Decoded::Whole(m) => r.dns = Some(m),
+                            Decoded::Cut(m) => {
+                                r.dns = m;
+                                r.capture_truncated = true;
+                            }
+                            // Maybe not the start of a message at all.
+                            Decoded::Malformed(_) => {}
                         }
                     }
                 }
@@ -616,6 +701,163 @@ impl Decoder {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::event::Direction;
+    use std::sync::{Arc, RwLock};
+
+    /// `medium.lab.test. TXT`: 8 answers of 62 bytes of text each, id 77.
+    fn txt_response() -> Vec<u8> {
+        use hickory_proto::{
+            op::{Message, MessageType, OpCode, Query},
+            rr::{rdata::TXT, Name, RData, Record as HRecord, RecordType},
+        };
+        let name = Name::from_ascii("medium.lab.test.").unwrap();
+        let mut m = Message::new(77, MessageType::Response, OpCode::Query);
+        m.add_query(Query::query(name.clone(), RecordType::TXT));
+        for i in 0..8 {
+            let text = format!("{i:02}{}", "x".repeat(60));
+            m.add_answer(HRecord::from_rdata(
+                name.clone(),
+                300,
+                RData::TXT(TXT::new(vec![text])),
+            ));
+        }
+        m.to_vec().unwrap()
+    }
+
+    fn ipv4(proto: u8, l4: &[u8]) -> Vec<u8> {
+        let total = (20 + l4.len()) as u16;
+        let mut p = vec![0x45, 0, 0, 0, 0, 1, 0, 0, 64, proto, 0, 0];
+        p[2..4].copy_from_slice(&total.to_be_bytes());
+        p.extend_from_slice(&[10, 250, 0, 53, 10, 244, 1, 2]);
+        p.extend_from_slice(l4);
+        p
+    }
+
+    fn udp(payload: &[u8]) -> Vec<u8> {
+        let mut u = vec![0, 53, 0x9c, 0x40];
+        u.extend_from_slice(&(8 + payload.len() as u16).to_be_bytes());
+        u.extend_from_slice(&[0, 0]);
+        u.extend_from_slice(payload);
+        ipv4(17, &u)
+    }
+
+    /// A data segment (PSH|ACK) at sequence `seq`.
+    fn tcp(seq: u32, payload: &[u8]) -> Vec<u8> {
+        let mut t = vec![0, 53, 0x9c, 0x40];
+        t.extend_from_slice(&seq.to_be_bytes());
+        t.extend_from_slice(&[0, 0, 0, 1, 0x50, 0x18, 0xff, 0xff, 0, 0, 0, 0]);
+        t.extend_from_slice(payload);
+        ipv4(6, &t)
+    }
+
+    fn decoder() -> Decoder {
+        let names = Arc::new(RwLock::new(crate::kernel::attach::Names::default()));
+        let mut d = Decoder::new(Clock::Epoch, names, Kallsyms::default(), HashMap::new());
+        d.collect_observations();
+        d
+    }
+
+    /// Feeds the first `caplen` bytes of `packet`, which was `orig_len` bytes on the wire.
+    fn feed(d: &mut Decoder, packet: &[u8], caplen: usize, orig_len: usize) -> PacketRecord {
+        let mut out = Vec::new();
+        d.on_event(
+            SourceEvent::Packet(CapturedPacket {
+                ts_ns: 1,
+                cpu: None,
+                at: ObservationPoint {
+                    netns: 0,
+                    ifindex: 1,
+                    dir: Direction::Ingress,
+                },
+                vlan: None,
+                orig_len: orig_len as u32,
+                data: packet[..caplen].to_vec(),
+            }),
+            &mut out,
+        );
+        match out.pop() {
+            Some(Record::Packet(p)) => p,
+            other => panic!("no packet record: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn cut_udp_answer_is_decoded_as_far_as_it_goes() {
+        let msg = txt_response();
+        let pkt = udp(&msg);
+        let mut d = decoder();
+        // 200 bytes of DNS (the --snaplen) after 28 bytes of headers.
+        let r = feed(&mut d, &pkt, 28 + 200, pkt.len());
+        assert!(r.capture_truncated && r.malformed.is_none(), "{r:?}");
+        let m = r.dns.as_ref().unwrap();
+        assert_eq!(m.questions[0].name, "medium.lab.test.");
+        // Header and question: 33 bytes; each answer 2 + 10 + 1 + 62 = 75 bytes.
+        assert_eq!(m.answers.len(), 2);
+        let cut = m.cut.unwrap();
+        assert_eq!((cut.captured_bytes, cut.message_bytes), (200, msg.len()));
+        assert_eq!(cut.answers, 6);
+        let s = d.stats();
+        assert_eq!((s.decoded, s.malformed, s.capture_truncated), (0, 0, 1));
+        // The correlate stage gets it.
+        let mut obs = Vec::new();
+        d.take_observed(&mut obs);
+        assert!(
+            matches!(&obs[..], [Observed::Message(o)] if o.msg.cut == Some(cut)),
+            "{obs:?}"
+        );
+        let json = serde_json::to_value(Record::Packet(r)).unwrap();
+        assert_eq!(json["capture_truncated"], true);
+        assert!(json.get("malformed").is_none());
+
+        // The header itself cut: no message, still not malformed.
+        let r = feed(&mut d, &pkt, 28 + 7, pkt.len());
+        assert!(r.capture_truncated && r.dns.is_none() && r.malformed.is_none());
+        assert!(crate::output::text::packet_line(&r).contains("[|domain"));
+        // Whole: decoded, no mark.
+        let r = feed(&mut d, &pkt, pkt.len(), pkt.len());
+        assert!(!r.capture_truncated && r.dns.unwrap().cut.is_none());
+        let json =
+            serde_json::to_value(Record::Packet(feed(&mut d, &pkt, pkt.len(), pkt.len()))).unwrap();
+        assert!(json.get("capture_truncated").is_none(), "{json}");
+        let s = d.stats();
+        assert_eq!((s.decoded, s.malformed, s.capture_truncated), (2, 0, 2));
+    }
+
+    /// Short though nothing was cut on capture (the wire had only these bytes): malformed.
+    #[test]
+    fn short_message_not_cut_by_the_capture_is_malformed() {
+        let msg = txt_response();
+        let pkt = udp(&msg);
+        let mut d = decoder();
+        let r = feed(&mut d, &pkt, 28 + 200, 28 + 200);
+        assert!(!r.capture_truncated && r.dns.is_none());
+        let why = r.malformed.unwrap();
+        assert!(why.contains("runs past the end"), "{why}");
+        assert!(why.contains("promise"), "{why}");
+        // Only Ethernet padding cut (the IP packet itself whole): a whole message.
+        let r = feed(&mut d, &pkt, pkt.len(), pkt.len() + 6);
+        assert!(!r.capture_truncated && r.dns.is_some());
+        let s = d.stats();
+        assert_eq!((s.decoded, s.malformed, s.capture_truncated), (1, 1, 0));
+    }
+
+    #[test]
+    fn cut_tcp_answer_is_decoded_as_far_as_it_goes() {
+        let msg = txt_response();
+        let mut framed = (msg.len() as u16).to_be_bytes().to_vec();
+        framed.extend_from_slice(&msg);
+        let pkt = tcp(1000, &framed);
+        let mut d = decoder();
+        let r = feed(&mut d, &pkt, 40 + 300, pkt.len());
+        assert!(r.capture_truncated && r.malformed.is_none(), "{r:?}");
+        let m = r.dns.unwrap();
+        let cut = m.cut.unwrap();
+        assert_eq!((cut.captured_bytes, cut.message_bytes), (298, msg.len()));
+        assert_eq!(m.answers.len(), 3);
+        let s = d.stats();
+        assert_eq!((s.decoded, s.malformed, s.capture_truncated), (0, 0, 1));
+        assert_eq!(s.tcp_bytes_dropped, 0);
+    }
 
     #[test]
     fn normal_socket_life_is_benign_and_netfilter_is_not() {

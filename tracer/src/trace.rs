@@ -144,7 +144,6 @@ pub async fn run(
             clock,
         )
     });
-    let mut loop_found = false;
     let mut sink = output::sink(opts.format, out);
     let deadline = async {
         match opts.duration {
@@ -158,7 +157,7 @@ pub async fn run(
 
     let mut events: Vec<SourceEvent> = Vec::new();
     let mut records: Vec<Record> = Vec::new();
-    let mut packets_out: u64 = 0;
+    let mut writer = BatchWriter::new(&opts);
     let refresh_counters = |decoder: &mut Decoder| {
         if let Ok(p) = probes.lock() {
             if let Ok(c) = p.counters() {
@@ -187,28 +186,14 @@ pub async fn run(
             hand_over(&mut decoder, c, &ct_rx);
             c.tick(clock.now_ns(), &mut records);
         }
-        for r in records.drain(..) {
-            if matches!(r, Record::Packet(_)) {
-                packets_out += 1;
-                if !opts.view.packets() {
-                    continue;
-                }
-            }
-            if let Record::Loop(l) = &r {
-                follow_loop(&mut decoder, l);
-                loop_found |= l.state == LoopState::Detected;
-            }
-            sink.write(&r)?;
-            if opts.until_loop && loop_found {
-                sink.flush()?;
-                break 'run;
-            }
-            if opts.count.is_some_and(|n| packets_out >= n) {
-                sink.flush()?;
-                break 'run;
-            }
+        // The whole batch is written even when it ends the run: what it holds was decided
+        // before the stop.
+        let stop = writer.write(&mut records, sink.as_mut(), |l| {
+            follow_loop(&mut decoder, l)
+        })?;
+        if stop {
+            break 'run;
         }
-        sink.flush()?;
     }
 
     stop.store(true, Ordering::Relaxed);
@@ -229,7 +214,7 @@ pub async fn run(
         log::debug!("{w}");
     }
     // What arrived before detaching still counts.
-    if opts.count.is_none_or(|n| packets_out < n) {
+    if !writer.count_reached() {
         source.drain(&mut events);
         for ev in events.drain(..) {
             decoder.on_event(ev, &mut records);
@@ -239,15 +224,8 @@ pub async fn run(
         hand_over(&mut decoder, c, &ct_rx);
         c.flush(clock.now_ns(), &mut records);
     }
-    for r in records.drain(..) {
-        if matches!(r, Record::Packet(_)) && !opts.view.packets() {
-            continue;
-        }
-        if let Record::Loop(l) = &r {
-            loop_found |= l.state == LoopState::Detected;
-        }
-        sink.write(&r)?;
-    }
+    writer.write(&mut records, sink.as_mut(), |_| {})?;
+    let loop_found = writer.loop_found;
     refresh_counters(&mut decoder);
     let mut stats = decoder.stats();
     stats.correlate = correlator.as_ref().map(Correlator::stats);
@@ -259,6 +237,63 @@ pub async fn run(
     sink.write(&Record::Stats(stats.clone()))?;
     sink.flush()?;
     Ok(TraceSummary { stats, loop_found })
+}
+
+/// Writes each batch of records and decides when the run stops: `--count` limits the packet
+/// records, `--until loop` stops at the first detected loop. A stop ends the run after the
+/// batch it happened in: the transactions, drops, races and loops of that batch (decided
+/// before the stop) are written all the same; only packets beyond `--count` are not.
+struct BatchWriter {
+    count: Option<u64>,
+    until_loop: bool,
+    show_packets: bool,
+    /// Packet records counted against `count` (written, or hidden by the view).
+    packets_out: u64,
+    loop_found: bool,
+}
+
+impl BatchWriter {
+    fn new(opts: &TraceOptions) -> Self {
+        Self {
+            count: opts.count,
+            until_loop: opts.until_loop,
+            show_packets: opts.view.packets(),
+            packets_out: 0,
+            loop_found: false,
+        }
+    }
+
+    fn count_reached(&self) -> bool {
+        self.count.is_some_and(|n| self.packets_out >= n)
+    }
+
+    /// Writes (and empties) `records`, calling `on_loop` for each loop record; returns
+    /// whether the run should stop now.
+    fn write(
+        &mut self,
+        records: &mut Vec<Record>,
+        sink: &mut (dyn output::Sink + Send),
+        mut on_loop: impl FnMut(&LoopRecord),
+    ) -> std::io::Result<bool> {
+        for r in records.drain(..) {
+            if matches!(r, Record::Packet(_)) {
+                if self.count_reached() {
+                    continue;
+                }
+                self.packets_out += 1;
+                if !self.show_packets {
+                    continue;
+                }
+            }
+            if let Record::Loop(l) = &r {
+                on_loop(l);
+                self.loop_found |= l.state == LoopState::Detected;
+            }
+            sink.write(&r)?;
+        }
+        sink.flush()?;
+        Ok(self.count_reached() || (self.until_loop && self.loop_found))
+    }
 }
 
 /// The start-up line saying what this kernel gave us, e.g.
@@ -386,4 +421,231 @@ fn start_conntrack(
         }
     }
     handles
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{
+        correlate::loops::LoopKind,
+        output::record::{
+            DropRecord, LookupRef, PacketRecord, QuestionRecord, StatsRecord, TransactionRecord,
+        },
+    };
+
+    /// Keeps what is written.
+    #[derive(Default)]
+    struct Collect(Vec<Record>);
+
+    impl output::Sink for Collect {
+        fn write(&mut self, record: &Record) -> std::io::Result<()> {
+            self.0.push(record.clone());
+            Ok(())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    fn opts(count: Option<u64>, until_loop: bool, view: View) -> TraceOptions {
+        TraceOptions {
+            attach: AttachSpec::default(),
+            ports: vec![53],
+            snaplen: 2048,
+            format: Format::Json,
+            view,
+            timeout: Duration::from_secs(5),
+            duration: None,
+            count,
+            drops: true,
+            until_loop,
+        }
+    }
+
+    fn packet(ts_ns: u64) -> Record {
+        Record::Packet(PacketRecord {
+            ts_ns,
+            time: String::new(),
+            cpu: None,
+            netns: "n".into(),
+            netns_cookie: 1,
+            ifname: "eth0".into(),
+            ifindex: 2,
+            dir: "ingress",
+            proto: "udp",
+            src: "10.0.0.1:5000".into(),
+            dst: "10.0.0.2:53".into(),
+            len: 60,
+            caplen: 60,
+            vlan: None,
+            dns: None,
+            malformed: None,
+            capture_truncated: false,
+        })
+    }
+
+    fn question() -> QuestionRecord {
+        QuestionRecord {
+            name: "www.lab.test.".into(),
+            qtype: "A".into(),
+            class: "IN".into(),
+        }
+    }
+
+    fn transaction(id: u64) -> Record {
+        Record::Transaction(TransactionRecord {
+            id,
+            lookup: LookupRef { id, step: 0 },
+            ts_ns: 1,
+            time: String::new(),
+            client: "10.0.0.1:5000".into(),
+            client_netns: "n".into(),
+            question: question(),
+            outcome: "answered",
+            rcode: Some("NOERROR".into()),
+            answers: vec!["A 10.250.0.80".into()],
+            answer_cut: None,
+            latency_ns: Some(1000),
+            summary: "NOERROR A 10.250.0.80 in 0.00 ms".into(),
+            legs: Vec::new(),
+        })
+    }
+
+    fn drop_record(ts_ns: u64) -> Record {
+        Record::Drop(DropRecord {
+            ts_ns,
+            time: String::new(),
+            cpu: 0,
+            netns: "n".into(),
+            netns_cookie: 1,
+            ifname: "eth0".into(),
+            ifindex: 2,
+            reason: "NETFILTER_DROP".into(),
+            reason_code: Some(6),
+            confirm_failed: None,
+            location: "nf_hook_slow+0x9e".into(),
+            proto: "udp",
+            src: "10.0.0.1:5000".into(),
+            dst: "10.0.0.2:53".into(),
+            len: 60,
+            ct: None,
+            dns: None,
+            malformed: None,
+            capture_truncated: false,
+            benign: None,
+        })
+    }
+
+    fn loop_record(state: LoopState) -> Record {
+        Record::Loop(LoopRecord {
+            id: 1,
+            state,
+            kind: LoopKind::Cycle,
+            ts_ns: 1,
+            time: String::new(),
+            question: question(),
+            zone: "lab.test.".into(),
+            loop_plugin_probe: false,
+            cycle: Vec::new(),
+            path: String::new(),
+            hop_count: 2,
+            rate_pps: 0,
+            packets: 0,
+            summarised: 0,
+            clients: Vec::new(),
+            first_seen_ns: 1,
+            detected_ns: 1,
+            last_seen_ns: 1,
+        })
+    }
+
+    fn kinds(recs: &[Record]) -> Vec<String> {
+        recs.iter()
+            .map(|r| match r {
+                Record::Packet(p) => format!("packet {}", p.ts_ns),
+                Record::Drop(d) => format!("drop {}", d.ts_ns),
+                Record::Transaction(t) => format!("transaction {}", t.id),
+                Record::Loop(l) => format!("loop {:?}", l.state),
+                Record::Race(_) => "race".into(),
+                Record::Stats(_) => "stats".into(),
+            })
+            .collect()
+    }
+
+    /// `--count 2`: the batch holding the second packet also holds a drop and the
+    /// transactions the correlate stage finished; they are written, later packets are not,
+    /// and the run stops after the batch.
+    #[test]
+    fn count_stop_writes_the_rest_of_its_batch_but_no_more_packets() {
+        let mut w = BatchWriter::new(&opts(Some(2), false, View::Both));
+        let mut sink = Collect::default();
+        let mut batch = vec![packet(1)];
+        assert!(!w.write(&mut batch, &mut sink, |_| {}).unwrap());
+        let mut batch = vec![
+            packet(2),
+            drop_record(3),
+            packet(4),
+            transaction(7),
+            transaction(8),
+        ];
+        assert!(w.write(&mut batch, &mut sink, |_| {}).unwrap());
+        assert!(batch.is_empty());
+        // At the end: the correlator's flush, and packets drained from the ring.
+        let mut last = vec![
+            packet(5),
+            transaction(9),
+            Record::Stats(StatsRecord::default()),
+        ];
+        w.write(&mut last, &mut sink, |_| {}).unwrap();
+        assert_eq!(
+            kinds(&sink.0),
+            [
+                "packet 1",
+                "packet 2",
+                "drop 3",
+                "transaction 7",
+                "transaction 8",
+                "transaction 9",
+                "stats"
+            ]
+        );
+    }
+
+    /// `--view transactions --count 1`: packets count though they are not shown.
+    #[test]
+    fn count_applies_to_hidden_packets() {
+        let mut w = BatchWriter::new(&opts(Some(1), false, View::Transactions));
+        let mut sink = Collect::default();
+        let mut batch = vec![packet(1), transaction(1), packet(2), transaction(2)];
+        assert!(w.write(&mut batch, &mut sink, |_| {}).unwrap());
+        assert_eq!(kinds(&sink.0), ["transaction 1", "transaction 2"]);
+        assert_eq!(w.packets_out, 1);
+    }
+
+    /// `--until loop`: the records after the detected loop in its batch are still written.
+    #[test]
+    fn until_loop_writes_the_rest_of_the_batch() {
+        let mut w = BatchWriter::new(&opts(None, true, View::Both));
+        let mut sink = Collect::default();
+        let mut seen = Vec::new();
+        let mut batch = vec![
+            packet(1),
+            loop_record(LoopState::Detected),
+            transaction(3),
+            drop_record(4),
+        ];
+        let stop = w
+            .write(&mut batch, &mut sink, |l| seen.push(l.state))
+            .unwrap();
+        assert!(stop && w.loop_found);
+        assert_eq!(seen, [LoopState::Detected]);
+        assert_eq!(
+            kinds(&sink.0),
+            ["packet 1", "loop Detected", "transaction 3", "drop 4"]
+        );
+        // Without a loop, no stop.
+        let mut w = BatchWriter::new(&opts(None, true, View::Both));
+        let mut batch = vec![packet(1), loop_record(LoopState::Ongoing)];
+        assert!(!w.write(&mut batch, &mut sink, |_| {}).unwrap());
+    }
 }

@@ -28,7 +28,7 @@ use std::{
 use serde::Serialize;
 
 use crate::{
-    decode::dns::DnsMessage,
+    decode::dns::{Cut, DnsMessage},
     event::{ConntrackEvent, CtSnapshot, CtStatsSample, ObservationPoint},
     output::record::{
         HopRecord, LegDrop, LegRecord, LookupRef, QuestionRecord, Record, TransactionRecord,
@@ -232,6 +232,41 @@ struct Response {
     rcode: String,
     tc: bool,
     answers: Vec<String>,
+    /// The capture cut the response (at every hop it was seen whole at none): `answers` are
+    /// those that fit.
+    cut: Option<Cut>,
+}
+
+impl Response {
+    fn of(ts_ns: u64, msg: &DnsMessage) -> Self {
+        Response {
+            ts_ns,
+            rcode: msg.rcode.clone(),
+            tc: msg.flags.tc,
+            answers: msg
+                .answers
+                .iter()
+                .map(|r| format!("{} {}", r.rtype, r.data))
+                .collect(),
+            cut: msg.cut,
+        }
+    }
+}
+
+/// `answer cut by the capture at 200 of 731 bytes: 1 of 8 answers seen`.
+fn cut_note(c: &Cut, answers_seen: usize) -> String {
+    let at = format!(
+        "answer cut by the capture at {} of {} bytes",
+        c.captured_bytes, c.message_bytes
+    );
+    if c.questions > 0 {
+        format!("{at}: question not seen whole")
+    } else if c.answers > 0 {
+        let total = answers_seen + usize::from(c.answers);
+        format!("{at}: {answers_seen} of {total} answers seen")
+    } else {
+        format!("{at}, after its answers")
+    }
 }
 
 #[derive(Clone, Debug)]
@@ -630,25 +665,25 @@ impl Correlator {
                 self.stats.hops_not_stored += 1;
             }
             leg.last_ts = leg.last_ts.max(o.ts_ns);
-            if leg.response.is_none() {
-                leg.response = Some(Response {
-                    ts_ns: o.ts_ns,
-                    rcode: o.msg.rcode.clone(),
-                    tc: o.msg.flags.tc,
-                    answers: o
-                        .msg
-                        .answers
-                        .iter()
-                        .map(|r| format!("{} {}", r.rtype, r.data))
-                        .collect(),
-                });
-                leg.timed_out = false;
-                let tx = leg.tx;
-                remove_from(&mut self.open_by_q, &q, leg_id);
-                self.touch(tx, o.ts_ns);
-            } else {
-                let tx = leg.tx;
-                self.touch(tx, o.ts_ns);
+            match &mut leg.response {
+                None => {
+                    leg.response = Some(Response::of(o.ts_ns, &o.msg));
+                    leg.timed_out = false;
+                    let tx = leg.tx;
+                    remove_from(&mut self.open_by_q, &q, leg_id);
+                    self.touch(tx, o.ts_ns);
+                }
+                Some(r) => {
+                    // The same response captured whole at another hop: it says more.
+                    if r.cut.is_some() && o.msg.cut.is_none() {
+                        *r = Response {
+                            ts_ns: r.ts_ns,
+                            ..Response::of(o.ts_ns, &o.msg)
+                        };
+                    }
+                    let tx = leg.tx;
+                    self.touch(tx, o.ts_ns);
+                }
             }
             return;
         }
@@ -1285,6 +1320,7 @@ impl Correlator {
                         .as_ref()
                         .map(|r| r.answers.clone())
                         .unwrap_or_default(),
+                    answer_cut: l.response.as_ref().and_then(|r| r.cut),
                     latency_ns: latency,
                     retransmits: l.retransmits,
                     drop: l.drop.clone(),
@@ -1369,6 +1405,10 @@ impl Correlator {
                 } else {
                     format!("{}{} in {}", r.rcode, answers, fmt_lat(lat))
                 };
+                let how = match &r.cut {
+                    Some(c) => format!("{how}; {}", cut_note(c, r.answers.len())),
+                    None => how,
+                };
                 ("answered", how)
             }
             _ => match dropped {
@@ -1423,6 +1463,7 @@ impl Correlator {
                 .as_ref()
                 .map(|r| r.answers.clone())
                 .unwrap_or_default(),
+            answer_cut: final_root.response.as_ref().and_then(|r| r.cut),
             latency_ns: latency,
             summary,
             legs: leg_records,

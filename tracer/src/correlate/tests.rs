@@ -49,6 +49,7 @@ fn msg(
         authority: vec![],
         additional: vec![],
         edns: None,
+        cut: None,
     }
 }
 
@@ -881,4 +882,115 @@ fn busy_forwarder_is_not_an_amplification() {
         .filter(|r| matches!(r, Record::Loop(_)))
         .collect();
     assert!(loops.is_empty(), "{loops:#?}");
+}
+
+/// A response the capture cut answers the transaction like any other, with what was seen
+/// of it and a note; a copy of it captured whole at a later hop replaces the cut one.
+#[test]
+fn cut_response_answers_its_transaction() {
+    let cut = Cut {
+        captured_bytes: 200,
+        message_bytes: 731,
+        questions: 0,
+        answers: 7,
+        authority: 0,
+        additional: 1,
+    };
+    let q = || msg(9, false, "medium.lab.test.", "TXT", "NOERROR", &[], false);
+    let cut_answer = || DnsMessage {
+        cut: Some(cut),
+        ..msg(
+            9,
+            true,
+            "medium.lab.test.",
+            "TXT",
+            "NOERROR",
+            &["\"00abc\""],
+            false,
+        )
+    };
+    let client = "10.244.1.2:5000";
+    let server = "10.250.0.53:53";
+    let out_p = at(1, 10, Direction::Egress);
+    let in_p = at(1, 10, Direction::Ingress);
+
+    let mut f = Feed::new();
+    f.see(MS, out_p, "client", "eth0", UDP, client, server, q());
+    f.see(
+        2 * MS,
+        in_p,
+        "client",
+        "eth0",
+        UDP,
+        server,
+        client,
+        cut_answer(),
+    );
+    let txs = f.txs(2_000 * MS);
+    assert_eq!(txs.len(), 1, "{txs:#?}");
+    let t = &txs[0];
+    assert_eq!(t.outcome, "answered");
+    assert_eq!(t.rcode.as_deref(), Some("NOERROR"));
+    assert_eq!(t.answers, ["TXT \"00abc\""]);
+    assert_eq!(t.answer_cut, Some(cut));
+    assert_eq!(t.legs[0].outcome, "answered");
+    assert_eq!(t.legs[0].answer_cut, Some(cut));
+    assert!(
+        t.summary
+            .ends_with("; answer cut by the capture at 200 of 731 bytes: 1 of 8 answers seen"),
+        "{}",
+        t.summary
+    );
+    assert!(
+        t.summary.starts_with("NOERROR TXT \"00abc\" in 1.00 ms"),
+        "{}",
+        t.summary
+    );
+    let text = crate::output::text::transaction_block(t);
+    assert!(
+        text.contains("NOERROR (cut by the capture at 200 of 731 bytes)"),
+        "{text}"
+    );
+    let json = serde_json::to_value(t).unwrap();
+    assert_eq!(json["answer_cut"]["answers"], 7);
+    assert_eq!(json["legs"][0]["answer_cut"]["message_bytes"], 731);
+
+    // Seen cut at the first hop and whole at the next: the whole one counts.
+    let mut f = Feed::new();
+    let whole = || {
+        msg(
+            9,
+            true,
+            "medium.lab.test.",
+            "TXT",
+            "NOERROR",
+            &["\"00abc\"", "\"01abc\""],
+            false,
+        )
+    };
+    f.see(MS, out_p, "client", "eth0", UDP, client, server, q());
+    f.see(
+        2 * MS,
+        in_p,
+        "client",
+        "eth0",
+        UDP,
+        server,
+        client,
+        cut_answer(),
+    );
+    f.see(3 * MS, out_p, "node", "veth", UDP, server, client, whole());
+    let txs = f.txs(2_000 * MS);
+    let t = &txs[0];
+    assert_eq!(t.answer_cut, None);
+    assert_eq!(t.answers.len(), 2);
+    assert!(!t.summary.contains("cut"), "{}", t.summary);
+    assert_eq!(
+        t.latency_ns,
+        Some(MS),
+        "the first (cut) copy still times the answer"
+    );
+    // An answered transaction without a cut has no `answer_cut` in JSON.
+    let json = serde_json::to_value(t).unwrap();
+    assert!(json.get("answer_cut").is_none(), "{json}");
 }

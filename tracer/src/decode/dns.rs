@@ -8,7 +8,9 @@
 //!   (a 12-byte packet claiming 65535 answers costs nothing),
 //! - errors name the section and record they occurred in,
 //! - the OPT record is read raw: hickory clamps the UDP size to ≥ 512 and drops the whole
-//!   message on an ECS option it does not like, both wrong for a tracer.
+//!   message on an ECS option it does not like, both wrong for a tracer,
+//! - a message the capture cut short ([`decode_cut`]) is decoded as far as its bytes go, the
+//!   way tcpdump prints `[|domain]`: header, questions and every record that fits whole.
 use std::fmt::{self, Write as _};
 use std::net::{Ipv4Addr, Ipv6Addr};
 
@@ -39,6 +41,35 @@ pub struct DnsMessage {
     /// Without the OPT pseudo-record, which is in `edns`.
     pub additional: Vec<Record>,
     pub edns: Option<Edns>,
+    /// Set when the capture cut the message: what was not decoded. Absent for whole messages.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cut: Option<Cut>,
+}
+
+/// How much of a message the capture (snaplen) cut off. The section counts are entries the
+/// header announces that were not decoded because the capture ended before (or inside)
+/// them; every entry that fit whole was decoded.
+#[derive(Debug, Clone, Copy, Serialize, PartialEq, Eq, Default)]
+pub struct Cut {
+    /// Bytes of the message that were captured.
+    pub captured_bytes: usize,
+    /// The message's length on the wire (UDP length, or the DNS-over-TCP length prefix).
+    pub message_bytes: usize,
+    pub questions: u16,
+    pub answers: u16,
+    pub authority: u16,
+    /// Including the OPT pseudo-record, if it was among them.
+    pub additional: u16,
+}
+
+impl Cut {
+    /// Entries not decoded, over all sections.
+    pub fn entries(&self) -> u32 {
+        u32::from(self.questions)
+            + u32::from(self.answers)
+            + u32::from(self.authority)
+            + u32::from(self.additional)
+    }
 }
 
 #[derive(Debug, Clone, Copy, Serialize, PartialEq, Eq, Default)]
@@ -90,7 +121,8 @@ pub struct EdnsOption {
     pub data: String,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// In message order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Section {
     Question,
     Answer,
@@ -133,15 +165,10 @@ pub enum DnsError {
     },
 }
 
-/// Decodes one DNS message (no TCP length prefix).
+/// Decodes one DNS message (no TCP length prefix) that was captured whole.
 pub fn decode(bytes: &[u8]) -> Result<DnsMessage, DnsError> {
-    let &[i0, i1, b2, b3, q0, q1, a0, a1, n0, n1, r0, r1] = bytes
-        .first_chunk::<HEADER_LEN>()
-        .ok_or(DnsError::TooShort(bytes.len()))?;
-    let id = u16::from_be_bytes([i0, i1]);
-    let (qd, an) = (u16::from_be_bytes([q0, q1]), u16::from_be_bytes([a0, a1]));
-    let (ns, ar) = (u16::from_be_bytes([n0, n1]), u16::from_be_bytes([r0, r1]));
-
+    let header = Header::read(bytes).ok_or(DnsError::TooShort(bytes.len()))?;
+    let Header { qd, an, ns, ar, .. } = header;
     let have = bytes.len().saturating_sub(HEADER_LEN);
     // At most 5 * 65535 + 11 * 3 * 65535: no overflow.
     let records = usize::from(an) + usize::from(ns) + usize::from(ar);
@@ -156,27 +183,137 @@ pub fn decode(bytes: &[u8]) -> Result<DnsMessage, DnsError> {
             have,
         });
     }
+    decode_body(bytes, &header, None)
+}
 
+/// Decodes a message whose end the capture cut off: `bytes` is what was captured,
+/// `message_bytes` its length on the wire. Header, questions and every record that fits
+/// whole are decoded; [`DnsMessage::cut`] counts the entries that did not fit (it is `None`
+/// when, after all, every entry did: only bytes after the message were missing).
+///
+/// `Ok(None)`: not even the 12-byte header was captured. An error means the captured part
+/// is wrong in itself (a compression loop, a misframed record, …): malformed, cut or not.
+pub fn decode_cut(bytes: &[u8], message_bytes: usize) -> Result<Option<DnsMessage>, DnsError> {
+    let Some(header) = Header::read(bytes) else {
+        return Ok(None);
+    };
+    decode_body(bytes, &header, Some(message_bytes)).map(Some)
+}
+
+/// The fixed 12-byte header (RFC 1035 §4.1.1).
+struct Header {
+    id: u16,
+    b2: u8,
+    b3: u8,
+    qd: u16,
+    an: u16,
+    ns: u16,
+    ar: u16,
+}
+
+impl Header {
+    fn read(bytes: &[u8]) -> Option<Header> {
+        let &[i0, i1, b2, b3, q0, q1, a0, a1, n0, n1, r0, r1] =
+            bytes.first_chunk::<HEADER_LEN>()?;
+        Some(Header {
+            id: u16::from_be_bytes([i0, i1]),
+            b2,
+            b3,
+            qd: u16::from_be_bytes([q0, q1]),
+            an: u16::from_be_bytes([a0, a1]),
+            ns: u16::from_be_bytes([n0, n1]),
+            ar: u16::from_be_bytes([r0, r1]),
+        })
+    }
+}
+
+/// Why reading an entry stopped.
+enum EntryError {
+    /// The bytes ran out inside the entry: the end of a cut capture, or (whole capture)
+    /// a message that is short in itself.
+    OutOfBytes(DnsError),
+    /// The entry is wrong in itself.
+    Bad(DnsError),
+}
+
+impl EntryError {
+    fn from_wire(section: Section, index: u16, what: &str, e: DecodeError) -> Self {
+        let out_of_bytes = matches!(e, DecodeError::InsufficientBytes);
+        let e = wire(section, index, what, e);
+        if out_of_bytes {
+            EntryError::OutOfBytes(e)
+        } else {
+            EntryError::Bad(e)
+        }
+    }
+}
+
+/// Room for at most `count` entries, but never more than the bytes left could hold.
+fn capacity(count: u16, bytes_left: usize, min_len: usize) -> usize {
+    usize::from(count).min(bytes_left / min_len)
+}
+
+/// Everything after the header. `cut`: the message's length on the wire when the capture
+/// holds only a prefix of it; running out of bytes then ends decoding instead of failing it.
+fn decode_body(bytes: &[u8], h: &Header, cut: Option<usize>) -> Result<DnsMessage, DnsError> {
     let mut dec = BinDecoder::new(bytes);
     dec.read_slice(HEADER_LEN)
         .map_err(|e| wire(Section::Question, 0, "header", e))?;
+    let cutting = cut.is_some();
+    // Where the capture ended: the first entry (section, index) that was not decoded.
+    let mut stopped: Option<(Section, u16)> = None;
 
-    let mut questions = Vec::with_capacity(usize::from(qd));
-    for i in 0..qd {
-        questions.push(read_question(&mut dec).map_err(|e| wire(Section::Question, i, "", e))?);
+    let mut questions = Vec::with_capacity(capacity(h.qd, dec.len(), MIN_QUESTION_LEN));
+    for i in 0..h.qd {
+        match read_question(&mut dec) {
+            Ok(q) => questions.push(q),
+            Err(e) => {
+                let e = EntryError::from_wire(Section::Question, i, "", e);
+                stopped = Some(stop_at(cutting, Section::Question, i, e)?);
+                break;
+            }
+        }
     }
     let mut edns = None;
-    let answers = read_section(&mut dec, bytes, Section::Answer, an, &mut edns)?;
-    let authority = read_section(&mut dec, bytes, Section::Authority, ns, &mut edns)?;
-    let additional = read_section(&mut dec, bytes, Section::Additional, ar, &mut edns)?;
+    let mut section = |section, count, stopped: &mut Option<(Section, u16)>| {
+        if stopped.is_some() {
+            return Ok(Vec::new());
+        }
+        let (records, stop) = read_section(&mut dec, bytes, section, count, &mut edns, cutting)?;
+        *stopped = stop.map(|i| (section, i));
+        Ok::<_, DnsError>(records)
+    };
+    let answers = section(Section::Answer, h.an, &mut stopped)?;
+    let authority = section(Section::Authority, h.ns, &mut stopped)?;
+    let additional = section(Section::Additional, h.ar, &mut stopped)?;
 
-    let rcode_low = u16::from(b3 & 0x0f);
+    let rcode_low = u16::from(h.b3 & 0x0f);
     let rcode = match &edns {
         Some(opt) => (u16::from(opt.ext_rcode) << 4) | rcode_low,
         None => rcode_low,
     };
+    let cut = match (cut, stopped) {
+        (Some(message_bytes), Some((section, index))) => {
+            // Entries of the section it stopped in from `index` on, and all later sections.
+            let left = |s: Section, count: u16| match s.cmp(&section) {
+                std::cmp::Ordering::Less => 0,
+                std::cmp::Ordering::Equal => count.saturating_sub(index),
+                std::cmp::Ordering::Greater => count,
+            };
+            Some(Cut {
+                captured_bytes: bytes.len(),
+                message_bytes,
+                questions: left(Section::Question, h.qd),
+                answers: left(Section::Answer, h.an),
+                authority: left(Section::Authority, h.ns),
+                additional: left(Section::Additional, h.ar),
+            })
+        }
+        _ => None,
+    };
+    let (b2, b3) = (h.b2, h.b3);
     Ok(DnsMessage {
-        id,
+        id: h.id,
         qr: b2 & 0x80 != 0,
         opcode: opcode_name((b2 >> 3) & 0x0f),
         rcode: rcode_name(rcode),
@@ -193,6 +330,7 @@ pub fn decode(bytes: &[u8]) -> Result<DnsMessage, DnsError> {
         authority,
         additional,
         edns: edns.map(|o| o.edns),
+        cut,
     })
 }
 
@@ -210,7 +348,12 @@ impl DnsMessage {
             let _ = write!(s, " [{}]", self.opcode);
         }
         let f = &self.flags;
-        let additional = self.additional.len() + usize::from(self.edns.is_some());
+        // Counts as the header gives them: what was decoded plus what the capture cut off.
+        let cut = self.cut.unwrap_or_default();
+        let answers = self.answers.len() + usize::from(cut.answers);
+        let authority = self.authority.len() + usize::from(cut.authority);
+        let additional =
+            self.additional.len() + usize::from(self.edns.is_some()) + usize::from(cut.additional);
         if self.qr {
             for (on, c) in [(f.aa, '*'), (!f.ra, '-'), (f.tc, '|'), (f.ad, '$')] {
                 if on {
@@ -221,14 +364,7 @@ impl DnsMessage {
                 s.push_str(" q: ");
                 push_question(&mut s, q);
             }
-            let _ = write!(
-                s,
-                " {} {}/{}/{}",
-                self.rcode,
-                self.answers.len(),
-                self.authority.len(),
-                additional
-            );
+            let _ = write!(s, " {} {answers}/{authority}/{additional}", self.rcode);
             for (i, rr) in self.answers.iter().enumerate() {
                 if i == SUMMARY_MAX_ANSWERS {
                     s.push_str(", ...");
@@ -243,11 +379,7 @@ impl DnsMessage {
                     s.push(c);
                 }
             }
-            for (n, tag) in [
-                (self.answers.len(), "a"),
-                (self.authority.len(), "n"),
-                (additional, "au"),
-            ] {
+            for (n, tag) in [(answers, "a"), (authority, "n"), (additional, "au")] {
                 if n > 0 {
                     let _ = write!(s, " [{n}{tag}]");
                 }
@@ -257,6 +389,44 @@ impl DnsMessage {
                 push_question(&mut s, q);
             }
         }
+        if let Some(cut) = &self.cut {
+            s.push(' ');
+            s.push_str(&cut.note());
+        }
+        s
+    }
+}
+
+impl Cut {
+    /// `[|cut by the capture at 200 of 731 bytes: 5 answers, 1 additional not decoded]`,
+    /// after tcpdump's `[|domain]`.
+    pub fn note(&self) -> String {
+        let mut s = format!(
+            "[|cut by the capture at {} of {} bytes",
+            self.captured_bytes, self.message_bytes
+        );
+        let mut first = true;
+        for (n, what) in [
+            (self.questions, "question"),
+            (self.answers, "answer"),
+            (self.authority, "authority"),
+            (self.additional, "additional"),
+        ] {
+            if n > 0 {
+                s.push_str(if first { ": " } else { ", " });
+                first = false;
+                let plural = if n > 1 && matches!(what, "question" | "answer") {
+                    "s"
+                } else {
+                    ""
+                };
+                let _ = write!(s, "{n} {what}{plural}");
+            }
+        }
+        if !first {
+            s.push_str(" not decoded");
+        }
+        s.push(']');
         s
     }
 }
@@ -288,20 +458,41 @@ fn read_question(dec: &mut BinDecoder<'_>) -> Result<Question, DecodeError> {
     })
 }
 
+/// Reads `count` records; with `cutting`, running out of bytes ends the section early and
+/// returns the index of the first record not decoded.
 fn read_section(
     dec: &mut BinDecoder<'_>,
     msg: &[u8],
     section: Section,
     count: u16,
     edns: &mut Option<OptRecord>,
-) -> Result<Vec<Record>, DnsError> {
-    let mut records = Vec::with_capacity(usize::from(count));
+    cutting: bool,
+) -> Result<(Vec<Record>, Option<u16>), DnsError> {
+    let mut records = Vec::with_capacity(capacity(count, dec.len(), MIN_RECORD_LEN));
     for index in 0..count {
-        if let Some(rr) = read_record(dec, msg, section, index, edns)? {
-            records.push(rr);
+        match read_record(dec, msg, section, index, edns) {
+            Ok(Some(rr)) => records.push(rr),
+            Ok(None) => {}
+            Err(e) => {
+                stop_at(cutting, section, index, e)?;
+                return Ok((records, Some(index)));
+            }
         }
     }
-    Ok(records)
+    Ok((records, None))
+}
+
+/// Where a cut message's decoding ends, or the error of one that is malformed.
+fn stop_at(
+    cutting: bool,
+    section: Section,
+    index: u16,
+    e: EntryError,
+) -> Result<(Section, u16), DnsError> {
+    match e {
+        EntryError::OutOfBytes(_) if cutting => Ok((section, index)),
+        EntryError::OutOfBytes(e) | EntryError::Bad(e) => Err(e),
+    }
 }
 
 /// Returns `None` for the OPT pseudo-record, which goes to `edns` instead.
@@ -311,13 +502,16 @@ fn read_record(
     section: Section,
     index: u16,
     edns: &mut Option<OptRecord>,
-) -> Result<Option<Record>, DnsError> {
-    let err = |reason: String| DnsError::Malformed {
-        section,
-        index,
-        reason,
+) -> Result<Option<Record>, EntryError> {
+    let err = |reason: String| {
+        EntryError::Bad(DnsError::Malformed {
+            section,
+            index,
+            reason,
+        })
     };
-    let name = Name::read(dec).map_err(|e| wire(section, index, "owner name", e))?;
+    let name =
+        Name::read(dec).map_err(|e| EntryError::from_wire(section, index, "owner name", e))?;
     let mut fixed = || -> Result<(u16, u16, u32, u16), DecodeError> {
         Ok((
             dec.read_u16()?.unverified(/*any u16 is a type*/),
@@ -327,15 +521,19 @@ fn read_record(
         ))
     };
     let (rtype, class, ttl, rdlen) =
-        fixed().map_err(|e| wire(section, index, "fixed fields", e))?;
+        fixed().map_err(|e| EntryError::from_wire(section, index, "fixed fields", e))?;
     let rdata_start = dec.index();
     let rdata = dec
         .read_slice(usize::from(rdlen))
         .map_err(|_| {
-            err(format!(
-                "rdata length {rdlen} runs past the end of the message ({} bytes left)",
-                dec.len()
-            ))
+            EntryError::OutOfBytes(DnsError::Malformed {
+                section,
+                index,
+                reason: format!(
+                    "rdata length {rdlen} runs past the end of the message ({} bytes left)",
+                    dec.len()
+                ),
+            })
         })?
         .unverified(/*bounds checked by read_slice*/);
 
@@ -884,8 +1082,8 @@ mod tests {
         HRecord::from_rdata(name(n), ttl, data)
     }
 
-    #[test]
-    fn response_with_common_types() {
+    /// A response of 7 answers of common types, 1 authority, 1 additional and an OPT.
+    fn common_response() -> Vec<u8> {
         let mut m = Message::new(4242, MessageType::Response, OpCode::Query);
         m.metadata.recursion_desired = true;
         m.metadata.recursion_available = true;
@@ -941,7 +1139,12 @@ mod tests {
         ));
         m.add_additional(rr("ns1.lab.test.", 60, RData::A(A::new(10, 250, 0, 53))));
         m.set_edns(HEdns::new());
-        let bytes = m.to_vec().unwrap();
+        m.to_vec().unwrap()
+    }
+
+    #[test]
+    fn response_with_common_types() {
+        let bytes = common_response();
 
         let d = decode(&bytes).unwrap();
         assert!(d.qr && d.flags.aa && d.flags.rd && d.flags.ra);
@@ -1331,6 +1534,198 @@ mod tests {
             if let Ok(m) = decode(&msg) {
                 let _ = m.summary_line();
             }
+            let cut = (next() as usize) % (msg.len() + 1);
+            if let Ok(Some(m)) = decode_cut(&msg[..cut], msg.len()) {
+                let _ = m.summary_line();
+            }
         }
+    }
+
+    /// Where each entry of a well-formed message ends, walked independently of the decoder:
+    /// (section, end offset, is OPT).
+    fn entry_ends(msg: &[u8]) -> Vec<(Section, usize, bool)> {
+        let count = |i: usize| usize::from(u16::from_be_bytes([msg[i], msg[i + 1]]));
+        let skip_name = |mut at: usize| loop {
+            let len = msg[at];
+            if len & 0xc0 == 0xc0 {
+                return at + 2;
+            }
+            at += 1 + usize::from(len);
+            if len == 0 {
+                return at;
+            }
+        };
+        let mut at = HEADER_LEN;
+        let mut ends = Vec::new();
+        for _ in 0..count(4) {
+            at = skip_name(at) + 4;
+            ends.push((Section::Question, at, false));
+        }
+        for (section, n) in [
+            (Section::Answer, count(6)),
+            (Section::Authority, count(8)),
+            (Section::Additional, count(10)),
+        ] {
+            for _ in 0..n {
+                let fixed = skip_name(at);
+                let rtype = u16::from_be_bytes([msg[fixed], msg[fixed + 1]]);
+                let rdlen = usize::from(u16::from_be_bytes([msg[fixed + 8], msg[fixed + 9]]));
+                at = fixed + 10 + rdlen;
+                ends.push((section, at, rtype == TYPE_OPT));
+            }
+        }
+        assert_eq!(at, msg.len());
+        ends
+    }
+
+    /// A response cut at every byte offset: never a panic, never an error; below 12 bytes
+    /// no message; otherwise the header, every entry that fits whole (and only those), and
+    /// the right number of entries counted as cut in each section.
+    #[test]
+    fn cut_at_every_offset_decodes_what_fits() {
+        let full = common_response();
+        let whole = decode(&full).unwrap();
+        let ends = entry_ends(&full);
+        assert_eq!(ends.len(), 1 + 7 + 1 + 2);
+        for n in 0..full.len() {
+            let got = decode_cut(&full[..n], full.len());
+            let m = match got {
+                Ok(Some(m)) => m,
+                Ok(None) => {
+                    assert!(n < HEADER_LEN, "no message at {n} bytes");
+                    continue;
+                }
+                Err(e) => panic!("cut at {n}: {e}"),
+            };
+            assert!(n >= HEADER_LEN);
+            assert_eq!(
+                (m.id, m.qr, m.flags),
+                (whole.id, whole.qr, whole.flags),
+                "at {n}"
+            );
+            assert_eq!(m.rcode, whole.rcode);
+            let fits = |s: Section| {
+                ends.iter()
+                    .filter(|(sec, end, _)| *sec == s && *end <= n)
+                    .count()
+            };
+            let total = |s: Section| ends.iter().filter(|(sec, ..)| *sec == s).count();
+            let opt_fits = ends.iter().any(|(_, end, opt)| *opt && *end <= n);
+            assert_eq!(m.questions[..], whole.questions[..fits(Section::Question)]);
+            assert_eq!(
+                m.answers[..],
+                whole.answers[..fits(Section::Answer)],
+                "at {n}"
+            );
+            assert_eq!(m.authority[..], whole.authority[..fits(Section::Authority)]);
+            let additional = fits(Section::Additional) - usize::from(opt_fits);
+            assert_eq!(m.additional[..], whole.additional[..additional], "at {n}");
+            assert_eq!(m.edns.is_some(), opt_fits, "at {n}");
+            let cut = m.cut.unwrap_or_else(|| panic!("cut at {n} not marked"));
+            let left = |s: Section| (total(s) - fits(s)) as u16;
+            assert_eq!(
+                cut,
+                Cut {
+                    captured_bytes: n,
+                    message_bytes: full.len(),
+                    questions: left(Section::Question),
+                    answers: left(Section::Answer),
+                    authority: left(Section::Authority),
+                    additional: left(Section::Additional),
+                },
+                "at {n}"
+            );
+            // The summary gives the header's counts and says what was cut.
+            let line = m.summary_line();
+            assert!(
+                line.contains(" NOERROR 7/1/2") || fits(Section::Question) == 0,
+                "{line}"
+            );
+            assert!(
+                line.contains(&format!("[|cut by the capture at {n} of {}", full.len())),
+                "{line}"
+            );
+            // Without the capture's word that bytes are missing, it is malformed.
+            assert!(decode(&full[..n]).is_err(), "short message at {n} decoded");
+        }
+        // The whole message is not cut.
+        assert_eq!(decode_cut(&full, full.len()), Ok(Some(whole)));
+    }
+
+    #[test]
+    fn cut_note_and_summary() {
+        let full = common_response();
+        let ends = entry_ends(&full);
+        // After the question and the first two answers.
+        let n = ends[2].1 + 5;
+        let m = decode_cut(&full[..n], full.len()).unwrap().unwrap();
+        assert_eq!(m.answers.len(), 2);
+        let c = m.cut.unwrap();
+        assert_eq!(
+            (c.answers, c.authority, c.additional, c.entries()),
+            (5, 1, 2, 8)
+        );
+        assert_eq!(
+            m.summary_line(),
+            format!(
+                "4242* q: A? www.lab.test. NOERROR 7/1/2 CNAME web.lab.test., A 10.250.0.80 \
+                 [|cut by the capture at {n} of {} bytes: 5 answers, 1 authority, 2 additional \
+                 not decoded]",
+                full.len()
+            )
+        );
+        let json = serde_json::to_value(&m).unwrap();
+        assert_eq!(json["cut"]["answers"], 5);
+        assert_eq!(json["cut"]["captured_bytes"], n);
+        // A whole message has no `cut` field at all.
+        let whole = serde_json::to_value(decode(&full).unwrap()).unwrap();
+        assert!(whole.get("cut").is_none());
+        // Cut inside the question: header only.
+        let m = decode_cut(&full[..20], full.len()).unwrap().unwrap();
+        assert!(m.questions.is_empty() && m.answers.is_empty());
+        assert_eq!(m.cut.unwrap().questions, 1);
+        assert!(
+            m.summary_line().contains("1 question, 7 answers"),
+            "{}",
+            m.summary_line()
+        );
+    }
+
+    /// A cut capture does not excuse what is wrong in the bytes it holds.
+    #[test]
+    fn cut_message_wrong_in_itself_stays_malformed() {
+        // Question name pointing at itself, then the capture ends.
+        let msg = raw(1, 0x8180, [1, 1, 0, 0], &[0xc0, 12, 0, 1, 0, 1, 0xc0]);
+        let e = decode_cut(&msg, 200).unwrap_err();
+        assert!(e.to_string().contains("pointer loop"), "{e}");
+        // A whole A record of 5 bytes before the cut.
+        let mut body = vec![0, 0, 1, 0, 1, 0, 0, 0, 0, 0, 5, 1, 2, 3, 4, 5];
+        body.extend_from_slice(&[0, 0, 1]);
+        let e = decode_cut(&raw(1, 0x8000, [0, 2, 0, 0], &body), 100).unwrap_err();
+        assert!(e.to_string().contains("A rdata is 5 bytes"), "{e}");
+        // A record whose rdata runs past the bytes of a message that was not cut.
+        let body = [0, 0, 16, 0, 1, 0, 0, 0, 0, 2, 0x58, 5, b'h', b'e'];
+        let e = decode(&raw(1, 0x8000, [0, 1, 0, 0], &body)).unwrap_err();
+        assert!(e.to_string().contains("rdata length 600 runs past"), "{e}");
+        // The same bytes as the start of a cut 700-byte message: the header, no answer.
+        let m = decode_cut(&raw(1, 0x8000, [0, 1, 0, 0], &body), 700)
+            .unwrap()
+            .unwrap();
+        assert!(m.answers.is_empty());
+        assert_eq!(m.cut.unwrap().answers, 1);
+    }
+
+    /// Counts a cut header claims cost nothing: no allocation by count, no error.
+    #[test]
+    fn hostile_counts_in_a_cut_message() {
+        let msg = raw(1, 0x8000, [65535, 65535, 65535, 65535], &[0, 0, 1]);
+        let m = decode_cut(&msg, 9000).unwrap().unwrap();
+        assert!(m.questions.is_empty());
+        let c = m.cut.unwrap();
+        assert_eq!(
+            (c.questions, c.answers, c.authority, c.additional),
+            (65535, 65535, 65535, 65535)
+        );
+        assert_eq!(decode_cut(&msg[..11], 9000), Ok(None));
     }
 }

@@ -29,6 +29,9 @@ pub struct IpPacket<'a> {
     pub transport: Transport<'a>,
     /// payload shorter than the headers' lengths say (snaplen cut)
     pub truncated: bool,
+    /// How many bytes of the transport payload the headers' lengths say the capture lacks
+    /// (0 when whole): from the UDP length for UDP, from the IP length otherwise.
+    pub missing: usize,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -125,18 +128,20 @@ fn parse_ipv4(data: &[u8]) -> Result<IpPacket<'_>, IpError> {
             dst,
             transport: Transport::Other { proto },
             truncated: data.len() < declared_end,
+            missing: declared_end.saturating_sub(data.len()),
         });
     }
     let end = declared_end.min(data.len());
     let ip_truncated = data.len() < declared_end;
     // Trailing Ethernet padding beyond tot_len is cut off here.
     let segment = data.get(ihl..end).unwrap_or_default();
-    let (transport, l4_truncated) = parse_transport(proto, segment)?;
+    let (transport, l4_missing) = parse_transport(proto, segment)?;
     Ok(IpPacket {
         src,
         dst,
         transport,
-        truncated: ip_truncated || l4_truncated,
+        truncated: ip_truncated || l4_missing.is_some_and(|n| n > 0),
+        missing: l4_missing.unwrap_or(declared_end.saturating_sub(data.len())),
     })
 }
 
@@ -202,6 +207,7 @@ fn parse_ipv6(data: &[u8]) -> Result<IpPacket<'_>, IpError> {
                         dst,
                         transport: Transport::Other { proto: next },
                         truncated: ip_truncated,
+                        missing: declared_end.saturating_sub(data.len()),
                     });
                 }
             }
@@ -213,17 +219,19 @@ fn parse_ipv6(data: &[u8]) -> Result<IpPacket<'_>, IpError> {
         }
     }
     let segment = body.get(offset..).unwrap_or_default();
-    let (transport, l4_truncated) = parse_transport(next, segment)?;
+    let (transport, l4_missing) = parse_transport(next, segment)?;
     Ok(IpPacket {
         src,
         dst,
         transport,
-        truncated: ip_truncated || l4_truncated,
+        truncated: ip_truncated || l4_missing.is_some_and(|n| n > 0),
+        missing: l4_missing.unwrap_or(declared_end.saturating_sub(data.len())),
     })
 }
 
-/// Returns the transport and whether its own length field promises more than `segment` holds.
-fn parse_transport(proto: u8, segment: &[u8]) -> Result<(Transport<'_>, bool), IpError> {
+/// Returns the transport and, if it has a length field of its own (UDP), how many bytes more
+/// than `segment` holds that field promises.
+fn parse_transport(proto: u8, segment: &[u8]) -> Result<(Transport<'_>, Option<usize>), IpError> {
     match proto {
         PROTO_UDP => {
             let h: &[u8; UDP_HEADER] = array_at(segment, 0).ok_or(IpError::TooShort {
@@ -233,11 +241,12 @@ fn parse_transport(proto: u8, segment: &[u8]) -> Result<(Transport<'_>, bool), I
             })?;
             let ulen = u16::from_be_bytes([h[4], h[5]]);
             // Length 0 is legal only for IPv6 jumbograms (RFC 2675 §4); take what was captured.
-            let declared_end = match ulen {
-                0 => segment.len(),
+            let declared = match ulen {
+                0 => None,
                 n if usize::from(n) < UDP_HEADER => return Err(IpError::BadUdpLength(n)),
-                n => usize::from(n),
+                n => Some(usize::from(n)),
             };
+            let declared_end = declared.unwrap_or(segment.len());
             let end = declared_end.min(segment.len());
             Ok((
                 Transport::Udp {
@@ -245,7 +254,7 @@ fn parse_transport(proto: u8, segment: &[u8]) -> Result<(Transport<'_>, bool), I
                     dport: u16::from_be_bytes([h[2], h[3]]),
                     payload: segment.get(UDP_HEADER..end).unwrap_or_default(),
                 },
-                segment.len() < declared_end,
+                declared.map(|end| end.saturating_sub(segment.len())),
             ))
         }
         PROTO_TCP => {
@@ -272,10 +281,10 @@ fn parse_transport(proto: u8, segment: &[u8]) -> Result<(Transport<'_>, bool), I
                     flags: h[13],
                     payload,
                 },
-                false,
+                None,
             ))
         }
-        proto => Ok((Transport::Other { proto }, false)),
+        proto => Ok((Transport::Other { proto }, None)),
     }
 }
 
@@ -412,6 +421,7 @@ mod tests {
         let pkt = ipv4(17, &[], 0, &udp(1, 53, &[7u8; 100]));
         let p = parse_ip(&pkt[..60]).unwrap();
         assert!(p.truncated);
+        assert_eq!(p.missing, 128 - 60);
         match p.transport {
             Transport::Udp { payload, .. } => assert_eq!(payload.len(), 60 - 28),
             other => panic!("{other:?}"),
@@ -425,6 +435,7 @@ mod tests {
         let pkt = ipv4(17, &[], 0, &l4);
         let p = parse_ip(&pkt).unwrap();
         assert!(p.truncated);
+        assert_eq!(p.missing, 100 - 12);
         assert!(matches!(
             p.transport,
             Transport::Udp {
@@ -499,6 +510,7 @@ mod tests {
         let pkt = ipv4(6, &[], 0, &l4);
         let p = parse_ip(&pkt[..20 + 20 + 10]).unwrap();
         assert!(p.truncated);
+        assert_eq!(p.missing, 40);
         assert!(matches!(p.transport, Transport::Tcp { payload, .. } if payload.len() == 10));
     }
 
@@ -622,6 +634,7 @@ mod tests {
         let pkt = ipv6(17, &[], &udp(1, 53, &[0u8; 64]));
         let p = parse_ip(&pkt[..40 + 8 + 10]).unwrap();
         assert!(p.truncated);
+        assert_eq!(p.missing, 54);
         assert!(matches!(p.transport, Transport::Udp { payload, .. } if payload.len() == 10));
     }
 

@@ -2,7 +2,8 @@
 //!
 //! Boundary (used by correlate/sinks; keep it small and stable):
 //! - [`parse_ip`]: IPv4/IPv6 + UDP/TCP headers of a captured packet (possibly cut by snaplen).
-//! - [`dns::decode`]: one DNS message (hickory-proto) → [`dns::DnsMessage`], serialisable.
+//! - [`dns::decode`]: one DNS message (hickory-proto) → [`dns::DnsMessage`], serialisable;
+//!   [`dns::decode_cut`]: one the capture cut short, as far as its bytes go.
 //! - [`tcp::TcpReassembler`]: per-flow DNS-over-TCP framing (RFC 7766 §8) with bounded buffers.
 pub mod dns;
 pub mod ip;

@@ -57,8 +57,15 @@ impl Default for TcpLimits {
 pub enum TcpOutput {
     /// One DNS message, without its length prefix.
     Message(Vec<u8>),
-    /// bytes could not be framed: gap (lost/out-of-window segment), snaplen cut, oversize
+    /// bytes could not be framed: gap (lost/out-of-window segment), oversize
     Malformed { reason: String, bytes: usize },
+    /// The capture (snaplen) cut the segment inside a message: the captured start of that
+    /// message (without its length prefix, possibly empty), and its length from the prefix
+    /// (`None` when the prefix itself was not captured).
+    Cut {
+        captured: Vec<u8>,
+        message_len: Option<usize>,
+    },
 }
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
@@ -70,6 +77,8 @@ pub struct TcpStats {
     pub bytes_dropped: u64,
     /// Holes in a stream that were given up on.
     pub gaps: u64,
+    /// [`TcpOutput::Cut`] outputs: messages cut by the capture.
+    pub cut: u64,
     pub messages: u64,
     /// [`TcpOutput::Malformed`] outputs.
     pub malformed: u64,
@@ -224,15 +233,27 @@ impl Flow {
     }
 
     /// The rest of the last segment was not captured: the unfinished message cannot complete.
+    /// Frames complete in the captured part were emitted already; the captured start of the
+    /// cut one is handed on as [`TcpOutput::Cut`], to be decoded as far as it goes.
     fn cut(&mut self, stats: &mut TcpStats, out: &mut Vec<TcpOutput>) {
-        // Frames complete in the captured part were emitted already; the partial one is lost.
-        let partial = self.buf.len();
-        add_bytes(&mut stats.bytes_dropped, partial);
-        self.buf.clear();
-        self.skip = 0;
-        let reason = "segment cut by the capture snaplen: unfinished message dropped".into();
-        Self::malformed(stats, out, reason, partial);
         self.resync = true;
+        if self.skip > 0 {
+            // Inside a frame too large to buffer, already reported.
+            self.skip = 0;
+            self.buf.clear();
+            return;
+        }
+        let message_len = self
+            .buf
+            .first_chunk::<2>()
+            .map(|&[h0, h1]| usize::from(u16::from_be_bytes([h0, h1])));
+        let captured = self.buf.get(2..).map(<[u8]>::to_vec).unwrap_or_default();
+        self.buf.clear();
+        stats.cut = stats.cut.saturating_add(1);
+        out.push(TcpOutput::Cut {
+            captured,
+            message_len,
+        });
     }
 
     fn within_limits(&self, max_buffer: usize) -> bool {
@@ -546,7 +567,7 @@ mod tests {
         out.iter()
             .filter_map(|o| match o {
                 TcpOutput::Message(m) => Some(m.clone()),
-                TcpOutput::Malformed { .. } => None,
+                _ => None,
             })
             .collect()
     }
@@ -555,7 +576,7 @@ mod tests {
         out.iter()
             .filter_map(|o| match o {
                 TcpOutput::Malformed { reason, bytes } => Some((reason.clone(), *bytes)),
-                TcpOutput::Message(_) => None,
+                _ => None,
             })
             .collect()
     }
@@ -734,17 +755,27 @@ mod tests {
     }
 
     #[test]
-    fn snaplen_cut_segment_drops_partial_and_resyncs() {
+    fn snaplen_cut_segment_hands_on_partial_and_resyncs() {
         let mut r = reasm();
         let (a, b, c) = (msg(1, 20), msg(2, 100), msg(3, 15));
         let mut seg = framed(&a);
         seg.extend_from_slice(&framed(&b));
         let mut out = Vec::new();
-        // Capture holds a and the first 30 bytes of b.
+        // Capture holds a and the first 30 bytes of b (its prefix and 28 bytes of it).
         r.push(1, key(9), 0, PSH_ACK, &seg[..22 + 30], true, &mut out);
-        assert_eq!(messages(&out), vec![a]);
-        assert_eq!(malformed(&out).len(), 1);
-        assert_eq!(malformed(&out)[0].1, 30);
+        assert_eq!(
+            out,
+            vec![
+                TcpOutput::Message(a),
+                TcpOutput::Cut {
+                    captured: b[..28].to_vec(),
+                    message_len: Some(100),
+                }
+            ]
+        );
+        assert!(malformed(&out).is_empty());
+        assert_eq!(r.stats().cut, 1);
+        assert_eq!(r.stats().bytes_dropped, 0);
         out.clear();
         // A retransmission of the cut segment (cut again) adds nothing and emits nothing.
         r.push(2, key(9), 0, PSH_ACK, &seg[..22 + 30], true, &mut out);

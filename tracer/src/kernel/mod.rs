@@ -98,14 +98,13 @@ pub fn kernel_release() -> String {
 fn verifier_reason(log: &str) -> String {
     log.lines()
         .map(str::trim)
-        .filter(|l| {
+        .rfind(|l| {
             !l.is_empty()
                 && !l.starts_with("processed ")
                 && !l.starts_with("verification time")
                 && !l.starts_with("stack depth")
                 && !l.starts_with("-- END PROG LOAD LOG --")
         })
-        .next_back()
         .unwrap_or("(empty verifier log)")
         .to_string()
 }

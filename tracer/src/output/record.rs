@@ -3,7 +3,7 @@ use serde::Serialize;
 
 use crate::{
     correlate::LegRole,
-    decode::dns::DnsMessage,
+    decode::dns::{Cut, DnsMessage},
     event::{KernelCounters, KernelSetup},
 };
 
@@ -67,6 +67,10 @@ pub struct LegRecord {
     pub outcome: &'static str,
     pub rcode: Option<String>,
     pub answers: Vec<String>,
+    /// The response was cut by the capture (snaplen) wherever it was seen: how (as the
+    /// packet's `dns.cut`); `answers` are those that fit.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub answer_cut: Option<Cut>,
     /// Query → response at the leg's first point.
     pub latency_ns: Option<u64>,
     /// The same query re-sent from the same socket with the same id.
@@ -104,6 +108,9 @@ pub struct TransactionRecord {
     pub outcome: &'static str,
     pub rcode: Option<String>,
     pub answers: Vec<String>,
+    /// The answer the client got was cut by the capture: how (see [`LegRecord::answer_cut`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub answer_cut: Option<Cut>,
     /// First query → the answer the client got, at the client's first point.
     pub latency_ns: Option<u64>,
     /// One line for a person, e.g. `timeout after 5.0 s, retried, answered at +5.02 s: NOERROR`.
@@ -137,6 +144,14 @@ pub struct PacketRecord {
     /// Why `dns` is missing.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub malformed: Option<String>,
+    /// The capture (snaplen) cut the DNS message: `dns` holds what was decoded of it (its
+    /// `cut` says what was not), or is null when not even the header was captured.
+    #[serde(skip_serializing_if = "is_false")]
+    pub capture_truncated: bool,
+}
+
+fn is_false(b: &bool) -> bool {
+    !*b
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -185,6 +200,9 @@ pub struct DropRecord {
     pub dns: Option<DnsMessage>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub malformed: Option<String>,
+    /// As for packets: the copy of the dropped packet cut its DNS message.
+    #[serde(skip_serializing_if = "is_false")]
+    pub capture_truncated: bool,
     /// Set when the drop is part of normal socket life (e.g. a socket closed with data
     /// queued), with the reason; the text view hides these.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -205,10 +223,13 @@ pub struct KernelStats {
 pub struct StatsRecord {
     /// Packet events received from the source.
     pub packets: u64,
-    /// DNS messages decoded (a TCP segment can hold several, or part of one).
+    /// DNS messages decoded whole (a TCP segment can hold several, or part of one).
     pub decoded: u64,
-    /// Packets or TCP-framed messages that could not be decoded.
+    /// Packets or TCP-framed messages that could not be decoded: wrong in themselves.
     pub malformed: u64,
+    /// DNS messages the capture (snaplen) cut: decoded as far as their bytes go. Neither in
+    /// `decoded` nor in `malformed`.
+    pub capture_truncated: u64,
     /// TCP segments with no DNS bytes (handshake, ACK, FIN).
     pub tcp_control: u64,
     /// Captured packets of other protocols / non-first fragments (should be 0 live).

@@ -34,6 +34,9 @@ pub fn packet_line(p: &PacketRecord) -> String {
     let what = match (&p.dns, &p.malformed) {
         (Some(m), _) => m.summary_line(),
         (None, Some(why)) => format!("MALFORMED: {why}"),
+        (None, None) if p.capture_truncated => {
+            "[|domain: the capture cut the DNS header]".to_string()
+        }
         (None, None) => String::new(),
     };
     let vlan = p.vlan.map(|v| format!(" vlan {v}")).unwrap_or_default();
@@ -110,7 +113,13 @@ fn leg_line(l: &LegRecord) -> String {
         String::new()
     };
     let result = match (l.outcome, &l.rcode) {
-        ("answered", Some(rc)) => rc.clone(),
+        ("answered", Some(rc)) => match &l.answer_cut {
+            Some(c) => format!(
+                "{rc} (cut by the capture at {} of {} bytes)",
+                c.captured_bytes, c.message_bytes
+            ),
+            None => rc.clone(),
+        },
         ("truncated", Some(rc)) => format!("{rc} truncated"),
         ("dropped", _) => match &l.drop {
             Some(d) => format!(
@@ -280,6 +289,12 @@ pub fn stats_line(s: &StatsRecord) -> String {
         "--- {} packets, {} DNS messages decoded, {} malformed, {} TCP control segments, {} lost, {} drops",
         s.packets, s.decoded, s.malformed, s.tcp_control, s.lost, s.drops
     );
+    if s.capture_truncated > 0 {
+        line.push_str(&format!(
+            ", {} cut by the capture's snaplen (decoded as far as they go)",
+            s.capture_truncated
+        ));
+    }
     if s.drops_benign > 0 {
         line.push_str(&format!(
             " ({} of them normal socket life, not shown)",
