@@ -25,8 +25,8 @@ use aya_ebpf::{
 use packet::PacketRead as _;
 use tracer_common::{
     counter, CaptureConfig, CtTuple, DropEvent, KernelOffsets, PacketEvent, PacketHeader,
-    DIR_EGRESS, DIR_INGRESS, DROP_DATA_MASK, EVENT_DROP, EVENT_PACKET, IPPROTO_TCP,
-    MAX_DROP_DATA, MAX_PACKET_DATA, MAX_SNAPLEN, PACKET_DATA_MASK, PACKET_HEADER_LEN,
+    DIR_EGRESS, DIR_INGRESS, DROP_DATA_MASK, EVENT_DROP, EVENT_PACKET, IPPROTO_TCP, MAX_DROP_DATA,
+    MAX_PACKET_DATA, MAX_SNAPLEN, PACKET_DATA_MASK, PACKET_HEADER_LEN,
 };
 
 mod packet;
@@ -204,8 +204,7 @@ fn try_tc(ctx: &TcContext, has_eth: bool, dir: u8) -> Result<(), ()> {
             count(counter::PACKETS_LOST_COPY);
             return Ok(());
         }
-        let bytes =
-            core::slice::from_raw_parts(ev as *const u8, PACKET_HEADER_LEN + cap as usize);
+        let bytes = core::slice::from_raw_parts(ev as *const u8, PACKET_HEADER_LEN + cap as usize);
         if EVENTS.output::<[u8]>(bytes, 0).is_err() {
             count(counter::PACKETS_LOST_RINGBUF);
         }

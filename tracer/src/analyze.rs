@@ -81,6 +81,9 @@ pub struct AnalyzeReport {
     pub unsupported_linktypes: Vec<u32>,
     /// The first unreadable pcapng packet block, if any.
     pub first_bad_block: Option<String>,
+    /// pcapng blocks read without some of their optional fields (lossily or ignored), and
+    /// the first of them.
+    pub repaired_blocks: (u64, Option<String>),
     /// What ended reading before the end of the file; everything before it was decoded.
     pub stopped_by: Option<FileError>,
 }
@@ -123,6 +126,11 @@ impl AnalyzeReport {
             lines.push(format!(
                 "warning: {} unreadable packet block(s) skipped; the first: {first}",
                 s.link.bad_block
+            ));
+        }
+        if let (n, Some(first)) = &self.repaired_blocks {
+            lines.push(format!(
+                "warning: {n} block(s) with unreadable optional fields read without them; the first: {first}"
             ));
         }
         if let Some(e) = &self.stopped_by {
@@ -324,6 +332,10 @@ pub fn analyze(
         skipped,
         unsupported_linktypes: source.unsupported_linktypes().to_vec(),
         first_bad_block: source.first_bad_block().map(str::to_string),
+        repaired_blocks: {
+            let (n, first) = source.repaired_blocks();
+            (n, first.map(str::to_string))
+        },
         stopped_by,
     })
 }
@@ -347,8 +359,9 @@ pub fn run(opts: AnalyzeOptions, out: Box<dyn Write + Send>) -> Result<StatsReco
     } else {
         opts.path.display().to_string()
     };
+    // The file's name and what it holds are not ours: escaped, as on stdout.
     for line in report.summary_lines(&name) {
-        eprintln!("dnspath: {line}");
+        eprintln!("dnspath: {}", crate::output::escape(&line));
     }
     Ok(report.stats)
 }

@@ -110,7 +110,7 @@ struct TraceArgs {
     /// Stop after this many seconds.
     #[arg(long, value_name = "SECS")]
     duration: Option<f64>,
-    /// Stop after this many packets.
+    /// Stop after this many packets (at least 1).
     #[arg(short = 'c', long)]
     count: Option<u64>,
     /// Do not trace kernel drops (skb:kfree_skb); for kernels without BTF.
@@ -149,23 +149,46 @@ fn main() -> ExitCode {
     match run(cli) {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("dnspath: {e:#}");
+            // Errors can name files and interfaces: escaped as output is.
+            eprintln!("dnspath: {}", dnspath::output::escape(&format!("{e:#}")));
             ExitCode::FAILURE
         }
     }
 }
 
+/// Longest `--duration`/`--timeout` accepted: about 31 years.
+const MAX_SECS: f64 = 1e9;
+
 fn positive_secs(s: f64, flag: &str) -> anyhow::Result<Duration> {
-    if s.is_finite() && s > 0.0 && s < 1e9 {
-        Ok(Duration::from_secs_f64(s))
-    } else {
+    if !(s.is_finite() && s > 0.0) {
         anyhow::bail!("{flag} must be a positive number of seconds, got {s}")
     }
+    if s >= MAX_SECS {
+        anyhow::bail!(
+            "{flag} {s} is too long: at most {} seconds (about 31 years); leave --duration out to run until stopped",
+            MAX_SECS - 1.0
+        )
+    }
+    Ok(Duration::from_secs_f64(s))
+}
+
+/// `trace`'s flags that clap accepts but that would make a run capture nothing.
+fn check_trace_args(a: &TraceArgs) -> anyhow::Result<()> {
+    if a.ports.contains(&0) {
+        anyhow::bail!("--port 0 is not a port: give UDP/TCP ports from 1 to 65535");
+    }
+    if a.count == Some(0) {
+        anyhow::bail!(
+            "--count 0 would stop before the first packet: give at least 1, or leave --count out to run until stopped"
+        );
+    }
+    Ok(())
 }
 
 fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
         Command::Trace(a) => {
+            check_trace_args(&a)?;
             let duration = a
                 .duration
                 .map(|s| positive_secs(s, "--duration"))
@@ -194,7 +217,10 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 .build()?;
             let until_loop = opts.until_loop;
             let out = Box::new(BufWriter::new(std::io::stdout()));
+            // Every way out of `run` has detached and removed the pinned maps by now.
             let summary = rt.block_on(trace::run(opts, out))?;
+            // `dnspath trace | head` (`summary.output_closed`): the reader has what it
+            // wanted, which is no error.
             if until_loop && summary.loop_found {
                 return Ok(ExitCode::from(EXIT_LOOP_FOUND));
             }

@@ -30,9 +30,27 @@ use crate::{
 #[derive(Debug, thiserror::Error)]
 pub enum TraceError {
     #[error(transparent)]
-    Kernel(#[from] KernelError),
+    Kernel(KernelError),
+    /// `setns(2)` refused: entering another network namespace takes CAP_SYS_ADMIN.
+    #[error("entering another network namespace needs CAP_SYS_ADMIN; run dnspath as root ({0})")]
+    NetnsPermission(String),
     #[error("output: {0}")]
     Io(#[from] std::io::Error),
+}
+
+impl From<KernelError> for TraceError {
+    fn from(e: KernelError) -> Self {
+        match e {
+            KernelError::Netns(msg) if is_setns_eperm(&msg) => TraceError::NetnsPermission(msg),
+            e => TraceError::Kernel(e),
+        }
+    }
+}
+
+/// Whether a namespace error is `setns(2)` failing with EPERM (nix spells it
+/// `EPERM: Operation not permitted`): the capability is missing, not the namespace.
+pub fn is_setns_eperm(msg: &str) -> bool {
+    msg.starts_with("setns ") && msg.contains("EPERM") && !msg.contains("CAP_SYS_ADMIN")
 }
 
 #[derive(Clone, Debug)]
@@ -58,14 +76,27 @@ pub struct TraceSummary {
     pub stats: output::record::StatsRecord,
     /// A forwarding loop was reported (`--until loop` stops there).
     pub loop_found: bool,
+    /// The reader of the output went away (`dnspath trace | head`): the run stopped there,
+    /// and `stats` was not written.
+    pub output_closed: bool,
 }
 
-/// Runs until a signal, `duration`, `count` or (with `until_loop`) a loop; returns the
-/// final stats.
+fn is_broken_pipe(e: &std::io::Error) -> bool {
+    e.kind() == std::io::ErrorKind::BrokenPipe
+}
+
+/// Runs until a signal (SIGINT, SIGTERM, SIGHUP), `duration`, `count`, (with `until_loop`)
+/// a loop, or the output's reader going away; returns the final stats. Every way out,
+/// errors included, detaches and drops the probes (which removes their pin directory).
 pub async fn run(
     opts: TraceOptions,
     out: Box<dyn Write + Send>,
 ) -> Result<TraceSummary, TraceError> {
+    // Handlers first: a signal while loading or attaching must not kill us with the
+    // programs pinned; it is seen by the run loop's first turn.
+    let mut sigint = signal(SignalKind::interrupt())?;
+    let mut sigterm = signal(SignalKind::terminate())?;
+    let mut sighup = signal(SignalKind::hangup())?;
     let probes = Probes::load(&ProbeOptions {
         ports: opts.ports.clone(),
         snaplen: opts.snaplen,
@@ -95,9 +126,13 @@ pub async fn run(
     } else {
         Default::default()
     };
-    // Handlers before announcing readiness: a Ctrl-C right after must stop us cleanly.
-    let mut sigint = signal(SignalKind::interrupt())?;
-    let mut sigterm = signal(SignalKind::terminate())?;
+    // Whatever can fail comes before the watcher thread, which holds the probes until it
+    // is stopped and joined.
+    let mut source = LiveSource::new(ring)?;
+    let confirm_hook = probes
+        .lock()
+        .map_err(|_| KernelError::Netns("probe lock poisoned".into()))?
+        .confirm_hook;
     let ports: Vec<String> = opts.ports.iter().map(u16::to_string).collect();
     eprintln!(
         "dnspath: tracing {attached} interface(s){}, ports {}{}; Ctrl-C to stop",
@@ -125,15 +160,9 @@ pub async fn run(
     };
     drop(ct_tx);
 
-    let mut source = LiveSource::new(ring)?;
     let clock = Clock::boot();
     let mut decoder = Decoder::new(clock, names, Kallsyms::load(), reasons);
-    decoder.set_confirm_hook(
-        probes
-            .lock()
-            .map_err(|_| KernelError::Netns("probe lock poisoned".into()))?
-            .confirm_hook,
-    );
+    decoder.set_confirm_hook(confirm_hook);
     let mut correlator = opts.view.transactions().then(|| {
         decoder.collect_observations();
         Correlator::new(
@@ -166,11 +195,20 @@ pub async fn run(
         }
     };
 
+    // From here on, nothing returns before the watchers are stopped and joined.
+    let mut failure: Option<TraceError> = None;
+    let mut output_closed = false;
     'run: loop {
         tokio::select! {
-            r = source.next_batch(&mut events) => { r?; }
+            r = source.next_batch(&mut events) => {
+                if let Err(e) = r {
+                    failure = Some(e.into());
+                    break 'run;
+                }
+            }
             _ = sigint.recv() => break 'run,
             _ = sigterm.recv() => break 'run,
+            _ = sighup.recv() => break 'run,
             _ = &mut deadline => break 'run,
             _ = tick.tick() => {
                 ticks += 1;
@@ -188,11 +226,19 @@ pub async fn run(
         }
         // The whole batch is written even when it ends the run: what it holds was decided
         // before the stop.
-        let stop = writer.write(&mut records, sink.as_mut(), |l| {
+        match writer.write(&mut records, sink.as_mut(), |l| {
             follow_loop(&mut decoder, l)
-        })?;
-        if stop {
-            break 'run;
+        }) {
+            Ok(false) => {}
+            Ok(true) => break 'run,
+            Err(e) if is_broken_pipe(&e) => {
+                output_closed = true;
+                break 'run;
+            }
+            Err(e) => {
+                failure = Some(e.into());
+                break 'run;
+            }
         }
     }
 
@@ -213,6 +259,17 @@ pub async fn run(
     for w in warnings {
         log::debug!("{w}");
     }
+    if let Some(e) = failure {
+        return Err(e);
+    }
+    let loop_found = writer.loop_found;
+    if output_closed {
+        return Ok(TraceSummary {
+            stats: decoder.stats(),
+            loop_found,
+            output_closed,
+        });
+    }
     // What arrived before detaching still counts.
     if !writer.count_reached() {
         source.drain(&mut events);
@@ -224,7 +281,7 @@ pub async fn run(
         hand_over(&mut decoder, c, &ct_rx);
         c.flush(clock.now_ns(), &mut records);
     }
-    writer.write(&mut records, sink.as_mut(), |_| {})?;
+    let end = writer.write(&mut records, sink.as_mut(), |_| {});
     let loop_found = writer.loop_found;
     refresh_counters(&mut decoder);
     let mut stats = decoder.stats();
@@ -234,9 +291,19 @@ pub async fn run(
         setup.attach_failures = attach_failures;
         k.setup = Some(setup);
     }
-    sink.write(&Record::Stats(stats.clone()))?;
-    sink.flush()?;
-    Ok(TraceSummary { stats, loop_found })
+    match end
+        .and_then(|_| sink.write(&Record::Stats(stats.clone())))
+        .and_then(|()| sink.flush())
+    {
+        Ok(()) => {}
+        Err(e) if is_broken_pipe(&e) => output_closed = true,
+        Err(e) => return Err(e.into()),
+    }
+    Ok(TraceSummary {
+        stats,
+        loop_found,
+        output_closed,
+    })
 }
 
 /// Writes each batch of records and decides when the run stops: `--count` limits the packet

@@ -141,8 +141,16 @@ pub fn with_netns<T>(
     let original = File::open("/proc/thread-self/ns/net")?;
     let target =
         File::open(path).map_err(|e| KernelError::Netns(format!("{}: {e}", path.display())))?;
-    setns(target.as_fd(), CloneFlags::CLONE_NEWNET)
-        .map_err(|e| KernelError::Netns(format!("setns {}: {e}", path.display())))?;
+    setns(target.as_fd(), CloneFlags::CLONE_NEWNET).map_err(|e| {
+        KernelError::Netns(if e == nix::errno::Errno::EPERM {
+            format!(
+                "setns {}: EPERM: entering another network namespace needs CAP_SYS_ADMIN",
+                path.display()
+            )
+        } else {
+            format!("setns {}: {e}", path.display())
+        })
+    })?;
     drop(target);
     let result = f();
     setns(original.as_fd(), CloneFlags::CLONE_NEWNET)

@@ -2,7 +2,11 @@
 pub mod record;
 pub mod text;
 
-use std::io::{self, Write};
+use std::{
+    borrow::Cow,
+    fmt::Write as _,
+    io::{self, Write},
+};
 
 pub use record::Record;
 
@@ -35,6 +39,40 @@ impl View {
     }
 }
 
+/// The text-output form of a string dnspath did not make itself (interface, namespace,
+/// process and file names, kernel symbols, anything from the wire or the host): control
+/// characters (C0 and C1, DEL: newlines, ESC, ...) and the invisible Unicode characters that
+/// reorder or hide text (bidi overrides, zero-width) are shown as `\xHH` / `\u{HHHH}`, so
+/// that such a string can neither break a line, forge one nor drive the terminal. A string
+/// that was not UTF-8 was already made so lossily (U+FFFD) where it was read. Backslashes are
+/// left alone: DNS names come here in their presentation form (`\DDD`), and escaping again
+/// must change nothing.
+pub fn escape(s: &str) -> Cow<'_, str> {
+    fn hidden(c: char) -> bool {
+        c.is_control()
+            || matches!(c,
+                '\u{200b}'..='\u{200f}'
+                | '\u{2028}'..='\u{202e}'
+                | '\u{2060}'..='\u{2069}'
+                | '\u{feff}'
+                | '\u{fff9}'..='\u{fffb}')
+    }
+    if !s.chars().any(hidden) {
+        return Cow::Borrowed(s);
+    }
+    let mut out = String::with_capacity(s.len() + 8);
+    for c in s.chars() {
+        if !hidden(c) {
+            out.push(c);
+        } else if (c as u32) < 0x100 {
+            let _ = write!(out, "\\x{:02x}", c as u32);
+        } else {
+            let _ = write!(out, "\\u{{{:04x}}}", c as u32);
+        }
+    }
+    Cow::Owned(out)
+}
+
 /// Where records go.
 pub trait Sink {
     fn write(&mut self, record: &Record) -> io::Result<()>;
@@ -65,5 +103,35 @@ pub fn sink(format: Format, out: Box<dyn Write + Send>) -> Box<dyn Sink + Send> 
     match format {
         Format::Text => Box::new(text::TextSink::new(out)),
         Format::Json => Box::new(JsonSink::new(out)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::escape;
+
+    #[test]
+    fn escape_shows_controls_and_invisibles_and_keeps_the_rest() {
+        assert!(matches!(escape("eth0"), std::borrow::Cow::Borrowed("eth0")));
+        assert_eq!(escape("\x1b[7mEVIL\x1b[0m"), "\\x1b[7mEVIL\\x1b[0m");
+        assert_eq!(escape("a\nb\r\tc\0"), "a\\x0ab\\x0d\\x09c\\x00");
+        assert_eq!(escape("\u{7f}\u{9b}"), "\\x7f\\x9b");
+        assert_eq!(
+            escape("x\u{202e}y\u{200b}z\u{2028}"),
+            "x\\u{202e}y\\u{200b}z\\u{2028}"
+        );
+        // Printable text, lossy replacements and DNS presentation escapes stay as they are.
+        for s in [
+            "pid42:coredns",
+            "µs café 名前",
+            "eth\u{fffd}0",
+            "a\\032b\\.c.",
+            "",
+        ] {
+            assert_eq!(escape(s), s);
+        }
+        // Escaping twice changes nothing more.
+        let once = escape("\x1b\n\u{202e}").into_owned();
+        assert_eq!(escape(&once), once);
     }
 }

@@ -3,6 +3,7 @@
 use std::io::{self, Write};
 
 use super::{
+    escape as esc,
     record::{DropRecord, LegRecord, PacketRecord, StatsRecord, TransactionRecord},
     Record, Sink,
 };
@@ -32,8 +33,8 @@ fn short_dir(dir: &str) -> &'static str {
 
 pub fn packet_line(p: &PacketRecord) -> String {
     let what = match (&p.dns, &p.malformed) {
-        (Some(m), _) => m.summary_line(),
-        (None, Some(why)) => format!("MALFORMED: {why}"),
+        (Some(m), _) => esc(&m.summary_line()).into_owned(),
+        (None, Some(why)) => format!("MALFORMED: {}", esc(why)),
         (None, None) if p.capture_truncated => {
             "[|domain: the capture cut the DNS header]".to_string()
         }
@@ -43,13 +44,13 @@ pub fn packet_line(p: &PacketRecord) -> String {
     format!(
         "{} {}/{}{} {} {} {} > {} {} ({})",
         clock(&p.time),
-        p.netns,
-        p.ifname,
+        esc(&p.netns),
+        esc(&p.ifname),
         vlan,
         short_dir(p.dir),
         p.proto,
-        p.src,
-        p.dst,
+        esc(&p.src),
+        esc(&p.dst),
         what,
         p.len
     )
@@ -62,34 +63,34 @@ pub fn drop_line(d: &DropRecord) -> String {
                 format!(
                     " ct[{:#x} {}{} orig {} > {} reply {} > {}]",
                     ct.status,
-                    ct.status_flags.join(","),
+                    esc(&ct.status_flags.join(",")),
                     if ct.confirmed { "" } else { ",UNCONFIRMED" },
-                    ct.orig.src,
-                    ct.orig.dst,
-                    ct.reply.src,
-                    ct.reply.dst
+                    esc(&ct.orig.src),
+                    esc(&ct.orig.dst),
+                    esc(&ct.reply.src),
+                    esc(&ct.reply.dst)
                 )
             })
             .unwrap_or_default();
     let what = match (&d.dns, &d.malformed) {
-        (Some(m), _) => m.summary_line(),
-        (None, Some(why)) => format!("(undecoded: {why})"),
+        (Some(m), _) => esc(&m.summary_line()).into_owned(),
+        (None, Some(why)) => format!("(undecoded: {})", esc(why)),
         (None, None) => String::new(),
     };
     let at = if d.ifname.is_empty() {
-        d.netns.clone()
+        esc(&d.netns).into_owned()
     } else {
-        format!("{}/{}", d.netns, d.ifname)
+        format!("{}/{}", esc(&d.netns), esc(&d.ifname))
     };
     format!(
         "{} DROP {} {} {} > {} reason {} at {} cpu {}{} {}",
         clock(&d.time),
         at,
         d.proto,
-        d.src,
-        d.dst,
-        d.reason,
-        d.location,
+        esc(&d.src),
+        esc(&d.dst),
+        esc(&d.reason),
+        esc(&d.location),
         d.cpu,
         ct,
         what
@@ -108,23 +109,28 @@ fn dur(ns: u64) -> String {
 
 fn leg_line(l: &LegRecord) -> String {
     let nat = if l.backend != l.server {
-        format!(" ⇒DNAT {}", l.backend)
+        format!(" ⇒DNAT {}", esc(&l.backend))
     } else {
         String::new()
     };
     let result = match (l.outcome, &l.rcode) {
         ("answered", Some(rc)) => match &l.answer_cut {
             Some(c) => format!(
-                "{rc} (cut by the capture at {} of {} bytes)",
-                c.captured_bytes, c.message_bytes
+                "{} (cut by the capture at {} of {} bytes)",
+                esc(rc),
+                c.captured_bytes,
+                c.message_bytes
             ),
-            None => rc.clone(),
+            None => esc(rc).into_owned(),
         },
-        ("truncated", Some(rc)) => format!("{rc} truncated"),
+        ("truncated", Some(rc)) => format!("{} truncated", esc(rc)),
         ("dropped", _) => match &l.drop {
             Some(d) => format!(
                 "DROPPED {} at {} ({}/{})",
-                d.reason, d.location, d.netns, d.ifname
+                esc(&d.reason),
+                esc(&d.location),
+                esc(&d.netns),
+                esc(&d.ifname)
             ),
             None => "DROPPED".to_string(),
         },
@@ -147,8 +153,8 @@ fn leg_line(l: &LegRecord) -> String {
     format!(
         "{role}{} {} → {}{nat} id {}: {result}{lat} [{} join, {} hops{retx}]",
         l.proto,
-        l.client,
-        l.server,
+        esc(&l.client),
+        esc(&l.server),
         l.dns_id,
         l.join,
         l.hops.len()
@@ -172,8 +178,8 @@ fn hops_line(l: &LegRecord) -> String {
         };
         parts.push(format!(
             "{arrow}{}/{} {dir} +{}",
-            h.netns,
-            h.ifname,
+            esc(&h.netns),
+            esc(&h.ifname),
             dur(h.ts_ns.saturating_sub(start))
         ));
     }
@@ -184,11 +190,11 @@ pub fn transaction_block(t: &TransactionRecord) -> String {
     let mut out = format!(
         "{} {} {} asks {} {}: {}",
         clock(&t.time),
-        t.client_netns,
-        t.client,
-        t.question.name,
-        t.question.qtype,
-        t.summary
+        esc(&t.client_netns),
+        esc(&t.client),
+        esc(&t.question.name),
+        esc(&t.question.qtype),
+        esc(&t.summary)
     );
     if t.lookup.step > 0 {
         out.push_str(&format!(
@@ -234,10 +240,10 @@ pub fn loop_line(l: &crate::correlate::loops::LoopRecord) -> String {
     format!(
         "{} {what}: {} {}{probe} zone {}: {} — {} hop(s), {} pkt/s, {} packets ({} summarised) over {}, clients {}",
         clock(&l.time),
-        l.question.name,
-        l.question.qtype,
-        l.zone,
-        l.path,
+        esc(&l.question.name),
+        esc(&l.question.qtype),
+        esc(&l.zone),
+        esc(&l.path),
         l.hop_count,
         l.rate_pps,
         l.packets,
@@ -246,7 +252,7 @@ pub fn loop_line(l: &crate::correlate::loops::LoopRecord) -> String {
         if l.clients.is_empty() {
             "-".to_string()
         } else {
-            l.clients.join(",")
+            esc(&l.clients.join(",")).into_owned()
         }
     )
 }
@@ -258,19 +264,27 @@ pub fn race_line(r: &crate::correlate::race::RaceRecord) -> String {
         RaceVerdict::ResolvedClash => "conntrack clash resolved",
         RaceVerdict::Suspected => "SUSPECTED conntrack race",
     };
-    let mut line = format!("{} {tag}: {}", clock(&r.time), r.summary);
+    let mut line = format!("{} {tag}: {}", clock(&r.time), esc(&r.summary));
     if !r.client.is_empty() {
-        line.push_str(&format!(" [client {} in {}", r.client, r.client_netns));
+        line.push_str(&format!(
+            " [client {} in {}",
+            esc(&r.client),
+            esc(&r.client_netns)
+        ));
         if let Some(d) = &r.dropped {
             line.push_str(&format!(
                 "; {} id {} → {}",
-                d.question.qtype, d.dns_id, d.backend
+                esc(&d.question.qtype),
+                d.dns_id,
+                esc(&d.backend)
             ));
         }
         if let Some(s) = &r.sibling {
             line.push_str(&format!(
                 "; sibling {} id {} → {}",
-                s.question.qtype, s.dns_id, s.backend
+                esc(&s.question.qtype),
+                s.dns_id,
+                esc(&s.backend)
             ));
         }
         if let Some(cpu) = r.cpu {
@@ -320,7 +334,7 @@ pub fn stats_line(s: &StatsRecord) -> String {
                 ));
             }
             for d in &setup.degraded {
-                line.push_str(&format!("; degraded: {}", d.escape_debug()));
+                line.push_str(&format!("; degraded: {}", esc(d)));
             }
         }
     }
@@ -343,5 +357,316 @@ impl<W: Write> Sink for TextSink<W> {
     }
     fn flush(&mut self) -> io::Result<()> {
         self.out.flush()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{
+        correlate::{
+            loops::{LoopKind, LoopRecord, LoopState},
+            race::{CounterDeltas, RaceQuery, RaceRecord, RaceVerdict},
+            LegRole,
+        },
+        event::KernelSetup,
+        output::record::{
+            CtEndpoints, CtRecord, HopRecord, KernelStats, LegDrop, LookupRef, QuestionRecord,
+        },
+    };
+
+    /// A name that, printed raw, colours the terminal, ends the line and forges a packet
+    /// line of its own, reverses what follows, rings the bell and (U+0085) breaks the line
+    /// for some readers.
+    const EVIL: &str =
+        "\x1b[31mFAKE\n21:00:00.000000 evil/eth0 out udp 1.2.3.4:53 > 5.6.7.8:53 forged.\r\u{202e}\x07\u{85}\x7f";
+    /// How [`EVIL`] must appear.
+    const EVIL_SHOWN: &str =
+        "\\x1b[31mFAKE\\x0a21:00:00.000000 evil/eth0 out udp 1.2.3.4:53 > 5.6.7.8:53 forged.\\x0d\\u{202e}\\x07\\x85\\x7f";
+    const TIME: &str = "2026-11-30T21:17:27.123456Z";
+
+    fn evil() -> String {
+        EVIL.to_string()
+    }
+
+    fn question() -> QuestionRecord {
+        QuestionRecord {
+            name: evil(),
+            qtype: evil(),
+            class: evil(),
+        }
+    }
+
+    /// Writes `r` with the text sink and checks the result: `lines` lines, each starting
+    /// as a line of its kind does, no control or invisible character but the line ends,
+    /// and every hostile string shown escaped (`shown` times at least).
+    fn check(r: &Record, lines: usize, shown: usize) -> String {
+        let mut sink = TextSink::new(Vec::new());
+        sink.write(r).unwrap();
+        let out = String::from_utf8(sink.out).unwrap();
+        let bad: Vec<char> = out
+            .chars()
+            .filter(|&c| c != '\n' && crate::output::escape(&c.to_string()) != c.to_string())
+            .collect();
+        assert!(bad.is_empty(), "raw {bad:?} in {out:?}");
+        assert_eq!(out.lines().count(), lines, "{out}");
+        for l in out.lines() {
+            assert!(
+                l.starts_with("21:17:27.123456 ") || l.starts_with("  ") || l.starts_with("--- "),
+                "line not of its kind: {l:?}"
+            );
+        }
+        assert!(
+            !out.contains("\nFAKE") && !out.contains("\n21:00:00"),
+            "{out}"
+        );
+        assert!(
+            out.matches(EVIL_SHOWN).count() >= shown,
+            "{shown} escaped names expected in {out}"
+        );
+        out
+    }
+
+    #[test]
+    fn hostile_packet_fields_are_escaped() {
+        let p = PacketRecord {
+            ts_ns: 1,
+            time: TIME.into(),
+            cpu: None,
+            netns: evil(),
+            netns_cookie: 1,
+            ifname: evil(),
+            ifindex: 2,
+            dir: "egress",
+            proto: "udp",
+            src: evil(),
+            dst: evil(),
+            len: 60,
+            caplen: 60,
+            vlan: None,
+            dns: None,
+            malformed: Some(evil()),
+            capture_truncated: false,
+        };
+        let out = check(&Record::Packet(p), 1, 5);
+        assert!(out.starts_with(&format!(
+            "21:17:27.123456 {EVIL_SHOWN}/{EVIL_SHOWN} out udp"
+        )));
+    }
+
+    #[test]
+    fn hostile_drop_fields_are_escaped() {
+        let d = DropRecord {
+            ts_ns: 1,
+            time: TIME.into(),
+            cpu: 0,
+            netns: evil(),
+            netns_cookie: 1,
+            ifname: evil(),
+            ifindex: 2,
+            reason: evil(),
+            reason_code: None,
+            confirm_failed: None,
+            location: evil(),
+            proto: "udp",
+            src: evil(),
+            dst: evil(),
+            len: 60,
+            ct: Some(CtRecord {
+                status: 0x1a0,
+                status_flags: vec!["DST_NAT"],
+                confirmed: false,
+                orig: CtEndpoints {
+                    src: evil(),
+                    dst: evil(),
+                },
+                reply: CtEndpoints {
+                    src: evil(),
+                    dst: evil(),
+                },
+            }),
+            dns: None,
+            malformed: Some(evil()),
+            capture_truncated: false,
+            benign: None,
+        };
+        check(&Record::Drop(d.clone()), 1, 11);
+        // Without an interface: the namespace alone.
+        let d = DropRecord {
+            ifname: String::new(),
+            ..d
+        };
+        let out = check(&Record::Drop(d), 1, 10);
+        assert!(out.contains(&format!(" DROP {EVIL_SHOWN} udp")), "{out}");
+    }
+
+    #[test]
+    fn hostile_transaction_fields_are_escaped() {
+        let hop = HopRecord {
+            ts_ns: 1,
+            netns: evil(),
+            ifname: evil(),
+            dir: "egress",
+            src: evil(),
+            dst: evil(),
+            dns_id: 1,
+            qr: false,
+            latency_ns: None,
+        };
+        let leg = |parent, role, outcome| LegRecord {
+            id: 1,
+            parent,
+            role,
+            proto: "udp",
+            client: evil(),
+            server: evil(),
+            backend: format!("{EVIL}:53"),
+            dns_id: 1,
+            join: "conntrack",
+            outcome,
+            rcode: Some(evil()),
+            answers: vec![evil()],
+            answer_cut: None,
+            latency_ns: Some(1000),
+            retransmits: 0,
+            drop: Some(LegDrop {
+                ts_ns: 1,
+                netns: evil(),
+                ifname: evil(),
+                reason: evil(),
+                location: evil(),
+                response: false,
+            }),
+            hops: vec![
+                hop.clone(),
+                HopRecord {
+                    qr: true,
+                    ..hop.clone()
+                },
+            ],
+        };
+        let t = TransactionRecord {
+            id: 1,
+            lookup: LookupRef { id: 1, step: 1 },
+            ts_ns: 1,
+            time: TIME.into(),
+            client: evil(),
+            client_netns: evil(),
+            question: question(),
+            outcome: "dropped",
+            rcode: Some(evil()),
+            answers: vec![evil()],
+            answer_cut: None,
+            latency_ns: None,
+            summary: evil(),
+            legs: vec![
+                leg(None, LegRole::Query, "dropped"),
+                leg(Some(0), LegRole::Forward, "answered"),
+                leg(None, LegRole::Retry, "truncated"),
+            ],
+        };
+        // A first line, then two per leg.
+        // First line: netns, client, name, type, summary; per leg: client, server,
+        // backend, rcode or drop (4), and two hops of two names.
+        check(&Record::Transaction(t), 7, 5 + 3 * 3 + 4 + 1 + 1 + 3 * 4);
+    }
+
+    #[test]
+    fn hostile_loop_race_and_stats_fields_are_escaped() {
+        let l = LoopRecord {
+            id: 1,
+            state: LoopState::Detected,
+            kind: LoopKind::Cycle,
+            ts_ns: 1,
+            time: TIME.into(),
+            question: question(),
+            zone: evil(),
+            loop_plugin_probe: false,
+            cycle: Vec::new(),
+            path: evil(),
+            hop_count: 2,
+            rate_pps: 1,
+            packets: 1,
+            summarised: 0,
+            clients: vec![evil(), evil()],
+            first_seen_ns: 1,
+            detected_ns: 1,
+            last_seen_ns: 1,
+        };
+        check(&Record::Loop(l), 1, 6);
+        let q = RaceQuery {
+            dns_id: 1,
+            question: question(),
+            backend: format!("{EVIL}:53"),
+            offset_ns: 0,
+        };
+        let r = RaceRecord {
+            verdict: RaceVerdict::RaceDrop,
+            ts_ns: 1,
+            time: TIME.into(),
+            netns: evil(),
+            client: evil(),
+            client_netns: evil(),
+            dropped: Some(q.clone()),
+            sibling: Some(q),
+            cpu: Some(1),
+            counters: CounterDeltas::default(),
+            counter_confirmed: true,
+            kernel_confirm_failed: None,
+            drop_reason: Some(evil()),
+            drop_location: Some(evil()),
+            retry_ns: None,
+            total_delay_ns: None,
+            summary: evil(),
+        };
+        check(&Record::Race(r), 1, 7);
+        let s = StatsRecord {
+            kernel: Some(KernelStats {
+                counters: Default::default(),
+                setup: Some(KernelSetup {
+                    release: evil(),
+                    degraded: vec![evil()],
+                    ..Default::default()
+                }),
+            }),
+            ..Default::default()
+        };
+        check(&Record::Stats(s), 1, 1);
+    }
+
+    /// Non-UTF-8 names arrive lossily converted (U+FFFD), which text shows as is and JSON
+    /// keeps (not dropped); JSON escapes control characters itself.
+    #[test]
+    fn json_keeps_lossy_names_and_escapes_controls() {
+        let name = String::from_utf8_lossy(b"eth\xff0").into_owned();
+        let p = PacketRecord {
+            ts_ns: 1,
+            time: TIME.into(),
+            cpu: None,
+            netns: evil(),
+            netns_cookie: 1,
+            ifname: name.clone(),
+            ifindex: 2,
+            dir: "egress",
+            proto: "udp",
+            src: "10.0.0.1:5000".into(),
+            dst: "10.0.0.2:53".into(),
+            len: 60,
+            caplen: 60,
+            vlan: None,
+            dns: None,
+            malformed: None,
+            capture_truncated: false,
+        };
+        let mut sink = crate::output::JsonSink::new(Vec::new());
+        sink.write(&Record::Packet(p.clone())).unwrap();
+        let out = String::from_utf8(sink.out).unwrap();
+        assert_eq!(out.lines().count(), 1, "{out}");
+        assert!(!out.contains('\x1b'), "{out}");
+        let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+        assert_eq!(v["ifname"], "eth\u{fffd}0");
+        assert_eq!(v["netns"], EVIL);
+        let text = packet_line(&p);
+        assert!(text.contains("/eth\u{fffd}0 out "), "{text}");
     }
 }

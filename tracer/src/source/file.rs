@@ -550,12 +550,154 @@ fn flags_dir(flags: u32) -> Option<Direction> {
     }
 }
 
-/// Reads one pcapng block.
+fn u16_at(b: &[u8], at: usize, endian: Endianness) -> Option<u16> {
+    let s: [u8; 2] = b.get(at..at + 2)?.try_into().ok()?;
+    Some(match endian {
+        Endianness::Big => u16::from_be_bytes(s),
+        Endianness::Little => u16::from_le_bytes(s),
+    })
+}
+
+fn u64_at(b: &[u8], at: usize, endian: Endianness) -> Option<u64> {
+    let s: [u8; 8] = b.get(at..at + 8)?.try_into().ok()?;
+    Some(match endian {
+        Endianness::Big => u64::from_be_bytes(s),
+        Endianness::Little => u64::from_le_bytes(s),
+    })
+}
+
+/// The options of a pcapng block, `(code, value)`, from `b` (the bytes after the block's
+/// fixed fields, before its trailing length), up to `opt_endofopt` or the end. An option
+/// running past the block is structural damage.
+fn pcapng_options(mut b: &[u8], endian: Endianness) -> Result<Vec<(u16, &[u8])>, String> {
+    let mut out = Vec::new();
+    while let (Some(code), Some(len)) = (u16_at(b, 0, endian), u16_at(b, 2, endian)) {
+        if code == 0 {
+            break;
+        }
+        let len = usize::from(len);
+        let Some(value) = b.get(4..4 + len) else {
+            return Err(format!(
+                "option {code} of {len} bytes runs past the end of its block"
+            ));
+        };
+        out.push((code, value));
+        b = b.get(4 + len.next_multiple_of(4)..).unwrap_or(&[]);
+    }
+    Ok(out)
+}
+
+/// A string option that is not UTF-8, read lossily (U+FFFD for each bad sequence); `None`
+/// when it was UTF-8.
+fn lossy_note(what: &str, v: &[u8]) -> Option<String> {
+    std::str::from_utf8(v).is_err().then(|| {
+        format!(
+            "{what} is not UTF-8, read as {:?}",
+            String::from_utf8_lossy(v)
+        )
+    })
+}
+
+/// An interface description block pcap-file refused (`error`) read field by field: the
+/// fields dnspath uses from the fixed part and the options (if_name lossily as UTF-8,
+/// if_tsresol, if_tsoffset), the others ignored. Only a block whose options do not fit it
+/// is an error. Returns the interface, its name and what was repaired.
+fn idb_lossy(
+    block: &[u8],
+    endian: Endianness,
+    error: &str,
+) -> Result<(Interface, Option<String>, String), String> {
+    let body = block.get(8..block.len().saturating_sub(4)).unwrap_or(&[]);
+    let (Some(linktype), Some(opts)) = (u16_at(body, 0, endian), body.get(8..)) else {
+        return Err(format!(
+            "interface description block of {} bytes: {error}",
+            block.len()
+        ));
+    };
+    let mut iface = Interface {
+        linktype: u32::from(linktype),
+        ts: TsUnit::Decimal(6),
+        ts_offset_s: 0,
+    };
+    let mut name = None;
+    let mut notes = Vec::new();
+    for (code, v) in pcapng_options(opts, endian).map_err(|e| format!("{error} ({e})"))? {
+        match (code, v.len()) {
+            (2, _) => {
+                notes.extend(lossy_note("if_name", v));
+                let n = String::from_utf8_lossy(v);
+                name = Some(n.trim_end_matches('\0').to_string());
+            }
+            (9, 1) => iface.ts = TsUnit::from_tsresol(v[0]),
+            (14, 8) => iface.ts_offset_s = u64_at(v, 0, endian).unwrap_or(0) as i64,
+            (9 | 14, n) => notes.push(format!("option {code} has a bad length {n}, ignored")),
+            (1, _) => notes.extend(lossy_note("comment", v)),
+            (3, _) => notes.extend(lossy_note("if_description", v)),
+            (12, _) => notes.extend(lossy_note("if_os", v)),
+            (15, _) => notes.extend(lossy_note("if_hardware", v)),
+            _ => {}
+        }
+    }
+    if notes.is_empty() {
+        notes.push(error.to_string());
+    }
+    Ok((iface, name, notes.join("; ")))
+}
+
+/// An enhanced packet block pcap-file refused (`error`) with intact framing, read field by
+/// field: its packet, with `epb_flags` if readable; its other options (comment, hash, drop
+/// count) ignored. Returns the step and what was repaired.
+fn epb_lossy(
+    interfaces: &[Interface],
+    avail: &[u8],
+    len: usize,
+    endian: Endianness,
+    error: &str,
+) -> (Step, Option<String>) {
+    let body = avail.get(8..len.saturating_sub(4)).unwrap_or(&[]);
+    let field = |at| u32_at(body, at, endian);
+    let (Some(id), Some(hi), Some(lo), Some(caplen), Some(orig)) =
+        (field(0), field(4), field(8), field(12), field(16))
+    else {
+        return (Step::BadBlock(error.to_string()), None);
+    };
+    let caplen = caplen as usize;
+    let (Some(data), Some(opts)) = (
+        body.get(20..20 + caplen),
+        body.get(20 + caplen.next_multiple_of(4)..),
+    ) else {
+        return (Step::BadBlock(error.to_string()), None);
+    };
+    let Ok(opts) = pcapng_options(opts, endian) else {
+        return (Step::BadBlock(error.to_string()), None);
+    };
+    let mut flags = None;
+    let mut notes = Vec::new();
+    for (code, v) in opts {
+        match (code, v.len()) {
+            (2, 4) => flags = u32_at(v, 0, endian),
+            (2, n) => notes.push(format!("epb_flags has a bad length {n}, ignored")),
+            (1, _) => notes.extend(lossy_note("comment", v)),
+            _ => {}
+        }
+    }
+    if notes.is_empty() {
+        notes.push(format!("{error}; its options ignored"));
+    }
+    let raw = (u64::from(hi) << 32) | u64::from(lo);
+    let step = packet_step(interfaces, avail, id, raw, orig, data, flags);
+    (step, Some(notes.join("; ")))
+}
+
+/// Reads one pcapng block. A block whose optional fields could not be read (a name that
+/// is not UTF-8, an option of the wrong length) is read without them: `repaired` then says
+/// what was replaced or ignored.
 fn pcapng_block<R: Read>(
     input: &mut Input<R>,
     parser: &mut PcapNgParser,
     interfaces: &mut Vec<Interface>,
     last_ts: u64,
+    repaired: &mut Option<String>,
 ) -> Result<(usize, Step), RecordError> {
     if !input.want(12)? {
         return Err(RecordError::Truncated { need: 12 });
@@ -576,13 +718,27 @@ fn pcapng_block<R: Read>(
     let block = match parser.next_block(avail) {
         Ok((_, block)) => block,
         // The file's structure depends on these: nothing after them can be trusted.
-        Err(e) if block_type == PCAPNG_SHB || block_type == PCAPNG_IDB => {
-            return Err(RecordError::Corrupt(e.to_string()))
+        Err(e) if block_type == PCAPNG_SHB => return Err(RecordError::Corrupt(e.to_string())),
+        // Unless only its options are bad: the interface is what the fixed part says.
+        Err(e) if block_type == PCAPNG_IDB => {
+            let block = avail.get(..len).unwrap_or(avail);
+            let (iface, name, note) =
+                idb_lossy(block, endian, &e.to_string()).map_err(RecordError::Corrupt)?;
+            let id = interfaces.len() as u32;
+            let linktype = iface.linktype;
+            interfaces.push(iface);
+            *repaired = Some(note);
+            return Ok((len, Step::Interface { id, name, linktype }));
         }
         Err(e) => {
             let framing = parser.next_raw_block(avail);
             return match framing {
-                Ok(_) if matches!(block_type, PCAPNG_EPB | PCAPNG_PB | PCAPNG_SPB) => {
+                Ok(_) if block_type == PCAPNG_EPB => {
+                    let (step, note) = epb_lossy(interfaces, avail, len, endian, &e.to_string());
+                    *repaired = note;
+                    Ok((len, step))
+                }
+                Ok(_) if matches!(block_type, PCAPNG_PB | PCAPNG_SPB) => {
                     Ok((len, Step::BadBlock(e.to_string())))
                 }
                 // Statistics, name resolution, ...: not needed here.
@@ -747,6 +903,9 @@ pub struct FileSource<R> {
     pending: usize,
     /// First unreadable packet block, for the summary.
     first_bad_block: Option<String>,
+    /// Blocks read without some of their optional fields, and the first of them.
+    repaired: u64,
+    first_repaired: Option<String>,
     done: bool,
 }
 
@@ -766,10 +925,9 @@ impl FileSource<File> {
 /// The namespace name packets from `path` are shown with: the file's stem, else `file`.
 pub fn netns_name_for(path: &Path) -> String {
     path.file_stem()
-        .and_then(|s| s.to_str())
+        .map(|s| s.to_string_lossy())
         .filter(|s| !s.is_empty())
-        .unwrap_or("file")
-        .to_string()
+        .map_or_else(|| "file".to_string(), |s| s.into_owned())
 }
 
 fn hex_prefix(b: &[u8]) -> String {
@@ -867,6 +1025,8 @@ impl<R: Read> FileSource<R> {
             last_ts: 0,
             pending: 0,
             first_bad_block: None,
+            repaired: 0,
+            first_repaired: None,
             done: false,
         };
         src.progress.records = 1;
@@ -902,6 +1062,12 @@ impl<R: Read> FileSource<R> {
     /// Why the first unreadable packet block was skipped (pcapng).
     pub fn first_bad_block(&self) -> Option<&str> {
         self.first_bad_block.as_deref()
+    }
+
+    /// How many blocks were read without some of their optional fields (a name that is not
+    /// UTF-8, read lossily; an option of the wrong length, ignored), and the first of them.
+    pub fn repaired_blocks(&self) -> (u64, Option<&str>) {
+        (self.repaired, self.first_repaired.as_deref())
     }
 
     /// The name the packets' namespace is shown with.
@@ -1004,19 +1170,34 @@ impl<R: Read> FileSource<R> {
                 self.done = true;
                 break;
             }
+            let mut repaired = None;
             let read = match &mut self.format {
                 Format::Pcap { parser, linktype } => {
                     pcap_record(&mut self.input, parser, *linktype)
                 }
-                Format::PcapNg { parser, interfaces } => {
-                    pcapng_block(&mut self.input, parser, interfaces, self.last_ts)
-                }
+                Format::PcapNg { parser, interfaces } => pcapng_block(
+                    &mut self.input,
+                    parser,
+                    interfaces,
+                    self.last_ts,
+                    &mut repaired,
+                ),
             };
             let (len, step) = match read {
                 Ok(v) => v,
                 Err(e) => return Err(self.record_error(e)),
             };
             self.progress.records += 1;
+            if let Some(note) = repaired {
+                self.repaired += 1;
+                if self.first_repaired.is_none() {
+                    self.first_repaired = Some(format!(
+                        "block {} at byte offset {}: {note}",
+                        self.progress.records,
+                        self.input.offset()
+                    ));
+                }
+            }
             match step {
                 Step::Packet(frame) => {
                     self.progress.packets += 1;
@@ -1452,6 +1633,132 @@ mod tests {
         assert!(src.next_packet(|_| true).unwrap().is_some());
         assert_eq!(src.skips().bad_block, 1);
         assert!(src.first_bad_block().unwrap().contains("interface id 3"));
+    }
+
+    /// An IDB with the given raw options (code, value), then `opt_endofopt`.
+    fn idb_raw(mut ng: PcapNg, linktype: u16, opts: &[(u16, &[u8])]) -> PcapNg {
+        let mut body = Vec::new();
+        ng.put16(&mut body, linktype);
+        ng.put16(&mut body, 0);
+        ng.put32(&mut body, 0);
+        for (code, v) in opts {
+            ng.opt(&mut body, *code, v);
+        }
+        ng.opt(&mut body, 0, &[]);
+        ng.block(PCAPNG_IDB, &body);
+        ng
+    }
+
+    /// One byte that is not UTF-8 in the optional `if_name` (and `if_description`): the
+    /// interface is read all the same, its name lossily, its `if_tsresol` kept, a warning
+    /// counts the block; every packet is read.
+    #[test]
+    fn pcapng_if_name_not_utf8_is_read_lossily() {
+        let ip = ipv4_udp();
+        for big in [false, true] {
+            let ng = idb_raw(
+                PcapNg::new(big),
+                101,
+                &[(2, b"eth\xff0"), (3, b"\xc3("), (9, &[9])],
+            );
+            let bytes = ng
+                .epb(0, 5_000_000_000, &ip, Some(1))
+                .epb(0, 6_000_000_000, &ip, None)
+                .bytes;
+            let names = names();
+            let mut src = FileSource::from_reader(
+                Cursor::new(bytes),
+                "t.pcapng".into(),
+                "t".into(),
+                std::sync::Arc::clone(&names),
+            )
+            .unwrap();
+            let mut pkts = Vec::new();
+            while let Some(p) = src.next_packet(|_| true).unwrap() {
+                pkts.push(p);
+            }
+            assert_eq!(pkts.len(), 2);
+            // if_tsresol 9 (ns) was read from the repaired block.
+            assert_eq!(pkts[0].ts_ns, 5_000_000_000);
+            assert_eq!(pkts[0].at.dir, Direction::Ingress);
+            assert_eq!(
+                names.read().unwrap().iface(FILE_NETNS, 0),
+                Some("eth\u{fffd}0")
+            );
+            let (n, first) = src.repaired_blocks();
+            assert_eq!(n, 1);
+            let first = first.unwrap();
+            assert!(
+                first.starts_with("block 2 at byte offset 28: if_name is not UTF-8"),
+                "{first}"
+            );
+            assert!(first.contains("if_description is not UTF-8"), "{first}");
+            assert_eq!(src.skips().bad_block, 0);
+        }
+    }
+
+    /// An EPB whose comment is not UTF-8 still gives its packet (and its `epb_flags`).
+    #[test]
+    fn pcapng_epb_comment_not_utf8_keeps_the_packet() {
+        let ip = ipv4_udp();
+        let mut ng = PcapNg::new(false).idb(101, Some("eth0"), None);
+        let mut body = Vec::new();
+        for v in [0, 0, 7, ip.len() as u32, ip.len() as u32] {
+            ng.put32(&mut body, v);
+        }
+        body.extend_from_slice(&ip);
+        body.resize(body.len().next_multiple_of(4), 0);
+        ng.opt(&mut body, 1, b"bad \xff comment");
+        ng.opt(&mut body, 2, &2u32.to_le_bytes());
+        ng.opt(&mut body, 0, &[]);
+        ng.block(PCAPNG_EPB, &body);
+        let (pkts, err, skips) = read_all(&ng.bytes);
+        assert!(err.is_none(), "{err:?}");
+        assert_eq!(pkts.len(), 1);
+        assert_eq!(pkts[0].at.dir, Direction::Egress);
+        assert_eq!(pkts[0].ts_ns, 7_000);
+        assert_eq!(skips.bad_block, 0);
+        let src = {
+            let mut s = open(&ng.bytes).unwrap();
+            while s.next_packet(|_| true).unwrap().is_some() {}
+            s
+        };
+        let (n, first) = src.repaired_blocks();
+        assert_eq!(n, 1);
+        assert!(first.unwrap().contains("comment is not UTF-8"));
+    }
+
+    /// An IDB whose option runs past its block is structural damage: reading stops there.
+    #[test]
+    fn pcapng_idb_option_past_its_block_stops_reading() {
+        let ip = ipv4_udp();
+        let mut ng = PcapNg::new(false);
+        let mut body = Vec::new();
+        ng.put16(&mut body, 101);
+        ng.put16(&mut body, 0);
+        ng.put32(&mut body, 0);
+        ng.put16(&mut body, 2);
+        ng.put16(&mut body, 200);
+        body.extend_from_slice(b"eth\xff");
+        ng.block(PCAPNG_IDB, &body);
+        let bytes = ng.epb(0, 0, &ip, None).bytes;
+        let (pkts, err, _) = read_all(&bytes);
+        assert!(pkts.is_empty());
+        let err = err.unwrap();
+        assert!(matches!(err, FileError::Corrupt { .. }), "{err}");
+        assert!(
+            err.to_string().contains("runs past the end of its block"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn netns_name_of_a_non_utf8_file_is_lossy() {
+        use std::os::unix::ffi::OsStrExt;
+        let p = Path::new(std::ffi::OsStr::from_bytes(b"/tmp/node\xff1.pcap"));
+        assert_eq!(netns_name_for(p), "node\u{fffd}1");
+        assert_eq!(netns_name_for(Path::new("/tmp/.pcap")), ".pcap");
+        assert_eq!(netns_name_for(Path::new("/")), "file");
     }
 
     #[test]
