@@ -881,3 +881,113 @@ fn a_small_capture_snaplen_cuts_the_answer_but_it_still_answers() {
     let t = a.recs.iter().find(|r| r["type"] == "transaction").unwrap();
     assert_ne!(t["outcome"], "answered", "{t}");
 }
+
+/// An Ethernet/IPv4/UDP pcap of `queries` (source port, DNS id) from 10.244.1.2 to
+/// 10.250.0.53:53, all `A? same.lab.test.`, 20 µs apart, none answered.
+fn unanswered_repeats(queries: &[(u16, u16)]) -> Vec<u8> {
+    let mut f = Vec::with_capacity(24 + queries.len() * 90);
+    for v in [0xa1b2_c3d4u32, 0x0004_0002, 0, 0, 65535, 1] {
+        f.extend_from_slice(&v.to_le_bytes());
+    }
+    let qname = b"\x04same\x03lab\x04test\x00";
+    for (i, &(sport, id)) in queries.iter().enumerate() {
+        let mut dns = id.to_be_bytes().to_vec();
+        dns.extend_from_slice(&[0x01, 0x00, 0, 1, 0, 0, 0, 0, 0, 0]);
+        dns.extend_from_slice(qname);
+        dns.extend_from_slice(&[0, 1, 0, 1]);
+        let mut frame = vec![2, 0, 0, 0, 0, 2, 2, 0, 0, 0, 0, 1, 0x08, 0x00];
+        let total = (20 + 8 + dns.len()) as u16;
+        frame.extend_from_slice(&[0x45, 0]);
+        frame.extend_from_slice(&total.to_be_bytes());
+        frame.extend_from_slice(&[0, 1, 0x40, 0, 64, 17, 0, 0, 10, 244, 1, 2, 10, 250, 0, 53]);
+        frame.extend_from_slice(&sport.to_be_bytes());
+        frame.extend_from_slice(&53u16.to_be_bytes());
+        frame.extend_from_slice(&(8 + dns.len() as u16).to_be_bytes());
+        frame.extend_from_slice(&[0, 0]);
+        frame.extend_from_slice(&dns);
+        let us = 20 * i as u64;
+        for v in [
+            1_700_000_000 + (us / 1_000_000) as u32,
+            (us % 1_000_000) as u32,
+            frame.len() as u32,
+            frame.len() as u32,
+        ] {
+            f.extend_from_slice(&v.to_le_bytes());
+        }
+        f.extend_from_slice(&frame);
+    }
+    f
+}
+
+/// 100,000 unanswered queries of one question — 50,000 from as many sockets, then 50,000
+/// from one socket with a new id each — go through correlate in linear time (this took
+/// minutes when every packet scanned the open queries of its question), each counted where
+/// it belongs: no loop, no orphan, a transaction per socket and one per eight attempts of
+/// the one socket, every one unanswered or still pending at the end.
+#[test]
+fn a_hundred_thousand_unanswered_repeats_of_one_question() {
+    if !dnspath_bin().exists() {
+        eprintln!(
+            "skipped: dnspath binary missing at {}; run `cargo xtask test`",
+            dnspath_bin().display()
+        );
+        return;
+    }
+    const HALF: u32 = 50_000;
+    let mut queries: Vec<(u16, u16)> = (0..HALF)
+        .map(|i| (1024 + i as u16, (i.wrapping_mul(40503) & 0xffff) as u16))
+        .collect();
+    queries.extend((0..HALF).map(|i| (60000, i as u16)));
+    let dir = Scratch::new("repeats");
+    let file = dir.file("repeats.pcap");
+    std::fs::write(&file, unanswered_repeats(&queries)).unwrap();
+    let started = Instant::now();
+    let a = analyze(&file, &["--view", "transactions"]);
+    eprintln!(
+        "100,000 unanswered repeats analysed in {:.2} s",
+        started.elapsed().as_secs_f64()
+    );
+    assert!(a.out.status.success(), "{}", a.stderr);
+    let s = stats(&a.recs);
+    let c = &s["correlate"];
+    assert_eq!(s["decoded"], 100_000, "{s}");
+    assert_eq!(c["legs"], 100_000, "{s}");
+    assert_eq!(c["orphan_responses"], 0, "{s}");
+    assert_eq!(c["loops"]["detected"], 0, "{s}");
+    assert_eq!(c["loops"]["amplification"], 0, "{s}");
+    // A transaction per socket of the first half; the one socket's queries are retries of
+    // each other, eight attempts to a transaction. Those not reported were evicted (at most
+    // 65,536 legs are kept open at once) and counted.
+    let txs: Vec<&Value> = a
+        .recs
+        .iter()
+        .filter(|r| r["type"] == "transaction")
+        .collect();
+    assert_eq!(c["transactions"], txs.len(), "{s}");
+    let reported = c["transactions"].as_u64().unwrap();
+    let evicted = c["evicted_transactions"].as_u64().unwrap();
+    assert_eq!(
+        reported + evicted,
+        u64::from(HALF) + u64::from(HALF).div_ceil(8),
+        "{s}"
+    );
+    assert!(reported > 0 && evicted > 0, "{s}");
+    for t in &txs {
+        assert!(
+            t["outcome"] == "unanswered" || t["outcome"] == "pending",
+            "{t}"
+        );
+        let legs = t["legs"].as_array().unwrap();
+        assert!(
+            legs.iter()
+                .all(|l| l["role"] == "query" || l["role"] == "retry"),
+            "{t}"
+        );
+        let one_socket = t["client"] == "10.244.1.2:60000";
+        if one_socket {
+            assert!(legs.len() <= 8, "{t}");
+        } else {
+            assert_eq!(legs.len(), 1, "a socket's own query: {t}");
+        }
+    }
+}

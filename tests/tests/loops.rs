@@ -436,3 +436,206 @@ print(sent[0])
         "no node-local → CoreDNS → upstream chain seen"
     );
 }
+
+// ---- healthy loopback traffic is no loop (issue #10) ----
+
+/// A lab whose client namespace runs dnsmasq on 127.0.0.1 and 127.0.0.53 (forwarding to the
+/// upstream) and resolves through it.
+fn lab_with_loopback_stub() -> Option<(lab::Lab, std::process::Child)> {
+    let cfg = LabConfig {
+        client_resolv_conf: "nameserver 127.0.0.53\noptions timeout:2 attempts:1\n".to_owned(),
+        ..LabConfig::default()
+    };
+    let lab = lab(cfg)?;
+    let up = format!("--server={}", lab.ip_of(Pod::Upstream));
+    let stub = lab
+        .spawn_in(
+            lab.client_ns(),
+            &[
+                "dnsmasq",
+                "-k",
+                "-C",
+                "/dev/null",
+                "--no-resolv",
+                "--no-hosts",
+                "--user=root",
+                "--bind-interfaces",
+                "--listen-address=127.0.0.1",
+                "--listen-address=127.0.0.53",
+                &up,
+                "--pid-file=",
+            ],
+        )
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let o = lab.dig(&["+time=1", "+tries=1", "@127.0.0.53", "ready.lab.test.", "A"]);
+        if String::from_utf8_lossy(&o.stdout).contains("status: ") {
+            break;
+        }
+        assert!(Instant::now() < deadline, "loopback stub does not answer");
+        thread::sleep(Duration::from_millis(200));
+    }
+    Some((lab, stub))
+}
+
+/// `dnspath trace --netns CLIENT --until loop -o json` for the client namespace.
+fn trace_client_until_loop(lab: &lab::Lab) -> Tracer {
+    Tracer::start(
+        lab,
+        lab.node_ns(),
+        &[
+            "trace",
+            "--netns",
+            lab.client_ns(),
+            "-o",
+            "json",
+            "--view",
+            "transactions",
+            "--until",
+            "loop",
+        ],
+    )
+    .unwrap()
+}
+
+/// Stops the tracer (it must still run: `--until loop` exits 3 on a loop) and returns its
+/// records.
+fn stop_without_loop(t: Tracer) -> Vec<Value> {
+    thread::sleep(Duration::from_secs(2));
+    let out = t.stop();
+    let recs = records(&out.stdout);
+    let loop_records: Vec<_> = recs.iter().filter(|r| r["type"] == "loop").collect();
+    assert!(loop_records.is_empty(), "false loop: {loop_records:#?}");
+    assert!(
+        out.status.success(),
+        "exit {:?}: {}",
+        out.status,
+        out.stderr
+    );
+    recs
+}
+
+/// Transactions whose question is `name`.
+fn transactions_of<'a>(recs: &'a [Value], name: &str) -> Vec<&'a Value> {
+    recs.iter()
+        .filter(|r| r["type"] == "transaction" && r["question"]["name"] == name)
+        .collect()
+}
+
+/// Each of `txs` is one client's own query and answer: one leg, a `query`, answered.
+fn assert_one_client_each(txs: &[&Value]) {
+    let mut clients = std::collections::BTreeSet::new();
+    for t in txs {
+        assert_eq!(t["outcome"], "answered", "{t:#}");
+        let legs = t["legs"].as_array().unwrap();
+        let roots: Vec<_> = legs.iter().filter(|l| l["parent"].is_null()).collect();
+        assert_eq!(roots.len(), 1, "{t:#}");
+        assert_eq!(roots[0]["role"], "query", "{t:#}");
+        assert!(
+            legs.iter()
+                .all(|l| l["role"] != "forward"
+                    || !l["backend"].as_str().unwrap().starts_with("127.")),
+            "a client's query taken for a forward: {t:#}"
+        );
+        assert!(
+            clients.insert(t["client"].as_str().unwrap().to_owned()),
+            "{t:#}"
+        );
+    }
+}
+
+#[test]
+fn concurrent_clients_of_loopback_stubs_are_no_loop() {
+    let Some((lab, mut stub)) = lab_with_loopback_stub() else {
+        return;
+    };
+    let t = trace_client_until_loop(&lab);
+    // 3 rounds of 5 concurrent digs of one name to each of 127.0.0.1 and 127.0.0.53.
+    let script = "for s in 127.0.0.1 127.0.0.53; do for i in 1 2 3 4 5; do \
+                  dig +time=2 +tries=1 @$s www.lab.test. A & done; done; wait";
+    let mut answered = 0;
+    for _ in 0..3 {
+        let o = lab.exec(lab.client_ns(), &["sh", "-c", script]);
+        answered += String::from_utf8_lossy(&o.stdout)
+            .matches("status: NOERROR")
+            .count();
+        thread::sleep(Duration::from_millis(300));
+    }
+    let recs = stop_without_loop(t);
+    let _ = stub.kill();
+    let _ = stub.wait();
+    assert_eq!(answered, 30, "the stub should answer every dig");
+    let txs: Vec<_> = transactions_of(&recs, "www.lab.test.")
+        .into_iter()
+        .filter(|t| t["client"].as_str().unwrap().starts_with("127.0.0.1:"))
+        .collect();
+    assert_eq!(txs.len(), 30, "one transaction per dig: {txs:#?}");
+    assert_one_client_each(&txs);
+    assert_eq!(stats(&recs)["correlate"]["orphan_responses"], 0);
+}
+
+#[test]
+fn concurrent_getent_pairs_against_a_loopback_stub_are_no_loop() {
+    let Some((lab, mut stub)) = lab_with_loopback_stub() else {
+        return;
+    };
+    let t = trace_client_until_loop(&lab);
+    // glibc asks A and AAAA from one socket; 5 lookups at once, 3 times.
+    let script = "for i in 1 2 3 4 5; do getent ahosts www.lab.test & done; wait";
+    let mut resolved = 0;
+    for _ in 0..3 {
+        let o = lab.exec(lab.client_ns(), &["sh", "-c", script]);
+        resolved += String::from_utf8_lossy(&o.stdout)
+            .matches("STREAM www.lab.test")
+            .count();
+        thread::sleep(Duration::from_millis(300));
+    }
+    let recs = stop_without_loop(t);
+    let _ = stub.kill();
+    let _ = stub.wait();
+    assert_eq!(resolved, 15, "every getent should resolve");
+    for qtype in ["A", "AAAA"] {
+        let txs: Vec<_> = transactions_of(&recs, "www.lab.test.")
+            .into_iter()
+            .filter(|t| t["question"]["type"] == qtype)
+            .collect();
+        assert_eq!(
+            txs.len(),
+            15,
+            "{qtype}: one transaction per lookup: {txs:#?}"
+        );
+        assert_one_client_each(&txs);
+    }
+    assert_eq!(stats(&recs)["correlate"]["orphan_responses"], 0);
+}
+
+#[test]
+fn retry_after_port_unreachable_on_loopback_is_no_loop() {
+    let Some((lab, mut stub)) = lab_with_loopback_stub() else {
+        return;
+    };
+    let t = trace_client_until_loop(&lab);
+    // Nothing listens on 127.0.0.9:53: ICMP port unreachable, and dig tries again.
+    let _ = lab.dig(&["+time=1", "+tries=2", "@127.0.0.9", "retry.lab.test.", "A"]);
+    let recs = stop_without_loop(t);
+    let _ = stub.kill();
+    let _ = stub.wait();
+    let txs = transactions_of(&recs, "retry.lab.test.");
+    let queries: usize = txs
+        .iter()
+        .map(|t| t["legs"].as_array().unwrap().len())
+        .sum();
+    assert!(queries >= 2, "the retry was not seen: {txs:#?}");
+    for t in &txs {
+        assert!(
+            t["legs"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .all(|l| l["role"] != "forward"),
+            "a retry taken for a forward: {t:#}"
+        );
+        assert_ne!(t["outcome"], "answered", "{t:#}");
+    }
+}

@@ -451,6 +451,98 @@ pub fn write_capture(path: &Path, packets: u64) -> crate::Result<u64> {
         .map_err(|e| format!("{}: {e}", path.display()))
 }
 
+/// Unanswered repeats of one question in the bench's repeat capture.
+const REPEATS: u64 = 100_000;
+
+/// Writes a pcap of `packets` unanswered `A? same.lab.test.` queries, 20 µs apart: the first
+/// half from as many sockets, the second from one socket with a new DNS id each (the shape
+/// that once made correlate quadratic). Returns its size.
+pub fn write_repeats_capture(path: &Path, packets: u64) -> crate::Result<u64> {
+    let file = File::create(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let mut w = BufWriter::with_capacity(1 << 20, file);
+    let io = |e: std::io::Error| format!("{}: {e}", path.display());
+    let mut header = Vec::with_capacity(24);
+    for v in [0xa1b2_c3d4u32, 0x0004_0002, 0, 0, 262_144, 1] {
+        header.extend_from_slice(&v.to_le_bytes());
+    }
+    w.write_all(&header).map_err(io)?;
+    let s = Scenario {
+        qname: "same.lab.test.",
+        qtype: T_A,
+        rcode: 0,
+        aa: false,
+        answers: Vec::new(),
+        authority: Vec::new(),
+    };
+    let server = ([10, 250, 0, 53], 53u16);
+    let t0_us: u64 = 1_767_225_600_000_000;
+    let half = packets / 2;
+    for i in 0..packets {
+        let (sport, id) = if i < half {
+            (
+                1024 + (i % 50_000) as u16,
+                (i.wrapping_mul(40503) & 0xffff) as u16,
+            )
+        } else {
+            (60_000, (i & 0xffff) as u16)
+        };
+        let f = frame(
+            ([10, 244, 1, 2], sport),
+            server,
+            i as u16,
+            &dns_message(&s, id, false, 0),
+        );
+        let ts = t0_us + 20 * i;
+        let mut rec = [0u8; 16];
+        rec[0..4].copy_from_slice(&((ts / 1_000_000) as u32).to_le_bytes());
+        rec[4..8].copy_from_slice(&((ts % 1_000_000) as u32).to_le_bytes());
+        rec[8..12].copy_from_slice(&(f.len() as u32).to_le_bytes());
+        rec[12..16].copy_from_slice(&(f.len() as u32).to_le_bytes());
+        w.write_all(&rec).map_err(io)?;
+        w.write_all(&f).map_err(io)?;
+    }
+    w.flush().map_err(io)?;
+    drop(w);
+    std::fs::metadata(path)
+        .map(|m| m.len())
+        .map_err(|e| format!("{}: {e}", path.display()))
+}
+
+/// Times `dnspath analyze -o json` on [`REPEATS`] unanswered repeats of one question.
+fn measure_repeats(dnspath: &Path, o: &Options) -> crate::Result<()> {
+    let path =
+        std::env::temp_dir().join(format!("dnspath-bench-repeats-{}.pcap", std::process::id()));
+    let result = write_repeats_capture(&path, REPEATS).and_then(|_| {
+        let file = path.to_string_lossy().into_owned();
+        let mut times = Vec::new();
+        for run in 1..=o.runs {
+            let (t, stderr) =
+                time_it(Command::new(dnspath).args(["analyze", &file, "-o", "json"]))?;
+            eprintln!(
+                "bench: run {run}: dnspath analyze -o json (unanswered repeats): {:.2} s",
+                t.as_secs_f64()
+            );
+            let want = format!("{REPEATS} packets read, {REPEATS} decoded");
+            if !stderr.contains(&want) {
+                return Err(format!(
+                    "repeats: not every packet decoded (expected \"{want}\"): {stderr}"
+                ));
+            }
+            times.push(t);
+        }
+        Ok(median(times))
+    });
+    let _ = std::fs::remove_file(&path);
+    let t = result?;
+    println!(
+        "  {:<40} {:>7.2} s {:>10.0} packets/s  ({REPEATS} unanswered queries of one question)",
+        "dnspath analyze -o json (repeats)",
+        t.as_secs_f64(),
+        REPEATS as f64 / t.as_secs_f64().max(1e-9)
+    );
+    Ok(())
+}
+
 /// Runs `cmd` with stdout to /dev/null; returns the wall time and stderr.
 fn time_it(cmd: &mut Command) -> crate::Result<(Duration, String)> {
     let null = File::create("/dev/null").map_err(|e| format!("/dev/null: {e}"))?;
@@ -500,7 +592,8 @@ pub fn run(dnspath: &Path, args: &[String]) -> crate::Result<()> {
     if o.keep.is_none() {
         let _ = std::fs::remove_file(&path);
     }
-    result
+    result?;
+    measure_repeats(dnspath, &o)
 }
 
 fn measure(dnspath: &Path, path: &Path, o: &Options, size: u64, tshark: &str) -> crate::Result<()> {

@@ -7,7 +7,9 @@
 //!   flow's *original* conntrack tuple when conntrack knows the flow ("conntrack"), else the
 //!   port as seen ("fallback" when the addresses differ between hops, "same-tuple" when not).
 //! - Legs form a **transaction** tree: a server that receives a question and, within a window,
-//!   sends the same question elsewhere makes the second leg a child of the first. Retries of
+//!   sends the same question elsewhere makes the second leg a child of the first (never when
+//!   the second comes from the host — on loopback, the namespace — of the first's client: that
+//!   is another client, or the client's retry, not a forward). Retries of
 //!   an unanswered query and the TCP retry of a truncated answer are further attempts of the
 //!   same transaction.
 //! - Transactions of one client asking a name and its search-list expansions
@@ -21,7 +23,7 @@ pub mod loops;
 pub mod race;
 
 use std::{
-    collections::{BTreeMap, HashMap, VecDeque},
+    collections::{BTreeMap, BTreeSet, HashMap, VecDeque},
     net::{IpAddr, SocketAddr},
 };
 
@@ -314,6 +316,8 @@ struct Transaction {
     legs: Vec<u64>,
     first_ts: u64,
     last_activity: u64,
+    /// When [`Correlator::finish`] looks at it next (its entry in `wakes`).
+    wake_at: u64,
 }
 
 #[derive(Clone, Debug)]
@@ -354,13 +358,21 @@ pub struct Correlator {
     watermark: u64,
     legs: HashMap<u64, Leg>,
     by_key: HashMap<LegKey, u64>,
-    /// Unanswered legs by question, to find a forwarder's parent.
+    /// Unanswered legs by question (the newest [`MAX_CANDIDATES`]), to find a forwarder's
+    /// parent.
     open_by_q: HashMap<QKey, Vec<u64>>,
-    /// Client (root) legs by client address and question, for retries and TCP fallback.
+    /// Client (root) legs by client address and question (the newest [`MAX_CANDIDATES`]), for
+    /// retries and TCP fallback.
     roots_by_q: HashMap<(IpAddr, QKey), Vec<u64>>,
-    /// Client (root) legs by client socket, for the sibling of an A/AAAA pair.
+    /// Client (root) legs by client socket (the newest [`MAX_CANDIDATES`]), for the sibling of
+    /// an A/AAAA pair.
     roots_by_socket: HashMap<SocketAddr, Vec<u64>>,
     txs: BTreeMap<u64, Transaction>,
+    /// (time, transaction) to look at: whether it is done, or when to look again; one entry
+    /// per transaction (its `wake_at`).
+    wakes: BTreeSet<(u64, u64)>,
+    /// (timeout, leg): when each open leg's query goes unanswered.
+    timeouts: BTreeSet<(u64, u64)>,
     lookups: HashMap<(IpAddr, String), LookupState>,
     next_id: u64,
     stats: CorrelateStats,
@@ -404,6 +416,8 @@ impl Correlator {
             roots_by_q: HashMap::new(),
             roots_by_socket: HashMap::new(),
             txs: BTreeMap::new(),
+            wakes: BTreeSet::new(),
+            timeouts: BTreeSet::new(),
             lookups: HashMap::new(),
             next_id: 1,
             stats: CorrelateStats::default(),
@@ -772,8 +786,10 @@ impl Correlator {
                             legs: Vec::new(),
                             first_ts: o.ts_ns,
                             last_activity: o.ts_ns,
+                            wake_at: o.ts_ns + self.cfg.settle_ns,
                         },
                     );
+                    self.wakes.insert((o.ts_ns + self.cfg.settle_ns, tx));
                     (tx, None, LegRole::Query)
                 }
             },
@@ -803,20 +819,15 @@ impl Correlator {
         };
         if let Some(t) = self.txs.get_mut(&tx) {
             t.legs.push(id);
-            t.last_activity = t.last_activity.max(o.ts_ns);
         }
+        self.touch(tx, o.ts_ns);
+        self.timeouts.insert((o.ts_ns + self.cfg.timeout_ns, id));
         // A key reused after its leg was answered replaces it in the index.
         self.by_key.insert(key, id);
-        self.open_by_q.entry(q.clone()).or_default().push(id);
+        push_capped(&mut self.open_by_q, q.clone(), id);
         if parent.is_none() {
-            self.roots_by_q
-                .entry((seen_client.ip(), q.clone()))
-                .or_default()
-                .push(id);
-            self.roots_by_socket
-                .entry(seen_client)
-                .or_default()
-                .push(id);
+            push_capped(&mut self.roots_by_q, (seen_client.ip(), q.clone()), id);
+            push_capped(&mut self.roots_by_socket, seen_client, id);
         }
         self.legs.insert(id, leg);
         self.stats.legs += 1;
@@ -848,12 +859,22 @@ impl Correlator {
                 let server_ip = l.server.ip();
                 // A forwarder sends from the address it was asked on, from its loopback, or
                 // (a loopback server) from any address of the namespace it runs in.
-                backend_ip == from
+                let from_server = backend_ip == from
                     || server_ip == from
                     || ((backend_ip.is_loopback() || from.is_loopback())
-                        && l.delivered_ns == o.netns)
+                        && l.delivered_ns == o.netns);
+                from_server && !Self::peer_client(l, from, &o.netns)
             })
             .map(|l| l.id)
+    }
+
+    /// Could a new query from `from` (seen in namespace `ns`) just as well come from a
+    /// second client beside `l`'s as from `l`'s server? It does when it comes from the host
+    /// (on loopback: the namespace) of `l`'s client and `l` is a client's own query: two
+    /// clients of one host, or a client's retry, asking a server is no forward, and a
+    /// question can only re-enter a server as a query of a forwarder's own socket.
+    fn peer_client(l: &Leg, from: IpAddr, ns: &str) -> bool {
+        l.parent.is_none() && l.client.ip() == from && (!from.is_loopback() || l.client_netns == ns)
     }
 
     /// An earlier root attempt of the same client and question that this one repeats:
@@ -982,6 +1003,13 @@ impl Correlator {
     fn touch(&mut self, tx: u64, ts: u64) {
         if let Some(t) = self.txs.get_mut(&tx) {
             t.last_activity = t.last_activity.max(ts);
+            // An answer may finish it before the time it was to be looked at.
+            let settled = t.last_activity + self.cfg.settle_ns;
+            if settled < t.wake_at {
+                self.wakes.remove(&(t.wake_at, tx));
+                t.wake_at = settled;
+                self.wakes.insert((settled, tx));
+            }
         }
     }
 
@@ -991,6 +1019,7 @@ impl Correlator {
                 break;
             };
             if let Some(t) = self.txs.remove(&oldest) {
+                self.wakes.remove(&(t.wake_at, t.id));
                 self.stats.evicted_transactions += 1;
                 for id in t.legs {
                     if self.remove_leg(id) {
@@ -1005,6 +1034,8 @@ impl Correlator {
         let Some(leg) = self.legs.remove(&id) else {
             return false;
         };
+        self.timeouts
+            .remove(&(leg.first_ts + self.cfg.timeout_ns, id));
         if self.by_key.get(&leg.key) == Some(&id) {
             self.by_key.remove(&leg.key);
         }
@@ -1049,27 +1080,52 @@ impl Correlator {
         let mut loop_records = Vec::new();
         self.loops.drain(&mut loop_records);
         out.extend(loop_records.into_iter().map(Record::Loop));
-        let timeout = self.cfg.timeout_ns;
-        let mut newly_closed: Vec<(QKey, u64)> = Vec::new();
-        for leg in self.legs.values_mut() {
-            if leg.response.is_none() && !leg.timed_out {
-                if now >= leg.first_ts + timeout {
+        // Queries whose time is up: each leg once, when its timeout passes.
+        while let Some(&(deadline, id)) = self.timeouts.first() {
+            if deadline > now {
+                break;
+            }
+            self.timeouts.pop_first();
+            if let Some(leg) = self.legs.get_mut(&id) {
+                if leg.response.is_none() && !leg.timed_out {
                     leg.timed_out = true;
-                    newly_closed.push((leg.key.q.clone(), leg.id));
-                } else if all {
-                    leg.cut_short = true;
+                    let q = leg.key.q.clone();
+                    remove_from(&mut self.open_by_q, &q, id);
                 }
             }
         }
-        for (q, id) in newly_closed {
-            remove_from(&mut self.open_by_q, &q, id);
+        let mut done: Vec<u64> = Vec::new();
+        if all {
+            for leg in self.legs.values_mut() {
+                if leg.response.is_none() && !leg.timed_out {
+                    leg.cut_short = true;
+                }
+            }
+            done.extend(self.txs.keys().copied());
+            self.wakes.clear();
+        } else {
+            // Only transactions due to be looked at: each a bounded number of times.
+            while let Some(&(at, id)) = self.wakes.first() {
+                if at > now {
+                    break;
+                }
+                self.wakes.pop_first();
+                let Some(t) = self.txs.get(&id) else { continue };
+                if t.wake_at != at {
+                    continue;
+                }
+                if self.tx_done(t, now) {
+                    done.push(id);
+                } else {
+                    let next = self.next_look(t, now);
+                    if let Some(t) = self.txs.get_mut(&id) {
+                        t.wake_at = next;
+                    }
+                    self.wakes.insert((next, id));
+                }
+            }
+            done.sort_unstable();
         }
-        let done: Vec<u64> = self
-            .txs
-            .values()
-            .filter(|t| all || self.tx_done(t, now))
-            .map(|t| t.id)
-            .collect();
         for id in done {
             if let Some(t) = self.txs.remove(&id) {
                 let rendered = self.render(&t);
@@ -1225,6 +1281,31 @@ impl Correlator {
             });
         }
         let _ = root;
+    }
+
+    /// The earliest time a transaction that is not done yet could be, unless something new
+    /// happens to it (a new hop touches it, which looks at it sooner if need be).
+    fn next_look(&self, t: &Transaction, now: u64) -> u64 {
+        let mut next = t.last_activity + self.cfg.settle_ns;
+        let mut last_root: Option<&Leg> = None;
+        for l in t.legs.iter().filter_map(|id| self.legs.get(id)) {
+            if !l.closed() {
+                next = next.max(l.first_ts + self.cfg.timeout_ns);
+            }
+            if let Some((_, netns, ts, _, _)) = l.race {
+                if !self.ct_samples.has_after(netns, ts) && now < ts + 2_000_000_000 {
+                    // Counters come every 200 ms.
+                    next = next.max((now + 100_000_000).min(ts + 2_000_000_000));
+                }
+            }
+            if l.parent.is_none() && last_root.is_none_or(|r| l.first_ts >= r.first_ts) {
+                last_root = Some(l);
+            }
+        }
+        if let Some(r) = last_root.filter(|r| r.response.is_none()) {
+            next = next.max(r.first_ts + self.cfg.timeout_ns + self.cfg.retry_grace_ns);
+        }
+        next.max(now + 1)
     }
 
     fn tx_done(&self, t: &Transaction, now: u64) -> bool {
@@ -1484,6 +1565,20 @@ fn via_for(leg: &Leg, seen_client: SocketAddr, seen_server: SocketAddr, by_ct: b
 
 fn same_iface(a: ObservationPoint, b: ObservationPoint) -> bool {
     a.netns == b.netns && a.ifindex == b.ifindex
+}
+
+/// Candidates kept per key of an index (the newest): a forwarder's query follows its
+/// parent's closely, a retry or sibling is the client's latest query, so older ones are
+/// never the answer, and every lookup and removal stays O(1) however often one question or
+/// socket repeats.
+const MAX_CANDIDATES: usize = 64;
+
+fn push_capped<K: std::hash::Hash + Eq>(index: &mut HashMap<K, Vec<u64>>, key: K, id: u64) {
+    let v = index.entry(key).or_default();
+    if v.len() >= MAX_CANDIDATES {
+        v.remove(0);
+    }
+    v.push(id);
 }
 
 fn remove_from<K: std::hash::Hash + Eq>(index: &mut HashMap<K, Vec<u64>>, key: &K, id: u64) {

@@ -994,3 +994,122 @@ fn cut_response_answers_its_transaction() {
     let json = serde_json::to_value(t).unwrap();
     assert!(json.get("answer_cut").is_none(), "{json}");
 }
+
+/// Five clients of a loopback stub asking one name at once are five transactions, each
+/// answered, and no loop; a server asking itself over loopback (its own query re-entering
+/// it) still is one.
+#[test]
+fn concurrent_loopback_clients_are_no_loop_but_a_self_forward_is() {
+    let mut f = Feed::new();
+    let lo = |dir| at(7, 1, dir);
+    let t0 = MS;
+    for i in 0..5u64 {
+        let client = format!("127.0.0.1:{}", 40_000 + i);
+        let q = msg(
+            100 + i as u16,
+            false,
+            "same.test.",
+            "A",
+            "NOERROR",
+            &[],
+            false,
+        );
+        for dir in [Direction::Egress, Direction::Ingress] {
+            f.see(
+                t0 + i * 1000,
+                lo(dir),
+                "pod",
+                "lo",
+                UDP,
+                &client,
+                "127.0.0.1:53",
+                q.clone(),
+            );
+        }
+    }
+    for i in (0..5u64).rev() {
+        let client = format!("127.0.0.1:{}", 40_000 + i);
+        let r = msg(
+            100 + i as u16,
+            true,
+            "same.test.",
+            "A",
+            "NOERROR",
+            &["192.0.2.1"],
+            false,
+        );
+        for dir in [Direction::Egress, Direction::Ingress] {
+            f.see(
+                t0 + MS + i * 1000,
+                lo(dir),
+                "pod",
+                "lo",
+                UDP,
+                "127.0.0.1:53",
+                &client,
+                r.clone(),
+            );
+        }
+    }
+    f.c.tick(t0 + 2000 * MS, &mut f.out);
+    let loops = f
+        .out
+        .iter()
+        .filter(|r| matches!(r, Record::Loop(_)))
+        .count();
+    assert_eq!(loops, 0, "{:#?}", f.out);
+    let txs = f.txs(t0 + 3000 * MS);
+    assert_eq!(txs.len(), 5, "{txs:#?}");
+    for t in &txs {
+        assert_eq!(t.outcome, "answered", "{t:#?}");
+        assert_eq!(t.legs.len(), 1, "{t:#?}");
+    }
+    assert_eq!(f.c.stats().orphan_responses, 0);
+
+    // A pod's server forwarding to 127.0.0.53, which is itself.
+    let t1 = 10_000 * MS;
+    let q = |id| msg(id, false, "self.test.", "A", "NOERROR", &[], false);
+    f.see(
+        t1,
+        at(8, 2, Direction::Ingress),
+        "dns",
+        "eth0",
+        UDP,
+        "10.244.1.2:5000",
+        "10.244.1.3:53",
+        q(1),
+    );
+    for (k, port) in [(1u64, 6000), (2, 6001), (3, 6002)] {
+        for dir in [Direction::Egress, Direction::Ingress] {
+            let src = format!("127.0.0.1:{port}");
+            f.see(
+                t1 + k * 10_000,
+                at(8, 1, dir),
+                "dns",
+                "lo",
+                UDP,
+                &src,
+                "127.0.0.53:53",
+                q(k as u16 + 1),
+            );
+        }
+    }
+    f.c.tick(t1 + 100 * MS, &mut f.out);
+    let detected: Vec<_> = f
+        .out
+        .iter()
+        .filter_map(|r| match r {
+            Record::Loop(l) => Some(l),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(detected.len(), 1, "{:#?}", f.out);
+    assert!(
+        detected[0]
+            .cycle
+            .iter()
+            .all(|h| h.backend == "127.0.0.53:53"),
+        "{:#?}",
+        detected[0]
+    );
+}
