@@ -58,6 +58,18 @@ impl Tracer {
         args: &[&str],
         capture_stdout: bool,
     ) -> Result<Tracer, LabError> {
+        Self::start_waiting(lab, ns, args, capture_stdout, Duration::from_secs(30))
+    }
+
+    /// As [`Tracer::start_with`], waiting up to `timeout` for it to say it is tracing
+    /// (loading takes longer in an emulated VM).
+    pub fn start_waiting(
+        lab: &Lab,
+        ns: &str,
+        args: &[&str],
+        capture_stdout: bool,
+        timeout: Duration,
+    ) -> Result<Tracer, LabError> {
         let bin = dnspath_bin();
         let bin = bin.to_string_lossy().into_owned();
         let mut all = vec![bin.as_str()];
@@ -95,7 +107,7 @@ impl Tracer {
             stderr_lines: rx,
             stderr_seen: Vec::new(),
         };
-        t.wait_for_stderr("dnspath: tracing", Duration::from_secs(30))?;
+        t.wait_for_stderr("dnspath: tracing", timeout)?;
         Ok(t)
     }
 

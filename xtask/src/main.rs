@@ -4,7 +4,9 @@
 //!   cargo xtask setup    install toolchain pieces and lab packages (idempotent)
 //!   cargo xtask build    setup, then build the release binary
 //!   cargo xtask demo     setup, build, start the lab, trace a few queries through it
-//!   cargo xtask test     setup, then every test (as root: lab tests included)
+//!   cargo xtask test     setup, then every test (as root: lab tests included), then vm-test
+//!   cargo xtask vm-test [SERIES|host...]  the kernel_matrix lab test on each kernel nodes
+//!                        run (in VMs) and on the host
 //!   cargo xtask bench    setup (and tshark), build, time `dnspath analyze` against tshark
 use std::{
     env,
@@ -14,6 +16,7 @@ use std::{
 
 mod bench;
 mod demo;
+mod vm;
 
 type Result<T> = std::result::Result<T, String>;
 
@@ -147,8 +150,8 @@ fn test(extra: &[String]) -> Result<()> {
         eprintln!("xtask: not root: lab and eBPF tests will report themselves skipped");
     }
     // The binary under test must exist before the integration tests spawn it.
-    build_release()?;
-    run(Command::new("cargo")
+    let bin = build_release()?;
+    let tests = run(Command::new("cargo")
         .current_dir(workspace_root())
         .args([
             "test",
@@ -158,7 +161,14 @@ fn test(extra: &[String]) -> Result<()> {
             "--release",
         ])
         .args(extra)
-        .args(["--", "--test-threads=1"]))
+        .args(["--", "--test-threads=1"]));
+    // The kernels nodes run, whatever the tests above said.
+    let matrix = vm::run_matrix(&bin, &[]);
+    match (tests, matrix) {
+        (Ok(()), Ok(())) => Ok(()),
+        (Err(e), Ok(())) | (Ok(()), Err(e)) => Err(e),
+        (Err(a), Err(b)) => Err(format!("{a}; {b}")),
+    }
 }
 
 fn main() -> ExitCode {
@@ -168,18 +178,22 @@ fn main() -> ExitCode {
         None => ("help", &[][..]),
     };
     let result = match cmd {
-        "setup" => setup(),
+        "setup" => setup().and_then(|()| vm::setup()),
         "build" => setup().and_then(|()| build_release().map(|_| ())),
         "demo" => setup()
             .and_then(|()| build_release())
             .and_then(|bin| demo::run(&bin)),
-        "test" => setup().and_then(|()| test(rest)),
+        "test" => setup().and_then(|()| vm::setup()).and_then(|()| test(rest)),
+        "vm-test" => setup()
+            .and_then(|()| vm::setup())
+            .and_then(|()| build_release())
+            .and_then(|bin| vm::run_matrix(&bin, rest)),
         "bench" => setup()
             .and_then(|()| install_packages(&["tshark"]))
             .and_then(|()| build_release())
             .and_then(|bin| bench::run(&bin, rest)),
         _ => {
-            eprintln!("usage: cargo xtask <setup|build|demo|test [cargo test args]|bench [--packets N] [--runs N] [--keep FILE]>");
+            eprintln!("usage: cargo xtask <setup|build|demo|test [cargo test args]|vm-test [5.10|6.1|6.12|host...]|bench [--packets N] [--runs N] [--keep FILE]>");
             return ExitCode::from(2);
         }
     };
