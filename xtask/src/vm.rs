@@ -86,6 +86,24 @@ const GUEST_MODULES: &[&str] = &[
     "cls_bpf",
 ];
 
+/// `vng`: on PATH, or else in the scripts directory of the `python3` pip installed it for
+/// (a fresh pyenv has no shim for it until `pyenv rehash`).
+fn vng() -> PathBuf {
+    let on_path = output_ok(Command::new("sh").args(["-c", "command -v vng"]))
+        .map(|s| s.trim().to_owned())
+        .filter(|s| !s.is_empty());
+    if let Some(p) = on_path {
+        return PathBuf::from(p);
+    }
+    output_ok(Command::new("python3").args([
+        "-c",
+        "import sysconfig; print(sysconfig.get_path('scripts'))",
+    ]))
+    .map(|dir| Path::new(dir.trim()).join("vng"))
+    .filter(|p| p.exists())
+    .unwrap_or_else(|| PathBuf::from("vng"))
+}
+
 fn sudo(prog: &str) -> Command {
     if is_root() {
         Command::new(prog)
@@ -99,7 +117,7 @@ fn sudo(prog: &str) -> Command {
 /// QEMU, virtme-ng and the kernels of [`KERNELS`]; quick when all are there.
 pub fn setup() -> Result<()> {
     install_packages(VM_PACKAGES)?;
-    let vng = output_ok(Command::new("vng").arg("--version")).unwrap_or_default();
+    let vng = output_ok(Command::new(vng()).arg("--version")).unwrap_or_default();
     if !vng.contains(VIRTME_NG_VERSION) {
         eprintln!("xtask: installing virtme-ng {VIRTME_NG_VERSION} (pip)");
         let pkg = format!("virtme-ng=={VIRTME_NG_VERSION}");
@@ -476,7 +494,7 @@ fn in_vm(release: &str, test_bin: &Path, bin: &Path, out: &Path, timeout: Durati
     let started = Instant::now();
     let mut child = {
         use std::os::unix::process::CommandExt;
-        Command::new("vng")
+        Command::new(vng())
             .arg("-r")
             .arg(format!("/boot/vmlinuz-{release}"))
             // --verbose: the kernel's console in the log, to see where a boot hangs.
