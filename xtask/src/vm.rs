@@ -633,6 +633,24 @@ fn on_host(test_bin: &Path, bin: &Path, out: &Path) -> Result<Row> {
     })
 }
 
+/// Where the guests write their results: `target/vm`, unless the workspace lies under
+/// `/tmp` or `/run`, which virtme-ng gives the guest as private overlays (its writes there
+/// never reach the host); then under `/var/tmp/dnspath-vm/`.
+fn out_dir() -> PathBuf {
+    let root = workspace_root();
+    let private = ["/tmp", "/run"].iter().any(|p| root.starts_with(p));
+    if private {
+        let name: String = root
+            .to_string_lossy()
+            .chars()
+            .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
+            .collect();
+        Path::new("/var/tmp/dnspath-vm").join(name)
+    } else {
+        root.join("target/vm")
+    }
+}
+
 /// Every kernel of [`KERNELS`] in a VM, then the host; one line each. Fails if any failed.
 /// `only` (e.g. `6.1`, `host`) narrows it to the named series.
 pub fn run_matrix(bin: &Path, only: &[String]) -> Result<()> {
@@ -641,7 +659,7 @@ pub fn run_matrix(bin: &Path, only: &[String]) -> Result<()> {
         eprintln!("xtask: vm-test skipped: the lab test needs root");
         return Ok(());
     }
-    let out = workspace_root().join("target/vm");
+    let out = out_dir();
     // Copies, so that a rebuild while the VMs run does not change what they test.
     let snap = out.join("bin");
     fs::create_dir_all(&snap).map_err(|e| format!("{}: {e}", snap.display()))?;
