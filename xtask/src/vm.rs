@@ -635,7 +635,7 @@ fn on_host(test_bin: &Path, bin: &Path, out: &Path) -> Result<Row> {
 
 /// Where the guests write their results: `target/vm`, unless the workspace lies under
 /// `/tmp` or `/run`, which virtme-ng gives the guest as private overlays (its writes there
-/// never reach the host); then under `/var/tmp/dnspath-vm/`.
+/// never reach the host, as is `/var/tmp`); then under `/var/lib/dnspath-vm/runs/`.
 fn out_dir() -> PathBuf {
     let root = workspace_root();
     let private = ["/tmp", "/run"].iter().any(|p| root.starts_with(p));
@@ -645,7 +645,7 @@ fn out_dir() -> PathBuf {
             .chars()
             .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
             .collect();
-        Path::new("/var/tmp/dnspath-vm").join(name)
+        Path::new("/var/lib/dnspath-vm/runs").join(name)
     } else {
         root.join("target/vm")
     }
