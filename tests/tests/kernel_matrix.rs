@@ -259,94 +259,21 @@ fn prog_ids(pid: u32) -> BTreeSet<u32> {
     ids
 }
 
-/// Whether a BPF program with this ID is still loaded (BPF_PROG_GET_FD_BY_ID).
-fn prog_loaded(id: u32) -> bool {
-    #[repr(C)]
-    struct Attr {
-        prog_id: u32,
-        next_id: u32,
-        open_flags: u32,
-    }
-    const BPF_PROG_GET_FD_BY_ID: libc::c_long = 13;
-    let attr = Attr {
-        prog_id: id,
-        next_id: 0,
-        open_flags: 0,
-    };
-    // SAFETY: bpf(2) reads `size` bytes of a valid, initialised attr union prefix.
-    let fd = unsafe {
-        libc::syscall(
-            libc::SYS_bpf,
-            BPF_PROG_GET_FD_BY_ID,
-            &attr as *const Attr,
-            std::mem::size_of::<Attr>() as libc::c_uint,
-        )
-    };
-    if fd >= 0 {
-        // SAFETY: the kernel just gave us this fd.
-        unsafe { libc::close(fd as libc::c_int) };
-        return true;
-    }
-    std::io::Error::last_os_error().raw_os_error() != Some(libc::ENOENT)
+/// The BPF programs loaded now, by id, with their names (aya walks BPF_PROG_GET_NEXT_ID).
+/// A program freed while the walk runs is left out, as it should be.
+fn loaded_programs() -> BTreeMap<u32, String> {
+    aya::programs::loaded_programs()
+        .filter_map(Result::ok)
+        .map(|p| (p.id(), p.name_as_str().unwrap_or("?").to_owned()))
+        .collect()
 }
 
-/// Name of a loaded BPF program (BPF_OBJ_GET_INFO_BY_FD), for messages.
+/// Name of a loaded BPF program, for messages.
 fn prog_name(id: u32) -> String {
-    #[repr(C)]
-    struct GetFd {
-        prog_id: u32,
-        next_id: u32,
-        open_flags: u32,
+    match loaded_programs().get(&id) {
+        Some(name) => format!("#{id} {name}"),
+        None => format!("#{id}"),
     }
-    #[repr(C)]
-    struct GetInfo {
-        bpf_fd: u32,
-        info_len: u32,
-        info: u64,
-    }
-    const BPF_PROG_GET_FD_BY_ID: libc::c_long = 13;
-    const BPF_OBJ_GET_INFO_BY_FD: libc::c_long = 15;
-    let get = GetFd {
-        prog_id: id,
-        next_id: 0,
-        open_flags: 0,
-    };
-    // SAFETY: as in `prog_loaded`.
-    let fd = unsafe {
-        libc::syscall(
-            libc::SYS_bpf,
-            BPF_PROG_GET_FD_BY_ID,
-            &get as *const GetFd,
-            std::mem::size_of::<GetFd>() as libc::c_uint,
-        )
-    };
-    if fd < 0 {
-        return format!("#{id}");
-    }
-    // struct bpf_prog_info up to and including `name[16]` at offset 64.
-    let mut info = [0u8; 80];
-    let attr = GetInfo {
-        bpf_fd: fd as u32,
-        info_len: info.len() as u32,
-        info: info.as_mut_ptr() as u64,
-    };
-    // SAFETY: the kernel writes at most `info_len` bytes into `info`, which outlives the call.
-    let rc = unsafe {
-        libc::syscall(
-            libc::SYS_bpf,
-            BPF_OBJ_GET_INFO_BY_FD,
-            &attr as *const GetInfo,
-            std::mem::size_of::<GetInfo>() as libc::c_uint,
-        )
-    };
-    // SAFETY: our fd from above.
-    unsafe { libc::close(fd as libc::c_int) };
-    if rc < 0 {
-        return format!("#{id}");
-    }
-    let name = &info[64..80];
-    let end = name.iter().position(|&b| b == 0).unwrap_or(name.len());
-    format!("#{id} {}", String::from_utf8_lossy(&name[..end]))
 }
 
 /// Polls until none of `ids` is loaded; returns those still loaded after `timeout`
@@ -354,7 +281,12 @@ fn prog_name(id: u32) -> String {
 fn wait_unloaded(ids: &BTreeSet<u32>, timeout: Duration) -> Vec<u32> {
     let deadline = Instant::now() + timeout;
     loop {
-        let left: Vec<u32> = ids.iter().copied().filter(|&id| prog_loaded(id)).collect();
+        let loaded = loaded_programs();
+        let left: Vec<u32> = ids
+            .iter()
+            .copied()
+            .filter(|id| loaded.contains_key(id))
+            .collect();
         if left.is_empty() || Instant::now() >= deadline {
             return left;
         }
