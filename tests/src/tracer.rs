@@ -189,9 +189,48 @@ pub fn lab_or_skip(cfg: crate::LabConfig) -> Option<Lab> {
 }
 
 /// `dnspath -o json` output, one value per line; a line that is not JSON fails the test.
+/// Parses dnspath's NDJSON output; every `stats` record in it must account for every
+/// packet ([`assert_accounted`]).
 pub fn ndjson(stdout: &str) -> Vec<serde_json::Value> {
-    stdout
+    let recs: Vec<serde_json::Value> = stdout
         .lines()
         .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("bad NDJSON {l:?}: {e}")))
-        .collect()
+        .collect();
+    for s in recs.iter().filter(|r| r["type"] == "stats") {
+        assert_accounted(s);
+    }
+    recs
+}
+
+/// The accounting docs/output.md promises (`stats`): every packet that reached userspace is
+/// counted once — decoded, cut by the capture, malformed, TCP control or data (whose bytes end
+/// in messages), other, or summarised — and, live, the kernel matched no fewer packets than
+/// were read or lost.
+pub fn assert_accounted(stats: &serde_json::Value) {
+    let n = |k: &str| {
+        stats[k]
+            .as_u64()
+            .unwrap_or_else(|| panic!("stats.{k} missing: {stats}"))
+    };
+    let per_packet = n("decoded") + n("capture_truncated") + n("malformed") - n("tcp_messages")
+        + n("tcp_control")
+        + n("tcp_data")
+        + n("other")
+        + n("summarised");
+    assert_eq!(
+        n("packets"),
+        per_packet,
+        "packets not accounted for (decoded + capture_truncated + malformed - tcp_messages + tcp_control + tcp_data + other + summarised): {stats}"
+    );
+    if let Some(matched) = stats["kernel"]["packets_matched"].as_u64() {
+        assert!(
+            n("packets") + n("lost") <= matched,
+            "more packets read or lost than the kernel matched: {stats}"
+        );
+        assert_eq!(
+            matched,
+            n("packets") + n("lost") + n("unread"),
+            "kernel-matched packets neither read, lost nor unread: {stats}"
+        );
+    }
 }

@@ -16,7 +16,10 @@ use std::{
     time::{Duration, Instant},
 };
 
-use lab::{tracer::dnspath_bin, Lab, LabConfig, Pod};
+use lab::{
+    tracer::{dnspath_bin, ndjson},
+    Lab, LabConfig, Pod,
+};
 use serde_json::Value;
 
 fn is_root() -> bool {
@@ -177,12 +180,7 @@ fn analyze(file: &Path, extra: &[&str]) -> Analysis {
         .output()
         .unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
-    let recs = String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .map(|l| {
-            serde_json::from_str::<Value>(l).unwrap_or_else(|e| panic!("bad NDJSON {l:?}: {e}"))
-        })
-        .collect();
+    let recs = ndjson(&String::from_utf8_lossy(&out.stdout));
     Analysis { out, recs, stderr }
 }
 
@@ -650,11 +648,7 @@ fn offline_transactions_match_the_live_trace() {
     let live = live.stop();
     cap.stop();
     assert!(live.status.success(), "{}", live.stderr);
-    let live_recs: Vec<Value> = live
-        .stdout
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
+    let live_recs: Vec<Value> = ndjson(&live.stdout);
     let offline = analyze(&file, &["--view", "transactions"]);
     assert!(offline.out.status.success(), "{}", offline.stderr);
     // What a person compares: who asked what, what came back, through which servers.

@@ -12,7 +12,7 @@ use std::{
     process::{Command, Output, Stdio},
 };
 
-use lab::tracer::dnspath_bin;
+use lab::tracer::{dnspath_bin, ndjson};
 use serde_json::Value;
 
 /// What a hostile interface name would forge if printed raw: a colour, then a line of its
@@ -184,10 +184,7 @@ fn hostile_interface_and_file_names_are_escaped() {
     assert!(o.status.success());
     assert!(!o.stdout.contains(&0x1b), "raw ESC in JSON");
     let stdout = String::from_utf8(o.stdout).unwrap();
-    let recs: Vec<Value> = stdout
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
+    let recs: Vec<Value> = ndjson(&stdout);
     assert_eq!(recs.len(), 3);
     assert_eq!(
         recs[0]["ifname"].as_str().unwrap().as_bytes(),

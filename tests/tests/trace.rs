@@ -8,7 +8,7 @@
 use std::{thread, time::Duration};
 
 use lab::{
-    tracer::{dnspath_bin, Tracer, TracerOutput},
+    tracer::{dnspath_bin, ndjson, Tracer, TracerOutput},
     Lab, LabConfig, Pod,
 };
 use serde_json::Value;
@@ -39,12 +39,7 @@ fn records(out: &TracerOutput) -> Vec<Value> {
         out.status,
         out.stderr
     );
-    out.stdout
-        .lines()
-        .map(|l| {
-            serde_json::from_str::<Value>(l).unwrap_or_else(|e| panic!("bad NDJSON {l:?}: {e}"))
-        })
-        .collect()
+    ndjson(&out.stdout)
 }
 
 fn of_type<'a>(recs: &'a [Value], t: &str) -> Vec<&'a Value> {
@@ -471,6 +466,15 @@ fn duration_and_count_stop_the_trace() {
     let out = t.wait();
     let recs = records(&out);
     assert_eq!(of_type(&recs, "packet").len(), 2, "{recs:?}");
+    // The stats say exactly what was seen after the stop: packets decoded in the stop's
+    // batch but not written, and what the kernel matched that was never read.
+    let st = stats(&recs);
+    assert_eq!(st["stopped_by"], "count", "{st}");
+    assert_eq!(
+        st["packets"].as_u64().unwrap(),
+        2 + st["not_written"].as_u64().unwrap(),
+        "{st}"
+    );
     let t = Tracer::start(&lab, lab.node_ns(), &["trace", "--duration", "1"]).unwrap();
     let out = t.wait();
     assert!(out.status.success(), "{out:?}");

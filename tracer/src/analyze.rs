@@ -12,13 +12,13 @@ use std::{
 };
 
 use crate::{
-    correlate::{CorrelateConfig, Correlator, Observed},
-    decode::{parse_ip, Transport},
+    decode::{decoder::Decoder, parse_ip, Transport},
     event::SourceEvent,
     kernel::{attach::Names, kallsyms::Kallsyms},
     output::{record::StatsRecord, text::TextSink, Format, JsonSink, Record, Sink, View},
-    pipeline::{Clock, Decoder},
+    pipeline::{Pipeline, PipelineConfig},
     source::file::{netns_name_for, CaptureFormat, FileError, FileProgress, FileSource, LinkSkips},
+    time::Clock,
 };
 
 #[derive(Debug, thiserror::Error)]
@@ -235,24 +235,23 @@ pub fn analyze(
     let names = Arc::new(RwLock::new(Names::default()));
     let mut source = open_source(&opts.path, Arc::clone(&names))?;
     let clock = Clock::Epoch;
-    let mut decoder = Decoder::new(
+    let decoder = Decoder::new(
         clock,
         Arc::clone(&names),
         Kallsyms::default(),
         Default::default(),
     );
     // Without conntrack, hops across DNAT are joined by the fallback method.
-    let mut correlator = opts.view.transactions().then(|| {
-        decoder.collect_observations();
-        Correlator::new(
-            CorrelateConfig {
-                timeout_ns: u64::try_from(opts.timeout.as_nanos()).unwrap_or(u64::MAX),
-                ..Default::default()
-            },
-            clock,
-        )
-    });
-    let mut observed: Vec<Observed> = Vec::new();
+    let mut pipeline = Pipeline::new(
+        decoder,
+        PipelineConfig {
+            transactions: opts.view.transactions(),
+            timeout_ns: u64::try_from(opts.timeout.as_nanos()).unwrap_or(u64::MAX),
+            // A file is not read at line rate: every packet is decoded.
+            shed_loops: false,
+        },
+        clock,
+    );
     let mut sink: Box<dyn Sink> = match opts.format {
         Format::Json => Box::new(JsonSink::new(BatchWriter::new(out))),
         Format::Text => Box::new(TextSink::new(BatchWriter::new(out))),
@@ -298,29 +297,16 @@ pub fn analyze(
             }
         };
         now = now.max(packet.ts_ns);
-        decoder.on_event(SourceEvent::Packet(packet), &mut records);
-        if let Some(c) = correlator.as_mut() {
-            decoder.take_observed(&mut observed);
-            for o in observed.drain(..) {
-                c.on_observed(o);
-            }
-            if now.saturating_sub(last_tick) >= TICK_NS {
-                c.tick(now, &mut records);
-                last_tick = now;
-            }
+        pipeline.push(SourceEvent::Packet(packet), &mut records);
+        if now.saturating_sub(last_tick) >= TICK_NS {
+            pipeline.tick(now, &mut records);
+            last_tick = now;
         }
         write_records(&mut records, sink.as_mut(), opts.view)?;
     }
-    if let Some(c) = correlator.as_mut() {
-        decoder.take_observed(&mut observed);
-        for o in observed.drain(..) {
-            c.on_observed(o);
-        }
-        c.flush(now, &mut records);
-    }
+    pipeline.finish(now, &mut records);
     write_records(&mut records, sink.as_mut(), opts.view)?;
-    let mut stats = decoder.stats();
-    stats.correlate = correlator.as_ref().map(Correlator::stats);
+    let stats = pipeline.stats();
     sink.write(&Record::Stats(stats.clone()))?;
     sink.flush()?;
 

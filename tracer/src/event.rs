@@ -29,6 +29,14 @@ impl Direction {
             Direction::Unknown => 2,
         }
     }
+    /// The inverse of [`Direction::as_code`].
+    pub fn from_code(code: u8) -> Self {
+        match code {
+            0 => Direction::Ingress,
+            1 => Direction::Egress,
+            _ => Direction::Unknown,
+        }
+    }
 }
 
 /// Where a packet was seen: network namespace (cookie), interface, direction.

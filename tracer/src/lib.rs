@@ -8,4 +8,5 @@ pub mod kernel;
 pub mod output;
 pub mod pipeline;
 pub mod source;
+pub mod time;
 pub mod trace;

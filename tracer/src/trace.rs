@@ -11,10 +11,8 @@ use std::{
 use tokio::signal::unix::{signal, SignalKind};
 
 use crate::{
-    correlate::{
-        loops::{LoopRecord, LoopState},
-        CorrelateConfig, Correlator, Observed,
-    },
+    correlate::loops::LoopState,
+    decode::decoder::Decoder,
     event::{KernelCounters, KernelSetup, SourceEvent},
     kernel::{
         attach::{AttachSpec, Attacher, Names},
@@ -23,8 +21,9 @@ use crate::{
         netns, KernelError, ProbeOptions, Probes,
     },
     output::{self, Format, Record, View},
-    pipeline::{Clock, Decoder},
+    pipeline::{Pipeline, PipelineConfig},
     source::live::LiveSource,
+    time::Clock,
 };
 
 #[derive(Debug, thiserror::Error)]
@@ -163,16 +162,15 @@ pub async fn run(
     let clock = Clock::boot();
     let mut decoder = Decoder::new(clock, names, Kallsyms::load(), reasons);
     decoder.set_confirm_hook(confirm_hook);
-    let mut correlator = opts.view.transactions().then(|| {
-        decoder.collect_observations();
-        Correlator::new(
-            CorrelateConfig {
-                timeout_ns: opts.timeout.as_nanos().min(u128::from(u64::MAX)) as u64,
-                ..Default::default()
-            },
-            clock,
-        )
-    });
+    let mut pipeline = Pipeline::new(
+        decoder,
+        PipelineConfig {
+            transactions: opts.view.transactions(),
+            timeout_ns: u64::try_from(opts.timeout.as_nanos()).unwrap_or(u64::MAX),
+            shed_loops: true,
+        },
+        clock,
+    );
     let mut sink = output::sink(opts.format, out);
     let deadline = async {
         match opts.duration {
@@ -187,10 +185,10 @@ pub async fn run(
     let mut events: Vec<SourceEvent> = Vec::new();
     let mut records: Vec<Record> = Vec::new();
     let mut writer = BatchWriter::new(&opts);
-    let refresh_counters = |decoder: &mut Decoder| {
+    let refresh_counters = |pipeline: &mut Pipeline| {
         if let Ok(p) = probes.lock() {
             if let Ok(c) = p.counters() {
-                decoder.set_kernel_counters(KernelCounters::from_array(&c));
+                pipeline.set_kernel_counters(KernelCounters::from_array(&c));
             }
         }
     };
@@ -198,6 +196,8 @@ pub async fn run(
     // From here on, nothing returns before the watchers are stopped and joined.
     let mut failure: Option<TraceError> = None;
     let mut output_closed = false;
+    // Why the run ended, for `stats.stopped_by`.
+    let mut stopped_by = "error";
     'run: loop {
         tokio::select! {
             r = source.next_batch(&mut events) => {
@@ -206,33 +206,36 @@ pub async fn run(
                     break 'run;
                 }
             }
-            _ = sigint.recv() => break 'run,
-            _ = sigterm.recv() => break 'run,
-            _ = sighup.recv() => break 'run,
-            _ = &mut deadline => break 'run,
+            _ = sigint.recv() => { stopped_by = "SIGINT"; break 'run }
+            _ = sigterm.recv() => { stopped_by = "SIGTERM"; break 'run }
+            _ = sighup.recv() => { stopped_by = "SIGHUP"; break 'run }
+            _ = &mut deadline => { stopped_by = "duration"; break 'run }
             _ = tick.tick() => {
                 ticks += 1;
                 if ticks.is_multiple_of(20) {
-                    refresh_counters(&mut decoder);
+                    refresh_counters(&mut pipeline);
                 }
             }
         }
+        // Conntrack first: the batch's packets may have been NATed by these entries.
+        while let Ok(ev) = ct_rx.try_recv() {
+            pipeline.push(ev, &mut records);
+        }
         for ev in events.drain(..) {
-            decoder.on_event(ev, &mut records);
+            pipeline.push(ev, &mut records);
         }
-        if let Some(c) = correlator.as_mut() {
-            hand_over(&mut decoder, c, &ct_rx);
-            c.tick(clock.now_ns(), &mut records);
-        }
+        pipeline.tick(clock.now_ns(), &mut records);
         // The whole batch is written even when it ends the run: what it holds was decided
         // before the stop.
-        match writer.write(&mut records, sink.as_mut(), |l| {
-            follow_loop(&mut decoder, l)
-        }) {
+        match writer.write(&mut records, sink.as_mut()) {
             Ok(false) => {}
-            Ok(true) => break 'run,
+            Ok(true) => {
+                stopped_by = if writer.count_reached() { "count" } else { "loop" };
+                break 'run;
+            }
             Err(e) if is_broken_pipe(&e) => {
                 output_closed = true;
+                stopped_by = "output closed";
                 break 'run;
             }
             Err(e) => {
@@ -265,28 +268,35 @@ pub async fn run(
     let loop_found = writer.loop_found;
     if output_closed {
         return Ok(TraceSummary {
-            stats: decoder.stats(),
+            stats: pipeline.stats(),
             loop_found,
             output_closed,
         });
     }
-    // What arrived before detaching still counts.
+    // What arrived before detaching still counts, unless `--count` was reached: then the
+    // rest stays unread (counted in `stats.unread`).
     if !writer.count_reached() {
         source.drain(&mut events);
+        while let Ok(ev) = ct_rx.try_recv() {
+            pipeline.push(ev, &mut records);
+        }
         for ev in events.drain(..) {
-            decoder.on_event(ev, &mut records);
+            pipeline.push(ev, &mut records);
         }
     }
-    if let Some(c) = correlator.as_mut() {
-        hand_over(&mut decoder, c, &ct_rx);
-        c.flush(clock.now_ns(), &mut records);
-    }
-    let end = writer.write(&mut records, sink.as_mut(), |_| {});
+    pipeline.finish(clock.now_ns(), &mut records);
+    let end = writer.write(&mut records, sink.as_mut());
     let loop_found = writer.loop_found;
-    refresh_counters(&mut decoder);
-    let mut stats = decoder.stats();
-    stats.correlate = correlator.as_ref().map(Correlator::stats);
+    refresh_counters(&mut pipeline);
+    let mut stats = pipeline.stats();
+    stats.not_written = writer.not_written;
+    stats.stopped_by = Some(stopped_by.to_string());
     if let Some(k) = stats.kernel.as_mut() {
+        // Matched by the kernel, neither read nor lost: still queued when the run stopped.
+        stats.unread = k
+            .counters
+            .packets_matched
+            .saturating_sub(stats.packets.saturating_add(stats.lost));
         let mut setup = setup;
         setup.attach_failures = attach_failures;
         k.setup = Some(setup);
@@ -316,6 +326,9 @@ struct BatchWriter {
     show_packets: bool,
     /// Packet records counted against `count` (written, or hidden by the view).
     packets_out: u64,
+    /// Packet records decided after `count` was reached (in the batch of the stop, or
+    /// unfinished TCP messages reported at the end): counted, not written.
+    not_written: u64,
     loop_found: bool,
 }
 
@@ -326,6 +339,7 @@ impl BatchWriter {
             until_loop: opts.until_loop,
             show_packets: opts.view.packets(),
             packets_out: 0,
+            not_written: 0,
             loop_found: false,
         }
     }
@@ -334,17 +348,16 @@ impl BatchWriter {
         self.count.is_some_and(|n| self.packets_out >= n)
     }
 
-    /// Writes (and empties) `records`, calling `on_loop` for each loop record; returns
-    /// whether the run should stop now.
+    /// Writes (and empties) `records`; returns whether the run should stop now.
     fn write(
         &mut self,
         records: &mut Vec<Record>,
         sink: &mut (dyn output::Sink + Send),
-        mut on_loop: impl FnMut(&LoopRecord),
     ) -> std::io::Result<bool> {
         for r in records.drain(..) {
             if matches!(r, Record::Packet(_)) {
                 if self.count_reached() {
+                    self.not_written += 1;
                     continue;
                 }
                 self.packets_out += 1;
@@ -353,7 +366,6 @@ impl BatchWriter {
                 }
             }
             if let Record::Loop(l) = &r {
-                on_loop(l);
                 self.loop_found |= l.state == LoopState::Detected;
             }
             sink.write(&r)?;
@@ -390,46 +402,6 @@ fn setup_line(s: &KernelSetup) -> String {
         line.push_str(&format!("; degraded: {}", d.escape_debug()));
     }
     line
-}
-
-/// Under a loop, only count its packets; when it ends, decode them again.
-fn follow_loop(decoder: &mut Decoder, l: &LoopRecord) {
-    let q = &l.question;
-    match l.state {
-        LoopState::Detected => decoder.summarise_question(&q.name, &q.qtype, &q.class),
-        LoopState::Ended => decoder.stop_summarising(&q.name, &q.qtype, &q.class),
-        LoopState::Ongoing => {}
-    }
-}
-
-/// What the correlate stage gets after each batch: conntrack events and statistics, the
-/// decoded observations, and the counts of loop packets that were only counted.
-fn hand_over(
-    decoder: &mut Decoder,
-    c: &mut Correlator,
-    rx: &std::sync::mpsc::Receiver<SourceEvent>,
-) {
-    let mut observed: Vec<Observed> = Vec::new();
-    decoder.take_observed(&mut observed);
-    let mut summarised = Vec::new();
-    decoder.take_summarised(&mut summarised);
-    feed_conntrack(rx, c);
-    for o in observed {
-        c.on_observed(o);
-    }
-    for s in summarised {
-        c.summarised(&s.name, &s.qtype, &s.class, s.count, s.last_ts);
-    }
-}
-
-fn feed_conntrack(rx: &std::sync::mpsc::Receiver<SourceEvent>, c: &mut Correlator) {
-    while let Ok(ev) = rx.try_recv() {
-        match ev {
-            SourceEvent::Conntrack(ct) => c.on_conntrack(&ct),
-            SourceEvent::CtStats(s) => c.on_ct_stats(s),
-            _ => {}
-        }
-    }
 }
 
 /// One conntrack watcher thread per namespace where NAT is expected: ours, those named with
@@ -494,7 +466,7 @@ fn start_conntrack(
 mod tests {
     use super::*;
     use crate::{
-        correlate::loops::LoopKind,
+        correlate::loops::{LoopKind, LoopRecord},
         output::record::{
             DropRecord, LookupRef, PacketRecord, QuestionRecord, StatsRecord, TransactionRecord,
         },
@@ -647,7 +619,7 @@ mod tests {
         let mut w = BatchWriter::new(&opts(Some(2), false, View::Both));
         let mut sink = Collect::default();
         let mut batch = vec![packet(1)];
-        assert!(!w.write(&mut batch, &mut sink, |_| {}).unwrap());
+        assert!(!w.write(&mut batch, &mut sink).unwrap());
         let mut batch = vec![
             packet(2),
             drop_record(3),
@@ -655,7 +627,7 @@ mod tests {
             transaction(7),
             transaction(8),
         ];
-        assert!(w.write(&mut batch, &mut sink, |_| {}).unwrap());
+        assert!(w.write(&mut batch, &mut sink).unwrap());
         assert!(batch.is_empty());
         // At the end: the correlator's flush, and packets drained from the ring.
         let mut last = vec![
@@ -663,7 +635,9 @@ mod tests {
             transaction(9),
             Record::Stats(StatsRecord::default()),
         ];
-        w.write(&mut last, &mut sink, |_| {}).unwrap();
+        w.write(&mut last, &mut sink).unwrap();
+        // Packets 4 and 5 were decided after the stop: counted, not written.
+        assert_eq!(w.not_written, 2);
         assert_eq!(
             kinds(&sink.0),
             [
@@ -684,7 +658,7 @@ mod tests {
         let mut w = BatchWriter::new(&opts(Some(1), false, View::Transactions));
         let mut sink = Collect::default();
         let mut batch = vec![packet(1), transaction(1), packet(2), transaction(2)];
-        assert!(w.write(&mut batch, &mut sink, |_| {}).unwrap());
+        assert!(w.write(&mut batch, &mut sink).unwrap());
         assert_eq!(kinds(&sink.0), ["transaction 1", "transaction 2"]);
         assert_eq!(w.packets_out, 1);
     }
@@ -694,18 +668,14 @@ mod tests {
     fn until_loop_writes_the_rest_of_the_batch() {
         let mut w = BatchWriter::new(&opts(None, true, View::Both));
         let mut sink = Collect::default();
-        let mut seen = Vec::new();
         let mut batch = vec![
             packet(1),
             loop_record(LoopState::Detected),
             transaction(3),
             drop_record(4),
         ];
-        let stop = w
-            .write(&mut batch, &mut sink, |l| seen.push(l.state))
-            .unwrap();
+        let stop = w.write(&mut batch, &mut sink).unwrap();
         assert!(stop && w.loop_found);
-        assert_eq!(seen, [LoopState::Detected]);
         assert_eq!(
             kinds(&sink.0),
             ["packet 1", "loop Detected", "transaction 3", "drop 4"]
@@ -713,6 +683,6 @@ mod tests {
         // Without a loop, no stop.
         let mut w = BatchWriter::new(&opts(None, true, View::Both));
         let mut batch = vec![packet(1), loop_record(LoopState::Ongoing)];
-        assert!(!w.write(&mut batch, &mut sink, |_| {}).unwrap());
+        assert!(!w.write(&mut batch, &mut sink).unwrap());
     }
 }

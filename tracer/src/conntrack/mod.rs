@@ -61,13 +61,35 @@ pub enum ConntrackError {
     Thread(std::io::Error),
 }
 
-/// CLOCK_BOOTTIME in nanoseconds, the clock of packet events; 0 if it cannot be read.
-pub(crate) fn boottime_ns() -> u64 {
-    nix::time::clock_gettime(nix::time::ClockId::CLOCK_BOOTTIME)
-        .map(|t| {
-            (t.tv_sec() as u64)
-                .saturating_mul(1_000_000_000)
-                .saturating_add(t.tv_nsec() as u64)
-        })
-        .unwrap_or(0)
+pub(crate) use crate::time::boottime_ns;
+
+bitflags::bitflags! {
+    /// `enum ip_conntrack_status` (include/uapi/linux/netfilter/nf_conntrack_common.h), as
+    /// ctnetlink's CTA_STATUS and the kernel's `nf_conn.status` carry it.
+    #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+    pub struct CtStatus: u64 {
+        const EXPECTED = 1 << 0;
+        const SEEN_REPLY = 1 << 1;
+        const ASSURED = 1 << 2;
+        const CONFIRMED = 1 << 3;
+        const SRC_NAT = 1 << 4;
+        const DST_NAT = 1 << 5;
+        const SEQ_ADJUST = 1 << 6;
+        const SRC_NAT_DONE = 1 << 7;
+        const DST_NAT_DONE = 1 << 8;
+        const DYING = 1 << 9;
+        const FIXED_TIMEOUT = 1 << 10;
+        const TEMPLATE = 1 << 11;
+        const NAT_CLASH = 1 << 12;
+        const HELPER = 1 << 13;
+        const OFFLOAD = 1 << 14;
+        const HW_OFFLOAD = 1 << 15;
+    }
+}
+
+impl CtStatus {
+    /// The kernel's names of the bits set (unknown bits left out).
+    pub fn names(self) -> Vec<&'static str> {
+        self.iter_names().map(|(name, _)| name).collect()
+    }
 }

@@ -9,7 +9,7 @@ use std::collections::{BTreeSet, HashMap};
 
 use serde::Serialize;
 
-use crate::{output::record::QuestionRecord, pipeline::Clock};
+use crate::{output::record::QuestionRecord, time::Clock};
 
 use super::QKey;
 

@@ -35,7 +35,7 @@ use crate::{
     output::record::{
         HopRecord, LegDrop, LegRecord, LookupRef, QuestionRecord, Record, TransactionRecord,
     },
-    pipeline::Clock,
+    time::Clock,
 };
 use ctmap::CtMap;
 use loops::{LoopHop, LoopTracker};
@@ -1170,13 +1170,7 @@ impl Correlator {
             .map(|l| l.first_ts.saturating_sub(t.first_ts))
             .min();
         let total = rec.and_then(|r| r.latency_ns);
-        let fmt = |ns: u64| {
-            if ns >= 1_000_000_000 {
-                format!("{:.2} s", ns as f64 / 1e9)
-            } else {
-                format!("{:.1} ms", ns as f64 / 1e6)
-            }
-        };
+        let fmt = crate::time::format_duration;
         let question = |q: &QKey| crate::output::record::QuestionRecord {
             name: q.name.clone(),
             qtype: q.qtype.clone(),
@@ -1447,13 +1441,7 @@ impl Correlator {
                 .unwrap_or(r.ts_ns)
         });
         let latency = end_ts.and_then(|e| e.checked_sub(t.first_ts));
-        let fmt_lat = |ns: u64| {
-            if ns >= 1_000_000_000 {
-                format!("{:.2} s", ns as f64 / 1e9)
-            } else {
-                format!("{:.2} ms", ns as f64 / 1e6)
-            }
-        };
+        let fmt_lat = crate::time::format_duration;
         let dropped = legs.iter().find_map(|l| l.drop.as_ref());
         let (outcome, summary) = match (&final_root.response, latency) {
             (Some(r), Some(lat)) => {

@@ -18,7 +18,7 @@ use serde::Serialize;
 use crate::{
     event::{CtCpuStats, CtSnapshot, CtStatsSample},
     output::record::QuestionRecord,
-    pipeline::IPS_CONFIRMED,
+    conntrack::CtStatus,
 };
 
 const IPS_SRC_NAT_DONE: u64 = 1 << 7;
@@ -40,7 +40,7 @@ pub fn is_race_candidate(
         return true;
     }
     let Some(ct) = ct else { return false };
-    if ct.status & IPS_CONFIRMED != 0 {
+    if CtStatus::from_bits_retain(ct.status).contains(CtStatus::CONFIRMED) {
         return false;
     }
     match function {
@@ -49,7 +49,7 @@ pub fn is_race_candidate(
         // the pair, DNAT'd or not (0x1a0 or 0x180).
         // Before 5.17 the kernel gives no reason: the location and the entry's state decide.
         "nf_hook_slow" => {
-            (reason == "NETFILTER_DROP" || reason == crate::pipeline::UNKNOWN_REASON)
+            (reason == "NETFILTER_DROP" || reason == crate::decode::decoder::UNKNOWN_REASON)
                 && ct.status & (IPS_SRC_NAT_DONE | IPS_DST_NAT_DONE)
                     == IPS_SRC_NAT_DONE | IPS_DST_NAT_DONE
         }

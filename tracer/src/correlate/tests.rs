@@ -818,7 +818,7 @@ fn race_drop_with_counters_sibling_and_retry() {
         (2, "AAAA", "10.244.1.4:53")
     );
     assert_eq!(r.retry_ns, Some(5_000 * MS));
-    assert!(r.summary.starts_with("lookup of api.lab.test. took 5.00 s: A dropped by conntrack race at +0.6 ms, retried at +5.00 s"), "{}", r.summary);
+    assert!(r.summary.starts_with("lookup of api.lab.test. took 5.00 s: A dropped by conntrack race at +600 µs, retried at +5.00 s"), "{}", r.summary);
     assert_eq!(f.c.stats().races.race_drops, 1);
 }
 

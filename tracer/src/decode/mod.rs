@@ -5,6 +5,9 @@
 //! - [`dns::decode`]: one DNS message (hickory-proto) → [`dns::DnsMessage`], serialisable;
 //!   [`dns::decode_cut`]: one the capture cut short, as far as its bytes go.
 //! - [`tcp::TcpReassembler`]: per-flow DNS-over-TCP framing (RFC 7766 §8) with bounded buffers.
+//! - [`decoder::Decoder`]: the decode stage of the pipeline: source events → packet and drop
+//!   records, counters, and typed observations for the correlate stage.
+pub mod decoder;
 pub mod dns;
 pub mod ip;
 pub mod tcp;

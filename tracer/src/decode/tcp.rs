@@ -91,6 +91,10 @@ pub struct TcpReassembler {
     lru: BTreeMap<u64, FlowKey>,
     tick: u64,
     stats: TcpStats,
+    /// What flows held when they were forgotten (evicted, expired, or at [`Self::finish`]),
+    /// by flow: each unfinished message becomes a [`TcpOutput::Malformed`], so no stream
+    /// byte goes unreported.
+    closed: Vec<(FlowKey, TcpOutput)>,
 }
 
 struct Flow {
@@ -404,6 +408,7 @@ impl TcpReassembler {
             lru: BTreeMap::new(),
             tick: 0,
             stats: TcpStats::default(),
+            closed: Vec::new(),
         }
     }
 
@@ -433,6 +438,7 @@ impl TcpReassembler {
             flows,
             lru,
             stats,
+            closed,
             ..
         } = self;
 
@@ -455,9 +461,9 @@ impl TcpReassembler {
                 let Some((_, old)) = lru.pop_first() else {
                     break;
                 };
-                if let Some(evicted) = flows.remove(&old) {
-                    add_bytes(&mut stats.bytes_dropped, evicted.held_bytes());
+                if let Some(mut evicted) = flows.remove(&old) {
                     stats.flows_evicted = stats.flows_evicted.saturating_add(1);
+                    forget(old, &mut evicted, "flow evicted (too many flows)", stats, closed);
                 }
             }
             // Without a SYN, assume the first segment seen starts a message.
@@ -498,12 +504,32 @@ impl TcpReassembler {
                 if now_ns.saturating_sub(flow.last_ts) <= self.limits.idle_ns {
                     return;
                 }
-                add_bytes(&mut self.stats.bytes_dropped, flow.held_bytes());
-                self.stats.flows_evicted = self.stats.flows_evicted.saturating_add(1);
-                self.flows.remove(&key);
+                if let Some(mut flow) = self.flows.remove(&key) {
+                    self.stats.flows_evicted = self.stats.flows_evicted.saturating_add(1);
+                    let why = "flow idle too long";
+                    forget(key, &mut flow, why, &mut self.stats, &mut self.closed);
+                }
             }
             self.lru.pop_first();
         }
+    }
+
+    /// The input ended (end of file, or the trace stopped): every unfinished message of every
+    /// flow becomes a [`TcpOutput::Malformed`] in [`Self::take_closed`]; the flows are forgotten.
+    pub fn finish(&mut self) {
+        let mut flows: Vec<(u64, FlowKey)> = std::mem::take(&mut self.lru).into_iter().collect();
+        flows.sort_unstable_by_key(|(tick, _)| *tick);
+        for (_, key) in flows {
+            if let Some(mut flow) = self.flows.remove(&key) {
+                forget(key, &mut flow, "stream ended", &mut self.stats, &mut self.closed);
+            }
+        }
+        self.flows.clear();
+    }
+
+    /// Moves out what forgotten flows still held (see [`Self::closed`](TcpReassembler)).
+    pub fn take_closed(&mut self, out: &mut Vec<(FlowKey, TcpOutput)>) {
+        out.append(&mut self.closed);
     }
 
     pub fn stats(&self) -> TcpStats {
@@ -522,16 +548,33 @@ fn close(flow: &mut Flow, why: &str, stats: &mut TcpStats, out: &mut Vec<TcpOutp
     }
     if held > 0 {
         add_bytes(&mut stats.bytes_dropped, held);
-        let reason = if flow.pending.is_empty() {
-            format!("{why} with {held} bytes of an unfinished message")
-        } else {
+        let reason = if !flow.pending.is_empty() {
             format!("{why} with {held} bytes held behind a gap")
+        } else if let Some(&[h0, h1]) = flow.buf.first_chunk::<2>() {
+            let len = usize::from(u16::from_be_bytes([h0, h1]));
+            let short = (len + 2).saturating_sub(held);
+            format!("{why} {short} bytes short of a {len}-byte message")
+        } else {
+            format!("{why} inside a message's 2-byte length prefix ({held} byte)")
         };
         Flow::malformed(stats, out, reason, held);
     }
     flow.buf.clear();
     flow.pending.clear();
     flow.pending_bytes = 0;
+}
+
+/// [`close`] for a flow that is being forgotten, its report kept with its key.
+fn forget(
+    key: FlowKey,
+    flow: &mut Flow,
+    why: &str,
+    stats: &mut TcpStats,
+    closed: &mut Vec<(FlowKey, TcpOutput)>,
+) {
+    let mut out = Vec::new();
+    close(flow, why, stats, &mut out);
+    closed.extend(out.into_iter().map(|o| (key, o)));
 }
 
 #[cfg(test)]
@@ -583,6 +626,53 @@ mod tests {
 
     fn reasm() -> TcpReassembler {
         TcpReassembler::new(TcpLimits::default())
+    }
+
+    fn closed(r: &mut TcpReassembler) -> Vec<(FlowKey, String)> {
+        let mut v = Vec::new();
+        r.take_closed(&mut v);
+        v.into_iter()
+            .map(|(k, o)| match o {
+                TcpOutput::Malformed { reason, .. } => (k, reason),
+                o => panic!("{o:?}"),
+            })
+            .collect()
+    }
+
+    /// What an evicted, expired or ended flow held is reported, with its flow, never lost.
+    #[test]
+    fn forgotten_flows_report_their_unfinished_messages() {
+        let mut r = TcpReassembler::new(TcpLimits {
+            max_flows: 1,
+            ..TcpLimits::default()
+        });
+        let mut out = Vec::new();
+        // Flow 1: 3 bytes of a 20-byte message; flow 2 evicts it.
+        r.push(1, key(1), 100, PSH_ACK, &framed(&msg(1, 20))[..5], false, &mut out);
+        r.push(2, key(2), 100, PSH_ACK, &[0], false, &mut out);
+        assert!(out.is_empty());
+        assert_eq!(
+            closed(&mut r),
+            [(key(1), "flow evicted (too many flows) 17 bytes short of a 20-byte message".to_string())]
+        );
+        // Flow 2 holds one byte of a length prefix; it idles out.
+        r.expire(2 + TcpLimits::default().idle_ns + 1);
+        assert_eq!(
+            closed(&mut r),
+            [(key(2), "flow idle too long inside a message's 2-byte length prefix (1 byte)".to_string())]
+        );
+        // At the end of input.
+        r.push(3, key(3), 100, PSH_ACK, &framed(&msg(3, 30))[..12], false, &mut out);
+        r.finish();
+        assert_eq!(
+            closed(&mut r),
+            [(key(3), "stream ended 20 bytes short of a 30-byte message".to_string())]
+        );
+        assert_eq!(r.stats().flows_active, 0);
+        // A flow with nothing held reports nothing.
+        r.push(4, key(4), 100, PSH_ACK, &framed(&msg(4, 30)), false, &mut out);
+        r.finish();
+        assert!(closed(&mut r).is_empty());
     }
 
     #[test]

@@ -223,7 +223,8 @@ pub struct KernelStats {
 pub struct StatsRecord {
     /// Packet events received from the source.
     pub packets: u64,
-    /// DNS messages decoded whole (a TCP segment can hold several, or part of one).
+    /// DNS messages decoded whole (UDP packets, and messages framed out of TCP streams: a
+    /// segment can hold several, or part of one).
     pub decoded: u64,
     /// Packets or TCP-framed messages that could not be decoded: wrong in themselves.
     pub malformed: u64,
@@ -232,6 +233,14 @@ pub struct StatsRecord {
     pub capture_truncated: u64,
     /// TCP segments with no DNS bytes (handshake, ACK, FIN).
     pub tcp_control: u64,
+    /// TCP segments with DNS stream bytes. Their bytes end in messages (`tcp_messages`).
+    pub tcp_data: u64,
+    /// Of `decoded` + `capture_truncated` + `malformed`, the messages framed out of TCP
+    /// streams (including a stream's unfinished message reported when it ended or was
+    /// evicted). Every packet counts once:
+    /// `packets = decoded + capture_truncated + malformed - tcp_messages + tcp_control
+    /// + tcp_data + other + summarised`.
+    pub tcp_messages: u64,
     /// Captured packets of other protocols / non-first fragments (should be 0 live).
     pub other: u64,
     /// Packets the kernel matched but userspace never got (ring buffer full, copy failure,
@@ -254,4 +263,15 @@ pub struct StatsRecord {
     pub summarised: u64,
     pub tcp_flows_evicted: u64,
     pub tcp_bytes_dropped: u64,
+    /// Live: packet records decided after `--count` was reached (in the batch of the stop):
+    /// decoded and counted above, not written.
+    pub not_written: u64,
+    /// Live: packets the kernel matched (`kernel.packets_matched`) that were neither read nor
+    /// lost: still queued in the ring buffer, or matched while detaching, when the run
+    /// stopped (a `--count` stop leaves the queue unread).
+    pub unread: u64,
+    /// Live: why the run ended: `SIGINT`, `SIGTERM`, `SIGHUP`, `duration`, `count`, `loop`
+    /// (`--until loop`), `error`; absent offline.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stopped_by: Option<String>,
 }

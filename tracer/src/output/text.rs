@@ -97,15 +97,7 @@ pub fn drop_line(d: &DropRecord) -> String {
     )
 }
 
-fn dur(ns: u64) -> String {
-    if ns >= 1_000_000_000 {
-        format!("{:.2} s", ns as f64 / 1e9)
-    } else if ns >= 1_000_000 {
-        format!("{:.2} ms", ns as f64 / 1e6)
-    } else {
-        format!("{} µs", ns / 1000)
-    }
-}
+use crate::time::format_duration as dur;
 
 fn leg_line(l: &LegRecord) -> String {
     let nat = if l.backend != l.server {
@@ -320,6 +312,18 @@ pub fn stats_line(s: &StatsRecord) -> String {
     }
     if s.summarised > 0 {
         line.push_str(&format!(", {} loop packets only counted", s.summarised));
+    }
+    if s.not_written > 0 {
+        line.push_str(&format!(
+            ", {} decoded after the --count stop (not shown)",
+            s.not_written
+        ));
+    }
+    if s.unread > 0 {
+        line.push_str(&format!(
+            ", {} matched by the kernel but still queued at the stop (not read)",
+            s.unread
+        ));
     }
     if let Some(k) = &s.kernel {
         line.push_str(&format!(

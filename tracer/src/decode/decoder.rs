@@ -1,0 +1,1022 @@
+//! The decode stage of the [pipeline](crate::pipeline): packet and drop events → packet and
+//! drop records (DNS decoded, TCP reassembled, cut and malformed messages told apart), the
+//! counters that account for every packet, and typed observations for the correlate stage.
+use std::{
+    collections::HashMap,
+    net::SocketAddr,
+};
+
+use crate::{
+    conntrack::CtStatus,
+    time::Clock,
+    correlate::{DropObservation, Observation, Observed},
+    decode::{
+        dns, parse_ip,
+        tcp::{FlowKey, TcpLimits, TcpOutput, TcpReassembler},
+        Transport,
+    },
+    event::{
+        CapturedPacket, CtSnapshot, Direction, KernelCounters, KernelDrop, ObservationPoint,
+        SourceEvent,
+    },
+    kernel::{attach::SharedNames, kallsyms::Kallsyms},
+    output::record::{CtEndpoints, CtRecord, DropRecord, PacketRecord, Record, StatsRecord},
+};
+
+pub fn ct_record(ct: &CtSnapshot) -> CtRecord {
+    CtRecord {
+        status: ct.status,
+        status_flags: CtStatus::from_bits_retain(ct.status).names(),
+        confirmed: CtStatus::from_bits_retain(ct.status).contains(CtStatus::CONFIRMED),
+        orig: CtEndpoints {
+            src: ct.orig.src.to_string(),
+            dst: ct.orig.dst.to_string(),
+        },
+        reply: CtEndpoints {
+            src: ct.reply.src.to_string(),
+            dst: ct.reply.dst.to_string(),
+        },
+    }
+}
+
+/// Drops that are part of normal socket life, not a fault: why, or `None`.
+///
+/// The kernel frees these with a drop reason although nothing went wrong: a listener
+/// consuming a SYN (`tcp_v4_rcv`/`tcp_v6_rcv`, NOT_SPECIFIED, until kernels call
+/// consume_skb there), and a socket closed with data still queued (QUEUE_PURGE, or
+/// NOT_SPECIFIED at `udp_destruct_common`).
+/// The reason of a drop on a kernel whose drop tracepoint carries none (< 5.17).
+pub const UNKNOWN_REASON: &str = "UNKNOWN";
+
+pub fn benign_drop(reason: &str, function: &str, tcp: Option<(u8, bool)>) -> Option<&'static str> {
+    const SYN: u8 = 0x02;
+    const ACK: u8 = 0x10;
+    match (reason, function, tcp) {
+        ("QUEUE_PURGE", _, _) => Some("socket closed with data still queued"),
+        ("NOT_SPECIFIED", "udp_destruct_common", _) => Some("socket closed with unread datagrams"),
+        ("NOT_SPECIFIED", "tcp_v4_rcv" | "tcp_v6_rcv", Some((flags, true)))
+            if flags & SYN != 0 && flags & ACK == 0 =>
+        {
+            Some("SYN consumed by a listening socket")
+        }
+        // The handshake's final ACK, consumed while the request socket becomes a full one.
+        ("NOT_SPECIFIED", "tcp_v4_rcv" | "tcp_v6_rcv", Some((flags, true)))
+            if flags & ACK != 0 && flags & SYN == 0 =>
+        {
+            Some("handshake ACK consumed by a listening socket")
+        }
+        _ => None,
+    }
+}
+
+/// Decode-stage state and counters.
+pub struct Decoder {
+    clock: Clock,
+    names: SharedNames,
+    kallsyms: Kallsyms,
+    reasons: HashMap<u32, String>,
+    confirm_hook: bool,
+    tcp: TcpReassembler,
+    stats: StatsRecord,
+    kernel: Option<KernelCounters>,
+    tcp_out: Vec<TcpOutput>,
+    tcp_closed: Vec<(FlowKey, TcpOutput)>,
+    /// The latest packet timestamp seen.
+    last_ts: u64,
+    /// Typed observations for the correlate stage, when it runs.
+    observed: Option<Vec<Observed>>,
+    /// Questions of active forwarding loops, by lowercase wire form: their UDP packets are
+    /// only counted (a loop runs at hundreds of thousands of packets per second).
+    summarise: HashMap<Box<[u8]>, Summarised>,
+}
+
+/// Packets of one looping question that were counted instead of decoded.
+#[derive(Clone, Debug)]
+pub struct Summarised {
+    pub name: String,
+    pub qtype: String,
+    pub class: String,
+    /// Since the last [`Decoder::take_summarised`].
+    pub count: u64,
+    pub last_ts: u64,
+}
+
+/// Lowercased wire form of a message's first question (name, type, class) in `buf`:
+/// cheap enough to run on every packet before decoding.
+fn question_key<'b>(payload: &[u8], buf: &'b mut [u8; 264]) -> Option<&'b [u8]> {
+    if payload.get(4..6)? == [0, 0] {
+        return None;
+    }
+    let mut i = 12;
+    let mut n = 0;
+    loop {
+        let len = *payload.get(i)? as usize;
+        if len & 0xc0 != 0 {
+            return None;
+        }
+        *buf.get_mut(n)? = len as u8;
+        n += 1;
+        i += 1;
+        if len == 0 {
+            break;
+        }
+        for b in payload.get(i..i + len)? {
+            *buf.get_mut(n)? = b.to_ascii_lowercase();
+            n += 1;
+        }
+        i += len;
+    }
+    buf.get_mut(n..n + 4)?
+        .copy_from_slice(payload.get(i..i + 4)?);
+    buf.get(..n + 4)
+}
+
+/// The same key built from presentation form.
+fn question_key_of(name: &str, qtype: &str, class: &str) -> Option<Box<[u8]>> {
+    use std::str::FromStr;
+    let rtype = hickory_proto::rr::RecordType::from_str(qtype).ok()?;
+    let class = hickory_proto::rr::DNSClass::from_str(class).ok()?;
+    let mut out = Vec::with_capacity(name.len() + 6);
+    for label in name
+        .trim_end_matches('.')
+        .split('.')
+        .filter(|l| !l.is_empty())
+    {
+        if label.len() > 63 || label.contains('\\') {
+            return None;
+        }
+        out.push(label.len() as u8);
+        out.extend(label.bytes().map(|b| b.to_ascii_lowercase()));
+    }
+    out.push(0);
+    out.extend(u16::from(rtype).to_be_bytes());
+    out.extend(u16::from(class).to_be_bytes());
+    Some(out.into_boxed_slice())
+}
+
+/// What became of one DNS message's bytes.
+enum Decoded {
+    Whole(dns::DnsMessage),
+    /// The capture cut it: what was decoded (`None`: not even the header was captured).
+    Cut(Option<dns::DnsMessage>),
+    /// Wrong in itself (or in the part the capture holds): why.
+    Malformed(String),
+}
+
+/// The length on the wire of a message whose end the capture cut off, or `None` when the
+/// capture holds it whole. Cut means both: the packet's headers say `missing` bytes of the
+/// transport payload are not in the capture, and the capture's own record of the packet's
+/// length (`orig_len`, from the IP header on) says it held fewer bytes than were on the wire.
+/// A packet whose headers promise more than the wire had is short in itself, not cut.
+fn cut_by_capture(orig_len: u32, caplen: usize, missing: usize, captured: usize) -> Option<usize> {
+    let cut = missing > 0 && usize::try_from(orig_len).is_ok_and(|wire| wire > caplen);
+    cut.then(|| captured.saturating_add(missing))
+}
+
+/// Decodes one message; `cut`: its length on the wire when the capture cut it.
+fn decode_message(bytes: &[u8], cut: Option<usize>) -> Decoded {
+    match cut {
+        None => match dns::decode(bytes) {
+            Ok(m) => Decoded::Whole(m),
+            Err(e) => Decoded::Malformed(e.to_string()),
+        },
+        Some(len) => match dns::decode_cut(bytes, len) {
+            // Only bytes after the message were missing.
+            Ok(Some(m)) if m.cut.is_none() => Decoded::Whole(m),
+            Ok(m) => Decoded::Cut(m),
+            Err(e) => Decoded::Malformed(format!(
+                "{e} (in the {} bytes captured of a {len}-byte message)",
+                bytes.len()
+            )),
+        },
+    }
+}
+
+impl Decoder {
+    pub fn new(
+        clock: Clock,
+        names: SharedNames,
+        kallsyms: Kallsyms,
+        reasons: HashMap<u32, String>,
+    ) -> Self {
+        Self {
+            clock,
+            names,
+            kallsyms,
+            reasons,
+            tcp: TcpReassembler::new(TcpLimits::default()),
+            stats: StatsRecord::default(),
+            kernel: None,
+            tcp_out: Vec::new(),
+            tcp_closed: Vec::new(),
+            last_ts: 0,
+            observed: None,
+            summarise: HashMap::new(),
+            confirm_hook: false,
+        }
+    }
+
+    /// The conntrack-confirm hook is loaded: a drop's `confirm_failed` flag is then the
+    /// kernel's word (without it the flag is meaningless and not passed on).
+    pub fn set_confirm_hook(&mut self, loaded: bool) {
+        self.confirm_hook = loaded;
+    }
+
+    /// From now on only count UDP packets of this question (an active loop).
+    pub fn summarise_question(&mut self, name: &str, qtype: &str, class: &str) {
+        if let Some(key) = question_key_of(name, qtype, class) {
+            self.summarise.entry(key).or_insert_with(|| Summarised {
+                name: name.to_string(),
+                qtype: qtype.to_string(),
+                class: class.to_string(),
+                count: 0,
+                last_ts: 0,
+            });
+        }
+    }
+
+    /// Decode this question's packets again (the loop ended).
+    pub fn stop_summarising(&mut self, name: &str, qtype: &str, class: &str) {
+        if let Some(key) = question_key_of(name, qtype, class) {
+            self.summarise.remove(&key);
+        }
+    }
+
+    /// Counts since the last call, per question.
+    pub fn take_summarised(&mut self, out: &mut Vec<Summarised>) {
+        for s in self.summarise.values_mut() {
+            if s.count > 0 {
+                out.push(s.clone());
+                s.count = 0;
+            }
+        }
+    }
+
+    /// Also hand typed observations to the correlate stage ([`Decoder::take_observed`]).
+    pub fn collect_observations(&mut self) {
+        self.observed.get_or_insert_with(Vec::new);
+    }
+
+    /// Moves the observations collected since the last call into `out`.
+    pub fn take_observed(&mut self, out: &mut Vec<Observed>) {
+        if let Some(v) = self.observed.as_mut() {
+            out.append(v);
+        }
+    }
+
+    fn observe(
+        &mut self,
+        r: &PacketRecord,
+        proto: u8,
+        src: SocketAddr,
+        dst: SocketAddr,
+        at: ObservationPoint,
+    ) {
+        if let (Some(obs), Some(msg)) = (self.observed.as_mut(), r.dns.as_ref()) {
+            obs.push(Observed::Message(Observation {
+                ts_ns: r.ts_ns,
+                at,
+                netns: r.netns.clone(),
+                ifname: r.ifname.clone(),
+                proto,
+                src,
+                dst,
+                msg: msg.clone(),
+            }));
+        }
+    }
+
+    /// Puts a decode result into a packet record, counts it, and hands a message (whole or
+    /// cut) to the correlate stage.
+    fn record_decoded(
+        &mut self,
+        r: &mut PacketRecord,
+        decoded: Decoded,
+        proto: u8,
+        src: SocketAddr,
+        dst: SocketAddr,
+        at: ObservationPoint,
+    ) {
+        match decoded {
+            Decoded::Whole(m) => {
+                self.stats.decoded += 1;
+                r.dns = Some(m);
+            }
+            Decoded::Cut(m) => {
+                self.stats.capture_truncated += 1;
+                r.capture_truncated = true;
+                r.dns = m;
+            }
+            Decoded::Malformed(why) => {
+                self.stats.malformed += 1;
+                r.malformed = Some(why);
+            }
+        }
+        self.observe(r, proto, src, dst, at);
+    }
+
+    fn place(&self, netns: u64, ifindex: u32) -> (String, String) {
+        let Ok(names) = self.names.read() else {
+            return (format!("{netns:#x}"), format!("if{ifindex}"));
+        };
+        let ns = names
+            .netns(netns)
+            .map(str::to_string)
+            .unwrap_or_else(|| format!("netns:{netns:#x}"));
+        // ifindex 0: a drop without a device (live), or a file's first interface.
+        let ifname = match names.iface(netns, ifindex) {
+            Some(n) => n.to_string(),
+            None if ifindex == 0 => String::new(),
+            None => format!("if{ifindex}"),
+        };
+        (ns, ifname)
+    }
+
+    pub fn on_event(&mut self, ev: SourceEvent, out: &mut Vec<Record>) {
+        match ev {
+            SourceEvent::Packet(p) => self.on_packet(p, out),
+            SourceEvent::Drop(d) => self.on_drop(d, out),
+            // Consumed by the correlate and detect stages.
+            SourceEvent::Conntrack(_) | SourceEvent::CtStats(_) => {}
+            SourceEvent::Garbled { len } => {
+                log::warn!("unreadable ring-buffer record of {len} bytes");
+                self.stats.lost += 1;
+            }
+        }
+    }
+
+    fn on_packet(&mut self, p: CapturedPacket, out: &mut Vec<Record>) {
+        self.stats.packets += 1;
+        self.last_ts = self.last_ts.max(p.ts_ns);
+        let (netns, ifname) = self.place(p.at.netns, p.at.ifindex);
+        let clock = self.clock;
+        let base = |proto: &'static str, src: String, dst: String| PacketRecord {
+            ts_ns: p.ts_ns,
+            time: clock.wall(p.ts_ns),
+            cpu: p.cpu,
+            netns: netns.clone(),
+            netns_cookie: p.at.netns,
+            ifname: ifname.clone(),
+            ifindex: p.at.ifindex,
+            dir: p.at.dir.as_str(),
+            proto,
+            src,
+            dst,
+            len: p.orig_len,
+            caplen: p.data.len() as u32,
+            vlan: p.vlan,
+            dns: None,
+            malformed: None,
+            capture_truncated: false,
+        };
+        let ip = match parse_ip(&p.data) {
+            Ok(ip) => ip,
+            Err(e) => {
+                self.stats.malformed += 1;
+                let mut r = base("ip", String::new(), String::new());
+                r.malformed = Some(format!("IP: {e}"));
+                out.push(Record::Packet(r));
+                return;
+            }
+        };
+        match ip.transport {
+            Transport::Udp {
+                sport,
+                dport,
+                payload,
+            } => {
+                if !self.summarise.is_empty() {
+                    let mut buf = [0u8; 264];
+                    if let Some(key) = question_key(payload, &mut buf) {
+                        if let Some(s) = self.summarise.get_mut(key) {
+                            s.count += 1;
+                            s.last_ts = s.last_ts.max(p.ts_ns);
+                            self.stats.summarised += 1;
+                            return;
+                        }
+                    }
+                }
+                let (src, dst) = (
+                    SocketAddr::new(ip.src, sport),
+                    SocketAddr::new(ip.dst, dport),
+                );
+                let mut r = base("udp", src.to_string(), dst.to_string());
+                let cut = cut_by_capture(p.orig_len, p.data.len(), ip.missing, payload.len());
+                let decoded = match decode_message(payload, cut) {
+                    // Short of what its headers say, though nothing was cut on capture.
+                    Decoded::Malformed(e) if ip.missing > 0 && cut.is_none() => {
+                        Decoded::Malformed(format!(
+                            "{e} (the IP/UDP lengths promise {} more bytes than the packet had)",
+                            ip.missing
+                        ))
+                    }
+                    d => d,
+                };
+                self.record_decoded(&mut r, decoded, tracer_common::IPPROTO_UDP, src, dst, p.at);
+                out.push(Record::Packet(r));
+            }
+            Transport::Tcp {
+                sport,
+                dport,
+                seq,
+                flags,
+                payload,
+            } => {
+                let src = SocketAddr::new(ip.src, sport);
+                let dst = SocketAddr::new(ip.dst, dport);
+                let key = FlowKey {
+                    netns: p.at.netns,
+                    ifindex: p.at.ifindex,
+                    dir: p.at.dir.as_code(),
+                    src,
+                    dst,
+                };
+                let mut produced = std::mem::take(&mut self.tcp_out);
+                produced.clear();
+                let cut = cut_by_capture(p.orig_len, p.data.len(), ip.missing, payload.len());
+                self.tcp.push(
+                    p.ts_ns,
+                    key,
+                    seq,
+                    flags,
+                    payload,
+                    cut.is_some(),
+                    &mut produced,
+                );
+                // Each segment counts once here; the messages framed from the stream count
+                // in `decoded`/`capture_truncated`/`malformed` and in `tcp_messages`.
+                if payload.is_empty() {
+                    self.stats.tcp_control += 1;
+                } else {
+                    self.stats.tcp_data += 1;
+                }
+                for item in produced.drain(..) {
+                    let r = base("tcp", src.to_string(), dst.to_string());
+                    self.tcp_message(item, r, src, dst, p.at, out);
+                }
+                self.tcp_out = produced;
+                self.tcp.expire(p.ts_ns);
+                self.report_closed_flows(p.ts_ns, out);
+            }
+            Transport::Other { .. } => {
+                self.stats.other += 1;
+            }
+        }
+    }
+
+    /// Decodes one output of the TCP reassembler into `r`, counts it, and emits it.
+    fn tcp_message(
+        &mut self,
+        item: TcpOutput,
+        mut r: PacketRecord,
+        src: SocketAddr,
+        dst: SocketAddr,
+        at: ObservationPoint,
+        out: &mut Vec<Record>,
+    ) {
+        let decoded = match item {
+            TcpOutput::Message(bytes) => decode_message(&bytes, None),
+            TcpOutput::Cut {
+                captured,
+                message_len: Some(len),
+            } => decode_message(&captured, Some(len)),
+            // Not even the length prefix of the message was captured.
+            TcpOutput::Cut {
+                message_len: None, ..
+            } => Decoded::Cut(None),
+            TcpOutput::Malformed { reason, bytes } => {
+                Decoded::Malformed(format!("TCP stream: {reason} ({bytes} bytes)"))
+            }
+        };
+        self.stats.tcp_messages += 1;
+        self.record_decoded(&mut r, decoded, tracer_common::IPPROTO_TCP, src, dst, at);
+        out.push(Record::Packet(r));
+    }
+
+    /// Reports what TCP flows that were forgotten (evicted, idle, or at the end) still held:
+    /// a `malformed` record per unfinished message, at `ts_ns`, on the flow's hop. Such a
+    /// record stands for no packet of its own (`len` and `caplen` 0).
+    fn report_closed_flows(&mut self, ts_ns: u64, out: &mut Vec<Record>) {
+        let mut closed = std::mem::take(&mut self.tcp_closed);
+        self.tcp.take_closed(&mut closed);
+        for (key, item) in closed.drain(..) {
+            let at = ObservationPoint {
+                netns: key.netns,
+                ifindex: key.ifindex,
+                dir: Direction::from_code(key.dir),
+            };
+            let (netns, ifname) = self.place(key.netns, key.ifindex);
+            let r = PacketRecord {
+                ts_ns,
+                time: self.clock.wall(ts_ns),
+                cpu: None,
+                netns,
+                netns_cookie: key.netns,
+                ifname,
+                ifindex: key.ifindex,
+                dir: at.dir.as_str(),
+                proto: "tcp",
+                src: key.src.to_string(),
+                dst: key.dst.to_string(),
+                len: 0,
+                caplen: 0,
+                vlan: None,
+                dns: None,
+                malformed: None,
+                capture_truncated: false,
+            };
+            self.tcp_message(item, r, key.src, key.dst, at, out);
+        }
+        self.tcp_closed = closed;
+    }
+
+    /// The input ended (end of file, or the trace is stopping): what is still unfinished
+    /// (TCP messages short of their length) is reported, so every captured byte is accounted
+    /// for. `now_ns`: the time to give those reports (0: the last packet's).
+    pub fn finish(&mut self, now_ns: u64, out: &mut Vec<Record>) {
+        self.tcp.finish();
+        let ts = if now_ns == 0 { self.last_ts } else { now_ns };
+        self.report_closed_flows(ts, out);
+    }
+
+    fn watched(&self, netns: u64) -> bool {
+        netns == 0 || self.names.read().is_ok_and(|n| n.netns(netns).is_some())
+    }
+
+    fn on_drop(&mut self, d: KernelDrop, out: &mut Vec<Record>) {
+        // kfree_skb fires in every namespace; report those we watch.
+        if !self.watched(d.netns) {
+            self.stats.drops_unwatched += 1;
+            return;
+        }
+        self.stats.drops += 1;
+        let (netns, ifname) = self.place(d.netns, d.ifindex);
+        let mut r = DropRecord {
+            ts_ns: d.ts_ns,
+            time: self.clock.wall(d.ts_ns),
+            cpu: d.cpu,
+            netns,
+            netns_cookie: d.netns,
+            ifname,
+            ifindex: d.ifindex,
+            // No `enum skb_drop_reason` in the kernel's BTF: a kernel before 5.17, whose
+            // tracepoint has no reason at all.
+            reason: if self.reasons.is_empty() {
+                UNKNOWN_REASON.to_string()
+            } else {
+                self.reasons
+                    .get(&d.reason)
+                    .cloned()
+                    .unwrap_or_else(|| format!("REASON{}", d.reason))
+            },
+            reason_code: (!self.reasons.is_empty()).then_some(d.reason),
+            confirm_failed: self.confirm_hook.then_some(d.confirm_failed),
+            location: self.kallsyms.symbolize(d.location),
+            proto: "ip",
+            src: String::new(),
+            dst: String::new(),
+            len: d.orig_len,
+            ct: d.ct.as_ref().map(ct_record),
+            dns: None,
+            malformed: None,
+            capture_truncated: false,
+            benign: None,
+        };
+        let function = self.kallsyms.function(d.location).unwrap_or("");
+        let mut tcp_flags = None;
+        match parse_ip(&d.data) {
+            Ok(ip) => match ip.transport {
+                Transport::Udp {
+                    sport,
+                    dport,
+                    payload,
+                } => {
+                    r.proto = "udp";
+                    r.src = SocketAddr::new(ip.src, sport).to_string();
+                    r.dst = SocketAddr::new(ip.dst, dport).to_string();
+                    let cut = cut_by_capture(d.orig_len, d.data.len(), ip.missing, payload.len());
+                    match decode_message(payload, cut) {
+                        Decoded::Whole(m) => r.dns = Some(m),
+                        Decoded::Cut(m) => {
+                            r.dns = m;
+                            r.capture_truncated = true;
+                        }
+                        Decoded::Malformed(e) => r.malformed = Some(e),
+                    }
+                }
+                Transport::Tcp {
+                    sport,
+                    dport,
+                    payload,
+                    flags,
+                    ..
+                } => {
+                    tcp_flags = Some((flags, payload.is_empty()));
+                    r.proto = "tcp";
+                    r.src = SocketAddr::new(ip.src, sport).to_string();
+                    r.dst = SocketAddr::new(ip.dst, dport).to_string();
+                    // A segment starting a message: try to decode it, as far as it was
+                    // copied.
+                    if let Some((&[h0, h1], message)) = payload.split_first_chunk::<2>() {
+                        let len = usize::from(u16::from_be_bytes([h0, h1]));
+                        let copy_cut =
+                            cut_by_capture(d.orig_len, d.data.len(), ip.missing, 0).is_some();
+                        let cut = (copy_cut && len > message.len()).then_some(len);
+                        match decode_message(message.get(..len).unwrap_or(message), cut) {
+                            Decoded::Whole(m) => r.dns = Some(m),
+                            Decoded::Cut(m) => {
+                                r.dns = m;
+                                r.capture_truncated = true;
+                            }
+                            // Maybe not the start of a message at all.
+                            Decoded::Malformed(_) => {}
+                        }
+                    }
+                }
+                Transport::Other { .. } => {}
+            },
+            Err(e) => r.malformed = Some(format!("IP: {e}")),
+        }
+        r.benign = benign_drop(&r.reason, function, tcp_flags);
+        if r.benign.is_some() {
+            self.stats.drops_benign += 1;
+        }
+        if let Some(obs) = self.observed.as_mut() {
+            if let (Ok(src), Ok(dst)) = (r.src.parse::<SocketAddr>(), r.dst.parse::<SocketAddr>()) {
+                obs.push(Observed::Drop(DropObservation {
+                    ts_ns: r.ts_ns,
+                    cpu: d.cpu,
+                    netns_cookie: d.netns,
+                    netns: r.netns.clone(),
+                    ifname: r.ifname.clone(),
+                    reason: r.reason.clone(),
+                    location: r.location.clone(),
+                    function: function.to_string(),
+                    benign: r.benign.is_some(),
+                    proto: if r.proto == "tcp" {
+                        tracer_common::IPPROTO_TCP
+                    } else {
+                        tracer_common::IPPROTO_UDP
+                    },
+                    src,
+                    dst,
+                    ct: d.ct,
+                    confirm_failed: self.confirm_hook.then_some(d.confirm_failed),
+                    msg: r.dns.clone(),
+                }));
+            }
+        }
+        out.push(Record::Drop(r));
+    }
+
+    /// The latest packet timestamp seen (0 before the first).
+    pub fn last_ts(&self) -> u64 {
+        self.last_ts
+    }
+
+    /// Latest kernel counters (live only); folds them into the stats.
+    pub fn set_kernel_counters(&mut self, k: KernelCounters) {
+        self.kernel = Some(k);
+    }
+
+    pub fn stats(&self) -> StatsRecord {
+        let mut s = self.stats.clone();
+        let t = self.tcp.stats();
+        s.tcp_flows_evicted = t.flows_evicted;
+        s.tcp_bytes_dropped = t.bytes_dropped;
+        if let Some(k) = self.kernel {
+            s.lost += k.packets_lost_ringbuf + k.packets_lost_copy;
+            s.drops_lost = k.drops_lost_ringbuf + k.drops_read_failed;
+            s.kernel = Some(crate::output::record::KernelStats {
+                counters: k,
+                setup: None,
+            });
+        }
+        s
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::event::Direction;
+    use std::sync::{Arc, RwLock};
+
+    /// `medium.lab.test. TXT`: 8 answers of 62 bytes of text each, id 77.
+    fn txt_response() -> Vec<u8> {
+        use hickory_proto::{
+            op::{Message, MessageType, OpCode, Query},
+            rr::{rdata::TXT, Name, RData, Record as HRecord, RecordType},
+        };
+        let name = Name::from_ascii("medium.lab.test.").unwrap();
+        let mut m = Message::new(77, MessageType::Response, OpCode::Query);
+        m.add_query(Query::query(name.clone(), RecordType::TXT));
+        for i in 0..8 {
+            let text = format!("{i:02}{}", "x".repeat(60));
+            m.add_answer(HRecord::from_rdata(
+                name.clone(),
+                300,
+                RData::TXT(TXT::new(vec![text])),
+            ));
+        }
+        m.to_vec().unwrap()
+    }
+
+    fn ipv4(proto: u8, l4: &[u8]) -> Vec<u8> {
+        let total = (20 + l4.len()) as u16;
+        let mut p = vec![0x45, 0, 0, 0, 0, 1, 0, 0, 64, proto, 0, 0];
+        p[2..4].copy_from_slice(&total.to_be_bytes());
+        p.extend_from_slice(&[10, 250, 0, 53, 10, 244, 1, 2]);
+        p.extend_from_slice(l4);
+        p
+    }
+
+    fn udp(payload: &[u8]) -> Vec<u8> {
+        let mut u = vec![0, 53, 0x9c, 0x40];
+        u.extend_from_slice(&(8 + payload.len() as u16).to_be_bytes());
+        u.extend_from_slice(&[0, 0]);
+        u.extend_from_slice(payload);
+        ipv4(17, &u)
+    }
+
+    /// A data segment (PSH|ACK) at sequence `seq`.
+    fn tcp(seq: u32, payload: &[u8]) -> Vec<u8> {
+        let mut t = vec![0, 53, 0x9c, 0x40];
+        t.extend_from_slice(&seq.to_be_bytes());
+        t.extend_from_slice(&[0, 0, 0, 1, 0x50, 0x18, 0xff, 0xff, 0, 0, 0, 0]);
+        t.extend_from_slice(payload);
+        ipv4(6, &t)
+    }
+
+    fn decoder() -> Decoder {
+        let names = Arc::new(RwLock::new(crate::kernel::attach::Names::default()));
+        let mut d = Decoder::new(Clock::Epoch, names, Kallsyms::default(), HashMap::new());
+        d.collect_observations();
+        d
+    }
+
+    /// Feeds the first `caplen` bytes of `packet`, which was `orig_len` bytes on the wire.
+    fn feed(d: &mut Decoder, packet: &[u8], caplen: usize, orig_len: usize) -> PacketRecord {
+        let mut out = Vec::new();
+        d.on_event(
+            SourceEvent::Packet(CapturedPacket {
+                ts_ns: 1,
+                cpu: None,
+                at: ObservationPoint {
+                    netns: 0,
+                    ifindex: 1,
+                    dir: Direction::Ingress,
+                },
+                vlan: None,
+                orig_len: orig_len as u32,
+                data: packet[..caplen].to_vec(),
+            }),
+            &mut out,
+        );
+        match out.pop() {
+            Some(Record::Packet(p)) => p,
+            other => panic!("no packet record: {other:?}"),
+        }
+    }
+
+    /// Feeds whole packets; returns every record they produced.
+    fn feed_all(d: &mut Decoder, packets: &[Vec<u8>]) -> Vec<Record> {
+        let mut out = Vec::new();
+        for (i, p) in packets.iter().enumerate() {
+            d.on_event(
+                SourceEvent::Packet(CapturedPacket {
+                    ts_ns: i as u64 + 1,
+                    cpu: None,
+                    at: ObservationPoint {
+                        netns: 0,
+                        ifindex: 1,
+                        dir: Direction::Ingress,
+                    },
+                    vlan: None,
+                    orig_len: p.len() as u32,
+                    data: p.clone(),
+                }),
+                &mut out,
+            );
+        }
+        out
+    }
+
+    /// docs/output.md's accounting: every packet counted once.
+    fn accounted(s: &StatsRecord) -> bool {
+        s.packets + s.tcp_messages
+            == s.decoded
+                + s.capture_truncated
+                + s.malformed
+                + s.tcp_control
+                + s.tcp_data
+                + s.other
+                + s.summarised
+    }
+
+    fn framed(m: &[u8]) -> Vec<u8> {
+        let mut v = (m.len() as u16).to_be_bytes().to_vec();
+        v.extend_from_slice(m);
+        v
+    }
+
+    /// The stream ends 10 bytes into a message that promised 65535: at the end, that is a
+    /// malformed record saying so, and every packet is accounted for.
+    #[test]
+    fn tcp_message_cut_short_by_the_end_of_the_stream_is_malformed_at_finish() {
+        let mut d = decoder();
+        let mut partial = vec![0xff, 0xff];
+        partial.extend_from_slice(&[0xab; 8]);
+        let out = feed_all(&mut d, &[tcp(1000, &partial), tcp(1010, &[])]);
+        assert!(out.is_empty(), "{out:?}");
+        let s = d.stats();
+        assert_eq!((s.packets, s.tcp_data, s.tcp_control, s.malformed), (2, 1, 1, 0));
+        let mut out = Vec::new();
+        d.finish(0, &mut out);
+        let [Record::Packet(r)] = &out[..] else {
+            panic!("{out:?}")
+        };
+        let why = r.malformed.as_deref().unwrap();
+        assert!(
+            why.contains("stream ended 65527 bytes short of a 65535-byte message"),
+            "{why}"
+        );
+        assert_eq!((r.proto, r.len, r.caplen, r.ts_ns), ("tcp", 0, 0, 2));
+        let s = d.stats();
+        assert_eq!((s.malformed, s.tcp_messages), (1, 1));
+        assert!(accounted(&s), "{s:?}");
+        // Nothing is reported twice.
+        d.finish(0, &mut out);
+        assert_eq!(out.len(), 1);
+    }
+
+    /// Two messages over three segments (one split across two, two in one) and a bare ACK:
+    /// segments and messages are counted apart and the accounting holds.
+    #[test]
+    fn tcp_segments_and_messages_are_accounted_apart() {
+        let msg = txt_response();
+        let mut stream = framed(&msg);
+        stream.extend(framed(&msg));
+        let (a, rest) = stream.split_at(100);
+        let (b, c) = rest.split_at(rest.len() - 50);
+        let out = {
+            let mut d = decoder();
+            let out = feed_all(
+                &mut d,
+                &[
+                    tcp(1, a),
+                    tcp(1 + a.len() as u32, b),
+                    tcp(1 + (a.len() + b.len()) as u32, c),
+                    tcp(1 + stream.len() as u32, &[]),
+                ],
+            );
+            let s = d.stats();
+            assert_eq!(
+                (s.packets, s.tcp_data, s.tcp_control, s.decoded, s.tcp_messages),
+                (4, 3, 1, 2, 2)
+            );
+            assert!(accounted(&s), "{s:?}");
+            out
+        };
+        assert_eq!(out.len(), 2);
+    }
+
+    #[test]
+    fn cut_udp_answer_is_decoded_as_far_as_it_goes() {
+        let msg = txt_response();
+        let pkt = udp(&msg);
+        let mut d = decoder();
+        // 200 bytes of DNS (the --snaplen) after 28 bytes of headers.
+        let r = feed(&mut d, &pkt, 28 + 200, pkt.len());
+        assert!(r.capture_truncated && r.malformed.is_none(), "{r:?}");
+        let m = r.dns.as_ref().unwrap();
+        assert_eq!(m.questions[0].name, "medium.lab.test.");
+        // Header and question: 33 bytes; each answer 2 + 10 + 1 + 62 = 75 bytes.
+        assert_eq!(m.answers.len(), 2);
+        let cut = m.cut.unwrap();
+        assert_eq!((cut.captured_bytes, cut.message_bytes), (200, msg.len()));
+        assert_eq!(cut.answers, 6);
+        let s = d.stats();
+        assert_eq!((s.decoded, s.malformed, s.capture_truncated), (0, 0, 1));
+        // The correlate stage gets it.
+        let mut obs = Vec::new();
+        d.take_observed(&mut obs);
+        assert!(
+            matches!(&obs[..], [Observed::Message(o)] if o.msg.cut == Some(cut)),
+            "{obs:?}"
+        );
+        let json = serde_json::to_value(Record::Packet(r)).unwrap();
+        assert_eq!(json["capture_truncated"], true);
+        assert!(json.get("malformed").is_none());
+
+        // The header itself cut: no message, still not malformed.
+        let r = feed(&mut d, &pkt, 28 + 7, pkt.len());
+        assert!(r.capture_truncated && r.dns.is_none() && r.malformed.is_none());
+        assert!(crate::output::text::packet_line(&r).contains("[|domain"));
+        // Whole: decoded, no mark.
+        let r = feed(&mut d, &pkt, pkt.len(), pkt.len());
+        assert!(!r.capture_truncated && r.dns.unwrap().cut.is_none());
+        let json =
+            serde_json::to_value(Record::Packet(feed(&mut d, &pkt, pkt.len(), pkt.len()))).unwrap();
+        assert!(json.get("capture_truncated").is_none(), "{json}");
+        let s = d.stats();
+        assert_eq!((s.decoded, s.malformed, s.capture_truncated), (2, 0, 2));
+    }
+
+    /// Short though nothing was cut on capture (the wire had only these bytes): malformed.
+    #[test]
+    fn short_message_not_cut_by_the_capture_is_malformed() {
+        let msg = txt_response();
+        let pkt = udp(&msg);
+        let mut d = decoder();
+        let r = feed(&mut d, &pkt, 28 + 200, 28 + 200);
+        assert!(!r.capture_truncated && r.dns.is_none());
+        let why = r.malformed.unwrap();
+        assert!(why.contains("runs past the end"), "{why}");
+        assert!(why.contains("promise"), "{why}");
+        // Only Ethernet padding cut (the IP packet itself whole): a whole message.
+        let r = feed(&mut d, &pkt, pkt.len(), pkt.len() + 6);
+        assert!(!r.capture_truncated && r.dns.is_some());
+        let s = d.stats();
+        assert_eq!((s.decoded, s.malformed, s.capture_truncated), (1, 1, 0));
+    }
+
+    #[test]
+    fn cut_tcp_answer_is_decoded_as_far_as_it_goes() {
+        let msg = txt_response();
+        let mut framed = (msg.len() as u16).to_be_bytes().to_vec();
+        framed.extend_from_slice(&msg);
+        let pkt = tcp(1000, &framed);
+        let mut d = decoder();
+        let r = feed(&mut d, &pkt, 40 + 300, pkt.len());
+        assert!(r.capture_truncated && r.malformed.is_none(), "{r:?}");
+        let m = r.dns.unwrap();
+        let cut = m.cut.unwrap();
+        assert_eq!((cut.captured_bytes, cut.message_bytes), (298, msg.len()));
+        assert_eq!(m.answers.len(), 3);
+        let s = d.stats();
+        assert_eq!((s.decoded, s.malformed, s.capture_truncated), (0, 0, 1));
+        assert_eq!(s.tcp_bytes_dropped, 0);
+    }
+
+    #[test]
+    fn normal_socket_life_is_benign_and_netfilter_is_not() {
+        assert!(benign_drop("QUEUE_PURGE", "sk_stream_kill_queues", None).is_some());
+        assert!(benign_drop("NOT_SPECIFIED", "udp_destruct_common", None).is_some());
+        assert!(benign_drop("NOT_SPECIFIED", "tcp_v4_rcv", Some((0x02, true))).is_some());
+        assert!(benign_drop("NOT_SPECIFIED", "tcp_v6_rcv", Some((0x10, true))).is_some());
+        // A segment with data dropped there is not handshake bookkeeping.
+        assert!(benign_drop("NOT_SPECIFIED", "tcp_v4_rcv", Some((0x18, false))).is_none());
+        assert!(benign_drop("NETFILTER_DROP", "nf_hook_slow", None).is_none());
+        assert!(benign_drop("NO_SOCKET", "__udp4_lib_rcv", None).is_none());
+    }
+
+    #[test]
+    fn question_keys_match_from_wire_and_text() {
+        // id 0x1234, RD, 1 question: WWW.Lab.test A IN (mixed case, DNS 0x20)
+        let mut msg = vec![0x12, 0x34, 0x01, 0x00, 0, 1, 0, 0, 0, 0, 0, 0];
+        msg.extend(b"\x03WWW\x03Lab\x04test\x00\x00\x01\x00\x01");
+        let mut buf = [0u8; 264];
+        let wire = question_key(&msg, &mut buf).unwrap().to_vec();
+        assert_eq!(
+            wire,
+            question_key_of("www.lab.test.", "A", "IN")
+                .unwrap()
+                .to_vec()
+        );
+        assert_ne!(
+            wire,
+            question_key_of("www.lab.test.", "AAAA", "IN")
+                .unwrap()
+                .to_vec()
+        );
+        // Compression in a question, truncation, no question: no key, no panic.
+        let mut ptr = msg[..12].to_vec();
+        ptr.extend([0xc0, 0x0c, 0, 1, 0, 1]);
+        assert!(question_key(&ptr, &mut buf).is_none());
+        assert!(question_key(&msg[..20], &mut buf).is_none());
+        let mut none = msg.clone();
+        none[5] = 0;
+        assert!(question_key(&none, &mut buf).is_none());
+    }
+
+    #[test]
+    fn conntrack_status_names() {
+        let flow = |s: &str, d: &str| crate::event::CtFlow {
+            src: s.parse().unwrap(),
+            dst: d.parse().unwrap(),
+            proto: 17,
+        };
+        let r = ct_record(&CtSnapshot {
+            status: 0x1a0,
+            orig: flow("10.244.1.2:5000", "10.96.0.10:53"),
+            reply: flow("10.244.1.3:53", "10.244.1.2:5000"),
+        });
+        assert_eq!(
+            r.status_flags,
+            vec!["DST_NAT", "SRC_NAT_DONE", "DST_NAT_DONE"]
+        );
+        assert!(!r.confirmed);
+        assert_eq!(r.orig.dst, "10.96.0.10:53");
+    }
+}
