@@ -1,14 +1,10 @@
 //! The decode stage of the [pipeline](crate::pipeline): packet and drop events → packet and
 //! drop records (DNS decoded, TCP reassembled, cut and malformed messages told apart), the
 //! counters that account for every packet, and typed observations for the correlate stage.
-use std::{
-    collections::HashMap,
-    net::SocketAddr,
-};
+use std::{collections::HashMap, net::SocketAddr};
 
 use crate::{
     conntrack::CtStatus,
-    time::Clock,
     correlate::{DropObservation, Observation, Observed},
     decode::{
         dns, parse_ip,
@@ -21,6 +17,7 @@ use crate::{
     },
     kernel::{attach::SharedNames, kallsyms::Kallsyms},
     output::record::{CtEndpoints, CtRecord, DropRecord, PacketRecord, Record, StatsRecord},
+    time::Clock,
 };
 
 pub fn ct_record(ct: &CtSnapshot) -> CtRecord {
@@ -830,7 +827,10 @@ mod tests {
         let out = feed_all(&mut d, &[tcp(1000, &partial), tcp(1010, &[])]);
         assert!(out.is_empty(), "{out:?}");
         let s = d.stats();
-        assert_eq!((s.packets, s.tcp_data, s.tcp_control, s.malformed), (2, 1, 1, 0));
+        assert_eq!(
+            (s.packets, s.tcp_data, s.tcp_control, s.malformed),
+            (2, 1, 1, 0)
+        );
         let mut out = Vec::new();
         d.finish(0, &mut out);
         let [Record::Packet(r)] = &out[..] else {
@@ -872,7 +872,13 @@ mod tests {
             );
             let s = d.stats();
             assert_eq!(
-                (s.packets, s.tcp_data, s.tcp_control, s.decoded, s.tcp_messages),
+                (
+                    s.packets,
+                    s.tcp_data,
+                    s.tcp_control,
+                    s.decoded,
+                    s.tcp_messages
+                ),
                 (4, 3, 1, 2, 2)
             );
             assert!(accounted(&s), "{s:?}");

@@ -463,7 +463,13 @@ impl TcpReassembler {
                 };
                 if let Some(mut evicted) = flows.remove(&old) {
                     stats.flows_evicted = stats.flows_evicted.saturating_add(1);
-                    forget(old, &mut evicted, "flow evicted (too many flows)", stats, closed);
+                    forget(
+                        old,
+                        &mut evicted,
+                        "flow evicted (too many flows)",
+                        stats,
+                        closed,
+                    );
                 }
             }
             // Without a SYN, assume the first segment seen starts a message.
@@ -521,7 +527,13 @@ impl TcpReassembler {
         flows.sort_unstable_by_key(|(tick, _)| *tick);
         for (_, key) in flows {
             if let Some(mut flow) = self.flows.remove(&key) {
-                forget(key, &mut flow, "stream ended", &mut self.stats, &mut self.closed);
+                forget(
+                    key,
+                    &mut flow,
+                    "stream ended",
+                    &mut self.stats,
+                    &mut self.closed,
+                );
             }
         }
         self.flows.clear();
@@ -648,29 +660,62 @@ mod tests {
         });
         let mut out = Vec::new();
         // Flow 1: 3 bytes of a 20-byte message; flow 2 evicts it.
-        r.push(1, key(1), 100, PSH_ACK, &framed(&msg(1, 20))[..5], false, &mut out);
+        r.push(
+            1,
+            key(1),
+            100,
+            PSH_ACK,
+            &framed(&msg(1, 20))[..5],
+            false,
+            &mut out,
+        );
         r.push(2, key(2), 100, PSH_ACK, &[0], false, &mut out);
         assert!(out.is_empty());
         assert_eq!(
             closed(&mut r),
-            [(key(1), "flow evicted (too many flows) 17 bytes short of a 20-byte message".to_string())]
+            [(
+                key(1),
+                "flow evicted (too many flows) 17 bytes short of a 20-byte message".to_string()
+            )]
         );
         // Flow 2 holds one byte of a length prefix; it idles out.
         r.expire(2 + TcpLimits::default().idle_ns + 1);
         assert_eq!(
             closed(&mut r),
-            [(key(2), "flow idle too long inside a message's 2-byte length prefix (1 byte)".to_string())]
+            [(
+                key(2),
+                "flow idle too long inside a message's 2-byte length prefix (1 byte)".to_string()
+            )]
         );
         // At the end of input.
-        r.push(3, key(3), 100, PSH_ACK, &framed(&msg(3, 30))[..12], false, &mut out);
+        r.push(
+            3,
+            key(3),
+            100,
+            PSH_ACK,
+            &framed(&msg(3, 30))[..12],
+            false,
+            &mut out,
+        );
         r.finish();
         assert_eq!(
             closed(&mut r),
-            [(key(3), "stream ended 20 bytes short of a 30-byte message".to_string())]
+            [(
+                key(3),
+                "stream ended 20 bytes short of a 30-byte message".to_string()
+            )]
         );
         assert_eq!(r.stats().flows_active, 0);
         // A flow with nothing held reports nothing.
-        r.push(4, key(4), 100, PSH_ACK, &framed(&msg(4, 30)), false, &mut out);
+        r.push(
+            4,
+            key(4),
+            100,
+            PSH_ACK,
+            &framed(&msg(4, 30)),
+            false,
+            &mut out,
+        );
         r.finish();
         assert!(closed(&mut r).is_empty());
     }
