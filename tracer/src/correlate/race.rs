@@ -16,9 +16,9 @@ use std::collections::{HashMap, VecDeque};
 use serde::Serialize;
 
 use crate::{
+    conntrack::CtStatus,
     event::{CtCpuStats, CtSnapshot, CtStatsSample},
     output::record::QuestionRecord,
-    conntrack::CtStatus,
 };
 
 const IPS_SRC_NAT_DONE: u64 = 1 << 7;

@@ -1,0 +1,526 @@
+//! Joining: each observation finds its leg (across NAT, by conntrack or the fallback
+//! method), its transaction (parent forwards, retries, TCP fallback) and its lookup.
+use super::*;
+
+impl Correlator {
+    pub fn on_conntrack(&mut self, ev: &ConntrackEvent) {
+        self.ct.learn(ev);
+    }
+
+    /// Queues an observation; it is correlated once the reorder window has passed it.
+    pub fn on_observed(&mut self, o: Observed) {
+        let ts = o.ts();
+        if ts < self.watermark {
+            self.stats.late_observations += 1;
+            self.process(o);
+            return;
+        }
+        self.seq += 1;
+        self.pending.insert((ts, self.seq), o);
+        // Bound the reorder buffer: under a flood, correlate early rather than grow.
+        while self.pending.len() > self.cfg.max_legs {
+            if let Some((_, o)) = self.pending.pop_first() {
+                self.watermark = self.watermark.max(o.ts());
+                self.process(o);
+            }
+        }
+    }
+
+    pub(super) fn process(&mut self, o: Observed) {
+        match o {
+            Observed::Message(m) => self.on_message(m),
+            Observed::Drop(d) => self.on_drop(d),
+        }
+    }
+
+    /// The client port of the flow's original tuple (conntrack), and whether the observed
+    /// addresses differ from it.
+    pub(super) fn canonical_client(
+        &self,
+        proto: u8,
+        src: SocketAddr,
+        dst: SocketAddr,
+        qr: bool,
+    ) -> (SocketAddr, bool) {
+        match self.ct.lookup(proto, src, dst) {
+            Some(m) => (m.orig.src, true),
+            None => (if qr { dst } else { src }, false),
+        }
+    }
+
+    pub(super) fn on_message(&mut self, o: Observation) {
+        let Some(q) = QKey::of(&o.msg) else {
+            self.stats.unkeyed += 1;
+            return;
+        };
+        if self.loops.active_for(&q) {
+            self.stats.loop_messages += 1;
+            self.loops.packets(&q, 1, false, o.ts_ns);
+            return;
+        }
+        let qr = o.msg.qr;
+        let (client, by_ct) = self.canonical_client(o.proto, o.src, o.dst, qr);
+        let key = LegKey {
+            proto: o.proto,
+            client_port: client.port(),
+            id: o.msg.id,
+            q: q.clone(),
+        };
+        let (seen_client, seen_server) = if qr { (o.dst, o.src) } else { (o.src, o.dst) };
+        let hop = |via| Hop {
+            ts_ns: o.ts_ns,
+            at: o.at,
+            netns: o.netns.clone(),
+            ifname: o.ifname.clone(),
+            src: o.src,
+            dst: o.dst,
+            dns_id: o.msg.id,
+            qr,
+            via,
+        };
+        let existing = self.by_key.get(&key).copied();
+        if qr {
+            let Some(leg_id) = existing else {
+                self.stats.orphan_responses += 1;
+                return;
+            };
+            let max_hops = self.cfg.max_hops_per_leg;
+            let Some(leg) = self.legs.get_mut(&leg_id) else {
+                return;
+            };
+            let via = via_for(leg, seen_client, seen_server, by_ct);
+            if leg.hops.len() < max_hops {
+                leg.hops.push(hop(via));
+            } else {
+                self.stats.hops_not_stored += 1;
+            }
+            leg.last_ts = leg.last_ts.max(o.ts_ns);
+            match &mut leg.response {
+                None => {
+                    leg.response = Some(Response::of(o.ts_ns, &o.msg));
+                    leg.timed_out = false;
+                    let tx = leg.tx;
+                    remove_from(&mut self.open_by_q, &q, leg_id);
+                    self.touch(tx, o.ts_ns);
+                }
+                Some(r) => {
+                    // The same response captured whole at another hop: it says more.
+                    if r.cut.is_some() && o.msg.cut.is_none() {
+                        *r = Response {
+                            ts_ns: r.ts_ns,
+                            ..Response::of(o.ts_ns, &o.msg)
+                        };
+                    }
+                    let tx = leg.tx;
+                    self.touch(tx, o.ts_ns);
+                }
+            }
+            return;
+        }
+
+        // A query.
+        if let Some(leg_id) = existing {
+            let settle = self.cfg.settle_ns;
+            let max_hops = self.cfg.max_hops_per_leg;
+            if let Some(leg) = self.legs.get_mut(&leg_id) {
+                let answered_long_ago = leg
+                    .response
+                    .as_ref()
+                    .is_some_and(|r| o.ts_ns > r.ts_ns + settle);
+                if !answered_long_ago {
+                    // The same query again at a point that already saw it: a retransmission.
+                    let again = leg
+                        .hops
+                        .iter()
+                        .any(|h| !h.qr && h.at == o.at && o.ts_ns > h.ts_ns + 100_000_000);
+                    if again && o.at == leg.client_point {
+                        leg.retransmits += 1;
+                    }
+                    let via = via_for(leg, seen_client, seen_server, by_ct);
+                    let mut moved = false;
+                    if seen_server != leg.server
+                        && seen_server != leg.backend
+                        && o.ts_ns >= leg.last_ts
+                    {
+                        leg.backend = seen_server;
+                        leg.backend_at = Some((o.at, o.netns.clone()));
+                        moved = leg.parent.is_some();
+                    }
+                    if leg.hops.len() < max_hops {
+                        leg.hops.push(hop(via));
+                    } else {
+                        self.stats.hops_not_stored += 1;
+                    }
+                    if o.ts_ns >= leg.last_ts {
+                        leg.delivered_ns = o.netns.clone();
+                    }
+                    leg.last_ts = leg.last_ts.max(o.ts_ns);
+                    let tx = leg.tx;
+                    self.touch(tx, o.ts_ns);
+                    if moved {
+                        self.check_cycle(leg_id, o.ts_ns);
+                    }
+                    return;
+                }
+            }
+        }
+
+        // A new leg: a forwarder's query, a retry, a TCP fallback, or a new transaction.
+        let parent_leg = self.find_parent(&q, seen_client.ip(), &o);
+        if let Some(p) = parent_leg {
+            let full = self
+                .legs
+                .get(&p)
+                .and_then(|pl| self.txs.get(&pl.tx))
+                .is_some_and(|t| t.legs.len() >= self.cfg.max_legs_per_transaction);
+            if full {
+                self.stats.legs_not_stored += 1;
+                self.loops
+                    .forward(seen_client.ip().to_string(), &q, o.ts_ns);
+                return;
+            }
+        }
+        let id = self.next();
+        let (tx, parent, role) = match parent_leg {
+            Some(parent) => (
+                self.legs.get(&parent).map(|p| p.tx).unwrap_or(0),
+                Some(parent),
+                LegRole::Forward,
+            ),
+            None => match self.find_previous_attempt(&q, &o, seen_client) {
+                Some((tx, role)) => (tx, None, role),
+                None => {
+                    let tx = self.next();
+                    let (lookup, step) =
+                        self.assign_lookup(seen_client.ip(), &o.netns, &q.name, o.ts_ns);
+                    self.txs.insert(
+                        tx,
+                        Transaction {
+                            id: tx,
+                            lookup,
+                            lookup_step: step,
+                            legs: Vec::new(),
+                            first_ts: o.ts_ns,
+                            last_activity: o.ts_ns,
+                            wake_at: o.ts_ns + self.cfg.settle_ns,
+                        },
+                    );
+                    self.wakes.insert((o.ts_ns + self.cfg.settle_ns, tx));
+                    (tx, None, LegRole::Query)
+                }
+            },
+        };
+        let leg = Leg {
+            id,
+            key: key.clone(),
+            tx,
+            parent,
+            role,
+            first_ts: o.ts_ns,
+            last_ts: o.ts_ns,
+            client: seen_client,
+            server: seen_server,
+            backend: seen_server,
+            backend_at: Some((o.at, o.netns.clone())),
+            delivered_ns: o.netns.clone(),
+            client_netns: o.netns.clone(),
+            client_point: o.at,
+            hops: vec![hop(Via::Same)],
+            retransmits: 0,
+            response: None,
+            drop: None,
+            race: None,
+            timed_out: false,
+            cut_short: false,
+        };
+        if let Some(t) = self.txs.get_mut(&tx) {
+            t.legs.push(id);
+        }
+        self.touch(tx, o.ts_ns);
+        self.timeouts.insert((o.ts_ns + self.cfg.timeout_ns, id));
+        // A key reused after its leg was answered replaces it in the index.
+        self.by_key.insert(key, id);
+        push_capped(&mut self.open_by_q, q.clone(), id);
+        if parent.is_none() {
+            push_capped(&mut self.roots_by_q, (seen_client.ip(), q.clone()), id);
+            push_capped(&mut self.roots_by_socket, seen_client, id);
+        }
+        self.legs.insert(id, leg);
+        self.stats.legs += 1;
+        match role {
+            LegRole::Forward => {
+                self.loops
+                    .forward(seen_client.ip().to_string(), &q, o.ts_ns);
+                self.check_cycle(id, o.ts_ns);
+            }
+            LegRole::Query | LegRole::Retry | LegRole::TcpFallback => {
+                self.loops.client_ask(&q, o.ts_ns)
+            }
+        }
+        self.enforce_bounds();
+    }
+
+    /// An open leg whose query was delivered to the address this new query comes from (or,
+    /// for loopback servers, into the namespace it comes from), for the same question.
+    pub(super) fn find_parent(&self, q: &QKey, from: IpAddr, o: &Observation) -> Option<u64> {
+        let candidates = self.open_by_q.get(q)?;
+        candidates
+            .iter()
+            .rev()
+            .filter_map(|id| self.legs.get(id))
+            .filter(|l| l.response.is_none() && !l.timed_out)
+            .filter(|l| o.ts_ns >= l.first_ts && o.ts_ns - l.first_ts <= self.cfg.forward_window_ns)
+            .find(|l| {
+                let backend_ip = l.backend.ip();
+                let server_ip = l.server.ip();
+                // A forwarder sends from the address it was asked on, from its loopback, or
+                // (a loopback server) from any address of the namespace it runs in.
+                let from_server = backend_ip == from
+                    || server_ip == from
+                    || ((backend_ip.is_loopback() || from.is_loopback())
+                        && l.delivered_ns == o.netns);
+                from_server && !Self::peer_client(l, from, &o.netns)
+            })
+            .map(|l| l.id)
+    }
+
+    /// Could a new query from `from` (seen in namespace `ns`) just as well come from a
+    /// second client beside `l`'s as from `l`'s server? It does when it comes from the host
+    /// (on loopback: the namespace) of `l`'s client and `l` is a client's own query: two
+    /// clients of one host, or a client's retry, asking a server is no forward, and a
+    /// question can only re-enter a server as a query of a forwarder's own socket.
+    pub(super) fn peer_client(l: &Leg, from: IpAddr, ns: &str) -> bool {
+        l.parent.is_none() && l.client.ip() == from && (!from.is_loopback() || l.client_netns == ns)
+    }
+
+    /// An earlier root attempt of the same client and question that this one repeats:
+    /// after no answer (retry) or a truncated UDP answer (TCP fallback). Only the client's
+    /// latest query of that question counts, and only when it went unanswered from the same
+    /// socket, or for a while: concurrent or later answered queries of the same name from
+    /// other sockets are transactions of their own.
+    pub(super) fn find_previous_attempt(
+        &self,
+        q: &QKey,
+        o: &Observation,
+        client: SocketAddr,
+    ) -> Option<(u64, LegRole)> {
+        const RETRY_MIN_NS: u64 = 500_000_000;
+        const MAX_ATTEMPTS: usize = 8;
+        let window = self.cfg.timeout_ns + self.cfg.retry_grace_ns;
+        let latest = self
+            .roots_by_q
+            .get(&(client.ip(), q.clone()))
+            .into_iter()
+            .flatten()
+            .filter_map(|id| self.legs.get(id))
+            .filter(|l| o.ts_ns >= l.first_ts && o.ts_ns - l.first_ts <= window)
+            .filter(|l| l.client_netns == o.netns)
+            .max_by_key(|l| l.first_ts)?;
+        let attempts = self.txs.get(&latest.tx).map(|t| t.legs.len()).unwrap_or(0);
+        if attempts >= MAX_ATTEMPTS {
+            return None;
+        }
+        let role = match &latest.response {
+            Some(r) if r.tc && o.proto == tracer_common::IPPROTO_TCP => LegRole::TcpFallback,
+            Some(_) => return None,
+            None if latest.client == client || o.ts_ns - latest.first_ts >= RETRY_MIN_NS => {
+                LegRole::Retry
+            }
+            None => return None,
+        };
+        Some((latest.tx, role))
+    }
+
+    pub(super) fn assign_lookup(
+        &mut self,
+        client: IpAddr,
+        netns: &str,
+        name: &str,
+        ts: u64,
+    ) -> (u64, u32) {
+        let window = self.cfg.lookup_window_ns;
+        let key = (client, netns.to_string());
+        if let Some(state) = self.lookups.get_mut(&key) {
+            let related = state.names.iter().any(|n| same_lookup_names(n, name));
+            if related && ts.saturating_sub(state.last_ts) <= window {
+                state.last_ts = ts;
+                let step = match state.names.iter().position(|n| n == name) {
+                    Some(i) => i,
+                    None => {
+                        state.names.push(name.to_string());
+                        state.names.len() - 1
+                    }
+                };
+                return (state.id, step as u32);
+            }
+        }
+        let id = self.next();
+        if self.lookups.len() >= self.cfg.max_legs {
+            // Amortised: prune to at most half, so this runs once per max_legs/2 inserts.
+            let horizon = ts.saturating_sub(window);
+            self.lookups.retain(|_, s| s.last_ts >= horizon);
+            if self.lookups.len() >= self.cfg.max_legs / 2 {
+                self.lookups.clear();
+            }
+        }
+        self.lookups.insert(
+            key,
+            LookupState {
+                id,
+                names: vec![name.to_string()],
+                last_ts: ts,
+            },
+        );
+        (id, 0)
+    }
+
+    pub(super) fn on_drop(&mut self, d: DropObservation) {
+        if d.benign {
+            return;
+        }
+        let Some(msg) = &d.msg else {
+            self.stats.drops_unmatched += 1;
+            return;
+        };
+        let Some(q) = QKey::of(msg) else {
+            self.stats.drops_unmatched += 1;
+            return;
+        };
+        let client_port = match &d.ct {
+            Some(ct) => ct.orig.src.port(),
+            None if msg.qr => d.dst.port(),
+            None => d.src.port(),
+        };
+        let key = LegKey {
+            proto: d.proto,
+            client_port,
+            id: msg.id,
+            q,
+        };
+        let Some(leg) = self.by_key.get(&key).and_then(|id| self.legs.get_mut(id)) else {
+            self.stats.drops_unmatched += 1;
+            return;
+        };
+        if leg.race.is_none()
+            && race::is_race_candidate(&d.reason, &d.function, d.ct.as_ref(), d.confirm_failed)
+        {
+            let backend = d.ct.as_ref().map(|ct| ct.reply.src).unwrap_or(leg.backend);
+            leg.race = Some((d.cpu, d.netns_cookie, d.ts_ns, backend, d.confirm_failed));
+        }
+        if leg.drop.is_none() {
+            leg.drop = Some(LegDrop {
+                ts_ns: d.ts_ns,
+                netns: d.netns,
+                ifname: d.ifname,
+                reason: d.reason,
+                location: d.location,
+                response: msg.qr,
+            });
+            self.stats.drops_attached += 1;
+        }
+        let tx = leg.tx;
+        self.touch(tx, d.ts_ns);
+    }
+
+    pub(super) fn touch(&mut self, tx: u64, ts: u64) {
+        if let Some(t) = self.txs.get_mut(&tx) {
+            t.last_activity = t.last_activity.max(ts);
+            // An answer may finish it before the time it was to be looked at.
+            let settled = t.last_activity + self.cfg.settle_ns;
+            if settled < t.wake_at {
+                self.wakes.remove(&(t.wake_at, tx));
+                t.wake_at = settled;
+                self.wakes.insert((settled, tx));
+            }
+        }
+    }
+
+    pub(super) fn enforce_bounds(&mut self) {
+        while self.legs.len() > self.cfg.max_legs {
+            let Some((&oldest, _)) = self.txs.iter().next() else {
+                break;
+            };
+            if let Some(t) = self.txs.remove(&oldest) {
+                self.wakes.remove(&(t.wake_at, t.id));
+                self.stats.evicted_transactions += 1;
+                for id in t.legs {
+                    if self.remove_leg(id) {
+                        self.stats.evicted_legs += 1;
+                    }
+                }
+            }
+        }
+    }
+
+    pub(super) fn remove_leg(&mut self, id: u64) -> bool {
+        let Some(leg) = self.legs.remove(&id) else {
+            return false;
+        };
+        self.timeouts
+            .remove(&(leg.first_ts + self.cfg.timeout_ns, id));
+        if self.by_key.get(&leg.key) == Some(&id) {
+            self.by_key.remove(&leg.key);
+        }
+        remove_from(&mut self.open_by_q, &leg.key.q, id);
+        if leg.parent.is_none() {
+            remove_from(
+                &mut self.roots_by_q,
+                &(leg.client.ip(), leg.key.q.clone()),
+                id,
+            );
+            remove_from(&mut self.roots_by_socket, &leg.client, id);
+        }
+        true
+    }
+}
+
+pub(super) fn via_for(
+    leg: &Leg,
+    seen_client: SocketAddr,
+    seen_server: SocketAddr,
+    by_ct: bool,
+) -> Via {
+    if seen_client == leg.client && seen_server == leg.server {
+        return Via::Same;
+    }
+    if by_ct {
+        Via::Conntrack
+    } else {
+        Via::Fallback
+    }
+}
+
+pub(super) fn same_iface(a: ObservationPoint, b: ObservationPoint) -> bool {
+    a.netns == b.netns && a.ifindex == b.ifindex
+}
+
+/// Candidates kept per key of an index (the newest): a forwarder's query follows its
+/// parent's closely, a retry or sibling is the client's latest query, so older ones are
+/// never the answer, and every lookup and removal stays O(1) however often one question or
+/// socket repeats.
+pub(super) const MAX_CANDIDATES: usize = 64;
+
+pub(super) fn push_capped<K: std::hash::Hash + Eq>(
+    index: &mut HashMap<K, Vec<u64>>,
+    key: K,
+    id: u64,
+) {
+    let v = index.entry(key).or_default();
+    if v.len() >= MAX_CANDIDATES {
+        v.remove(0);
+    }
+    v.push(id);
+}
+
+pub(super) fn remove_from<K: std::hash::Hash + Eq>(
+    index: &mut HashMap<K, Vec<u64>>,
+    key: &K,
+    id: u64,
+) {
+    if let Some(v) = index.get_mut(key) {
+        v.retain(|x| *x != id);
+        if v.is_empty() {
+            index.remove(key);
+        }
+    }
+}

@@ -1,0 +1,197 @@
+//! The correlator's model: questions, hops, legs, transactions, lookups.
+use super::*;
+
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct QKey {
+    pub(super) name: String,
+    pub(super) qtype: String,
+    pub(super) class: String,
+}
+
+impl QKey {
+    pub(super) fn of(msg: &DnsMessage) -> Option<QKey> {
+        let q = msg.questions.first()?;
+        Some(QKey {
+            name: q.name.to_ascii_lowercase(),
+            qtype: q.qtype.clone(),
+            class: q.class.clone(),
+        })
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub(super) struct LegKey {
+    pub(super) proto: u8,
+    pub(super) client_port: u16,
+    pub(super) id: u16,
+    pub(super) q: QKey,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Via {
+    /// Same addresses as the leg's first hop.
+    Same,
+    /// Addresses differ; joined through the conntrack entry.
+    Conntrack,
+    /// Addresses differ; joined by (client port, DNS id, question) alone.
+    Fallback,
+}
+
+#[derive(Clone, Debug)]
+pub(super) struct Hop {
+    pub(super) ts_ns: u64,
+    pub(super) at: ObservationPoint,
+    pub(super) netns: String,
+    pub(super) ifname: String,
+    pub(super) src: SocketAddr,
+    pub(super) dst: SocketAddr,
+    pub(super) dns_id: u16,
+    pub(super) qr: bool,
+    pub(super) via: Via,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum LegRole {
+    /// The client's first query.
+    Query,
+    /// The same question again from the same client after no answer.
+    Retry,
+    /// The same question over TCP after a truncated UDP answer.
+    TcpFallback,
+    /// A server forwarding the question it received.
+    Forward,
+}
+
+#[derive(Clone, Debug)]
+pub(super) struct Response {
+    pub(super) ts_ns: u64,
+    pub(super) rcode: String,
+    pub(super) tc: bool,
+    pub(super) answers: Vec<String>,
+    /// The capture cut the response (at every hop it was seen whole at none): `answers` are
+    /// those that fit.
+    pub(super) cut: Option<Cut>,
+}
+
+impl Response {
+    pub(super) fn of(ts_ns: u64, msg: &DnsMessage) -> Self {
+        Response {
+            ts_ns,
+            rcode: msg.rcode.clone(),
+            tc: msg.flags.tc,
+            answers: msg
+                .answers
+                .iter()
+                .map(|r| format!("{} {}", r.rtype, r.data))
+                .collect(),
+            cut: msg.cut,
+        }
+    }
+}
+
+/// `answer cut by the capture at 200 of 731 bytes: 1 of 8 answers seen`.
+pub(super) fn cut_note(c: &Cut, answers_seen: usize) -> String {
+    let at = format!(
+        "answer cut by the capture at {} of {} bytes",
+        c.captured_bytes, c.message_bytes
+    );
+    if c.questions > 0 {
+        format!("{at}: question not seen whole")
+    } else if c.answers > 0 {
+        let total = answers_seen + usize::from(c.answers);
+        format!("{at}: {answers_seen} of {total} answers seen")
+    } else {
+        format!("{at}, after its answers")
+    }
+}
+
+#[derive(Clone, Debug)]
+pub(super) struct Leg {
+    pub(super) id: u64,
+    pub(super) key: LegKey,
+    pub(super) tx: u64,
+    pub(super) parent: Option<u64>,
+    pub(super) role: LegRole,
+    pub(super) first_ts: u64,
+    pub(super) last_ts: u64,
+    /// Client and server as at the first query hop.
+    pub(super) client: SocketAddr,
+    pub(super) server: SocketAddr,
+    /// Where the query was last seen going (after DNAT: the pod).
+    pub(super) backend: SocketAddr,
+    pub(super) backend_at: Option<(ObservationPoint, String)>,
+    /// Namespace of the latest query hop: where the query was delivered, as far as seen.
+    pub(super) delivered_ns: String,
+    pub(super) client_netns: String,
+    pub(super) client_point: ObservationPoint,
+    pub(super) hops: Vec<Hop>,
+    pub(super) retransmits: u32,
+    pub(super) response: Option<Response>,
+    pub(super) drop: Option<LegDrop>,
+    /// The drop was a failed conntrack confirm: (cpu, netns cookie, ts, backend it was
+    /// DNAT'd to).
+    pub(super) race: Option<(u32, u64, u64, SocketAddr, Option<bool>)>,
+    pub(super) timed_out: bool,
+    /// Still waiting when the input ended (trace stopped before the timeout).
+    pub(super) cut_short: bool,
+}
+
+impl Leg {
+    pub(super) fn closed(&self) -> bool {
+        self.response.is_some() || self.timed_out || self.cut_short
+    }
+}
+
+#[derive(Clone, Debug)]
+pub(super) struct Transaction {
+    pub(super) id: u64,
+    pub(super) lookup: u64,
+    pub(super) lookup_step: u32,
+    pub(super) legs: Vec<u64>,
+    pub(super) first_ts: u64,
+    pub(super) last_activity: u64,
+    /// When [`Correlator::finish`] looks at it next (its entry in `wakes`).
+    pub(super) wake_at: u64,
+}
+
+#[derive(Clone, Debug)]
+pub(super) struct LookupState {
+    pub(super) id: u64,
+    /// Names asked so far, lowercase, in order (distinct).
+    pub(super) names: Vec<String>,
+    pub(super) last_ts: u64,
+}
+
+/// Could `a` and `b` be two steps of one search-list expansion? Both are the name the user
+/// typed followed by a search domain (possibly none), and Kubernetes-style search lists are
+/// nested (`ns.svc.cluster.local`, `svc.cluster.local`, `cluster.local`): after their common
+/// leading labels, one remainder is a trailing part of the other.
+pub(super) fn same_lookup_names(a: &str, b: &str) -> bool {
+    if a == b {
+        return true;
+    }
+    let la: Vec<&str> = a.trim_end_matches('.').split('.').collect();
+    let lb: Vec<&str> = b.trim_end_matches('.').split('.').collect();
+    let common = la.iter().zip(&lb).take_while(|(x, y)| x == y).count();
+    if common == 0 {
+        return false;
+    }
+    let (ra, rb) = (&la[common..], &lb[common..]);
+    ra.ends_with(rb) || rb.ends_with(ra)
+}
+
+/// The server a leg's query was delivered to, for deciding that a question came back to a
+/// server already on its chain: after DNAT the pod, not the ClusterIP (a pod forwarding to
+/// its own Service is only a loop once the Service sends the question back to a server of
+/// the chain). Loopback addresses are only the same server within one namespace.
+pub(super) type Endpoint = (SocketAddr, Option<String>);
+
+pub(super) fn endpoint(l: &Leg) -> Endpoint {
+    let ns = if l.backend.ip().is_loopback() {
+        Some(l.delivered_ns.clone())
+    } else {
+        None
+    };
+    (l.backend, ns)
+}

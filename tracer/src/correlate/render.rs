@@ -1,0 +1,492 @@
+//! Deciding and reporting: when a transaction is done, its record, and its races.
+use super::*;
+
+impl Correlator {
+    /// Correlates what the reorder window has released and reports finished transactions.
+    /// `now_ns` is in the observations' clock (live: boot time; offline: the file's time).
+    pub fn tick(&mut self, now_ns: u64, out: &mut Vec<Record>) {
+        let release = now_ns.saturating_sub(self.cfg.reorder_ns);
+        while let Some(entry) = self.pending.first_entry() {
+            if entry.key().0 > release {
+                break;
+            }
+            let o = entry.remove();
+            self.watermark = self.watermark.max(o.ts());
+            self.process(o);
+        }
+        self.finish(now_ns, false, out);
+    }
+
+    /// End of input: correlate everything and report every transaction.
+    pub fn flush(&mut self, now_ns: u64, out: &mut Vec<Record>) {
+        while let Some((_, o)) = self.pending.pop_first() {
+            self.watermark = self.watermark.max(o.ts());
+            self.process(o);
+        }
+        self.finish(now_ns, true, out);
+    }
+
+    pub(super) fn finish(&mut self, now: u64, all: bool, out: &mut Vec<Record>) {
+        self.loops.tick(now, all);
+        let mut loop_records = Vec::new();
+        self.loops.drain(&mut loop_records);
+        out.extend(loop_records.into_iter().map(Record::Loop));
+        // Queries whose time is up: each leg once, when its timeout passes.
+        while let Some(&(deadline, id)) = self.timeouts.first() {
+            if deadline > now {
+                break;
+            }
+            self.timeouts.pop_first();
+            if let Some(leg) = self.legs.get_mut(&id) {
+                if leg.response.is_none() && !leg.timed_out {
+                    leg.timed_out = true;
+                    let q = leg.key.q.clone();
+                    remove_from(&mut self.open_by_q, &q, id);
+                }
+            }
+        }
+        let mut done: Vec<u64> = Vec::new();
+        if all {
+            for leg in self.legs.values_mut() {
+                if leg.response.is_none() && !leg.timed_out {
+                    leg.cut_short = true;
+                }
+            }
+            done.extend(self.txs.keys().copied());
+            self.wakes.clear();
+        } else {
+            // Only transactions due to be looked at: each a bounded number of times.
+            while let Some(&(at, id)) = self.wakes.first() {
+                if at > now {
+                    break;
+                }
+                self.wakes.pop_first();
+                let Some(t) = self.txs.get(&id) else { continue };
+                if t.wake_at != at {
+                    continue;
+                }
+                if self.tx_done(t, now) {
+                    done.push(id);
+                } else {
+                    let next = self.next_look(t, now);
+                    if let Some(t) = self.txs.get_mut(&id) {
+                        t.wake_at = next;
+                    }
+                    self.wakes.insert((next, id));
+                }
+            }
+            done.sort_unstable();
+        }
+        for id in done {
+            if let Some(t) = self.txs.remove(&id) {
+                let rendered = self.render(&t);
+                self.races_of(&t, rendered.as_ref());
+                if let Some(rec) = rendered {
+                    out.push(Record::Transaction(rec));
+                    self.stats.transactions += 1;
+                }
+                for leg in t.legs {
+                    if let Some(l) = self.legs.get(&leg).filter(|l| l.parent.is_none()) {
+                        let entry = (l.client, l.first_ts, l.key.id, l.key.q.clone(), l.backend);
+                        self.remember_query(entry);
+                    }
+                    self.remove_leg(leg);
+                }
+            }
+        }
+        out.extend(self.race_out.drain(..).map(Record::Race));
+    }
+
+    /// Race records of a finished transaction: race drops with their evidence, or a
+    /// suspected race (an unanswered query of an A/AAAA pair retried at the timeout).
+    pub(super) fn races_of(&mut self, t: &Transaction, rec: Option<&TransactionRecord>) {
+        const PAIR_WINDOW_NS: u64 = 100_000_000;
+        // Most transactions have nothing to say here: check before copying anything.
+        let candidate = t.legs.iter().filter_map(|id| self.legs.get(id)).any(|l| {
+            l.race.is_some() || (l.parent.is_none() && l.response.is_none() && l.drop.is_none())
+        });
+        if !candidate {
+            return;
+        }
+        let legs: Vec<Leg> = t
+            .legs
+            .iter()
+            .filter_map(|id| self.legs.get(id))
+            .cloned()
+            .collect();
+        let Some(root) = legs.first() else { return };
+        let retry = legs
+            .iter()
+            .filter(|l| l.parent.is_none() && l.role == LegRole::Retry)
+            .map(|l| l.first_ts.saturating_sub(t.first_ts))
+            .min();
+        let total = rec.and_then(|r| r.latency_ns);
+        let fmt = crate::time::format_duration;
+        let question = |q: &QKey| crate::output::record::QuestionRecord {
+            name: q.name.clone(),
+            qtype: q.qtype.clone(),
+            class: q.class.clone(),
+        };
+        for l in legs.iter().filter(|l| l.parent.is_none()) {
+            let sibling = self.sibling_of(l, PAIR_WINDOW_NS);
+            let pair_start = sibling
+                .as_ref()
+                .map(|s| s.0.min(l.first_ts))
+                .unwrap_or(l.first_ts);
+            let sibling_rec = sibling.as_ref().map(|(ts, id, q, backend)| RaceQuery {
+                dns_id: *id,
+                question: question(q),
+                backend: backend.to_string(),
+                offset_ns: ts.saturating_sub(pair_start),
+            });
+            let (verdict, cpu, counters, confirmed, drop_ts, backend, confirm) = match l.race {
+                Some((cpu, netns, ts, backend, confirm)) => {
+                    let c = self.ct_samples.around(netns, cpu, ts);
+                    let confirmed = c
+                        .as_ref()
+                        .is_some_and(|c| c.insert_failed > 0 || c.drop > 0);
+                    (
+                        RaceVerdict::RaceDrop,
+                        Some(cpu),
+                        c.unwrap_or_default(),
+                        confirmed,
+                        Some(ts),
+                        backend,
+                        confirm,
+                    )
+                }
+                None if l.drop.is_none()
+                    && l.response.is_none()
+                    && (retry.is_some() || l.retransmits > 0)
+                    && sibling.is_some() =>
+                {
+                    (
+                        RaceVerdict::Suspected,
+                        None,
+                        race::CounterDeltas::default(),
+                        false,
+                        None,
+                        l.backend,
+                        None,
+                    )
+                }
+                None => continue,
+            };
+            match verdict {
+                RaceVerdict::RaceDrop => self.stats.races.race_drops += 1,
+                RaceVerdict::Suspected => self.stats.races.suspected += 1,
+                RaceVerdict::ResolvedClash => {}
+            }
+            let what = match verdict {
+                RaceVerdict::RaceDrop => format!(
+                    "{} dropped by conntrack race at +{}",
+                    l.key.q.qtype,
+                    fmt(drop_ts.unwrap_or(l.first_ts).saturating_sub(pair_start))
+                ),
+                _ => format!(
+                    "{} unanswered, no kernel evidence (suspected race)",
+                    l.key.q.qtype
+                ),
+            };
+            let how = match (retry, total) {
+                (Some(r), _) => format!(", retried at +{}", fmt(r)),
+                _ => ", no retry seen".to_string(),
+            };
+            let summary = match total {
+                Some(total) => format!(
+                    "lookup of {} took {}: {what}{how}",
+                    l.key.q.name,
+                    fmt(total)
+                ),
+                None => format!("lookup of {}: {what}{how}", l.key.q.name),
+            };
+            self.race_out.push(RaceRecord {
+                verdict,
+                ts_ns: drop_ts.unwrap_or(l.first_ts),
+                time: self.clock.wall(drop_ts.unwrap_or(l.first_ts)),
+                netns: l.drop.as_ref().map(|d| d.netns.clone()).unwrap_or_default(),
+                client: l.client.to_string(),
+                client_netns: l.client_netns.clone(),
+                dropped: Some(RaceQuery {
+                    dns_id: l.key.id,
+                    question: question(&l.key.q),
+                    backend: backend.to_string(),
+                    offset_ns: l.first_ts.saturating_sub(pair_start),
+                }),
+                sibling: sibling_rec.clone(),
+                cpu,
+                counters,
+                counter_confirmed: confirmed,
+                kernel_confirm_failed: confirm,
+                drop_reason: l.drop.as_ref().map(|d| d.reason.clone()),
+                drop_location: l.drop.as_ref().map(|d| d.location.clone()),
+                retry_ns: retry,
+                total_delay_ns: total,
+                summary,
+            });
+        }
+        let _ = root;
+    }
+
+    /// The earliest time a transaction that is not done yet could be, unless something new
+    /// happens to it (a new hop touches it, which looks at it sooner if need be).
+    pub(super) fn next_look(&self, t: &Transaction, now: u64) -> u64 {
+        let mut next = t.last_activity + self.cfg.settle_ns;
+        let mut last_root: Option<&Leg> = None;
+        for l in t.legs.iter().filter_map(|id| self.legs.get(id)) {
+            if !l.closed() {
+                next = next.max(l.first_ts + self.cfg.timeout_ns);
+            }
+            if let Some((_, netns, ts, _, _)) = l.race {
+                if !self.ct_samples.has_after(netns, ts) && now < ts + 2_000_000_000 {
+                    // Counters come every 200 ms.
+                    next = next.max((now + 100_000_000).min(ts + 2_000_000_000));
+                }
+            }
+            if l.parent.is_none() && last_root.is_none_or(|r| l.first_ts >= r.first_ts) {
+                last_root = Some(l);
+            }
+        }
+        if let Some(r) = last_root.filter(|r| r.response.is_none()) {
+            next = next.max(r.first_ts + self.cfg.timeout_ns + self.cfg.retry_grace_ns);
+        }
+        next.max(now + 1)
+    }
+
+    pub(super) fn tx_done(&self, t: &Transaction, now: u64) -> bool {
+        if now < t.last_activity + self.cfg.settle_ns {
+            return false;
+        }
+        let legs: Vec<&Leg> = t.legs.iter().filter_map(|id| self.legs.get(id)).collect();
+        if !legs.iter().all(|l| l.closed()) {
+            return false;
+        }
+        // A race drop is judged with the counters sampled after it (they come every 200 ms).
+        let waiting_for_counters = legs.iter().any(|l| {
+            l.race.is_some_and(|(_, netns, ts, _, _)| {
+                !self.ct_samples.has_after(netns, ts) && now < ts + 2_000_000_000
+            })
+        });
+        if waiting_for_counters {
+            return false;
+        }
+        // The last root attempt timed out: its retry may still come.
+        let last_root = legs
+            .iter()
+            .filter(|l| l.parent.is_none())
+            .max_by_key(|l| l.first_ts);
+        match last_root {
+            Some(l) if l.timed_out => {
+                now >= l.first_ts + self.cfg.timeout_ns + self.cfg.retry_grace_ns
+            }
+            _ => true,
+        }
+    }
+
+    pub(super) fn render(&self, t: &Transaction) -> Option<TransactionRecord> {
+        let legs: Vec<&Leg> = t.legs.iter().filter_map(|id| self.legs.get(id)).collect();
+        let root = legs.first()?;
+        let index_of = |id: u64| legs.iter().position(|l| l.id == id);
+        let timeout_s = self.cfg.timeout_ns as f64 / 1e9;
+
+        let leg_records: Vec<LegRecord> = legs
+            .iter()
+            .map(|l| {
+                let mut hops: Vec<&Hop> = l.hops.iter().collect();
+                hops.sort_by_key(|h| h.ts_ns);
+                let join = if hops.iter().any(|h| h.via == Via::Conntrack) {
+                    "conntrack"
+                } else if hops.iter().any(|h| h.via == Via::Fallback) {
+                    "fallback"
+                } else {
+                    "same-tuple"
+                };
+                // A query leaves an interface in one direction and its answer comes back
+                // through the same interface in the other.
+                let query_at = |at: ObservationPoint| {
+                    hops.iter()
+                        .filter(|h| !h.qr && same_iface(h.at, at))
+                        .map(|h| h.ts_ns)
+                        .min()
+                };
+                let outcome = match (&l.response, &l.drop) {
+                    (Some(r), _) if r.tc => "truncated",
+                    (Some(_), _) => "answered",
+                    (None, Some(_)) => "dropped",
+                    (None, None) if l.cut_short => "pending",
+                    (None, None) => "unanswered",
+                };
+                let latency = l.response.as_ref().and_then(|r| {
+                    let back_at_client = hops
+                        .iter()
+                        .filter(|h| h.qr && same_iface(h.at, l.client_point))
+                        .map(|h| h.ts_ns)
+                        .min()
+                        .unwrap_or(r.ts_ns);
+                    back_at_client.checked_sub(l.first_ts)
+                });
+                LegRecord {
+                    id: l.id,
+                    parent: l.parent.and_then(index_of),
+                    role: l.role,
+                    proto: if l.key.proto == tracer_common::IPPROTO_TCP {
+                        "tcp"
+                    } else {
+                        "udp"
+                    },
+                    client: l.client.to_string(),
+                    server: l.server.to_string(),
+                    backend: l.backend.to_string(),
+                    dns_id: l.key.id,
+                    join,
+                    outcome,
+                    rcode: l.response.as_ref().map(|r| r.rcode.clone()),
+                    answers: l
+                        .response
+                        .as_ref()
+                        .map(|r| r.answers.clone())
+                        .unwrap_or_default(),
+                    answer_cut: l.response.as_ref().and_then(|r| r.cut),
+                    latency_ns: latency,
+                    retransmits: l.retransmits,
+                    drop: l.drop.clone(),
+                    hops: hops
+                        .iter()
+                        .map(|h| HopRecord {
+                            ts_ns: h.ts_ns,
+                            netns: h.netns.clone(),
+                            ifname: h.ifname.clone(),
+                            dir: h.at.dir.as_str(),
+                            src: h.src.to_string(),
+                            dst: h.dst.to_string(),
+                            dns_id: h.dns_id,
+                            qr: h.qr,
+                            latency_ns: if h.qr {
+                                query_at(h.at).and_then(|q| h.ts_ns.checked_sub(q))
+                            } else {
+                                None
+                            },
+                        })
+                        .collect(),
+                }
+            })
+            .collect();
+
+        // Outcome of the whole transaction: the answer the client got, at its first point.
+        let roots: Vec<&&Leg> = legs.iter().filter(|l| l.parent.is_none()).collect();
+        let final_root = roots
+            .iter()
+            .rev()
+            .find(|l| l.response.as_ref().is_some_and(|r| !r.tc))
+            .or(roots.last());
+        let final_root = final_root?;
+        let retried = roots.iter().any(|l| l.role == LegRole::Retry) || root.retransmits > 0;
+        let tcp = roots.iter().any(|l| l.role == LegRole::TcpFallback);
+        let end_ts = final_root.response.as_ref().map(|r| {
+            final_root
+                .hops
+                .iter()
+                .filter(|h| h.qr && same_iface(h.at, final_root.client_point))
+                .map(|h| h.ts_ns)
+                .min()
+                .unwrap_or(r.ts_ns)
+        });
+        let latency = end_ts.and_then(|e| e.checked_sub(t.first_ts));
+        let fmt_lat = crate::time::format_duration;
+        let dropped = legs.iter().find_map(|l| l.drop.as_ref());
+        let (outcome, summary) = match (&final_root.response, latency) {
+            (Some(r), Some(lat)) => {
+                let answers = match r.answers.len() {
+                    0 => String::new(),
+                    1..=3 => format!(" {}", r.answers.join(", ")),
+                    n => format!(" {}, … ({n} answers)", r.answers[..2].join(", ")),
+                };
+                let first_timed_out = roots
+                    .first()
+                    .is_some_and(|l| l.timed_out || l.response.is_none());
+                let how = if tcp {
+                    format!(
+                        "truncated, retried over TCP, {}{} at +{}",
+                        r.rcode,
+                        answers,
+                        fmt_lat(lat)
+                    )
+                } else if retried && first_timed_out {
+                    let cause = match dropped {
+                        Some(d) => format!("query dropped ({} at {}), ", d.reason, d.location),
+                        None => String::new(),
+                    };
+                    format!(
+                        "{cause}timeout after {timeout_s:.1} s, retried, answered at +{}: {}{}",
+                        fmt_lat(lat),
+                        r.rcode,
+                        answers
+                    )
+                } else {
+                    format!("{}{} in {}", r.rcode, answers, fmt_lat(lat))
+                };
+                let how = match &r.cut {
+                    Some(c) => format!("{how}; {}", cut_note(c, r.answers.len())),
+                    None => how,
+                };
+                ("answered", how)
+            }
+            _ => match dropped {
+                Some(d) => (
+                    "dropped",
+                    format!(
+                        "dropped by the kernel ({} at {}), unanswered{}",
+                        d.reason,
+                        d.location,
+                        if retried { ", retried" } else { "" }
+                    ),
+                ),
+                None if final_root.cut_short => {
+                    ("pending", "no answer yet when the input ended".to_string())
+                }
+                None => (
+                    "unanswered",
+                    format!(
+                        "unanswered after {timeout_s:.1} s{}",
+                        if retried {
+                            format!(
+                                ", retried {} time(s)",
+                                roots.len().saturating_sub(1).max(root.retransmits as usize)
+                            )
+                        } else {
+                            String::new()
+                        }
+                    ),
+                ),
+            },
+        };
+        let q = root.key.q.clone();
+        Some(TransactionRecord {
+            id: t.id,
+            lookup: LookupRef {
+                id: t.lookup,
+                step: t.lookup_step,
+            },
+            ts_ns: t.first_ts,
+            time: self.clock.wall(t.first_ts),
+            client: root.client.to_string(),
+            client_netns: root.client_netns.clone(),
+            question: QuestionRecord {
+                name: q.name,
+                qtype: q.qtype,
+                class: q.class,
+            },
+            outcome,
+            rcode: final_root.response.as_ref().map(|r| r.rcode.clone()),
+            answers: final_root
+                .response
+                .as_ref()
+                .map(|r| r.answers.clone())
+                .unwrap_or_default(),
+            answer_cut: final_root.response.as_ref().and_then(|r| r.cut),
+            latency_ns: latency,
+            summary,
+            legs: leg_records,
+        })
+    }
+}
