@@ -256,6 +256,8 @@ struct Memory {
     /// (lookup id, qtype) → step of the lookup's latest NXDOMAIN answer.
     search_nxdomain: HashMap<(u64, &'static str), u32>,
     pending_dropped: Vec<DroppedRetried>,
+    /// The latest record was a race record: a transaction after it starts a new batch.
+    after_race: bool,
     drop_reasons: HashSet<String>,
 }
 
@@ -435,8 +437,20 @@ impl Metrics {
 
     /// Counts one record of the pipeline's output.
     pub fn observe(&self, record: &Record) {
+        // The correlator writes a batch's transactions, then its race records: a
+        // transaction after a race record begins the next batch, so the retries still
+        // pending were after drops that were not races.
+        let after_race = std::mem::replace(
+            &mut self.memory().after_race,
+            matches!(record, Record::Race(_)),
+        );
         match record {
-            Record::Transaction(t) => self.observe_transaction(t),
+            Record::Transaction(t) => {
+                if after_race {
+                    self.settle_pending();
+                }
+                self.observe_transaction(t);
+            }
             Record::Race(r) => self.observe_race(r),
             Record::Packet(p) => {
                 self.settle_pending();
@@ -551,7 +565,9 @@ impl Metrics {
 
     /// Retries of the client's own queries (legs without a parent). A retry after a query the
     /// kernel dropped waits for the race record that follows its transaction in the same
-    /// batch: `conntrack_race` if it comes, else `kernel_drop` (see [`Self::settle_pending`]).
+    /// batch: `conntrack_race` if it comes, else `kernel_drop` once the batch is over (the
+    /// next transaction after a race record, any other record, or a `stats` record: see
+    /// [`Self::settle_pending`]).
     fn count_retries(&self, t: &TransactionRecord) {
         let mut timeout = 0u64;
         let mut truncated = 0u64;

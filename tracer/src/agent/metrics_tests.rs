@@ -242,13 +242,13 @@ fn retries_by_cause() {
         raced.dns_id,
         "A",
     )));
-    // Not settled yet: the next record of another kind settles it.
+    // Not settled yet: the next batch (a transaction after a race record) settles it.
     let t = m.encode();
     assert_eq!(
         value(&t, r#"dnspath_dns_retries_total{cause="kernel_drop"}"#),
         None
     );
-    m.observe(&Record::Drop(drop_record("NETFILTER_DROP", None)));
+    m.observe(&service_transaction("next.lab.test.", "A", 7000, "NOERROR"));
     let t = m.encode();
     let v = |c: &str| value(&t, &format!(r#"dnspath_dns_retries_total{{cause="{c}"}}"#));
     assert_eq!(v("timeout"), Some(1.0), "{t}");
@@ -257,6 +257,43 @@ fn retries_by_cause() {
     assert_eq!(v("kernel_drop"), Some(1.0), "{t}");
     assert_eq!(
         value(&t, r#"dnspath_conntrack_race_drops_total{qtype="A"}"#),
+        Some(1.0)
+    );
+}
+
+#[test]
+fn a_retry_after_a_drop_is_settled_by_a_record_of_another_kind() {
+    let m = Metrics::new();
+    let client = "10.244.1.2:5000";
+    let first = leg(
+        LegRole::Query,
+        client,
+        "10.96.0.10:53",
+        "10.244.1.3:53",
+        None,
+        None,
+    );
+    let retry = leg(
+        LegRole::Retry,
+        client,
+        "10.96.0.10:53",
+        "10.244.1.4:53",
+        Some("NOERROR"),
+        Some(1),
+    );
+    m.observe(&Record::Transaction(transaction(
+        "blocked.lab.test.",
+        "A",
+        client,
+        Some("NOERROR"),
+        vec![dropped(first, "NETFILTER_DROP"), retry],
+    )));
+    m.observe(&Record::Drop(drop_record("NETFILTER_DROP", None)));
+    assert_eq!(
+        value(
+            &m.encode(),
+            r#"dnspath_dns_retries_total{cause="kernel_drop"}"#
+        ),
         Some(1.0)
     );
 }
