@@ -18,6 +18,7 @@ use prometheus_client::{
     registry::{Registry, Unit},
 };
 
+use super::events::Events;
 use crate::{
     correlate::{
         loops::{LoopKind, LoopRecord, LoopState},
@@ -256,6 +257,8 @@ struct Memory {
     /// (lookup id, qtype) → step of the lookup's latest NXDOMAIN answer.
     search_nxdomain: HashMap<(u64, &'static str), u32>,
     pending_dropped: Vec<DroppedRetried>,
+    /// The event stream's latest [`Events::keys_folded`].
+    events_keys_folded: u64,
     /// The latest record was a race record: a transaction after it starts a new batch.
     after_race: bool,
     drop_reasons: HashSet<String>,
@@ -826,6 +829,22 @@ impl Metrics {
         }
         if no_loops {
             self.loops_active.set(0);
+        }
+    }
+
+    /// Counts the event stream's folds beyond its server cap
+    /// (`dnspath_table_evictions_total{table="events_servers"}`): call it now and then
+    /// (e.g. before a scrape is answered, or at each tick) with the stream's total.
+    pub fn observe_events(&self, events: &Events) {
+        let now = events.keys_folded();
+        let was = std::mem::replace(&mut self.memory().events_keys_folded, now);
+        let n = if now >= was { now - was } else { now };
+        if n > 0 {
+            self.evictions
+                .get_or_create(&TableLabels {
+                    table: "events_servers",
+                })
+                .inc_by(n);
         }
     }
 

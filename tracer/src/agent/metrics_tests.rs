@@ -482,6 +482,39 @@ fn stats_totals_become_counter_growth() {
     );
 }
 
+#[test]
+fn event_stream_folds_count_as_evictions() {
+    use crate::agent::events::{Events, EventsConfig};
+    let m = Metrics::new();
+    let cfg = EventsConfig {
+        max_keys: 1,
+        ..EventsConfig::default()
+    };
+    let mut ev = Events::new(cfg, crate::pipeline::Clock::Epoch);
+    let mut out = Vec::new();
+    for i in 0..3 {
+        let mut t = transaction("x.", "A", "10.244.1.2:1", None, Vec::new());
+        t.legs = vec![leg(
+            LegRole::Query,
+            "10.244.1.2:1",
+            &format!("10.0.0.{i}:53"),
+            "10.0.0.1:53",
+            None,
+            None,
+        )];
+        ev.observe(&Record::Transaction(t), 1, &mut out);
+    }
+    m.observe_events(&ev);
+    m.observe_events(&ev);
+    assert_eq!(
+        value(
+            &m.encode(),
+            r#"dnspath_table_evictions_total{table="events_servers"}"#
+        ),
+        Some(2.0)
+    );
+}
+
 /// 10,000 query names from 500 client ports, every qtype and rcode spelling seen on a wire:
 /// the series are bounded by the fixed label sets, and no name or port becomes a label.
 #[test]
