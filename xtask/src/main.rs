@@ -44,6 +44,9 @@ const PACKAGES: &[&str] = &[
     "gcc",
     "libnetfilter-queue-dev",
     "python3",
+    // promtool: `check metrics` on the agent's exposition, `check rules`/`test rules` on
+    // deploy/alerts.yaml
+    "prometheus",
 ];
 const BPF_LINKER_VERSION: &str = "0.13.0";
 const EBPF_TOOLCHAIN: &str = "debian-bpf";

@@ -1,0 +1,409 @@
+//! The agent's event stream: NDJSON on stdout (the container's log), one line for each thing a
+//! person acts on — not one per packet or query.
+//!
+//! - `loop` records (`detected`, `ongoing`, `ended`), `race` records with verdict
+//!   `race-drop`, and `drop` records of DNS packets (not the `benign` ones) pass through as
+//!   `trace -o json` writes them (docs/output.md), at most `max_lines_per_window` of each
+//!   kind per window (a loop's `detected` and `ended` always pass); what was held back is
+//!   one `suppressed` line per kind at the end of the window.
+//! - Unanswered (or dropped) client questions and SERVFAIL answers are folded per server
+//!   and window into one `unanswered` / `servfail` line with the `count` folded and a few
+//!   examples. At most `max_keys` servers are kept per window; the rest fold into server
+//!   `*` (and are counted in [`Events::keys_folded`]).
+//! - `agent` lines when the agent starts and stops, and a `warning` when the `stats`
+//!   records show events lost (ring buffer full) during the window.
+use std::{collections::HashMap, io::Write};
+
+use serde::Serialize;
+
+use crate::{
+    correlate::{
+        loops::{LoopRecord, LoopState},
+        race::{RaceRecord, RaceVerdict},
+    },
+    output::record::{DropRecord, QuestionRecord, Record, StatsRecord, TransactionRecord},
+    pipeline::Clock,
+};
+
+#[derive(Clone, Copy, Debug)]
+pub struct EventsConfig {
+    /// Aggregation and rate-limit window.
+    pub window_ns: u64,
+    /// Servers kept per window (unanswered and SERVFAIL together).
+    pub max_keys: usize,
+    /// Passed-through lines of one kind (drop, race, loop updates) per window.
+    pub max_lines_per_window: u32,
+    /// Example questions kept per aggregated line.
+    pub examples: usize,
+}
+
+impl Default for EventsConfig {
+    fn default() -> Self {
+        Self {
+            window_ns: 10_000_000_000,
+            max_keys: 256,
+            max_lines_per_window: 20,
+            examples: 3,
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum EventsError {
+    #[error("writing the event stream: {0}")]
+    Write(#[from] std::io::Error),
+    #[error("encoding an event: {0}")]
+    Json(#[from] serde_json::Error),
+}
+
+/// One line of the stream.
+#[derive(Clone, Debug, Serialize)]
+#[serde(tag = "type", rename_all = "lowercase")]
+pub enum Event {
+    Agent(AgentEvent),
+    Loop(LoopRecord),
+    Race(RaceRecord),
+    Drop(DropRecord),
+    Unanswered(Aggregate),
+    Servfail(Aggregate),
+    Suppressed(Suppressed),
+    Warning(Warning),
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct AgentEvent {
+    /// `start` or `stop`.
+    pub state: &'static str,
+    pub ts_ns: u64,
+    pub time: String,
+    pub version: &'static str,
+    /// What the agent was started on (kernel, attach mode) or why it stopped.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub detail: Option<String>,
+}
+
+/// An example of what an aggregated line folded.
+#[derive(Clone, Debug, Serialize)]
+pub struct Example {
+    pub client: String,
+    pub client_netns: String,
+    pub question: QuestionRecord,
+    pub summary: String,
+}
+
+/// Client questions to one server that went unanswered (or got SERVFAIL) in one window.
+#[derive(Clone, Debug, Serialize)]
+pub struct Aggregate {
+    /// End of the window.
+    pub ts_ns: u64,
+    pub time: String,
+    pub window_start_ns: u64,
+    /// The server as the clients addressed it (a Service ClusterIP, a stub, a pod), or `*`
+    /// for servers beyond `max_keys`.
+    pub server: String,
+    /// Client questions folded into this line.
+    pub count: u64,
+    /// The first few of them.
+    pub examples: Vec<Example>,
+}
+
+/// Lines of one kind held back by the rate limit in one window.
+#[derive(Clone, Debug, Serialize)]
+pub struct Suppressed {
+    pub ts_ns: u64,
+    pub time: String,
+    pub window_start_ns: u64,
+    /// `drop`, `race` or `loop`.
+    pub event: &'static str,
+    pub count: u64,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct Warning {
+    pub ts_ns: u64,
+    pub time: String,
+    /// `events_lost`.
+    pub kind: &'static str,
+    /// Growth in the window of `stats.lost` (packets) and `stats.drops_lost`.
+    pub lost: u64,
+    pub drops_lost: u64,
+    pub message: String,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Limited {
+    Drop = 0,
+    Race = 1,
+    Loop = 2,
+}
+
+const LIMITED: [(Limited, &str); 3] = [
+    (Limited::Drop, "drop"),
+    (Limited::Race, "race"),
+    (Limited::Loop, "loop"),
+];
+
+#[derive(Debug, Default)]
+struct Folded {
+    count: u64,
+    examples: Vec<Example>,
+}
+
+/// Turns records into events. Holds at most `max_keys` aggregation keys and a few counters.
+#[derive(Debug)]
+pub struct Events {
+    cfg: EventsConfig,
+    clock: Clock,
+    window_start: Option<u64>,
+    unanswered: HashMap<String, Folded>,
+    servfail: HashMap<String, Folded>,
+    keys_folded: u64,
+    passed: [u32; 3],
+    held: [u64; 3],
+    /// Totals of the latest `stats` record (lost, drops_lost), and growth this window.
+    lost_totals: (u64, u64),
+    lost_growth: (u64, u64),
+}
+
+const OVERFLOW_KEY: &str = "*";
+
+impl Events {
+    pub fn new(cfg: EventsConfig, clock: Clock) -> Self {
+        Self {
+            cfg,
+            clock,
+            window_start: None,
+            unanswered: HashMap::new(),
+            servfail: HashMap::new(),
+            keys_folded: 0,
+            passed: [0; 3],
+            held: [0; 3],
+            lost_totals: (0, 0),
+            lost_growth: (0, 0),
+        }
+    }
+
+    /// Questions folded into server `*` because `max_keys` servers were already kept, over
+    /// the run.
+    pub fn keys_folded(&self) -> u64 {
+        self.keys_folded
+    }
+
+    pub fn agent(&self, state: &'static str, now_ns: u64, detail: Option<String>) -> Event {
+        Event::Agent(AgentEvent {
+            state,
+            ts_ns: now_ns,
+            time: self.clock.wall(now_ns),
+            version: env!("CARGO_PKG_VERSION"),
+            detail,
+        })
+    }
+
+    /// One record of the pipeline, at `now_ns` (the pipeline's clock).
+    pub fn observe(&mut self, record: &Record, now_ns: u64, out: &mut Vec<Event>) {
+        self.tick(now_ns, out);
+        match record {
+            Record::Transaction(t) => self.fold_transaction(t),
+            Record::Loop(l) => {
+                let always = matches!(l.state, LoopState::Detected | LoopState::Ended);
+                if always || self.admit(Limited::Loop) {
+                    out.push(Event::Loop(l.clone()));
+                }
+            }
+            Record::Race(r) if r.verdict == RaceVerdict::RaceDrop => {
+                if self.admit(Limited::Race) {
+                    out.push(Event::Race(r.clone()));
+                }
+            }
+            Record::Drop(d) if d.benign.is_none() => {
+                if self.admit(Limited::Drop) {
+                    out.push(Event::Drop(d.clone()));
+                }
+            }
+            Record::Stats(s) => self.count_loss(s),
+            Record::Race(_) | Record::Drop(_) | Record::Packet(_) => {}
+        }
+    }
+
+    /// Closes the window when it is over: its aggregated lines, what the rate limit held
+    /// back, and a loss warning. Call it periodically (e.g. every second) as well, so that a
+    /// quiet period still closes its window.
+    pub fn tick(&mut self, now_ns: u64, out: &mut Vec<Event>) {
+        let start = *self.window_start.get_or_insert(now_ns);
+        if now_ns.saturating_sub(start) >= self.cfg.window_ns {
+            self.close_window(now_ns, out);
+        }
+    }
+
+    /// Closes the window now, whatever its age (at stop).
+    pub fn close_window(&mut self, now_ns: u64, out: &mut Vec<Event>) {
+        let start = self.window_start.unwrap_or(now_ns);
+        let time = self.clock.wall(now_ns);
+        for (map, servfail) in [(&mut self.unanswered, false), (&mut self.servfail, true)] {
+            let mut lines: Vec<(String, Folded)> = map.drain().collect();
+            lines.sort_by(|a, b| b.1.count.cmp(&a.1.count).then_with(|| a.0.cmp(&b.0)));
+            for (server, f) in lines {
+                let a = Aggregate {
+                    ts_ns: now_ns,
+                    time: time.clone(),
+                    window_start_ns: start,
+                    server,
+                    count: f.count,
+                    examples: f.examples,
+                };
+                out.push(if servfail {
+                    Event::Servfail(a)
+                } else {
+                    Event::Unanswered(a)
+                });
+            }
+        }
+        for (kind, name) in LIMITED {
+            let held = std::mem::take(&mut self.held[kind as usize]);
+            if held > 0 {
+                out.push(Event::Suppressed(Suppressed {
+                    ts_ns: now_ns,
+                    time: time.clone(),
+                    window_start_ns: start,
+                    event: name,
+                    count: held,
+                }));
+            }
+        }
+        self.passed = [0; 3];
+        let (lost, drops_lost) = std::mem::take(&mut self.lost_growth);
+        if lost > 0 || drops_lost > 0 {
+            out.push(Event::Warning(Warning {
+                ts_ns: now_ns,
+                time,
+                kind: "events_lost",
+                lost,
+                drops_lost,
+                message: format!(
+                    "the kernel matched {lost} packet(s) and {drops_lost} drop(s) that never reached dnspath in the last {:.0} s (ring buffer full: the agent is falling behind)",
+                    now_ns.saturating_sub(start) as f64 / 1e9
+                ),
+            }));
+        }
+        self.window_start = Some(now_ns);
+    }
+
+    fn admit(&mut self, kind: Limited) -> bool {
+        let i = kind as usize;
+        if self.passed[i] < self.cfg.max_lines_per_window {
+            self.passed[i] += 1;
+            true
+        } else {
+            self.held[i] += 1;
+            false
+        }
+    }
+
+    fn fold_transaction(&mut self, t: &TransactionRecord) {
+        let unanswered = matches!(t.outcome, "unanswered" | "dropped");
+        let servfail = t.rcode.as_deref() == Some("SERVFAIL");
+        if !unanswered && !servfail {
+            return;
+        }
+        let server = t.legs.first().map_or("unknown", |l| l.server.as_str());
+        let keys = self.unanswered.len() + self.servfail.len();
+        let map = if servfail {
+            &mut self.servfail
+        } else {
+            &mut self.unanswered
+        };
+        let key = if map.contains_key(server) || keys < self.cfg.max_keys {
+            server
+        } else {
+            self.keys_folded += 1;
+            OVERFLOW_KEY
+        };
+        if !map.contains_key(key) {
+            map.insert(key.to_string(), Folded::default());
+        }
+        let Some(folded) = map.get_mut(key) else {
+            return;
+        };
+        folded.count += 1;
+        if folded.examples.len() < self.cfg.examples {
+            folded.examples.push(Example {
+                client: t.client.clone(),
+                client_netns: t.client_netns.clone(),
+                question: t.question.clone(),
+                summary: t.summary.clone(),
+            });
+        }
+    }
+
+    fn count_loss(&mut self, s: &StatsRecord) {
+        let grew = |now: u64, was: u64| if now >= was { now - was } else { now };
+        let (lost, drops) = self.lost_totals;
+        self.lost_growth.0 += grew(s.lost, lost);
+        self.lost_growth.1 += grew(s.drops_lost, drops);
+        self.lost_totals = (s.lost, s.drops_lost);
+    }
+}
+
+/// [`Events`] written as NDJSON, one line per event, flushed after each batch.
+pub struct EventSink<W: Write> {
+    events: Events,
+    out: W,
+    buf: Vec<Event>,
+}
+
+impl<W: Write> EventSink<W> {
+    pub fn new(cfg: EventsConfig, clock: Clock, out: W) -> Self {
+        Self {
+            events: Events::new(cfg, clock),
+            out,
+            buf: Vec::new(),
+        }
+    }
+
+    pub fn events(&self) -> &Events {
+        &self.events
+    }
+
+    /// The `agent` `start` line.
+    pub fn start(&mut self, now_ns: u64, detail: Option<String>) -> Result<(), EventsError> {
+        let e = self.events.agent("start", now_ns, detail);
+        self.buf.push(e);
+        self.write_buffered()
+    }
+
+    pub fn observe(&mut self, record: &Record, now_ns: u64) -> Result<(), EventsError> {
+        self.events.observe(record, now_ns, &mut self.buf);
+        self.write_buffered()
+    }
+
+    pub fn tick(&mut self, now_ns: u64) -> Result<(), EventsError> {
+        self.events.tick(now_ns, &mut self.buf);
+        self.write_buffered()
+    }
+
+    /// Closes the window and writes the `agent` `stop` line.
+    pub fn stop(&mut self, now_ns: u64, detail: Option<String>) -> Result<(), EventsError> {
+        self.events.close_window(now_ns, &mut self.buf);
+        let e = self.events.agent("stop", now_ns, detail);
+        self.buf.push(e);
+        self.write_buffered()
+    }
+
+    fn write_buffered(&mut self) -> Result<(), EventsError> {
+        if self.buf.is_empty() {
+            return Ok(());
+        }
+        let result = self.buf.iter().try_for_each(|e| {
+            serde_json::to_writer(&mut self.out, e)?;
+            self.out.write_all(b"\n").map_err(EventsError::from)
+        });
+        self.buf.clear();
+        result?;
+        self.out.flush()?;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+#[path = "events_tests.rs"]
+mod tests;

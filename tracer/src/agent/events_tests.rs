@@ -1,0 +1,318 @@
+use serde_json::Value;
+
+use super::*;
+use crate::agent::fixtures::{drop_record, dropped, leg, loop_record, race, transaction};
+use crate::correlate::LegRole;
+
+const S: u64 = 1_000_000_000;
+
+fn events() -> Events {
+    Events::new(EventsConfig::default(), Clock::Epoch)
+}
+
+/// A client question to `server` that went unanswered.
+fn unanswered(server: &str, i: u64) -> Record {
+    let client = format!("10.244.1.2:{}", 30_000 + i);
+    let l = leg(LegRole::Query, &client, server, "10.244.1.3:53", None, None);
+    Record::Transaction(transaction(
+        &format!("q{i}.lab.test."),
+        "A",
+        &client,
+        None,
+        vec![l],
+    ))
+}
+
+fn servfail(server: &str) -> Record {
+    let client = "10.244.1.2:5000";
+    let l = leg(
+        LegRole::Query,
+        client,
+        server,
+        server,
+        Some("SERVFAIL"),
+        Some(1),
+    );
+    Record::Transaction(transaction(
+        "bad.lab.test.",
+        "AAAA",
+        client,
+        Some("SERVFAIL"),
+        vec![l],
+    ))
+}
+
+fn kinds(out: &[Event]) -> Vec<&'static str> {
+    out.iter()
+        .map(|e| match e {
+            Event::Agent(_) => "agent",
+            Event::Loop(_) => "loop",
+            Event::Race(_) => "race",
+            Event::Drop(_) => "drop",
+            Event::Unanswered(_) => "unanswered",
+            Event::Servfail(_) => "servfail",
+            Event::Suppressed(_) => "suppressed",
+            Event::Warning(_) => "warning",
+        })
+        .collect()
+}
+
+#[test]
+fn unanswered_and_servfail_fold_per_server_and_window() {
+    let mut ev = events();
+    let mut out = Vec::new();
+    for i in 0..100 {
+        ev.observe(
+            &unanswered("10.96.0.10:53", i),
+            S + i * 10_000_000,
+            &mut out,
+        );
+    }
+    for i in 0..3 {
+        ev.observe(&unanswered("127.0.0.53:53", i), 2 * S, &mut out);
+    }
+    for _ in 0..5 {
+        ev.observe(&servfail("10.96.0.10:53"), 3 * S, &mut out);
+    }
+    // A dropped question is unanswered too; an answered one is nothing.
+    let client = "10.244.1.2:7000";
+    let d = dropped(
+        leg(
+            LegRole::Query,
+            client,
+            "10.96.0.10:53",
+            "10.244.1.3:53",
+            None,
+            None,
+        ),
+        "NETFILTER_DROP",
+    );
+    ev.observe(
+        &Record::Transaction(transaction("d.lab.test.", "A", client, None, vec![d])),
+        4 * S,
+        &mut out,
+    );
+    ev.observe(
+        &crate::agent::fixtures::service_transaction("ok.lab.test.", "A", 1, "NOERROR"),
+        4 * S,
+        &mut out,
+    );
+    assert!(
+        out.is_empty(),
+        "nothing before the window ends: {:?}",
+        kinds(&out)
+    );
+    ev.tick(10 * S, &mut out);
+    assert!(
+        out.is_empty(),
+        "the window started at 1 s: {:?}",
+        kinds(&out)
+    );
+    ev.tick(11 * S, &mut out);
+    assert_eq!(kinds(&out), ["unanswered", "unanswered", "servfail"]);
+    let Event::Unanswered(a) = &out[0] else {
+        unreachable!()
+    };
+    assert_eq!((a.server.as_str(), a.count), ("10.96.0.10:53", 101));
+    assert_eq!(a.examples.len(), 3);
+    assert_eq!(a.examples[0].question.name, "q0.lab.test.");
+    assert_eq!((a.window_start_ns, a.ts_ns), (S, 11 * S));
+    let Event::Unanswered(b) = &out[1] else {
+        unreachable!()
+    };
+    assert_eq!((b.server.as_str(), b.count), ("127.0.0.53:53", 3));
+    let Event::Servfail(c) = &out[2] else {
+        unreachable!()
+    };
+    assert_eq!((c.server.as_str(), c.count), ("10.96.0.10:53", 5));
+    // The next window starts empty.
+    out.clear();
+    ev.tick(22 * S, &mut out);
+    assert!(out.is_empty(), "{:?}", kinds(&out));
+}
+
+#[test]
+fn aggregation_keys_are_capped() {
+    let cfg = EventsConfig {
+        max_keys: 4,
+        ..EventsConfig::default()
+    };
+    let mut ev = Events::new(cfg, Clock::Epoch);
+    let mut out = Vec::new();
+    for i in 0..10u64 {
+        ev.observe(&unanswered(&format!("10.0.0.{i}:53"), i), S, &mut out);
+        ev.observe(&unanswered(&format!("10.0.0.{i}:53"), i), S, &mut out);
+    }
+    ev.close_window(2 * S, &mut out);
+    let lines: Vec<(&str, u64)> = out
+        .iter()
+        .filter_map(|e| match e {
+            Event::Unanswered(a) => Some((a.server.as_str(), a.count)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(lines.len(), 5, "{lines:?}");
+    assert_eq!(lines[0], ("*", 12));
+    assert_eq!(lines.iter().map(|l| l.1).sum::<u64>(), 20);
+    assert_eq!(ev.keys_folded(), 12);
+}
+
+#[test]
+fn drops_and_races_are_rate_limited_with_a_count_of_the_rest() {
+    let mut ev = events();
+    let mut out = Vec::new();
+    for i in 0..50 {
+        ev.observe(
+            &Record::Drop(drop_record("NETFILTER_DROP", None)),
+            S + i,
+            &mut out,
+        );
+    }
+    // Normal socket life is not an event.
+    ev.observe(
+        &Record::Drop(drop_record(
+            "NOT_SPECIFIED",
+            Some("socket closed with unread datagrams"),
+        )),
+        S,
+        &mut out,
+    );
+    for i in 0..25 {
+        ev.observe(
+            &Record::Race(race(RaceVerdict::RaceDrop, "10.244.1.2:1", i, "A")),
+            S,
+            &mut out,
+        );
+    }
+    // Resolved clashes and suspicions are metrics, not events.
+    ev.observe(
+        &Record::Race(race(RaceVerdict::ResolvedClash, "", 0, "A")),
+        S,
+        &mut out,
+    );
+    ev.observe(
+        &Record::Race(race(RaceVerdict::Suspected, "10.244.1.2:2", 0, "AAAA")),
+        S,
+        &mut out,
+    );
+    assert_eq!(kinds(&out).iter().filter(|k| **k == "drop").count(), 20);
+    assert_eq!(kinds(&out).iter().filter(|k| **k == "race").count(), 20);
+    assert_eq!(out.len(), 40);
+    out.clear();
+    ev.tick(11 * S, &mut out);
+    let held: Vec<(&str, u64)> = out
+        .iter()
+        .filter_map(|e| match e {
+            Event::Suppressed(s) => Some((s.event, s.count)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(held, [("drop", 30), ("race", 5)]);
+    // A new window lets lines through again.
+    out.clear();
+    ev.observe(
+        &Record::Drop(drop_record("NETFILTER_DROP", None)),
+        12 * S,
+        &mut out,
+    );
+    assert_eq!(kinds(&out), ["drop"]);
+}
+
+#[test]
+fn loop_detected_and_ended_always_pass_updates_are_limited() {
+    let mut ev = events();
+    let mut out = Vec::new();
+    ev.observe(
+        &Record::Loop(loop_record(1, LoopState::Detected, S)),
+        S,
+        &mut out,
+    );
+    for i in 0..30 {
+        ev.observe(
+            &Record::Loop(loop_record(1, LoopState::Ongoing, S + i)),
+            S + i,
+            &mut out,
+        );
+    }
+    ev.observe(
+        &Record::Loop(loop_record(1, LoopState::Ended, 2 * S)),
+        2 * S,
+        &mut out,
+    );
+    let states: Vec<LoopState> = out
+        .iter()
+        .filter_map(|e| match e {
+            Event::Loop(l) => Some(l.state),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(states.len(), 22);
+    assert_eq!(states.first(), Some(&LoopState::Detected));
+    assert_eq!(states.last(), Some(&LoopState::Ended));
+}
+
+#[test]
+fn loss_growth_gives_one_warning_per_window() {
+    let mut ev = events();
+    let mut out = Vec::new();
+    let stats = |lost, drops_lost| {
+        Record::Stats(StatsRecord {
+            lost,
+            drops_lost,
+            ..StatsRecord::default()
+        })
+    };
+    ev.observe(&stats(0, 0), S, &mut out);
+    ev.observe(&stats(5, 0), 2 * S, &mut out);
+    ev.observe(&stats(9, 1), 3 * S, &mut out);
+    assert!(out.is_empty());
+    ev.tick(11 * S, &mut out);
+    let [Event::Warning(w)] = out.as_slice() else {
+        panic!("{:?}", kinds(&out))
+    };
+    assert_eq!((w.kind, w.lost, w.drops_lost), ("events_lost", 9, 1));
+    // No growth, no warning.
+    out.clear();
+    ev.observe(&stats(9, 1), 12 * S, &mut out);
+    ev.tick(22 * S, &mut out);
+    assert!(out.is_empty(), "{:?}", kinds(&out));
+}
+
+#[test]
+fn the_sink_writes_ndjson_with_trace_field_names() {
+    let mut buf = Vec::new();
+    {
+        let mut sink = EventSink::new(EventsConfig::default(), Clock::Epoch, &mut buf);
+        sink.start(S, Some("kernel 6.18, tcx".to_string())).unwrap();
+        sink.observe(&Record::Loop(loop_record(7, LoopState::Detected, S)), S)
+            .unwrap();
+        sink.observe(&unanswered("10.96.0.10:53", 1), 2 * S)
+            .unwrap();
+        sink.observe(&Record::Drop(drop_record("NETFILTER_DROP", None)), 2 * S)
+            .unwrap();
+        sink.stop(3 * S, Some("SIGTERM".to_string())).unwrap();
+    }
+    let lines: Vec<Value> = std::str::from_utf8(&buf)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let types: Vec<&str> = lines.iter().map(|l| l["type"].as_str().unwrap()).collect();
+    assert_eq!(types, ["agent", "loop", "drop", "unanswered", "agent"]);
+    assert_eq!(lines[0]["state"], "start");
+    assert_eq!(lines[0]["detail"], "kernel 6.18, tcx");
+    assert_eq!(lines[0]["time"], "1970-01-01T00:00:01.000000Z");
+    // As `trace -o json` writes them.
+    assert_eq!(lines[1]["state"], "detected");
+    assert_eq!(lines[1]["question"]["name"], "storm.lab.test.");
+    assert_eq!(lines[1]["id"], 7);
+    assert_eq!(lines[2]["reason"], "NETFILTER_DROP");
+    assert_eq!(lines[2]["location"], "nft_do_chain+0x3f");
+    // The window is closed at stop, early.
+    assert_eq!(lines[3]["server"], "10.96.0.10:53");
+    assert_eq!(lines[3]["count"], 1);
+    assert_eq!(lines[3]["examples"][0]["question"]["type"], "A");
+    assert_eq!(lines[3]["examples"][0]["client_netns"], "client");
+    assert_eq!(lines[4]["state"], "stop");
+    assert_eq!(lines[4]["detail"], "SIGTERM");
+}

@@ -1,0 +1,636 @@
+use super::*;
+use crate::{
+    agent::fixtures::{
+        drop_record, dropped, leg, loop_record, malformed_packet, race, service_transaction,
+        transaction,
+    },
+    correlate::CorrelateStats,
+};
+
+/// The value of one series, e.g. `dnspath_dns_queries_total{leg="service",proto="udp",qtype="A"}`.
+fn value(text: &str, series: &str) -> Option<f64> {
+    text.lines().filter(|l| !l.starts_with('#')).find_map(|l| {
+        let (name, v) = l.rsplit_once(' ')?;
+        (name == series).then(|| v.parse().ok())?
+    })
+}
+
+fn series_count(text: &str) -> usize {
+    text.lines().filter(|l| !l.starts_with('#')).count()
+}
+
+#[test]
+fn queries_responses_and_latency_by_leg() {
+    let m = Metrics::new();
+    m.observe(&service_transaction("www.lab.test.", "A", 40005, "NOERROR"));
+    m.observe(&service_transaction(
+        "nope.lab.test.",
+        "AAAA",
+        40006,
+        "NXDOMAIN",
+    ));
+    let t = m.encode();
+    let v = |s: &str| value(&t, s).unwrap_or_else(|| panic!("no {s} in\n{t}"));
+    assert_eq!(
+        v(r#"dnspath_dns_queries_total{leg="service",proto="udp",qtype="A"}"#),
+        1.0
+    );
+    assert_eq!(
+        v(r#"dnspath_dns_queries_total{leg="upstream",proto="udp",qtype="A"}"#),
+        1.0
+    );
+    assert_eq!(
+        v(r#"dnspath_dns_queries_total{leg="service",proto="udp",qtype="AAAA"}"#),
+        1.0
+    );
+    assert_eq!(
+        v(
+            r#"dnspath_dns_responses_total{leg="service",proto="udp",qtype="AAAA",rcode="NXDOMAIN"}"#
+        ),
+        1.0
+    );
+    assert_eq!(
+        v(r#"dnspath_dns_responses_total{leg="upstream",proto="udp",qtype="A",rcode="NOERROR"}"#),
+        1.0
+    );
+    // 630 µs falls in the 1 ms bucket, not the 500 µs one.
+    assert_eq!(
+        v(r#"dnspath_dns_leg_duration_seconds_bucket{le="0.0005",leg="service",proto="udp"}"#),
+        0.0
+    );
+    assert_eq!(
+        v(r#"dnspath_dns_leg_duration_seconds_bucket{le="0.001",leg="service",proto="udp"}"#),
+        2.0
+    );
+    assert_eq!(
+        v(r#"dnspath_dns_leg_duration_seconds_count{leg="upstream",proto="udp"}"#),
+        2.0
+    );
+    assert_eq!(
+        v(r#"dnspath_dns_transactions_total{qtype="A",outcome="answered"}"#),
+        1.0
+    );
+    assert_eq!(
+        v(r#"dnspath_dns_transaction_duration_seconds_count{qtype="AAAA"}"#),
+        1.0
+    );
+    assert!(t.contains(r#"dnspath_build_info{version=""#), "{t}");
+    assert!(t.ends_with("# EOF\n"), "{t}");
+}
+
+#[test]
+fn leg_roles_stub_client_and_unanswered() {
+    let m = Metrics::new();
+    let stub = leg(
+        LegRole::Query,
+        "127.0.0.1:5000",
+        "127.0.0.53:53",
+        "127.0.0.53:53",
+        None,
+        None,
+    );
+    let direct = leg(
+        LegRole::Query,
+        "10.244.1.2:5001",
+        "10.244.1.3:53",
+        "10.244.1.3:53",
+        Some("SERVFAIL"),
+        Some(2_000_000),
+    );
+    assert_eq!(leg_label(&stub), "stub");
+    assert_eq!(leg_label(&direct), "client");
+    m.observe(&Record::Transaction(transaction(
+        "x.lab.test.",
+        "TYPE65534",
+        "127.0.0.1:5000",
+        None,
+        vec![stub],
+    )));
+    m.observe(&Record::Transaction(transaction(
+        "y.lab.test.",
+        "SRV",
+        "10.244.1.2:5001",
+        Some("SERVFAIL"),
+        vec![direct],
+    )));
+    let t = m.encode();
+    assert_eq!(
+        value(
+            &t,
+            r#"dnspath_dns_unanswered_queries_total{leg="stub",proto="udp",qtype="other"}"#
+        ),
+        Some(1.0),
+        "{t}"
+    );
+    assert_eq!(
+        value(
+            &t,
+            r#"dnspath_dns_responses_total{leg="client",proto="udp",qtype="SRV",rcode="SERVFAIL"}"#
+        ),
+        Some(1.0),
+        "{t}"
+    );
+    assert_eq!(
+        value(
+            &t,
+            r#"dnspath_dns_transactions_total{qtype="other",outcome="unanswered"}"#
+        ),
+        Some(1.0),
+        "{t}"
+    );
+}
+
+#[test]
+fn label_maps_are_fixed() {
+    assert_eq!(qtype_label("aaaa"), "AAAA");
+    assert_eq!(qtype_label("*"), "ANY");
+    assert_eq!(qtype_label("CAA"), "other");
+    assert_eq!(rcode_label("NXDOMAIN"), "NXDOMAIN");
+    assert_eq!(rcode_label("RCODE42"), "other");
+    assert_eq!(
+        malformed_label("IP: IPv4 IHL of 3 words is below the 5-word minimum"),
+        "ip_header"
+    );
+    assert_eq!(malformed_label("TCP stream: gap (12 bytes)"), "tcp_stream");
+    assert_eq!(
+        malformed_label("7 bytes is shorter than the 12-byte DNS header"),
+        "dns_header"
+    );
+    assert_eq!(
+        malformed_label("header counts (qd 1, an 9, ns 0, ar 0) need at least 100 bytes after the header, only 20 present"),
+        "dns_counts"
+    );
+    assert_eq!(malformed_label("answer #2: label too long"), "dns_record");
+    assert_eq!(malformed_label("something new"), "other");
+}
+
+#[test]
+fn retries_by_cause() {
+    let m = Metrics::new();
+    let client = "10.244.1.2:5000";
+    // Timeout: unanswered, retried, answered.
+    let first = leg(
+        LegRole::Query,
+        client,
+        "10.96.0.10:53",
+        "10.244.1.3:53",
+        None,
+        None,
+    );
+    let retry = leg(
+        LegRole::Retry,
+        client,
+        "10.96.0.10:53",
+        "10.244.1.4:53",
+        Some("NOERROR"),
+        Some(500_000),
+    );
+    m.observe(&Record::Transaction(transaction(
+        "a.lab.test.",
+        "A",
+        client,
+        Some("NOERROR"),
+        vec![first.clone(), retry.clone()],
+    )));
+    // Truncated: TCP fallback.
+    let mut tc = leg(
+        LegRole::Query,
+        client,
+        "10.96.0.10:53",
+        "10.244.1.3:53",
+        Some("NOERROR"),
+        Some(1),
+    );
+    tc.outcome = "truncated";
+    let tcp = leg(
+        LegRole::TcpFallback,
+        client,
+        "10.96.0.10:53",
+        "10.244.1.3:53",
+        Some("NOERROR"),
+        Some(1),
+    );
+    m.observe(&Record::Transaction(transaction(
+        "big.lab.test.",
+        "TXT",
+        client,
+        Some("NOERROR"),
+        vec![tc, tcp],
+    )));
+    // Dropped by a conntrack race, retried: the race record claims the retry.
+    let raced = dropped(first.clone(), "NETFILTER_DROP");
+    m.observe(&Record::Transaction(transaction(
+        "api.lab.test.",
+        "A",
+        client,
+        Some("NOERROR"),
+        vec![raced.clone(), retry.clone()],
+    )));
+    // Dropped by a rule, retried: no race record follows.
+    let mut ruled = dropped(first, "NETFILTER_DROP");
+    ruled.client = "10.244.1.2:6000".to_string();
+    m.observe(&Record::Transaction(transaction(
+        "blocked.lab.test.",
+        "A",
+        "10.244.1.2:6000",
+        Some("NOERROR"),
+        vec![ruled, retry],
+    )));
+    m.observe(&Record::Race(race(
+        RaceVerdict::RaceDrop,
+        client,
+        raced.dns_id,
+        "A",
+    )));
+    // Not settled yet: the next batch (a transaction after a race record) settles it.
+    let t = m.encode();
+    assert_eq!(
+        value(&t, r#"dnspath_dns_retries_total{cause="kernel_drop"}"#),
+        None
+    );
+    m.observe(&service_transaction("next.lab.test.", "A", 7000, "NOERROR"));
+    let t = m.encode();
+    let v = |c: &str| value(&t, &format!(r#"dnspath_dns_retries_total{{cause="{c}"}}"#));
+    assert_eq!(v("timeout"), Some(1.0), "{t}");
+    assert_eq!(v("truncated"), Some(1.0), "{t}");
+    assert_eq!(v("conntrack_race"), Some(1.0), "{t}");
+    assert_eq!(v("kernel_drop"), Some(1.0), "{t}");
+    assert_eq!(
+        value(&t, r#"dnspath_conntrack_race_drops_total{qtype="A"}"#),
+        Some(1.0)
+    );
+}
+
+#[test]
+fn a_retry_after_a_drop_is_settled_by_a_record_of_another_kind() {
+    let m = Metrics::new();
+    let client = "10.244.1.2:5000";
+    let first = leg(
+        LegRole::Query,
+        client,
+        "10.96.0.10:53",
+        "10.244.1.3:53",
+        None,
+        None,
+    );
+    let retry = leg(
+        LegRole::Retry,
+        client,
+        "10.96.0.10:53",
+        "10.244.1.4:53",
+        Some("NOERROR"),
+        Some(1),
+    );
+    m.observe(&Record::Transaction(transaction(
+        "blocked.lab.test.",
+        "A",
+        client,
+        Some("NOERROR"),
+        vec![dropped(first, "NETFILTER_DROP"), retry],
+    )));
+    m.observe(&Record::Drop(drop_record("NETFILTER_DROP", None)));
+    assert_eq!(
+        value(
+            &m.encode(),
+            r#"dnspath_dns_retries_total{cause="kernel_drop"}"#
+        ),
+        Some(1.0)
+    );
+}
+
+#[test]
+fn races_and_clashes() {
+    let m = Metrics::new();
+    m.observe(&Record::Race(race(
+        RaceVerdict::Suspected,
+        "10.244.1.2:1",
+        1,
+        "AAAA",
+    )));
+    let mut clash = race(RaceVerdict::ResolvedClash, "", 0, "A");
+    clash.dropped = None;
+    clash.counters.clash_resolve = 3;
+    m.observe(&Record::Race(clash));
+    let t = m.encode();
+    assert_eq!(
+        value(
+            &t,
+            r#"dnspath_conntrack_race_suspected_total{qtype="AAAA"}"#
+        ),
+        Some(1.0)
+    );
+    assert_eq!(
+        value(&t, "dnspath_conntrack_clashes_resolved_total"),
+        Some(3.0)
+    );
+}
+
+#[test]
+fn search_list_nxdomain_steps() {
+    let m = Metrics::new();
+    let step = |name: &str, step: u32, rcode: &str| {
+        let mut t = transaction(name, "A", "10.244.1.2:5000", Some(rcode), Vec::new());
+        t.lookup.id = 9;
+        t.lookup.step = step;
+        Record::Transaction(t)
+    };
+    m.observe(&step("www.default.svc.cluster.local.", 0, "NXDOMAIN"));
+    m.observe(&step("www.svc.cluster.local.", 1, "NXDOMAIN"));
+    m.observe(&step("www.cluster.local.", 2, "NXDOMAIN"));
+    m.observe(&step("www.", 3, "NOERROR"));
+    // A final NXDOMAIN with no next step is the answer, not a search step.
+    let mut other = transaction(
+        "gone.",
+        "A",
+        "10.244.1.2:5001",
+        Some("NXDOMAIN"),
+        Vec::new(),
+    );
+    other.lookup.id = 10;
+    m.observe(&Record::Transaction(other));
+    let t = m.encode();
+    assert_eq!(
+        value(&t, r#"dnspath_dns_search_nxdomain_total{qtype="A"}"#),
+        Some(3.0),
+        "{t}"
+    );
+}
+
+#[test]
+fn kernel_drops_by_bounded_reason() {
+    let m = Metrics::new();
+    m.observe(&Record::Drop(drop_record("NETFILTER_DROP", None)));
+    m.observe(&Record::Drop(drop_record(
+        "NOT_SPECIFIED",
+        Some("socket closed with unread datagrams"),
+    )));
+    m.observe(&Record::Drop(drop_record("evil\"} 1\nx{", None)));
+    let t = m.encode();
+    assert_eq!(
+        value(
+            &t,
+            r#"dnspath_kernel_drops_total{reason="NETFILTER_DROP",benign="false"}"#
+        ),
+        Some(1.0)
+    );
+    assert_eq!(
+        value(
+            &t,
+            r#"dnspath_kernel_drops_total{reason="NOT_SPECIFIED",benign="true"}"#
+        ),
+        Some(1.0)
+    );
+    assert_eq!(
+        value(
+            &t,
+            r#"dnspath_kernel_drops_total{reason="other",benign="false"}"#
+        ),
+        Some(1.0)
+    );
+    // Beyond the cap every new name is `other`.
+    for i in 0..MAX_DROP_REASONS + 50 {
+        m.observe(&Record::Drop(drop_record(&format!("REASON_{i}"), None)));
+    }
+    let t = m.encode();
+    let drops = t
+        .lines()
+        .filter(|l| l.starts_with("dnspath_kernel_drops_total"))
+        .count();
+    assert_eq!(drops, MAX_DROP_REASONS + 1, "the cap, plus `other`");
+}
+
+#[test]
+fn loops_detected_and_active() {
+    let m = Metrics::new();
+    m.observe(&Record::Loop(loop_record(1, LoopState::Detected, 1)));
+    m.observe(&Record::Loop(loop_record(1, LoopState::Ongoing, 2)));
+    m.observe(&Record::Loop(loop_record(2, LoopState::Detected, 3)));
+    let t = m.encode();
+    assert_eq!(
+        value(
+            &t,
+            r#"dnspath_forwarding_loops_detected_total{kind="cycle"}"#
+        ),
+        Some(2.0)
+    );
+    assert_eq!(value(&t, "dnspath_forwarding_loops_active"), Some(2.0));
+    m.observe(&Record::Loop(loop_record(1, LoopState::Ended, 4)));
+    assert_eq!(
+        value(&m.encode(), "dnspath_forwarding_loops_active"),
+        Some(1.0)
+    );
+    m.observe(&Record::Loop(loop_record(2, LoopState::Ended, 5)));
+    let t = m.encode();
+    assert_eq!(value(&t, "dnspath_forwarding_loops_active"), Some(0.0));
+    assert_eq!(
+        value(
+            &t,
+            r#"dnspath_forwarding_loops_detected_total{kind="cycle"}"#
+        ),
+        Some(2.0)
+    );
+}
+
+#[test]
+fn stats_totals_become_counter_growth() {
+    let m = Metrics::new();
+    m.observe(&Record::Packet(malformed_packet(
+        "TCP stream: gap (3 bytes)",
+    )));
+    let mut s = StatsRecord {
+        packets: 100,
+        malformed: 3,
+        lost: 5,
+        drops_lost: 1,
+        summarised: 7,
+        tcp_flows_evicted: 2,
+        correlate: Some(CorrelateStats {
+            evicted_legs: 4,
+            ..CorrelateStats::default()
+        }),
+        ..StatsRecord::default()
+    };
+    m.observe_stats(&s);
+    s.packets = 150;
+    s.lost = 9;
+    m.observe(&Record::Stats(s.clone()));
+    let t = m.encode();
+    let v = |series: &str| value(&t, series).unwrap_or_else(|| panic!("no {series} in\n{t}"));
+    assert_eq!(v(r#"dnspath_events_lost_total{event="packet"}"#), 9.0);
+    assert_eq!(v(r#"dnspath_events_lost_total{event="drop"}"#), 1.0);
+    assert_eq!(v("dnspath_packets_total"), 150.0);
+    assert_eq!(v("dnspath_summarised_packets_total"), 7.0);
+    assert_eq!(
+        v(r#"dnspath_malformed_messages_total{reason="tcp_stream"}"#),
+        1.0
+    );
+    assert_eq!(
+        v(r#"dnspath_malformed_messages_total{reason="unclassified"}"#),
+        2.0
+    );
+    assert_eq!(v(r#"dnspath_table_evictions_total{table="legs"}"#), 4.0);
+    assert_eq!(
+        v(r#"dnspath_table_evictions_total{table="tcp_flows"}"#),
+        2.0
+    );
+    // A new pipeline's totals start again from zero: they count from there.
+    s.lost = 2;
+    m.observe_stats(&s);
+    assert_eq!(
+        value(&m.encode(), r#"dnspath_events_lost_total{event="packet"}"#),
+        Some(11.0)
+    );
+}
+
+#[test]
+fn event_stream_folds_count_as_evictions() {
+    use crate::agent::events::{Events, EventsConfig};
+    let m = Metrics::new();
+    let cfg = EventsConfig {
+        max_keys: 1,
+        ..EventsConfig::default()
+    };
+    let mut ev = Events::new(cfg, crate::pipeline::Clock::Epoch);
+    let mut out = Vec::new();
+    for i in 0..3 {
+        let mut t = transaction("x.", "A", "10.244.1.2:1", None, Vec::new());
+        t.legs = vec![leg(
+            LegRole::Query,
+            "10.244.1.2:1",
+            &format!("10.0.0.{i}:53"),
+            "10.0.0.1:53",
+            None,
+            None,
+        )];
+        ev.observe(&Record::Transaction(t), 1, &mut out);
+    }
+    m.observe_events(&ev);
+    m.observe_events(&ev);
+    assert_eq!(
+        value(
+            &m.encode(),
+            r#"dnspath_table_evictions_total{table="events_servers"}"#
+        ),
+        Some(2.0)
+    );
+}
+
+/// 10,000 query names from 500 client ports, every qtype and rcode spelling seen on a wire:
+/// the series are bounded by the fixed label sets, and no name or port becomes a label.
+#[test]
+fn cardinality_is_bounded_by_the_label_sets() {
+    let m = Metrics::new();
+    let qtypes = [
+        "A",
+        "AAAA",
+        "TYPE65534",
+        "CAA",
+        "SRV",
+        "HINFO",
+        "NAPTR",
+        "ANY",
+    ];
+    let rcodes = [
+        "NOERROR",
+        "NXDOMAIN",
+        "SERVFAIL",
+        "RCODE42",
+        "BADCOOKIE",
+        "REFUSED",
+    ];
+    let feed = |from: usize| {
+        for i in from..from + 10_000 {
+            let port = 30_000 + (i % 500) as u16;
+            let name = format!("name-{i}.ns-{}.svc.cluster.local.", i % 97);
+            let r = service_transaction(
+                &name,
+                qtypes[i % qtypes.len()],
+                port,
+                rcodes[i % rcodes.len()],
+            );
+            m.observe(&r);
+            if i % 10 == 0 {
+                let mut t =
+                    transaction(&name, "A", &format!("10.244.1.2:{port}"), None, Vec::new());
+                t.lookup.id = i as u64;
+                m.observe(&Record::Transaction(t));
+            }
+        }
+    };
+    feed(0);
+    let t = m.encode();
+    let after_first = series_count(&t);
+    for needle in ["name-", "svc.cluster", ":30", "10.244."] {
+        assert!(!t.contains(needle), "{needle} became a label:\n{t}");
+    }
+    // legs (4) × protos (2) × qtypes (14) × rcodes (14) bounds responses; the whole text
+    // stays far below what one series per name or port would give.
+    let bound = 4 * 2 * 14 * (1 + 1 + 14) + 4 * 2 * 20 + 14 * 4 + 14 * 20 + 100;
+    assert!(after_first <= bound, "{after_first} series > {bound}");
+    feed(10_000);
+    assert_eq!(
+        series_count(&m.encode()),
+        after_first,
+        "new names added series"
+    );
+}
+
+/// `promtool check metrics` accepts the exposition (names, types, suffixes, help). promtool
+/// 2.42 reads the classic text format only; the OpenMetrics form holds the same series.
+#[test]
+fn promtool_accepts_the_exposition() {
+    let m = Metrics::new();
+    m.observe(&service_transaction("www.lab.test.", "A", 40005, "NOERROR"));
+    m.observe(&Record::Drop(drop_record("NETFILTER_DROP", None)));
+    m.observe(&Record::Loop(loop_record(1, LoopState::Detected, 1)));
+    m.observe(&Record::Race(race(
+        RaceVerdict::RaceDrop,
+        "10.244.1.2:1",
+        1,
+        "A",
+    )));
+    m.observe_stats(&StatsRecord {
+        lost: 1,
+        ..StatsRecord::default()
+    });
+    let text = m.encode_as(Exposition::PrometheusText);
+    let om = m.encode();
+    // The same series in both (they differ in label order and number spelling only).
+    let names = |t: &str| -> Vec<String> {
+        let mut v: Vec<String> = t
+            .lines()
+            .filter(|l| !l.starts_with('#'))
+            .map(|l| l.split(['{', ' ']).next().unwrap_or("").to_string())
+            .collect();
+        v.sort();
+        v
+    };
+    assert_eq!(names(&text), names(&om));
+    assert!(om.ends_with("# EOF\n") && !text.contains("# EOF"));
+    let child = std::process::Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn();
+    let mut child = match child {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("SKIPPED: promtool not runnable ({e}); `cargo xtask setup` installs it (Debian package prometheus)");
+            return;
+        }
+    };
+    {
+        use std::io::Write;
+        let mut stdin = child.stdin.take().unwrap();
+        stdin.write_all(text.as_bytes()).unwrap();
+    }
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success() && out.stdout.is_empty() && out.stderr.is_empty(),
+        "promtool check metrics: {}\n{}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+}
