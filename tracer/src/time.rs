@@ -87,6 +87,9 @@ mod tests {
 
     #[test]
     fn epoch_clock_prints_the_file_time() {
-        assert_eq!(Clock::Epoch.wall(1_000_000_000), "1970-01-01T00:00:01.000000Z");
+        assert_eq!(
+            Clock::Epoch.wall(1_000_000_000),
+            "1970-01-01T00:00:01.000000Z"
+        );
     }
 }

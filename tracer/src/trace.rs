@@ -230,7 +230,11 @@ pub async fn run(
         match writer.write(&mut records, sink.as_mut()) {
             Ok(false) => {}
             Ok(true) => {
-                stopped_by = if writer.count_reached() { "count" } else { "loop" };
+                stopped_by = if writer.count_reached() {
+                    "count"
+                } else {
+                    "loop"
+                };
                 break 'run;
             }
             Err(e) if is_broken_pipe(&e) => {

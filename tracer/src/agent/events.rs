@@ -22,7 +22,7 @@ use crate::{
         race::{RaceRecord, RaceVerdict},
     },
     output::record::{DropRecord, QuestionRecord, Record, StatsRecord, TransactionRecord},
-    pipeline::Clock,
+    time::Clock,
 };
 
 #[derive(Clone, Copy, Debug)]

@@ -490,7 +490,7 @@ fn event_stream_folds_count_as_evictions() {
         max_keys: 1,
         ..EventsConfig::default()
     };
-    let mut ev = Events::new(cfg, crate::pipeline::Clock::Epoch);
+    let mut ev = Events::new(cfg, crate::time::Clock::Epoch);
     let mut out = Vec::new();
     for i in 0..3 {
         let mut t = transaction("x.", "A", "10.244.1.2:1", None, Vec::new());
