@@ -51,6 +51,37 @@ enum Command {
     ///   zcat dns.pcap.gz | dnspath analyze -
     #[command(verbatim_doc_comment)]
     Analyze(AnalyzeArgs),
+    /// Run continuously on a node (a DaemonSet): every network namespace traced, no output
+    /// per packet; Prometheus metrics, /healthz and /readyz over HTTP, and one NDJSON line
+    /// on stdout per event people act on (loops, race drops, kernel drops of DNS packets,
+    /// unanswered and SERVFAIL bursts per server and window, loss warnings). Runs until
+    /// SIGTERM, then detaches.
+    ///
+    /// Examples:
+    ///   dnspath agent                               # metrics on 127.0.0.1:9253
+    ///   dnspath agent --listen 0.0.0.0:9253         # for a Prometheus scrape
+    #[command(verbatim_doc_comment)]
+    Agent(AgentArgs),
+}
+
+#[derive(Args)]
+struct AgentArgs {
+    /// Address of /metrics, /healthz and /readyz.
+    #[arg(long, value_name = "ADDR:PORT", default_value_t = dnspath::agent::http::DEFAULT_LISTEN)]
+    listen: std::net::SocketAddr,
+    /// UDP/TCP port to capture (repeatable).
+    #[arg(short, long = "port", default_values_t = [53u16])]
+    ports: Vec<u16>,
+    /// DNS bytes kept of each packet (see `trace --snaplen`).
+    #[arg(short, long, default_value_t = DEFAULT_SNAPLEN,
+          value_parser = clap::value_parser!(u32).range(1..=i64::from(tracer_common::MAX_SNAPLEN)))]
+    snaplen: u32,
+    /// Seconds after which an unanswered query counts as timed out.
+    #[arg(long, value_name = "SECS", default_value_t = 5.0)]
+    timeout: f64,
+    /// Do not trace kernel drops (skb:kfree_skb); for kernels without BTF.
+    #[arg(long)]
+    no_drops: bool,
 }
 
 #[derive(Args)]
@@ -224,6 +255,36 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             if until_loop && summary.loop_found {
                 return Ok(ExitCode::from(EXIT_LOOP_FOUND));
             }
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Agent(a) => {
+            if a.ports.contains(&0) {
+                anyhow::bail!("--port 0 is not a port: give UDP/TCP ports from 1 to 65535");
+            }
+            let opts = dnspath::agent::run::AgentOptions {
+                trace: TraceOptions {
+                    attach: AttachSpec {
+                        interfaces: Vec::new(),
+                        all_netns: true,
+                        netns: Vec::new(),
+                    },
+                    ports: a.ports,
+                    snaplen: a.snaplen,
+                    format: Format::Json,
+                    view: View::Transactions,
+                    timeout: positive_secs(a.timeout, "--timeout")?,
+                    duration: None,
+                    count: None,
+                    drops: !a.no_drops,
+                    until_loop: false,
+                },
+                listen: a.listen,
+            };
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()?;
+            let out = std::io::LineWriter::new(std::io::stdout());
+            rt.block_on(dnspath::agent::run::run(opts, out))?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Analyze(a) => {

@@ -20,7 +20,7 @@ use crate::{
         kallsyms::Kallsyms,
         netns, KernelError, ProbeOptions, Probes,
     },
-    output::{self, Format, Record, View},
+    output::{self, record::StatsRecord, Format, Record, View},
     pipeline::{Pipeline, PipelineConfig},
     source::live::LiveSource,
     time::Clock,
@@ -72,7 +72,7 @@ pub struct TraceOptions {
 /// How a trace ended.
 #[derive(Clone, Debug)]
 pub struct TraceSummary {
-    pub stats: output::record::StatsRecord,
+    pub stats: StatsRecord,
     /// A forwarding loop was reported (`--until loop` stops there).
     pub loop_found: bool,
     /// The reader of the output went away (`dnspath trace | head`): the run stopped there,
@@ -84,12 +84,82 @@ fn is_broken_pipe(e: &std::io::Error) -> bool {
     e.kind() == std::io::ErrorKind::BrokenPipe
 }
 
-/// Runs until a signal (SIGINT, SIGTERM, SIGHUP), `duration`, `count`, (with `until_loop`)
-/// a loop, or the output's reader going away; returns the final stats. Every way out,
-/// errors included, detaches and drops the probes (which removes their pin directory).
+/// Where a live run's records go: `trace` writes them ([`TraceWriter`]), the agent counts
+/// them and reports what people act on.
+pub trait LiveSink {
+    /// Attached: what this kernel gave.
+    fn started(&mut self, _setup: &KernelSetup, _now_ns: u64) {}
+    /// Each turn of the run loop (at least every 50 ms): the records decided since the last
+    /// turn, to take. Returns whether the run should stop now.
+    fn batch(&mut self, records: &mut Vec<Record>, now_ns: u64) -> std::io::Result<bool>;
+    /// About once a second: the running totals.
+    fn periodic(&mut self, _stats: &StatsRecord, _now_ns: u64) {}
+    /// The run is over: its last records went to [`LiveSink::batch`]; these are the final
+    /// totals.
+    fn finish(&mut self, stats: &StatsRecord, now_ns: u64) -> std::io::Result<()>;
+    /// `--count` was reached: the ring buffer's rest is left unread.
+    fn count_reached(&self) -> bool {
+        false
+    }
+    /// A forwarding loop was reported (`--until loop`).
+    fn loop_found(&self) -> bool {
+        false
+    }
+    /// Packet records decided after a `--count` stop and not written.
+    fn not_written(&self) -> u64 {
+        0
+    }
+}
+
+/// `trace`'s sink: records written as text or NDJSON, `--count` and `--until loop` applied.
+pub struct TraceWriter {
+    writer: BatchWriter,
+    sink: Box<dyn output::Sink + Send>,
+}
+
+impl TraceWriter {
+    pub fn new(opts: &TraceOptions, out: Box<dyn Write + Send>) -> Self {
+        Self {
+            writer: BatchWriter::new(opts),
+            sink: output::sink(opts.format, out),
+        }
+    }
+}
+
+impl LiveSink for TraceWriter {
+    fn batch(&mut self, records: &mut Vec<Record>, _now_ns: u64) -> std::io::Result<bool> {
+        self.writer.write(records, self.sink.as_mut())
+    }
+    fn finish(&mut self, stats: &StatsRecord, _now_ns: u64) -> std::io::Result<()> {
+        self.sink.write(&Record::Stats(stats.clone()))?;
+        self.sink.flush()
+    }
+    fn count_reached(&self) -> bool {
+        self.writer.count_reached()
+    }
+    fn loop_found(&self) -> bool {
+        self.writer.loop_found
+    }
+    fn not_written(&self) -> u64 {
+        self.writer.not_written
+    }
+}
+
+/// [`run_live`] with records written to `out` as `opts` says.
 pub async fn run(
     opts: TraceOptions,
     out: Box<dyn Write + Send>,
+) -> Result<TraceSummary, TraceError> {
+    let mut sink = TraceWriter::new(&opts, out);
+    run_live(opts, &mut sink).await
+}
+
+/// Runs until a signal (SIGINT, SIGTERM, SIGHUP), `duration`, the sink's stop (`--count`,
+/// `--until loop`), or the output's reader going away; returns the final stats. Every way
+/// out, errors included, detaches and drops the probes (which removes their pin directory).
+pub async fn run_live(
+    opts: TraceOptions,
+    sink: &mut dyn LiveSink,
 ) -> Result<TraceSummary, TraceError> {
     // Handlers first: a signal while loading or attaching must not kill us with the
     // programs pinned; it is seen by the run loop's first turn.
@@ -148,6 +218,7 @@ pub async fn run(
         }
     );
 
+    sink.started(&setup, crate::time::boottime_ns());
     let stop = Arc::new(AtomicBool::new(false));
     let watcher = attacher.spawn(Arc::clone(&stop));
     // Conntrack of the namespaces where DNAT happens, for joining hops across NAT.
@@ -171,7 +242,6 @@ pub async fn run(
         },
         clock,
     );
-    let mut sink = output::sink(opts.format, out);
     let deadline = async {
         match opts.duration {
             Some(d) => tokio::time::sleep(d).await,
@@ -184,7 +254,6 @@ pub async fn run(
 
     let mut events: Vec<SourceEvent> = Vec::new();
     let mut records: Vec<Record> = Vec::new();
-    let mut writer = BatchWriter::new(&opts);
     let refresh_counters = |pipeline: &mut Pipeline| {
         if let Ok(p) = probes.lock() {
             if let Ok(c) = p.counters() {
@@ -214,6 +283,7 @@ pub async fn run(
                 ticks += 1;
                 if ticks.is_multiple_of(20) {
                     refresh_counters(&mut pipeline);
+                    sink.periodic(&pipeline.stats(), clock.now_ns());
                 }
             }
         }
@@ -227,10 +297,10 @@ pub async fn run(
         pipeline.tick(clock.now_ns(), &mut records);
         // The whole batch is written even when it ends the run: what it holds was decided
         // before the stop.
-        match writer.write(&mut records, sink.as_mut()) {
+        match sink.batch(&mut records, clock.now_ns()) {
             Ok(false) => {}
             Ok(true) => {
-                stopped_by = if writer.count_reached() {
+                stopped_by = if sink.count_reached() {
                     "count"
                 } else {
                     "loop"
@@ -269,7 +339,7 @@ pub async fn run(
     if let Some(e) = failure {
         return Err(e);
     }
-    let loop_found = writer.loop_found;
+    let loop_found = sink.loop_found();
     if output_closed {
         return Ok(TraceSummary {
             stats: pipeline.stats(),
@@ -279,7 +349,7 @@ pub async fn run(
     }
     // What arrived before detaching still counts, unless `--count` was reached: then the
     // rest stays unread (counted in `stats.unread`).
-    if !writer.count_reached() {
+    if !sink.count_reached() {
         source.drain(&mut events);
         while let Ok(ev) = ct_rx.try_recv() {
             pipeline.push(ev, &mut records);
@@ -289,11 +359,11 @@ pub async fn run(
         }
     }
     pipeline.finish(clock.now_ns(), &mut records);
-    let end = writer.write(&mut records, sink.as_mut());
-    let loop_found = writer.loop_found;
+    let end = sink.batch(&mut records, clock.now_ns());
+    let loop_found = sink.loop_found();
     refresh_counters(&mut pipeline);
     let mut stats = pipeline.stats();
-    stats.not_written = writer.not_written;
+    stats.not_written = sink.not_written();
     stats.stopped_by = Some(stopped_by.to_string());
     if let Some(k) = stats.kernel.as_mut() {
         // Matched by the kernel, neither read nor lost: still queued when the run stopped.
@@ -305,10 +375,7 @@ pub async fn run(
         setup.attach_failures = attach_failures;
         k.setup = Some(setup);
     }
-    match end
-        .and_then(|_| sink.write(&Record::Stats(stats.clone())))
-        .and_then(|()| sink.flush())
-    {
+    match end.and_then(|_| sink.finish(&stats, clock.now_ns())) {
         Ok(()) => {}
         Err(e) if is_broken_pipe(&e) => output_closed = true,
         Err(e) => return Err(e.into()),

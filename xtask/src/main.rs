@@ -47,6 +47,7 @@ const PACKAGES: &[&str] = &[
     // promtool: `check metrics` on the agent's exposition, `check rules`/`test rules` on
     // deploy/alerts.yaml
     "prometheus",
+    "curl",
 ];
 const BPF_LINKER_VERSION: &str = "0.13.0";
 const EBPF_TOOLCHAIN: &str = "debian-bpf";

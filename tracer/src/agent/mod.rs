@@ -4,6 +4,7 @@
 pub mod events;
 pub mod http;
 pub mod metrics;
+pub mod run;
 
 #[cfg(test)]
 pub(crate) mod fixtures;

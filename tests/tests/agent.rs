@@ -1,0 +1,337 @@
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "integration tests fail at the line that broke"
+)]
+//! `dnspath agent` against the lab, with real servers and clients: its scrape agrees with a
+//! `trace` of the same traffic and passes `promtool check metrics`; the health endpoints
+//! answer; a forwarding loop born at runtime moves the loop gauge and writes an event line;
+//! SIGTERM ends it within a second, leaving nothing behind. Root only; `--test-threads=1`.
+use std::{
+    collections::BTreeMap,
+    io::Write,
+    process::{Command, Stdio},
+    thread,
+    time::{Duration, Instant},
+};
+
+use lab::{
+    race,
+    tracer::{lab_or_skip as lab, ndjson, Tracer, TracerOutput},
+    DnsPodConfig, DnsServerKind, Lab, LabConfig,
+};
+use serde_json::Value;
+
+const LISTEN: &str = "127.0.0.1:9253";
+
+/// GET `path` from the agent, inside the namespace it runs in: (status line, body).
+fn get(lab: &Lab, ns: &str, path: &str) -> (u16, String) {
+    let url = format!("http://{LISTEN}{path}");
+    let o = lab.exec(
+        ns,
+        &[
+            "curl",
+            "-s",
+            "-m",
+            "5",
+            "-w",
+            "\n%{http_code}",
+            url.as_str(),
+        ],
+    );
+    let out = String::from_utf8_lossy(&o.stdout).into_owned();
+    let (body, code) = out.rsplit_once('\n').unwrap_or(("", "0"));
+    (code.trim().parse().unwrap_or(0), body.to_string())
+}
+
+/// Sum of the samples of `metric` whose labels include every `key="value"` of `labels`.
+fn sum(scrape: &str, metric: &str, labels: &[(&str, &str)]) -> f64 {
+    scrape
+        .lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter_map(|l| {
+            let (series, value) = l.rsplit_once(' ')?;
+            let (name, rest) = series.split_once('{').unwrap_or((series, "}"));
+            (name == metric
+                && labels
+                    .iter()
+                    .all(|(k, v)| rest.contains(&format!("{k}=\"{v}\""))))
+            .then(|| value.parse::<f64>().ok())
+            .flatten()
+        })
+        .sum()
+}
+
+fn promtool_check(scrape: &str) {
+    let mut child = Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("promtool (Debian package `prometheus`; `cargo xtask setup` installs it)");
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(scrape.as_bytes())
+        .unwrap();
+    let o = child.wait_with_output().unwrap();
+    assert!(
+        o.status.success(),
+        "promtool check metrics: {}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+}
+
+fn sigterm(t: &Tracer) {
+    // SAFETY: kill(2) on our own child's PID, not yet reaped.
+    unsafe {
+        libc::kill(t.pid() as libc::pid_t, libc::SIGTERM);
+    }
+}
+
+fn events(out: &TracerOutput) -> Vec<Value> {
+    ndjson(&out.stdout)
+}
+
+#[test]
+fn agent_scrape_agrees_with_a_trace_of_the_same_traffic() {
+    let Some(lab) = lab(LabConfig::default()) else {
+        return;
+    };
+    let node = lab.node_ns();
+    let agent = Tracer::start(&lab, node, &["agent", "--listen", LISTEN]).unwrap();
+    let trace = Tracer::start(
+        &lab,
+        node,
+        &[
+            "trace",
+            "--all-netns",
+            "-o",
+            "json",
+            "--view",
+            "transactions",
+        ],
+    )
+    .unwrap();
+    // Ready once attached and read.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while get(&lab, node, "/readyz").0 != 200 {
+        assert!(Instant::now() < deadline, "agent never ready");
+        thread::sleep(Duration::from_millis(100));
+    }
+    let (code, body) = get(&lab, node, "/healthz");
+    assert_eq!((code, body.trim()), (200, "ok"));
+
+    for i in 0..12 {
+        let o = lab.dig(&["+time=2", "+tries=1", "www.lab.test.", "A"]);
+        assert!(o.status.success(), "dig {i}");
+    }
+    for i in 0..5 {
+        let name = format!("missing{i}.lab.test.");
+        let o = lab.dig(&["+time=2", "+tries=1", name.as_str(), "AAAA"]);
+        assert!(o.status.success(), "dig {name}");
+    }
+    // Transactions are reported once answered and quiet; give both a moment.
+    thread::sleep(Duration::from_secs(2));
+    let (code, scrape) = get(&lab, node, "/metrics");
+    assert_eq!(code, 200, "{scrape}");
+    promtool_check(&scrape);
+    let trace_out = trace.stop();
+    assert!(trace_out.status.success(), "{}", trace_out.stderr);
+    let recs = ndjson(&trace_out.stdout);
+
+    // What the trace counted, by qtype and outcome, and the answers' rcodes.
+    let mut by: BTreeMap<(String, String), f64> = BTreeMap::new();
+    let mut rcodes: BTreeMap<String, f64> = BTreeMap::new();
+    for t in recs.iter().filter(|r| r["type"] == "transaction") {
+        let qtype = t["question"]["type"].as_str().unwrap().to_string();
+        let outcome = t["outcome"].as_str().unwrap().to_string();
+        *by.entry((qtype, outcome)).or_default() += 1.0;
+        if let Some(rc) = t["rcode"].as_str() {
+            *rcodes.entry(rc.to_string()).or_default() += 1.0;
+        }
+    }
+    assert_eq!(
+        by.get(&("A".into(), "answered".into())),
+        Some(&12.0),
+        "{by:?}"
+    );
+    assert_eq!(
+        by.get(&("AAAA".into(), "answered".into())),
+        Some(&5.0),
+        "{by:?}"
+    );
+    for ((qtype, outcome), n) in &by {
+        assert_eq!(
+            sum(
+                &scrape,
+                "dnspath_dns_transactions_total",
+                &[("qtype", qtype), ("outcome", outcome)]
+            ),
+            *n,
+            "{qtype} {outcome}: the scrape disagrees with the trace\n{scrape}"
+        );
+    }
+    assert_eq!(
+        sum(&scrape, "dnspath_dns_transactions_total", &[]),
+        by.values().sum::<f64>(),
+        "{scrape}"
+    );
+    // The client legs' answers by rcode: 12 NOERROR, 5 NXDOMAIN, as the trace saw them.
+    assert_eq!(rcodes.get("NXDOMAIN"), Some(&5.0), "{rcodes:?}");
+    assert_eq!(
+        sum(
+            &scrape,
+            "dnspath_dns_responses_total",
+            &[("leg", "service"), ("rcode", "NXDOMAIN")]
+        ),
+        5.0,
+        "{scrape}"
+    );
+    assert!(sum(&scrape, "dnspath_packets_total", &[]) > 0.0);
+    assert_eq!(sum(&scrape, "dnspath_forwarding_loops_active", &[]), 0.0);
+
+    // SIGTERM: out within a second, exit 0, its pins gone, start and stop lines written.
+    let pid = agent.pid();
+    let stopping = Instant::now();
+    sigterm(&agent);
+    let out = agent.wait();
+    let took = stopping.elapsed();
+    assert!(out.status.success(), "{}", out.stderr);
+    assert!(took < Duration::from_secs(1), "agent took {took:?} to stop");
+    assert!(
+        !std::path::Path::new(&format!("/sys/fs/bpf/dnspath-{pid}")).exists(),
+        "pins left behind"
+    );
+    let ev = events(&out);
+    assert_eq!(
+        ev.first().map(|e| e["state"].clone()),
+        Some("start".into()),
+        "{ev:?}"
+    );
+    let last = ev.last().unwrap();
+    assert_eq!(
+        (&last["type"], &last["state"]),
+        (&"agent".into(), &"stop".into())
+    );
+    assert_eq!(last["detail"], "SIGTERM");
+    // Healthy traffic is no event: only the agent's own lines.
+    assert!(
+        ev.iter().all(|e| e["type"] == "agent"),
+        "unexpected events for healthy traffic: {ev:#?}"
+    );
+}
+
+#[test]
+fn a_loop_born_at_runtime_moves_the_gauge_and_writes_one_event() {
+    let Some(mut lab) = lab(LabConfig::default()) else {
+        return;
+    };
+    let node = lab.node_ns().to_string();
+    let agent = Tracer::start(&lab, &node, &["agent", "--listen", LISTEN]).unwrap();
+    let gauge = |lab: &Lab| {
+        let (code, s) = get(lab, &node, "/metrics");
+        assert_eq!(code, 200);
+        sum(&s, "dnspath_forwarding_loops_active", &[])
+    };
+    assert_eq!(gauge(&lab), 0.0);
+    // Both "CoreDNS" pods now forward to their own Service.
+    let looping = DnsPodConfig::new(DnsServerKind::Dnsdist).forwarding_to_cluster_ip();
+    lab.reconfigure_dns_pod(0, looping.clone()).unwrap();
+    lab.reconfigure_dns_pod(1, looping).unwrap();
+    let started = Instant::now();
+    let _ = lab.dig(&["+time=1", "+tries=1", "storm.lab.test.", "A"]);
+    let mut detected_after = None;
+    while started.elapsed() < Duration::from_secs(5) {
+        if gauge(&lab) == 1.0 {
+            detected_after = Some(started.elapsed());
+            break;
+        }
+        thread::sleep(Duration::from_millis(100));
+    }
+    let detected_after = detected_after.expect("loop gauge never went to 1");
+    // The dig itself waits up to its 1 s timeout before the first scrape.
+    assert!(
+        detected_after < Duration::from_secs(2),
+        "gauge took {detected_after:?}"
+    );
+    let (_, scrape) = get(&lab, &node, "/metrics");
+    assert_eq!(
+        sum(
+            &scrape,
+            "dnspath_forwarding_loops_detected_total",
+            &[("kind", "cycle")]
+        ),
+        1.0,
+        "{scrape}"
+    );
+    // End it: back to the upstream; the gauge returns to 0.
+    lab.reconfigure_dns_pod(0, DnsPodConfig::new(DnsServerKind::Dnsdist))
+        .unwrap();
+    lab.reconfigure_dns_pod(1, DnsPodConfig::new(DnsServerKind::Dnsdist))
+        .unwrap();
+    let ending = Instant::now();
+    while gauge(&lab) != 0.0 {
+        assert!(
+            ending.elapsed() < Duration::from_secs(20),
+            "loop gauge stuck at 1 after the loop ended"
+        );
+        thread::sleep(Duration::from_millis(250));
+    }
+    sigterm(&agent);
+    let out = agent.wait();
+    assert!(out.status.success(), "{}", out.stderr);
+    let ev = events(&out);
+    let loops: Vec<&Value> = ev.iter().filter(|e| e["type"] == "loop").collect();
+    let detected: Vec<_> = loops.iter().filter(|e| e["state"] == "detected").collect();
+    assert_eq!(detected.len(), 1, "one detected line: {loops:#?}");
+    assert_eq!(detected[0]["question"]["name"], "storm.lab.test.");
+    assert!(
+        loops.iter().any(|e| e["state"] == "ended"),
+        "no ended line: {loops:#?}"
+    );
+}
+
+/// shared/LAB.md's deterministic race (the A query held in NFQUEUE after DNAT while the AAAA
+/// of the same socket passes): the race counter grows by exactly the drops conntrack counted.
+#[test]
+fn forced_race_drops_count_exactly_in_the_race_metric() {
+    let Some(lab) = lab(LabConfig::default()) else {
+        return;
+    };
+    let node = lab.node_ns();
+    let rig = race::RaceRig::install(&lab, 300).unwrap();
+    let agent =
+        Tracer::start(&lab, node, &["agent", "--listen", LISTEN, "--timeout", "1"]).unwrap();
+    let before = race::ct_totals(&race::ct_stats(&lab).unwrap());
+    for i in 0..4 {
+        race::force_race(&lab, &format!("agent-race{i}.lab.test")).unwrap();
+    }
+    let after = race::ct_totals(&race::ct_stats(&lab).unwrap());
+    // Timeout 1 s + retry grace, then the counters sample.
+    thread::sleep(Duration::from_secs(4));
+    let (_, scrape) = get(&lab, node, "/metrics");
+    sigterm(&agent);
+    let out = agent.wait();
+    rig.remove().unwrap();
+    assert!(out.status.success(), "{}", out.stderr);
+    let insert_failed = after.0 - before.0;
+    assert_eq!(insert_failed, 4);
+    assert_eq!(
+        sum(
+            &scrape,
+            "dnspath_conntrack_race_drops_total",
+            &[("qtype", "A")]
+        ),
+        insert_failed as f64,
+        "{scrape}"
+    );
+    assert_eq!(sum(&scrape, "dnspath_conntrack_race_drops_total", &[]), 4.0);
+    // Each is an event line too.
+    let ev = events(&out);
+    let races: Vec<_> = ev.iter().filter(|e| e["type"] == "race").collect();
+    assert_eq!(races.len(), 4, "{ev:#?}");
+}
