@@ -121,6 +121,7 @@ impl Correlator {
         // A query.
         if let Some(leg_id) = existing {
             let settle = self.cfg.settle_ns;
+            let retransmit_gap = self.cfg.retransmit_gap_ns;
             let max_hops = self.cfg.max_hops_per_leg;
             if let Some(leg) = self.legs.get_mut(&leg_id) {
                 let answered_long_ago = leg
@@ -132,7 +133,7 @@ impl Correlator {
                     let again = leg
                         .hops
                         .iter()
-                        .any(|h| !h.qr && h.at == o.at && o.ts_ns > h.ts_ns + 100_000_000);
+                        .any(|h| !h.qr && h.at == o.at && o.ts_ns > h.ts_ns + retransmit_gap);
                     if again && o.at == leg.client_point {
                         leg.retransmits += 1;
                     }
@@ -304,7 +305,7 @@ impl Correlator {
         o: &Observation,
         client: SocketAddr,
     ) -> Option<(u64, LegRole)> {
-        const RETRY_MIN_NS: u64 = 500_000_000;
+        let retry_min_ns = self.cfg.retry_min_ns;
         const MAX_ATTEMPTS: usize = 8;
         let window = self.cfg.timeout_ns + self.cfg.retry_grace_ns;
         let latest = self
@@ -323,7 +324,7 @@ impl Correlator {
         let role = match &latest.response {
             Some(r) if r.tc && o.proto == tracer_common::IPPROTO_TCP => LegRole::TcpFallback,
             Some(_) => return None,
-            None if latest.client == client || o.ts_ns - latest.first_ts >= RETRY_MIN_NS => {
+            None if latest.client == client || o.ts_ns - latest.first_ts >= retry_min_ns => {
                 LegRole::Retry
             }
             None => return None,

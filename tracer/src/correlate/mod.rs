@@ -121,6 +121,19 @@ pub struct CorrelateConfig {
     /// Observations are reordered within this window (CPUs' ring-buffer records and
     /// conntrack events arrive out of order).
     pub reorder_ns: u64,
+    /// The same query seen again at the same point at least this much later is a
+    /// retransmission (earlier: the same packet's copies).
+    pub retransmit_gap_ns: u64,
+    /// A new query from the same client for the same question counts as a retry of the
+    /// unanswered one only this long after it (sooner: a parallel query).
+    pub retry_min_ns: u64,
+    /// An A and an AAAA query from one socket within this window are a pair (glibc sends
+    /// both at once): the sibling of a race drop.
+    pub pair_window_ns: u64,
+    /// How long a race drop waits for the conntrack counters sampled after it (they come
+    /// every 200 ms), and how often it looks again meanwhile.
+    pub counters_wait_ns: u64,
+    pub counters_poll_ns: u64,
     pub max_legs: usize,
     pub max_ct_entries: usize,
     pub max_hops_per_leg: usize,
@@ -137,6 +150,11 @@ impl Default for CorrelateConfig {
             forward_window_ns: 2_000_000_000,
             lookup_window_ns: 3_000_000_000,
             reorder_ns: 60_000_000,
+            retransmit_gap_ns: 100_000_000,
+            retry_min_ns: 500_000_000,
+            pair_window_ns: 100_000_000,
+            counters_wait_ns: 2_000_000_000,
+            counters_poll_ns: 100_000_000,
             max_legs: 65_536,
             max_ct_entries: 262_144,
             max_hops_per_leg: 64,

@@ -21,9 +21,6 @@ use crate::{
     output::record::QuestionRecord,
 };
 
-const IPS_SRC_NAT_DONE: u64 = 1 << 7;
-const IPS_DST_NAT_DONE: u64 = 1 << 8;
-const IPS_DST_NAT: u64 = 1 << 5;
 const SAMPLES_KEPT: usize = 64;
 
 /// Is this drop a failed conntrack confirm (a race candidate)?
@@ -40,7 +37,8 @@ pub fn is_race_candidate(
         return true;
     }
     let Some(ct) = ct else { return false };
-    if CtStatus::from_bits_retain(ct.status).contains(CtStatus::CONFIRMED) {
+    let status = CtStatus::from_bits_retain(ct.status);
+    if status.contains(CtStatus::CONFIRMED) {
         return false;
     }
     match function {
@@ -50,11 +48,10 @@ pub fn is_race_candidate(
         // Before 5.17 the kernel gives no reason: the location and the entry's state decide.
         "nf_hook_slow" => {
             (reason == "NETFILTER_DROP" || reason == crate::decode::decoder::UNKNOWN_REASON)
-                && ct.status & (IPS_SRC_NAT_DONE | IPS_DST_NAT_DONE)
-                    == IPS_SRC_NAT_DONE | IPS_DST_NAT_DONE
+                && status.contains(CtStatus::SRC_NAT_DONE | CtStatus::DST_NAT_DONE)
         }
         // A verdict re-injected from NFQUEUE that then fails to confirm.
-        "nfqnl_reinject" => ct.status & IPS_DST_NAT != 0 && ct.status & IPS_DST_NAT_DONE != 0,
+        "nfqnl_reinject" => status.contains(CtStatus::DST_NAT | CtStatus::DST_NAT_DONE),
         _ => false,
     }
 }

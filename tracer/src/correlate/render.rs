@@ -100,7 +100,7 @@ impl Correlator {
     /// Race records of a finished transaction: race drops with their evidence, or a
     /// suspected race (an unanswered query of an A/AAAA pair retried at the timeout).
     pub(super) fn races_of(&mut self, t: &Transaction, rec: Option<&TransactionRecord>) {
-        const PAIR_WINDOW_NS: u64 = 100_000_000;
+        let pair_window_ns = self.cfg.pair_window_ns;
         // Most transactions have nothing to say here: check before copying anything.
         let candidate = t.legs.iter().filter_map(|id| self.legs.get(id)).any(|l| {
             l.race.is_some() || (l.parent.is_none() && l.response.is_none() && l.drop.is_none())
@@ -128,7 +128,7 @@ impl Correlator {
             class: q.class.clone(),
         };
         for l in legs.iter().filter(|l| l.parent.is_none()) {
-            let sibling = self.sibling_of(l, PAIR_WINDOW_NS);
+            let sibling = self.sibling_of(l, pair_window_ns);
             let pair_start = sibling
                 .as_ref()
                 .map(|s| s.0.min(l.first_ts))
@@ -238,9 +238,10 @@ impl Correlator {
                 next = next.max(l.first_ts + self.cfg.timeout_ns);
             }
             if let Some((_, netns, ts, _, _)) = l.race {
-                if !self.ct_samples.has_after(netns, ts) && now < ts + 2_000_000_000 {
+                let wait_until = ts + self.cfg.counters_wait_ns;
+                if !self.ct_samples.has_after(netns, ts) && now < wait_until {
                     // Counters come every 200 ms.
-                    next = next.max((now + 100_000_000).min(ts + 2_000_000_000));
+                    next = next.max((now + self.cfg.counters_poll_ns).min(wait_until));
                 }
             }
             if l.parent.is_none() && last_root.is_none_or(|r| l.first_ts >= r.first_ts) {
@@ -264,7 +265,7 @@ impl Correlator {
         // A race drop is judged with the counters sampled after it (they come every 200 ms).
         let waiting_for_counters = legs.iter().any(|l| {
             l.race.is_some_and(|(_, netns, ts, _, _)| {
-                !self.ct_samples.has_after(netns, ts) && now < ts + 2_000_000_000
+                !self.ct_samples.has_after(netns, ts) && now < ts + self.cfg.counters_wait_ns
             })
         });
         if waiting_for_counters {
