@@ -4,15 +4,9 @@ use std::time::Instant;
 
 use super::*;
 
-fn is_root() -> bool {
-    // SAFETY: geteuid has no preconditions.
-    unsafe { libc::geteuid() == 0 }
-}
-
 macro_rules! require_root {
     () => {
-        if !is_root() {
-            eprintln!("SKIPPED: the lab needs root (network namespaces, iptables)");
+        if !crate::tracer::root_or_skip("network namespaces, iptables") {
             return;
         }
     };

@@ -175,11 +175,26 @@ pub fn is_root() -> bool {
     unsafe { libc::geteuid() == 0 }
 }
 
-/// A lab for a test, or `None` after saying why the test cannot run here: a test that needs
-/// root reports itself skipped rather than passing silently.
+/// Whether a test that needs root (`why`) may run. Without root a test must not pass as if
+/// it had run: it fails, saying how to run it — unless `DNSPATH_SKIP_ROOT_TESTS=1` asks to
+/// skip such tests, which then say so (`SKIPPED`) and return `false`. CI runs as root.
+pub fn root_or_skip(why: &str) -> bool {
+    if is_root() {
+        return true;
+    }
+    if std::env::var_os("DNSPATH_SKIP_ROOT_TESTS").is_some_and(|v| v == "1") {
+        eprintln!("SKIPPED: needs root ({why}); DNSPATH_SKIP_ROOT_TESTS=1");
+        return false;
+    }
+    panic!(
+        "this test needs root ({why}): run `cargo xtask test` as root, or set \
+         DNSPATH_SKIP_ROOT_TESTS=1 to skip the tests that need it"
+    );
+}
+
+/// A lab for a test, or `None` when root tests are skipped ([`root_or_skip`]).
 pub fn lab_or_skip(cfg: crate::LabConfig) -> Option<Lab> {
-    if !is_root() {
-        eprintln!("skipped: needs root (network namespaces, eBPF)");
+    if !root_or_skip("network namespaces, eBPF") {
         return None;
     }
     match Lab::start(cfg) {

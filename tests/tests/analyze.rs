@@ -22,11 +22,6 @@ use lab::{
 };
 use serde_json::Value;
 
-fn is_root() -> bool {
-    // SAFETY: geteuid has no preconditions.
-    unsafe { libc::geteuid() == 0 }
-}
-
 fn have(tool: &str) -> bool {
     Command::new("sh")
         .args(["-c", &format!("command -v {tool}")])
@@ -36,8 +31,7 @@ fn have(tool: &str) -> bool {
 
 /// Starts a lab, or says why this test cannot run here.
 fn lab(tools: &[&str]) -> Option<Lab> {
-    if !is_root() {
-        eprintln!("skipped: needs root (network namespaces, packet capture)");
+    if !lab::tracer::root_or_skip("network namespaces, packet capture") {
         return None;
     }
     if let Some(missing) = tools.iter().find(|t| !have(t)) {

@@ -24,14 +24,8 @@ use dnspath::{
 };
 use lab::{Lab, LabConfig, Pod};
 
-fn is_root() -> bool {
-    // SAFETY: geteuid has no preconditions.
-    unsafe { libc::geteuid() == 0 }
-}
-
 fn lab() -> Option<Lab> {
-    if !is_root() {
-        eprintln!("skipped: needs root (network namespaces, ctnetlink)");
+    if !lab::tracer::root_or_skip("network namespaces, ctnetlink") {
         return None;
     }
     Some(Lab::start(LabConfig::default()).unwrap())

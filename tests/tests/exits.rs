@@ -15,15 +15,11 @@ use std::{
     time::{Duration, Instant},
 };
 
-use lab::{
-    tracer::{dnspath_bin, is_root},
-    Lab, LabConfig,
-};
+use lab::{tracer::dnspath_bin, Lab, LabConfig};
 
 /// Starts a lab, or says why this test cannot run here.
 fn lab() -> Option<Lab> {
-    if !is_root() {
-        eprintln!("skipped: needs root (network namespaces, eBPF)");
+    if !lab::tracer::root_or_skip("network namespaces, eBPF") {
         return None;
     }
     assert!(

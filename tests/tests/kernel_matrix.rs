@@ -30,7 +30,7 @@ use std::{
 };
 
 use lab::{
-    tracer::{dnspath_bin, is_root, ndjson, Tracer, TracerOutput},
+    tracer::{dnspath_bin, ndjson, Tracer, TracerOutput},
     Lab, LabConfig, Pod,
 };
 use serde_json::Value;
@@ -770,8 +770,7 @@ fn run(lab: &Lab, r: &mut Report) {
 
 #[test]
 fn kernel_matrix() {
-    if !is_root() {
-        eprintln!("skipped: needs root (network namespaces, eBPF)");
+    if !lab::tracer::root_or_skip("network namespaces, eBPF") {
         return;
     }
     let mut report = Report {

@@ -14,7 +14,6 @@ use dnspath::{
     kernel::{ProbeOptions, Probes, TC_PROGRAMS},
     source::live::parse_record,
 };
-use lab::tracer::is_root;
 use tracer_common::counter;
 
 const ETH_INGRESS: usize = 0;
@@ -27,8 +26,7 @@ struct Rig {
 }
 
 fn rig() -> Option<Rig> {
-    if !is_root() {
-        eprintln!("skipped: BPF_PROG_TEST_RUN needs root");
+    if !lab::tracer::root_or_skip("BPF_PROG_TEST_RUN") {
         return None;
     }
     let mut probes = Probes::load(&ProbeOptions {

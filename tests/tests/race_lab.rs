@@ -15,11 +15,6 @@ use lab::{
     Lab, LabConfig,
 };
 
-fn is_root() -> bool {
-    // SAFETY: geteuid has no preconditions.
-    unsafe { libc::geteuid() == 0 }
-}
-
 const SHOTS: u64 = 10;
 const HOLD_MS: u32 = 300;
 
@@ -37,8 +32,7 @@ fn dig_cluster_ip(lab: &Lab) -> String {
 
 #[test]
 fn nfqueue_hold_forces_the_dnat_race_every_time() {
-    if !is_root() {
-        eprintln!("skipped: needs root (network namespaces, iptables, NFQUEUE)");
+    if !lab::tracer::root_or_skip("network namespaces, iptables, NFQUEUE") {
         return;
     }
     let lab = Lab::start(LabConfig::default()).unwrap();

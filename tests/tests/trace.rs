@@ -13,15 +13,9 @@ use lab::{
 };
 use serde_json::Value;
 
-fn is_root() -> bool {
-    // SAFETY: geteuid has no preconditions.
-    unsafe { libc::geteuid() == 0 }
-}
-
 /// Starts a lab, or says why this test cannot run here.
 fn lab(cfg: LabConfig) -> Option<Lab> {
-    if !is_root() {
-        eprintln!("skipped: needs root (network namespaces, eBPF)");
+    if !lab::tracer::root_or_skip("network namespaces, eBPF") {
         return None;
     }
     assert!(

@@ -4,9 +4,8 @@
 //! damage is decoded and reported, and the damage is described ([`AnalyzeReport::stopped_by`]).
 //! Only a file with no readable header at all is an error.
 use std::{
-    fs::File,
-    io::{self, Read, Write},
-    path::{Path, PathBuf},
+    io::{self, Write},
+    path::PathBuf,
     sync::{Arc, RwLock},
     time::Duration,
 };
@@ -17,7 +16,7 @@ use crate::{
     kernel::{attach::Names, kallsyms::Kallsyms},
     output::{record::StatsRecord, text::TextSink, Format, JsonSink, Record, Sink, View},
     pipeline::{Pipeline, PipelineConfig},
-    source::file::{netns_name_for, CaptureFormat, FileError, FileProgress, FileSource, LinkSkips},
+    source::file::{CaptureFormat, FileError, FileProgress, FileSource, LinkSkips},
     time::Clock,
 };
 
@@ -209,23 +208,6 @@ impl PortSet {
     }
 }
 
-fn open_source(
-    path: &Path,
-    names: Arc<RwLock<Names>>,
-) -> Result<FileSource<Box<dyn Read + Send>>, FileError> {
-    if path.as_os_str() == "-" {
-        let stdin: Box<dyn Read + Send> = Box::new(io::stdin());
-        return FileSource::from_reader(stdin, "standard input".into(), "file".into(), names);
-    }
-    let name = path.display().to_string();
-    let file = File::open(path).map_err(|error| FileError::Open {
-        name: name.clone(),
-        error,
-    })?;
-    let file: Box<dyn Read + Send> = Box::new(file);
-    FileSource::from_reader(file, name, netns_name_for(path), names)
-}
-
 /// Reads the whole file (or up to its first damage), writes a record per DNS message and
 /// the final `stats` record to `out`, and reports what happened; writes nothing to stderr.
 pub fn analyze(
@@ -233,7 +215,7 @@ pub fn analyze(
     out: Box<dyn Write + Send>,
 ) -> Result<AnalyzeReport, AnalyzeError> {
     let names = Arc::new(RwLock::new(Names::default()));
-    let mut source = open_source(&opts.path, Arc::clone(&names))?;
+    let mut source = FileSource::open(&opts.path, Arc::clone(&names))?;
     let clock = Clock::Epoch;
     let decoder = Decoder::new(
         clock,

@@ -61,7 +61,7 @@ pub struct CapturedPacket {
 }
 
 /// One conntrack direction's tuple.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
 pub struct CtFlow {
     pub src: SocketAddr,
     pub dst: SocketAddr,

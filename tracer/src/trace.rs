@@ -174,7 +174,7 @@ pub async fn run_live(
     let probes = Arc::new(Mutex::new(probes));
     let ring = probes
         .lock()
-        .map_err(|_| KernelError::Netns("probe lock poisoned".into()))?
+        .map_err(|_| KernelError::Poisoned("probe"))?
         .take_events()?;
 
     let names = Arc::new(RwLock::new(Names::default()));
@@ -184,7 +184,7 @@ pub async fn run_live(
     let attached = attacher.attached_count();
     let setup = probes
         .lock()
-        .map_err(|_| KernelError::Netns("probe lock poisoned".into()))?
+        .map_err(|_| KernelError::Poisoned("probe"))?
         .setup
         .clone();
     eprintln!("dnspath: {}", setup_line(&setup));
@@ -200,7 +200,7 @@ pub async fn run_live(
     let mut source = LiveSource::new(ring)?;
     let confirm_hook = probes
         .lock()
-        .map_err(|_| KernelError::Netns("probe lock poisoned".into()))?
+        .map_err(|_| KernelError::Poisoned("probe"))?
         .confirm_hook;
     let ports: Vec<String> = opts.ports.iter().map(u16::to_string).collect();
     eprintln!(

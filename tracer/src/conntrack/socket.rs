@@ -85,18 +85,11 @@ impl CtSocket {
     /// Sets the receive buffer, past `net.core.rmem_max` where allowed (SO_RCVBUFFORCE
     /// needs CAP_NET_ADMIN), else as far as SO_RCVBUF goes. Returns the size in effect.
     pub(crate) fn set_rcvbuf(&self, bytes: usize) -> usize {
-        let size = libc::c_int::try_from(bytes).unwrap_or(libc::c_int::MAX);
-        // SAFETY: valid fd; the option value is a c_int whose size is passed.
-        let rc = unsafe {
-            libc::setsockopt(
-                self.sock.as_raw_fd(),
-                libc::SOL_SOCKET,
-                libc::SO_RCVBUFFORCE,
-                (&size as *const libc::c_int).cast(),
-                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
-            )
-        };
-        if rc != 0 {
+        use nix::sys::socket::{setsockopt, sockopt::RcvBufForce};
+        // SAFETY: the fd stays open while `self.sock` lives, which outlives this borrow.
+        let fd = unsafe { std::os::fd::BorrowedFd::borrow_raw(self.sock.as_raw_fd()) };
+        if setsockopt(&fd, RcvBufForce, &bytes).is_err() {
+            let size = libc::c_int::try_from(bytes).unwrap_or(libc::c_int::MAX);
             let _ = self.sock.set_rx_buf_sz(size);
         }
         self.sock.get_rx_buf_sz().unwrap_or(0)
@@ -104,24 +97,21 @@ impl CtSocket {
 
     /// Waits until a datagram is queued (or an error is pending), at most `timeout`.
     pub(crate) fn wait_readable(&self, timeout: Duration) -> Result<bool, ConntrackError> {
-        let mut pfd = libc::pollfd {
-            fd: self.sock.as_raw_fd(),
-            events: libc::POLLIN,
-            revents: 0,
-        };
-        let ms = libc::c_int::try_from(timeout.as_millis()).unwrap_or(libc::c_int::MAX);
-        // SAFETY: one valid pollfd.
-        let rc = unsafe { libc::poll(&mut pfd, 1, ms) };
-        if rc < 0 {
-            let e = io::Error::last_os_error();
-            if e.kind() == io::ErrorKind::Interrupted {
-                return Ok(false);
+        use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+        // SAFETY: as in `set_rcvbuf`.
+        let fd = unsafe { std::os::fd::BorrowedFd::borrow_raw(self.sock.as_raw_fd()) };
+        let mut fds = [PollFd::new(fd, PollFlags::POLLIN)];
+        let ms = u16::try_from(timeout.as_millis()).unwrap_or(u16::MAX);
+        let rc = match poll(&mut fds, PollTimeout::from(ms)) {
+            Ok(n) => n,
+            Err(nix::errno::Errno::EINTR) => return Ok(false),
+            Err(e) => {
+                return Err(ConntrackError::Socket {
+                    op: "poll",
+                    source: io::Error::from(e),
+                })
             }
-            return Err(ConntrackError::Socket {
-                op: "poll",
-                source: e,
-            });
-        }
+        };
         Ok(rc > 0)
     }
 

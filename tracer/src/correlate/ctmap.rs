@@ -11,20 +11,13 @@ use std::{
     net::SocketAddr,
 };
 
-use crate::event::{ConntrackEvent, CtChange};
-
-/// Canonical identity of a flow: its original tuple.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct OrigFlow {
-    pub proto: u8,
-    pub src: SocketAddr,
-    pub dst: SocketAddr,
-}
+use crate::event::{ConntrackEvent, CtChange, CtFlow};
 
 /// Where a packet seen as (src → dst) belongs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Mapped {
-    pub orig: OrigFlow,
+    /// Canonical identity of the flow: its original tuple.
+    pub orig: CtFlow,
     /// The packet travels in the reply direction (server → client).
     pub reply_dir: bool,
 }
@@ -88,7 +81,7 @@ impl CtMap {
         {
             return;
         }
-        let orig = OrigFlow {
+        let orig = CtFlow {
             proto: ev.orig.proto,
             src: ev.orig.src,
             dst: ev.orig.dst,

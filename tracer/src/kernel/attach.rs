@@ -209,9 +209,7 @@ impl Attacher {
             }
             let probes = Arc::clone(&self.probes);
             let results = netns::with_netns(&ns.path, || {
-                let mut probes = probes
-                    .lock()
-                    .map_err(|_| KernelError::Netns("probe lock poisoned".into()))?;
+                let mut probes = probes.lock().map_err(|_| KernelError::Poisoned("probe"))?;
                 Ok(to_attach
                     .into_iter()
                     .map(|(key, link)| {

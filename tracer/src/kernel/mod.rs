@@ -28,6 +28,13 @@ pub enum KernelError {
     NoBtf(String),
     #[error("kernel BTF: {0}")]
     Btf(String),
+    /// The embedded eBPF object lacks a program or map this userspace expects: a build
+    /// that mixed versions.
+    #[error("the embedded eBPF object has no {0}: rebuild dnspath (tracer/build.rs)")]
+    Object(String),
+    /// A thread panicked holding a lock of the probes (a bug, reported instead of a crash).
+    #[error("internal: {0} lock poisoned by a panicked thread")]
+    Poisoned(&'static str),
     #[error("kernel lacks a needed hook: {hook}: {detail}")]
     MissingHook { hook: &'static str, detail: String },
     /// The verifier refused a program: one line a person can act on; the whole log is in
@@ -63,12 +70,16 @@ fn is_eperm(e: &(dyn std::error::Error + 'static)) -> bool {
     }
     let mut cur: Option<&(dyn std::error::Error + 'static)> = Some(e);
     while let Some(err) = cur {
-        if let Some(io) = err.downcast_ref::<std::io::Error>() {
-            if io.raw_os_error() == Some(libc::EPERM) || io.raw_os_error() == Some(libc::EACCES) {
-                return true;
-            }
-        }
-        if err.to_string().contains("Operation not permitted") {
+        let errno = err
+            .downcast_ref::<std::io::Error>()
+            .and_then(std::io::Error::raw_os_error)
+            // Transparent over its io::Error, which the source chain therefore never shows.
+            .or_else(|| {
+                err.downcast_ref::<aya::sys::NetlinkError>()
+                    .and_then(aya::sys::NetlinkError::raw_os_error)
+            })
+            .or_else(|| err.downcast_ref::<nix::errno::Errno>().map(|e| *e as i32));
+        if matches!(errno, Some(libc::EPERM | libc::EACCES)) {
             return true;
         }
         cur = err.source();
@@ -314,7 +325,7 @@ impl Probes {
             let mut ports: Array<&mut MapData, u8> = Array::try_from(
                 primary
                     .map_mut("PORTS")
-                    .ok_or_else(|| KernelError::Btf("map PORTS missing from object".into()))?,
+                    .ok_or_else(|| KernelError::Object("map PORTS".into()))?,
             )?;
             for p in &opts.ports {
                 ports.set(u32::from(*p), 1, 0)?;
@@ -434,7 +445,7 @@ impl Probes {
         let map = self
             .primary
             .take_map("EVENTS")
-            .ok_or_else(|| KernelError::Btf("EVENTS ring buffer already taken".into()))?;
+            .ok_or_else(|| KernelError::Object("EVENTS ring buffer (already taken)".into()))?;
         Ok(RingBuf::try_from(map)?)
     }
 
@@ -446,7 +457,7 @@ impl Probes {
         use aya::programs::{TestRun as _, TestRunOptions};
         let (name, _, _) = TC_PROGRAMS
             .get(index)
-            .ok_or_else(|| KernelError::Btf(format!("no TC program {index}")))?;
+            .ok_or_else(|| KernelError::Object(format!("TC program {index}")))?;
         let prog: &mut SchedClassifier = program(&mut self.primary, name)?.try_into()?;
         let mut opts = TestRunOptions::new();
         opts.data_in = Some(frame);
@@ -458,7 +469,7 @@ impl Probes {
         let map = self
             .primary
             .map("COUNTERS")
-            .ok_or_else(|| KernelError::Btf("COUNTERS map missing".into()))?;
+            .ok_or_else(|| KernelError::Object("COUNTERS map".into()))?;
         let arr: PerCpuArray<&MapData, u64> = PerCpuArray::try_from(map)?;
         let mut out = [0u64; counter::COUNT as usize];
         for (i, slot) in out.iter_mut().enumerate() {
@@ -584,10 +595,6 @@ impl Probes {
     pub fn forget_netns(&mut self, cookie: u64) {
         self.per_netns.remove(&cookie);
     }
-
-    pub fn netns_instances(&self) -> usize {
-        self.per_netns.len()
-    }
 }
 
 /// Removes the pin directory if loading fails half-way.
@@ -613,7 +620,7 @@ fn program<'a>(
     name: &str,
 ) -> Result<&'a mut aya::programs::Program, KernelError> {
     ebpf.program_mut(name)
-        .ok_or_else(|| KernelError::Btf(format!("program {name} missing from object")))
+        .ok_or_else(|| KernelError::Object(format!("program {name}")))
 }
 
 #[cfg(test)]

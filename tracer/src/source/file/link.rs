@@ -70,12 +70,12 @@ pub(super) fn after_tags(
     }
 }
 
-pub(super) fn sll_dir(pkttype: u8) -> Option<Direction> {
-    Some(if pkttype == PACKET_OUTGOING {
+pub(super) fn sll_dir(pkttype: u8) -> Direction {
+    if pkttype == PACKET_OUTGOING {
         Direction::Egress
     } else {
         Direction::Ingress
-    })
+    }
 }
 
 /// BSD address families for IPv4 and IPv6 (AF_INET6 differs between systems).
@@ -132,7 +132,7 @@ pub(super) fn strip_link(linktype: u32, frame: &[u8]) -> Link {
         // LINKTYPE_LINUX_SLL: pkttype(2) hatype(2) halen(2) addr(8) protocol(2).
         113 => match (be16(frame, 0), be16(frame, 14)) {
             (Some(pkttype), Some(proto)) => {
-                after_tags(frame, proto, 16, sll_dir(pkttype as u8), None)
+                after_tags(frame, proto, 16, Some(sll_dir(pkttype as u8)), None)
             }
             _ => Link::Truncated,
         },
@@ -140,7 +140,7 @@ pub(super) fn strip_link(linktype: u32, frame: &[u8]) -> Link {
         // halen(1) addr(8).
         276 => match (be16(frame, 0), be32(frame, 4), frame.get(10)) {
             (Some(proto), Some(ifindex), Some(&pkttype)) if frame.len() >= 20 => {
-                after_tags(frame, proto, 20, sll_dir(pkttype), Some(ifindex))
+                after_tags(frame, proto, 20, Some(sll_dir(pkttype)), Some(ifindex))
             }
             _ => Link::Truncated,
         },

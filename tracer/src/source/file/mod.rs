@@ -29,7 +29,7 @@ use pcap_file::{
 };
 
 use crate::{
-    event::{CapturedPacket, Direction, ObservationPoint, SourceEvent},
+    event::{CapturedPacket, Direction, ObservationPoint},
     kernel::attach::SharedNames,
 };
 
@@ -278,15 +278,20 @@ pub struct FileSource<R> {
     done: bool,
 }
 
-impl FileSource<File> {
-    /// Opens `path` and reads its file header. The namespace shown for its packets is the
-    /// file's stem (`file` if it has none).
+impl FileSource<Box<dyn Read + Send>> {
+    /// Opens `path` (`-`: standard input) and reads its file header. The namespace shown for
+    /// its packets is the file's stem (`file` if it has none).
     pub fn open(path: &Path, names: SharedNames) -> Result<Self, FileError> {
+        if path.as_os_str() == "-" {
+            let stdin: Box<dyn Read + Send> = Box::new(io::stdin());
+            return FileSource::from_reader(stdin, "standard input".into(), "file".into(), names);
+        }
         let name = path.display().to_string();
         let file = File::open(path).map_err(|error| FileError::Open {
             name: name.clone(),
             error,
         })?;
+        let file: Box<dyn Read + Send> = Box::new(file);
         FileSource::from_reader(file, name, netns_name_for(path), names)
     }
 }
@@ -439,11 +444,6 @@ impl<R: Read> FileSource<R> {
         (self.repaired, self.first_repaired.as_deref())
     }
 
-    /// The name the packets' namespace is shown with.
-    pub fn netns_name(&self) -> &str {
-        &self.netns_name
-    }
-
     fn learn(&self, ifindex: u32, ifname: &str) {
         if let Ok(mut names) = self.names.write() {
             names.learn(FILE_NETNS, &self.netns_name, ifindex, ifname);
@@ -454,11 +454,6 @@ impl<R: Read> FileSource<R> {
         if strip_link(linktype, &[]) == Link::Unsupported && !self.unsupported.contains(&linktype) {
             self.unsupported.push(linktype);
         }
-    }
-
-    /// The next packet as a [`SourceEvent`]; `Ok(None)` at the end of the file.
-    pub fn next_event(&mut self) -> Result<Option<SourceEvent>, FileError> {
-        Ok(self.next_packet(|_| true)?.map(SourceEvent::Packet))
     }
 
     /// The next IP packet for which `keep(bytes from the IP header on)` is true; the others
