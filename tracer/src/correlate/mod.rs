@@ -191,7 +191,7 @@ pub struct CorrelateStats {
 }
 
 /// The correlator. Feed it observations and conntrack events; call [`Correlator::tick`]
-/// regularly (live: every ~100 ms; offline: as file time advances) and
+/// regularly (live: every 50 ms; offline: as file time advances) and
 /// [`Correlator::flush`] at the end.
 pub struct Correlator {
     cfg: CorrelateConfig,

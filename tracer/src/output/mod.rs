@@ -107,6 +107,9 @@ pub fn sink(format: Format, out: Box<dyn Write + Send>) -> Box<dyn Sink + Send> 
 }
 
 #[cfg(test)]
+mod fields;
+
+#[cfg(test)]
 mod tests {
     use super::escape;
 

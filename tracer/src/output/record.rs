@@ -218,7 +218,8 @@ pub struct KernelStats {
     pub setup: Option<KernelSetup>,
 }
 
-/// Totals; written at the end (and periodically by long runs).
+/// Totals; written once, at the end of the run (the agent folds them into its metrics every
+/// second instead).
 #[derive(Clone, Debug, Default, Serialize)]
 pub struct StatsRecord {
     /// Packet events received from the source.
