@@ -35,8 +35,7 @@ fn lab(tools: &[&str]) -> Option<Lab> {
         return None;
     }
     if let Some(missing) = tools.iter().find(|t| !have(t)) {
-        eprintln!("skipped: {missing} is not installed");
-        return None;
+        panic!("{missing} is not installed: `cargo xtask setup` installs it");
     }
     assert!(
         dnspath_bin().exists(),
@@ -623,6 +622,149 @@ fn files_that_are_not_captures_are_clear_errors() {
 /// The transactions of `tcpdump -i any` analysed offline are those dnspath traced live from
 /// the same traffic: same client, question, outcome, servers and legs; joined across DNAT by
 /// the fallback method offline, by conntrack live.
+/// What a person compares of transactions: who asked what, what came back, through which
+/// servers; sorted.
+fn transactions(recs: &[Value]) -> Vec<String> {
+    let key = |t: &Value| {
+        let legs = t["legs"].as_array().unwrap();
+        format!(
+            "{} {} {} {} {} | {}",
+            t["client"],
+            t["question"]["name"],
+            t["question"]["type"],
+            t["outcome"],
+            t["rcode"],
+            legs.iter()
+                .map(|l| format!(
+                    "{}→{}⇒{} parent {}",
+                    l["role"], l["server"], l["backend"], l["parent"]
+                ))
+                .collect::<Vec<_>>()
+                .join(", ")
+        )
+    };
+    let mut v: Vec<String> = recs
+        .iter()
+        .filter(|r| r["type"] == "transaction")
+        .map(key)
+        .collect();
+    v.sort();
+    v
+}
+
+/// `trace -w`: the pcapng holds every captured packet with its hop and comment; tshark,
+/// capinfos and editcap read it without complaint; `analyze` of it gives the live run's
+/// transactions; the file is private (0600).
+#[test]
+fn trace_w_writes_a_pcapng_that_wireshark_tools_and_analyze_read() {
+    let Some(lab) = lab(&["tshark", "capinfos", "editcap"]) else {
+        return;
+    };
+    let scratch = Scratch::new("trace-w");
+    let file = scratch.file("trace.pcapng");
+    let file_arg = file.to_string_lossy().into_owned();
+    let live = lab::tracer::Tracer::start(
+        &lab,
+        lab.node_ns(),
+        &[
+            "trace",
+            "-o",
+            "json",
+            "--view",
+            "transactions",
+            "-w",
+            &file_arg,
+        ],
+    )
+    .unwrap();
+    for name in ["www.lab.test.", "alias.lab.test.", "nxdomain.lab.test."] {
+        let _ = lab.dig(&["+time=2", "+tries=1", name, "A"]);
+    }
+    let _ = lab.dig(&["+tcp", "+time=2", "+tries=1", "www.lab.test.", "AAAA"]);
+    thread::sleep(Duration::from_millis(700));
+    let live = live.stop();
+    assert!(live.status.success(), "{}", live.stderr);
+    assert!(
+        live.stderr
+            .contains("packets and 0 drops to the pcapng file"),
+        "{}",
+        live.stderr
+    );
+    let live_recs = ndjson(&live.stdout);
+    let packets = stats(&live_recs)["packets"].as_u64().unwrap();
+    assert!(packets >= 12, "{packets}");
+    use std::os::unix::fs::PermissionsExt;
+    assert_eq!(
+        std::fs::metadata(&file).unwrap().permissions().mode() & 0o777,
+        0o600
+    );
+
+    let t = Command::new("tshark")
+        .args([
+            "-r",
+            &file_arg,
+            "-T",
+            "fields",
+            "-e",
+            "frame.comment",
+            "-e",
+            "frame.interface_name",
+        ])
+        .output()
+        .unwrap();
+    assert!(t.status.success(), "{}", String::from_utf8_lossy(&t.stderr));
+    // Any complaint about the file itself (not tshark's "running as root" notice).
+    let complaints: Vec<String> = String::from_utf8_lossy(&t.stderr)
+        .lines()
+        .filter(|l| !l.contains("Running as user \"root\""))
+        .map(str::to_string)
+        .collect();
+    assert!(complaints.is_empty(), "tshark warned: {complaints:#?}");
+    let lines: Vec<String> = String::from_utf8_lossy(&t.stdout)
+        .lines()
+        .map(str::to_string)
+        .collect();
+    assert_eq!(lines.len() as u64, packets, "one frame per captured packet");
+    for l in &lines {
+        let (comment, iface) = l.split_once('\t').unwrap_or((l, ""));
+        assert!(comment.starts_with("dnspath hop="), "{l}");
+        assert!(
+            iface.contains('/') && comment.contains(&format!("hop={iface} ")),
+            "{l}"
+        );
+    }
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.contains("dns=[") && l.contains("www.lab.test.")),
+        "{lines:#?}"
+    );
+    let c = Command::new("capinfos").arg(&file_arg).output().unwrap();
+    assert!(c.status.success() && c.stderr.is_empty(), "{c:?}");
+    let split = scratch.file("split.pcapng");
+    let e = Command::new("editcap")
+        .args(["-c", "4", &file_arg, &split.to_string_lossy()])
+        .output()
+        .unwrap();
+    assert!(e.status.success() && e.stderr.is_empty(), "{e:?}");
+    let parts = std::fs::read_dir(&scratch.0)
+        .unwrap()
+        .filter(|f| {
+            f.as_ref()
+                .is_ok_and(|f| f.file_name().to_string_lossy().starts_with("split"))
+        })
+        .count();
+    assert_eq!(parts as u64, packets.div_ceil(4));
+
+    let offline = analyze(&file, &["--view", "transactions"]);
+    assert!(offline.out.status.success(), "{}", offline.stderr);
+    let (l, o) = (transactions(&live_recs), transactions(&offline.recs));
+    assert_eq!(l.len(), 4, "{l:#?}");
+    assert_eq!(l, o, "live and the -w file's transactions differ");
+    // Offline, each hop keeps its namespace.
+    assert_eq!(stats(&offline.recs)["packets"], packets);
+}
+
 #[test]
 fn offline_transactions_match_the_live_trace() {
     let Some(lab) = lab(&["tcpdump"]) else { return };
@@ -645,35 +787,7 @@ fn offline_transactions_match_the_live_trace() {
     let live_recs: Vec<Value> = ndjson(&live.stdout);
     let offline = analyze(&file, &["--view", "transactions"]);
     assert!(offline.out.status.success(), "{}", offline.stderr);
-    // What a person compares: who asked what, what came back, through which servers.
-    let key = |t: &Value| {
-        let legs = t["legs"].as_array().unwrap();
-        format!(
-            "{} {} {} {} {} | {}",
-            t["client"],
-            t["question"]["name"],
-            t["question"]["type"],
-            t["outcome"],
-            t["rcode"],
-            legs.iter()
-                .map(|l| format!(
-                    "{}→{}⇒{} parent {}",
-                    l["role"], l["server"], l["backend"], l["parent"]
-                ))
-                .collect::<Vec<_>>()
-                .join(", ")
-        )
-    };
-    let txs = |recs: &[Value]| {
-        let mut v: Vec<String> = recs
-            .iter()
-            .filter(|r| r["type"] == "transaction")
-            .map(key)
-            .collect();
-        v.sort();
-        v
-    };
-    let (l, o) = (txs(&live_recs), txs(&offline.recs));
+    let (l, o) = (transactions(&live_recs), transactions(&offline.recs));
     eprintln!("live:\n{}\noffline:\n{}", l.join("\n"), o.join("\n"));
     assert_eq!(l.len(), 3, "{l:#?}");
     assert_eq!(l, o);

@@ -104,6 +104,10 @@ impl AnalyzeReport {
         reason(s.link.link_truncated, "cut inside the link-layer header");
         reason(s.link.unsupported_link, "of an unsupported link type");
         reason(s.link.bad_block, "in unreadable pcapng blocks");
+        reason(
+            s.link.dnspath_drops,
+            "kernel drops recorded by dnspath trace -w (not hops)",
+        );
         let mut lines = vec![format!(
             "{name} ({}): {} packets read, {} decoded as DNS traffic, {} skipped{}",
             self.format,

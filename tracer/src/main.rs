@@ -151,6 +151,14 @@ struct TraceArgs {
     /// `dnspath trace --all-netns --until loop`).
     #[arg(long, value_enum, value_name = "EVENT")]
     until: Option<Until>,
+    /// Also write every captured packet (and every kernel drop) to this pcapng file, for
+    /// Wireshark/tshark and postmortems: one interface per `netns/ifname`, nanosecond
+    /// times, direction, and a comment per packet with the hop and what was decoded
+    /// (drops on interface `dnspath/drops`, with reason and location). Created 0600.
+    /// `-` writes it to standard output (the normal output then goes to stderr).
+    /// `dnspath analyze FILE` reads it back.
+    #[arg(short = 'w', long = "write", value_name = "FILE")]
+    write: Option<PathBuf>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -242,12 +250,19 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 count: a.count,
                 drops: !a.no_drops,
                 until_loop: a.until == Some(Until::Loop),
+                write: a.write.clone(),
             };
             let rt = tokio::runtime::Builder::new_current_thread()
                 .enable_all()
                 .build()?;
             let until_loop = opts.until_loop;
-            let out = Box::new(BufWriter::new(std::io::stdout()));
+            // `-w -` puts the pcapng on standard output; the records go to stderr then.
+            let out: Box<dyn std::io::Write + Send> =
+                if a.write.as_deref() == Some(std::path::Path::new("-")) {
+                    Box::new(BufWriter::new(std::io::stderr()))
+                } else {
+                    Box::new(BufWriter::new(std::io::stdout()))
+                };
             // Every way out of `run` has detached and removed the pinned maps by now.
             let summary = rt.block_on(trace::run(opts, out))?;
             // `dnspath trace | head` (`summary.output_closed`): the reader has what it
@@ -277,6 +292,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                     count: None,
                     drops: !a.no_drops,
                     until_loop: false,
+                    write: None,
                 },
                 listen: a.listen,
             };

@@ -40,13 +40,18 @@ impl Clock {
         }
     }
 
-    /// RFC 3339 wall-clock time, microseconds, UTC.
-    pub fn wall(&self, ts_ns: u64) -> String {
+    /// Unix-epoch nanoseconds of a timestamp on this clock.
+    pub fn epoch_ns(&self, ts_ns: u64) -> u64 {
         let epoch_ns = match self {
             Clock::Boot { offset_ns } => (i128::from(ts_ns) + offset_ns).max(0),
             Clock::Epoch => i128::from(ts_ns),
         };
-        let t = UNIX_EPOCH + Duration::from_nanos(u64::try_from(epoch_ns).unwrap_or(u64::MAX));
+        u64::try_from(epoch_ns).unwrap_or(u64::MAX)
+    }
+
+    /// RFC 3339 wall-clock time, microseconds, UTC.
+    pub fn wall(&self, ts_ns: u64) -> String {
+        let t = UNIX_EPOCH + Duration::from_nanos(self.epoch_ns(ts_ns));
         humantime::format_rfc3339_micros(t).to_string()
     }
 

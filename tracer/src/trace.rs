@@ -20,7 +20,7 @@ use crate::{
         kallsyms::Kallsyms,
         netns, KernelError, ProbeOptions, Probes,
     },
-    output::{self, record::StatsRecord, Format, Record, View},
+    output::{self, pcapng::PcapngSink, record::StatsRecord, Format, Record, View},
     pipeline::{Pipeline, PipelineConfig},
     source::live::LiveSource,
     time::Clock,
@@ -35,6 +35,8 @@ pub enum TraceError {
     NetnsPermission(String),
     #[error("output: {0}")]
     Io(#[from] std::io::Error),
+    #[error("-w {0}")]
+    Pcapng(String),
 }
 
 impl From<KernelError> for TraceError {
@@ -67,6 +69,85 @@ pub struct TraceOptions {
     pub drops: bool,
     /// Stop as soon as a forwarding loop is reported.
     pub until_loop: bool,
+    /// `-w FILE`: every captured packet and drop also into this pcapng file (`-` for
+    /// standard output).
+    pub write: Option<std::path::PathBuf>,
+}
+
+/// The `-w` file, created 0600 (packets are private).
+fn pcapng_sink(
+    path: &std::path::Path,
+    snaplen: u32,
+    clock: Clock,
+    names: crate::kernel::attach::SharedNames,
+) -> Result<PcapngSink<Box<dyn Write + Send>>, TraceError> {
+    let out: Box<dyn Write + Send> = if path.as_os_str() == "-" {
+        Box::new(std::io::BufWriter::new(std::io::stdout()))
+    } else {
+        use std::os::unix::fs::OpenOptionsExt;
+        let f = std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(0o600)
+            .open(path)
+            .map_err(|e| TraceError::Pcapng(format!("{}: {e}", path.display())))?;
+        Box::new(std::io::BufWriter::new(f))
+    };
+    // Headers (up to 60 + 8 bytes of IPv6 and UDP, or 60 of TCP) plus the DNS snaplen.
+    PcapngSink::new(out, clock, snaplen.saturating_add(128), names)
+        .map_err(|e| TraceError::Pcapng(format!("{}: {e}", path.display())))
+}
+
+/// Pushes `events` through the pipeline; with a `-w` file, each packet and drop also goes
+/// there, with what the decoder made of it.
+fn push_events(
+    events: &mut Vec<SourceEvent>,
+    pipeline: &mut Pipeline,
+    records: &mut Vec<Record>,
+    pcap: &mut Option<PcapngSink<Box<dyn Write + Send>>>,
+) {
+    let Some(w) = pcap.as_mut() else {
+        for ev in events.drain(..) {
+            pipeline.push(ev, records);
+        }
+        return;
+    };
+    for ev in events.drain(..) {
+        let from = records.len();
+        match ev {
+            SourceEvent::Packet(p) => {
+                pipeline.push(SourceEvent::Packet(p.clone()), records);
+                let made: Vec<&output::record::PacketRecord> = records
+                    .get(from..)
+                    .unwrap_or_default()
+                    .iter()
+                    .filter_map(|r| match r {
+                        Record::Packet(pr) => Some(pr),
+                        _ => None,
+                    })
+                    .collect();
+                w.packet(&p, &made);
+            }
+            SourceEvent::Drop(d) => {
+                pipeline.push(SourceEvent::Drop(d.clone()), records);
+                // Drops in namespaces not traced make no record and stay out of the file.
+                if let Some(r) =
+                    records
+                        .get(from..)
+                        .unwrap_or_default()
+                        .iter()
+                        .find_map(|r| match r {
+                            Record::Drop(dr) => Some(dr),
+                            _ => None,
+                        })
+                {
+                    w.drop(&d, r);
+                }
+            }
+            ev => pipeline.push(ev, records),
+        }
+    }
 }
 
 /// How a trace ended.
@@ -218,6 +299,11 @@ pub async fn run_live(
         }
     );
 
+    let clock = Clock::boot();
+    let mut pcap = match &opts.write {
+        Some(path) => Some(pcapng_sink(path, opts.snaplen, clock, Arc::clone(&names))?),
+        None => None,
+    };
     sink.started(&setup, crate::time::boottime_ns());
     let stop = Arc::new(AtomicBool::new(false));
     let watcher = attacher.spawn(Arc::clone(&stop));
@@ -230,7 +316,6 @@ pub async fn run_live(
     };
     drop(ct_tx);
 
-    let clock = Clock::boot();
     let mut decoder = Decoder::new(clock, names, Kallsyms::load(), reasons);
     decoder.set_confirm_hook(confirm_hook);
     let mut pipeline = Pipeline::new(
@@ -291,9 +376,7 @@ pub async fn run_live(
         while let Ok(ev) = ct_rx.try_recv() {
             pipeline.push(ev, &mut records);
         }
-        for ev in events.drain(..) {
-            pipeline.push(ev, &mut records);
-        }
+        push_events(&mut events, &mut pipeline, &mut records, &mut pcap);
         pipeline.tick(clock.now_ns(), &mut records);
         // The whole batch is written even when it ends the run: what it holds was decided
         // before the stop.
@@ -354,11 +437,20 @@ pub async fn run_live(
         while let Ok(ev) = ct_rx.try_recv() {
             pipeline.push(ev, &mut records);
         }
-        for ev in events.drain(..) {
-            pipeline.push(ev, &mut records);
-        }
+        push_events(&mut events, &mut pipeline, &mut records, &mut pcap);
     }
     pipeline.finish(clock.now_ns(), &mut records);
+    if let Some(w) = pcap.as_mut() {
+        w.flush();
+        let (p, d) = w.written();
+        match w.failed() {
+            None => eprintln!("dnspath: wrote {p} packets and {d} drops to the pcapng file"),
+            Some(why) => eprintln!(
+                "dnspath: the pcapng file stopped after {p} packets and {d} drops: {}",
+                output::escape(why)
+            ),
+        }
+    }
     let end = sink.batch(&mut records, clock.now_ns());
     let loop_found = sink.loop_found();
     refresh_counters(&mut pipeline);
@@ -569,6 +661,7 @@ mod tests {
             count,
             drops: true,
             until_loop,
+            write: None,
         }
     }
 

@@ -313,20 +313,7 @@ impl Decoder {
     }
 
     fn place(&self, netns: u64, ifindex: u32) -> (String, String) {
-        let Ok(names) = self.names.read() else {
-            return (format!("{netns:#x}"), format!("if{ifindex}"));
-        };
-        let ns = names
-            .netns(netns)
-            .map(str::to_string)
-            .unwrap_or_else(|| format!("netns:{netns:#x}"));
-        // ifindex 0: a drop without a device (live), or a file's first interface.
-        let ifname = match names.iface(netns, ifindex) {
-            Some(n) => n.to_string(),
-            None if ifindex == 0 => String::new(),
-            None => format!("if{ifindex}"),
-        };
-        (ns, ifname)
+        crate::kernel::attach::place(&self.names, netns, ifindex)
     }
 
     pub fn on_event(&mut self, ev: SourceEvent, out: &mut Vec<Record>) {

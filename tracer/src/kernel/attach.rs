@@ -62,6 +62,25 @@ impl Names {
 
 pub type SharedNames = Arc<RwLock<Names>>;
 
+/// How records name where something was seen: (namespace, interface), with stand-ins for
+/// what is not (yet) known: `netns:0x…`, `ifN`, and no name for ifindex 0 (a drop without a
+/// device, or a file's first interface).
+pub fn place(names: &SharedNames, netns: u64, ifindex: u32) -> (String, String) {
+    let Ok(names) = names.read() else {
+        return (format!("{netns:#x}"), format!("if{ifindex}"));
+    };
+    let ns = names
+        .netns(netns)
+        .map(str::to_string)
+        .unwrap_or_else(|| format!("netns:{netns:#x}"));
+    let ifname = match names.iface(netns, ifindex) {
+        Some(n) => n.to_string(),
+        None if ifindex == 0 => String::new(),
+        None => format!("if{ifindex}"),
+    };
+    (ns, ifname)
+}
+
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 struct AttachKey {
     netns: NetnsId,

@@ -1,4 +1,5 @@
 //! Sinks: terminal text and NDJSON.
+pub mod pcapng;
 pub mod record;
 pub mod text;
 

@@ -9,6 +9,7 @@
 //! tags, raw IP (101, 228, 229, and 12/14 as some systems wrote DLT_RAW), Linux cooked
 //! SLL (113) and SLL2 (276, what `tcpdump -i any` writes), BSD NULL (0) and LOOP (108).
 use std::{
+    collections::{HashMap, HashSet},
     fmt,
     fs::File,
     io::{self, Read},
@@ -132,6 +133,9 @@ pub struct LinkSkips {
     pub bad_block: u64,
     /// Left out by the caller's filter (see [`FileSource::next_packet`]).
     pub filtered: u64,
+    /// Kernel drops in a file dnspath wrote (`trace -w`: interface `dnspath/drops`): the
+    /// dropped packets, which were no hop; not decoded as packets.
+    pub dnspath_drops: u64,
 }
 
 impl LinkSkips {
@@ -276,6 +280,12 @@ pub struct FileSource<R> {
     repaired: u64,
     first_repaired: Option<String>,
     done: bool,
+    /// Namespaces of a dnspath-written file, by name → the id its packets get.
+    netns_ids: HashMap<String, u64>,
+    /// Interface → namespace id (interfaces not listed: [`FILE_NETNS`]).
+    iface_netns: HashMap<u32, u64>,
+    /// Interfaces holding kernel drops in a dnspath-written file.
+    drops_ifaces: HashSet<u32>,
 }
 
 impl FileSource<Box<dyn Read + Send>> {
@@ -402,6 +412,9 @@ impl<R: Read> FileSource<R> {
             repaired: 0,
             first_repaired: None,
             done: false,
+            netns_ids: HashMap::new(),
+            iface_netns: HashMap::new(),
+            drops_ifaces: HashSet::new(),
         };
         src.progress.records = 1;
         src.progress.bytes = src.input.offset();
@@ -444,9 +457,25 @@ impl<R: Read> FileSource<R> {
         (self.repaired, self.first_repaired.as_deref())
     }
 
-    fn learn(&self, ifindex: u32, ifname: &str) {
+    /// Names interface `ifindex`. In a file dnspath wrote (`trace -w`), interfaces are named
+    /// `netns/ifname` (Linux interface names cannot hold `/`): each namespace then gets an id
+    /// of its own, so hops keep the namespaces they were seen in.
+    fn learn(&mut self, ifindex: u32, ifname: &str) {
+        if ifname == crate::output::pcapng::DROPS_IFNAME {
+            self.drops_ifaces.insert(ifindex);
+            return;
+        }
+        let (cookie, ns, ifname) = match ifname.split_once('/') {
+            Some((ns, name)) if !ns.is_empty() && !name.is_empty() => {
+                let next = u64::try_from(self.netns_ids.len()).unwrap_or(u64::MAX) + 1;
+                let cookie = *self.netns_ids.entry(ns.to_string()).or_insert(next);
+                (cookie, ns, name)
+            }
+            _ => (FILE_NETNS, self.netns_name.as_str(), ifname),
+        };
+        self.iface_netns.insert(ifindex, cookie);
         if let Ok(mut names) = self.names.write() {
-            names.learn(FILE_NETNS, &self.netns_name, ifindex, ifname);
+            names.learn(cookie, ns, ifindex, ifname);
         }
     }
 
@@ -500,6 +529,10 @@ impl<R: Read> FileSource<R> {
                 self.skips.link_truncated += 1;
                 continue;
             };
+            if self.drops_ifaces.contains(&frame.iface) {
+                self.skips.dnspath_drops += 1;
+                continue;
+            }
             if !keep(ip) {
                 self.skips.filtered += 1;
                 continue;
@@ -508,7 +541,11 @@ impl<R: Read> FileSource<R> {
                 ts_ns: frame.ts_ns,
                 cpu: None,
                 at: ObservationPoint {
-                    netns: FILE_NETNS,
+                    netns: self
+                        .iface_netns
+                        .get(&frame.iface)
+                        .copied()
+                        .unwrap_or(FILE_NETNS),
                     ifindex: sll2_ifindex.unwrap_or(frame.iface),
                     dir: frame.dir.or(link_dir).unwrap_or(Direction::Unknown),
                 },
