@@ -9,7 +9,9 @@ use std::{
 use crate::{
     correlate::{DropObservation, Observation, Observed},
     decode::{
-        dns, parse_ip,
+        dns,
+        frag::{FragLimits, FragmentLoss, Pushed, Reassembler},
+        parse_ip,
         tcp::{FlowKey, TcpLimits, TcpOutput, TcpReassembler},
         Transport,
     },
@@ -17,7 +19,9 @@ use crate::{
         CapturedPacket, CtSnapshot, KernelCounters, KernelDrop, ObservationPoint, SourceEvent,
     },
     kernel::{attach::SharedNames, kallsyms::Kallsyms},
-    output::record::{CtEndpoints, CtRecord, DropRecord, PacketRecord, Record, StatsRecord},
+    output::record::{
+        CtEndpoints, CtRecord, DropRecord, FragmentLossRecord, PacketRecord, Record, StatsRecord,
+    },
 };
 
 /// Turns a source's timestamps into wall-clock time.
@@ -144,6 +148,10 @@ pub struct Decoder {
     reasons: HashMap<u32, String>,
     confirm_hook: bool,
     tcp: TcpReassembler,
+    /// IP fragments, per hop (decode/frag.rs).
+    frag: Reassembler,
+    /// Latest capture time seen: the reassembler's clock.
+    now_ns: u64,
     stats: StatsRecord,
     kernel: Option<KernelCounters>,
     tcp_out: Vec<TcpOutput>,
@@ -269,6 +277,8 @@ impl Decoder {
             kallsyms,
             reasons,
             tcp: TcpReassembler::new(TcpLimits::default()),
+            frag: Reassembler::new(FragLimits::default()),
+            now_ns: 0,
             stats: StatsRecord::default(),
             kernel: None,
             tcp_out: Vec::new(),
@@ -411,8 +421,42 @@ impl Decoder {
         }
     }
 
+    /// Datagrams whose fragments never all came, as records.
+    fn fragment_losses(&self, losses: Vec<FragmentLoss>, out: &mut Vec<Record>) {
+        for l in losses {
+            let (netns, ifname) = self.place(l.key.at.netns, l.key.at.ifindex);
+            let time = self.clock.wall(l.last_ts_ns);
+            out.push(Record::FragmentLoss(FragmentLossRecord::new(
+                &l, netns, ifname, time,
+            )));
+        }
+    }
+
+    /// The clock moved on without packets (live): datagrams past their reassembly timeout
+    /// are reported.
+    pub fn tick(&mut self, now_ns: u64, out: &mut Vec<Record>) {
+        self.now_ns = self.now_ns.max(now_ns);
+        let mut losses = Vec::new();
+        self.frag.expire(self.now_ns, &mut losses);
+        self.fragment_losses(losses, out);
+    }
+
+    /// The input ended (end of file, or the trace stopped): datagrams still missing
+    /// fragments are reported.
+    pub fn finish(&mut self, out: &mut Vec<Record>) {
+        let mut losses = Vec::new();
+        self.frag.finish(&mut losses);
+        self.fragment_losses(losses, out);
+    }
+
     fn on_packet(&mut self, p: CapturedPacket, out: &mut Vec<Record>) {
         self.stats.packets += 1;
+        self.tick(p.ts_ns, out);
+        let (p, rejected) = match self.frag.push(p) {
+            Pushed::Unfragmented(p) | Pushed::Complete(p) => (p, None),
+            Pushed::Held => return,
+            Pushed::Rejected(p, e) => (p, Some(e)),
+        };
         let (netns, ifname) = self.place(p.at.netns, p.at.ifindex);
         let clock = self.clock;
         let base = |proto: &'static str, src: String, dst: String| PacketRecord {
@@ -434,12 +478,20 @@ impl Decoder {
             malformed: None,
             capture_truncated: false,
         };
-        let ip = match parse_ip(&p.data) {
-            Ok(ip) => ip,
-            Err(e) => {
+        let ip = match (parse_ip(&p.data), rejected) {
+            (Ok(ip), None) => ip,
+            (ip, rejected) => {
                 self.stats.malformed += 1;
-                let mut r = base("ip", String::new(), String::new());
-                r.malformed = Some(format!("IP: {e}"));
+                let (src, dst) = ip
+                    .as_ref()
+                    .map(|ip| (ip.src.to_string(), ip.dst.to_string()))
+                    .unwrap_or_default();
+                let mut r = base("ip", src, dst);
+                r.malformed = Some(match (ip, rejected) {
+                    (_, Some(e)) => e.to_string(),
+                    (Err(e), None) => format!("IP: {e}"),
+                    (Ok(_), None) => String::new(),
+                });
                 out.push(Record::Packet(r));
                 return;
             }
@@ -686,6 +738,13 @@ impl Decoder {
         let t = self.tcp.stats();
         s.tcp_flows_evicted = t.flows_evicted;
         s.tcp_bytes_dropped = t.bytes_dropped;
+        let f = self.frag.stats();
+        s.fragments_merged = f.merged;
+        s.fragments_incomplete = f.incomplete;
+        s.fragments_pending = f.pending;
+        s.datagrams_reassembled = f.datagrams_reassembled;
+        s.datagrams_lost = f.datagrams_lost;
+        s.datagrams_evicted = f.datagrams_evicted;
         if let Some(k) = self.kernel {
             s.lost += k.packets_lost_ringbuf + k.packets_lost_copy;
             s.drops_lost = k.drops_lost_ringbuf + k.drops_read_failed;

@@ -220,6 +220,7 @@ pub async fn run(
         for ev in events.drain(..) {
             decoder.on_event(ev, &mut records);
         }
+        decoder.tick(clock.now_ns(), &mut records);
         if let Some(c) = correlator.as_mut() {
             hand_over(&mut decoder, c, &ct_rx);
             c.tick(clock.now_ns(), &mut records);
@@ -277,6 +278,7 @@ pub async fn run(
             decoder.on_event(ev, &mut records);
         }
     }
+    decoder.finish(&mut records);
     if let Some(c) = correlator.as_mut() {
         hand_over(&mut decoder, c, &ct_rx);
         c.flush(clock.now_ns(), &mut records);
@@ -634,6 +636,7 @@ mod tests {
                 Record::Transaction(t) => format!("transaction {}", t.id),
                 Record::Loop(l) => format!("loop {:?}", l.state),
                 Record::Race(_) => "race".into(),
+                Record::FragmentLoss(f) => format!("fragment_loss {}", f.ts_ns),
                 Record::Stats(_) => "stats".into(),
             })
             .collect()
