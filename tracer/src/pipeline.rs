@@ -422,13 +422,35 @@ impl Decoder {
     }
 
     /// Datagrams whose fragments never all came, as records.
-    fn fragment_losses(&self, losses: Vec<FragmentLoss>, out: &mut Vec<Record>) {
+    /// Datagrams whose fragments never all came, as records; a DNS message among them is
+    /// also a drop of that message for the correlate stage (its transaction did not get it).
+    fn fragment_losses(&mut self, losses: Vec<FragmentLoss>, out: &mut Vec<Record>) {
         for l in losses {
             let (netns, ifname) = self.place(l.key.at.netns, l.key.at.ifindex);
             let time = self.clock.wall(l.last_ts_ns);
-            out.push(Record::FragmentLoss(FragmentLossRecord::new(
-                &l, netns, ifname, time,
-            )));
+            let r = FragmentLossRecord::new(&l, netns, ifname, time);
+            if let (Some(obs), Some((sport, dport)), Some(msg)) =
+                (self.observed.as_mut(), l.ports, l.dns.as_ref())
+            {
+                obs.push(Observed::Drop(DropObservation {
+                    ts_ns: l.last_ts_ns,
+                    cpu: 0,
+                    netns_cookie: l.key.at.netns,
+                    netns: r.netns.clone(),
+                    ifname: r.ifname.clone(),
+                    reason: crate::correlate::FRAGMENT_LOSS.to_string(),
+                    location: r.what_missing(),
+                    function: String::new(),
+                    benign: false,
+                    proto: l.key.proto,
+                    src: SocketAddr::new(l.key.src, sport),
+                    dst: SocketAddr::new(l.key.dst, dport),
+                    ct: None,
+                    confirm_failed: None,
+                    msg: Some(msg.clone()),
+                }));
+            }
+            out.push(Record::FragmentLoss(r));
         }
     }
 
@@ -653,7 +675,12 @@ impl Decoder {
                     r.proto = "udp";
                     r.src = SocketAddr::new(ip.src, sport).to_string();
                     r.dst = SocketAddr::new(ip.dst, dport).to_string();
-                    let cut = cut_by_capture(d.orig_len, d.data.len(), ip.missing, payload.len());
+                    // The first fragment of a datagram holds the start of the message.
+                    let cut = cut_by_capture(d.orig_len, d.data.len(), ip.missing, payload.len())
+                        .or_else(|| {
+                            crate::decode::frag::parse_fragment(&d.data)
+                                .map(|_| payload.len().saturating_add(ip.missing))
+                        });
                     match decode_message(payload, cut) {
                         Decoded::Whole(m) => r.dns = Some(m),
                         Decoded::Cut(m) => {
@@ -692,7 +719,11 @@ impl Decoder {
                         }
                     }
                 }
-                Transport::Other { .. } => {}
+                // Other protocols, later IP fragments (no ports): the addresses.
+                Transport::Other { .. } => {
+                    r.src = ip.src.to_string();
+                    r.dst = ip.dst.to_string();
+                }
             },
             Err(e) => r.malformed = Some(format!("IP: {e}")),
         }

@@ -302,9 +302,44 @@ struct Leg {
     cut_short: bool,
 }
 
+/// `reason` of a drop observation that is a datagram whose IP fragments never all reached a
+/// hop (decode/frag.rs), not a kernel drop.
+pub const FRAGMENT_LOSS: &str = "FRAGMENT_LOSS";
+
+/// How long after a response was seen on the way a root leg waits for it at its client's
+/// interface before it is reported: a fragmented answer missing a fragment there is known
+/// only after the reassembly timeout (2 s).
+const ANSWER_GRACE_NS: u64 = 2_500_000_000;
+
 impl Leg {
     fn closed(&self) -> bool {
         self.response.is_some() || self.timed_out || self.cut_short
+    }
+
+    /// The response was seen at the interface where the client's query was.
+    fn reached_client(&self) -> bool {
+        self.hops
+            .iter()
+            .any(|h| h.qr && same_iface(h.at, self.client_point))
+    }
+
+    /// The response was seen on the way but dropped (or lost fragments) before it reached
+    /// the client: the client did not get it.
+    fn answer_lost(&self) -> bool {
+        self.response.is_some()
+            && self.drop.as_ref().is_some_and(|d| d.response)
+            && !self.reached_client()
+    }
+
+    /// A root leg whose response has not reached the client yet: until when to wait for it
+    /// (or for news of its loss).
+    fn awaiting_answer_until(&self) -> Option<u64> {
+        match &self.response {
+            Some(r) if self.parent.is_none() && self.drop.is_none() && !self.reached_client() => {
+                Some(r.ts_ns + ANSWER_GRACE_NS)
+            }
+            _ => None,
+        }
     }
 }
 
@@ -1305,6 +1340,9 @@ impl Correlator {
         if let Some(r) = last_root.filter(|r| r.response.is_none()) {
             next = next.max(r.first_ts + self.cfg.timeout_ns + self.cfg.retry_grace_ns);
         }
+        if let Some(until) = last_root.and_then(Leg::awaiting_answer_until) {
+            next = next.max(until);
+        }
         next.max(now + 1)
     }
 
@@ -1323,6 +1361,13 @@ impl Correlator {
             })
         });
         if waiting_for_counters {
+            return false;
+        }
+        if legs
+            .iter()
+            .filter_map(|l| l.awaiting_answer_until())
+            .any(|until| now < until)
+        {
             return false;
         }
         // The last root attempt timed out: its retry may still come.
@@ -1365,6 +1410,7 @@ impl Correlator {
                         .min()
                 };
                 let outcome = match (&l.response, &l.drop) {
+                    _ if l.answer_lost() => "dropped",
                     (Some(r), _) if r.tc => "truncated",
                     (Some(_), _) => "answered",
                     (None, Some(_)) => "dropped",
@@ -1456,7 +1502,7 @@ impl Correlator {
         };
         let dropped = legs.iter().find_map(|l| l.drop.as_ref());
         let (outcome, summary) = match (&final_root.response, latency) {
-            (Some(r), Some(lat)) => {
+            (Some(r), Some(lat)) if !final_root.answer_lost() => {
                 let answers = match r.answers.len() {
                     0 => String::new(),
                     1..=3 => format!(" {}", r.answers.join(", ")),
@@ -1492,7 +1538,22 @@ impl Correlator {
                 };
                 ("answered", how)
             }
-            _ => match dropped {
+            _ => match final_root
+                .drop
+                .as_ref()
+                .filter(|d| d.reason == FRAGMENT_LOSS)
+                .or(dropped)
+            {
+                Some(d) if d.reason == FRAGMENT_LOSS => (
+                    "dropped",
+                    format!(
+                        "answer lost on the way: {} at {}/{}, unanswered{}",
+                        d.location,
+                        d.netns,
+                        d.ifname,
+                        if retried { ", retried" } else { "" }
+                    ),
+                ),
                 Some(d) => (
                     "dropped",
                     format!(

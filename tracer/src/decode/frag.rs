@@ -1101,7 +1101,13 @@ mod tests {
         assert_eq!(json["missing"][0]["start"], 1480);
         obs.clear();
         d.take_observed(&mut obs);
-        assert!(obs.is_empty(), "a partial answer answers nothing: {obs:?}");
+        // A partial answer answers nothing: the correlate stage hears of its loss only.
+        let [crate::correlate::Observed::Drop(loss)] = &obs[..] else {
+            panic!("{obs:?}")
+        };
+        assert_eq!(loss.reason, crate::correlate::FRAGMENT_LOSS);
+        assert_eq!(loss.location, "fragment 2 of 3 never seen");
+        assert_eq!(loss.msg.as_ref().map(|m| (m.id, m.qr)), Some((4660, true)));
 
         let s = d.stats();
         assert_eq!((s.packets, s.decoded, s.malformed), (5, 1, 0));

@@ -218,6 +218,30 @@ pub struct MissingRange {
 }
 
 impl FragmentLossRecord {
+    /// What never came, in a few words: `fragment 2 of 3 never seen`, or byte ranges.
+    pub fn what_missing(&self) -> String {
+        match (self.fragments, &self.missing_fragments) {
+            (Some(n), Some(m)) => format!(
+                "fragment {} of {n} never seen",
+                m.iter()
+                    .map(ToString::to_string)
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+            _ => format!(
+                "bytes {} never seen",
+                self.missing
+                    .iter()
+                    .map(|r| match r.end {
+                        Some(e) => format!("{}-{e}", r.start),
+                        None => format!("{}-end", r.start),
+                    })
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+        }
+    }
+
     pub fn new(
         l: &crate::decode::frag::FragmentLoss,
         netns: String,
