@@ -219,7 +219,8 @@ pub fn ndjson(stdout: &str) -> Vec<serde_json::Value> {
 
 /// The accounting docs/output.md promises (`stats`): every packet that reached userspace is
 /// counted once — decoded, cut by the capture, malformed, TCP control or data (whose bytes end
-/// in messages), other, or summarised — and, live, the kernel matched no fewer packets than
+/// in messages), an IP fragment merged into a datagram or of one that never completed, other,
+/// or summarised — and, live, the kernel matched no fewer packets than
 /// were read or lost.
 pub fn assert_accounted(stats: &serde_json::Value) {
     let n = |k: &str| {
@@ -231,7 +232,10 @@ pub fn assert_accounted(stats: &serde_json::Value) {
         + n("tcp_control")
         + n("tcp_data")
         + n("other")
-        + n("summarised");
+        + n("summarised")
+        + n("fragments_merged")
+        + n("fragments_incomplete")
+        + n("fragments_pending");
     assert_eq!(
         n("packets"),
         per_packet,

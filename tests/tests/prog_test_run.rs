@@ -144,11 +144,18 @@ fn ext_opts(kind: u8) -> Vec<u8> {
     vec![kind, 0, 1, 4, 0, 0, 0, 0]
 }
 
-/// A fragment header (44) at fragment `offset` (8-octet units), more-fragments set.
+/// A fragment header (44) at fragment `offset` (8-octet units), more-fragments set,
+/// identification 0x1234.
 fn ext_frag(offset: u16) -> Vec<u8> {
+    ext_frag_id(offset, 0x1234)
+}
+
+fn ext_frag_id(offset: u16, id: u32) -> Vec<u8> {
     let o = (offset << 3) | 1;
     let b = o.to_be_bytes();
-    vec![44, 0, b[0], b[1], 0, 0, 0x12, 0x34]
+    let mut h = vec![44, 0, b[0], b[1]];
+    h.extend_from_slice(&id.to_be_bytes());
+    h
 }
 
 /// Ethernet with `tags` (TPID, VID) pairs, then `ethertype` and `payload`.
@@ -230,19 +237,65 @@ fn ipv6_extension_headers_are_followed() {
         let (ev, _) = rig.run(ETH_INGRESS, &eth(&[], 0x86dd, &ip));
         assert_eq!(one_packet(&ev).data, ip, "chain of {}", chain.len());
     }
-    // A non-first fragment carries no ports: not captured by the port match.
-    let ip = ipv6(&[ext_frag(100)], 17, &l4);
+    // A non-first fragment carries no ports: not captured unless its datagram's first
+    // fragment was on a watched port.
+    let ip = ipv6(&[ext_frag_id(100, 0xfeed_0001)], 17, &l4);
     let (ev, _) = rig.run(ETH_INGRESS, &eth(&[], 0x86dd, &ip));
     assert!(ev.is_empty(), "{ev:?}");
 }
 
+/// A later fragment whose first fragment (same addresses, id, protocol) was on a watched
+/// port is captured from its IP header on, its data counted against the snaplen; one of
+/// another datagram (other id) is not.
 #[test]
-fn ipv4_non_first_fragment_is_not_matched() {
+fn later_fragments_of_watched_datagrams_are_captured() {
     let Some(mut rig) = rig() else { return };
-    let ip = ipv4(17, 0, 100, &udp(40000, 53, &dns_query(0)));
-    let (ev, grew) = rig.run(ETH_INGRESS, &eth(&[], 0x0800, &ip));
+    // IPv4: MF set, offset 0 (first), then offset 100 (later) with the same id 0x3344.
+    let first = ipv4(17, 0, 0x2000, &udp(53, 40000, &dns_query(40)));
+    let later = ipv4(17, 0, 100, &[0xcd; 60]);
+    let (ev, _) = rig.run(ETH_INGRESS, &eth(&[], 0x0800, &first));
+    assert_eq!(one_packet(&ev).data, first);
+    let (ev, grew) = rig.run(ETH_EGRESS, &eth(&[], 0x0800, &later));
+    assert_eq!(
+        one_packet(&ev).data,
+        later,
+        "later IPv4 fragment copied whole"
+    );
+    assert_eq!(grew[counter::PACKETS_MATCHED as usize], 1);
+    let long = ipv4(17, 0, 200, &[0xcd; 300]);
+    let (ev, _) = rig.run(ETH_EGRESS, &eth(&[], 0x0800, &long));
+    assert_eq!(one_packet(&ev).data.len(), 20 + SNAPLEN as usize, "snaplen");
+    let mut other = later.clone();
+    other[4..6].copy_from_slice(&[0x99, 0x99]);
+    let (ev, grew) = rig.run(ETH_EGRESS, &eth(&[], 0x0800, &other));
     assert!(ev.is_empty(), "{ev:?}");
     assert_eq!(grew[counter::PACKETS_MATCHED as usize], 0);
+    // A first fragment on an unwatched port does not make its datagram watched.
+    let first = ipv4(17, 0, 0x2000, &udp(5000, 6000, &dns_query(40)));
+    let mut later = ipv4(17, 0, 100, &[0xcd; 60]);
+    later[4..6].copy_from_slice(&[0x77, 0x77]);
+    let mut first_other = first.clone();
+    first_other[4..6].copy_from_slice(&[0x77, 0x77]);
+    let (ev, _) = rig.run(ETH_INGRESS, &eth(&[], 0x0800, &first_other));
+    assert!(ev.is_empty(), "{ev:?}");
+    let (ev, _) = rig.run(ETH_INGRESS, &eth(&[], 0x0800, &later));
+    assert!(ev.is_empty(), "{ev:?}");
+
+    // IPv6: the Fragment header's 32-bit id.
+    let l4 = udp(53, 40000, &dns_query(40));
+    let first = ipv6(&[ext_frag_id(0, 0xabcd_0002)], 17, &l4);
+    let later = ipv6(&[ext_frag_id(20, 0xabcd_0002)], 17, &[0xef; 48]);
+    let (ev, _) = rig.run(ETH_EGRESS, &eth(&[], 0x86dd, &first));
+    assert_eq!(one_packet(&ev).at.dir, Direction::Egress);
+    let (ev, _) = rig.run(ETH_INGRESS, &eth(&[], 0x86dd, &later));
+    assert_eq!(
+        one_packet(&ev).data,
+        later,
+        "later IPv6 fragment copied whole"
+    );
+    let other = ipv6(&[ext_frag_id(20, 0xabcd_0003)], 17, &[0xef; 48]);
+    let (ev, _) = rig.run(ETH_INGRESS, &eth(&[], 0x86dd, &other));
+    assert!(ev.is_empty(), "{ev:?}");
 }
 
 #[test]

@@ -38,6 +38,30 @@ pub const L3_IPV6: u8 = 6;
 pub const IPPROTO_TCP: u8 = 6;
 pub const IPPROTO_UDP: u8 = 17;
 
+/// Largest number of IP fragment keys the kernel remembers (the `FRAGS` LRU hash map).
+pub const MAX_FRAG_KEYS: u32 = 4096;
+/// How long a remembered fragment key stays valid: later fragments of a datagram follow its
+/// first within microseconds; an older entry belongs to a datagram long gone, whose IP id
+/// may be reused.
+pub const FRAG_KEY_LIFETIME_NS: u64 = 2_000_000_000;
+
+/// One fragmented IP datagram: what its non-first fragments share with its first one, which
+/// alone carries the ports (RFC 791 §3.2; RFC 8200 §4.5). IPv4 addresses use the first 4
+/// bytes of `src`/`dst`, the rest zero; `id` is the IPv4 16-bit Identification or the IPv6
+/// Fragment header's 32-bit Identification.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct FragKey {
+    pub src: [u8; 16],
+    pub dst: [u8; 16],
+    pub id: u32,
+    /// Protocol of the fragmented payload (`IPPROTO_UDP`, …).
+    pub proto: u8,
+    /// [`L3_IPV4`] or [`L3_IPV6`]
+    pub l3: u8,
+    pub _pad: u16,
+}
+
 /// Indexes of the per-CPU `COUNTERS` array.
 pub mod counter {
     /// Packets on a watched port that a TC program tried to report.
@@ -227,6 +251,7 @@ mod pod {
     unsafe impl aya::Pod for super::CaptureConfig {}
     unsafe impl aya::Pod for super::KernelOffsets {}
     unsafe impl aya::Pod for super::CtTuple {}
+    unsafe impl aya::Pod for super::FragKey {}
 }
 
 #[cfg(test)]
@@ -247,5 +272,6 @@ mod tests {
         assert_eq!(size_of::<PacketEvent>() % align_of::<PacketEvent>(), 0);
         assert_eq!(size_of::<DropEvent>(), 144 + MAX_DROP_DATA);
         assert_eq!(size_of::<KernelOffsets>(), 19 * 4);
+        assert_eq!(size_of::<FragKey>(), 16 + 16 + 4 + 1 + 1 + 2);
     }
 }

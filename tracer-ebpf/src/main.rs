@@ -24,9 +24,10 @@ use aya_ebpf::{
 };
 use packet::PacketRead as _;
 use tracer_common::{
-    counter, CaptureConfig, CtTuple, DropEvent, KernelOffsets, PacketEvent, PacketHeader,
-    DIR_EGRESS, DIR_INGRESS, DROP_DATA_MASK, EVENT_DROP, EVENT_PACKET, IPPROTO_TCP, MAX_DROP_DATA,
-    MAX_PACKET_DATA, MAX_SNAPLEN, PACKET_DATA_MASK, PACKET_HEADER_LEN,
+    counter, CaptureConfig, CtTuple, DropEvent, FragKey, KernelOffsets, PacketEvent, PacketHeader,
+    DIR_EGRESS, DIR_INGRESS, DROP_DATA_MASK, EVENT_DROP, EVENT_PACKET, FRAG_KEY_LIFETIME_NS,
+    IPPROTO_TCP, MAX_DROP_DATA, MAX_FRAG_KEYS, MAX_PACKET_DATA, MAX_SNAPLEN, PACKET_DATA_MASK,
+    PACKET_HEADER_LEN,
 };
 
 mod packet;
@@ -54,6 +55,14 @@ static CONFIRM_SKB: PerCpuArray<u64> = PerCpuArray::with_max_entries(1, 0);
 /// skbs whose conntrack confirm returned `NF_DROP` → when; the drop program consumes them.
 #[map]
 static CONFIRM_FAILED: LruHashMap<u64, u64> = LruHashMap::with_max_entries(1024, 0);
+
+/// Fragmented datagrams on a watched port → when their first fragment was seen (boot ns).
+/// Later fragments carry no ports: they are captured (and their drops reported) when their
+/// key is here and fresh. Shared by every instance, so a datagram whose first fragment was
+/// seen at one hop is followed at the next. A later fragment that arrives before the first
+/// is not captured (userspace then reports that fragment as never seen).
+#[map]
+static FRAGS: LruHashMap<FragKey, u64> = LruHashMap::with_max_entries(MAX_FRAG_KEYS, 0);
 
 #[map]
 static COUNTERS: PerCpuArray<u64> = PerCpuArray::with_max_entries(counter::COUNT, 0);
@@ -87,7 +96,33 @@ fn watched(port: u16) -> bool {
     matches!(PORTS.get(port as u32), Some(v) if *v != 0)
 }
 
+/// Whether to report this packet: a watched port, or a later fragment of a datagram whose
+/// first fragment was on one (within [`FRAG_KEY_LIFETIME_NS`]). With `remember`, a first
+/// fragment on a watched port records its datagram's key.
+#[inline(always)]
+fn wanted<P: packet::PacketRead>(p: &P, t: &packet::Transport, remember: bool) -> Result<bool, ()> {
+    if t.frag == packet::FRAG_LATER {
+        let key = packet::frag_key(p, t)?;
+        // SAFETY: the value is a plain u64 read while the map holds it.
+        let Some(seen) = (unsafe { FRAGS.get(&key) }) else {
+            return Ok(false);
+        };
+        // SAFETY: helper call.
+        let now = unsafe { bpf_ktime_get_boot_ns() };
+        return Ok(now.saturating_sub(*seen) < FRAG_KEY_LIFETIME_NS);
+    }
+    let hit = watched(t.sport) || watched(t.dport);
+    if hit && remember && t.frag == packet::FRAG_FIRST {
+        let key = packet::frag_key(p, t)?;
+        // SAFETY: helper call.
+        let now = unsafe { bpf_ktime_get_boot_ns() };
+        let _ = FRAGS.insert(&key, &now, 0);
+    }
+    Ok(hit)
+}
+
 /// TC classifier on ingress of devices with an Ethernet header (veth, physical NICs, `lo`).
+/// Also copies later IP fragments of datagrams whose first fragment was on a watched port.
 ///
 /// Hook: `tcx/ingress` (Linux ≥ 6.6) or clsact `ingress` (≥ 4.5); ring buffer ≥ 5.8.
 #[classifier]
@@ -148,10 +183,13 @@ fn try_tc(ctx: &TcContext, has_eth: bool, dir: u8) -> Result<(), ()> {
     let Some(t) = packet::transport(ctx, ethertype, l3_off)? else {
         return Ok(());
     };
-    if !watched(t.sport) && !watched(t.dport) {
+    if !wanted(ctx, &t, true)? {
         return Ok(());
     }
-    let l4_hdr = if t.proto == IPPROTO_TCP {
+    let l4_hdr = if t.frag == packet::FRAG_LATER {
+        // Fragment data follows the IP header: the snaplen counts from there.
+        0
+    } else if t.proto == IPPROTO_TCP {
         let doff = ctx.ptr_at::<u8>(t.l4_off + 12)?;
         ((doff >> 4) as usize) * 4
     } else {
@@ -212,7 +250,8 @@ fn try_tc(ctx: &TcContext, has_eth: bool, dir: u8) -> Result<(), ()> {
     Ok(())
 }
 
-/// Drops of packets on a watched port, with the drop reason.
+/// Drops of packets on a watched port, and of later IP fragments of datagrams whose first
+/// fragment was on one (`FRAGS`), with the drop reason.
 ///
 /// Hook: BTF-enabled tracepoint `skb:kfree_skb`,
 /// `TP_PROTO(struct sk_buff *skb, void *location, enum skb_drop_reason reason, ...)`;
@@ -310,7 +349,9 @@ fn try_kfree_skb(ctx: &BtfTracePointContext, reason: u32) -> Result<(), ()> {
         let Some(t) = packet::transport(&pkt, packet::ethertype_of_version(first), 0)? else {
             return Ok(());
         };
-        if !watched(t.sport) && !watched(t.dport) {
+        // Later fragments of a watched datagram too: a fragment freed by reassembly
+        // (timeout, overlap) or by a rule is the reason a large answer never arrives.
+        if !wanted(&pkt, &t, false)? {
             return Ok(());
         }
         count(counter::DROPS_MATCHED);

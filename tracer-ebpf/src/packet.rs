@@ -5,7 +5,7 @@
 use core::mem::size_of;
 
 use aya_ebpf::{helpers::bpf_probe_read_kernel, programs::TcContext};
-use tracer_common::{IPPROTO_TCP, IPPROTO_UDP, L3_IPV4, L3_IPV6};
+use tracer_common::{FragKey, IPPROTO_TCP, IPPROTO_UDP, L3_IPV4, L3_IPV6};
 
 pub const ETH_P_IP: u16 = 0x0800;
 pub const ETH_P_IPV6: u16 = 0x86dd;
@@ -44,14 +44,35 @@ impl PacketRead for KernelPacket {
     }
 }
 
+/// Not a fragment.
+pub const FRAG_NONE: u8 = 0;
+/// The first fragment of a datagram (offset 0, more fragments): it has the ports.
+pub const FRAG_FIRST: u8 = 1;
+/// A later fragment: no transport header, no ports; `l4_off` is where its data starts.
+pub const FRAG_LATER: u8 = 2;
+
 /// Where the transport header starts, which protocol it is, and its ports.
 pub struct Transport {
     pub l3: u8,
     pub l3_off: usize,
     pub l4_off: usize,
     pub proto: u8,
+    /// 0 for a [`FRAG_LATER`] fragment.
     pub sport: u16,
     pub dport: u16,
+    /// [`FRAG_NONE`], [`FRAG_FIRST`] or [`FRAG_LATER`].
+    pub frag: u8,
+    /// The datagram's IP Identification (IPv4: 16 bits; IPv6: the Fragment header's 32).
+    pub frag_id: u32,
+}
+
+/// IP header fields the walk found: version, transport offset, protocol, fragment kind, id.
+struct Network {
+    l3: u8,
+    l4_off: usize,
+    proto: u8,
+    frag: u8,
+    frag_id: u32,
 }
 
 /// The link layer of an Ethernet frame: the ethertype after up to two in-packet tags
@@ -74,8 +95,8 @@ pub fn ethernet<P: PacketRead>(p: &P) -> Result<(u16, usize, Option<u16>), ()> {
 }
 
 /// The UDP or TCP header of the IP packet at `l3_off` whose ethertype is `ethertype`.
-/// `Ok(None)` for other protocols, other ethertypes and non-first fragments (no ports);
-/// `Err` for headers that cannot be read.
+/// `Ok(None)` for other protocols and other ethertypes; a non-first UDP/TCP fragment is
+/// returned without ports ([`FRAG_LATER`]); `Err` for headers that cannot be read.
 #[inline(always)]
 pub fn transport<P: PacketRead>(
     p: &P,
@@ -87,21 +108,50 @@ pub fn transport<P: PacketRead>(
         ETH_P_IPV6 => ipv6(p, l3_off)?,
         _ => None,
     };
-    let Some((l3, l4_off, proto)) = found else {
+    let Some(n) = found else {
         return Ok(None);
     };
-    if proto != IPPROTO_UDP && proto != IPPROTO_TCP {
+    if n.proto != IPPROTO_UDP && n.proto != IPPROTO_TCP {
         return Ok(None);
     }
-    let ports = u32::from_be(p.ptr_at::<u32>(l4_off)?);
+    let ports = if n.frag == FRAG_LATER {
+        0
+    } else {
+        u32::from_be(p.ptr_at::<u32>(n.l4_off)?)
+    };
     Ok(Some(Transport {
-        l3,
+        l3: n.l3,
         l3_off,
-        l4_off,
-        proto,
+        l4_off: n.l4_off,
+        proto: n.proto,
         sport: (ports >> 16) as u16,
         dport: ports as u16,
+        frag: n.frag,
+        frag_id: n.frag_id,
     }))
+}
+
+/// The key of the datagram a fragment belongs to: addresses from the IP header at
+/// `t.l3_off`, the IP id and the payload protocol.
+#[inline(always)]
+pub fn frag_key<P: PacketRead>(p: &P, t: &Transport) -> Result<FragKey, ()> {
+    let mut key = FragKey {
+        src: [0; 16],
+        dst: [0; 16],
+        id: t.frag_id,
+        proto: t.proto,
+        l3: t.l3,
+        _pad: 0,
+    };
+    if t.l3 == L3_IPV4 {
+        let a = p.ptr_at::<[u8; 8]>(t.l3_off + 12)?;
+        key.src[..4].copy_from_slice(&a[..4]);
+        key.dst[..4].copy_from_slice(&a[4..]);
+    } else {
+        key.src = p.ptr_at::<[u8; 16]>(t.l3_off + 8)?;
+        key.dst = p.ptr_at::<[u8; 16]>(t.l3_off + 24)?;
+    }
+    Ok(key)
 }
 
 /// The ethertype for an IP header whose version nibble is `first_byte >> 4` (the drop
@@ -117,25 +167,38 @@ pub fn ethertype_of_version(first_byte: u8) -> u16 {
 
 /// IPv4 header at `off` (RFC 791): options skipped by IHL; non-first fragments carry no ports.
 #[inline(always)]
-fn ipv4<P: PacketRead>(p: &P, off: usize) -> Result<Option<(u8, usize, u8)>, ()> {
+fn ipv4<P: PacketRead>(p: &P, off: usize) -> Result<Option<Network>, ()> {
     let vihl = p.ptr_at::<u8>(off)?;
     let ihl = ((vihl & 0x0f) as usize) * 4;
     if vihl >> 4 != 4 || ihl < 20 {
         return Err(());
     }
-    let frag = u16::from_be(p.ptr_at::<u16>(off + 6)?);
-    if frag & 0x1fff != 0 {
-        return Ok(None);
-    }
+    // Identification, then flags (MF = 0x2000) and the 13-bit fragment offset.
+    let id_frag = u32::from_be(p.ptr_at::<u32>(off + 4)?);
+    let frag = if id_frag & 0x1fff != 0 {
+        FRAG_LATER
+    } else if id_frag & 0x2000 != 0 {
+        FRAG_FIRST
+    } else {
+        FRAG_NONE
+    };
     let proto = p.ptr_at::<u8>(off + 9)?;
-    Ok(Some((L3_IPV4, off + ihl, proto)))
+    Ok(Some(Network {
+        l3: L3_IPV4,
+        l4_off: off + ihl,
+        proto,
+        frag,
+        frag_id: id_frag >> 16,
+    }))
 }
 
 /// IPv6 header at `off` (RFC 8200), following up to four extension headers.
 #[inline(always)]
-fn ipv6<P: PacketRead>(p: &P, off: usize) -> Result<Option<(u8, usize, u8)>, ()> {
+fn ipv6<P: PacketRead>(p: &P, off: usize) -> Result<Option<Network>, ()> {
     let mut nh = p.ptr_at::<u8>(off + 6)?;
     let mut l4 = off + 40;
+    let mut frag = FRAG_NONE;
+    let mut frag_id = 0u32;
     let mut i = 0;
     while i < 4 {
         match nh {
@@ -146,21 +209,34 @@ fn ipv6<P: PacketRead>(p: &P, off: usize) -> Result<Option<(u8, usize, u8)>, ()>
                 nh = hdr[0];
                 l4 += (hdr[1] as usize + 1) * 8;
             }
-            // fragment header: only the first fragment has the transport header
+            // fragment header (RFC 8200 §4.5): next header, reserved, offset (13 bits) |
+            // res | M, identification; only the first fragment has the transport header
             44 => {
-                let hdr = p.ptr_at::<[u8; 4]>(l4)?;
-                let frag_off = u16::from_be_bytes([hdr[2], hdr[3]]) >> 3;
-                if frag_off != 0 {
-                    return Ok(None);
-                }
+                let hdr = p.ptr_at::<[u8; 8]>(l4)?;
+                let off_m = u16::from_be_bytes([hdr[2], hdr[3]]);
+                frag_id = u32::from_be_bytes([hdr[4], hdr[5], hdr[6], hdr[7]]);
                 nh = hdr[0];
                 l4 += 8;
+                if off_m >> 3 != 0 {
+                    // The rest is fragment data, not headers.
+                    frag = FRAG_LATER;
+                    break;
+                }
+                if off_m & 1 != 0 {
+                    frag = FRAG_FIRST;
+                }
             }
             _ => break,
         }
         i += 1;
     }
-    Ok(Some((L3_IPV6, l4, nh)))
+    Ok(Some(Network {
+        l3: L3_IPV6,
+        l4_off: l4,
+        proto: nh,
+        frag,
+        frag_id,
+    }))
 }
 
 /// A copy length the verifier of every supported kernel can follow: `n` bounded to

@@ -11,7 +11,7 @@ use std::{
 };
 
 use crate::{
-    decode::{decoder::Decoder, parse_ip, Transport},
+    decode::{decoder::Decoder, frag::WatchedDatagrams, parse_ip, Transport},
     event::SourceEvent,
     kernel::{attach::Names, kallsyms::Kallsyms},
     output::{record::StatsRecord, text::TextSink, Format, JsonSink, Record, Sink, View},
@@ -98,7 +98,10 @@ impl AnalyzeReport {
             }
         };
         reason(s.other_port, "on other ports");
-        reason(s.not_udp_tcp, "not UDP/TCP (or later IP fragments)");
+        reason(
+            s.not_udp_tcp,
+            "not UDP/TCP (or later IP fragments of datagrams not on a watched port)",
+        );
         reason(s.unreadable_ip, "with unreadable IP/UDP/TCP headers");
         reason(s.link.not_ip, "not IP");
         reason(s.link.link_truncated, "cut inside the link-layer header");
@@ -245,6 +248,7 @@ pub fn analyze(
 
     let ports = PortSet::new(&opts.ports);
     let mut skipped = Skipped::default();
+    let mut fragmented = WatchedDatagrams::default();
     let mut keep = |ip: &[u8]| -> bool {
         let Some(bits) = &ports.0 else {
             return true;
@@ -254,8 +258,13 @@ pub fn analyze(
                 Transport::Udp { sport, dport, .. } | Transport::Tcp { sport, dport, .. } => {
                     let hit = PortSet::contains(bits, sport) || PortSet::contains(bits, dport);
                     skipped.other_port += u64::from(!hit);
+                    if hit {
+                        fragmented.note_kept(ip);
+                    }
                     hit
                 }
+                // Later fragments of a datagram on a watched port: reassembled by the decoder.
+                Transport::Other { .. } if fragmented.is_later_fragment(ip) => true,
                 Transport::Other { .. } => {
                     skipped.not_udp_tcp += 1;
                     false

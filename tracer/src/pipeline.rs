@@ -79,6 +79,9 @@ impl Pipeline {
     /// Time passed (`now_ns` on the source's clock): transactions, loops and races that are
     /// decided come out.
     pub fn tick(&mut self, now_ns: u64, out: &mut Vec<Record>) {
+        // Datagrams past their reassembly timeout are reported (and their messages handed
+        // over as lost) before the correlate stage decides.
+        self.decoder.tick(now_ns, out);
         self.hand_over();
         if let Some(c) = self.correlator.as_mut() {
             let from = out.len();

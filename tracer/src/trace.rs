@@ -770,6 +770,7 @@ mod tests {
                 Record::Transaction(t) => format!("transaction {}", t.id),
                 Record::Loop(l) => format!("loop {:?}", l.state),
                 Record::Race(_) => "race".into(),
+                Record::FragmentLoss(f) => format!("fragment_loss {}", f.ts_ns),
                 Record::Stats(_) => "stats".into(),
             })
             .collect()

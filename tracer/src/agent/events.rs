@@ -64,6 +64,8 @@ pub enum Event {
     Loop(LoopRecord),
     Race(RaceRecord),
     Drop(DropRecord),
+    #[serde(rename = "fragment_loss")]
+    FragmentLoss(crate::output::record::FragmentLossRecord),
     Unanswered(Aggregate),
     Servfail(Aggregate),
     Suppressed(Suppressed),
@@ -218,6 +220,12 @@ impl Events {
             Record::Drop(d) if d.benign.is_none() => {
                 if self.admit(Limited::Drop) {
                     out.push(Event::Drop(d.clone()));
+                }
+            }
+            // A datagram lost on the way is a drop for the person reading the log.
+            Record::FragmentLoss(f) => {
+                if self.admit(Limited::Drop) {
+                    out.push(Event::FragmentLoss(f.clone()));
                 }
             }
             Record::Stats(s) => self.count_loss(s),

@@ -49,6 +49,7 @@ fn kinds(out: &[Event]) -> Vec<&'static str> {
             Event::Loop(_) => "loop",
             Event::Race(_) => "race",
             Event::Drop(_) => "drop",
+            Event::FragmentLoss(_) => "fragment_loss",
             Event::Unanswered(_) => "unanswered",
             Event::Servfail(_) => "servfail",
             Event::Suppressed(_) => "suppressed",

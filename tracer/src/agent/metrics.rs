@@ -289,6 +289,7 @@ pub struct Metrics {
     summarised: Counter,
     packets: Counter,
     evictions: Family<TableLabels, Counter>,
+    fragment_losses: Counter,
 }
 
 impl Default for Metrics {
@@ -320,6 +321,7 @@ impl Metrics {
             events_lost: Family::default(),
             malformed: Family::default(),
             summarised: Counter::default(),
+            fragment_losses: Counter::default(),
             packets: Counter::default(),
             evictions: Family::default(),
         };
@@ -416,6 +418,11 @@ impl Metrics {
             m.malformed.clone(),
         );
         r.register(
+            "ip_fragment_losses",
+            "DNS datagrams whose IP fragments never all reached a hop (large answers lost on the way)",
+            m.fragment_losses.clone(),
+        );
+        r.register(
             "summarised_packets",
             "Packets of a looping question only counted, not decoded (storm shedding)",
             m.summarised.clone(),
@@ -466,6 +473,10 @@ impl Metrics {
             Record::Loop(l) => {
                 self.settle_pending();
                 self.observe_loop(l);
+            }
+            Record::FragmentLoss(_) => {
+                self.settle_pending();
+                self.fragment_losses.inc();
             }
             Record::Stats(s) => self.observe_stats(s),
         }

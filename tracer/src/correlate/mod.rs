@@ -44,7 +44,7 @@ use ctmap::CtMap;
 use join::*;
 use loops::{LoopHop, LoopTracker};
 use model::*;
-pub use model::{LegRole, QKey};
+pub use model::{LegRole, QKey, FRAGMENT_LOSS};
 use race::{CtSamples, RaceQuery, RaceRecord, RaceVerdict};
 
 /// One decoded DNS message at one observation point (decode → correlate).

@@ -137,9 +137,44 @@ pub(super) struct Leg {
     pub(super) cut_short: bool,
 }
 
+/// `reason` of a drop observation that is a datagram whose IP fragments never all reached a
+/// hop (decode/frag.rs), not a kernel drop.
+pub const FRAGMENT_LOSS: &str = "FRAGMENT_LOSS";
+
+/// How long after a response was seen on the way a root leg waits for it at its client's
+/// interface before it is reported: a fragmented answer missing a fragment there is known
+/// only after the reassembly timeout (2 s).
+const ANSWER_GRACE_NS: u64 = 2_500_000_000;
+
 impl Leg {
     pub(super) fn closed(&self) -> bool {
         self.response.is_some() || self.timed_out || self.cut_short
+    }
+
+    /// The response was seen at the interface where the client's query was.
+    pub(super) fn reached_client(&self) -> bool {
+        self.hops
+            .iter()
+            .any(|h| h.qr && same_iface(h.at, self.client_point))
+    }
+
+    /// The response was seen on the way but dropped (or lost fragments) before it reached
+    /// the client: the client did not get it.
+    pub(super) fn answer_lost(&self) -> bool {
+        self.response.is_some()
+            && self.drop.as_ref().is_some_and(|d| d.response)
+            && !self.reached_client()
+    }
+
+    /// A root leg whose response has not reached the client yet: until when to wait for it
+    /// (or for news of its loss).
+    pub(super) fn awaiting_answer_until(&self) -> Option<u64> {
+        match &self.response {
+            Some(r) if self.parent.is_none() && self.drop.is_none() && !self.reached_client() => {
+                Some(r.ts_ns + ANSWER_GRACE_NS)
+            }
+            _ => None,
+        }
     }
 }
 

@@ -251,6 +251,9 @@ impl Correlator {
         if let Some(r) = last_root.filter(|r| r.response.is_none()) {
             next = next.max(r.first_ts + self.cfg.timeout_ns + self.cfg.retry_grace_ns);
         }
+        if let Some(until) = last_root.and_then(Leg::awaiting_answer_until) {
+            next = next.max(until);
+        }
         next.max(now + 1)
     }
 
@@ -269,6 +272,13 @@ impl Correlator {
             })
         });
         if waiting_for_counters {
+            return false;
+        }
+        if legs
+            .iter()
+            .filter_map(|l| l.awaiting_answer_until())
+            .any(|until| now < until)
+        {
             return false;
         }
         // The last root attempt timed out: its retry may still come.
@@ -311,6 +321,7 @@ impl Correlator {
                         .min()
                 };
                 let outcome = match (&l.response, &l.drop) {
+                    _ if l.answer_lost() => "dropped",
                     (Some(r), _) if r.tc => "truncated",
                     (Some(_), _) => "answered",
                     (None, Some(_)) => "dropped",
@@ -396,7 +407,7 @@ impl Correlator {
         let fmt_lat = crate::time::format_duration;
         let dropped = legs.iter().find_map(|l| l.drop.as_ref());
         let (outcome, summary) = match (&final_root.response, latency) {
-            (Some(r), Some(lat)) => {
+            (Some(r), Some(lat)) if !final_root.answer_lost() => {
                 let answers = match r.answers.len() {
                     0 => String::new(),
                     1..=3 => format!(" {}", r.answers.join(", ")),
@@ -432,7 +443,22 @@ impl Correlator {
                 };
                 ("answered", how)
             }
-            _ => match dropped {
+            _ => match final_root
+                .drop
+                .as_ref()
+                .filter(|d| d.reason == FRAGMENT_LOSS)
+                .or(dropped)
+            {
+                Some(d) if d.reason == FRAGMENT_LOSS => (
+                    "dropped",
+                    format!(
+                        "answer lost on the way: {} at {}/{}, unanswered{}",
+                        d.location,
+                        d.netns,
+                        d.ifname,
+                        if retried { ", retried" } else { "" }
+                    ),
+                ),
                 Some(d) => (
                     "dropped",
                     format!(

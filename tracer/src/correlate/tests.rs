@@ -1113,3 +1113,74 @@ fn concurrent_loopback_clients_are_no_loop_but_a_self_forward_is() {
         detected[0]
     );
 }
+
+/// An answer seen on the way (at the upstream) but whose fragments never all reached the
+/// client's interface is not the client's: the fragment loss makes the transaction dropped.
+/// Without news of a loss, such a transaction waits the answer grace before it is answered.
+#[test]
+fn an_answer_lost_on_the_way_is_dropped_not_answered() {
+    for lost in [true, false] {
+        let mut f = Feed::new();
+        let client = at(2, 2, Direction::Egress);
+        let q = || msg(9, false, "big.test.", "TXT", "NOERROR", &[], false);
+        let a = || msg(9, true, "big.test.", "TXT", "NOERROR", &["\"x\""], false);
+        let (c, s) = ("10.244.1.2:5000", "10.250.0.53:53");
+        f.see(MS, client, "client", "eth0", UDP, c, s, q());
+        f.see(
+            MS + 10,
+            at(3, 2, Direction::Ingress),
+            "up",
+            "eth0",
+            UDP,
+            c,
+            s,
+            q(),
+        );
+        f.see(
+            2 * MS,
+            at(3, 2, Direction::Egress),
+            "up",
+            "eth0",
+            UDP,
+            s,
+            c,
+            a(),
+        );
+        // Settled (300 ms quiet) but not at the client yet: not reported.
+        assert!(f.txs(1_000 * MS).is_empty());
+        if lost {
+            let mut partial = a();
+            partial.answers.clear();
+            f.c.on_observed(Observed::Drop(DropObservation {
+                ts_ns: 2_002 * MS,
+                cpu: 0,
+                netns_cookie: 2,
+                netns: "client".into(),
+                ifname: "eth0".into(),
+                reason: FRAGMENT_LOSS.into(),
+                location: "fragment 2 of 3 never seen".into(),
+                function: String::new(),
+                benign: false,
+                proto: UDP,
+                src: s.parse().unwrap(),
+                dst: c.parse().unwrap(),
+                ct: None,
+                confirm_failed: None,
+                msg: Some(partial),
+            }));
+        }
+        let txs = f.txs(3_000 * MS);
+        assert_eq!(txs.len(), 1, "lost: {lost}");
+        let t = &txs[0];
+        if lost {
+            assert_eq!((t.outcome, t.legs[0].outcome), ("dropped", "dropped"));
+            assert_eq!(
+                t.summary,
+                "answer lost on the way: fragment 2 of 3 never seen at client/eth0, unanswered"
+            );
+            assert!(t.legs[0].drop.as_ref().is_some_and(|d| d.response));
+        } else {
+            assert_eq!((t.outcome, t.legs[0].outcome), ("answered", "answered"));
+        }
+    }
+}

@@ -7,7 +7,9 @@ use crate::{
     conntrack::CtStatus,
     correlate::{DropObservation, Observation, Observed},
     decode::{
-        dns, parse_ip,
+        dns,
+        frag::{FragLimits, FragmentLoss, Pushed, Reassembler},
+        parse_ip,
         tcp::{FlowKey, TcpLimits, TcpOutput, TcpReassembler},
         Transport,
     },
@@ -16,7 +18,9 @@ use crate::{
         SourceEvent,
     },
     kernel::{attach::SharedNames, kallsyms::Kallsyms},
-    output::record::{CtEndpoints, CtRecord, DropRecord, PacketRecord, Record, StatsRecord},
+    output::record::{
+        CtEndpoints, CtRecord, DropRecord, FragmentLossRecord, PacketRecord, Record, StatsRecord,
+    },
     time::Clock,
 };
 
@@ -74,6 +78,10 @@ pub struct Decoder {
     reasons: HashMap<u32, String>,
     confirm_hook: bool,
     tcp: TcpReassembler,
+    /// IP fragments, per hop (decode/frag.rs).
+    frag: Reassembler,
+    /// Latest capture time seen: the reassembler's clock.
+    now_ns: u64,
     stats: StatsRecord,
     kernel: Option<KernelCounters>,
     tcp_out: Vec<TcpOutput>,
@@ -202,6 +210,8 @@ impl Decoder {
             kallsyms,
             reasons,
             tcp: TcpReassembler::new(TcpLimits::default()),
+            frag: Reassembler::new(FragLimits::default()),
+            now_ns: 0,
             stats: StatsRecord::default(),
             kernel: None,
             tcp_out: Vec::new(),
@@ -329,9 +339,56 @@ impl Decoder {
         }
     }
 
+    /// Datagrams whose fragments never all came, as records; a DNS message among them is
+    /// also a drop of that message for the correlate stage (its transaction did not get it).
+    fn fragment_losses(&mut self, losses: Vec<FragmentLoss>, out: &mut Vec<Record>) {
+        for l in losses {
+            let (netns, ifname) = self.place(l.key.at.netns, l.key.at.ifindex);
+            let time = self.clock.wall(l.last_ts_ns);
+            let r = FragmentLossRecord::new(&l, netns, ifname, time);
+            if let (Some(obs), Some((sport, dport)), Some(msg)) =
+                (self.observed.as_mut(), l.ports, l.dns.as_ref())
+            {
+                obs.push(Observed::Drop(DropObservation {
+                    ts_ns: l.last_ts_ns,
+                    cpu: 0,
+                    netns_cookie: l.key.at.netns,
+                    netns: r.netns.clone(),
+                    ifname: r.ifname.clone(),
+                    reason: crate::correlate::FRAGMENT_LOSS.to_string(),
+                    location: r.what_missing(),
+                    function: String::new(),
+                    benign: false,
+                    proto: l.key.proto,
+                    src: SocketAddr::new(l.key.src, sport),
+                    dst: SocketAddr::new(l.key.dst, dport),
+                    ct: None,
+                    confirm_failed: None,
+                    msg: Some(msg.clone()),
+                }));
+            }
+            out.push(Record::FragmentLoss(r));
+        }
+    }
+
+    /// The clock moved on without packets (live): datagrams past their reassembly timeout
+    /// are reported.
+    pub fn tick(&mut self, now_ns: u64, out: &mut Vec<Record>) {
+        self.now_ns = self.now_ns.max(now_ns);
+        let mut losses = Vec::new();
+        self.frag.expire(self.now_ns, &mut losses);
+        self.fragment_losses(losses, out);
+    }
+
     fn on_packet(&mut self, p: CapturedPacket, out: &mut Vec<Record>) {
         self.stats.packets += 1;
         self.last_ts = self.last_ts.max(p.ts_ns);
+        self.tick(p.ts_ns, out);
+        let (p, rejected) = match self.frag.push(p) {
+            Pushed::Unfragmented(p) | Pushed::Complete(p) => (p, None),
+            Pushed::Held => return,
+            Pushed::Rejected(p, e) => (p, Some(e)),
+        };
         let (netns, ifname) = self.place(p.at.netns, p.at.ifindex);
         let clock = self.clock;
         let base = |proto: &'static str, src: String, dst: String| PacketRecord {
@@ -353,12 +410,20 @@ impl Decoder {
             malformed: None,
             capture_truncated: false,
         };
-        let ip = match parse_ip(&p.data) {
-            Ok(ip) => ip,
-            Err(e) => {
+        let ip = match (parse_ip(&p.data), rejected) {
+            (Ok(ip), None) => ip,
+            (ip, rejected) => {
                 self.stats.malformed += 1;
-                let mut r = base("ip", String::new(), String::new());
-                r.malformed = Some(format!("IP: {e}"));
+                let (src, dst) = ip
+                    .as_ref()
+                    .map(|ip| (ip.src.to_string(), ip.dst.to_string()))
+                    .unwrap_or_default();
+                let mut r = base("ip", src, dst);
+                r.malformed = Some(match (ip, rejected) {
+                    (_, Some(e)) => e.to_string(),
+                    (Err(e), None) => format!("IP: {e}"),
+                    (Ok(_), None) => String::new(),
+                });
                 out.push(Record::Packet(r));
                 return;
             }
@@ -521,6 +586,10 @@ impl Decoder {
         self.tcp.finish();
         let ts = if now_ns == 0 { self.last_ts } else { now_ns };
         self.report_closed_flows(ts, out);
+        // Datagrams still missing fragments.
+        let mut losses = Vec::new();
+        self.frag.finish(&mut losses);
+        self.fragment_losses(losses, out);
     }
 
     fn watched(&self, netns: u64) -> bool {
@@ -578,7 +647,12 @@ impl Decoder {
                     r.proto = "udp";
                     r.src = SocketAddr::new(ip.src, sport).to_string();
                     r.dst = SocketAddr::new(ip.dst, dport).to_string();
-                    let cut = cut_by_capture(d.orig_len, d.data.len(), ip.missing, payload.len());
+                    // The first fragment of a datagram holds the start of the message.
+                    let cut = cut_by_capture(d.orig_len, d.data.len(), ip.missing, payload.len())
+                        .or_else(|| {
+                            crate::decode::frag::parse_fragment(&d.data)
+                                .map(|_| payload.len().saturating_add(ip.missing))
+                        });
                     match decode_message(payload, cut) {
                         Decoded::Whole(m) => r.dns = Some(m),
                         Decoded::Cut(m) => {
@@ -617,7 +691,11 @@ impl Decoder {
                         }
                     }
                 }
-                Transport::Other { .. } => {}
+                // Other protocols, later IP fragments (no ports): the addresses.
+                Transport::Other { .. } => {
+                    r.src = ip.src.to_string();
+                    r.dst = ip.dst.to_string();
+                }
             },
             Err(e) => r.malformed = Some(format!("IP: {e}")),
         }
@@ -668,6 +746,13 @@ impl Decoder {
         let t = self.tcp.stats();
         s.tcp_flows_evicted = t.flows_evicted;
         s.tcp_bytes_dropped = t.bytes_dropped;
+        let f = self.frag.stats();
+        s.fragments_merged = f.merged;
+        s.fragments_incomplete = f.incomplete;
+        s.fragments_pending = f.pending;
+        s.datagrams_reassembled = f.datagrams_reassembled;
+        s.datagrams_lost = f.datagrams_lost;
+        s.datagrams_evicted = f.datagrams_evicted;
         if let Some(k) = self.kernel {
             s.lost += k.packets_lost_ringbuf + k.packets_lost_copy;
             s.drops_lost = k.drops_lost_ringbuf + k.drops_read_failed;
@@ -796,6 +881,9 @@ mod tests {
                 + s.tcp_data
                 + s.other
                 + s.summarised
+                + s.fragments_merged
+                + s.fragments_incomplete
+                + s.fragments_pending
     }
 
     fn framed(m: &[u8]) -> Vec<u8> {

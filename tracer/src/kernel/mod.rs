@@ -177,7 +177,7 @@ pub const TC_PROGRAMS: [(&str, bool, TcAttachType); 4] = [
 ];
 
 /// Maps shared by every instance of the object, pinned so that later instances reuse them.
-const SHARED_MAPS: [&str; 3] = ["EVENTS", "PORTS", "COUNTERS"];
+const SHARED_MAPS: [&str; 4] = ["EVENTS", "PORTS", "COUNTERS", "FRAGS"];
 const BPFFS: &str = "/sys/fs/bpf";
 /// `BPF_FS_MAGIC` from include/uapi/linux/magic.h.
 const BPF_FS_MAGIC: i64 = 0xcafe4a11;

@@ -15,6 +15,8 @@ pub enum Record {
     Transaction(TransactionRecord),
     Loop(crate::correlate::loops::LoopRecord),
     Race(crate::correlate::race::RaceRecord),
+    #[serde(rename = "fragment_loss")]
+    FragmentLoss(FragmentLossRecord),
     Stats(StatsRecord),
 }
 
@@ -170,6 +172,145 @@ pub struct CtRecord {
     pub reply: CtEndpoints,
 }
 
+/// An IP datagram some of whose fragments never came, at one hop (docs/output.md).
+#[derive(Clone, Debug, Serialize)]
+pub struct FragmentLossRecord {
+    /// The last fragment seen.
+    pub ts_ns: u64,
+    pub time: String,
+    pub first_ts_ns: u64,
+    pub netns: String,
+    pub netns_cookie: u64,
+    pub ifname: String,
+    pub ifindex: u32,
+    pub dir: &'static str,
+    pub proto: String,
+    pub src: String,
+    pub dst: String,
+    pub ip_id: u32,
+    /// `timeout` or `end of input`.
+    pub cause: &'static str,
+    pub fragments_seen: Vec<FragmentRange>,
+    pub missing: Vec<MissingRange>,
+    /// Payload length of the datagram, if its last fragment was seen.
+    pub total_len: Option<usize>,
+    /// Fragment count and the (1-based) numbers never seen, when the layout tells.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fragments: Option<usize>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub missing_fragments: Option<Vec<usize>>,
+    /// The DNS header and question of the first fragment, as far as it goes.
+    pub dns: Option<DnsMessage>,
+    pub summary: String,
+}
+
+#[derive(Clone, Copy, Debug, Serialize)]
+pub struct FragmentRange {
+    pub offset: usize,
+    pub len: usize,
+}
+
+#[derive(Clone, Copy, Debug, Serialize)]
+pub struct MissingRange {
+    pub start: usize,
+    /// `null`: to the unknown end of the datagram.
+    pub end: Option<usize>,
+}
+
+impl FragmentLossRecord {
+    /// What never came, in a few words: `fragment 2 of 3 never seen`, or byte ranges.
+    pub fn what_missing(&self) -> String {
+        match (self.fragments, &self.missing_fragments) {
+            (Some(n), Some(m)) => format!(
+                "fragment {} of {n} never seen",
+                m.iter()
+                    .map(ToString::to_string)
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+            _ => format!(
+                "bytes {} never seen",
+                self.missing
+                    .iter()
+                    .map(|r| match r.end {
+                        Some(e) => format!("{}-{e}", r.start),
+                        None => format!("{}-end", r.start),
+                    })
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+        }
+    }
+
+    pub fn new(
+        l: &crate::decode::frag::FragmentLoss,
+        netns: String,
+        ifname: String,
+        time: String,
+    ) -> Self {
+        let numbers = l.fragment_numbers();
+        let proto = match l.key.proto {
+            17 => "udp".to_string(),
+            6 => "tcp".to_string(),
+            n => format!("proto {n}"),
+        };
+        let what = match &l.dns {
+            Some(m) => {
+                let q = m
+                    .questions
+                    .first()
+                    .map(|q| format!(" {}? {}", q.qtype, q.name))
+                    .unwrap_or_default();
+                format!("{} {}{q}", if m.qr { "answer" } else { "query" }, m.id)
+            }
+            None => "datagram (first fragment not seen)".to_string(),
+        };
+        let ranges = |v: &mut dyn Iterator<Item = String>| v.collect::<Vec<_>>().join(", ");
+        let missing = ranges(&mut l.missing.iter().map(|(s, e)| match e {
+            Some(e) => format!("{s}-{e}"),
+            None => format!("{s}-end"),
+        }));
+        let seen = ranges(&mut l.seen.iter().map(|(o, n)| format!("{o}-{}", o + n)));
+        let summary = match &numbers {
+            Some((count, miss)) => format!(
+                "{what} of {count} fragments: fragment {} never seen (bytes {missing}); seen bytes {seen}",
+                miss.iter().map(ToString::to_string).collect::<Vec<_>>().join(", ")
+            ),
+            None => format!("{what}: bytes {missing} never seen; seen bytes {seen}"),
+        };
+        Self {
+            ts_ns: l.last_ts_ns,
+            time,
+            first_ts_ns: l.first_ts_ns,
+            netns,
+            netns_cookie: l.key.at.netns,
+            ifname,
+            ifindex: l.key.at.ifindex,
+            dir: l.key.at.dir.as_str(),
+            proto,
+            src: l.src(),
+            dst: l.dst(),
+            ip_id: l.key.id,
+            cause: l.cause.as_str(),
+            fragments_seen: l
+                .seen
+                .iter()
+                .map(|&(offset, len)| FragmentRange { offset, len })
+                .collect(),
+            missing: l
+                .missing
+                .iter()
+                .map(|&(start, end)| MissingRange { start, end })
+                .collect(),
+            total_len: l.total_len,
+            fragments: numbers.as_ref().map(|n| n.0),
+            missing_fragments: numbers.map(|n| n.1),
+            dns: l.dns.clone(),
+            summary,
+        }
+    }
+}
+
 /// A port-53 packet freed by the kernel with a drop reason.
 #[derive(Clone, Debug, Serialize)]
 pub struct DropRecord {
@@ -275,4 +416,18 @@ pub struct StatsRecord {
     /// (`--until loop`), `error`; absent offline.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub stopped_by: Option<String>,
+    /// IP fragments merged into a reassembled datagram (the fragment completing it counts
+    /// as that datagram: `decoded`, `malformed`, …).
+    pub fragments_merged: u64,
+    /// IP fragments of datagrams that never completed (a fragment lost, memory bound, or an
+    /// unusable datagram).
+    pub fragments_incomplete: u64,
+    /// IP fragments still held for datagrams being reassembled when this record was made
+    /// (0 in the final record: the end of input gives up on them).
+    pub fragments_pending: u64,
+    pub datagrams_reassembled: u64,
+    /// Incomplete datagrams reported as `fragment_loss` records.
+    pub datagrams_lost: u64,
+    /// Incomplete datagrams forgotten to bound memory (not reported).
+    pub datagrams_evicted: u64,
 }

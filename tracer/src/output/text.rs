@@ -4,7 +4,9 @@ use std::io::{self, Write};
 
 use super::{
     escape as esc,
-    record::{DropRecord, LegRecord, PacketRecord, StatsRecord, TransactionRecord},
+    record::{
+        DropRecord, FragmentLossRecord, LegRecord, PacketRecord, StatsRecord, TransactionRecord,
+    },
     Record, Sink,
 };
 
@@ -53,6 +55,23 @@ pub fn packet_line(p: &PacketRecord) -> String {
         esc(&p.dst),
         what,
         p.len
+    )
+}
+
+/// `21:17:29.000001 FRAGMENT LOSS node/vp-dnsa in udp 10.250.0.53:53 > 10.244.1.2:41234 ip id 0x1a2b (timeout): answer 4660 TXT? big.lab.test. of 3 fragments: …`
+pub fn fragment_loss_line(f: &FragmentLossRecord) -> String {
+    format!(
+        "{} FRAGMENT LOSS {}/{} {} {} {} > {} ip id {:#x} ({}): {}",
+        clock(&f.time),
+        esc(&f.netns),
+        esc(&f.ifname),
+        short_dir(f.dir),
+        f.proto,
+        esc(&f.src),
+        esc(&f.dst),
+        f.ip_id,
+        f.cause,
+        esc(&f.summary)
     )
 }
 
@@ -325,6 +344,17 @@ pub fn stats_line(s: &StatsRecord) -> String {
             s.unread
         ));
     }
+    if s.fragments_merged + s.fragments_incomplete + s.fragments_pending > 0 {
+        line.push_str(&format!(
+            ", {} IP datagrams reassembled ({} fragments merged), {} incomplete ({} fragments; {} reported lost, {} evicted)",
+            s.datagrams_reassembled,
+            s.fragments_merged,
+            s.datagrams_lost + s.datagrams_evicted,
+            s.fragments_incomplete + s.fragments_pending,
+            s.datagrams_lost,
+            s.datagrams_evicted
+        ));
+    }
     if let Some(k) = &s.kernel {
         line.push_str(&format!(
             "; kernel: {} matched, {} ring-buffer full, {} header parse failures",
@@ -355,6 +385,7 @@ impl<W: Write> Sink for TextSink<W> {
             Record::Transaction(t) => transaction_block(t),
             Record::Loop(l) => loop_line(l),
             Record::Race(r) => race_line(r),
+            Record::FragmentLoss(f) => fragment_loss_line(f),
             Record::Stats(s) => stats_line(s),
         };
         writeln!(self.out, "{line}")

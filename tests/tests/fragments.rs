@@ -1,0 +1,563 @@
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "integration tests fail at the line that broke"
+)]
+//! IP-fragmented DNS answers through the lab: a dnsmasq in the upstream pod answers
+//! `big.frag.test. TXT` with ~3.5 KB over UDP (EDNS 4096) while the pod's `eth0` has an MTU of
+//! 1280, so the answer leaves as three IP fragments (IPv4 and IPv6), crosses the node (whose
+//! conntrack reassembles and re-fragments it) and reaches the client.
+//!
+//! - delivered: reassembled and decoded whole at every hop, the transaction answered, nothing
+//!   malformed, every packet accounted for; the same answers from a tcpdump of the node;
+//! - later fragments dropped on the node's veth towards the client (a TC flower filter on
+//!   egress — after dnspath's own TC program, before the wire; netfilter cannot do it there:
+//!   the node's conntrack reassembles at PREROUTING and re-fragments after POSTROUTING): a
+//!   `fragment_loss` at the client's `eth0`, the drops reported at the node, the transaction
+//!   unanswered, nothing malformed.
+//!
+//! Run as root with `--test-threads=1` (`cargo xtask test`).
+use std::{
+    path::{Path, PathBuf},
+    process::{Child, Command, Stdio},
+    thread,
+    time::{Duration, Instant},
+};
+
+use lab::{
+    tracer::{dnspath_bin, Tracer, TracerOutput},
+    Lab, LabConfig, Pod,
+};
+use serde_json::Value;
+
+const PORT: &str = "5353";
+const NAME: &str = "big.frag.test.";
+/// TXT strings in the answer, 200 bytes each: a ~3.5 KB message.
+const STRINGS: usize = 16;
+const MTU: &str = "1280";
+
+fn have(tool: &str) -> bool {
+    ["/usr/sbin", "/usr/bin", "/sbin", "/bin"]
+        .iter()
+        .any(|d| Path::new(d).join(tool).exists())
+}
+
+/// The lab, with dnsmasq answering the big name on port 5353 in the upstream pod, whose
+/// `eth0` MTU is 1280; or `None` after saying why the test cannot run here.
+fn lab(tools: &[&str]) -> Option<(Lab, Child)> {
+    if !lab::tracer::root_or_skip("network namespaces, eBPF") {
+        return None;
+    }
+    if let Some(missing) = tools.iter().find(|t| !have(t)) {
+        panic!("{missing} is not installed: `cargo xtask setup` installs it");
+    }
+    assert!(
+        dnspath_bin().exists(),
+        "dnspath binary missing at {}; run `cargo xtask test`",
+        dnspath_bin().display()
+    );
+    let lab = Lab::start(LabConfig::default()).unwrap();
+    let up = lab.upstream_ns();
+    let out = lab.exec(up, &["ip", "link", "set", "dev", "eth0", "mtu", MTU]);
+    assert!(out.status.success(), "{out:?}");
+    let mut args = vec![
+        "/usr/sbin/dnsmasq".to_string(),
+        "-k".into(),
+        "-C".into(),
+        "/dev/null".into(),
+        "--no-resolv".into(),
+        "--no-hosts".into(),
+        "--user=root".into(),
+        "--log-facility=-".into(),
+        format!(
+            "--pid-file={}",
+            lab.temp_dir().join("frag-dnsmasq.pid").display()
+        ),
+        format!("--port={PORT}"),
+        "--bind-interfaces".into(),
+        format!("--listen-address={}", lab.ip_of(Pod::Upstream)),
+        format!("--listen-address={}", lab.ip6_of(Pod::Upstream)),
+        "--edns-packet-max=4096".into(),
+    ];
+    for i in 0..STRINGS {
+        args.push(format!(
+            "--txt-record={},\"{i:02}{}\"",
+            NAME.trim_end_matches('.'),
+            "f".repeat(198)
+        ));
+    }
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let server = lab.spawn_in(up, &args).unwrap();
+    // Ready when it answers (from inside its own pod: no fragmentation on lo).
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let at = format!("@{}", lab.ip_of(Pod::Upstream));
+    loop {
+        let out = lab.exec(
+            up,
+            &[
+                "dig", "+short", "+time=1", "+tries=1", "-p", PORT, &at, NAME, "TXT",
+            ],
+        );
+        if out.status.success() && !out.stdout.is_empty() {
+            break;
+        }
+        assert!(Instant::now() < deadline, "dnsmasq did not answer: {out:?}");
+        thread::sleep(Duration::from_millis(100));
+    }
+    Some((lab, server))
+}
+
+fn stop_server(mut server: Child) {
+    // SAFETY: kill(2) on our own child, not yet reaped.
+    unsafe {
+        libc::kill(server.id() as libc::pid_t, libc::SIGTERM);
+    }
+    let _ = server.wait();
+}
+
+fn dig_big(lab: &Lab, server: &str) -> std::process::Output {
+    lab.dig(&[
+        "+bufsize=4096",
+        "+notcp",
+        "+ignore",
+        "+time=2",
+        "+tries=1",
+        "-p",
+        PORT,
+        &format!("@{server}"),
+        NAME,
+        "TXT",
+    ])
+}
+
+fn records(out: &TracerOutput) -> Vec<Value> {
+    assert!(
+        out.status.success(),
+        "dnspath failed: {:?}\nstderr:\n{}",
+        out.status,
+        out.stderr
+    );
+    out.stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("bad NDJSON {l:?}: {e}")))
+        .collect()
+}
+
+fn of_type<'a>(recs: &'a [Value], t: &str) -> Vec<&'a Value> {
+    recs.iter().filter(|r| r["type"] == t).collect()
+}
+
+fn stats(recs: &[Value]) -> &Value {
+    of_type(recs, "stats")
+        .last()
+        .copied()
+        .unwrap_or_else(|| panic!("no stats record"))
+}
+
+/// Every packet in exactly one bucket (docs/output.md, `stats`).
+fn assert_accounted(s: &Value) {
+    let n = |k: &str| s[k].as_u64().unwrap_or_else(|| panic!("no {k} in {s}"));
+    let buckets = [
+        "decoded",
+        "malformed",
+        "capture_truncated",
+        "tcp_control",
+        "other",
+        "summarised",
+        "fragments_merged",
+        "fragments_incomplete",
+        "fragments_pending",
+    ];
+    assert_eq!(
+        n("packets"),
+        buckets.iter().map(|k| n(k)).sum::<u64>(),
+        "accounting: {s}"
+    );
+}
+
+/// Answers to the big question, decoded whole: `(netns, ifname, dir, src)` of each.
+fn big_answers(recs: &[Value]) -> Vec<(String, String, String, String)> {
+    recs.iter()
+        .filter(|r| {
+            r["type"] == "packet"
+                && r["dns"]["qr"] == true
+                && r["dns"]["questions"][0]["name"] == NAME
+        })
+        .map(|r| {
+            assert!(r.get("capture_truncated").is_none(), "cut: {r}");
+            assert_eq!(
+                r["dns"]["answers"].as_array().map(Vec::len),
+                Some(STRINGS),
+                "{r}"
+            );
+            assert!(r["len"].as_u64().unwrap() > 3000, "{r}");
+            let s = |k: &str| r[k].as_str().unwrap().to_string();
+            (s("netns"), s("ifname"), s("dir"), s("src"))
+        })
+        .collect()
+}
+
+fn transaction_outcome(recs: &[Value]) -> Vec<String> {
+    of_type(recs, "transaction")
+        .iter()
+        .filter(|t| t["question"]["name"] == NAME)
+        .map(|t| t["outcome"].as_str().unwrap().to_string())
+        .collect()
+}
+
+/// A tcpdump of every interface of the node; stopped (SIGINT) by [`Capture::stop`].
+struct Capture {
+    child: Child,
+    file: PathBuf,
+}
+
+impl Capture {
+    fn start(lab: &Lab, file: PathBuf) -> Self {
+        let f = file.to_string_lossy().into_owned();
+        let mut cmd = lab.command_in(
+            lab.node_ns(),
+            &[
+                "tcpdump",
+                "--immediate-mode",
+                "-U",
+                "-s",
+                "4096",
+                "-n",
+                "-Z",
+                "root",
+                "-i",
+                "any",
+                "-w",
+                &f,
+            ],
+        );
+        cmd.stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        let child = lab.spawn(&mut cmd).unwrap();
+        // tcpdump creates the file once it listens.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !file.exists() {
+            assert!(Instant::now() < deadline, "tcpdump did not start");
+            thread::sleep(Duration::from_millis(50));
+        }
+        thread::sleep(Duration::from_millis(500));
+        Self { child, file }
+    }
+
+    fn stop(mut self) -> PathBuf {
+        thread::sleep(Duration::from_millis(1000));
+        // SAFETY: kill(2) on our own child, not yet reaped.
+        unsafe {
+            libc::kill(self.child.id() as libc::pid_t, libc::SIGINT);
+        }
+        let status = self.child.wait().unwrap();
+        assert!(status.success(), "tcpdump exited with {status}");
+        self.file
+    }
+}
+
+#[test]
+fn large_answers_are_reassembled_at_every_hop_live_and_offline() {
+    let Some((lab, server)) = lab(&["dnsmasq", "dig", "tcpdump"]) else {
+        return;
+    };
+    let (client, up) = (lab.client_ns(), lab.upstream_ns());
+    let t = Tracer::start(
+        &lab,
+        lab.node_ns(),
+        &[
+            "trace", "-o", "json", "--port", PORT, "--netns", client, "--netns", up,
+        ],
+    )
+    .unwrap();
+    let pcap = Capture::start(&lab, lab.temp_dir().join("frag-node.pcap"));
+    for server in [
+        lab.ip_of(Pod::Upstream).to_string(),
+        lab.ip6_of(Pod::Upstream).to_string(),
+    ] {
+        let out = dig_big(&lab, &server);
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(out.status.success(), "dig @{server}: {text}");
+        assert!(
+            text.contains(&format!("ANSWER: {STRINGS}")),
+            "dig @{server}: {text}"
+        );
+        assert!(!text.contains("flags: qr aa tc"), "truncated: {text}");
+    }
+    let pcap = pcap.stop();
+    // Let the transactions finish (300 ms quiet) before stopping.
+    thread::sleep(Duration::from_millis(800));
+    let recs = records(&t.stop());
+    stop_server(server);
+
+    let answers = big_answers(&recs);
+    let (vup, vclient) = (lab.veth_of(Pod::Upstream), lab.veth_of(Pod::Client));
+    let node = lab.node_ns();
+    for src_ip in [
+        lab.ip_of(Pod::Upstream).to_string(),
+        format!("[{}]", lab.ip6_of(Pod::Upstream)),
+    ] {
+        let src = format!("{src_ip}:{PORT}");
+        for (ns, ifname, dir) in [
+            (up, "eth0", "egress"),
+            (node, vup, "ingress"),
+            (node, vclient, "egress"),
+            (client, "eth0", "ingress"),
+        ] {
+            assert!(
+                answers
+                    .iter()
+                    .any(|a| a.0 == ns && a.1 == ifname && a.2 == dir && a.3 == src),
+                "answer from {src} not decoded whole at {ns}/{ifname} {dir}: {answers:?}"
+            );
+        }
+    }
+    assert!(of_type(&recs, "fragment_loss").is_empty(), "{recs:?}");
+    let outcomes = transaction_outcome(&recs);
+    assert!(
+        outcomes.len() >= 2 && outcomes.iter().all(|o| o == "answered"),
+        "{outcomes:?}"
+    );
+    let s = stats(&recs);
+    eprintln!("stats: {s}");
+    assert_eq!(s["malformed"], 0, "{s}");
+    assert_eq!(s["lost"], 0, "{s}");
+    // Two answers of three fragments at four hops each.
+    assert!(s["datagrams_reassembled"].as_u64().unwrap() >= 8, "{s}");
+    assert!(s["fragments_merged"].as_u64().unwrap() >= 16, "{s}");
+    assert_eq!(s["fragments_pending"], 0, "{s}");
+    assert_eq!(s["datagrams_lost"], 0, "{s}");
+    assert_accounted(s);
+
+    // Offline: the node's capture gives the same reassembled answers at its two hops.
+    let out = Command::new(dnspath_bin())
+        .args(["analyze", "-o", "json", "--port", PORT])
+        .arg(&pcap)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let recs: Vec<Value> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let answers = big_answers(&recs);
+    for src in [
+        format!("{}:{PORT}", lab.ip_of(Pod::Upstream)),
+        format!("[{}]:{PORT}", lab.ip6_of(Pod::Upstream)),
+    ] {
+        for dir in ["ingress", "egress"] {
+            assert!(
+                answers.iter().any(|a| a.2 == dir && a.3 == src),
+                "offline: answer from {src} not decoded whole {dir}: {answers:?}\n{stderr}"
+            );
+        }
+    }
+    assert!(of_type(&recs, "fragment_loss").is_empty(), "{recs:?}");
+    let outcomes = transaction_outcome(&recs);
+    assert!(
+        outcomes.len() >= 2 && outcomes.iter().all(|o| o == "answered"),
+        "offline: {outcomes:?}"
+    );
+    let s = stats(&recs);
+    eprintln!("offline stats: {s}\n{stderr}");
+    assert_eq!(s["malformed"], 0, "{s}");
+    assert!(s["datagrams_reassembled"].as_u64().unwrap() >= 4, "{s}");
+    assert_accounted(s);
+}
+
+#[test]
+fn later_fragments_dropped_on_a_hop_are_a_fragment_loss_there() {
+    let Some((lab, server)) = lab(&["dnsmasq", "dig", "tc"]) else {
+        return;
+    };
+    let (client, up, node) = (lab.client_ns(), lab.upstream_ns(), lab.node_ns());
+    let vclient = lab.veth_of(Pod::Client);
+    // On the node's veth towards the client, on egress, after dnspath's own TC program has
+    // seen them (TCX runs before clsact filters), u32 filters redirect fragments to the
+    // node's service device, whose veth peer is down: mirred cannot deliver them and the
+    // packet is dropped (TC_EGRESS) at the veth. (This kernel has neither act_gact nor
+    // cls_flower, and the node's conntrack reassembles IPv4 before any chain iptables can
+    // add.) IPv4: every later fragment (a u32 match without action ends classification with
+    // TC_ACT_OK, so pref 1 lets first fragments and whole packets through); the node
+    // re-fragments IPv4 and stops sending a datagram's fragments at the first that fails,
+    // so its last fragment never leaves either. IPv6 (forwarded fragment by fragment: no
+    // IPv6 conntrack on the node): only the middle fragment, at offset 1232.
+    let sink = lab.service_dev();
+    let out = lab.exec(node, &["tc", "qdisc", "add", "dev", vclient, "clsact"]);
+    assert!(out.status.success(), "{out:?}");
+    let redirect = ["action", "mirred", "egress", "redirect", "dev", sink];
+    let filters: [(&str, &str, Vec<&str>); 3] = [
+        // IPv4: fragment offset (13 bits at byte 6) zero.
+        (
+            "ip",
+            "1",
+            vec!["match", "u16", "0", "0x1fff", "at", "6", "classid", "1:1"],
+        ),
+        (
+            "ip",
+            "2",
+            [&["match", "u32", "0", "0"][..], &redirect].concat(),
+        ),
+        // IPv6: a Fragment header right after the fixed one, offset 1232 (154 × 8).
+        (
+            "ipv6",
+            "3",
+            [
+                &[
+                    "match", "u8", "44", "0xff", "at", "6", "match", "u16", "0x04d0", "0xfff8",
+                    "at", "42",
+                ][..],
+                &redirect,
+            ]
+            .concat(),
+        ),
+    ];
+    for (proto, pref, spec) in &filters {
+        let mut args = vec![
+            "tc", "filter", "add", "dev", vclient, "egress", "protocol", proto, "pref", pref, "u32",
+        ];
+        args.extend_from_slice(spec);
+        let out = lab.exec(node, &args);
+        assert!(out.status.success(), "tc {args:?}: {out:?}");
+    }
+    let t = Tracer::start(
+        &lab,
+        node,
+        &[
+            "trace", "-o", "json", "--port", PORT, "--netns", client, "--netns", up,
+        ],
+    )
+    .unwrap();
+    for server in [
+        lab.ip_of(Pod::Upstream).to_string(),
+        lab.ip6_of(Pod::Upstream).to_string(),
+    ] {
+        let out = dig_big(&lab, &server);
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            !text.contains(&format!("ANSWER: {STRINGS}")),
+            "answered through the filter: {text}"
+        );
+    }
+    // Past the 2 s reassembly timeout: reported live, not at the end.
+    thread::sleep(Duration::from_millis(2500));
+    let recs = records(&t.stop());
+    stop_server(server);
+
+    let losses = of_type(&recs, "fragment_loss");
+    for l in &losses {
+        eprintln!(
+            "{}/{} {}: {}",
+            l["netns"], l["ifname"], l["dir"], l["summary"]
+        );
+        // Complete before the filter: never lost at the upstream or the node's ingress.
+        assert!(
+            l["netns"] == client || (l["ifname"] == vclient && l["dir"] == "egress"),
+            "{l}"
+        );
+        assert_eq!(l["cause"], "timeout", "{l}");
+        assert_eq!(l["dns"]["qr"], true, "{l}");
+        assert_eq!(l["dns"]["questions"][0]["name"], NAME, "{l}");
+    }
+    let at_client = |src: &str| -> &Value {
+        let v: Vec<_> = losses
+            .iter()
+            .filter(|l| l["src"] == src && l["netns"] == client)
+            .collect();
+        let [l] = &v[..] else {
+            panic!("one loss of the answer from {src} at {client} expected: {losses:?}")
+        };
+        assert_eq!(
+            (&l["ifname"], &l["dir"]),
+            (&Value::from("eth0"), &Value::from("ingress"))
+        );
+        l
+    };
+    // IPv4: only the first fragment reached the client.
+    let l = at_client(&format!("{}:{PORT}", lab.ip_of(Pod::Upstream)));
+    let first = &l["fragments_seen"][0];
+    assert_eq!(l["fragments_seen"].as_array().unwrap().len(), 1, "{l}");
+    assert_eq!(first["offset"], 0, "{l}");
+    assert_eq!(
+        l["missing"],
+        serde_json::json!([{"start": first["len"], "end": null}]),
+        "{l}"
+    );
+    // IPv6: fragments 1 and 3 of 3.
+    let l = at_client(&format!("[{}]:{PORT}", lab.ip6_of(Pod::Upstream)));
+    assert_eq!(l["fragments"], 3, "{l}");
+    assert_eq!(l["missing_fragments"], serde_json::json!([2]), "{l}");
+    assert_eq!(
+        l["missing"],
+        serde_json::json!([{"start": 1232, "end": 2464}]),
+        "{l}"
+    );
+    let summary = l["summary"].as_str().unwrap();
+    assert!(
+        summary.contains("of 3 fragments: fragment 2 never seen"),
+        "{summary}"
+    );
+    // Whole where the fragments passed.
+    let answers = big_answers(&recs);
+    assert!(
+        answers.iter().any(|a| a.1 == vclient && a.2 == "egress"),
+        "{answers:?}"
+    );
+    assert!(!answers.iter().any(|a| a.0 == client), "{answers:?}");
+    // The filtered fragments' drops (no ports: addressed by IP) at the node.
+    let drops: Vec<_> = of_type(&recs, "drop")
+        .into_iter()
+        .filter(|d| d["proto"] == "ip")
+        .collect();
+    for d in &drops {
+        eprintln!(
+            "drop {}/{} {} > {} {} at {}",
+            d["netns"], d["ifname"], d["src"], d["dst"], d["reason"], d["location"]
+        );
+    }
+    for src in [
+        lab.ip_of(Pod::Upstream).to_string(),
+        lab.ip6_of(Pod::Upstream).to_string(),
+    ] {
+        assert!(
+            drops
+                .iter()
+                .any(|d| d["netns"] == node && d["src"] == src.as_str()),
+            "no drop of a fragment from {src}: {:?}",
+            of_type(&recs, "drop")
+        );
+    }
+    // The client never got the answers: dropped on the way, by the fragments lost.
+    let txs: Vec<_> = of_type(&recs, "transaction")
+        .into_iter()
+        .filter(|t| t["question"]["name"] == NAME)
+        .collect();
+    assert_eq!(txs.len(), 2, "{txs:?}");
+    for t in &txs {
+        eprintln!("{}", t["summary"]);
+        assert_eq!(t["outcome"], "dropped", "{t}");
+        assert!(
+            t["summary"]
+                .as_str()
+                .unwrap()
+                .starts_with("answer lost on the way: "),
+            "{t}"
+        );
+        let drop = &t["legs"][0]["drop"];
+        assert_eq!(drop["reason"], "FRAGMENT_LOSS", "{t}");
+        assert_eq!(drop["response"], true, "{t}");
+        assert_eq!(t["legs"][0]["outcome"], "dropped", "{t}");
+    }
+    let s = stats(&recs);
+    eprintln!("stats: {s}");
+    assert_eq!(s["malformed"], 0, "{s}");
+    assert_eq!(
+        s["datagrams_lost"].as_u64(),
+        Some(losses.len() as u64),
+        "{s}"
+    );
+    assert!(s["fragments_incomplete"].as_u64().unwrap() >= 2, "{s}");
+    assert_accounted(s);
+}
