@@ -192,6 +192,23 @@ pub fn root_or_skip(why: &str) -> bool {
     );
 }
 
+/// Fails the test unless every tool is on PATH (`cargo xtask setup` installs them: a test
+/// must not pass without running), and the dnspath binary is built.
+pub fn require_tools(tools: &[&str]) {
+    let have = |tool: &str| {
+        std::env::var_os("PATH")
+            .is_some_and(|path| std::env::split_paths(&path).any(|d| d.join(tool).is_file()))
+    };
+    if let Some(missing) = tools.iter().find(|t| !have(t)) {
+        panic!("{missing} is not installed: `cargo xtask setup` installs it");
+    }
+    assert!(
+        dnspath_bin().exists(),
+        "dnspath binary missing at {}; run `cargo xtask test`",
+        dnspath_bin().display()
+    );
+}
+
 /// A lab for a test, or `None` when root tests are skipped ([`root_or_skip`]).
 pub fn lab_or_skip(cfg: crate::LabConfig) -> Option<Lab> {
     if !root_or_skip("network namespaces, eBPF") {

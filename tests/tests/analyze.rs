@@ -22,26 +22,12 @@ use lab::{
 };
 use serde_json::Value;
 
-fn have(tool: &str) -> bool {
-    Command::new("sh")
-        .args(["-c", &format!("command -v {tool}")])
-        .output()
-        .is_ok_and(|o| o.status.success())
-}
-
 /// Starts a lab, or says why this test cannot run here.
 fn lab(tools: &[&str]) -> Option<Lab> {
     if !lab::tracer::root_or_skip("network namespaces, packet capture") {
         return None;
     }
-    if let Some(missing) = tools.iter().find(|t| !have(t)) {
-        panic!("{missing} is not installed: `cargo xtask setup` installs it");
-    }
-    assert!(
-        dnspath_bin().exists(),
-        "dnspath binary missing at {}; run `cargo xtask test`",
-        dnspath_bin().display()
-    );
+    lab::tracer::require_tools(tools);
     Some(Lab::start(LabConfig::default()).unwrap())
 }
 

@@ -18,7 +18,7 @@
 //!
 //! Run as root with `--test-threads=1` (`cargo xtask test`).
 use std::{
-    path::{Path, PathBuf},
+    path::PathBuf,
     process::{Child, Command, Stdio},
     thread,
     time::{Duration, Instant},
@@ -36,26 +36,13 @@ const NAME: &str = "big.frag.test.";
 const STRINGS: usize = 16;
 const MTU: &str = "1280";
 
-fn have(tool: &str) -> bool {
-    ["/usr/sbin", "/usr/bin", "/sbin", "/bin"]
-        .iter()
-        .any(|d| Path::new(d).join(tool).exists())
-}
-
 /// The lab, with dnsmasq answering the big name on port 5353 in the upstream pod, whose
 /// `eth0` MTU is 1280; or `None` after saying why the test cannot run here.
 fn lab(tools: &[&str]) -> Option<(Lab, Child)> {
     if !lab::tracer::root_or_skip("network namespaces, eBPF") {
         return None;
     }
-    if let Some(missing) = tools.iter().find(|t| !have(t)) {
-        panic!("{missing} is not installed: `cargo xtask setup` installs it");
-    }
-    assert!(
-        dnspath_bin().exists(),
-        "dnspath binary missing at {}; run `cargo xtask test`",
-        dnspath_bin().display()
-    );
+    lab::tracer::require_tools(tools);
     let lab = Lab::start(LabConfig::default()).unwrap();
     let up = lab.upstream_ns();
     let out = lab.exec(up, &["ip", "link", "set", "dev", "eth0", "mtu", MTU]);
