@@ -37,6 +37,17 @@ fn main() -> anyhow::Result<()> {
         .no_deps()
         .exec()
         .context("cargo metadata")?;
+    // The kernel programs are built from tracer-ebpf (aya-build watches its directory) and
+    // tracer-common, whose layouts they share: an edit to either rebuilds the object.
+    for p in metadata
+        .packages
+        .iter()
+        .filter(|p| p.name == "tracer-common")
+    {
+        if let Some(dir) = p.manifest_path.parent() {
+            println!("cargo:rerun-if-changed={dir}");
+        }
+    }
     let ebpf = metadata
         .packages
         .into_iter()

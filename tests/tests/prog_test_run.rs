@@ -41,16 +41,19 @@ fn rig() -> Option<Rig> {
     Some(Rig { probes, ring })
 }
 
+/// Number of kernel counters (`tracer_common::counter`).
+const COUNTERS: usize = tracer_common::counter::COUNT as usize;
+
 impl Rig {
     /// Runs `frame` through program `index`; returns the records it produced and how much
     /// each kernel counter grew.
-    fn run(&mut self, index: usize, frame: &[u8]) -> (Vec<SourceEvent>, [u64; 8]) {
+    fn run(&mut self, index: usize, frame: &[u8]) -> (Vec<SourceEvent>, [u64; COUNTERS]) {
         let before = self.probes.counters().unwrap();
         let verdict = self.probes.test_run_tc(index, frame).unwrap();
         // TC_ACT_UNSPEC (-1): the programs never change a packet's fate.
         assert_eq!(verdict as i32, -1, "verdict");
         let after = self.probes.counters().unwrap();
-        let mut grew = [0u64; 8];
+        let mut grew = [0u64; COUNTERS];
         for (i, g) in grew.iter_mut().enumerate() {
             *g = after[i] - before[i];
         }

@@ -24,13 +24,31 @@ pub const DROP_DATA_MASK: usize = MAX_DROP_DATA - 1;
 const _: () = assert!(PACKET_DATA_BUF.is_power_of_two() && PACKET_DATA_BUF >= MAX_PACKET_DATA);
 const _: () = assert!(MAX_DROP_DATA.is_power_of_two());
 
-/// `kind` of a [`PacketEvent`].
-pub const EVENT_PACKET: u32 = 1;
-/// `kind` of a [`DropEvent`].
-pub const EVENT_DROP: u32 = 2;
+/// What a ring-buffer record is: the first `u32` of every record.
+#[repr(u32)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EventKind {
+    /// A [`PacketHeader`] and the packet's bytes.
+    Packet = 1,
+    /// A [`DropEvent`].
+    Drop = 2,
+}
 
-pub const DIR_INGRESS: u8 = 0;
-pub const DIR_EGRESS: u8 = 1;
+/// `kind` of a [`PacketEvent`].
+pub const EVENT_PACKET: u32 = EventKind::Packet as u32;
+/// `kind` of a [`DropEvent`].
+pub const EVENT_DROP: u32 = EventKind::Drop as u32;
+
+/// The direction of a packet at its TC hook ([`PacketHeader::dir`]).
+#[repr(u8)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Dir {
+    Ingress = 0,
+    Egress = 1,
+}
+
+pub const DIR_INGRESS: u8 = Dir::Ingress as u8;
+pub const DIR_EGRESS: u8 = Dir::Egress as u8;
 
 pub const L3_IPV4: u8 = 4;
 pub const L3_IPV6: u8 = 6;
@@ -79,7 +97,8 @@ pub mod counter {
     pub const DROPS_LOST_RINGBUF: u32 = 5;
     /// Reading kernel memory of a dropped skb failed.
     pub const DROPS_READ_FAILED: u32 = 6;
-    pub const COUNT: u32 = 8;
+    /// Number of counters (the `COUNTERS` array's size).
+    pub const COUNT: u32 = 7;
 }
 
 /// Tunables of the TC programs, written by userspace into the `CONFIG` global before load.
@@ -245,6 +264,105 @@ impl KernelOffsets {
     };
 }
 
+/// A ring-buffer record that is not what the kernel programs write.
+#[cfg(feature = "user")]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RecordError {
+    /// Shorter than its kind's fixed part.
+    TooShort {
+        kind: EventKind,
+        len: usize,
+        need: usize,
+    },
+    /// Not even the 4-byte kind.
+    NoKind {
+        len: usize,
+    },
+    UnknownKind(u32),
+    UnknownDir(u8),
+}
+
+#[cfg(feature = "user")]
+impl core::fmt::Display for RecordError {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match self {
+            RecordError::TooShort { kind, len, need } => {
+                write!(
+                    f,
+                    "{kind:?} record of {len} bytes, shorter than its {need}-byte header"
+                )
+            }
+            RecordError::NoKind { len } => write!(f, "record of {len} bytes has no kind"),
+            RecordError::UnknownKind(k) => write!(f, "record of unknown kind {k}"),
+            RecordError::UnknownDir(d) => write!(f, "packet record with unknown direction {d}"),
+        }
+    }
+}
+
+#[cfg(feature = "user")]
+impl core::error::Error for RecordError {}
+
+/// One ring-buffer record, decoded.
+#[cfg(feature = "user")]
+#[derive(Clone, Copy)]
+#[allow(
+    clippy::large_enum_variant,
+    reason = "made once per record and taken apart at once; no_std has no Box"
+)]
+pub enum RingRecord<'a> {
+    /// A packet: its header, its direction, and its captured bytes (at most `cap_len`).
+    Packet {
+        hdr: PacketHeader,
+        dir: Dir,
+        data: &'a [u8],
+    },
+    Drop(DropEvent),
+}
+
+#[cfg(feature = "user")]
+impl RingRecord<'_> {
+    /// Decodes one record of the `EVENTS` ring buffer, which carries no alignment promise.
+    pub fn parse(bytes: &[u8]) -> Result<RingRecord<'_>, RecordError> {
+        let kind = bytes
+            .first_chunk::<4>()
+            .map(|b| u32::from_ne_bytes(*b))
+            .ok_or(RecordError::NoKind { len: bytes.len() })?;
+        match kind {
+            EVENT_PACKET => {
+                let hdr: PacketHeader = read_unaligned(bytes, EventKind::Packet)?;
+                let dir = match hdr.dir {
+                    DIR_INGRESS => Dir::Ingress,
+                    DIR_EGRESS => Dir::Egress,
+                    d => return Err(RecordError::UnknownDir(d)),
+                };
+                let data = bytes.get(PACKET_HEADER_LEN..).unwrap_or_default();
+                let cap = (hdr.cap_len as usize).min(data.len());
+                Ok(RingRecord::Packet {
+                    hdr,
+                    dir,
+                    data: data.get(..cap).unwrap_or_default(),
+                })
+            }
+            EVENT_DROP => Ok(RingRecord::Drop(read_unaligned(bytes, EventKind::Drop)?)),
+            k => Err(RecordError::UnknownKind(k)),
+        }
+    }
+}
+
+#[cfg(feature = "user")]
+fn read_unaligned<T: aya::Pod>(bytes: &[u8], kind: EventKind) -> Result<T, RecordError> {
+    let need = core::mem::size_of::<T>();
+    if bytes.len() < need {
+        return Err(RecordError::TooShort {
+            kind,
+            len: bytes.len(),
+            need,
+        });
+    }
+    // SAFETY: length checked; T is `aya::Pod`: plain old data, any bit pattern valid.
+    Ok(unsafe { core::ptr::read_unaligned(bytes.as_ptr().cast::<T>()) })
+}
+
 #[cfg(feature = "user")]
 mod pod {
     // SAFETY: all are repr(C), Copy, padding-free plain data.
@@ -252,6 +370,8 @@ mod pod {
     unsafe impl aya::Pod for super::KernelOffsets {}
     unsafe impl aya::Pod for super::CtTuple {}
     unsafe impl aya::Pod for super::FragKey {}
+    unsafe impl aya::Pod for super::PacketHeader {}
+    unsafe impl aya::Pod for super::DropEvent {}
 }
 
 #[cfg(test)]

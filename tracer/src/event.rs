@@ -219,5 +219,6 @@ pub enum SourceEvent {
     /// A ring-buffer record we could not interpret (size/kind mismatch): counted as lost.
     Garbled {
         len: usize,
+        why: tracer_common::RecordError,
     },
 }

@@ -332,8 +332,8 @@ impl Decoder {
             SourceEvent::Drop(d) => self.on_drop(d, out),
             // Consumed by the correlate and detect stages.
             SourceEvent::Conntrack(_) | SourceEvent::CtStats(_) => {}
-            SourceEvent::Garbled { len } => {
-                log::warn!("unreadable ring-buffer record of {len} bytes");
+            SourceEvent::Garbled { len, why } => {
+                log::warn!("unreadable ring-buffer record of {len} bytes: {why}");
                 self.stats.lost += 1;
             }
         }

@@ -1,87 +1,64 @@
 //! The live source: records from the `EVENTS` ring buffer → [`SourceEvent`].
 use aya::maps::{MapData, RingBuf};
 use tokio::io::unix::AsyncFd;
-use tracer_common::{
-    DropEvent, PacketHeader, DIR_EGRESS, EVENT_DROP, EVENT_PACKET, PACKET_HEADER_LEN,
-};
+use tracer_common::{Dir, RingRecord};
 
 use crate::event::{
     CapturedPacket, CtFlow, CtSnapshot, Direction, KernelDrop, ObservationPoint, SourceEvent,
 };
 
-/// Reads a `#[repr(C)]` record without assuming the ring buffer's alignment.
-fn read_record<T: Copy>(bytes: &[u8]) -> Option<T> {
-    if bytes.len() < std::mem::size_of::<T>() {
-        return None;
-    }
-    // SAFETY: length checked; T is plain old data shared with the kernel programs.
-    Some(unsafe { std::ptr::read_unaligned(bytes.as_ptr().cast::<T>()) })
-}
-
-/// Interprets one ring-buffer record.
+/// Interprets one ring-buffer record (decoded by tracer-common, next to its layout).
 pub fn parse_record(bytes: &[u8]) -> SourceEvent {
-    let kind = bytes
-        .get(..4)
-        .and_then(|b| b.try_into().ok())
-        .map(u32::from_ne_bytes);
-    match kind {
-        Some(EVENT_PACKET) => match read_record::<PacketHeader>(bytes) {
-            Some(ev) => {
-                let data = bytes.get(PACKET_HEADER_LEN..).unwrap_or_default();
-                let cap = (ev.cap_len as usize).min(data.len());
-                SourceEvent::Packet(CapturedPacket {
-                    ts_ns: ev.ts_ns,
-                    cpu: Some(ev.cpu),
-                    at: ObservationPoint {
-                        netns: ev.netns_cookie,
-                        ifindex: ev.ifindex,
-                        dir: if ev.dir == DIR_EGRESS {
-                            Direction::Egress
-                        } else {
-                            Direction::Ingress
-                        },
-                    },
-                    vlan: (ev.vlan_tci != 0).then_some(ev.vlan_tci & 0x0fff),
-                    orig_len: ev.orig_len,
-                    data: data[..cap].to_vec(),
-                })
-            }
-            None => SourceEvent::Garbled { len: bytes.len() },
+    match RingRecord::parse(bytes) {
+        Ok(RingRecord::Packet { hdr, dir, data }) => SourceEvent::Packet(CapturedPacket {
+            ts_ns: hdr.ts_ns,
+            cpu: Some(hdr.cpu),
+            at: ObservationPoint {
+                netns: hdr.netns_cookie,
+                ifindex: hdr.ifindex,
+                dir: match dir {
+                    Dir::Ingress => Direction::Ingress,
+                    Dir::Egress => Direction::Egress,
+                },
+            },
+            vlan: (hdr.vlan_tci != 0).then_some(hdr.vlan_tci & 0x0fff),
+            orig_len: hdr.orig_len,
+            data: data.to_vec(),
+        }),
+        Ok(RingRecord::Drop(ev)) => {
+            let cap = (ev.cap_len as usize).min(ev.data.len());
+            let ct = if ev.has_ct != 0 {
+                match (
+                    CtFlow::from_tuple(&ev.ct_orig),
+                    CtFlow::from_tuple(&ev.ct_reply),
+                ) {
+                    (Some(orig), Some(reply)) => Some(CtSnapshot {
+                        status: ev.ct_status,
+                        orig,
+                        reply,
+                    }),
+                    _ => None,
+                }
+            } else {
+                None
+            };
+            SourceEvent::Drop(KernelDrop {
+                ts_ns: ev.ts_ns,
+                cpu: ev.cpu,
+                netns: ev.netns_cookie,
+                ifindex: ev.ifindex,
+                reason: ev.reason,
+                location: ev.location,
+                ct,
+                orig_len: ev.orig_len,
+                data: ev.data.get(..cap).unwrap_or_default().to_vec(),
+                confirm_failed: ev.confirm_failed != 0,
+            })
+        }
+        Err(why) => SourceEvent::Garbled {
+            len: bytes.len(),
+            why,
         },
-        Some(EVENT_DROP) => match read_record::<DropEvent>(bytes) {
-            Some(ev) => {
-                let cap = (ev.cap_len as usize).min(ev.data.len());
-                let ct = if ev.has_ct != 0 {
-                    match (
-                        CtFlow::from_tuple(&ev.ct_orig),
-                        CtFlow::from_tuple(&ev.ct_reply),
-                    ) {
-                        (Some(orig), Some(reply)) => Some(CtSnapshot {
-                            status: ev.ct_status,
-                            orig,
-                            reply,
-                        }),
-                        _ => None,
-                    }
-                } else {
-                    None
-                };
-                SourceEvent::Drop(KernelDrop {
-                    ts_ns: ev.ts_ns,
-                    cpu: ev.cpu,
-                    netns: ev.netns_cookie,
-                    ifindex: ev.ifindex,
-                    reason: ev.reason,
-                    location: ev.location,
-                    ct,
-                    orig_len: ev.orig_len,
-                    data: ev.data[..cap].to_vec(),
-                    confirm_failed: ev.confirm_failed != 0,
-                })
-            }
-            None => SourceEvent::Garbled { len: bytes.len() },
-        },
-        _ => SourceEvent::Garbled { len: bytes.len() },
     }
 }
 
@@ -115,5 +92,65 @@ impl LiveSource {
         while let Some(item) = ring.next() {
             out.push(parse_record(&item));
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tracer_common::{PacketHeader, RecordError, EVENT_PACKET, PACKET_HEADER_LEN};
+
+    fn packet_record(dir: u8, cap_len: u32, data: &[u8]) -> Vec<u8> {
+        let hdr = PacketHeader {
+            kind: EVENT_PACKET,
+            cpu: 1,
+            ts_ns: 5,
+            netns_cookie: 9,
+            ifindex: 3,
+            orig_len: 100,
+            cap_len,
+            vlan_tci: 0x2007,
+            dir,
+            l3: 4,
+        };
+        // SAFETY: PacketHeader is plain old data without padding.
+        let bytes = unsafe {
+            std::slice::from_raw_parts(
+                (&hdr as *const PacketHeader).cast::<u8>(),
+                PACKET_HEADER_LEN,
+            )
+        };
+        let mut v = bytes.to_vec();
+        v.extend_from_slice(data);
+        v
+    }
+
+    #[test]
+    fn packet_records_decode_with_their_direction_and_captured_bytes() {
+        let SourceEvent::Packet(p) = parse_record(&packet_record(1, 3, &[1, 2, 3, 4])) else {
+            panic!("not a packet")
+        };
+        assert_eq!(
+            (p.at.netns, p.at.ifindex, p.at.dir),
+            (9, 3, Direction::Egress)
+        );
+        assert_eq!(p.vlan, Some(7));
+        assert_eq!(p.data, [1, 2, 3], "cap_len bounds the bytes");
+    }
+
+    /// Records that are not what the kernel writes are counted as garbled, with why.
+    #[test]
+    fn bad_records_say_what_is_wrong() {
+        let why = |b: &[u8]| match parse_record(b) {
+            SourceEvent::Garbled { why, .. } => why,
+            _ => panic!("accepted"),
+        };
+        assert_eq!(why(&[1, 0]), RecordError::NoKind { len: 2 });
+        assert_eq!(why(&7u32.to_ne_bytes()), RecordError::UnknownKind(7));
+        assert!(matches!(
+            why(&EVENT_PACKET.to_ne_bytes()),
+            RecordError::TooShort { need: 40, .. }
+        ));
+        assert_eq!(why(&packet_record(9, 0, &[])), RecordError::UnknownDir(9));
     }
 }
