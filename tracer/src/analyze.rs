@@ -15,7 +15,9 @@ use crate::{
     decode::{decoder::Decoder, parse_ip, Transport},
     event::SourceEvent,
     kernel::{attach::Names, kallsyms::Kallsyms},
-    output::{record::StatsRecord, text::TextSink, Format, JsonSink, Record, Sink, View},
+    output::{
+        filter::Filter, record::StatsRecord, text::TextSink, Format, JsonSink, Record, Sink, View,
+    },
     pipeline::{Pipeline, PipelineConfig},
     source::file::{netns_name_for, CaptureFormat, FileError, FileProgress, FileSource, LinkSkips},
     time::Clock,
@@ -45,6 +47,8 @@ pub struct AnalyzeOptions {
     pub timeout: Duration,
     /// Decode only UDP/TCP packets from or to one of these ports; empty: every IP packet.
     pub ports: Vec<u16>,
+    /// What is written (`--name`, `--failures`, …); every stage still sees everything.
+    pub filter: Filter,
 }
 
 /// How often (in capture time) the correlate stage reports finished transactions.
@@ -302,10 +306,10 @@ pub fn analyze(
             pipeline.tick(now, &mut records);
             last_tick = now;
         }
-        write_records(&mut records, sink.as_mut(), opts.view)?;
+        write_records(&mut records, sink.as_mut(), opts.view, &opts.filter)?;
     }
     pipeline.finish(now, &mut records);
-    write_records(&mut records, sink.as_mut(), opts.view)?;
+    write_records(&mut records, sink.as_mut(), opts.view, &opts.filter)?;
     let stats = pipeline.stats();
     sink.write(&Record::Stats(stats.clone()))?;
     sink.flush()?;
@@ -326,9 +330,14 @@ pub fn analyze(
     })
 }
 
-fn write_records(records: &mut Vec<Record>, sink: &mut dyn Sink, view: View) -> io::Result<()> {
+fn write_records(
+    records: &mut Vec<Record>,
+    sink: &mut dyn Sink,
+    view: View,
+    filter: &Filter,
+) -> io::Result<()> {
     for r in records.drain(..) {
-        if matches!(r, Record::Packet(_)) && !view.packets() {
+        if matches!(r, Record::Packet(_)) && !view.packets() || !filter.keep(&r) {
             continue;
         }
         sink.write(&r)?;
@@ -428,6 +437,7 @@ mod tests {
             view,
             timeout: Duration::from_secs(5),
             ports: ports.to_vec(),
+            filter: Filter::default(),
         };
         let report = analyze(&opts, Box::new(out.clone()));
         let _ = std::fs::remove_file(&path);

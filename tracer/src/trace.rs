@@ -15,12 +15,12 @@ use crate::{
     decode::decoder::Decoder,
     event::{KernelCounters, KernelSetup, SourceEvent},
     kernel::{
-        attach::{AttachSpec, Attacher, Names},
+        attach::{AttachSpec, Attacher, Names, SharedNames},
         btf::KernelBtf,
         kallsyms::Kallsyms,
         netns, KernelError, ProbeOptions, Probes,
     },
-    output::{self, Format, Record, View},
+    output::{self, filter::Filter, Format, Record, View},
     pipeline::{Pipeline, PipelineConfig},
     source::live::LiveSource,
     time::Clock,
@@ -67,6 +67,8 @@ pub struct TraceOptions {
     pub drops: bool,
     /// Stop as soon as a forwarding loop is reported.
     pub until_loop: bool,
+    /// What is written (`--pod`, `--name`, …); every stage still sees everything.
+    pub filter: Filter,
 }
 
 /// How a trace ended.
@@ -160,6 +162,7 @@ pub async fn run(
     drop(ct_tx);
 
     let clock = Clock::boot();
+    let output_names = Arc::clone(&names);
     let mut decoder = Decoder::new(clock, names, Kallsyms::load(), reasons);
     decoder.set_confirm_hook(confirm_hook);
     let mut pipeline = Pipeline::new(
@@ -185,6 +188,7 @@ pub async fn run(
     let mut events: Vec<SourceEvent> = Vec::new();
     let mut records: Vec<Record> = Vec::new();
     let mut writer = BatchWriter::new(&opts);
+    writer.names = Some(output_names);
     let refresh_counters = |pipeline: &mut Pipeline| {
         if let Ok(p) = probes.lock() {
             if let Ok(c) = p.counters() {
@@ -330,6 +334,9 @@ struct BatchWriter {
     /// unfinished TCP messages reported at the end): counted, not written.
     not_written: u64,
     loop_found: bool,
+    filter: Filter,
+    /// Where records get their pods from (live runs).
+    names: Option<SharedNames>,
 }
 
 impl BatchWriter {
@@ -341,6 +348,8 @@ impl BatchWriter {
             packets_out: 0,
             not_written: 0,
             loop_found: false,
+            filter: opts.filter.clone(),
+            names: None,
         }
     }
 
@@ -354,6 +363,12 @@ impl BatchWriter {
         records: &mut Vec<Record>,
         sink: &mut (dyn output::Sink + Send),
     ) -> std::io::Result<bool> {
+        // Under the lock only as long as the lookups take, not while writing.
+        if let Some(names) = self.names.as_ref().and_then(|n| n.read().ok()) {
+            for r in records.iter_mut() {
+                output::pods::annotate(r, &names);
+            }
+        }
         for r in records.drain(..) {
             if matches!(r, Record::Packet(_)) {
                 if self.count_reached() {
@@ -367,6 +382,9 @@ impl BatchWriter {
             }
             if let Record::Loop(l) = &r {
                 self.loop_found |= l.state == LoopState::Detected;
+            }
+            if !self.filter.keep(&r) {
+                continue;
             }
             sink.write(&r)?;
         }
@@ -489,6 +507,7 @@ mod tests {
     fn opts(count: Option<u64>, until_loop: bool, view: View) -> TraceOptions {
         TraceOptions {
             attach: AttachSpec::default(),
+            filter: Filter::default(),
             ports: vec![53],
             snaplen: 2048,
             format: Format::Json,
@@ -503,6 +522,7 @@ mod tests {
 
     fn packet(ts_ns: u64) -> Record {
         Record::Packet(PacketRecord {
+            pod: Default::default(),
             ts_ns,
             time: String::new(),
             cpu: None,
@@ -533,6 +553,7 @@ mod tests {
 
     fn transaction(id: u64) -> Record {
         Record::Transaction(TransactionRecord {
+            pod: Default::default(),
             id,
             lookup: LookupRef { id, step: 0 },
             ts_ns: 1,
@@ -552,6 +573,7 @@ mod tests {
 
     fn drop_record(ts_ns: u64) -> Record {
         Record::Drop(DropRecord {
+            pod: Default::default(),
             ts_ns,
             time: String::new(),
             cpu: 0,

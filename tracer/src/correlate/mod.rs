@@ -435,6 +435,7 @@ impl Correlator {
         for (cpu, n) in self.ct_samples.add(s) {
             self.stats.races.resolved_clashes += n;
             self.race_out.push(RaceRecord {
+                pod: Default::default(),
                 verdict: RaceVerdict::ResolvedClash,
                 ts_ns: ts,
                 time: self.clock.wall(ts),
@@ -987,6 +988,7 @@ impl Correlator {
         }
         if leg.drop.is_none() {
             leg.drop = Some(LegDrop {
+                pod: Default::default(),
                 ts_ns: d.ts_ns,
                 netns: d.netns,
                 ifname: d.ifname,
@@ -1250,6 +1252,7 @@ impl Correlator {
                 None => format!("lookup of {}: {what}{how}", l.key.q.name),
             };
             self.race_out.push(RaceRecord {
+                pod: Default::default(),
                 verdict,
                 ts_ns: drop_ts.unwrap_or(l.first_ts),
                 time: self.clock.wall(drop_ts.unwrap_or(l.first_ts)),
@@ -1402,6 +1405,7 @@ impl Correlator {
                     hops: hops
                         .iter()
                         .map(|h| HopRecord {
+                            pod: Default::default(),
                             ts_ns: h.ts_ns,
                             netns: h.netns.clone(),
                             ifname: h.ifname.clone(),
@@ -1511,6 +1515,7 @@ impl Correlator {
         };
         let q = root.key.q.clone();
         Some(TransactionRecord {
+            pod: Default::default(),
             id: t.id,
             lookup: LookupRef {
                 id: t.lookup,

@@ -1,4 +1,6 @@
 //! Sinks: terminal text and NDJSON.
+pub mod filter;
+pub mod pods;
 pub mod record;
 pub mod text;
 
