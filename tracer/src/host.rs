@@ -34,6 +34,9 @@ mod tests {
     #[test]
     fn joins_under_root() {
         assert_eq!(under(Path::new("/"), "/proc"), PathBuf::from("/proc"));
-        assert_eq!(under(Path::new("/host"), "/var/log/pods"), PathBuf::from("/host/var/log/pods"));
+        assert_eq!(
+            under(Path::new("/host"), "/var/log/pods"),
+            PathBuf::from("/host/var/log/pods")
+        );
     }
 }

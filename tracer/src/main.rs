@@ -81,7 +81,9 @@ struct AnalyzeArgs {
 /// What to show. Every stage still sees every packet: counters, the stats record, loop and
 /// race detection (and `--until loop`, `--count`) are never filtered.
 #[derive(Args)]
-#[command(next_help_heading = "Filters: what is shown (counters, stats and loop/race detection still see everything)")]
+#[command(
+    next_help_heading = "Filters: what is shown (counters, stats and loop/race detection still see everything)"
+)]
 struct FilterArgs {
     /// Only records of pods matching NS/NAME (glob, e.g. `kube-system/coredns-*`; without
     /// a `/`, in any namespace); a transaction matches if any of its hops does (repeatable).

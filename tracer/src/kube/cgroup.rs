@@ -123,7 +123,8 @@ mod tests {
     #[test]
     fn systemd_driver_pod_level_and_kind_prefix() {
         // The pod's own slice (e.g. a process moved there), and kind's kubelet.slice nesting.
-        let p = format!("/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{UID_}.slice");
+        let p =
+            format!("/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{UID_}.slice");
         assert_eq!(parse_cgroup_path(&p), pod(None));
         let p = format!("/kubelet.slice/kubelet-kubepods.slice/kubelet-kubepods-besteffort.slice/kubelet-kubepods-besteffort-pod{UID_}.slice/cri-containerd-{ID}.scope");
         assert_eq!(parse_cgroup_path(&p), pod(Some(ID)));

@@ -104,7 +104,9 @@ mod tests {
     #[test]
     fn pod_dir_names() {
         assert_eq!(
-            parse_pod_dir("kube-system_coredns-5d78c9869d-7xk2p_0f5c5b56-4c0a-4b8e-9a55-3f1f2e0d9c11"),
+            parse_pod_dir(
+                "kube-system_coredns-5d78c9869d-7xk2p_0f5c5b56-4c0a-4b8e-9a55-3f1f2e0d9c11"
+            ),
             Some((
                 "kube-system",
                 "coredns-5d78c9869d-7xk2p",

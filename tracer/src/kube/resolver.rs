@@ -165,7 +165,10 @@ impl PodResolver {
                 continue;
             };
             live.insert(pid);
-            if self.procs.contains_key(&pid) || fresh >= MAX_NEW_PIDS || self.procs.len() >= MAX_PIDS {
+            if self.procs.contains_key(&pid)
+                || fresh >= MAX_NEW_PIDS
+                || self.procs.len() >= MAX_PIDS
+            {
                 continue;
             }
             fresh += 1;
@@ -215,7 +218,8 @@ mod tests {
     struct Fixture(PathBuf);
     impl Fixture {
         fn new(tag: &str) -> Self {
-            let root = std::env::temp_dir().join(format!("dnspath-pods-{tag}-{}", std::process::id()));
+            let root =
+                std::env::temp_dir().join(format!("dnspath-pods-{tag}-{}", std::process::id()));
             let _ = fs::remove_dir_all(&root);
             fs::create_dir_all(root.join("ns")).unwrap();
             fs::create_dir_all(root.join("proc/1/ns")).unwrap();
@@ -250,20 +254,41 @@ mod tests {
         let sd = UID_A.replace('-', "_");
         f.proc(10, "pod-a", format!("0::/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{sd}.slice/cri-containerd-{ID_A}.scope\n").as_bytes());
         f.proc(11, "pod-a", format!("0::/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{sd}.slice/cri-containerd-{ID_A}.scope\n").as_bytes());
-        f.proc(20, "pod-b", format!("4:pids:/kubepods/besteffort/pod{UID_B}/abcdef0123456789\n").as_bytes());
+        f.proc(
+            20,
+            "pod-b",
+            format!("4:pids:/kubepods/besteffort/pod{UID_B}/abcdef0123456789\n").as_bytes(),
+        );
         // hostNetwork pod: in the host namespace with a pod cgroup.
-        f.proc(30, "host", format!("0::/kubepods/pod{UID_B}/abcdef0123456789\n").as_bytes());
+        f.proc(
+            30,
+            "host",
+            format!("0::/kubepods/pod{UID_B}/abcdef0123456789\n").as_bytes(),
+        );
         // A namespace of no pod, and one shared by a pod's and another process.
         f.proc(40, "plain", b"0::/system.slice/x.service\n");
-        f.proc(50, "mixed", format!("0::/kubepods/pod{UID_B}/abcdef0123456789\n").as_bytes());
+        f.proc(
+            50,
+            "mixed",
+            format!("0::/kubepods/pod{UID_B}/abcdef0123456789\n").as_bytes(),
+        );
         f.proc(51, "mixed", b"0::/user.slice\n");
         // Hostile: binary garbage and a huge file.
         f.proc(60, "garbage", b"\xff\xfe\x00::::\n\x1b[31m");
         let huge = format!("0::/kubepods/pod{UID_A}/{}\n", "a".repeat(200_000));
         f.proc(61, "huge", huge.as_bytes());
-        fs::create_dir_all(f.0.join(format!("var/log/pods/kube-system_coredns-7d_{UID_A}/coredns"))).unwrap();
+        fs::create_dir_all(f.0.join(format!(
+            "var/log/pods/kube-system_coredns-7d_{UID_A}/coredns"
+        )))
+        .unwrap();
         fs::create_dir_all(f.0.join("var/log/containers")).unwrap();
-        fs::write(f.0.join(format!("var/log/containers/coredns-7d_kube-system_coredns-{ID_A}.log")), "").unwrap();
+        fs::write(
+            f.0.join(format!(
+                "var/log/containers/coredns-7d_kube-system_coredns-{ID_A}.log"
+            )),
+            "",
+        )
+        .unwrap();
 
         let mut r = PodResolver::new(&f.0);
         let host = r.host_netns().unwrap();

@@ -153,7 +153,10 @@ impl Filter {
         pod_ok && ns_ok
     }
 
-    fn question_matches<'a>(&self, qs: impl IntoIterator<Item = (&'a str, &'a str)> + Clone) -> bool {
+    fn question_matches<'a>(
+        &self,
+        qs: impl IntoIterator<Item = (&'a str, &'a str)> + Clone,
+    ) -> bool {
         let name_ok = self
             .names
             .as_ref()
@@ -227,10 +230,13 @@ impl Filter {
                         .any(|l| l.outcome == "dropped" || l.outcome == "unanswered");
                 let slow = |limit: u64| {
                     t.latency_ns.is_none_or(|l| l > limit)
-                        || t.legs.iter().any(|l| l.latency_ns.is_some_and(|l| l > limit))
+                        || t.legs
+                            .iter()
+                            .any(|l| l.latency_ns.is_some_and(|l| l > limit))
                 };
                 self.pod_matches(pods)
-                    && self.question_matches([(t.question.name.as_str(), t.question.qtype.as_str())])
+                    && self
+                        .question_matches([(t.question.name.as_str(), t.question.qtype.as_str())])
                     && self.rcode_matches(rcodes)
                     && (!self.failures || failed)
                     && self.slower_than_ns.is_none_or(slow)
@@ -238,7 +244,8 @@ impl Filter {
             Record::Loop(l) => {
                 self.pods.is_none()
                     && self.namespaces.is_none()
-                    && self.question_matches([(l.question.name.as_str(), l.question.qtype.as_str())])
+                    && self
+                        .question_matches([(l.question.name.as_str(), l.question.qtype.as_str())])
                     && self.rcodes.is_empty()
                     && self.slower_than_ns.is_none()
             }
@@ -318,7 +325,11 @@ mod tests {
         Filter::new(&spec).unwrap()
     }
 
-    fn transaction(outcome: &'static str, rcode: &str, latency_ms: Option<u64>) -> TransactionRecord {
+    fn transaction(
+        outcome: &'static str,
+        rcode: &str,
+        latency_ms: Option<u64>,
+    ) -> TransactionRecord {
         let rcode = (!rcode.is_empty()).then(|| rcode.to_string());
         let hop = HopRecord {
             pod: Default::default(),
@@ -361,7 +372,11 @@ mod tests {
                 backend: "10.0.0.2:53".into(),
                 dns_id: 1,
                 join: "same-tuple",
-                outcome: if outcome == "answered" { "answered" } else { "unanswered" },
+                outcome: if outcome == "answered" {
+                    "answered"
+                } else {
+                    "unanswered"
+                },
                 rcode,
                 answers: Vec::new(),
                 answer_cut: None,
@@ -384,13 +399,34 @@ mod tests {
     fn name_glob_case_insensitive_trailing_dot_optional() {
         for pat in ["*.svc.cluster.local", "*.SVC.cluster.local."] {
             let f = filter(|s| s.names = vec![pat.into()]);
-            assert!(f.keep(&packet_json("kube-dns.kube-system.svc.cluster.local.", "A", false, "NOERROR", None)));
-            assert!(f.keep(&packet_json("Web.Default.SVC.Cluster.Local.", "A", false, "NOERROR", None)));
-            assert!(!f.keep(&packet_json("www.example.com.", "A", false, "NOERROR", None)));
+            assert!(f.keep(&packet_json(
+                "kube-dns.kube-system.svc.cluster.local.",
+                "A",
+                false,
+                "NOERROR",
+                None
+            )));
+            assert!(f.keep(&packet_json(
+                "Web.Default.SVC.Cluster.Local.",
+                "A",
+                false,
+                "NOERROR",
+                None
+            )));
+            assert!(!f.keep(&packet_json(
+                "www.example.com.",
+                "A",
+                false,
+                "NOERROR",
+                None
+            )));
         }
         let f = filter(|s| s.names = vec!["www.lab.test".into()]);
         assert!(f.keep(&packet_json("WWW.lab.test.", "A", false, "NOERROR", None)));
-        assert!(f.keep(&Record::Stats(Default::default())), "stats always shown");
+        assert!(
+            f.keep(&Record::Stats(Default::default())),
+            "stats always shown"
+        );
     }
 
     #[test]
@@ -414,17 +450,47 @@ mod tests {
     #[test]
     fn pod_and_namespace() {
         let f = filter(|s| s.pods = vec!["kube-system/coredns-*".into()]);
-        assert!(f.keep(&packet_json("x.", "A", false, "NOERROR", Some("kube-system/coredns-5d-x"))));
-        assert!(!f.keep(&packet_json("x.", "A", false, "NOERROR", Some("default/coredns-5d-x"))));
+        assert!(f.keep(&packet_json(
+            "x.",
+            "A",
+            false,
+            "NOERROR",
+            Some("kube-system/coredns-5d-x")
+        )));
+        assert!(!f.keep(&packet_json(
+            "x.",
+            "A",
+            false,
+            "NOERROR",
+            Some("default/coredns-5d-x")
+        )));
         assert!(!f.keep(&packet_json("x.", "A", false, "NOERROR", None)));
         // Without a namespace: any namespace; `*` stays within a part.
         let f = filter(|s| s.pods = vec!["client".into()]);
-        assert!(f.keep(&packet_json("x.", "A", false, "NOERROR", Some("default/client"))));
+        assert!(f.keep(&packet_json(
+            "x.",
+            "A",
+            false,
+            "NOERROR",
+            Some("default/client")
+        )));
         let f = filter(|s| s.pods = vec!["*".into()]);
         assert!(f.keep(&packet_json("x.", "A", false, "NOERROR", Some("a/b"))));
         let f = filter(|s| s.namespaces = vec!["kube-system".into()]);
-        assert!(f.keep(&packet_json("x.", "A", false, "NOERROR", Some("kube-system/coredns"))));
-        assert!(!f.keep(&packet_json("x.", "A", false, "NOERROR", Some("default/kube-system"))));
+        assert!(f.keep(&packet_json(
+            "x.",
+            "A",
+            false,
+            "NOERROR",
+            Some("kube-system/coredns")
+        )));
+        assert!(!f.keep(&packet_json(
+            "x.",
+            "A",
+            false,
+            "NOERROR",
+            Some("default/kube-system")
+        )));
         assert!(Filter::new(&FilterSpec {
             pods: vec!["a/[".into()],
             ..Default::default()
@@ -451,15 +517,34 @@ mod tests {
     #[test]
     fn failures() {
         let f = filter(|s| s.failures = true);
-        assert!(!f.keep(&Record::Transaction(transaction("answered", "NOERROR", Some(2)))));
-        assert!(!f.keep(&Record::Transaction(transaction("answered", "NXDOMAIN", Some(2)))));
-        assert!(f.keep(&Record::Transaction(transaction("answered", "SERVFAIL", Some(2)))));
-        assert!(f.keep(&Record::Transaction(transaction("answered", "REFUSED", Some(2)))));
+        assert!(!f.keep(&Record::Transaction(transaction(
+            "answered",
+            "NOERROR",
+            Some(2)
+        ))));
+        assert!(!f.keep(&Record::Transaction(transaction(
+            "answered",
+            "NXDOMAIN",
+            Some(2)
+        ))));
+        assert!(f.keep(&Record::Transaction(transaction(
+            "answered",
+            "SERVFAIL",
+            Some(2)
+        ))));
+        assert!(f.keep(&Record::Transaction(transaction(
+            "answered",
+            "REFUSED",
+            Some(2)
+        ))));
         assert!(f.keep(&Record::Transaction(transaction("unanswered", "", None))));
         assert!(f.keep(&Record::Transaction(transaction("dropped", "", None))));
         let mut t = transaction("answered", "NOERROR", Some(5000));
         t.legs[0].outcome = "dropped";
-        assert!(f.keep(&Record::Transaction(t)), "a dropped leg, answered on retry");
+        assert!(
+            f.keep(&Record::Transaction(t)),
+            "a dropped leg, answered on retry"
+        );
         assert!(f.keep(&packet_json("x.", "A", true, "SERVFAIL", None)));
         assert!(!f.keep(&packet_json("x.", "A", true, "NOERROR", None)));
     }
@@ -467,8 +552,16 @@ mod tests {
     #[test]
     fn slower_than() {
         let f = filter(|s| s.slower_than_ns = Some(100_000_000));
-        assert!(!f.keep(&Record::Transaction(transaction("answered", "NOERROR", Some(2)))));
-        assert!(f.keep(&Record::Transaction(transaction("answered", "NOERROR", Some(5000)))));
+        assert!(!f.keep(&Record::Transaction(transaction(
+            "answered",
+            "NOERROR",
+            Some(2)
+        ))));
+        assert!(f.keep(&Record::Transaction(transaction(
+            "answered",
+            "NOERROR",
+            Some(5000)
+        ))));
         assert!(f.keep(&Record::Transaction(transaction("unanswered", "", None))));
         // Packets have no latency.
         assert!(!f.keep(&packet_json("x.", "A", true, "NOERROR", None)));

@@ -71,7 +71,12 @@ mod tests {
             HashMap::from([(7, Arc::clone(&pod))]),
             HashMap::from([((1, "veth-a".to_string()), Arc::clone(&pod))]),
         );
-        assert_eq!(names.pod_at("pid42:pause", "eth0").map(|(p, v)| (p.uid.as_str(), v)), Some(("u-1", false)));
+        assert_eq!(
+            names
+                .pod_at("pid42:pause", "eth0")
+                .map(|(p, v)| (p.uid.as_str(), v)),
+            Some(("u-1", false))
+        );
         assert_eq!(names.pod_at("pid42:pause", "").map(|(_, v)| v), Some(false));
         assert_eq!(names.pod_at("host", "veth-a").map(|(_, v)| v), Some(true));
         assert!(names.pod_at("host", "eth0").is_none());

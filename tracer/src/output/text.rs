@@ -482,25 +482,37 @@ mod tests {
             pod_veth: veth,
         };
         assert_eq!(
-            at("pid1:pause", "eth0", &PodRef {
-                pod: Some("kube-system/coredns-5d".into()),
-                ..Default::default()
-            }),
+            at(
+                "pid1:pause",
+                "eth0",
+                &PodRef {
+                    pod: Some("kube-system/coredns-5d".into()),
+                    ..Default::default()
+                }
+            ),
             "kube-system/coredns-5d/eth0"
         );
         assert_eq!(
-            at("host", "veth1", &PodRef {
-                pod: Some("default/client".into()),
-                pod_veth: true,
-                ..Default::default()
-            }),
+            at(
+                "host",
+                "veth1",
+                &PodRef {
+                    pod: Some("default/client".into()),
+                    pod_veth: true,
+                    ..Default::default()
+                }
+            ),
             "host/veth1(default/client)"
         );
         assert_eq!(
-            at("n", "", &PodRef {
-                pod_uid: Some("0f5c".into()),
-                ..Default::default()
-            }),
+            at(
+                "n",
+                "",
+                &PodRef {
+                    pod_uid: Some("0f5c".into()),
+                    ..Default::default()
+                }
+            ),
             "pod:0f5c"
         );
         assert_eq!(at("n", "lo", &PodRef::default()), "n/lo");
