@@ -76,30 +76,25 @@ impl PodResolver {
         ns_key(&self.path("/proc/1/ns/net"))
     }
 
-    /// One pass over the processes: the pod of every namespace whose processes all belong to
-    /// one pod. Namespaces in `not_pods` (the host's, the tracer's own) are never a pod's,
+    /// One pass over the processes: the pod of every namespace whose pod processes all belong
+    /// to one pod (processes in no pod's cgroup are left out; two pods in one namespace make
+    /// it no pod's). Namespaces in `not_pods` (the host's, the tracer's own) are never a pod's,
     /// whatever runs in them (hostNetwork pods).
     pub fn refresh(&mut self, not_pods: &HashSet<NsKey>) -> HashMap<NsKey, PodNetns> {
         self.scan_procs();
         let mut by_netns: HashMap<NsKey, (BTreeSet<&str>, BTreeSet<&str>, u32)> = HashMap::new();
         for (pid, p) in &self.procs {
+            // Processes of no pod (`nsenter` from the node, a debugger) say nothing.
+            let Some(c) = &p.pod else { continue };
             if not_pods.contains(&p.netns) {
                 continue;
             }
             let e = by_netns
                 .entry(p.netns)
                 .or_insert_with(|| (BTreeSet::new(), BTreeSet::new(), *pid));
-            match &p.pod {
-                Some(c) => {
-                    e.0.insert(c.uid.as_str());
-                    if let Some(id) = &c.container_id {
-                        e.1.insert(id.as_str());
-                    }
-                }
-                // A process of no pod in the namespace: not a pod's (a lab's or a VM's).
-                None => {
-                    e.0.insert("");
-                }
+            e.0.insert(c.uid.as_str());
+            if let Some(id) = &c.container_id {
+                e.1.insert(id.as_str());
             }
         }
         let unnamed = by_netns
@@ -265,14 +260,14 @@ mod tests {
             "host",
             format!("0::/kubepods/pod{UID_B}/abcdef0123456789\n").as_bytes(),
         );
-        // A namespace of no pod, and one shared by a pod's and another process.
+        // A namespace of no pod; one of a pod with a process entered from the node (counts
+        // for the pod); one with two pods' processes (no one's).
         f.proc(40, "plain", b"0::/system.slice/x.service\n");
-        f.proc(
-            50,
-            "mixed",
-            format!("0::/kubepods/pod{UID_B}/abcdef0123456789\n").as_bytes(),
-        );
-        f.proc(51, "mixed", b"0::/user.slice\n");
+        let b = format!("0::/kubepods/pod{UID_B}/abcdef0123456789\n");
+        f.proc(50, "entered", b.as_bytes());
+        f.proc(51, "entered", b"0::/user.slice\n");
+        f.proc(52, "two", b.as_bytes());
+        f.proc(53, "two", format!("0::/kubepods/pod{UID_A}/\n").as_bytes());
         // Hostile: binary garbage and a huge file.
         f.proc(60, "garbage", b"\xff\xfe\x00::::\n\x1b[31m");
         let huge = format!("0::/kubepods/pod{UID_A}/{}\n", "a".repeat(200_000));
@@ -302,7 +297,8 @@ mod tests {
         // No log directory for B: known by UID only.
         let b = &pods[&f.key("pod-b")].pod;
         assert_eq!((b.uid.as_str(), b.label.as_deref()), (UID_B, None));
-        for not in ["host", "plain", "mixed", "garbage"] {
+        assert_eq!(pods[&f.key("entered")].pod.uid, UID_B);
+        for not in ["host", "plain", "two", "garbage"] {
             assert!(!pods.contains_key(&f.key(not)), "{not}");
         }
         // Cut at 64 KiB: the container part is lost, the pod is not.
