@@ -568,6 +568,7 @@ impl Correlator {
                     format!("{ns}/{ifname}")
                 })
                 .unwrap_or_default(),
+            pod: Default::default(),
         };
         let cycle: Vec<LoopHop> = chain[..i].iter().rev().map(|l| hop(l)).collect();
         let hop_count = chain.len().saturating_sub(1) as u64;

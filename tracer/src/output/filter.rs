@@ -5,9 +5,9 @@
 //! Different flags must all match; the values of one repeated flag are alternatives. A packet
 //! or drop matches by its own DNS message and pod; a transaction when any of its legs or hops
 //! does (its question, any leg's rcode, the client's or any hop's pod); a loop by its
-//! question, a race by its queries and client pod. A record without the thing a flag asks
-//! about does not match it (a packet has no latency, a loop no pod); the stats record is
-//! always written.
+//! question and its cycle's pods, a race by its queries and client pod. A record without the
+//! thing a flag asks about does not match it (a packet has no latency, a loop no rcode); the
+//! stats record is always written.
 use globset::{Glob, GlobBuilder, GlobSet, GlobSetBuilder};
 
 use super::record::{PodRef, Record};
@@ -242,8 +242,7 @@ impl Filter {
                     && self.slower_than_ns.is_none_or(slow)
             }
             Record::Loop(l) => {
-                self.pods.is_none()
-                    && self.namespaces.is_none()
+                self.pod_matches(l.cycle.iter().map(|h| &h.pod))
                     && self
                         .question_matches([(l.question.name.as_str(), l.question.qtype.as_str())])
                     && self.rcodes.is_empty()
@@ -547,6 +546,51 @@ mod tests {
         );
         assert!(f.keep(&packet_json("x.", "A", true, "SERVFAIL", None)));
         assert!(!f.keep(&packet_json("x.", "A", true, "NOERROR", None)));
+    }
+
+    #[test]
+    fn loops_match_by_question_and_cycle_pods() {
+        use crate::correlate::loops::{LoopHop, LoopKind, LoopRecord, LoopState};
+        let hop = |pod: Option<&str>| LoopHop {
+            from: "10.244.1.3:1000".into(),
+            server: "10.96.0.10:53".into(),
+            backend: "10.244.1.4:53".into(),
+            at: "node/veth".into(),
+            pod: PodRef {
+                pod: pod.map(str::to_string),
+                ..Default::default()
+            },
+        };
+        let l = Record::Loop(LoopRecord {
+            id: 1,
+            state: LoopState::Detected,
+            kind: LoopKind::Cycle,
+            ts_ns: 1,
+            time: String::new(),
+            question: QuestionRecord {
+                name: "loop.lab.test.".into(),
+                qtype: "A".into(),
+                class: "IN".into(),
+            },
+            zone: "lab.test.".into(),
+            loop_plugin_probe: false,
+            cycle: vec![hop(None), hop(Some("kube-system/coredns-b"))],
+            path: String::new(),
+            hop_count: 2,
+            rate_pps: 1,
+            packets: 1,
+            summarised: 0,
+            clients: Vec::new(),
+            first_seen_ns: 1,
+            detected_ns: 1,
+            last_seen_ns: 1,
+        });
+        assert!(filter(|s| s.failures = true).keep(&l));
+        assert!(filter(|s| s.names = vec!["loop.lab.test".into()]).keep(&l));
+        assert!(!filter(|s| s.names = vec!["www.lab.test".into()]).keep(&l));
+        assert!(filter(|s| s.namespaces = vec!["kube-system".into()]).keep(&l));
+        assert!(!filter(|s| s.pods = vec!["default/*".into()]).keep(&l));
+        assert!(!filter(|s| s.rcodes = vec!["SERVFAIL".into()]).keep(&l));
     }
 
     #[test]

@@ -46,7 +46,14 @@ pub fn annotate(r: &mut Record, names: &Names) {
             }
         }
         Record::Race(race) => race.pod = pod_ref(names.pod_at(&race.client_netns, "")),
-        Record::Loop(_) | Record::Stats(_) => {}
+        Record::Loop(l) => {
+            for h in &mut l.cycle {
+                if let Some((ns, ifname)) = h.at.rsplit_once('/') {
+                    h.pod = pod_ref(names.pod_at(ns, ifname));
+                }
+            }
+        }
+        Record::Stats(_) => {}
     }
 }
 
