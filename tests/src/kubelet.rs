@@ -23,7 +23,8 @@ use crate::{Lab, LabError, Pod};
 /// One pod as kubelet would know it.
 #[derive(Clone, Debug)]
 pub struct FakePod {
-    pub pod: Pod,
+    /// The lab pod; `None` for the hostNetwork pod in the node's namespace.
+    pub pod: Option<Pod>,
     pub namespace: String,
     pub name: String,
     pub uid: String,
@@ -45,8 +46,9 @@ pub struct KubeletPods {
     cgroups: Vec<PathBuf>,
     /// Processes moved: pid, and the `cgroup.procs` it came from.
     moved: Vec<(u32, PathBuf)>,
-    /// The client pod's long-running process (its "pause").
-    client: Option<Child>,
+    /// Processes started here: the client pod's (its "pause"), and a hostNetwork pod's in
+    /// the node namespace.
+    children: Vec<Child>,
 }
 
 fn io(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> LabError {
@@ -100,7 +102,7 @@ impl KubeletPods {
             pods: Vec::new(),
             cgroups: Vec::new(),
             moved: Vec::new(),
-            client: None,
+            children: Vec::new(),
         };
         // Host root: the real /proc and /run (netns), private kubelet logs.
         fs::create_dir_all(me.host_root.join("var/log/containers")).map_err(io("host root"))?;
@@ -109,11 +111,16 @@ impl KubeletPods {
 
         let client = lab.spawn_in(lab.client_ns(), &["sleep", "3600"])?;
         let client_pid = client.id();
-        me.client = Some(client);
-        let mut procs = vec![(Pod::Client, client_pid)];
+        me.children.push(client);
+        // A hostNetwork pod (kube-proxy's kind): in a pod cgroup, in the node's namespace,
+        // which must stay the node's.
+        let host_pod = lab.spawn_in(lab.node_ns(), &["sleep", "3600"])?;
+        let host_pid = host_pod.id();
+        me.children.push(host_pod);
+        let mut procs = vec![(Some(Pod::Client), client_pid), (None, host_pid)];
         for i in 0..lab.dns_pod_count() {
             if let Some(pid) = lab.server_pid(Pod::Dns(i)) {
-                procs.push((Pod::Dns(i), pid));
+                procs.push((Some(Pod::Dns(i)), pid));
             }
         }
         for (n, (pod, pid)) in procs.into_iter().enumerate() {
@@ -128,22 +135,27 @@ impl KubeletPods {
             );
             let container_id = format!("{:016x}", seed ^ (n + 1)).repeat(4);
             let (namespace, name, container) = match pod {
-                Pod::Client => ("default".to_string(), format!("client-{prefix}"), "dig"),
-                _ => (
+                Some(Pod::Dns(i)) => (
                     "kube-system".to_string(),
-                    format!("coredns-{prefix}-{}", char::from(b'a' + n as u8 - 1)),
+                    format!("coredns-{prefix}-{}", char::from(b'a' + (i % 26) as u8)),
                     "coredns",
+                ),
+                Some(_) => ("default".to_string(), format!("client-{prefix}"), "dig"),
+                None => (
+                    "kube-system".to_string(),
+                    format!("kube-proxy-{prefix}"),
+                    "kube-proxy",
                 ),
             };
             let uid_ = uid.replace('-', "_");
             let base = format!("dnspath-lab-{prefix}");
             let (root, controller, path) = match (pod, &v1) {
-                (Pod::Client, _) => (
+                (Some(Pod::Client) | None, _) => (
                     v2.clone(),
                     "",
                     format!("{base}/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod{uid_}.slice/cri-containerd-{container_id}.scope"),
                 ),
-                (Pod::Dns(0), _) => (
+                (Some(Pod::Dns(0)), _) => (
                     v2.clone(),
                     "",
                     format!("{base}/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{uid_}.slice/crio-{container_id}.scope"),
@@ -210,13 +222,13 @@ impl KubeletPods {
     }
 
     pub fn of(&self, pod: Pod) -> Option<&FakePod> {
-        self.pods.iter().find(|p| p.pod == pod)
+        self.pods.iter().find(|p| p.pod == Some(pod))
     }
 }
 
 impl Drop for KubeletPods {
     fn drop(&mut self) {
-        if let Some(mut c) = self.client.take() {
+        for mut c in self.children.drain(..) {
             let _ = c.kill();
             let _ = c.wait();
         }

@@ -174,6 +174,14 @@ fn pods_named_on_every_hop_and_drop() {
     }
     assert!(hops >= 8, "{t}");
 
+    // The hostNetwork pod in the node's namespace names nothing: the node stays the node.
+    let host_pod = pods.pods.iter().find(|p| p.pod.is_none()).unwrap();
+    assert!(
+        recs.iter().all(|r| !r.to_string().contains(&host_pod.name)),
+        "the node's namespace was labelled with the hostNetwork pod {}",
+        host_pod.label()
+    );
+
     // The drop names the pod whose veth it happened at.
     let d = recs
         .iter()
@@ -279,5 +287,52 @@ fn filters_select_what_is_shown_and_stats_count_everything() {
     assert!(
         stats["packets"].as_u64().unwrap() > packets.len() as u64,
         "{stats}"
+    );
+}
+
+#[test]
+fn text_view_shows_pods_in_place_of_namespaces() {
+    let Some((lab, pods)) = setup() else {
+        return;
+    };
+    let root = pods.host_root.to_str().unwrap().to_string();
+    let t = Tracer::start(
+        &lab,
+        lab.node_ns(),
+        &[
+            "trace",
+            "--all-netns",
+            "--host-root",
+            &root,
+            "--view",
+            "both",
+        ],
+    )
+    .unwrap();
+    let out = lab.dig(&["+time=2", "+tries=1", "www.lab.test.", "A"]);
+    assert!(out.status.success(), "{out:?}");
+    let out = t.stop();
+    assert!(out.status.success(), "{}", out.stderr);
+    let client = pods.of(Pod::Client).unwrap().label();
+    let text = &out.stdout;
+    assert!(text.contains(&format!(" {client}/eth0 out udp")), "{text}");
+    assert!(
+        text.contains(&format!(
+            "{}/{}({client}) in  udp",
+            lab.node_ns(),
+            lab.veth_of(Pod::Client)
+        )),
+        "{text}"
+    );
+    assert!(text.contains(" kube-system/coredns-"), "{text}");
+    assert!(
+        !text.contains(&format!("{}/eth0", lab.client_ns())),
+        "{text}"
+    );
+    // The transaction's first line names the client's pod.
+    assert!(
+        text.lines()
+            .any(|l| l.contains(&format!(" {client} ")) && l.contains("asks www.lab.test.")),
+        "{text}"
     );
 }

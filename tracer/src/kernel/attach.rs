@@ -46,7 +46,7 @@ pub struct Names {
     /// Pods' namespaces, and node-side ends of pods' veths (by namespace and interface
     /// name), as of the last rescan.
     pods: HashMap<u64, Arc<Pod>>,
-    pod_veths: HashMap<(u64, String), Arc<Pod>>,
+    pod_veths: HashMap<u64, HashMap<String, Arc<Pod>>>,
 }
 
 const MAX_NAMES: usize = 65536;
@@ -80,7 +80,13 @@ impl Names {
         pod_veths: HashMap<(u64, String), Arc<Pod>>,
     ) {
         self.pods = pods;
-        self.pod_veths = pod_veths;
+        self.pod_veths.clear();
+        for ((cookie, ifname), pod) in pod_veths {
+            self.pod_veths
+                .entry(cookie)
+                .or_default()
+                .insert(ifname, pod);
+        }
     }
 
     /// The pod seen at interface `ifname` of the namespace named `ns` (`ifname` empty: the
@@ -97,7 +103,8 @@ impl Names {
             return None;
         }
         self.pod_veths
-            .get(&(cookie, ifname.to_string()))
+            .get(&cookie)
+            .and_then(|by_name| by_name.get(ifname))
             .map(|p| (p, true))
     }
 }
