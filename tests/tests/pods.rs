@@ -336,3 +336,44 @@ fn text_view_shows_pods_in_place_of_namespaces() {
         "{text}"
     );
 }
+
+#[test]
+fn node_side_veths_name_their_pods_without_all_netns() {
+    let Some((lab, pods)) = setup() else {
+        return;
+    };
+    let root = pods.host_root.to_str().unwrap().to_string();
+    // Only the node's own interfaces: the pods' namespaces are entered once each, to pair
+    // their eth0 with the node-side veths.
+    let t = Tracer::start(
+        &lab,
+        lab.node_ns(),
+        &["trace", "-o", "json", "--host-root", &root],
+    )
+    .unwrap();
+    let out = lab.dig(&["+time=2", "+tries=1", "www.lab.test.", "A"]);
+    assert!(out.status.success(), "{out:?}");
+    let recs = records(&t.stop());
+    let mut named = 0;
+    for r in recs
+        .iter()
+        .filter(|r| r["type"] == "packet" && qname(r) == Some("www.lab.test."))
+    {
+        assert_eq!(r["netns"], lab.node_ns(), "{r}");
+        if check_place(&lab, &pods, r, "packet") {
+            named += 1;
+        }
+    }
+    assert!(named >= 4, "client and CoreDNS veths, both ways: {recs:?}");
+    let client = pods.of(Pod::Client).unwrap();
+    let t = recs
+        .iter()
+        .find(|r| r["type"] == "transaction" && r["question"]["name"] == "www.lab.test.")
+        .unwrap_or_else(|| panic!("no transaction"));
+    assert_eq!(
+        t["pod"],
+        client.label().as_str(),
+        "the client's pod from its veth: {t}"
+    );
+    assert!(t.get("pod_veth").is_none(), "{t}");
+}
