@@ -366,6 +366,7 @@ mod tests {
     use std::sync::Mutex;
 
     use super::*;
+    use crate::output::filter::FilterSpec;
 
     /// Collects what the sink writes.
     #[derive(Clone, Default)]
@@ -423,6 +424,15 @@ mod tests {
     }
 
     fn run_on(bytes: &[u8], ports: &[u16], view: View) -> (AnalyzeReport, Vec<serde_json::Value>) {
+        run_filtered(bytes, ports, view, Filter::default())
+    }
+
+    fn run_filtered(
+        bytes: &[u8],
+        ports: &[u16],
+        view: View,
+        filter: Filter,
+    ) -> (AnalyzeReport, Vec<serde_json::Value>) {
         static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
         let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let path = std::env::temp_dir().join(format!(
@@ -437,7 +447,7 @@ mod tests {
             view,
             timeout: Duration::from_secs(5),
             ports: ports.to_vec(),
-            filter: Filter::default(),
+            filter,
         };
         let report = analyze(&opts, Box::new(out.clone()));
         let _ = std::fs::remove_file(&path);
@@ -447,6 +457,94 @@ mod tests {
             .map(|l| serde_json::from_str(l).unwrap())
             .collect();
         (report.unwrap(), recs)
+    }
+
+    /// A question for `name` (one label under `test.`) of type `qtype`, id `id`; with
+    /// `rcode`, its response (from the server back to the client).
+    fn message(id: u16, label: &[u8], qtype: u16, rcode: Option<u8>) -> Vec<u8> {
+        let mut m = id.to_be_bytes().to_vec();
+        match rcode {
+            Some(rc) => m.extend_from_slice(&[0x81, 0x80 | rc]),
+            None => m.extend_from_slice(&[1, 0]),
+        }
+        m.extend_from_slice(&[0, 1, 0, 0, 0, 0, 0, 0]);
+        m.push(label.len() as u8);
+        m.extend_from_slice(label);
+        m.extend_from_slice(b"\x04test\x00");
+        m.extend_from_slice(&qtype.to_be_bytes());
+        m.extend_from_slice(&[0, 1]);
+        let mut p = if rcode.is_some() {
+            udp(53, 40000 + id, &m)
+        } else {
+            udp(40000 + id, 53, &m)
+        };
+        if rcode.is_some() {
+            let (src, dst) = ([10, 0, 0, 2], [10, 0, 0, 1]);
+            p[12..16].copy_from_slice(&src);
+            p[16..20].copy_from_slice(&dst);
+        }
+        p
+    }
+
+    #[test]
+    fn filters_select_records_and_stats_count_everything() {
+        let file = pcap(&[
+            message(1, b"a", 1, None),
+            message(1, b"a", 1, Some(2)), // SERVFAIL
+            message(2, b"B", 28, None),
+            message(2, b"B", 28, Some(0)),
+            message(3, b"c", 1, None),
+            message(3, b"c", 1, Some(3)), // NXDOMAIN
+        ]);
+        let names = |recs: &[serde_json::Value]| -> Vec<String> {
+            recs.iter()
+                .filter(|r| r["type"] != "stats")
+                .map(|r| {
+                    let q = if r["type"] == "packet" {
+                        &r["dns"]["questions"][0]["name"]
+                    } else {
+                        &r["question"]["name"]
+                    };
+                    format!("{} {}", r["type"].as_str().unwrap(), q.as_str().unwrap())
+                })
+                .collect()
+        };
+        let filter = |f: &dyn Fn(&mut FilterSpec)| {
+            let mut spec = FilterSpec::default();
+            f(&mut spec);
+            Filter::new(&spec).unwrap()
+        };
+        let stats = |recs: &[serde_json::Value]| {
+            recs.iter().rfind(|r| r["type"] == "stats").unwrap()["packets"].clone()
+        };
+
+        let (_, recs) = run_filtered(&file, &[53], View::Both, filter(&|s| s.failures = true));
+        assert_eq!(names(&recs), ["packet a.test.", "transaction a.test."]);
+        assert_eq!(stats(&recs), 6);
+
+        let (_, recs) = run_filtered(
+            &file,
+            &[53],
+            View::Both,
+            filter(&|s| s.names = vec!["b.TEST".into()]),
+        );
+        assert_eq!(
+            names(&recs),
+            ["packet B.test.", "packet B.test.", "transaction b.test."]
+        );
+        assert_eq!(stats(&recs), 6);
+
+        let (_, recs) = run_filtered(
+            &file,
+            &[53],
+            View::Both,
+            filter(&|s| {
+                s.rcodes = vec!["NXDOMAIN".into()];
+                s.qtypes = vec!["A".into()];
+            }),
+        );
+        assert_eq!(names(&recs), ["packet c.test.", "transaction c.test."]);
+        assert_eq!(stats(&recs), 6);
     }
 
     #[test]

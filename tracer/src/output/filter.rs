@@ -14,7 +14,7 @@ use super::record::{PodRef, Record};
 
 #[derive(Debug, thiserror::Error)]
 pub enum FilterError {
-    #[error("{flag} {pattern:?}: {source}")]
+    #[error("{flag} {pattern:?}")]
     Glob {
         flag: &'static str,
         pattern: String,
