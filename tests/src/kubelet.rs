@@ -20,6 +20,9 @@ use std::{
 
 use crate::{Lab, LabError, Pod};
 
+/// Start of the [`LabError::Config`] message when this machine's cgroups cannot be written.
+pub const NO_CGROUPS: &str = "cgroups not writable here";
+
 /// One pod as kubelet would know it.
 #[derive(Clone, Debug)]
 pub struct FakePod {
@@ -90,8 +93,8 @@ fn current_cgroup(pid: u32, root: &Path, controller: &str) -> Option<PathBuf> {
 impl KubeletPods {
     /// Places the client's (a `sleep` started here) and every "CoreDNS" pod's process.
     pub fn create(lab: &Lab) -> Result<KubeletPods, LabError> {
-        let v2 =
-            v2_root().ok_or_else(|| LabError::Config("no cgroup v2 hierarchy found".into()))?;
+        let v2 = v2_root()
+            .ok_or_else(|| LabError::Config(format!("{NO_CGROUPS}: no cgroup v2 hierarchy")))?;
         let v1 = v1_pids_root();
         let prefix = lab.prefix().to_string();
         let mut h = DefaultHasher::new();
@@ -208,7 +211,17 @@ impl KubeletPods {
         for comp in path.split('/') {
             dir.push(comp);
             if !dir.exists() {
-                fs::create_dir(&dir).map_err(io(format!("mkdir {}", dir.display())))?;
+                fs::create_dir(&dir).map_err(|e| match e.raw_os_error() {
+                    // A read-only or delegated cgroup tree (some containers): the machine
+                    // cannot host this lab, which is no failure of dnspath's.
+                    Some(libc::EROFS | libc::EACCES | libc::EPERM) => {
+                        LabError::Config(format!("{NO_CGROUPS}: mkdir {}: {e}", dir.display()))
+                    }
+                    _ => LabError::Io {
+                        what: format!("mkdir {}", dir.display()),
+                        source: e,
+                    },
+                })?;
                 self.cgroups.push(dir.clone());
             }
         }
