@@ -1,9 +1,9 @@
 //! Network namespace → pod, refreshed with the interface rescans.
 //!
-//! Each rescan looks only at processes it has not seen before (one `stat` of
-//! `/proc/<pid>/ns/net` and one bounded read of `/proc/<pid>/cgroup` each), forgets those that
-//! are gone, and reads kubelet's log directories only when a pod UID has no names yet (at most
-//! every [`LOGS_EVERY`]).
+//! Each rescan looks only at processes it has not seen before, or first saw less than
+//! [`REREADS`] rescans ago (one `stat` of `/proc/<pid>/ns/net` and one bounded read of
+//! `/proc/<pid>/cgroup` each), forgets those that are gone, and reads kubelet's log
+//! directories only when a pod UID has no names yet (at most every [`LOGS_EVERY`]).
 use std::{
     collections::{BTreeSet, HashMap, HashSet},
     fs::{self, File},
@@ -37,7 +37,13 @@ pub const LOGS_EVERY: Duration = Duration::from_secs(2);
 struct Process {
     netns: NsKey,
     pod: Option<CgroupPod>,
+    /// Rescans left that read it again: a container's first process shows up before the
+    /// runtime has put it in its cgroup and namespace (`runc init`).
+    rereads: u8,
 }
+
+/// Rescans that read a new process again (2 s at the 500 ms rescan).
+const REREADS: u8 = 4;
 
 /// A namespace that belongs to a pod, and a path to open it by.
 #[derive(Clone, Debug)]
@@ -160,10 +166,13 @@ impl PodResolver {
                 continue;
             };
             live.insert(pid);
-            if self.procs.contains_key(&pid)
-                || fresh >= MAX_NEW_PIDS
-                || self.procs.len() >= MAX_PIDS
-            {
+            let rereads = match self.procs.get(&pid) {
+                Some(p) if p.rereads == 0 => continue,
+                Some(p) => p.rereads - 1,
+                None if self.procs.len() >= MAX_PIDS => continue,
+                None => REREADS,
+            };
+            if fresh >= MAX_NEW_PIDS {
                 continue;
             }
             fresh += 1;
@@ -172,7 +181,14 @@ impl PodResolver {
                 continue;
             };
             let pod = read_bounded(&base.join("cgroup")).and_then(|c| parse_proc_cgroup(&c));
-            self.procs.insert(pid, Process { netns, pod });
+            self.procs.insert(
+                pid,
+                Process {
+                    netns,
+                    pod,
+                    rereads,
+                },
+            );
         }
         self.procs.retain(|pid, _| live.contains(pid));
     }
@@ -304,8 +320,18 @@ mod tests {
         // Cut at 64 KiB: the container part is lost, the pod is not.
         assert_eq!(pods[&f.key("huge")].pod.uid, UID_A);
 
-        // Only new processes are read: a changed cgroup file of a known pid is not re-read,
-        // and a gone process is forgotten.
+        // A new process is read again on the next few rescans (the runtime moves it into its
+        // cgroup just after it appears), then no more; a gone process is forgotten.
+        fs::write(
+            f.0.join("proc/40/cgroup"),
+            format!("0::/kubepods/pod{UID_B}/\n"),
+        )
+        .unwrap();
+        let pods = r.refresh(&HashSet::from([host]));
+        assert_eq!(pods[&f.key("plain")].pod.uid, UID_B);
+        for _ in 0..REREADS {
+            r.refresh(&HashSet::from([host]));
+        }
         fs::write(f.0.join("proc/20/cgroup"), "0::/\n").unwrap();
         fs::remove_dir_all(f.0.join("proc/10")).unwrap();
         let pods = r.refresh(&HashSet::from([host]));
