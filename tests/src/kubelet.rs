@@ -90,6 +90,24 @@ fn current_cgroup(pid: u32, root: &Path, controller: &str) -> Option<PathBuf> {
     })
 }
 
+/// Waits until `ip netns exec` (`pid`) has entered its namespace and become `comm`: a tracer
+/// started earlier would see the process in the namespace it came from.
+fn wait_exec(pid: u32, comm: &str) -> Result<(), LabError> {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let now = fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
+        if now.trim() == comm {
+            return Ok(());
+        }
+        if std::time::Instant::now() > deadline {
+            return Err(LabError::Config(format!(
+                "process {pid} did not become {comm} within 10 s"
+            )));
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+}
+
 impl KubeletPods {
     /// Places the client's (a `sleep` started here) and every "CoreDNS" pod's process.
     pub fn create(lab: &Lab) -> Result<KubeletPods, LabError> {
@@ -115,11 +133,13 @@ impl KubeletPods {
         let client = lab.spawn_in(lab.client_ns(), &["sleep", "3600"])?;
         let client_pid = client.id();
         me.children.push(client);
+        wait_exec(client_pid, "sleep")?;
         // A hostNetwork pod (kube-proxy's kind): in a pod cgroup, in the node's namespace,
         // which must stay the node's.
         let host_pod = lab.spawn_in(lab.node_ns(), &["sleep", "3600"])?;
         let host_pid = host_pod.id();
         me.children.push(host_pod);
+        wait_exec(host_pid, "sleep")?;
         let mut procs = vec![(Some(Pod::Client), client_pid), (None, host_pid)];
         for i in 0..lab.dns_pod_count() {
             if let Some(pid) = lab.server_pid(Pod::Dns(i)) {

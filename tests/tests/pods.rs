@@ -42,6 +42,17 @@ fn setup() -> Option<(Lab, KubeletPods)> {
     }
 }
 
+/// `dnspath ARGS --netns …` for every namespace of this lab but the node (where it runs):
+/// what `--all-netns` would attach to, without the other labs a shared machine may run.
+fn trace_args<'a>(lab: &'a Lab, args: &[&'a str]) -> Vec<&'a str> {
+    let mut v = vec!["trace"];
+    v.extend_from_slice(args);
+    for ns in lab.namespaces().into_iter().skip(1) {
+        v.extend(["--netns", ns]);
+    }
+    v
+}
+
 fn records(out: &TracerOutput) -> Vec<Value> {
     assert!(
         out.status.success(),
@@ -105,10 +116,10 @@ fn pods_named_on_every_hop_and_drop() {
     let t = Tracer::start(
         &lab,
         lab.node_ns(),
-        &["trace", "-o", "json", "--all-netns", "--host-root", &root],
+        &trace_args(&lab, &["-o", "json", "--host-root", &root]),
     )
     .unwrap();
-    let out = lab.dig(&["+time=2", "+tries=1", "www.lab.test.", "A"]);
+    let out = lab.dig(&["+time=5", "+tries=1", "www.lab.test.", "A"]);
     assert!(out.status.success(), "{out:?}");
     let o = lab.iptables_rule(lab.node_ns(), "-I", &DROP_RULE);
     assert!(o.status.success(), "{o:?}");
@@ -211,20 +222,21 @@ fn filters_select_what_is_shown_and_stats_count_everything() {
     let t = Tracer::start(
         &lab,
         lab.node_ns(),
-        &[
-            "trace",
-            "-o",
-            "json",
-            "--all-netns",
-            "--host-root",
-            &root,
-            "--failures",
-            "--timeout",
-            "1",
-        ],
+        &trace_args(
+            &lab,
+            &[
+                "-o",
+                "json",
+                "--host-root",
+                &root,
+                "--failures",
+                "--timeout",
+                "1",
+            ],
+        ),
     )
     .unwrap();
-    let out = lab.dig(&["+time=2", "+tries=1", "www.lab.test.", "A"]);
+    let out = lab.dig(&["+time=5", "+tries=1", "www.lab.test.", "A"]);
     assert!(out.status.success(), "{out:?}");
     let o = lab.iptables_rule(lab.node_ns(), "-I", &drop);
     assert!(o.status.success(), "{o:?}");
@@ -257,24 +269,25 @@ fn filters_select_what_is_shown_and_stats_count_everything() {
     let t = Tracer::start(
         &lab,
         lab.node_ns(),
-        &[
-            "trace",
-            "-o",
-            "json",
-            "--all-netns",
-            "--host-root",
-            &root,
-            "--view",
-            "packets",
-            "--name",
-            "WWW.Lab.Test",
-            "--pod",
-            "kube-system/coredns-*",
-        ],
+        &trace_args(
+            &lab,
+            &[
+                "-o",
+                "json",
+                "--host-root",
+                &root,
+                "--view",
+                "packets",
+                "--name",
+                "WWW.Lab.Test",
+                "--pod",
+                "kube-system/coredns-*",
+            ],
+        ),
     )
     .unwrap();
     for name in ["www.lab.test.", "other.lab.test."] {
-        lab.dig(&["+time=2", "+tries=1", name, "A"]);
+        lab.dig(&["+time=5", "+tries=1", name, "A"]);
     }
     let recs = records(&t.stop());
     let packets: Vec<_> = recs.iter().filter(|r| r["type"] == "packet").collect();
@@ -305,17 +318,10 @@ fn text_view_shows_pods_in_place_of_namespaces() {
     let t = Tracer::start(
         &lab,
         lab.node_ns(),
-        &[
-            "trace",
-            "--all-netns",
-            "--host-root",
-            &root,
-            "--view",
-            "both",
-        ],
+        &trace_args(&lab, &["--host-root", &root, "--view", "both"]),
     )
     .unwrap();
-    let out = lab.dig(&["+time=2", "+tries=1", "www.lab.test.", "A"]);
+    let out = lab.dig(&["+time=5", "+tries=1", "www.lab.test.", "A"]);
     assert!(out.status.success(), "{out:?}");
     let out = t.stop();
     assert!(out.status.success(), "{}", out.stderr);
@@ -357,7 +363,7 @@ fn node_side_veths_name_their_pods_without_all_netns() {
         &["trace", "-o", "json", "--host-root", &root],
     )
     .unwrap();
-    let out = lab.dig(&["+time=2", "+tries=1", "www.lab.test.", "A"]);
+    let out = lab.dig(&["+time=5", "+tries=1", "www.lab.test.", "A"]);
     assert!(out.status.success(), "{out:?}");
     let recs = records(&t.stop());
     let mut named = 0;
