@@ -22,6 +22,7 @@ mod cmd;
 mod config;
 mod error;
 pub mod kube_proxy;
+pub mod kubelet;
 mod process;
 pub mod race;
 mod servers;

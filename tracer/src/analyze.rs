@@ -14,7 +14,9 @@ use crate::{
     decode::{decoder::Decoder, frag::WatchedDatagrams, parse_ip, Transport},
     event::SourceEvent,
     kernel::{attach::Names, kallsyms::Kallsyms},
-    output::{record::StatsRecord, text::TextSink, Format, JsonSink, Record, Sink, View},
+    output::{
+        filter::Filter, record::StatsRecord, text::TextSink, Format, JsonSink, Record, Sink, View,
+    },
     pipeline::{Pipeline, PipelineConfig},
     source::file::{CaptureFormat, FileError, FileProgress, FileSource, LinkSkips},
     time::Clock,
@@ -44,6 +46,8 @@ pub struct AnalyzeOptions {
     pub timeout: Duration,
     /// Decode only UDP/TCP packets from or to one of these ports; empty: every IP packet.
     pub ports: Vec<u16>,
+    /// What is written (`--name`, `--failures`, …); every stage still sees everything.
+    pub filter: Filter,
 }
 
 /// How often (in capture time) the correlate stage reports finished transactions.
@@ -297,10 +301,10 @@ pub fn analyze(
             pipeline.tick(now, &mut records);
             last_tick = now;
         }
-        write_records(&mut records, sink.as_mut(), opts.view)?;
+        write_records(&mut records, sink.as_mut(), opts.view, &opts.filter)?;
     }
     pipeline.finish(now, &mut records);
-    write_records(&mut records, sink.as_mut(), opts.view)?;
+    write_records(&mut records, sink.as_mut(), opts.view, &opts.filter)?;
     let stats = pipeline.stats();
     sink.write(&Record::Stats(stats.clone()))?;
     sink.flush()?;
@@ -321,9 +325,14 @@ pub fn analyze(
     })
 }
 
-fn write_records(records: &mut Vec<Record>, sink: &mut dyn Sink, view: View) -> io::Result<()> {
+fn write_records(
+    records: &mut Vec<Record>,
+    sink: &mut dyn Sink,
+    view: View,
+    filter: &Filter,
+) -> io::Result<()> {
     for r in records.drain(..) {
-        if matches!(r, Record::Packet(_)) && !view.packets() {
+        if matches!(r, Record::Packet(_)) && !view.packets() || !filter.keep(&r) {
             continue;
         }
         sink.write(&r)?;
@@ -352,6 +361,7 @@ mod tests {
     use std::sync::Mutex;
 
     use super::*;
+    use crate::output::filter::FilterSpec;
 
     /// Collects what the sink writes.
     #[derive(Clone, Default)]
@@ -409,6 +419,15 @@ mod tests {
     }
 
     fn run_on(bytes: &[u8], ports: &[u16], view: View) -> (AnalyzeReport, Vec<serde_json::Value>) {
+        run_filtered(bytes, ports, view, Filter::default())
+    }
+
+    fn run_filtered(
+        bytes: &[u8],
+        ports: &[u16],
+        view: View,
+        filter: Filter,
+    ) -> (AnalyzeReport, Vec<serde_json::Value>) {
         static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
         let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let path = std::env::temp_dir().join(format!(
@@ -423,6 +442,7 @@ mod tests {
             view,
             timeout: Duration::from_secs(5),
             ports: ports.to_vec(),
+            filter,
         };
         let report = analyze(&opts, Box::new(out.clone()));
         let _ = std::fs::remove_file(&path);
@@ -432,6 +452,94 @@ mod tests {
             .map(|l| serde_json::from_str(l).unwrap())
             .collect();
         (report.unwrap(), recs)
+    }
+
+    /// A question for `name` (one label under `test.`) of type `qtype`, id `id`; with
+    /// `rcode`, its response (from the server back to the client).
+    fn message(id: u16, label: &[u8], qtype: u16, rcode: Option<u8>) -> Vec<u8> {
+        let mut m = id.to_be_bytes().to_vec();
+        match rcode {
+            Some(rc) => m.extend_from_slice(&[0x81, 0x80 | rc]),
+            None => m.extend_from_slice(&[1, 0]),
+        }
+        m.extend_from_slice(&[0, 1, 0, 0, 0, 0, 0, 0]);
+        m.push(label.len() as u8);
+        m.extend_from_slice(label);
+        m.extend_from_slice(b"\x04test\x00");
+        m.extend_from_slice(&qtype.to_be_bytes());
+        m.extend_from_slice(&[0, 1]);
+        let mut p = if rcode.is_some() {
+            udp(53, 40000 + id, &m)
+        } else {
+            udp(40000 + id, 53, &m)
+        };
+        if rcode.is_some() {
+            let (src, dst) = ([10, 0, 0, 2], [10, 0, 0, 1]);
+            p[12..16].copy_from_slice(&src);
+            p[16..20].copy_from_slice(&dst);
+        }
+        p
+    }
+
+    #[test]
+    fn filters_select_records_and_stats_count_everything() {
+        let file = pcap(&[
+            message(1, b"a", 1, None),
+            message(1, b"a", 1, Some(2)), // SERVFAIL
+            message(2, b"B", 28, None),
+            message(2, b"B", 28, Some(0)),
+            message(3, b"c", 1, None),
+            message(3, b"c", 1, Some(3)), // NXDOMAIN
+        ]);
+        let names = |recs: &[serde_json::Value]| -> Vec<String> {
+            recs.iter()
+                .filter(|r| r["type"] != "stats")
+                .map(|r| {
+                    let q = if r["type"] == "packet" {
+                        &r["dns"]["questions"][0]["name"]
+                    } else {
+                        &r["question"]["name"]
+                    };
+                    format!("{} {}", r["type"].as_str().unwrap(), q.as_str().unwrap())
+                })
+                .collect()
+        };
+        let filter = |f: &dyn Fn(&mut FilterSpec)| {
+            let mut spec = FilterSpec::default();
+            f(&mut spec);
+            Filter::new(&spec).unwrap()
+        };
+        let stats = |recs: &[serde_json::Value]| {
+            recs.iter().rfind(|r| r["type"] == "stats").unwrap()["packets"].clone()
+        };
+
+        let (_, recs) = run_filtered(&file, &[53], View::Both, filter(&|s| s.failures = true));
+        assert_eq!(names(&recs), ["packet a.test.", "transaction a.test."]);
+        assert_eq!(stats(&recs), 6);
+
+        let (_, recs) = run_filtered(
+            &file,
+            &[53],
+            View::Both,
+            filter(&|s| s.names = vec!["b.TEST".into()]),
+        );
+        assert_eq!(
+            names(&recs),
+            ["packet B.test.", "packet B.test.", "transaction b.test."]
+        );
+        assert_eq!(stats(&recs), 6);
+
+        let (_, recs) = run_filtered(
+            &file,
+            &[53],
+            View::Both,
+            filter(&|s| {
+                s.rcodes = vec!["NXDOMAIN".into()];
+                s.qtypes = vec!["A".into()];
+            }),
+        );
+        assert_eq!(names(&recs), ["packet c.test.", "transaction c.test."]);
+        assert_eq!(stats(&recs), 6);
     }
 
     #[test]

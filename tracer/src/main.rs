@@ -5,7 +5,10 @@ use clap::{Args, Parser, Subcommand};
 use dnspath::{
     analyze::{self, AnalyzeError, AnalyzeOptions},
     kernel::attach::AttachSpec,
-    output::{Format, View},
+    output::{
+        filter::{Filter, FilterSpec},
+        Format, View,
+    },
     trace::{self, TraceOptions},
 };
 
@@ -82,6 +85,9 @@ struct AgentArgs {
     /// Do not trace kernel drops (skb:kfree_skb); for kernels without BTF.
     #[arg(long)]
     no_drops: bool,
+    /// Where the node's root file system is mounted (see `trace --host-root`).
+    #[arg(long, value_name = "DIR", default_value = "/")]
+    host_root: PathBuf,
 }
 
 #[derive(Args)]
@@ -102,6 +108,57 @@ struct AnalyzeArgs {
     /// Seconds (of capture time) after which an unanswered query counts as timed out.
     #[arg(long, value_name = "SECS", default_value_t = 5.0)]
     timeout: f64,
+    #[command(flatten)]
+    filter: FilterArgs,
+}
+
+/// What to show. Every stage still sees every packet: counters, the stats record, loop and
+/// race detection (and `--until loop`, `--count`) are never filtered.
+#[derive(Args)]
+#[command(
+    next_help_heading = "Filters: what is shown (counters, stats and loop/race detection still see everything)"
+)]
+struct FilterArgs {
+    /// Only records of pods matching NS/NAME (glob, e.g. `kube-system/coredns-*`; without
+    /// a `/`, in any namespace); a transaction matches if any of its hops does (repeatable).
+    #[arg(long = "pod", value_name = "NS/NAME")]
+    pods: Vec<String>,
+    /// Only records of pods in this Kubernetes namespace (glob; repeatable).
+    #[arg(long = "namespace", value_name = "NS")]
+    namespaces: Vec<String>,
+    /// Only this query name (glob, case-insensitive, trailing dot optional, e.g.
+    /// `*.svc.cluster.local`; repeatable).
+    #[arg(long = "name", value_name = "GLOB")]
+    names: Vec<String>,
+    /// Only these query types (comma-separated or repeated), e.g. `A,AAAA`.
+    #[arg(long = "qtype", value_name = "TYPES")]
+    qtypes: Vec<String>,
+    /// Only responses (and transactions) with these rcodes, e.g. `NXDOMAIN,SERVFAIL`.
+    #[arg(long = "rcode", value_name = "RCODES")]
+    rcodes: Vec<String>,
+    /// Only failures: unanswered, SERVFAIL or REFUSED, dropped, raced, looping.
+    #[arg(long)]
+    failures: bool,
+    /// Only transactions (and races) slower than this, e.g. `100ms`, `1s`; an unanswered
+    /// one counts as slower. Packets have no latency and are not shown.
+    #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration)]
+    slower_than: Option<Duration>,
+}
+
+impl FilterArgs {
+    fn filter(self) -> anyhow::Result<Filter> {
+        Ok(Filter::new(&FilterSpec {
+            pods: self.pods,
+            namespaces: self.namespaces,
+            names: self.names,
+            qtypes: self.qtypes,
+            rcodes: self.rcodes,
+            failures: self.failures,
+            slower_than_ns: self
+                .slower_than
+                .map(|d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)),
+        })?)
+    }
 }
 
 #[derive(Args)]
@@ -159,6 +216,13 @@ struct TraceArgs {
     /// `dnspath analyze FILE` reads it back.
     #[arg(short = 'w', long = "write", value_name = "FILE")]
     write: Option<PathBuf>,
+    /// Where the node's root file system is mounted (e.g. `/host` in `kubectl debug node/N
+    /// --profile=sysadmin`): host processes (/proc), named namespaces (/run/netns,
+    /// /var/run/netns) and kubelet's pod logs (/var/log/pods, for pod names) are read under it.
+    #[arg(long, value_name = "DIR", default_value = "/")]
+    host_root: PathBuf,
+    #[command(flatten)]
+    filter: FilterArgs,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -232,6 +296,10 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 .duration
                 .map(|s| positive_secs(s, "--duration"))
                 .transpose()?;
+            if !a.host_root.is_dir() {
+                anyhow::bail!("--host-root {}: not a directory", a.host_root.display());
+            }
+            dnspath::host::set_root(a.host_root.clone());
             let opts = TraceOptions {
                 attach: AttachSpec {
                     interfaces: a.interfaces,
@@ -251,6 +319,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 drops: !a.no_drops,
                 until_loop: a.until == Some(Until::Loop),
                 write: a.write.clone(),
+                filter: a.filter.filter()?,
             };
             let rt = tokio::runtime::Builder::new_current_thread()
                 .enable_all()
@@ -276,6 +345,10 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             if a.ports.contains(&0) {
                 anyhow::bail!("--port 0 is not a port: give UDP/TCP ports from 1 to 65535");
             }
+            if !a.host_root.is_dir() {
+                anyhow::bail!("--host-root {}: not a directory", a.host_root.display());
+            }
+            dnspath::host::set_root(a.host_root.clone());
             let opts = dnspath::agent::run::AgentOptions {
                 trace: TraceOptions {
                     attach: AttachSpec {
@@ -293,6 +366,8 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                     drops: !a.no_drops,
                     until_loop: false,
                     write: None,
+                    // The agent counts and reports everything.
+                    filter: dnspath::output::filter::Filter::default(),
                 },
                 listen: a.listen,
             };
@@ -313,6 +388,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 format: a.output,
                 timeout: positive_secs(a.timeout, "--timeout")?,
                 ports: a.ports,
+                filter: a.filter.filter()?,
             };
             let out = Box::new(std::io::stdout());
             match analyze::run(opts, out) {

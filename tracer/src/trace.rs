@@ -15,12 +15,12 @@ use crate::{
     decode::decoder::Decoder,
     event::{KernelCounters, KernelSetup, SourceEvent},
     kernel::{
-        attach::{AttachSpec, Attacher, Names},
+        attach::{AttachSpec, Attacher, Names, SharedNames},
         btf::KernelBtf,
         kallsyms::Kallsyms,
         netns, KernelError, ProbeOptions, Probes,
     },
-    output::{self, pcapng::PcapngSink, record::StatsRecord, Format, Record, View},
+    output::{self, filter::Filter, pcapng::PcapngSink, record::StatsRecord, Format, Record, View},
     pipeline::{Pipeline, PipelineConfig},
     source::live::LiveSource,
     time::Clock,
@@ -72,6 +72,8 @@ pub struct TraceOptions {
     /// `-w FILE`: every captured packet and drop also into this pcapng file (`-` for
     /// standard output).
     pub write: Option<std::path::PathBuf>,
+    /// What is written (`--pod`, `--name`, …); every stage still sees everything.
+    pub filter: Filter,
 }
 
 /// The `-w` file, created 0600 (packets are private).
@@ -316,6 +318,7 @@ pub async fn run_live(
     };
     drop(ct_tx);
 
+    let output_names = Arc::clone(&names);
     let mut decoder = Decoder::new(clock, names, Kallsyms::load(), reasons);
     decoder.set_confirm_hook(confirm_hook);
     let mut pipeline = Pipeline::new(
@@ -380,6 +383,7 @@ pub async fn run_live(
         pipeline.tick(clock.now_ns(), &mut records);
         // The whole batch is written even when it ends the run: what it holds was decided
         // before the stop.
+        annotate_pods(&mut records, &output_names);
         match sink.batch(&mut records, clock.now_ns()) {
             Ok(false) => {}
             Ok(true) => {
@@ -451,6 +455,7 @@ pub async fn run_live(
             ),
         }
     }
+    annotate_pods(&mut records, &output_names);
     let end = sink.batch(&mut records, clock.now_ns());
     let loop_found = sink.loop_found();
     refresh_counters(&mut pipeline);
@@ -493,6 +498,7 @@ struct BatchWriter {
     /// unfinished TCP messages reported at the end): counted, not written.
     not_written: u64,
     loop_found: bool,
+    filter: Filter,
 }
 
 impl BatchWriter {
@@ -504,6 +510,7 @@ impl BatchWriter {
             packets_out: 0,
             not_written: 0,
             loop_found: false,
+            filter: opts.filter.clone(),
         }
     }
 
@@ -531,10 +538,26 @@ impl BatchWriter {
             if let Record::Loop(l) = &r {
                 self.loop_found |= l.state == LoopState::Detected;
             }
+            if !self.filter.keep(&r) {
+                continue;
+            }
             sink.write(&r)?;
         }
         sink.flush()?;
         Ok(self.count_reached() || (self.until_loop && self.loop_found))
+    }
+}
+
+/// Names the pods of every place in `records` (one map lookup each), for every sink. Under
+/// the names lock only as long as the lookups take.
+fn annotate_pods(records: &mut [Record], names: &SharedNames) {
+    if records.is_empty() {
+        return;
+    }
+    if let Ok(names) = names.read() {
+        for r in records.iter_mut() {
+            output::pods::annotate(r, &names);
+        }
     }
 }
 
@@ -652,6 +675,7 @@ mod tests {
     fn opts(count: Option<u64>, until_loop: bool, view: View) -> TraceOptions {
         TraceOptions {
             attach: AttachSpec::default(),
+            filter: Filter::default(),
             ports: vec![53],
             snaplen: 2048,
             format: Format::Json,
@@ -667,6 +691,7 @@ mod tests {
 
     fn packet(ts_ns: u64) -> Record {
         Record::Packet(PacketRecord {
+            pod: Default::default(),
             ts_ns,
             time: String::new(),
             cpu: None,
@@ -697,6 +722,7 @@ mod tests {
 
     fn transaction(id: u64) -> Record {
         Record::Transaction(TransactionRecord {
+            pod: Default::default(),
             id,
             lookup: LookupRef { id, step: 0 },
             ts_ns: 1,
@@ -716,6 +742,7 @@ mod tests {
 
     fn drop_record(ts_ns: u64) -> Record {
         Record::Drop(DropRecord {
+            pod: Default::default(),
             ts_ns,
             time: String::new(),
             cpu: 0,

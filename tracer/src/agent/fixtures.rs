@@ -67,6 +67,7 @@ pub fn dropped(mut l: LegRecord, reason: &str) -> LegRecord {
     l.rcode = None;
     l.latency_ns = None;
     l.drop = Some(LegDrop {
+        pod: Default::default(),
         ts_ns: 1,
         netns: "node".to_string(),
         ifname: "vdnsa".to_string(),
@@ -90,6 +91,7 @@ pub fn transaction(
         (None, false) => "unanswered",
     };
     TransactionRecord {
+        pod: Default::default(),
         id: 1,
         lookup: LookupRef { id: 1, step: 0 },
         ts_ns: 1_000,
@@ -138,7 +140,9 @@ pub fn service_transaction(name: &str, qtype: &str, client_port: u16, rcode: &st
 }
 
 pub fn race(verdict: RaceVerdict, client: &str, dns_id: u16, qtype: &str) -> RaceRecord {
+
     RaceRecord {
+        pod: Default::default(),
         verdict,
         ts_ns: 2_000,
         time: "2026-11-30T21:00:00.000000Z".to_string(),
@@ -192,7 +196,9 @@ pub fn loop_record(id: u64, state: LoopState, ts_ns: u64) -> LoopRecord {
 }
 
 pub fn drop_record(reason: &str, benign: Option<&'static str>) -> DropRecord {
+
     DropRecord {
+        pod: Default::default(),
         ts_ns: 3_000,
         time: "2026-11-30T21:00:00.000000Z".to_string(),
         cpu: 1,
@@ -217,7 +223,9 @@ pub fn drop_record(reason: &str, benign: Option<&'static str>) -> DropRecord {
 }
 
 pub fn malformed_packet(reason: &str) -> PacketRecord {
+
     PacketRecord {
+        pod: Default::default(),
         ts_ns: 4_000,
         time: "2026-11-30T21:00:00.000000Z".to_string(),
         cpu: Some(0),

@@ -410,6 +410,7 @@ impl Correlator {
         }
         if leg.drop.is_none() {
             leg.drop = Some(LegDrop {
+                pod: Default::default(),
                 ts_ns: d.ts_ns,
                 netns: d.netns,
                 ifname: d.ifname,

@@ -51,6 +51,9 @@ pub struct LoopHop {
     pub backend: String,
     /// Namespace/interface where it was seen arriving.
     pub at: String,
+    /// The pod of `at`, where known (filled in by the sinks' caller).
+    #[serde(flatten)]
+    pub pod: crate::output::record::PodRef,
 }
 
 /// A `loop` record.
@@ -332,6 +335,7 @@ impl LoopTracker {
                 server: String::from("(not visible)"),
                 backend: server_ip.clone(),
                 at: String::new(),
+                pod: Default::default(),
             };
             self.report(
                 q,

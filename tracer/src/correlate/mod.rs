@@ -264,6 +264,7 @@ impl Correlator {
         for (cpu, n) in self.ct_samples.add(s) {
             self.stats.races.resolved_clashes += n;
             self.race_out.push(RaceRecord {
+                pod: Default::default(),
                 verdict: RaceVerdict::ResolvedClash,
                 ts_ns: ts,
                 time: self.clock.wall(ts),
@@ -396,6 +397,7 @@ impl Correlator {
                     format!("{ns}/{ifname}")
                 })
                 .unwrap_or_default(),
+            pod: Default::default(),
         };
         let cycle: Vec<LoopHop> = chain[..i].iter().rev().map(|l| hop(l)).collect();
         let hop_count = chain.len().saturating_sub(1) as u64;

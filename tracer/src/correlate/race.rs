@@ -95,6 +95,9 @@ pub struct RaceRecord {
     /// The client socket.
     pub client: String,
     pub client_netns: String,
+    /// The client's pod.
+    #[serde(flatten)]
+    pub pod: crate::output::record::PodRef,
     pub dropped: Option<RaceQuery>,
     pub sibling: Option<RaceQuery>,
     pub cpu: Option<u32>,

@@ -201,6 +201,7 @@ impl Correlator {
                 None => format!("lookup of {}: {what}{how}", l.key.q.name),
             };
             self.race_out.push(RaceRecord {
+                pod: Default::default(),
                 verdict,
                 ts_ns: drop_ts.unwrap_or(l.first_ts),
                 time: self.clock.wall(drop_ts.unwrap_or(l.first_ts)),
@@ -365,6 +366,7 @@ impl Correlator {
                     hops: hops
                         .iter()
                         .map(|h| HopRecord {
+                            pod: Default::default(),
                             ts_ns: h.ts_ns,
                             netns: h.netns.clone(),
                             ifname: h.ifname.clone(),
@@ -489,6 +491,7 @@ impl Correlator {
         };
         let q = root.key.q.clone();
         Some(TransactionRecord {
+            pod: Default::default(),
             id: t.id,
             lookup: LookupRef {
                 id: t.lookup,

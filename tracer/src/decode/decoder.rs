@@ -392,6 +392,7 @@ impl Decoder {
         let (netns, ifname) = self.place(p.at.netns, p.at.ifindex);
         let clock = self.clock;
         let base = |proto: &'static str, src: String, dst: String| PacketRecord {
+            pod: Default::default(),
             ts_ns: p.ts_ns,
             time: clock.wall(p.ts_ns),
             cpu: p.cpu,
@@ -556,6 +557,7 @@ impl Decoder {
             };
             let (netns, ifname) = self.place(key.netns, key.ifindex);
             let r = PacketRecord {
+                pod: Default::default(),
                 ts_ns,
                 time: self.clock.wall(ts_ns),
                 cpu: None,
@@ -605,6 +607,7 @@ impl Decoder {
         self.stats.drops += 1;
         let (netns, ifname) = self.place(d.netns, d.ifindex);
         let mut r = DropRecord {
+            pod: Default::default(),
             ts_ns: d.ts_ns,
             time: self.clock.wall(d.ts_ns),
             cpu: d.cpu,

@@ -14,8 +14,12 @@ use std::{
 use aya::programs::tc::SchedClassifierLinkId;
 
 use super::{
-    netns::{self, NetnsId, NetnsRef},
+    netns::{self, Link, NetnsId, NetnsRef},
     KernelError, Probes,
+};
+use crate::kube::{
+    resolver::{NsKey, PodResolver},
+    Pod,
 };
 
 pub const RESCAN: Duration = Duration::from_millis(500);
@@ -37,6 +41,12 @@ pub struct AttachSpec {
 pub struct Names {
     netns: HashMap<u64, String>,
     ifaces: HashMap<(u64, u32), String>,
+    /// Namespace by its name, for records that carry only the name (hops, legs).
+    by_label: HashMap<String, u64>,
+    /// Pods' namespaces, and node-side ends of pods' veths (by namespace and interface
+    /// name), as of the last rescan.
+    pods: HashMap<u64, Arc<Pod>>,
+    pod_veths: HashMap<u64, HashMap<String, Arc<Pod>>>,
 }
 
 const MAX_NAMES: usize = 65536;
@@ -55,8 +65,47 @@ impl Names {
         if self.netns.len() >= MAX_NAMES {
             self.netns.clear();
         }
+        if self.by_label.len() >= MAX_NAMES {
+            self.by_label.clear();
+        }
         self.netns.insert(cookie, ns.to_string());
+        self.by_label.insert(ns.to_string(), cookie);
         self.ifaces.insert((cookie, ifindex), ifname.to_string());
+    }
+
+    /// Replaces the pod map (from a rescan).
+    pub fn set_pods(
+        &mut self,
+        pods: HashMap<u64, Arc<Pod>>,
+        pod_veths: HashMap<(u64, String), Arc<Pod>>,
+    ) {
+        self.pods = pods;
+        self.pod_veths.clear();
+        for ((cookie, ifname), pod) in pod_veths {
+            self.pod_veths
+                .entry(cookie)
+                .or_default()
+                .insert(ifname, pod);
+        }
+    }
+
+    /// The pod seen at interface `ifname` of the namespace named `ns` (`ifname` empty: the
+    /// namespace's pod), and whether the interface is the node-side end of its veth.
+    pub fn pod_at(&self, ns: &str, ifname: &str) -> Option<(&Arc<Pod>, bool)> {
+        if self.pods.is_empty() && self.pod_veths.is_empty() {
+            return None;
+        }
+        let cookie = *self.by_label.get(ns)?;
+        if let Some(p) = self.pods.get(&cookie) {
+            return Some((p, false));
+        }
+        if ifname.is_empty() {
+            return None;
+        }
+        self.pod_veths
+            .get(&cookie)
+            .and_then(|by_name| by_name.get(ifname))
+            .map(|p| (p, true))
     }
 }
 
@@ -112,6 +161,18 @@ pub struct Attacher {
     /// The first failure, for the error of a run that attached nowhere.
     first_failure: Option<String>,
     pub warnings: Vec<String>,
+    pods: PodResolver,
+    /// Cookie and links of pod namespaces this run does not attach to (entered once each,
+    /// to find the node-side ends of their veths).
+    pod_links: HashMap<NsKey, (u64, Vec<Link>)>,
+}
+
+/// One namespace as a scan found it.
+struct Scanned {
+    id: NetnsId,
+    is_own: bool,
+    cookie: u64,
+    links: Vec<Link>,
 }
 
 impl Attacher {
@@ -126,6 +187,8 @@ impl Attacher {
             failures: 0,
             first_failure: None,
             warnings: Vec::new(),
+            pods: PodResolver::new(crate::host::root()),
+            pod_links: HashMap::new(),
         }
     }
 
@@ -176,6 +239,7 @@ impl Attacher {
         let first = self.attached.is_empty() && self.failed.is_empty();
         let namespaces = self.namespaces()?;
         let mut seen: HashSet<AttachKey> = HashSet::new();
+        let mut scanned = Vec::with_capacity(namespaces.len());
         for ns in &namespaces {
             let listed = netns::with_netns(&ns.path, || {
                 let cookie = netns::current_netns_cookie()?;
@@ -191,6 +255,12 @@ impl Attacher {
                 }
                 Err(e) => return Err(e),
             };
+            scanned.push(Scanned {
+                id: ns.id,
+                is_own: ns.is_own,
+                cookie,
+                links: links.clone(),
+            });
             if ns.is_own && first {
                 for want in &self.spec.interfaces {
                     if !links.iter().any(|l| &l.name == want) {
@@ -290,7 +360,67 @@ impl Attacher {
             }
         }
         self.failed.retain(|k| seen.contains(k));
+        self.refresh_pods(&scanned);
         Ok(())
+    }
+
+    /// Pods of the namespaces, and the node-side ends of their veths: a pair is a link in a
+    /// pod namespace and one in a scanned namespace that name each other's ifindex as peer
+    /// (`IFLA_LINK`) in another namespace (`IFLA_LINK_NETNSID`).
+    fn refresh_pods(&mut self, scanned: &[Scanned]) {
+        let key = |id: &NetnsId| -> NsKey { (id.dev, id.ino) };
+        let mut not_pods: HashSet<NsKey> = scanned
+            .iter()
+            .filter(|s| s.is_own)
+            .map(|s| key(&s.id))
+            .collect();
+        not_pods.extend(self.pods.host_netns());
+        let pods = self.pods.refresh(&not_pods);
+        self.pod_links.retain(|k, _| pods.contains_key(k));
+        let mut by_cookie = HashMap::new();
+        let mut ends: HashMap<(u32, u32), Arc<Pod>> = HashMap::new();
+        for (k, pn) in &pods {
+            let (cookie, links) = match scanned.iter().find(|s| key(&s.id) == *k) {
+                Some(s) => (s.cookie, &s.links),
+                None => {
+                    if !self.pod_links.contains_key(k) {
+                        let entered = netns::with_netns(&pn.path, || {
+                            Ok((netns::current_netns_cookie()?, netns::list_links()?))
+                        });
+                        match entered {
+                            Ok(v) => {
+                                self.pod_links.insert(*k, v);
+                            }
+                            Err(e) => {
+                                log::debug!("pod {}: {e}", pn.pod.uid);
+                                continue;
+                            }
+                        }
+                    }
+                    match self.pod_links.get(k) {
+                        Some((c, l)) => (*c, l),
+                        None => continue,
+                    }
+                }
+            };
+            by_cookie.insert(cookie, Arc::clone(&pn.pod));
+            for l in links.iter().filter(|l| l.peer_elsewhere) {
+                if let Some(peer) = l.peer {
+                    ends.insert((l.index, peer), Arc::clone(&pn.pod));
+                }
+            }
+        }
+        let mut veths = HashMap::new();
+        for s in scanned.iter().filter(|s| !pods.contains_key(&key(&s.id))) {
+            for l in s.links.iter().filter(|l| l.peer_elsewhere) {
+                if let Some(p) = l.peer.and_then(|peer| ends.get(&(peer, l.index))) {
+                    veths.insert((s.cookie, l.name.clone()), Arc::clone(p));
+                }
+            }
+        }
+        if let Ok(mut names) = self.names.write() {
+            names.set_pods(by_cookie, veths);
+        }
     }
 
     /// Detaches everything this run attached.

@@ -50,6 +50,10 @@ pub struct Link {
     /// Ethernet-like framing at TC (Ethernet and loopback); otherwise the packet starts at
     /// its IP header (tun, wireguard, ipip, …).
     pub has_eth: bool,
+    /// `IFLA_LINK`: for a veth, its peer's ifindex (in the peer's namespace).
+    pub peer: Option<u32>,
+    /// `IFLA_LINK_NETNSID`: the peer is in another namespace.
+    pub peer_elsewhere: bool,
 }
 
 fn id_of(path: &Path) -> Option<NetnsId> {
@@ -79,21 +83,27 @@ pub fn own_netns() -> Result<NetnsRef, KernelError> {
     })
 }
 
-/// Namespaces named by `ip netns add` (bind mounts under /run/netns).
+/// Namespaces named by `ip netns add` (bind mounts under /run/netns, or /var/run/netns where
+/// that is not the same directory), under the host root.
 pub fn named_netns() -> Vec<NetnsRef> {
-    let Ok(dir) = fs::read_dir("/run/netns") else {
-        return Vec::new();
-    };
-    let mut out = Vec::new();
-    for e in dir.flatten() {
-        let path = e.path();
-        if let Some(id) = id_of(&path) {
-            out.push(NetnsRef {
-                id,
-                name: e.file_name().to_string_lossy().into_owned(),
-                path,
-                is_own: false,
-            });
+    let mut out: Vec<NetnsRef> = Vec::new();
+    for dir in ["/run/netns", "/var/run/netns"] {
+        let Ok(dir) = fs::read_dir(crate::host::path(dir)) else {
+            continue;
+        };
+        for e in dir.flatten() {
+            let path = e.path();
+            if let Some(id) = id_of(&path) {
+                if out.iter().any(|n| n.id == id) {
+                    continue;
+                }
+                out.push(NetnsRef {
+                    id,
+                    name: e.file_name().to_string_lossy().into_owned(),
+                    path,
+                    is_own: false,
+                });
+            }
         }
     }
     out
@@ -107,16 +117,17 @@ pub fn all_netns() -> Result<Vec<NetnsRef>, KernelError> {
     for n in named_netns() {
         by_id.entry(n.id).or_insert(n);
     }
-    if let Ok(dir) = fs::read_dir("/proc") {
+    let proc = crate::host::path("/proc");
+    if let Ok(dir) = fs::read_dir(&proc) {
         for e in dir.flatten() {
             let fname = e.file_name();
             let Some(pid) = fname.to_str().and_then(|s| s.parse::<u32>().ok()) else {
                 continue;
             };
-            let path = PathBuf::from(format!("/proc/{pid}/ns/net"));
+            let path = proc.join(format!("{pid}/ns/net"));
             let Some(id) = id_of(&path) else { continue };
             by_id.entry(id).or_insert_with(|| {
-                let comm = fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
+                let comm = fs::read_to_string(proc.join(format!("{pid}/comm"))).unwrap_or_default();
                 NetnsRef {
                     id,
                     path,
@@ -263,8 +274,18 @@ pub fn list_links() -> Result<Vec<Link>, KernelError> {
                         LinkAttribute::IfName(n) => Some(n.clone()),
                         _ => None,
                     });
+                    let peer = link.attributes.iter().find_map(|a| match a {
+                        LinkAttribute::Link(i) => Some(*i),
+                        _ => None,
+                    });
+                    let peer_elsewhere = link
+                        .attributes
+                        .iter()
+                        .any(|a| matches!(a, LinkAttribute::LinkNetNsId(_)));
                     if let Some(name) = name {
                         links.push(Link {
+                            peer,
+                            peer_elsewhere,
                             index: link.header.index,
                             name,
                             has_eth: matches!(

@@ -1,5 +1,7 @@
 //! Sinks: terminal text and NDJSON.
+pub mod filter;
 pub mod pcapng;
+pub mod pods;
 pub mod record;
 pub mod text;
 

@@ -26,6 +26,8 @@ pub struct HopRecord {
     pub ts_ns: u64,
     pub netns: String,
     pub ifname: String,
+    #[serde(flatten)]
+    pub pod: PodRef,
     pub dir: &'static str,
     pub src: String,
     pub dst: String,
@@ -42,6 +44,8 @@ pub struct LegDrop {
     pub ts_ns: u64,
     pub netns: String,
     pub ifname: String,
+    #[serde(flatten)]
+    pub pod: PodRef,
     pub reason: String,
     pub location: String,
     /// The response was dropped (not the query).
@@ -105,6 +109,9 @@ pub struct TransactionRecord {
     pub time: String,
     pub client: String,
     pub client_netns: String,
+    /// The client's pod.
+    #[serde(flatten)]
+    pub pod: PodRef,
     pub question: QuestionRecord,
     /// `answered`, `dropped`, `unanswered`.
     pub outcome: &'static str,
@@ -132,6 +139,8 @@ pub struct PacketRecord {
     pub netns_cookie: u64,
     pub ifname: String,
     pub ifindex: u32,
+    #[serde(flatten)]
+    pub pod: PodRef,
     pub dir: &'static str,
     pub proto: &'static str,
     pub src: String,
@@ -154,6 +163,32 @@ pub struct PacketRecord {
 
 fn is_false(b: &bool) -> bool {
     !*b
+}
+
+/// The Kubernetes pod where a record was seen (or, on transactions and races, the client's
+/// pod), as far as the node knows it; every field is left out where unknown, so records of
+/// namespaces that are no pod's are unchanged. See docs/output.md.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct PodRef {
+    /// `namespace/name`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pod: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pod_uid: Option<String>,
+    /// The container's name, where the pod's namespace holds one container.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub container: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub container_id: Option<String>,
+    /// The interface is the node-side end of the pod's veth pair, not in the pod itself.
+    #[serde(skip_serializing_if = "is_false")]
+    pub pod_veth: bool,
+}
+
+impl PodRef {
+    pub fn is_known(&self) -> bool {
+        self.pod.is_some() || self.pod_uid.is_some()
+    }
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -183,6 +218,9 @@ pub struct FragmentLossRecord {
     pub netns_cookie: u64,
     pub ifname: String,
     pub ifindex: u32,
+    /// The pod of the hop where the fragments went missing, where known.
+    #[serde(flatten)]
+    pub pod: PodRef,
     pub dir: &'static str,
     pub proto: String,
     pub src: String,
@@ -286,6 +324,7 @@ impl FragmentLossRecord {
             netns_cookie: l.key.at.netns,
             ifname,
             ifindex: l.key.at.ifindex,
+            pod: PodRef::default(),
             dir: l.key.at.dir.as_str(),
             proto,
             src: l.src(),
@@ -321,6 +360,8 @@ pub struct DropRecord {
     pub netns_cookie: u64,
     pub ifname: String,
     pub ifindex: u32,
+    #[serde(flatten)]
+    pub pod: PodRef,
     /// `enum skb_drop_reason` name without the SKB_DROP_REASON_ prefix; `UNKNOWN` on kernels
     /// whose drop tracepoint has no reason (< 5.17).
     pub reason: String,

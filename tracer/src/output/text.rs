@@ -5,7 +5,8 @@ use std::io::{self, Write};
 use super::{
     escape as esc,
     record::{
-        DropRecord, FragmentLossRecord, LegRecord, PacketRecord, StatsRecord, TransactionRecord,
+        DropRecord, FragmentLossRecord, LegRecord, PacketRecord, PodRef, StatsRecord,
+        TransactionRecord,
     },
     Record, Sink,
 };
@@ -33,6 +34,26 @@ fn short_dir(dir: &str) -> &'static str {
     }
 }
 
+/// Where something was seen: `namespace/interface`, with a pod's `k8s-namespace/name` in
+/// place of its network namespace's name, and after the node-side end of its veth.
+fn at(netns: &str, ifname: &str, pod: &PodRef) -> String {
+    let label = pod
+        .pod
+        .as_deref()
+        .map(|p| esc(p).into_owned())
+        .or_else(|| pod.pod_uid.as_deref().map(|u| format!("pod:{}", esc(u))));
+    let ifname = if ifname.is_empty() {
+        String::new()
+    } else {
+        format!("/{}", esc(ifname))
+    };
+    match label {
+        Some(l) if pod.pod_veth => format!("{}{ifname}({l})", esc(netns)),
+        Some(l) => format!("{l}{ifname}"),
+        None => format!("{}{ifname}", esc(netns)),
+    }
+}
+
 pub fn packet_line(p: &PacketRecord) -> String {
     let what = match (&p.dns, &p.malformed) {
         (Some(m), _) => esc(&m.summary_line()).into_owned(),
@@ -44,10 +65,9 @@ pub fn packet_line(p: &PacketRecord) -> String {
     };
     let vlan = p.vlan.map(|v| format!(" vlan {v}")).unwrap_or_default();
     format!(
-        "{} {}/{}{} {} {} {} > {} {} ({})",
+        "{} {}{} {} {} {} > {} {} ({})",
         clock(&p.time),
-        esc(&p.netns),
-        esc(&p.ifname),
+        at(&p.netns, &p.ifname, &p.pod),
         vlan,
         short_dir(p.dir),
         p.proto,
@@ -96,11 +116,7 @@ pub fn drop_line(d: &DropRecord) -> String {
         (None, Some(why)) => format!("(undecoded: {})", esc(why)),
         (None, None) => String::new(),
     };
-    let at = if d.ifname.is_empty() {
-        esc(&d.netns).into_owned()
-    } else {
-        format!("{}/{}", esc(&d.netns), esc(&d.ifname))
-    };
+    let at = at(&d.netns, &d.ifname, &d.pod);
     format!(
         "{} DROP {} {} {} > {} reason {} at {} cpu {}{} {}",
         clock(&d.time),
@@ -137,11 +153,10 @@ fn leg_line(l: &LegRecord) -> String {
         ("truncated", Some(rc)) => format!("{} truncated", esc(rc)),
         ("dropped", _) => match &l.drop {
             Some(d) => format!(
-                "DROPPED {} at {} ({}/{})",
+                "DROPPED {} at {} ({})",
                 esc(&d.reason),
                 esc(&d.location),
-                esc(&d.netns),
-                esc(&d.ifname)
+                at(&d.netns, &d.ifname, &d.pod)
             ),
             None => "DROPPED".to_string(),
         },
@@ -188,9 +203,8 @@ fn hops_line(l: &LegRecord) -> String {
             _ => "",
         };
         parts.push(format!(
-            "{arrow}{}/{} {dir} +{}",
-            esc(&h.netns),
-            esc(&h.ifname),
+            "{arrow}{} {dir} +{}",
+            at(&h.netns, &h.ifname, &h.pod),
             dur(h.ts_ns.saturating_sub(start))
         ));
     }
@@ -201,7 +215,7 @@ pub fn transaction_block(t: &TransactionRecord) -> String {
     let mut out = format!(
         "{} {} {} asks {} {}: {}",
         clock(&t.time),
-        esc(&t.client_netns),
+        at(&t.client_netns, "", &t.pod),
         esc(&t.client),
         esc(&t.question.name),
         esc(&t.question.qtype),
@@ -280,7 +294,7 @@ pub fn race_line(r: &crate::correlate::race::RaceRecord) -> String {
         line.push_str(&format!(
             " [client {} in {}",
             esc(&r.client),
-            esc(&r.client_netns)
+            at(&r.client_netns, "", &r.pod)
         ));
         if let Some(d) = &r.dropped {
             line.push_str(&format!(
@@ -465,6 +479,7 @@ mod tests {
     #[test]
     fn hostile_packet_fields_are_escaped() {
         let p = PacketRecord {
+            pod: Default::default(),
             ts_ns: 1,
             time: TIME.into(),
             cpu: None,
@@ -490,8 +505,87 @@ mod tests {
     }
 
     #[test]
+    fn pods_replace_netns_names_and_are_escaped() {
+        let pod = |veth| PodRef {
+            pod: Some(format!("kube-system/{EVIL}")),
+            pod_uid: Some("u".into()),
+            container: Some(evil()),
+            container_id: None,
+            pod_veth: veth,
+        };
+        assert_eq!(
+            at(
+                "pid1:pause",
+                "eth0",
+                &PodRef {
+                    pod: Some("kube-system/coredns-5d".into()),
+                    ..Default::default()
+                }
+            ),
+            "kube-system/coredns-5d/eth0"
+        );
+        assert_eq!(
+            at(
+                "host",
+                "veth1",
+                &PodRef {
+                    pod: Some("default/client".into()),
+                    pod_veth: true,
+                    ..Default::default()
+                }
+            ),
+            "host/veth1(default/client)"
+        );
+        assert_eq!(
+            at(
+                "n",
+                "",
+                &PodRef {
+                    pod_uid: Some("0f5c".into()),
+                    ..Default::default()
+                }
+            ),
+            "pod:0f5c"
+        );
+        assert_eq!(at("n", "lo", &PodRef::default()), "n/lo");
+        for veth in [false, true] {
+            let p = PacketRecord {
+                pod: pod(veth),
+                ts_ns: 1,
+                time: TIME.into(),
+                cpu: None,
+                netns: "pid1:pause".into(),
+                netns_cookie: 1,
+                ifname: "eth0".into(),
+                ifindex: 2,
+                dir: "egress",
+                proto: "udp",
+                src: "a".into(),
+                dst: "b".into(),
+                len: 60,
+                caplen: 60,
+                vlan: None,
+                dns: None,
+                malformed: None,
+                capture_truncated: false,
+            };
+            let out = check(&Record::Packet(p.clone()), 1, 1);
+            assert!(out.contains(&format!("kube-system/{EVIL_SHOWN}")), "{out}");
+            assert_eq!(out.contains("pid1:pause"), veth, "{out}");
+            // JSON: the fields as they are, the container too.
+            let v = serde_json::to_value(Record::Packet(p)).unwrap();
+            assert_eq!(v["pod"], format!("kube-system/{EVIL}"));
+            assert_eq!(v["container"], EVIL);
+            assert_eq!(v["pod_uid"], "u");
+            assert_eq!(v.get("pod_veth").is_some(), veth);
+            assert!(v.get("container_id").is_none());
+        }
+    }
+
+    #[test]
     fn hostile_drop_fields_are_escaped() {
         let d = DropRecord {
+            pod: Default::default(),
             ts_ns: 1,
             time: TIME.into(),
             cpu: 0,
@@ -528,6 +622,7 @@ mod tests {
         check(&Record::Drop(d.clone()), 1, 11);
         // Without an interface: the namespace alone.
         let d = DropRecord {
+            pod: Default::default(),
             ifname: String::new(),
             ..d
         };
@@ -538,6 +633,7 @@ mod tests {
     #[test]
     fn hostile_transaction_fields_are_escaped() {
         let hop = HopRecord {
+            pod: Default::default(),
             ts_ns: 1,
             netns: evil(),
             ifname: evil(),
@@ -565,6 +661,7 @@ mod tests {
             latency_ns: Some(1000),
             retransmits: 0,
             drop: Some(LegDrop {
+                pod: Default::default(),
                 ts_ns: 1,
                 netns: evil(),
                 ifname: evil(),
@@ -575,12 +672,14 @@ mod tests {
             hops: vec![
                 hop.clone(),
                 HopRecord {
+                    pod: Default::default(),
                     qr: true,
                     ..hop.clone()
                 },
             ],
         };
         let t = TransactionRecord {
+            pod: Default::default(),
             id: 1,
             lookup: LookupRef { id: 1, step: 1 },
             ts_ns: 1,
@@ -636,6 +735,7 @@ mod tests {
             offset_ns: 0,
         };
         let r = RaceRecord {
+            pod: Default::default(),
             verdict: RaceVerdict::RaceDrop,
             ts_ns: 1,
             time: TIME.into(),
@@ -675,6 +775,7 @@ mod tests {
     fn json_keeps_lossy_names_and_escapes_controls() {
         let name = String::from_utf8_lossy(b"eth\xff0").into_owned();
         let p = PacketRecord {
+            pod: Default::default(),
             ts_ns: 1,
             time: TIME.into(),
             cpu: None,

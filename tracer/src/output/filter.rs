@@ -1,0 +1,625 @@
+//! What a run shows: `--pod`, `--namespace`, `--name`, `--qtype`, `--rcode`, `--failures`,
+//! `--slower-than`. Applied where records are written, after every stage has seen them:
+//! counters, stats and detection (loops, races) are never filtered.
+//!
+//! Different flags must all match; the values of one repeated flag are alternatives. A packet
+//! or drop matches by its own DNS message and pod; a transaction when any of its legs or hops
+//! does (its question, any leg's rcode, the client's or any hop's pod); a loop by its
+//! question and its cycle's pods, a race by its queries and client pod. A record without the
+//! thing a flag asks about does not match it (a packet has no latency, a loop no rcode); the
+//! stats record is always written.
+use globset::{Glob, GlobBuilder, GlobSet, GlobSetBuilder};
+
+use super::record::{PodRef, Record};
+
+#[derive(Debug, thiserror::Error)]
+pub enum FilterError {
+    #[error("{flag} {pattern:?}")]
+    Glob {
+        flag: &'static str,
+        pattern: String,
+        source: globset::Error,
+    },
+    #[error("{flag}: empty value")]
+    Empty { flag: &'static str },
+}
+
+/// The flags as given.
+#[derive(Clone, Debug, Default)]
+pub struct FilterSpec {
+    pub pods: Vec<String>,
+    pub namespaces: Vec<String>,
+    pub names: Vec<String>,
+    pub qtypes: Vec<String>,
+    pub rcodes: Vec<String>,
+    pub failures: bool,
+    pub slower_than_ns: Option<u64>,
+}
+
+#[derive(Clone, Debug, Default)]
+pub struct Filter {
+    pods: Option<GlobSet>,
+    namespaces: Option<GlobSet>,
+    names: Option<GlobSet>,
+    qtypes: Vec<String>,
+    rcodes: Vec<String>,
+    failures: bool,
+    slower_than_ns: Option<u64>,
+}
+
+fn globs(
+    flag: &'static str,
+    patterns: &[String],
+    prep: impl Fn(&str) -> String,
+    case_insensitive: bool,
+) -> Result<Option<GlobSet>, FilterError> {
+    if patterns.is_empty() {
+        return Ok(None);
+    }
+    let mut b = GlobSetBuilder::new();
+    for p in patterns {
+        if p.is_empty() {
+            return Err(FilterError::Empty { flag });
+        }
+        let glob: Glob = GlobBuilder::new(&prep(p))
+            .case_insensitive(case_insensitive)
+            .literal_separator(true)
+            .build()
+            .map_err(|source| FilterError::Glob {
+                flag,
+                pattern: p.clone(),
+                source,
+            })?;
+        b.add(glob);
+    }
+    b.build().map(Some).map_err(|source| FilterError::Glob {
+        flag,
+        pattern: patterns.join(","),
+        source,
+    })
+}
+
+/// `A,aaaa` and repeated flags → `["A", "AAAA"]`.
+fn list(flag: &'static str, values: &[String]) -> Result<Vec<String>, FilterError> {
+    let mut out = Vec::new();
+    for v in values {
+        for item in v.split(',') {
+            let item = item.trim();
+            if item.is_empty() {
+                return Err(FilterError::Empty { flag });
+            }
+            out.push(item.to_ascii_uppercase());
+        }
+    }
+    Ok(out)
+}
+
+/// Query names compare without their trailing dot (and case-insensitively).
+fn bare(name: &str) -> &str {
+    name.strip_suffix('.').unwrap_or(name)
+}
+
+const FAILED_RCODES: [&str; 2] = ["SERVFAIL", "REFUSED"];
+
+impl Filter {
+    pub fn new(spec: &FilterSpec) -> Result<Self, FilterError> {
+        Ok(Self {
+            // A pattern without a `/` names pods in any namespace.
+            pods: globs(
+                "--pod",
+                &spec.pods,
+                |p| {
+                    if p.contains('/') {
+                        p.to_string()
+                    } else {
+                        format!("*/{p}")
+                    }
+                },
+                false,
+            )?,
+            namespaces: globs("--namespace", &spec.namespaces, str::to_string, false)?,
+            names: globs("--name", &spec.names, |p| bare(p).to_string(), true)?,
+            qtypes: list("--qtype", &spec.qtypes)?,
+            rcodes: list("--rcode", &spec.rcodes)?,
+            failures: spec.failures,
+            slower_than_ns: spec.slower_than_ns,
+        })
+    }
+
+    /// Whether any flag was given.
+    pub fn is_active(&self) -> bool {
+        self.pods.is_some()
+            || self.namespaces.is_some()
+            || self.names.is_some()
+            || !self.qtypes.is_empty()
+            || !self.rcodes.is_empty()
+            || self.failures
+            || self.slower_than_ns.is_some()
+    }
+
+    fn pod_matches<'a>(&self, pods: impl IntoIterator<Item = &'a PodRef> + Clone) -> bool {
+        let labels = || pods.clone().into_iter().filter_map(|p| p.pod.as_deref());
+        let pod_ok = self.pods.as_ref().is_none_or(|set| {
+            labels().any(|l| set.is_match(l))
+                || pods
+                    .clone()
+                    .into_iter()
+                    .filter_map(|p| p.pod_uid.as_deref())
+                    .any(|u| set.is_match(format!("*/{u}")) || set.is_match(u))
+        });
+        let ns_ok = self.namespaces.as_ref().is_none_or(|set| {
+            labels().any(|l| l.split_once('/').is_some_and(|(ns, _)| set.is_match(ns)))
+        });
+        pod_ok && ns_ok
+    }
+
+    fn question_matches<'a>(
+        &self,
+        qs: impl IntoIterator<Item = (&'a str, &'a str)> + Clone,
+    ) -> bool {
+        let name_ok = self
+            .names
+            .as_ref()
+            .is_none_or(|set| qs.clone().into_iter().any(|(n, _)| set.is_match(bare(n))));
+        let type_ok = self.qtypes.is_empty()
+            || qs
+                .into_iter()
+                .any(|(_, t)| self.qtypes.iter().any(|w| w.eq_ignore_ascii_case(t)));
+        name_ok && type_ok
+    }
+
+    fn rcode_matches<'a>(&self, rcodes: impl IntoIterator<Item = &'a str>) -> bool {
+        if self.rcodes.is_empty() {
+            return true;
+        }
+        rcodes
+            .into_iter()
+            .any(|rc| self.rcodes.iter().any(|w| w.eq_ignore_ascii_case(rc)))
+    }
+
+    /// Whether `r` is shown.
+    pub fn keep(&self, r: &Record) -> bool {
+        if !self.is_active() {
+            return true;
+        }
+        match r {
+            Record::Stats(_) => true,
+            Record::Packet(p) => {
+                let qs = p.dns.iter().flat_map(|m| {
+                    m.questions
+                        .iter()
+                        .map(|q| (q.name.as_str(), q.qtype.as_str()))
+                });
+                // A query's rcode field says nothing: only responses have one.
+                let rcode = p.dns.as_ref().filter(|m| m.qr).map(|m| m.rcode.as_str());
+                let failed = rcode.is_some_and(|rc| FAILED_RCODES.contains(&rc));
+                self.pod_matches([&p.pod])
+                    && self.question_matches(qs)
+                    && self.rcode_matches(rcode)
+                    && (!self.failures || failed)
+                    && self.slower_than_ns.is_none()
+            }
+            // A large answer lost on the way: a failure, shown like a drop.
+            Record::FragmentLoss(f) => {
+                let qs = f.dns.iter().flat_map(|m| {
+                    m.questions
+                        .iter()
+                        .map(|q| (q.name.as_str(), q.qtype.as_str()))
+                });
+                self.pod_matches([&f.pod])
+                    && self.question_matches(qs)
+                    && self.rcode_matches(None)
+                    && self.slower_than_ns.is_none()
+            }
+            Record::Drop(d) => {
+                let qs = d.dns.iter().flat_map(|m| {
+                    m.questions
+                        .iter()
+                        .map(|q| (q.name.as_str(), q.qtype.as_str()))
+                });
+                let rcode = d.dns.as_ref().filter(|m| m.qr).map(|m| m.rcode.as_str());
+                self.pod_matches([&d.pod])
+                    && self.question_matches(qs)
+                    && self.rcode_matches(rcode)
+                    && self.slower_than_ns.is_none()
+            }
+            Record::Transaction(t) => {
+                let pods = std::iter::once(&t.pod).chain(t.legs.iter().flat_map(|l| {
+                    l.hops
+                        .iter()
+                        .map(|h| &h.pod)
+                        .chain(l.drop.iter().map(|d| &d.pod))
+                }));
+                let rcodes = t
+                    .rcode
+                    .iter()
+                    .chain(t.legs.iter().filter_map(|l| l.rcode.as_ref()))
+                    .map(String::as_str);
+                let failed = t.outcome != "answered"
+                    || rcodes.clone().any(|rc| FAILED_RCODES.contains(&rc))
+                    || t.legs
+                        .iter()
+                        .any(|l| l.outcome == "dropped" || l.outcome == "unanswered");
+                let slow = |limit: u64| {
+                    t.latency_ns.is_none_or(|l| l > limit)
+                        || t.legs
+                            .iter()
+                            .any(|l| l.latency_ns.is_some_and(|l| l > limit))
+                };
+                self.pod_matches(pods)
+                    && self
+                        .question_matches([(t.question.name.as_str(), t.question.qtype.as_str())])
+                    && self.rcode_matches(rcodes)
+                    && (!self.failures || failed)
+                    && self.slower_than_ns.is_none_or(slow)
+            }
+            Record::Loop(l) => {
+                self.pod_matches(l.cycle.iter().map(|h| &h.pod))
+                    && self
+                        .question_matches([(l.question.name.as_str(), l.question.qtype.as_str())])
+                    && self.rcodes.is_empty()
+                    && self.slower_than_ns.is_none()
+            }
+            Record::Race(r) => {
+                let qs = r
+                    .dropped
+                    .iter()
+                    .chain(r.sibling.iter())
+                    .map(|q| (q.question.name.as_str(), q.question.qtype.as_str()));
+                self.pod_matches([&r.pod])
+                    && self.question_matches(qs)
+                    && self.rcodes.is_empty()
+                    && self
+                        .slower_than_ns
+                        .is_none_or(|limit| r.total_delay_ns.is_none_or(|d| d > limit))
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{
+        correlate::LegRole,
+        decode::dns::{DnsMessage, Flags, Question},
+        output::record::{
+            HopRecord, LegRecord, LookupRef, PacketRecord, QuestionRecord, TransactionRecord,
+        },
+    };
+
+    fn packet_json(name: &str, qtype: &str, qr: bool, rcode: &str, pod: Option<&str>) -> Record {
+        Record::Packet(PacketRecord {
+            pod: PodRef {
+                pod: pod.map(str::to_string),
+                ..Default::default()
+            },
+            ts_ns: 1,
+            time: String::new(),
+            cpu: None,
+            netns: "n".into(),
+            netns_cookie: 1,
+            ifname: "eth0".into(),
+            ifindex: 2,
+            dir: "egress",
+            proto: "udp",
+            src: "10.0.0.1:1000".into(),
+            dst: "10.0.0.2:53".into(),
+            len: 60,
+            caplen: 60,
+            vlan: None,
+            dns: Some(DnsMessage {
+                id: 1,
+                qr,
+                opcode: "QUERY".into(),
+                rcode: rcode.into(),
+                flags: Flags::default(),
+                questions: vec![Question {
+                    name: name.into(),
+                    qtype: qtype.into(),
+                    class: "IN".into(),
+                }],
+                answers: Vec::new(),
+                authority: Vec::new(),
+                additional: Vec::new(),
+                edns: None,
+                cut: None,
+            }),
+            malformed: None,
+            capture_truncated: false,
+        })
+    }
+
+    fn filter(f: impl FnOnce(&mut FilterSpec)) -> Filter {
+        let mut spec = FilterSpec::default();
+        f(&mut spec);
+        Filter::new(&spec).unwrap()
+    }
+
+    fn transaction(
+        outcome: &'static str,
+        rcode: &str,
+        latency_ms: Option<u64>,
+    ) -> TransactionRecord {
+        let rcode = (!rcode.is_empty()).then(|| rcode.to_string());
+        let hop = HopRecord {
+            pod: Default::default(),
+            ts_ns: 1,
+            netns: "n".into(),
+            ifname: "eth0".into(),
+            dir: "egress",
+            src: "10.0.0.1:1000".into(),
+            dst: "10.0.0.2:53".into(),
+            dns_id: 1,
+            qr: false,
+            latency_ns: None,
+        };
+        TransactionRecord {
+            pod: Default::default(),
+            id: 1,
+            lookup: LookupRef { id: 1, step: 0 },
+            ts_ns: 1,
+            time: String::new(),
+            client: "10.0.0.1:1000".into(),
+            client_netns: "n".into(),
+            question: QuestionRecord {
+                name: "www.lab.test.".into(),
+                qtype: "A".into(),
+                class: "IN".into(),
+            },
+            outcome,
+            rcode: rcode.clone(),
+            answers: Vec::new(),
+            answer_cut: None,
+            latency_ns: latency_ms.map(|ms| ms * 1_000_000),
+            summary: String::new(),
+            legs: vec![LegRecord {
+                id: 1,
+                parent: None,
+                role: LegRole::Query,
+                proto: "udp",
+                client: "10.0.0.1:1000".into(),
+                server: "10.0.0.2:53".into(),
+                backend: "10.0.0.2:53".into(),
+                dns_id: 1,
+                join: "same-tuple",
+                outcome: if outcome == "answered" {
+                    "answered"
+                } else {
+                    "unanswered"
+                },
+                rcode,
+                answers: Vec::new(),
+                answer_cut: None,
+                latency_ns: None,
+                retransmits: 0,
+                drop: None,
+                hops: vec![hop.clone(), hop],
+            }],
+        }
+    }
+
+    #[test]
+    fn no_flags_keep_everything() {
+        let f = Filter::default();
+        assert!(!f.is_active());
+        assert!(f.keep(&packet_json("x.", "A", false, "NOERROR", None)));
+    }
+
+    #[test]
+    fn name_glob_case_insensitive_trailing_dot_optional() {
+        for pat in ["*.svc.cluster.local", "*.SVC.cluster.local."] {
+            let f = filter(|s| s.names = vec![pat.into()]);
+            assert!(f.keep(&packet_json(
+                "kube-dns.kube-system.svc.cluster.local.",
+                "A",
+                false,
+                "NOERROR",
+                None
+            )));
+            assert!(f.keep(&packet_json(
+                "Web.Default.SVC.Cluster.Local.",
+                "A",
+                false,
+                "NOERROR",
+                None
+            )));
+            assert!(!f.keep(&packet_json(
+                "www.example.com.",
+                "A",
+                false,
+                "NOERROR",
+                None
+            )));
+        }
+        let f = filter(|s| s.names = vec!["www.lab.test".into()]);
+        assert!(f.keep(&packet_json("WWW.lab.test.", "A", false, "NOERROR", None)));
+        assert!(
+            f.keep(&Record::Stats(Default::default())),
+            "stats always shown"
+        );
+    }
+
+    #[test]
+    fn qtype_and_rcode_lists() {
+        let f = filter(|s| s.qtypes = vec!["a,aaaa".into()]);
+        assert!(f.keep(&packet_json("x.", "AAAA", false, "NOERROR", None)));
+        assert!(!f.keep(&packet_json("x.", "MX", false, "NOERROR", None)));
+        let f = filter(|s| s.rcodes = vec!["NXDOMAIN".into(), "servfail".into()]);
+        assert!(f.keep(&packet_json("x.", "A", true, "NXDOMAIN", None)));
+        assert!(f.keep(&packet_json("x.", "A", true, "SERVFAIL", None)));
+        assert!(!f.keep(&packet_json("x.", "A", true, "NOERROR", None)));
+        // A query has no rcode to match.
+        assert!(!f.keep(&packet_json("x.", "A", false, "NOERROR", None)));
+        assert!(Filter::new(&FilterSpec {
+            qtypes: vec!["A,".into()],
+            ..Default::default()
+        })
+        .is_err());
+    }
+
+    #[test]
+    fn pod_and_namespace() {
+        let f = filter(|s| s.pods = vec!["kube-system/coredns-*".into()]);
+        assert!(f.keep(&packet_json(
+            "x.",
+            "A",
+            false,
+            "NOERROR",
+            Some("kube-system/coredns-5d-x")
+        )));
+        assert!(!f.keep(&packet_json(
+            "x.",
+            "A",
+            false,
+            "NOERROR",
+            Some("default/coredns-5d-x")
+        )));
+        assert!(!f.keep(&packet_json("x.", "A", false, "NOERROR", None)));
+        // Without a namespace: any namespace; `*` stays within a part.
+        let f = filter(|s| s.pods = vec!["client".into()]);
+        assert!(f.keep(&packet_json(
+            "x.",
+            "A",
+            false,
+            "NOERROR",
+            Some("default/client")
+        )));
+        let f = filter(|s| s.pods = vec!["*".into()]);
+        assert!(f.keep(&packet_json("x.", "A", false, "NOERROR", Some("a/b"))));
+        let f = filter(|s| s.namespaces = vec!["kube-system".into()]);
+        assert!(f.keep(&packet_json(
+            "x.",
+            "A",
+            false,
+            "NOERROR",
+            Some("kube-system/coredns")
+        )));
+        assert!(!f.keep(&packet_json(
+            "x.",
+            "A",
+            false,
+            "NOERROR",
+            Some("default/kube-system")
+        )));
+        assert!(Filter::new(&FilterSpec {
+            pods: vec!["a/[".into()],
+            ..Default::default()
+        })
+        .is_err());
+    }
+
+    #[test]
+    fn transaction_matches_when_any_hop_does() {
+        let mut t = transaction("answered", "NOERROR", Some(2));
+        t.legs[0].hops[1].pod.pod = Some("kube-system/coredns-a".into());
+        let f = filter(|s| s.pods = vec!["kube-system/*".into()]);
+        assert!(f.keep(&Record::Transaction(t.clone())));
+        let f = filter(|s| s.pods = vec!["default/*".into()]);
+        assert!(!f.keep(&Record::Transaction(t.clone())));
+        let f = filter(|s| s.names = vec!["*.lab.test".into()]);
+        assert!(f.keep(&Record::Transaction(t.clone())));
+        // Any leg's rcode.
+        t.legs[0].rcode = Some("SERVFAIL".into());
+        let f = filter(|s| s.rcodes = vec!["SERVFAIL".into()]);
+        assert!(f.keep(&Record::Transaction(t)));
+    }
+
+    #[test]
+    fn failures() {
+        let f = filter(|s| s.failures = true);
+        assert!(!f.keep(&Record::Transaction(transaction(
+            "answered",
+            "NOERROR",
+            Some(2)
+        ))));
+        assert!(!f.keep(&Record::Transaction(transaction(
+            "answered",
+            "NXDOMAIN",
+            Some(2)
+        ))));
+        assert!(f.keep(&Record::Transaction(transaction(
+            "answered",
+            "SERVFAIL",
+            Some(2)
+        ))));
+        assert!(f.keep(&Record::Transaction(transaction(
+            "answered",
+            "REFUSED",
+            Some(2)
+        ))));
+        assert!(f.keep(&Record::Transaction(transaction("unanswered", "", None))));
+        assert!(f.keep(&Record::Transaction(transaction("dropped", "", None))));
+        let mut t = transaction("answered", "NOERROR", Some(5000));
+        t.legs[0].outcome = "dropped";
+        assert!(
+            f.keep(&Record::Transaction(t)),
+            "a dropped leg, answered on retry"
+        );
+        assert!(f.keep(&packet_json("x.", "A", true, "SERVFAIL", None)));
+        assert!(!f.keep(&packet_json("x.", "A", true, "NOERROR", None)));
+    }
+
+    #[test]
+    fn loops_match_by_question_and_cycle_pods() {
+        use crate::correlate::loops::{LoopHop, LoopKind, LoopRecord, LoopState};
+        let hop = |pod: Option<&str>| LoopHop {
+            from: "10.244.1.3:1000".into(),
+            server: "10.96.0.10:53".into(),
+            backend: "10.244.1.4:53".into(),
+            at: "node/veth".into(),
+            pod: PodRef {
+                pod: pod.map(str::to_string),
+                ..Default::default()
+            },
+        };
+        let l = Record::Loop(LoopRecord {
+            id: 1,
+            state: LoopState::Detected,
+            kind: LoopKind::Cycle,
+            ts_ns: 1,
+            time: String::new(),
+            question: QuestionRecord {
+                name: "loop.lab.test.".into(),
+                qtype: "A".into(),
+                class: "IN".into(),
+            },
+            zone: "lab.test.".into(),
+            loop_plugin_probe: false,
+            cycle: vec![hop(None), hop(Some("kube-system/coredns-b"))],
+            path: String::new(),
+            hop_count: 2,
+            rate_pps: 1,
+            packets: 1,
+            summarised: 0,
+            clients: Vec::new(),
+            first_seen_ns: 1,
+            detected_ns: 1,
+            last_seen_ns: 1,
+        });
+        assert!(filter(|s| s.failures = true).keep(&l));
+        assert!(filter(|s| s.names = vec!["loop.lab.test".into()]).keep(&l));
+        assert!(!filter(|s| s.names = vec!["www.lab.test".into()]).keep(&l));
+        assert!(filter(|s| s.namespaces = vec!["kube-system".into()]).keep(&l));
+        assert!(!filter(|s| s.pods = vec!["default/*".into()]).keep(&l));
+        assert!(!filter(|s| s.rcodes = vec!["SERVFAIL".into()]).keep(&l));
+    }
+
+    #[test]
+    fn slower_than() {
+        let f = filter(|s| s.slower_than_ns = Some(100_000_000));
+        assert!(!f.keep(&Record::Transaction(transaction(
+            "answered",
+            "NOERROR",
+            Some(2)
+        ))));
+        assert!(f.keep(&Record::Transaction(transaction(
+            "answered",
+            "NOERROR",
+            Some(5000)
+        ))));
+        assert!(f.keep(&Record::Transaction(transaction("unanswered", "", None))));
+        // Packets have no latency.
+        assert!(!f.keep(&packet_json("x.", "A", true, "NOERROR", None)));
+    }
+}
