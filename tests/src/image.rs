@@ -19,6 +19,10 @@ pub const BINARY_IN_IMAGE: &str = "/usr/local/bin/dnspath";
 /// Label holding the SHA-256 of the binary in the image: an image is rebuilt only when
 /// the binary changed.
 pub const BINARY_HASH_LABEL: &str = "io.dnspath.binary-sha256";
+/// Label saying how the image was put together; bump [`RECIPE`] when [`fill`] changes, so
+/// that images of an unchanged binary are rebuilt too.
+const RECIPE_LABEL: &str = "io.dnspath.image-recipe";
+const RECIPE: &str = "2";
 
 const CONTAINERS_CONF: &str =
     "[containers]\ndefault_ulimits = []\n\n[engine]\nruntime = \"runc\"\n";
@@ -148,7 +152,8 @@ pub fn shared_libraries(bin: &Path) -> Result<Vec<PathBuf>, ImageError> {
     Ok(libs)
 }
 
-/// The binary's hash as recorded in the image `reference`, if there is such an image.
+/// The binary's hash as recorded in the image `reference`, if there is such an image made
+/// by this recipe.
 fn image_binary_hash(reference: &str) -> Result<Option<String>, ImageError> {
     let mut inspect = podman()?;
     inspect.args(["image", "inspect", reference]);
@@ -157,9 +162,11 @@ fn image_binary_hash(reference: &str) -> Result<Option<String>, ImageError> {
     };
     let v: serde_json::Value = serde_json::from_str(&json)
         .map_err(|e| ImageError(format!("podman image inspect {reference}: {e}")))?;
-    Ok(v[0]["Labels"][BINARY_HASH_LABEL]
-        .as_str()
-        .map(str::to_owned))
+    let labels = &v[0]["Labels"];
+    if labels[RECIPE_LABEL] != RECIPE {
+        return Ok(None);
+    }
+    Ok(labels[BINARY_HASH_LABEL].as_str().map(str::to_owned))
 }
 
 /// Builds `localhost/dnspath:<version>` (and `:latest`) holding `bin`, unless an image of
@@ -232,6 +239,12 @@ fn fill(
         &entrypoint,
         "--cmd",
         "",
+        // `kubectl debug ... -- dnspath trace` replaces the entry point and looks the
+        // command up in PATH, which a scratch image does not set.
+        "--env",
+        "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+        "--label",
+        &format!("{RECIPE_LABEL}={RECIPE}"),
         "--label",
         &format!("{BINARY_HASH_LABEL}={hash}"),
         "--label",

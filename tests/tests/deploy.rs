@@ -357,6 +357,10 @@ fn debug_container_finds_a_forwarding_loop_and_exits_3() {
         "/:/host:ro",
         "-v",
         "/run/netns:/run/netns:ro",
+        // As `kubectl debug ... -- dnspath trace ...` runs it: the command replaces the
+        // entry point and is found through PATH.
+        "--entrypoint",
+        "dnspath",
         &img.reference,
         "trace",
         "--all-netns",
