@@ -488,6 +488,36 @@ fn port_9253_free() {
     );
 }
 
+/// Bits of capability names (include/uapi/linux/capability.h), as Kubernetes spells them.
+fn cap_mask(names: &[String]) -> u64 {
+    names
+        .iter()
+        .map(|n| {
+            let bit = match n.as_str() {
+                "NET_ADMIN" => 12,
+                "SYS_PTRACE" => 19,
+                "SYS_ADMIN" => 21,
+                "SYS_RESOURCE" => 24,
+                "SYSLOG" => 34,
+                "PERFMON" => 38,
+                "BPF" => 39,
+                other => panic!("capability {other} not known to this test"),
+            };
+            1u64 << bit
+        })
+        .fold(0, |a, b| a | b)
+}
+
+fn effective_capabilities(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let hex = status
+        .lines()
+        .find_map(|l| l.strip_prefix("CapEff:"))
+        .unwrap()
+        .trim();
+    u64::from_str_radix(hex, 16).unwrap()
+}
+
 /// (user + system CPU ticks, peak RSS in KiB) of `pid`.
 fn usage(pid: u32) -> (u64, u64) {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
@@ -533,6 +563,9 @@ fn daemonset_pod_serves_metrics_and_counts_the_labs_queries() {
     let (code, body) = get("/healthz");
     assert_eq!((code, body.trim()), (200, "ok"));
     let (_, _, pid) = state(&ctr);
+    // It runs with the listed capabilities and no others: those suffice.
+    let listed: Vec<String> = capabilities(&daemonset()["spec"]["template"]["spec"]);
+    assert_eq!(effective_capabilities(pid), cap_mask(&listed), "{listed:?}");
     let (_, before) = get("/metrics");
     let before = sum(&before, "dnspath_dns_transactions_total");
 
