@@ -67,7 +67,8 @@ const NEEDED_CAPABILITIES: [(&str, u32); 4] = [
 ];
 
 /// What a permission error says: which of [`NEEDED_CAPABILITIES`] this process lacks
-/// (a container given all but one should be told which), else that it needs them all.
+/// (a container given all but one should be told which), else (none or all of them
+/// lacking) that it needs root.
 fn missing_capabilities() -> String {
     let all = NEEDED_CAPABILITIES.map(|(name, _)| name).join(", ");
     let effective = std::fs::read_to_string("/proc/self/status")
@@ -85,7 +86,8 @@ fn missing_capabilities() -> String {
             .collect(),
         None => Vec::new(),
     };
-    if missing.is_empty() {
+    // Lacking them all is not running as root at all.
+    if missing.is_empty() || missing.len() == NEEDED_CAPABILITIES.len() {
         format!("dnspath needs root ({all})")
     } else {
         format!("dnspath lacks {} (it needs {all})", missing.join(", "))
