@@ -152,9 +152,9 @@ pub fn shared_libraries(bin: &Path) -> Result<Vec<PathBuf>, ImageError> {
     Ok(libs)
 }
 
-/// The binary's hash as recorded in the image `reference`, if there is such an image made
-/// by this recipe.
-fn image_binary_hash(reference: &str) -> Result<Option<String>, ImageError> {
+/// The image `reference` names now: its ID, and the binary's hash it records if it was
+/// made by this recipe.
+fn current_image(reference: &str) -> Result<Option<(String, Option<String>)>, ImageError> {
     let mut inspect = podman()?;
     inspect.args(["image", "inspect", reference]);
     let Ok(json) = output(&mut inspect) else {
@@ -162,11 +162,12 @@ fn image_binary_hash(reference: &str) -> Result<Option<String>, ImageError> {
     };
     let v: serde_json::Value = serde_json::from_str(&json)
         .map_err(|e| ImageError(format!("podman image inspect {reference}: {e}")))?;
+    let id = v[0]["Id"].as_str().unwrap_or_default().to_owned();
     let labels = &v[0]["Labels"];
-    if labels[RECIPE_LABEL] != RECIPE {
-        return Ok(None);
-    }
-    Ok(labels[BINARY_HASH_LABEL].as_str().map(str::to_owned))
+    let hash = (labels[RECIPE_LABEL] == RECIPE)
+        .then(|| labels[BINARY_HASH_LABEL].as_str().map(str::to_owned))
+        .flatten();
+    Ok(Some((id, hash)))
 }
 
 /// Builds `localhost/dnspath:<version>` (and `:latest`) holding `bin`, unless an image of
@@ -182,12 +183,22 @@ pub fn ensure(bin: &Path) -> Result<Image, ImageError> {
     let binary_sha256 = sha256(&bin)?;
     let reference = format!("{IMAGE}:{version}");
     let latest = format!("{IMAGE}:latest");
-    let current = image_binary_hash(&reference)?;
-    let built = current.as_deref() != Some(binary_sha256.as_str());
+    let current = current_image(&reference)?;
+    let previous_latest = current_image(&latest)?.map(|(id, _)| id);
+    let built = current.as_ref().and_then(|(_, h)| h.as_deref()) != Some(binary_sha256.as_str());
     if built {
         build(&bin, &reference, &version, &binary_sha256)?;
     }
     output(buildah()?.args(["tag", &reference, &latest]))?;
+    if built {
+        // The images this one replaced, now untagged; kept if anything still uses or
+        // names them.
+        for old in current.map(|(id, _)| id).into_iter().chain(previous_latest) {
+            if let Ok(mut rmi) = podman() {
+                let _ = rmi.args(["rmi", &old]).output();
+            }
+        }
+    }
     Ok(Image {
         reference,
         version,
