@@ -553,7 +553,7 @@ fn daemonset_pod_serves_metrics_and_counts_the_labs_queries() {
     while get("/readyz").0 != 200 {
         let (status, code, _) = state(&ctr);
         assert!(
-            status == "running",
+            status != "exited" && status != "stopped",
             "agent {status} (exit {code}) before ready:\n{}",
             logs(&ctr)
         );
