@@ -73,9 +73,14 @@ pub fn buildah() -> Result<Command, ImageError> {
 }
 
 fn tool(prog: &str) -> Result<Command, ImageError> {
+    let conf = containers_conf()?;
     let mut c = Command::new(prog);
-    c.env("CONTAINERS_CONF", containers_conf()?)
-        .stdin(Stdio::null());
+    // conmon may leave an `oom` file in its working directory when a container's cgroup
+    // goes away (cgroup v1): keep it out of the source tree.
+    if let Some(dir) = conf.parent() {
+        c.current_dir(dir);
+    }
+    c.env("CONTAINERS_CONF", conf).stdin(Stdio::null());
     Ok(c)
 }
 
