@@ -3,6 +3,7 @@
 //!
 //!   cargo xtask setup    install toolchain pieces and lab packages (idempotent)
 //!   cargo xtask build    setup, then build the release binary
+//!   cargo xtask image    setup, build, then the container image localhost/dnspath (buildah)
 //!   cargo xtask demo     setup, build, start the lab, trace a few queries through it
 //!   cargo xtask test     setup, then every test (as root: lab tests included), then vm-test
 //!   cargo xtask vm-test [SERIES|host...]  the kernel_matrix lab test on each kernel nodes
@@ -16,6 +17,7 @@ use std::{
 
 mod bench;
 mod demo;
+mod image;
 mod vm;
 
 type Result<T> = std::result::Result<T, String>;
@@ -48,7 +50,57 @@ const PACKAGES: &[&str] = &[
     // deploy/alerts.yaml
     "prometheus",
     "curl",
+    // the container image (`cargo xtask image`, built offline from scratch) and the deploy
+    // tests running it and the DaemonSet's pod (podman 4.3 needs runc here, and catatonit
+    // for `kube play`)
+    "buildah",
+    "podman",
+    "runc",
+    "catatonit",
 ];
+/// PyPI packages: `kubernetes-validate` checks deploy/*.yaml against Kubernetes' schemas.
+const PIP_PACKAGES: &[PipPackage] = &[PipPackage {
+    name: "kubernetes-validate",
+    version: "1.37.0",
+    module: "kubernetes_validate",
+}];
+
+/// A PyPI package and the module that says its version (`python3 -m MODULE --version`).
+struct PipPackage {
+    name: &'static str,
+    version: &'static str,
+    module: &'static str,
+}
+
+/// Installs those of `packages` whose module is missing or of another version (pip of
+/// `python3`, as root).
+fn install_pip_packages(packages: &[PipPackage]) -> Result<()> {
+    for p in packages {
+        let have = output_ok(Command::new("python3").args(["-m", p.module, "--version"]))
+            .unwrap_or_default();
+        if have.split_whitespace().any(|w| w == p.version) {
+            continue;
+        }
+        eprintln!("xtask: installing {} {} (pip)", p.name, p.version);
+        let spec = format!("{}=={}", p.name, p.version);
+        let sudo: &[&str] = if is_root() { &[] } else { &["sudo"] };
+        let pip = |extra: &[&str]| {
+            let mut c = Command::new(sudo.first().copied().unwrap_or("python3"));
+            if !sudo.is_empty() {
+                c.arg("python3");
+            }
+            c.args(["-m", "pip", "install", "-q"])
+                .args(extra)
+                .arg(&spec);
+            c
+        };
+        if run(&mut pip(&[])).is_err() {
+            // Debian's own python refuses (PEP 668) unless told.
+            run(&mut pip(&["--break-system-packages"]))?;
+        }
+    }
+    Ok(())
+}
 const BPF_LINKER_VERSION: &str = "0.13.0";
 const EBPF_TOOLCHAIN: &str = "debian-bpf";
 
@@ -114,6 +166,7 @@ fn install_packages(packages: &[&'static str]) -> Result<()> {
 
 fn setup() -> Result<()> {
     install_packages(PACKAGES)?;
+    install_pip_packages(PIP_PACKAGES)?;
     let toolchains =
         output_ok(Command::new("rustup").args(["toolchain", "list"])).unwrap_or_default();
     if !toolchains.lines().any(|l| l.starts_with(EBPF_TOOLCHAIN)) {
@@ -192,12 +245,13 @@ fn main() -> ExitCode {
             .and_then(|()| vm::setup())
             .and_then(|()| build_release())
             .and_then(|bin| vm::run_matrix(&bin, rest)),
+        "image" => setup().and_then(|()| image::run()),
         "bench" => setup()
             .and_then(|()| install_packages(&["tshark"]))
             .and_then(|()| build_release())
             .and_then(|bin| bench::run(&bin, rest)),
         _ => {
-            eprintln!("usage: cargo xtask <setup|build|demo|test [cargo test args]|vm-test [5.10|6.1|6.12|host...]|bench [--packets N] [--runs N] [--keep FILE]>");
+            eprintln!("usage: cargo xtask <setup|build|image|demo|test [cargo test args]|vm-test [5.10|6.1|6.12|host...]|bench [--packets N] [--runs N] [--keep FILE]>");
             return ExitCode::from(2);
         }
     };

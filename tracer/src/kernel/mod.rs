@@ -22,7 +22,7 @@ use crate::{ebpf::OBJECT, event::KernelSetup};
 
 #[derive(Debug, thiserror::Error)]
 pub enum KernelError {
-    #[error("permission denied: dnspath needs root (CAP_BPF, CAP_NET_ADMIN, CAP_PERFMON, CAP_SYS_ADMIN): {0}")]
+    #[error("permission denied: {caps}: {0}", caps = missing_capabilities())]
     Permission(String),
     #[error("kernel has no BTF ({0} missing): drop tracing (tp_btf/skb:kfree_skb) needs CONFIG_DEBUG_INFO_BTF; run with --no-drops to trace without it")]
     NoBtf(String),
@@ -62,6 +62,43 @@ pub enum KernelError {
     Map(#[from] aya::maps::MapError),
     #[error("{0}")]
     Io(#[from] std::io::Error),
+}
+
+/// Capabilities loading and attaching needs, with their bit in `CapEff`
+/// (include/uapi/linux/capability.h).
+const NEEDED_CAPABILITIES: [(&str, u32); 4] = [
+    ("CAP_BPF", 39),
+    ("CAP_NET_ADMIN", 12),
+    ("CAP_PERFMON", 38),
+    ("CAP_SYS_ADMIN", 21),
+];
+
+/// What a permission error says: which of [`NEEDED_CAPABILITIES`] this process lacks
+/// (a container given all but one should be told which), else (none or all of them
+/// lacking) that it needs root.
+fn missing_capabilities() -> String {
+    let all = NEEDED_CAPABILITIES.map(|(name, _)| name).join(", ");
+    let effective = std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("CapEff:"))
+                .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
+        });
+    let missing: Vec<&str> = match effective {
+        Some(eff) => NEEDED_CAPABILITIES
+            .iter()
+            .filter(|(_, bit)| eff & (1u64 << bit) == 0)
+            .map(|(name, _)| *name)
+            .collect(),
+        None => Vec::new(),
+    };
+    // Lacking them all is not running as root at all.
+    if missing.is_empty() || missing.len() == NEEDED_CAPABILITIES.len() {
+        format!("dnspath needs root ({all})")
+    } else {
+        format!("dnspath lacks {} (it needs {all})", missing.join(", "))
+    }
 }
 
 fn is_eperm(e: &(dyn std::error::Error + 'static)) -> bool {

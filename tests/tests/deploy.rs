@@ -1,0 +1,667 @@
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "integration tests fail at the line that broke"
+)]
+//! The image and the manifests, run for real: every manifest in deploy/ passes
+//! `kubernetes-validate --strict`; the image (`lab::image`, what `cargo xtask image` builds)
+//! as a debug container finds a forwarding loop in the lab and exits 3; the DaemonSet's pod
+//! template, played as a Pod with `podman kube play` under its own securityContext, serves
+//! /metrics and counts the lab's queries; without CAP_SYS_ADMIN it fails with one line
+//! naming it. Containers and pods are named after the lab's prefix and removed by name.
+//! Root only (but the validation); `--test-threads=1`.
+use std::{
+    io::{BufRead, BufReader},
+    path::{Path, PathBuf},
+    process::{Child, Command, Stdio},
+    sync::mpsc,
+    thread,
+    time::{Duration, Instant},
+};
+
+use lab::{
+    image::{self, Image},
+    tracer::{dnspath_bin, lab_or_skip as lab},
+    DnsPodConfig, DnsServerKind, Lab, LabConfig,
+};
+use serde_yaml::Value;
+
+const METRICS: &str = "http://127.0.0.1:9253";
+
+fn deploy_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy")
+}
+
+/// The YAML documents of `path`.
+fn documents(path: &Path) -> Vec<Value> {
+    let text = std::fs::read_to_string(path).unwrap();
+    serde_yaml::Deserializer::from_str(&text)
+        .map(|d| serde::Deserialize::deserialize(d).unwrap())
+        .filter(|v: &Value| !v.is_null())
+        .collect()
+}
+
+/// deploy/*.yaml holding Kubernetes objects (the alert rules are Prometheus files).
+fn manifests() -> Vec<PathBuf> {
+    let mut v: Vec<PathBuf> = std::fs::read_dir(deploy_dir())
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "yaml" || e == "yml"))
+        .filter(|p| documents(p).iter().any(|d| d.get("apiVersion").is_some()))
+        .collect();
+    v.sort();
+    v
+}
+
+fn kubernetes_validate(file: &Path) -> std::process::Output {
+    Command::new("python3")
+        .args(["-m", "kubernetes_validate", "--strict"])
+        .arg(file)
+        .output()
+        .expect("python3 (`cargo xtask setup` installs it)")
+}
+
+fn require_kubernetes_validate() -> String {
+    let o = Command::new("python3")
+        .args(["-m", "kubernetes_validate", "--version"])
+        .output();
+    match o {
+        Ok(o) if o.status.success() => String::from_utf8_lossy(&o.stdout).trim().to_owned(),
+        _ => panic!(
+            "kubernetes-validate is not installed for python3: run `cargo xtask setup` \
+             (pip install kubernetes-validate)"
+        ),
+    }
+}
+
+#[test]
+fn every_manifest_passes_kubernetes_validate() {
+    let version = require_kubernetes_validate();
+    let files = manifests();
+    assert!(
+        files.iter().any(|f| f.ends_with("daemonset.yaml")),
+        "{files:?}"
+    );
+    for f in &files {
+        let o = kubernetes_validate(f);
+        let out = format!(
+            "{}{}",
+            String::from_utf8_lossy(&o.stdout),
+            String::from_utf8_lossy(&o.stderr)
+        );
+        assert!(
+            o.status.success(),
+            "kubernetes-validate {version} --strict {}:\n{out}",
+            f.display()
+        );
+        // Every object was checked against a schema, none skipped as unknown.
+        let objects = documents(f).len();
+        assert_eq!(out.matches(" passed ").count(), objects, "{out}");
+        eprintln!("{}", out.trim());
+    }
+    // The validator does reject: a misspelt field of the DaemonSet fails it.
+    let text = std::fs::read_to_string(deploy_dir().join("daemonset.yaml")).unwrap();
+    assert!(text.contains("hostNetwork: true"));
+    let dir = std::env::temp_dir().join(format!("dnspath-deploy-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let broken = dir.join("daemonset.yaml");
+    std::fs::write(
+        &broken,
+        text.replace("hostNetwork: true", "hostNetwrk: true"),
+    )
+    .unwrap();
+    let o = kubernetes_validate(&broken);
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(
+        !o.status.success(),
+        "kubernetes-validate accepted `hostNetwrk`: {}",
+        String::from_utf8_lossy(&o.stdout)
+    );
+}
+
+/// The DaemonSet of deploy/daemonset.yaml.
+fn daemonset() -> Value {
+    documents(&deploy_dir().join("daemonset.yaml"))
+        .into_iter()
+        .find(|d| d["kind"] == "DaemonSet")
+        .expect("a DaemonSet in deploy/daemonset.yaml")
+}
+
+fn container(pod_spec: &mut Value) -> &mut Value {
+    &mut pod_spec["containers"][0]
+}
+
+/// The DaemonSet's pod template as a Pod named `name` (podman 4.3 plays Pods, not
+/// DaemonSets), after `edit` of its spec.
+fn pod_from_daemonset(name: &str, edit: impl FnOnce(&mut Value)) -> String {
+    let ds = daemonset();
+    let template = &ds["spec"]["template"];
+    let mut spec = template["spec"].clone();
+    // podman 4.3 refuses port mappings with host networking ("PortMappings can only be
+    // used with Bridge or slirp4netns networking"), where Kubernetes takes the port as
+    // information; the probes then name the port by number.
+    let c = container(&mut spec);
+    let port = c["ports"][0]["containerPort"].clone();
+    assert_eq!(port, Value::from(9253));
+    if let Some(m) = c.as_mapping_mut() {
+        m.remove("ports");
+    }
+    for probe in ["livenessProbe", "readinessProbe"] {
+        assert_eq!(c[probe]["httpGet"]["port"], "metrics");
+        c[probe]["httpGet"]["port"] = port.clone();
+    }
+    edit(&mut spec);
+    let mut metadata = template["metadata"].clone();
+    metadata["name"] = Value::from(name);
+    let mut pod = serde_yaml::Mapping::new();
+    pod.insert("apiVersion".into(), "v1".into());
+    pod.insert("kind".into(), "Pod".into());
+    pod.insert("metadata".into(), metadata);
+    pod.insert("spec".into(), spec);
+    serde_yaml::to_string(&Value::Mapping(pod)).unwrap()
+}
+
+fn capabilities(spec: &Value) -> Vec<String> {
+    spec["containers"][0]["securityContext"]["capabilities"]["add"]
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .map(|c| c.as_str().unwrap().to_owned())
+        .collect()
+}
+
+#[test]
+fn daemonset_runs_this_version_with_listed_capabilities_not_privileged() {
+    let ds = daemonset();
+    let spec = &ds["spec"]["template"]["spec"];
+    let c = &spec["containers"][0];
+    let version = env!("CARGO_PKG_VERSION");
+    assert_eq!(
+        c["image"].as_str(),
+        Some(format!("{}:{version}", image::IMAGE).as_str())
+    );
+    assert_eq!(c["args"][0], "agent");
+    assert_eq!(c["securityContext"]["privileged"], Value::Bool(false));
+    assert_eq!(c["securityContext"]["capabilities"]["drop"][0], "ALL");
+    let caps = capabilities(spec);
+    for want in [
+        "BPF",
+        "PERFMON",
+        "NET_ADMIN",
+        "SYS_ADMIN",
+        "SYS_PTRACE",
+        "SYSLOG",
+    ] {
+        assert!(caps.iter().any(|c| c == want), "{want} missing: {caps:?}");
+    }
+    assert_eq!(spec["hostNetwork"], Value::Bool(true));
+    assert_eq!(spec["hostPID"], Value::Bool(true));
+    assert_eq!(c["ports"][0]["name"], "metrics");
+    assert_eq!(c["ports"][0]["containerPort"], 9253);
+    assert_eq!(c["livenessProbe"]["httpGet"]["path"], "/healthz");
+    assert_eq!(c["readinessProbe"]["httpGet"]["path"], "/readyz");
+    assert_eq!(
+        ds["spec"]["template"]["metadata"]["annotations"]["prometheus.io/scrape"],
+        "true"
+    );
+}
+
+// ---- containers ----
+
+/// The image of the binary under test, built unless it exists.
+fn built_image() -> Image {
+    let img = image::ensure(&dnspath_bin()).unwrap_or_else(|e| panic!("image: {e}"));
+    eprintln!(
+        "image {} ({}), binary sha256 {}",
+        img.reference,
+        if img.built { "built" } else { "reused" },
+        img.binary_sha256
+    );
+    img
+}
+
+fn podman(args: &[&str]) -> std::process::Output {
+    let mut c = image::podman().unwrap();
+    c.args(args).output().unwrap()
+}
+
+/// Removes the podman container, or pod, of this name when dropped.
+struct Remove {
+    pod: bool,
+    name: String,
+}
+
+impl Drop for Remove {
+    fn drop(&mut self) {
+        let o = if self.pod {
+            podman(&["pod", "rm", "--force", "--ignore", &self.name])
+        } else {
+            podman(&["rm", "--force", "--ignore", &self.name])
+        };
+        if !o.status.success() {
+            eprintln!(
+                "removing {}: {}",
+                self.name,
+                String::from_utf8_lossy(&o.stderr)
+            );
+        }
+    }
+}
+
+/// A foreground `podman run` with its stderr lines as they come.
+struct Foreground {
+    child: Child,
+    lines: mpsc::Receiver<String>,
+    seen: Vec<String>,
+    stdout: Option<thread::JoinHandle<String>>,
+}
+
+impl Foreground {
+    fn spawn(mut cmd: Command) -> Foreground {
+        let mut child = cmd
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut out = child.stdout.take().unwrap();
+        let stdout = Some(thread::spawn(move || {
+            let mut s = String::new();
+            let _ = std::io::Read::read_to_string(&mut out, &mut s);
+            s
+        }));
+        let err = child.stderr.take().unwrap();
+        let (tx, lines) = mpsc::channel();
+        thread::spawn(move || {
+            for l in BufReader::new(err).lines().map_while(Result::ok) {
+                if tx.send(l).is_err() {
+                    break;
+                }
+            }
+        });
+        Foreground {
+            child,
+            lines,
+            seen: Vec::new(),
+            stdout,
+        }
+    }
+
+    fn wait_for_stderr(&mut self, needle: &str, timeout: Duration) {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.lines.recv_timeout(left) {
+                Ok(l) => {
+                    let hit = l.contains(needle);
+                    self.seen.push(l);
+                    if hit {
+                        return;
+                    }
+                }
+                Err(_) => panic!(
+                    "no {needle:?} within {timeout:?}; stderr:\n{}",
+                    self.seen.join("\n")
+                ),
+            }
+        }
+    }
+
+    /// Exit code and output, or None if it is still running at `timeout`.
+    fn wait(&mut self, timeout: Duration) -> Option<(Option<i32>, String, String)> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                let stdout = self.stdout.take().unwrap().join().unwrap();
+                thread::sleep(Duration::from_millis(200));
+                self.seen.extend(self.lines.try_iter());
+                return Some((status.code(), stdout, self.seen.join("\n")));
+            }
+            if Instant::now() > deadline {
+                return None;
+            }
+            thread::sleep(Duration::from_millis(100));
+        }
+    }
+}
+
+fn dnsdist_to_cluster_ip() -> DnsPodConfig {
+    DnsPodConfig::new(DnsServerKind::Dnsdist).forwarding_to_cluster_ip()
+}
+
+#[test]
+fn debug_container_finds_a_forwarding_loop_and_exits_3() {
+    let Some(mut lab) = lab(LabConfig::default()) else {
+        return;
+    };
+    let img = built_image();
+    let name = format!("{}-debug", lab.prefix());
+    let _remove = Remove {
+        pod: false,
+        name: name.clone(),
+    };
+    // What `kubectl debug node/N --profile=sysadmin` gives: privileged, the node's network
+    // and PID namespaces, the host's root at /host. The lab's node and client namespaces
+    // have no process of their own: they are found through /run/netns.
+    let mut cmd = image::podman().unwrap();
+    cmd.args([
+        "run",
+        "--rm",
+        "--name",
+        &name,
+        "--runtime",
+        "runc",
+        "--privileged",
+        "--net=host",
+        "--pid=host",
+        "-v",
+        "/:/host:ro",
+        "-v",
+        "/run/netns:/run/netns:ro",
+        // As `kubectl debug ... -- dnspath trace ...` runs it: the command replaces the
+        // entry point and is found through PATH.
+        "--entrypoint",
+        "dnspath",
+        &img.reference,
+        "trace",
+        "--all-netns",
+        "--until",
+        "loop",
+        "-o",
+        "json",
+        "--view",
+        "transactions",
+    ])
+    .stdin(Stdio::null())
+    .env("RUST_LOG", "warn");
+    let mut run = Foreground::spawn(cmd);
+    run.wait_for_stderr("dnspath: tracing", Duration::from_secs(60));
+    lab.reconfigure_dns_pod(0, dnsdist_to_cluster_ip()).unwrap();
+    lab.reconfigure_dns_pod(1, dnsdist_to_cluster_ip()).unwrap();
+    let started = Instant::now();
+    let _ = lab.dig(&["+time=1", "+tries=1", "storm.lab.test.", "A"]);
+    let result = run.wait(Duration::from_secs(60));
+    let took = started.elapsed();
+    // Stop the storm before anything else can fail.
+    lab.reconfigure_dns_pod(0, DnsPodConfig::new(DnsServerKind::Dnsdist))
+        .unwrap();
+    lab.reconfigure_dns_pod(1, DnsPodConfig::new(DnsServerKind::Dnsdist))
+        .unwrap();
+    let Some((code, stdout, stderr)) = result else {
+        let _ = podman(&["kill", &name]);
+        panic!("the debug container did not exit within 60 s of the loop");
+    };
+    assert_eq!(code, Some(3), "exit code; stderr:\n{stderr}");
+    let loops: Vec<serde_json::Value> = stdout
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .filter(|r: &serde_json::Value| r["type"] == "loop")
+        .collect();
+    assert!(
+        loops
+            .iter()
+            .any(|l| l["question"]["name"] == "storm.lab.test." && l["kind"] == "cycle"),
+        "no loop record for storm.lab.test.: {loops:#?}\nstderr:\n{stderr}"
+    );
+    eprintln!("debug container exited 3 {took:.2?} after the looping query");
+}
+
+/// GET `path` from the agent on the host's loopback: (status, body).
+fn get(path: &str) -> (u16, String) {
+    let o = Command::new("curl")
+        .args(["-s", "-m", "5", "-w", "\n%{http_code}"])
+        .arg(format!("{METRICS}{path}"))
+        .output()
+        .expect("curl (`cargo xtask setup` installs it)");
+    let out = String::from_utf8_lossy(&o.stdout).into_owned();
+    let (body, code) = out.rsplit_once('\n').unwrap_or(("", "0"));
+    (code.trim().parse().unwrap_or(0), body.to_owned())
+}
+
+fn sum(scrape: &str, metric: &str) -> f64 {
+    scrape
+        .lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter_map(|l| {
+            let (series, value) = l.rsplit_once(' ')?;
+            let name = series.split('{').next()?;
+            (name == metric)
+                .then(|| value.parse::<f64>().ok())
+                .flatten()
+        })
+        .sum()
+}
+
+/// `podman inspect` of a container: (status, exit code, pid).
+fn state(container: &str) -> (String, i64, u32) {
+    let o = podman(&["inspect", container]);
+    assert!(
+        o.status.success(),
+        "podman inspect {container}: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let s = &v[0]["State"];
+    (
+        s["Status"].as_str().unwrap_or_default().to_owned(),
+        s["ExitCode"].as_i64().unwrap_or(-1),
+        s["Pid"].as_u64().unwrap_or(0) as u32,
+    )
+}
+
+fn logs(container: &str) -> String {
+    let o = podman(&["logs", container]);
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+/// Plays `pod_yaml` (a Pod named `name`) and returns its remover and container name.
+fn play(lab: &Lab, name: &str, pod_yaml: &str) -> (Remove, String) {
+    let file = lab.temp_dir().join(format!("{name}.yaml"));
+    std::fs::write(&file, pod_yaml).unwrap();
+    let remove = Remove {
+        pod: true,
+        name: name.to_owned(),
+    };
+    let o = podman(&["kube", "play", file.to_str().unwrap()]);
+    assert!(
+        o.status.success(),
+        "podman kube play {}:\n{}{}\n{pod_yaml}",
+        file.display(),
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    (remove, format!("{name}-dnspath"))
+}
+
+fn port_9253_free() {
+    let o = Command::new("ss")
+        .args(["-Hltn", "sport = :9253"])
+        .output()
+        .unwrap();
+    let held = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        held.trim().is_empty(),
+        "port 9253 of the host is taken, the DaemonSet's pod cannot listen there: {held}"
+    );
+}
+
+/// Bits of capability names (include/uapi/linux/capability.h), as Kubernetes spells them.
+fn cap_mask(names: &[String]) -> u64 {
+    names
+        .iter()
+        .map(|n| {
+            let bit = match n.as_str() {
+                "NET_ADMIN" => 12,
+                "SYS_PTRACE" => 19,
+                "SYS_ADMIN" => 21,
+                "SYS_RESOURCE" => 24,
+                "SYSLOG" => 34,
+                "PERFMON" => 38,
+                "BPF" => 39,
+                other => panic!("capability {other} not known to this test"),
+            };
+            1u64 << bit
+        })
+        .fold(0, |a, b| a | b)
+}
+
+fn effective_capabilities(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let hex = status
+        .lines()
+        .find_map(|l| l.strip_prefix("CapEff:"))
+        .unwrap()
+        .trim();
+    u64::from_str_radix(hex, 16).unwrap()
+}
+
+/// (user + system CPU ticks, peak RSS in KiB) of `pid`.
+fn usage(pid: u32) -> (u64, u64) {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    let after_comm = stat.rsplit_once(')').unwrap().1;
+    let f: Vec<&str> = after_comm.split_whitespace().collect();
+    // Fields 14 and 15 (utime, stime) of proc(5); `after_comm` starts at field 3.
+    let ticks = f[11].parse::<u64>().unwrap() + f[12].parse::<u64>().unwrap();
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let hwm = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        .unwrap_or(0);
+    (ticks, hwm)
+}
+
+#[test]
+fn daemonset_pod_serves_metrics_and_counts_the_labs_queries() {
+    let Some(lab) = lab(LabConfig::default()) else {
+        return;
+    };
+    let img = built_image();
+    port_9253_free();
+    let name = format!("{}-agent", lab.prefix());
+    let pod = pod_from_daemonset(&name, |spec| {
+        assert_eq!(
+            container(spec)["image"].as_str(),
+            Some(img.reference.as_str())
+        );
+    });
+    let (_remove, ctr) = play(&lab, &name, &pod);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while get("/readyz").0 != 200 {
+        let (status, code, _) = state(&ctr);
+        assert!(
+            status != "exited" && status != "stopped",
+            "agent {status} (exit {code}) before ready:\n{}",
+            logs(&ctr)
+        );
+        assert!(Instant::now() < deadline, "never ready:\n{}", logs(&ctr));
+        thread::sleep(Duration::from_millis(200));
+    }
+    let (code, body) = get("/healthz");
+    assert_eq!((code, body.trim()), (200, "ok"));
+    let (_, _, pid) = state(&ctr);
+    // It runs with the listed capabilities and no others: those suffice.
+    let listed: Vec<String> = capabilities(&daemonset()["spec"]["template"]["spec"]);
+    assert_eq!(effective_capabilities(pid), cap_mask(&listed), "{listed:?}");
+    let (_, before) = get("/metrics");
+    let before = sum(&before, "dnspath_dns_transactions_total");
+
+    // Queries through the Service: dig's batch mode, one process. Answered by dnsdist
+    // from bind9.
+    const QUERIES: usize = 1000;
+    let batch = lab.temp_dir().join("batch.txt");
+    let names: String = (0..QUERIES)
+        .map(|i| format!("q{i}.lab.test. A\n"))
+        .collect();
+    std::fs::write(&batch, names).unwrap();
+    let (ticks0, _) = usage(pid);
+    let t0 = Instant::now();
+    let o = lab.dig(&["+time=2", "+tries=1", "-f", batch.to_str().unwrap()]);
+    let elapsed = t0.elapsed();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let answered = String::from_utf8_lossy(&o.stdout)
+        .matches("status: NXDOMAIN")
+        .count()
+        + String::from_utf8_lossy(&o.stdout)
+            .matches("status: NOERROR")
+            .count();
+    assert!(
+        answered >= QUERIES * 9 / 10,
+        "{answered} of {QUERIES} answered"
+    );
+    // Transactions are reported once answered and quiet.
+    thread::sleep(Duration::from_secs(3));
+    let (ticks1, hwm_kib) = usage(pid);
+    let (code, scrape) = get("/metrics");
+    assert_eq!(code, 200, "{scrape}");
+    let counted = sum(&scrape, "dnspath_dns_transactions_total") - before;
+    let hz = 100.0; // USER_HZ
+    let cpu = (ticks1 - ticks0) as f64 / hz;
+    let wall = elapsed.as_secs_f64() + 3.0;
+    eprintln!(
+        "agent pod: {answered} queries in {elapsed:.2?} ({:.0}/s); {counted} transactions \
+         counted; CPU {cpu:.2} s over {wall:.1} s ({:.0}% of a core, {:.0}% while digging); \
+         peak RSS {} MiB",
+        answered as f64 / elapsed.as_secs_f64(),
+        100.0 * cpu / wall,
+        100.0 * cpu / elapsed.as_secs_f64(),
+        hwm_kib / 1024
+    );
+    assert!(
+        counted >= answered as f64 * 0.9,
+        "{counted} transactions counted for {answered} answered queries"
+    );
+    // The agent's start event went to the container log.
+    let log = logs(&ctr);
+    assert!(
+        log.lines()
+            .any(|l| l.starts_with('{') && l.contains("\"agent\"")),
+        "{log}"
+    );
+}
+
+#[test]
+fn daemonset_pod_without_cap_sys_admin_fails_naming_it() {
+    let Some(lab) = lab(LabConfig::default()) else {
+        return;
+    };
+    let _img = built_image();
+    let name = format!("{}-nocap", lab.prefix());
+    let pod = pod_from_daemonset(&name, |spec| {
+        let caps = &mut container(spec)["securityContext"]["capabilities"]["add"];
+        let list = caps.as_sequence_mut().unwrap();
+        let n = list.len();
+        list.retain(|c| c != "SYS_ADMIN");
+        assert_eq!(list.len(), n - 1);
+        // A DaemonSet restarts it; here one run is the point.
+        spec["restartPolicy"] = Value::from("Never");
+        // Not to clash with an agent of another test on the host's port.
+        container(spec)["args"][2] = Value::from("127.0.0.1:0");
+    });
+    let (_remove, ctr) = play(&lab, &name, &pod);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let (status, code) = loop {
+        let (status, code, _) = state(&ctr);
+        if status == "exited" || status == "stopped" {
+            break (status, code);
+        }
+        assert!(
+            Instant::now() < deadline,
+            "still {status} after 60 s:\n{}",
+            logs(&ctr)
+        );
+        thread::sleep(Duration::from_millis(200));
+    };
+    let log = logs(&ctr);
+    assert_eq!(code, 1, "{status}: {log}");
+    let errors: Vec<&str> = log.lines().filter(|l| l.starts_with("dnspath: ")).collect();
+    let last = errors.last().copied().unwrap_or_default();
+    assert!(
+        last.contains("lacks CAP_SYS_ADMIN"),
+        "the error does not name the missing capability:\n{log}"
+    );
+    eprintln!("{last}");
+}

@@ -1,0 +1,21 @@
+//! `cargo xtask image`: the release binary as a container image, built offline with
+//! buildah (`lab::image`, shared with the deploy tests): `localhost/dnspath:<version>` and
+//! `:latest`. Rebuilt only when the binary changed.
+use crate::Result;
+
+pub fn run() -> Result<()> {
+    let bin = crate::build_release()?;
+    let image = lab::image::ensure(&bin).map_err(|e| e.to_string())?;
+    eprintln!(
+        "xtask: {} (and {}:latest) {}, binary sha256 {}",
+        image.reference,
+        lab::image::IMAGE,
+        if image.built {
+            "built"
+        } else {
+            "already up to date"
+        },
+        image.binary_sha256
+    );
+    Ok(())
+}
