@@ -140,7 +140,6 @@ pub fn service_transaction(name: &str, qtype: &str, client_port: u16, rcode: &st
 }
 
 pub fn race(verdict: RaceVerdict, client: &str, dns_id: u16, qtype: &str) -> RaceRecord {
-
     RaceRecord {
         pod: Default::default(),
         verdict,
@@ -196,7 +195,6 @@ pub fn loop_record(id: u64, state: LoopState, ts_ns: u64) -> LoopRecord {
 }
 
 pub fn drop_record(reason: &str, benign: Option<&'static str>) -> DropRecord {
-
     DropRecord {
         pod: Default::default(),
         ts_ns: 3_000,
@@ -223,7 +221,6 @@ pub fn drop_record(reason: &str, benign: Option<&'static str>) -> DropRecord {
 }
 
 pub fn malformed_packet(reason: &str) -> PacketRecord {
-
     PacketRecord {
         pod: Default::default(),
         ts_ns: 4_000,

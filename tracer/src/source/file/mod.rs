@@ -23,6 +23,7 @@ use pcap_file::{
         blocks::{
             enhanced_packet::EnhancedPacketOption,
             interface_description::InterfaceDescriptionOption, packet::PacketOption,
+            section_header::SectionHeaderOption,
         },
         Block, PcapNgParser,
     },
@@ -231,6 +232,11 @@ enum Step {
     },
     /// A packet block with intact framing whose contents could not be read.
     BadBlock(String),
+    /// A pcapng section header; `by_dnspath`: its `shb_userappl` says `dnspath …` (a file of
+    /// `trace -w`, whose interfaces are named `netns/ifname`).
+    Section {
+        by_dnspath: bool,
+    },
     /// Anything else (statistics, name resolution, section headers, ...).
     Other,
 }
@@ -286,6 +292,8 @@ pub struct FileSource<R> {
     iface_netns: HashMap<u32, u64>,
     /// Interfaces holding kernel drops in a dnspath-written file.
     drops_ifaces: HashSet<u32>,
+    /// The current pcapng section was written by dnspath (`trace -w`).
+    by_dnspath: bool,
 }
 
 impl FileSource<Box<dyn Read + Send>> {
@@ -415,7 +423,13 @@ impl<R: Read> FileSource<R> {
             netns_ids: HashMap::new(),
             iface_netns: HashMap::new(),
             drops_ifaces: HashSet::new(),
+            by_dnspath: false,
         };
+        if let Format::PcapNg { parser, .. } = &src.format {
+            src.by_dnspath = parser.section().options.iter().any(|o| {
+                matches!(o, SectionHeaderOption::UserApplication(a) if a.starts_with("dnspath "))
+            });
+        }
         src.progress.records = 1;
         src.progress.bytes = src.input.offset();
         if let Format::Pcap { linktype, .. } = src.format {
@@ -457,10 +471,18 @@ impl<R: Read> FileSource<R> {
         (self.repaired, self.first_repaired.as_deref())
     }
 
-    /// Names interface `ifindex`. In a file dnspath wrote (`trace -w`), interfaces are named
-    /// `netns/ifname` (Linux interface names cannot hold `/`): each namespace then gets an id
-    /// of its own, so hops keep the namespaces they were seen in.
+    /// Names interface `ifindex`. In a file dnspath wrote (`trace -w`: its section header
+    /// says so), interfaces are named `netns/ifname` (Linux interface names cannot hold `/`):
+    /// each namespace then gets an id of its own, so hops keep the namespaces they were seen
+    /// in. Other files' names are taken as they are.
     fn learn(&mut self, ifindex: u32, ifname: &str) {
+        if !self.by_dnspath {
+            self.iface_netns.insert(ifindex, FILE_NETNS);
+            if let Ok(mut names) = self.names.write() {
+                names.learn(FILE_NETNS, &self.netns_name, ifindex, ifname);
+            }
+            return;
+        }
         if ifname == crate::output::pcapng::DROPS_IFNAME {
             self.drops_ifaces.insert(ifindex);
             return;
@@ -622,6 +644,7 @@ impl<R: Read> FileSource<R> {
                         ));
                     }
                 }
+                Step::Section { by_dnspath } => self.by_dnspath = by_dnspath,
                 Step::Other => {}
             }
             self.input.consume(len);

@@ -260,9 +260,12 @@ pub(super) fn pcapng_block<R: Read>(
         }
     };
     let step = match block {
-        Block::SectionHeader(_) => {
+        Block::SectionHeader(shb) => {
             interfaces.clear();
-            Step::Other
+            let by_dnspath = shb.options.iter().any(|o| {
+                matches!(o, SectionHeaderOption::UserApplication(a) if a.starts_with("dnspath "))
+            });
+            Step::Section { by_dnspath }
         }
         Block::InterfaceDescription(idb) => {
             let mut iface = Interface {
