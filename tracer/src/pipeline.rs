@@ -97,7 +97,7 @@ impl Pipeline {
         self.decoder.finish(now_ns, out);
         self.hand_over();
         if let Some(c) = self.correlator.as_mut() {
-            c.flush(now_ns.max(self.decoder.last_ts()), out);
+            c.flush(now_ns.max(self.decoder.now_ns()), out);
         }
     }
 

@@ -80,14 +80,13 @@ pub struct Decoder {
     tcp: TcpReassembler,
     /// IP fragments, per hop (decode/frag.rs).
     frag: Reassembler,
-    /// Latest capture time seen: the reassembler's clock.
+    /// Latest time seen (packets, and the pipeline's ticks): the reassembler's clock, and
+    /// the time of what `finish` reports.
     now_ns: u64,
     stats: StatsRecord,
     kernel: Option<KernelCounters>,
     tcp_out: Vec<TcpOutput>,
     tcp_closed: Vec<(FlowKey, TcpOutput)>,
-    /// The latest packet timestamp seen.
-    last_ts: u64,
     /// Typed observations for the correlate stage, when it runs.
     observed: Option<Vec<Observed>>,
     /// Questions of active forwarding loops, by lowercase wire form: their UDP packets are
@@ -216,7 +215,6 @@ impl Decoder {
             kernel: None,
             tcp_out: Vec::new(),
             tcp_closed: Vec::new(),
-            last_ts: 0,
             observed: None,
             summarise: HashMap::new(),
             confirm_hook: false,
@@ -382,7 +380,6 @@ impl Decoder {
 
     fn on_packet(&mut self, p: CapturedPacket, out: &mut Vec<Record>) {
         self.stats.packets += 1;
-        self.last_ts = self.last_ts.max(p.ts_ns);
         self.tick(p.ts_ns, out);
         let (p, rejected) = match self.frag.push(p) {
             Pushed::Unfragmented(p) | Pushed::Complete(p) => (p, None),
@@ -583,10 +580,10 @@ impl Decoder {
 
     /// The input ended (end of file, or the trace is stopping): what is still unfinished
     /// (TCP messages short of their length) is reported, so every captured byte is accounted
-    /// for. `now_ns`: the time to give those reports (0: the last packet's).
+    /// for. `now_ns`: the time to give those reports (0: the latest seen).
     pub fn finish(&mut self, now_ns: u64, out: &mut Vec<Record>) {
         self.tcp.finish();
-        let ts = if now_ns == 0 { self.last_ts } else { now_ns };
+        let ts = if now_ns == 0 { self.now_ns } else { now_ns };
         self.report_closed_flows(ts, out);
         // Datagrams still missing fragments.
         let mut losses = Vec::new();
@@ -734,9 +731,9 @@ impl Decoder {
         out.push(Record::Drop(r));
     }
 
-    /// The latest packet timestamp seen (0 before the first).
-    pub fn last_ts(&self) -> u64 {
-        self.last_ts
+    /// The latest time seen (0 before the first packet or tick).
+    pub fn now_ns(&self) -> u64 {
+        self.now_ns
     }
 
     /// Latest kernel counters (live only); folds them into the stats.
@@ -827,24 +824,26 @@ mod tests {
         d
     }
 
+    /// `data` as captured at ingress of interface 1 at `ts_ns`, `orig_len` bytes on the wire.
+    fn captured(ts_ns: u64, data: &[u8], orig_len: usize) -> SourceEvent {
+        SourceEvent::Packet(CapturedPacket {
+            ts_ns,
+            cpu: None,
+            at: ObservationPoint {
+                netns: 0,
+                ifindex: 1,
+                dir: Direction::Ingress,
+            },
+            vlan: None,
+            orig_len: orig_len as u32,
+            data: data.to_vec(),
+        })
+    }
+
     /// Feeds the first `caplen` bytes of `packet`, which was `orig_len` bytes on the wire.
     fn feed(d: &mut Decoder, packet: &[u8], caplen: usize, orig_len: usize) -> PacketRecord {
         let mut out = Vec::new();
-        d.on_event(
-            SourceEvent::Packet(CapturedPacket {
-                ts_ns: 1,
-                cpu: None,
-                at: ObservationPoint {
-                    netns: 0,
-                    ifindex: 1,
-                    dir: Direction::Ingress,
-                },
-                vlan: None,
-                orig_len: orig_len as u32,
-                data: packet[..caplen].to_vec(),
-            }),
-            &mut out,
-        );
+        d.on_event(captured(1, &packet[..caplen], orig_len), &mut out);
         match out.pop() {
             Some(Record::Packet(p)) => p,
             other => panic!("no packet record: {other:?}"),
@@ -855,21 +854,7 @@ mod tests {
     fn feed_all(d: &mut Decoder, packets: &[Vec<u8>]) -> Vec<Record> {
         let mut out = Vec::new();
         for (i, p) in packets.iter().enumerate() {
-            d.on_event(
-                SourceEvent::Packet(CapturedPacket {
-                    ts_ns: i as u64 + 1,
-                    cpu: None,
-                    at: ObservationPoint {
-                        netns: 0,
-                        ifindex: 1,
-                        dir: Direction::Ingress,
-                    },
-                    vlan: None,
-                    orig_len: p.len() as u32,
-                    data: p.clone(),
-                }),
-                &mut out,
-            );
+            d.on_event(captured(i as u64 + 1, p, p.len()), &mut out);
         }
         out
     }

@@ -46,8 +46,9 @@ pub struct PcapngSink<W: Write> {
     clock: Clock,
     names: SharedNames,
     snaplen: u32,
-    /// (netns cookie, ifindex) → interface id in the file; `u64::MAX` keys the drops block.
-    ifaces: HashMap<(u64, u32), u32>,
+    /// (netns cookie, ifindex) → interface id in the file and its `if_name`, named once when
+    /// first seen; `u64::MAX` keys the drops block.
+    ifaces: HashMap<(u64, u32), (u32, String)>,
     packets: u64,
     drops: u64,
     /// The error that stopped the file, reported once.
@@ -108,17 +109,23 @@ impl<W: Write> PcapngSink<W> {
         self.w = None;
     }
 
-    /// The interface id for `key`, writing its description block the first time.
-    fn iface(&mut self, key: (u64, u32), name: &str, description: String) -> Option<u32> {
-        if let Some(&id) = self.ifaces.get(&key) {
-            return Some(id);
+    /// The interface id and name for `key`, writing its description block the first time
+    /// (`describe` gives its name and description then).
+    fn iface(
+        &mut self,
+        key: (u64, u32),
+        describe_new: impl FnOnce(&SharedNames) -> (String, String),
+    ) -> Option<(u32, String)> {
+        if let Some((id, name)) = self.ifaces.get(&key) {
+            return Some((*id, name.clone()));
         }
         let id = u32::try_from(self.ifaces.len()).ok()?;
+        let (name, description) = describe_new(&self.names);
         let block = InterfaceDescriptionBlock {
             linktype: DataLink::RAW,
             snaplen: self.snaplen,
             options: vec![
-                InterfaceDescriptionOption::IfName(Cow::Owned(name.to_string())),
+                InterfaceDescriptionOption::IfName(Cow::Owned(name.clone())),
                 InterfaceDescriptionOption::IfDescription(Cow::Owned(description)),
                 // Timestamps in nanoseconds.
                 InterfaceDescriptionOption::IfTsResol(9),
@@ -129,8 +136,8 @@ impl<W: Write> PcapngSink<W> {
             self.fail(describe(&e));
             return None;
         }
-        self.ifaces.insert(key, id);
-        Some(id)
+        self.ifaces.insert(key, (id, name.clone()));
+        Some((id, name))
     }
 
     fn epb(
@@ -165,16 +172,18 @@ impl<W: Write> PcapngSink<W> {
         if self.w.is_none() {
             return;
         }
-        let (netns, ifname) = place(&self.names, p.at.netns, p.at.ifindex);
-        let name = format!("{}/{}", clean(&netns), clean(&ifname));
-        let description = format!(
-            "network namespace {} (id {:#x}), interface {} (ifindex {})",
-            escape(&netns),
-            p.at.netns,
-            escape(&ifname),
-            p.at.ifindex
-        );
-        let Some(id) = self.iface((p.at.netns, p.at.ifindex), &name, description) else {
+        let at = p.at;
+        let Some((id, name)) = self.iface((at.netns, at.ifindex), |names| {
+            let (netns, ifname) = place(names, at.netns, at.ifindex);
+            let description = format!(
+                "network namespace {} (id {:#x}), interface {} (ifindex {})",
+                escape(&netns),
+                at.netns,
+                escape(&ifname),
+                at.ifindex
+            );
+            (format!("{}/{}", clean(&netns), clean(&ifname)), description)
+        }) else {
             return;
         };
         // epb_flags bits 0-1: 01 inbound, 10 outbound (pcapng §4.3.1).
@@ -204,10 +213,13 @@ impl<W: Write> PcapngSink<W> {
         if self.w.is_none() {
             return;
         }
-        let description =
-            "packets the kernel dropped (skb:kfree_skb), with reason and location in each comment"
-                .to_string();
-        let Some(id) = self.iface((u64::MAX, 0), DROPS_IFNAME, description) else {
+        let Some((id, _)) = self.iface((u64::MAX, 0), |_| {
+            (
+                DROPS_IFNAME.to_string(),
+                "packets the kernel dropped (skb:kfree_skb), with reason and location in each comment"
+                    .to_string(),
+            )
+        }) else {
             return;
         };
         let mut comment = format!(

@@ -314,6 +314,13 @@ impl FileSource<Box<dyn Read + Send>> {
     }
 }
 
+/// A pcapng section's `shb_userappl` says `dnspath …`: a file of `trace -w`.
+fn written_by_dnspath(options: &[SectionHeaderOption]) -> bool {
+    options
+        .iter()
+        .any(|o| matches!(o, SectionHeaderOption::UserApplication(a) if a.starts_with("dnspath ")))
+}
+
 /// The namespace name packets from `path` are shown with: the file's stem, else `file`.
 pub fn netns_name_for(path: &Path) -> String {
     path.file_stem()
@@ -426,9 +433,7 @@ impl<R: Read> FileSource<R> {
             by_dnspath: false,
         };
         if let Format::PcapNg { parser, .. } = &src.format {
-            src.by_dnspath = parser.section().options.iter().any(|o| {
-                matches!(o, SectionHeaderOption::UserApplication(a) if a.starts_with("dnspath "))
-            });
+            src.by_dnspath = written_by_dnspath(&parser.section().options);
         }
         src.progress.records = 1;
         src.progress.bytes = src.input.offset();

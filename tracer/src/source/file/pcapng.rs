@@ -262,10 +262,9 @@ pub(super) fn pcapng_block<R: Read>(
     let step = match block {
         Block::SectionHeader(shb) => {
             interfaces.clear();
-            let by_dnspath = shb.options.iter().any(|o| {
-                matches!(o, SectionHeaderOption::UserApplication(a) if a.starts_with("dnspath "))
-            });
-            Step::Section { by_dnspath }
+            Step::Section {
+                by_dnspath: written_by_dnspath(&shb.options),
+            }
         }
         Block::InterfaceDescription(idb) => {
             let mut iface = Interface {
