@@ -265,17 +265,17 @@ fn assert_dropped_at(t: &Value, netns: &str, ifname: &str, reason: &Value) {
     );
 }
 
-/// A tcpdump of every interface of the node; stopped (SIGINT) by [`Capture::stop`].
+/// A tcpdump of every interface of a namespace; stopped (SIGINT) by [`Capture::stop`].
 struct Capture {
     child: Child,
     file: PathBuf,
 }
 
 impl Capture {
-    fn start(lab: &Lab, file: PathBuf) -> Self {
+    fn start(lab: &Lab, ns: &str, file: PathBuf) -> Self {
         let f = file.to_string_lossy().into_owned();
         let mut cmd = lab.command_in(
-            lab.node_ns(),
+            ns,
             &[
                 "tcpdump",
                 "--immediate-mode",
@@ -331,7 +331,7 @@ fn large_answers_are_reassembled_at_every_hop_live_and_offline() {
         ],
     )
     .unwrap();
-    let pcap = Capture::start(&lab, lab.temp_dir().join("frag-node.pcap"));
+    let pcap = Capture::start(&lab, lab.node_ns(), lab.temp_dir().join("frag-node.pcap"));
     for server in [
         lab.ip_of(Pod::Upstream).to_string(),
         lab.ip6_of(Pod::Upstream).to_string(),
@@ -490,6 +490,7 @@ fn later_fragments_dropped_on_a_hop_are_a_fragment_loss_there() {
         ],
     )
     .unwrap();
+    let pcap = Capture::start(&lab, client, lab.temp_dir().join("frag-client.pcap"));
     for server in [
         lab.ip_of(Pod::Upstream).to_string(),
         lab.ip6_of(Pod::Upstream).to_string(),
@@ -501,6 +502,7 @@ fn later_fragments_dropped_on_a_hop_are_a_fragment_loss_there() {
             "answered through the filter: {text}"
         );
     }
+    let pcap = pcap.stop();
     // Past the 2 s reassembly timeout: reported live, not at the end.
     thread::sleep(Duration::from_millis(2500));
     let recs = records(&t.stop());
@@ -614,6 +616,50 @@ fn later_fragments_dropped_on_a_hop_are_a_fragment_loss_there() {
         "{s}"
     );
     assert!(s["fragments_incomplete"].as_u64().unwrap() >= 2, "{s}");
+    assert_accounted(s);
+
+    // Offline: the client's capture pins the same losses to its interface, and the answers
+    // never count as answered.
+    let out = Command::new(dnspath_bin())
+        .args(["analyze", "-o", "json", "--port", PORT])
+        .arg(&pcap)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let recs: Vec<Value> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let losses = of_type(&recs, "fragment_loss");
+    for l in &losses {
+        eprintln!("offline: {}", l["summary"]);
+        assert_eq!(l["dns"]["questions"][0]["name"], NAME, "{l}");
+        assert_eq!(l["dir"], "ingress", "{l}");
+    }
+    let v4 = format!("{}:{PORT}", lab.ip_of(Pod::Upstream));
+    let v6 = format!("[{}]:{PORT}", lab.ip6_of(Pod::Upstream));
+    assert!(
+        losses
+            .iter()
+            .any(|l| l["src"] == v4.as_str() && l["fragments_seen"].as_array().unwrap().len() == 1),
+        "offline: {losses:?}\n{stderr}"
+    );
+    assert!(
+        losses
+            .iter()
+            .any(|l| l["src"] == v6.as_str() && l["missing_fragments"] == serde_json::json!([2])),
+        "offline: {losses:?}\n{stderr}"
+    );
+    assert!(big_answers(&recs).is_empty(), "offline: {recs:?}");
+    let outcomes = transaction_outcome(&recs);
+    assert!(
+        outcomes.len() == 2 && outcomes.iter().all(|o| o == "dropped"),
+        "offline: {outcomes:?}"
+    );
+    let s = stats(&recs);
+    eprintln!("offline stats: {s}\n{stderr}");
+    assert_eq!(s["malformed"], 0, "{s}");
     assert_accounted(s);
 }
 
