@@ -79,7 +79,7 @@ pub struct Decoder {
     reasons: HashMap<u32, String>,
     confirm_hook: bool,
     tcp: TcpReassembler,
-    /// IP fragments, per hop (decode/frag.rs).
+    /// IP fragments, per hop (decode/frag).
     frag: Reassembler,
     /// Latest time seen (packets, and the pipeline's ticks): the reassembler's clock, and
     /// the time of what `finish` reports.
