@@ -7,9 +7,9 @@
 //! (real cgroups named as kubelet names them, kubelet's log directories under a private
 //! `--host-root`). Run as root with `--test-threads=1` (`cargo xtask test`).
 use lab::{
-    kubelet::{KubeletPods, NO_CGROUPS},
+    kubelet::{KubeletPods, Node},
     tracer::{dnspath_bin, lab_or_skip, ndjson, Tracer, TracerOutput},
-    Lab, LabConfig, LabError, Pod,
+    Lab, LabConfig, Pod,
 };
 use serde_json::Value;
 
@@ -32,14 +32,8 @@ fn setup() -> Option<(Lab, KubeletPods)> {
         dnspath_bin().exists(),
         "dnspath binary missing: run `cargo xtask test`"
     );
-    match KubeletPods::create(&lab) {
-        Ok(pods) => Some((lab, pods)),
-        Err(LabError::Config(why)) if why.starts_with(NO_CGROUPS) => {
-            eprintln!("skipped: {why}");
-            None
-        }
-        Err(e) => panic!("kubelet-like pods: {e}"),
-    }
+    let pods = KubeletPods::for_test(&lab, Node::Lab)?;
+    Some((lab, pods))
 }
 
 /// `dnspath ARGS --netns …` for every namespace of this lab but the node (where it runs):
