@@ -7,7 +7,9 @@
 //! "CoreDNS" pod under the systemd driver's naming in the cgroup v2 hierarchy
 //! (`cri-containerd-<id>.scope`, `crio-<id>.scope`), the other "CoreDNS" pods under the
 //! cgroupfs driver's (`kubepods/burstable/pod<UID>/<id>`) in the v1 `pids` hierarchy where the
-//! machine has one (hybrid), else in v2. All under a lab-unique parent, removed on drop; only
+//! machine has one (hybrid), else in v2. Each "CoreDNS" pod also has a sandbox process (kubelet's
+//! pause) in a container cgroup of its own, so the pod keeps its name while its server is
+//! restarted ([`Lab::reconfigure_dns_pod`]). All under a lab-unique parent, removed on drop; only
 //! PIDs this lab started are moved, and moved back first.
 use std::{
     collections::hash_map::DefaultHasher,
@@ -108,9 +110,51 @@ fn wait_exec(pid: u32, comm: &str) -> Result<(), LabError> {
     }
 }
 
+/// Which network namespace is the node's to the tracer: no pod lives there, whatever runs in it
+/// (hostNetwork pods).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Node {
+    /// The lab's node namespace: the tracer runs in it (`Tracer::start(lab, lab.node_ns(), …)`).
+    Lab,
+    /// This machine's own: the tracer runs in a container with `--net=host`, and the lab's node
+    /// namespace is just another namespace to it.
+    Machine,
+}
+
+/// How kubelet would place one pod's processes.
+struct Placement {
+    pod: Option<Pod>,
+    /// The pod's main container's process.
+    pid: u32,
+    /// Its sandbox's ("pause"): keeps the pod's namespace named while the container's
+    /// process is replaced (a DNS server restarted with another configuration).
+    sandbox_pid: Option<u32>,
+}
+
 impl KubeletPods {
-    /// Places the client's (a `sleep` started here) and every "CoreDNS" pod's process.
-    pub fn create(lab: &Lab) -> Result<KubeletPods, LabError> {
+    /// [`KubeletPods::create`] for a test: a machine whose cgroups cannot be written fails the
+    /// test like a missing root does
+    /// ([`root_or_skip`](crate::tracer::root_or_skip)), unless `DNSPATH_SKIP_ROOT_TESTS=1`
+    /// asks to skip (`None`, after saying so).
+    pub fn for_test(lab: &Lab, node: Node) -> Option<KubeletPods> {
+        match KubeletPods::create(lab, node) {
+            Ok(pods) => Some(pods),
+            Err(LabError::Config(why))
+                if why.starts_with(NO_CGROUPS) && crate::tracer::skip_root_tests() =>
+            {
+                eprintln!("SKIPPED: kubelet-like pods need writable cgroups ({why}); DNSPATH_SKIP_ROOT_TESTS=1");
+                None
+            }
+            Err(e) => panic!(
+                "kubelet-like pods: {e} (set DNSPATH_SKIP_ROOT_TESTS=1 to skip the tests that need them)"
+            ),
+        }
+    }
+
+    /// Places the client's process (a `sleep` started here), a hostNetwork pod's (another, in
+    /// the `node` namespace), and every "CoreDNS" pod's server next to a sandbox process of
+    /// its own (a `sleep` started here, in its own container cgroup as kubelet's pause).
+    pub fn create(lab: &Lab, node: Node) -> Result<KubeletPods, LabError> {
         let v2 = v2_root()
             .ok_or_else(|| LabError::Config(format!("{NO_CGROUPS}: no cgroup v2 hierarchy")))?;
         let v1 = v1_pids_root();
@@ -125,28 +169,41 @@ impl KubeletPods {
             moved: Vec::new(),
             children: Vec::new(),
         };
-        // Host root: the real /proc and /run (netns), private kubelet logs.
+        // Host root: the real /proc and /run (netns), private kubelet logs. Absolute links, so
+        // that in a container holding the machine's root at /host they resolve to the
+        // container's /proc and /run (the machine's, with --pid=host and /run/netns mounted).
         fs::create_dir_all(me.host_root.join("var/log/containers")).map_err(io("host root"))?;
         symlink("/proc", me.host_root.join("proc")).map_err(io("host root proc"))?;
         symlink("/run", me.host_root.join("run")).map_err(io("host root run"))?;
 
-        let client = lab.spawn_in(lab.client_ns(), &["sleep", "3600"])?;
-        let client_pid = client.id();
-        me.children.push(client);
-        wait_exec(client_pid, "sleep")?;
+        let client = me.sleep_in(lab, Some(lab.client_ns()))?;
         // A hostNetwork pod (kube-proxy's kind): in a pod cgroup, in the node's namespace,
         // which must stay the node's.
-        let host_pod = lab.spawn_in(lab.node_ns(), &["sleep", "3600"])?;
-        let host_pid = host_pod.id();
-        me.children.push(host_pod);
-        wait_exec(host_pid, "sleep")?;
-        let mut procs = vec![(Some(Pod::Client), client_pid), (None, host_pid)];
+        let host_pod = me.sleep_in(lab, (node == Node::Lab).then(|| lab.node_ns()))?;
+        let mut procs = vec![
+            Placement {
+                pod: Some(Pod::Client),
+                pid: client,
+                sandbox_pid: None,
+            },
+            Placement {
+                pod: None,
+                pid: host_pod,
+                sandbox_pid: None,
+            },
+        ];
         for i in 0..lab.dns_pod_count() {
             if let Some(pid) = lab.server_pid(Pod::Dns(i)) {
-                procs.push((Some(Pod::Dns(i)), pid));
+                let sandbox = me.sleep_in(lab, Some(lab.dns_ns(i)))?;
+                procs.push(Placement {
+                    pod: Some(Pod::Dns(i)),
+                    pid,
+                    sandbox_pid: Some(sandbox),
+                });
             }
         }
-        for (n, (pod, pid)) in procs.into_iter().enumerate() {
+        for (n, placement) in procs.into_iter().enumerate() {
+            let pod = placement.pod;
             let n = n as u64;
             let uid = format!(
                 "{:08x}-{:04x}-4{:03x}-8{:03x}-{:012x}",
@@ -157,6 +214,7 @@ impl KubeletPods {
                 (seed ^ n) & 0xffff_ffff_ffff
             );
             let container_id = format!("{:016x}", seed ^ (n + 1)).repeat(4);
+            let sandbox_id = format!("{:016x}", !seed ^ (n + 1)).repeat(4);
             let (namespace, name, container) = match pod {
                 Some(Pod::Dns(i)) => (
                     "kube-system".to_string(),
@@ -172,29 +230,37 @@ impl KubeletPods {
             };
             let uid_ = uid.replace('-', "_");
             let base = format!("dnspath-lab-{prefix}");
-            let (root, controller, path) = match (pod, &v1) {
+            let cgroup = |id: &str| {
+                match (pod, &v1) {
                 (Some(Pod::Client) | None, _) => (
                     v2.clone(),
                     "",
-                    format!("{base}/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod{uid_}.slice/cri-containerd-{container_id}.scope"),
+                    format!("{base}/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod{uid_}.slice/cri-containerd-{id}.scope"),
                 ),
                 (Some(Pod::Dns(0)), _) => (
                     v2.clone(),
                     "",
-                    format!("{base}/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{uid_}.slice/crio-{container_id}.scope"),
+                    format!("{base}/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{uid_}.slice/crio-{id}.scope"),
                 ),
                 (_, Some(v1)) => (
                     v1.clone(),
                     "pids",
-                    format!("{base}/kubepods/burstable/pod{uid}/{container_id}"),
+                    format!("{base}/kubepods/burstable/pod{uid}/{id}"),
                 ),
                 (_, None) => (
                     v2.clone(),
                     "",
-                    format!("{base}/kubepods/burstable/pod{uid}/{container_id}"),
+                    format!("{base}/kubepods/burstable/pod{uid}/{id}"),
                 ),
+            }
             };
-            me.place(pid, &root, controller, &path)?;
+            let (root, controller, path) = cgroup(&container_id);
+            me.place(placement.pid, &root, controller, &path)?;
+            if let Some(sandbox) = placement.sandbox_pid {
+                // kubelet keeps no log of the sandbox: it has no name.
+                let (root, controller, path) = cgroup(&sandbox_id);
+                me.place(sandbox, &root, controller, &path)?;
+            }
             let dir = me
                 .host_root
                 .join(format!("var/log/pods/{namespace}_{name}_{uid}/{container}"));
@@ -217,6 +283,23 @@ impl KubeletPods {
             });
         }
         Ok(me)
+    }
+
+    /// Starts a `sleep` in the lab namespace `ns` (or, for `None`, in this process's own) that
+    /// lives as long as this value, and waits until it is one.
+    fn sleep_in(&mut self, lab: &Lab, ns: Option<&str>) -> Result<u32, LabError> {
+        let child = match ns {
+            Some(ns) => lab.spawn_in(ns, &["sleep", "3600"])?,
+            None => lab.spawn(
+                std::process::Command::new("sleep")
+                    .arg("3600")
+                    .stdin(std::process::Stdio::null()),
+            )?,
+        };
+        let pid = child.id();
+        self.children.push(child);
+        wait_exec(pid, "sleep")?;
+        Ok(pid)
     }
 
     /// Makes the cgroup `root/path` (each missing level) and moves `pid` into it.

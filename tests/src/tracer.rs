@@ -182,7 +182,7 @@ pub fn root_or_skip(why: &str) -> bool {
     if is_root() {
         return true;
     }
-    if std::env::var_os("DNSPATH_SKIP_ROOT_TESTS").is_some_and(|v| v == "1") {
+    if skip_root_tests() {
         eprintln!("SKIPPED: needs root ({why}); DNSPATH_SKIP_ROOT_TESTS=1");
         return false;
     }
@@ -190,6 +190,11 @@ pub fn root_or_skip(why: &str) -> bool {
         "this test needs root ({why}): run `cargo xtask test` as root, or set \
          DNSPATH_SKIP_ROOT_TESTS=1 to skip the tests that need it"
     );
+}
+
+/// Whether `DNSPATH_SKIP_ROOT_TESTS=1` asks to skip tests the machine cannot run as root would.
+pub fn skip_root_tests() -> bool {
+    std::env::var_os("DNSPATH_SKIP_ROOT_TESTS").is_some_and(|v| v == "1")
 }
 
 /// Fails the test unless every tool is on PATH (`cargo xtask setup` installs them: a test

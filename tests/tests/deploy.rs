@@ -5,7 +5,8 @@
 )]
 //! The image and the manifests, run for real: every manifest in deploy/ passes
 //! `kubernetes-validate --strict`; the image (`lab::image`, what `cargo xtask image` builds)
-//! as a debug container finds a forwarding loop in the lab and exits 3; the DaemonSet's pod
+//! as a debug container finds a forwarding loop in the lab and exits 3, naming the lab's pods
+//! (made kubelet-like by `lab::kubelet`, read through `--host-root /host/…`); the DaemonSet's pod
 //! template, played as a Pod with `podman kube play` under its own securityContext, serves
 //! /metrics and counts the lab's queries; without CAP_SYS_ADMIN it fails with one line
 //! naming it. Containers and pods are named after the lab's prefix and removed by name.
@@ -21,10 +22,11 @@ use std::{
 
 use lab::{
     image::{self, Image},
+    kubelet::{KubeletPods, Node},
     tracer::{dnspath_bin, lab_or_skip as lab},
-    DnsPodConfig, DnsServerKind, Lab, LabConfig,
+    DnsPodConfig, DnsServerKind, Lab, LabConfig, Pod,
 };
-use serde_yaml::Value;
+use serde_yaml_ng::Value;
 
 const METRICS: &str = "http://127.0.0.1:9253";
 
@@ -35,7 +37,7 @@ fn deploy_dir() -> PathBuf {
 /// The YAML documents of `path`.
 fn documents(path: &Path) -> Vec<Value> {
     let text = std::fs::read_to_string(path).unwrap();
-    serde_yaml::Deserializer::from_str(&text)
+    serde_yaml_ng::Deserializer::from_str(&text)
         .map(|d| serde::Deserialize::deserialize(d).unwrap())
         .filter(|v: &Value| !v.is_null())
         .collect()
@@ -153,12 +155,12 @@ fn pod_from_daemonset(name: &str, edit: impl FnOnce(&mut Value)) -> String {
     edit(&mut spec);
     let mut metadata = template["metadata"].clone();
     metadata["name"] = Value::from(name);
-    let mut pod = serde_yaml::Mapping::new();
+    let mut pod = serde_yaml_ng::Mapping::new();
     pod.insert("apiVersion".into(), "v1".into());
     pod.insert("kind".into(), "Pod".into());
     pod.insert("metadata".into(), metadata);
     pod.insert("spec".into(), spec);
-    serde_yaml::to_string(&Value::Mapping(pod)).unwrap()
+    serde_yaml_ng::to_string(&Value::Mapping(pod)).unwrap()
 }
 
 fn capabilities(spec: &Value) -> Vec<String> {
@@ -329,8 +331,12 @@ fn dnsdist_to_cluster_ip() -> DnsPodConfig {
 }
 
 #[test]
-fn debug_container_finds_a_forwarding_loop_and_exits_3() {
+fn debug_container_finds_a_forwarding_loop_and_exits_3_naming_the_pods() {
     let Some(mut lab) = lab(LabConfig::default()) else {
+        return;
+    };
+    // The lab's pods as kubelet's; the container's node is this machine's namespace.
+    let Some(pods) = KubeletPods::for_test(&lab, Node::Machine) else {
         return;
     };
     let img = built_image();
@@ -339,6 +345,9 @@ fn debug_container_finds_a_forwarding_loop_and_exits_3() {
         pod: false,
         name: name.clone(),
     };
+    // The lab's kubelet files are in a private root (its /proc and /run are links to the
+    // container's own), found under /host as a node's `/` would be.
+    let host_root = Path::new("/host").join(pods.host_root.strip_prefix("/").unwrap());
     // What `kubectl debug node/N --profile=sysadmin` gives: privileged, the node's network
     // and PID namespaces, the host's root at /host. The lab's node and client namespaces
     // have no process of their own: they are found through /run/netns.
@@ -364,6 +373,8 @@ fn debug_container_finds_a_forwarding_loop_and_exits_3() {
         &img.reference,
         "trace",
         "--all-netns",
+        "--host-root",
+        host_root.to_str().unwrap(),
         "--until",
         "loop",
         "-o",
@@ -375,6 +386,12 @@ fn debug_container_finds_a_forwarding_loop_and_exits_3() {
     .env("RUST_LOG", "warn");
     let mut run = Foreground::spawn(cmd);
     run.wait_for_stderr("dnspath: tracing", Duration::from_secs(60));
+    // An answered lookup first: the transaction names the client's pod and the CoreDNS pod
+    // that answered, inside it and on its veth.
+    let out = lab.dig(&["+time=5", "+tries=1", "www.lab.test.", "A"]);
+    assert!(out.status.success(), "{out:?}");
+    // Transactions are written once answered and quiet (300 ms).
+    thread::sleep(Duration::from_secs(1));
     lab.reconfigure_dns_pod(0, dnsdist_to_cluster_ip()).unwrap();
     lab.reconfigure_dns_pod(1, dnsdist_to_cluster_ip()).unwrap();
     let started = Instant::now();
@@ -391,18 +408,74 @@ fn debug_container_finds_a_forwarding_loop_and_exits_3() {
         panic!("the debug container did not exit within 60 s of the loop");
     };
     assert_eq!(code, Some(3), "exit code; stderr:\n{stderr}");
-    let loops: Vec<serde_json::Value> = stdout
+    let records: Vec<serde_json::Value> = stdout
         .lines()
         .filter_map(|l| serde_json::from_str(l).ok())
-        .filter(|r: &serde_json::Value| r["type"] == "loop")
         .collect();
+    let label = |p: Pod| pods.of(p).unwrap().label();
+    let dns: Vec<String> = (0..lab.dns_pod_count())
+        .map(|i| label(Pod::Dns(i)))
+        .collect();
+
+    let t = records
+        .iter()
+        .find(|r| r["type"] == "transaction" && r["question"]["name"] == "www.lab.test.")
+        .unwrap_or_else(|| panic!("no transaction for www.lab.test.:\n{stdout}"));
+    assert_eq!(t["pod"], label(Pod::Client).as_str(), "{t}");
+    let hop_pods: Vec<(&str, bool)> = t["legs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|leg| leg["hops"].as_array().unwrap())
+        .filter_map(|h| Some((h["pod"].as_str()?, h["pod_veth"].as_bool().unwrap_or(false))))
+        .collect();
+    for veth in [false, true] {
+        assert!(
+            hop_pods.contains(&(label(Pod::Client).as_str(), veth)),
+            "client pod (veth: {veth}) on no hop: {t}"
+        );
+        assert!(
+            hop_pods
+                .iter()
+                .any(|(p, v)| dns.iter().any(|d| d == p) && *v == veth),
+            "CoreDNS pod (veth: {veth}) on no hop: {t}"
+        );
+    }
+    // The hostNetwork pod is in the container's (the machine's) namespace: the node's.
+    let host_pod = pods.pods.iter().find(|p| p.pod.is_none()).unwrap();
     assert!(
-        loops
-            .iter()
-            .any(|l| l["question"]["name"] == "storm.lab.test." && l["kind"] == "cycle"),
-        "no loop record for storm.lab.test.: {loops:#?}\nstderr:\n{stderr}"
+        !stdout.contains(&host_pod.name),
+        "the node's namespace was labelled with the hostNetwork pod {}",
+        host_pod.label()
     );
-    eprintln!("debug container exited 3 {took:.2?} after the looping query");
+
+    // Each server of the cycle names the CoreDNS pod it is (the Service's DNAT picks which,
+    // so the cycle may close through one pod or both): the servers were restarted, their
+    // pods' sandboxes were not.
+    let l = records
+        .iter()
+        .find(|r| {
+            r["type"] == "loop"
+                && r["question"]["name"] == "storm.lab.test."
+                && r["kind"] == "cycle"
+        })
+        .unwrap_or_else(|| {
+            panic!("no loop record for storm.lab.test.:\n{stdout}\nstderr:\n{stderr}")
+        });
+    let cycle = l["cycle"].as_array().unwrap();
+    assert!(!cycle.is_empty(), "{l}");
+    let mut cycle_pods = Vec::new();
+    for c in cycle {
+        let backend = c["backend"].as_str().unwrap();
+        let pod = (0..lab.dns_pod_count())
+            .map(Pod::Dns)
+            .find(|p| backend == format!("{}:53", lab.ip_of(*p)))
+            .unwrap_or_else(|| panic!("backend {backend} is no CoreDNS pod: {l}"));
+        assert_eq!(c["pod"], label(pod).as_str(), "{l}");
+        assert_eq!(c["pod_uid"], pods.of(pod).unwrap().uid.as_str(), "{l}");
+        cycle_pods.push(label(pod));
+    }
+    eprintln!("debug container exited 3 {took:.2?} after the looping query; cycle: {cycle_pods:?}");
 }
 
 /// GET `path` from the agent on the host's loopback: (status, body).

@@ -7,9 +7,9 @@
 //! (real cgroups named as kubelet names them, kubelet's log directories under a private
 //! `--host-root`). Run as root with `--test-threads=1` (`cargo xtask test`).
 use lab::{
-    kubelet::{KubeletPods, NO_CGROUPS},
+    kubelet::{KubeletPods, Node},
     tracer::{dnspath_bin, lab_or_skip, ndjson, Tracer, TracerOutput},
-    Lab, LabConfig, LabError, Pod,
+    Lab, LabConfig, Pod,
 };
 use serde_json::Value;
 
@@ -32,14 +32,8 @@ fn setup() -> Option<(Lab, KubeletPods)> {
         dnspath_bin().exists(),
         "dnspath binary missing: run `cargo xtask test`"
     );
-    match KubeletPods::create(&lab) {
-        Ok(pods) => Some((lab, pods)),
-        Err(LabError::Config(why)) if why.starts_with(NO_CGROUPS) => {
-            eprintln!("skipped: {why}");
-            None
-        }
-        Err(e) => panic!("kubelet-like pods: {e}"),
-    }
+    let pods = KubeletPods::for_test(&lab, Node::Lab)?;
+    Some((lab, pods))
 }
 
 /// `dnspath ARGS --netns …` for every namespace of this lab but the node (where it runs):
@@ -388,4 +382,112 @@ fn node_side_veths_name_their_pods_without_all_netns() {
         "the client's pod from its veth: {t}"
     );
     assert!(t.get("pod_veth").is_none(), "{t}");
+}
+
+#[test]
+fn namespace_qtype_rcode_and_slower_than_filters() {
+    let Some((lab, pods)) = setup() else {
+        return;
+    };
+    let root = pods.host_root.to_str().unwrap().to_string();
+    let run = |args: &[&str], digs: &[&[&str]]| -> Vec<Value> {
+        let mut all = vec!["-o", "json", "--host-root", &root];
+        all.extend_from_slice(args);
+        let t = Tracer::start(&lab, lab.node_ns(), &trace_args(&lab, &all)).unwrap();
+        for d in digs {
+            lab.dig(d);
+        }
+        records(&t.stop())
+    };
+    let answered: &[&str] = &["+time=5", "+tries=1", "www.lab.test.", "A"];
+    let aaaa: &[&str] = &["+time=5", "+tries=1", "www.lab.test.", "AAAA"];
+    let nx: &[&str] = &["+time=5", "+tries=1", "nothing-here.lab.test.", "A"];
+
+    // --namespace and --qtype: AAAA packets in kube-system's pods only.
+    let recs = run(
+        &[
+            "--view",
+            "packets",
+            "--namespace",
+            "kube-system",
+            "--qtype",
+            "AAAA",
+        ],
+        &[answered, aaaa],
+    );
+    let packets: Vec<_> = recs.iter().filter(|r| r["type"] == "packet").collect();
+    assert!(
+        packets.len() >= 4,
+        "query and answer, in and on the veth: {recs:?}"
+    );
+    for p in &packets {
+        assert_eq!(p["dns"]["questions"][0]["type"], "AAAA", "{p}");
+        assert!(
+            p["pod"].as_str().unwrap().starts_with("kube-system/"),
+            "{p}"
+        );
+    }
+    let client = pods.of(Pod::Client).unwrap().label();
+    assert!(recs.iter().all(|r| r["pod"] != client.as_str()), "{recs:?}");
+
+    // --rcode: only the NXDOMAIN lookup's transaction.
+    let recs = run(
+        &["--view", "transactions", "--rcode", "NXDOMAIN"],
+        &[answered, nx],
+    );
+    let shown: Vec<_> = recs.iter().filter(|r| r["type"] == "transaction").collect();
+    assert!(!shown.is_empty(), "{recs:?}");
+    for t in &shown {
+        assert_eq!(t["question"]["name"], "nothing-here.lab.test.", "{t}");
+        assert_eq!(t["pod"], client.as_str(), "{t}");
+    }
+
+    // --slower-than: the answered lookup (milliseconds) is hidden, the dropped one (never
+    // answered: slower than anything) is shown; the stats count both.
+    let t = Tracer::start(
+        &lab,
+        lab.node_ns(),
+        &trace_args(
+            &lab,
+            &[
+                "-o",
+                "json",
+                "--host-root",
+                &root,
+                "--view",
+                "transactions",
+                "--slower-than",
+                "2s",
+                "--timeout",
+                "1",
+            ],
+        ),
+    )
+    .unwrap();
+    let out = lab.dig(answered);
+    assert!(out.status.success(), "{out:?}");
+    let o = lab.iptables_rule(lab.node_ns(), "-I", &DROP_RULE);
+    assert!(o.status.success(), "{o:?}");
+    let out = lab.dig(&["+time=1", "+tries=1", "dropped.lab.test.", "A"]);
+    assert!(!out.status.success(), "query should have been dropped");
+    let recs = records(&t.stop());
+    lab.iptables_rule(lab.node_ns(), "-D", &DROP_RULE);
+    let shown: Vec<_> = recs.iter().filter(|r| r["type"] == "transaction").collect();
+    assert!(
+        shown
+            .iter()
+            .any(|t| t["question"]["name"] == "dropped.lab.test."),
+        "{recs:?}"
+    );
+    assert!(
+        shown
+            .iter()
+            .all(|t| t["question"]["name"] != "www.lab.test."),
+        "{recs:?}"
+    );
+    let stats = recs.iter().rfind(|r| r["type"] == "stats").unwrap();
+    assert!(
+        stats["decoded"].as_u64().unwrap() >= 8,
+        "stats count what is not shown: {stats}"
+    );
 }

@@ -132,7 +132,10 @@ impl PodResolver {
                 let only = names
                     .filter(|n| n.containers.len() == 1)
                     .and_then(|n| n.containers.first().cloned());
-                let id = (only.is_some() && ids.len() == 1)
+                // The one id seen is that container's only if nothing says otherwise: where
+                // /var/log/containers names containers, an id it does not name is a sandbox's
+                // (pause), e.g. while the container itself is restarting.
+                let id = (only.is_some() && ids.len() == 1 && self.container_names.is_empty())
                     .then(|| ids.first().map(|s| s.to_string()))
                     .flatten();
                 (only, id)
@@ -338,5 +341,52 @@ mod tests {
         assert!(pods.contains_key(&f.key("pod-b")));
         assert!(!r.procs.contains_key(&10));
         assert_eq!(pods[&f.key("pod-a")].path, f.0.join("proc/11/ns/net"));
+    }
+
+    #[test]
+    fn a_sandbox_alone_is_not_taken_for_the_container() {
+        let f = Fixture::new("sandbox");
+        let sd = UID_A.replace('-', "_");
+        let pause = "c0ffee00".repeat(8);
+        let scope = |id: &str| {
+            format!("0::/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{sd}.slice/cri-containerd-{id}.scope\n")
+        };
+        f.proc(10, "pod-a", scope(&pause).as_bytes());
+        fs::create_dir_all(f.0.join(format!(
+            "var/log/pods/kube-system_coredns-7d_{UID_A}/coredns"
+        )))
+        .unwrap();
+        fs::create_dir_all(f.0.join("var/log/containers")).unwrap();
+        let log = |id: &str| {
+            f.0.join(format!(
+                "var/log/containers/coredns-7d_kube-system_coredns-{id}.log"
+            ))
+        };
+        fs::write(log(ID_A), "").unwrap();
+        let mut r = PodResolver::new(&f.0);
+        let pods = r.refresh(&HashSet::new());
+        let a = &pods[&f.key("pod-a")].pod;
+        assert_eq!(a.label.as_deref(), Some("kube-system/coredns-7d"));
+        assert_eq!(a.container.as_deref(), Some("coredns"));
+        assert_eq!(a.container_id, None, "the pause's id taken for coredns'");
+        // With the container back, its id.
+        f.proc(11, "pod-a", scope(ID_A).as_bytes());
+        let pods = r.refresh(&HashSet::new());
+        assert_eq!(
+            pods[&f.key("pod-a")].pod.container_id.as_deref(),
+            Some(ID_A)
+        );
+        // Without /var/log/containers the one id is all there is.
+        let f = Fixture::new("sandbox-nologs");
+        f.proc(10, "pod-a", scope(ID_A).as_bytes());
+        fs::create_dir_all(f.0.join(format!(
+            "var/log/pods/kube-system_coredns-7d_{UID_A}/coredns"
+        )))
+        .unwrap();
+        let pods = PodResolver::new(&f.0).refresh(&HashSet::new());
+        assert_eq!(
+            pods[&f.key("pod-a")].pod.container_id.as_deref(),
+            Some(ID_A)
+        );
     }
 }

@@ -254,6 +254,27 @@ pub fn transaction_block(t: &TransactionRecord) -> String {
     out
 }
 
+/// The loop's cycle in one line (as `path`), with each server's pod in place of its
+/// namespace where known.
+fn loop_path(l: &crate::correlate::loops::LoopRecord) -> String {
+    let Some(first) = l.cycle.first() else {
+        return esc(&l.path).into_owned();
+    };
+    if !l.cycle.iter().any(|h| h.pod.is_known()) {
+        return esc(&l.path).into_owned();
+    }
+    let mut p = esc(&first.from).into_owned();
+    for h in &l.cycle {
+        p.push_str(&format!(" → {}", esc(&h.server)));
+        if h.backend != h.server {
+            p.push_str(&format!(" ⇒DNAT {}", esc(&h.backend)));
+        }
+        let (netns, ifname) = h.at.rsplit_once('/').unwrap_or((&h.at, ""));
+        p.push_str(&format!(" ({})", at(netns, ifname, &h.pod)));
+    }
+    p
+}
+
 pub fn loop_line(l: &crate::correlate::loops::LoopRecord) -> String {
     use crate::correlate::loops::{LoopKind, LoopState};
     let what = match (l.state, l.kind) {
@@ -274,7 +295,7 @@ pub fn loop_line(l: &crate::correlate::loops::LoopRecord) -> String {
         esc(&l.question.name),
         esc(&l.question.qtype),
         esc(&l.zone),
-        esc(&l.path),
+        loop_path(l),
         l.hop_count,
         l.rate_pps,
         l.packets,
@@ -420,7 +441,7 @@ mod tests {
     use super::*;
     use crate::{
         correlate::{
-            loops::{LoopKind, LoopRecord, LoopState},
+            loops::{LoopHop, LoopKind, LoopRecord, LoopState},
             race::{CounterDeltas, RaceQuery, RaceRecord, RaceVerdict},
             LegRole,
         },
@@ -710,6 +731,63 @@ mod tests {
         // First line: netns, client, name, type, summary; per leg: client, server,
         // backend, rcode or drop (4), and two hops of two names.
         check(&Record::Transaction(t), 7, 5 + 3 * 3 + 4 + 1 + 1 + 3 * 4);
+    }
+
+    #[test]
+    fn loop_path_names_the_pods_of_its_servers() {
+        let hop = |backend: &str, at: &str, pod: PodRef| LoopHop {
+            from: format!("{backend}:40000").replace(":53:", ":"),
+            server: "10.96.0.10:53".into(),
+            backend: backend.into(),
+            at: at.into(),
+            pod,
+        };
+        let coredns = |name: &str, veth| PodRef {
+            pod: Some(format!("kube-system/{name}")),
+            pod_uid: Some("u".into()),
+            pod_veth: veth,
+            ..Default::default()
+        };
+        let mut l = LoopRecord {
+            id: 1,
+            state: LoopState::Detected,
+            kind: LoopKind::Cycle,
+            ts_ns: 1,
+            time: TIME.into(),
+            question: question(),
+            zone: "lab.test.".into(),
+            loop_plugin_probe: false,
+            cycle: vec![
+                hop("10.244.1.4:53", "node/vdnsb", coredns("coredns-b", true)),
+                hop("10.244.1.3:53", "ns-a/eth0", coredns(EVIL, false)),
+            ],
+            path: "unused".into(),
+            hop_count: 2,
+            rate_pps: 1,
+            packets: 1,
+            summarised: 0,
+            clients: Vec::new(),
+            first_seen_ns: 1,
+            detected_ns: 1,
+            last_seen_ns: 1,
+        };
+        let line = loop_line(&l);
+        assert!(
+            line.contains(
+                "10.244.1.4:40000 → 10.96.0.10:53 ⇒DNAT 10.244.1.4:53 (node/vdnsb(kube-system/coredns-b))"
+            ),
+            "{line}"
+        );
+        assert!(
+            line.contains(&format!("(kube-system/{}/eth0)", esc(EVIL))),
+            "{line}"
+        );
+        assert!(!line.contains('\x1b') && !line.contains("ns-a"), "{line}");
+        // No pod known: the path as the correlator wrote it.
+        for h in &mut l.cycle {
+            h.pod = PodRef::default();
+        }
+        assert!(loop_line(&l).contains(" unused "), "{}", loop_line(&l));
     }
 
     #[test]
