@@ -4,7 +4,8 @@ use crate::{
         drop_record, dropped, leg, loop_record, malformed_packet, race, service_transaction,
         transaction,
     },
-    correlate::CorrelateStats,
+    correlate::{loops::LoopState, race::RaceVerdict, CorrelateStats, LegRole},
+    output::record::{Record, StatsRecord},
 };
 
 /// The value of one series, e.g. `dnspath_dns_queries_total{leg="service",proto="udp",qtype="A"}`.

@@ -1,67 +1,27 @@
-//! Prometheus metrics of the agent (OpenMetrics text), counted from the pipeline's records.
-//!
-//! Every label takes its value from a fixed set chosen here (`&'static str`), or — for the
-//! kernel's drop reasons, an enum of the running kernel — from a capped set: no pod, address,
-//! port or query name ever becomes a label, so the number of series is bounded whatever the
-//! traffic. Names follow CoreDNS (`coredns_dns_requests_total`, `…_request_duration_seconds`)
-//! and Hubble (`hubble_dns_queries_total`): `dnspath_<subsystem>_<what>_<unit>`. The table is
-//! in docs/metrics.md.
-use std::{
-    collections::{HashMap, HashSet},
-    net::SocketAddr,
-    sync::{Mutex, MutexGuard},
-};
+//! How each record moves the metrics, and the little the metrics remember between records
+//! (every part of it capped).
+use std::collections::{HashMap, HashSet};
 
-use prometheus_client::{
-    encoding::{prometheus_text, text::encode, EncodeLabelSet},
-    metrics::{counter::Counter, family::Family, gauge::Gauge, histogram::Histogram},
-    registry::{Registry, Unit},
-};
+use prometheus_client::metrics::counter::Counter;
 
-use super::events::Events;
+use super::{
+    labels::{
+        is_reason_name, leg_label, loop_kind_label, malformed_label, proto_label, qtype_label,
+        rcode_label, CauseLabels, DropLabels, EventLabels, KindLabels, LegLabels, QtypeLabels,
+        QueryLabels, ReasonLabels, ResponseLabels, TableLabels, TransactionLabels,
+    },
+    Metrics,
+};
 use crate::{
+    agent::events::Events,
     correlate::{
-        loops::{LoopKind, LoopRecord, LoopState},
+        loops::{LoopRecord, LoopState},
         race::{RaceRecord, RaceVerdict},
         LegRole,
     },
     output::record::{DropRecord, LegRecord, PacketRecord, Record, StatsRecord, TransactionRecord},
 };
 
-/// Latency buckets (seconds): 100 µs … 1 ms resolve hops inside a node (a veth, a DNAT, a
-/// node-local cache); 4.5 and 5.5 sit either side of the resolver's 5 s retry (glibc
-/// `timeout:5`), so a lookup that waited out one timeout lands above 4.5.
-pub const LATENCY_BUCKETS: [f64; 17] = [
-    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
-    4.5, 5.5, 10.0,
-];
-
-/// Query types with a label of their own; every other type is `other`.
-pub const QTYPES: [&str; 13] = [
-    "A", "AAAA", "PTR", "SRV", "CNAME", "MX", "TXT", "NS", "SOA", "HTTPS", "SVCB", "ANY", "HINFO",
-];
-
-/// Response codes with a label of their own (IANA mnemonics, as `dns.rcode` spells them);
-/// every other code is `other`.
-pub const RCODES: [&str; 13] = [
-    "NOERROR",
-    "FORMERR",
-    "SERVFAIL",
-    "NXDOMAIN",
-    "NOTIMP",
-    "REFUSED",
-    "YXDOMAIN",
-    "YXRRSET",
-    "NXRRSET",
-    "NOTAUTH",
-    "NOTZONE",
-    "BADVERS",
-    "BADCOOKIE",
-];
-
-/// Distinct kernel drop reasons kept as labels (`enum skb_drop_reason` has ~120 names on
-/// 6.18); beyond this, or for a name that is not an enum identifier, `other`.
-pub const MAX_DROP_REASONS: usize = 256;
 /// Loop ids remembered to keep `dnspath_forwarding_loops_active` right (the correlator keeps
 /// at most 1 024 loop reports).
 const MAX_ACTIVE_LOOPS: usize = 4096;
@@ -70,161 +30,6 @@ const MAX_SEARCH_LOOKUPS: usize = 4096;
 /// Retries after a kernel drop, held until the race record of the same batch says whether
 /// the drop was a conntrack race.
 const MAX_PENDING_DROPPED: usize = 256;
-
-pub fn qtype_label(qtype: &str) -> &'static str {
-    if qtype == "*" {
-        return "ANY";
-    }
-    QTYPES
-        .iter()
-        .find(|t| t.eq_ignore_ascii_case(qtype))
-        .copied()
-        .unwrap_or("other")
-}
-
-pub fn rcode_label(rcode: &str) -> &'static str {
-    RCODES
-        .iter()
-        .find(|r| r.eq_ignore_ascii_case(rcode))
-        .copied()
-        .unwrap_or("other")
-}
-
-fn proto_label(proto: &str) -> &'static str {
-    match proto {
-        "tcp" => "tcp",
-        _ => "udp",
-    }
-}
-
-/// Where a leg's query went, from what its record says:
-/// - `stub`: a loopback server (127.0.0.0/8, ::1): a node-local or in-pod stub;
-/// - `upstream`: a server's own query (a forward: CoreDNS to its upstream);
-/// - `service`: a client's query DNAT'd on its way (sent to a Service ClusterIP);
-/// - `client`: a client's query delivered where it was sent (a pod IP, a hostNetwork
-///   resolver, an external server).
-pub fn leg_label(leg: &LegRecord) -> &'static str {
-    let loopback = leg
-        .server
-        .parse::<SocketAddr>()
-        .is_ok_and(|a| a.ip().is_loopback());
-    if loopback {
-        "stub"
-    } else if leg.role == LegRole::Forward || leg.parent.is_some() {
-        "upstream"
-    } else if leg.server != leg.backend {
-        "service"
-    } else {
-        "client"
-    }
-}
-
-/// A malformed packet's free-text reason, sorted into a fixed set.
-pub fn malformed_label(reason: &str) -> &'static str {
-    if reason.starts_with("IP:") {
-        "ip_header"
-    } else if reason.starts_with("TCP stream:") {
-        "tcp_stream"
-    } else if reason.contains("shorter than the 12-byte DNS header") {
-        "dns_header"
-    } else if reason.starts_with("header counts") {
-        "dns_counts"
-    } else if ["question #", "answer #", "authority #", "additional #"]
-        .iter()
-        .any(|s| reason.contains(s))
-    {
-        "dns_record"
-    } else {
-        "other"
-    }
-}
-
-fn is_reason_name(s: &str) -> bool {
-    (1..=64).contains(&s.len())
-        && s.bytes()
-            .all(|b| b.is_ascii_uppercase() || b.is_ascii_digit() || b == b'_')
-}
-
-fn loop_kind_label(kind: LoopKind) -> &'static str {
-    match kind {
-        LoopKind::Cycle => "cycle",
-        LoopKind::Amplification => "amplification",
-    }
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct QueryLabels {
-    leg: &'static str,
-    proto: &'static str,
-    qtype: &'static str,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct ResponseLabels {
-    leg: &'static str,
-    proto: &'static str,
-    qtype: &'static str,
-    rcode: &'static str,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct LegLabels {
-    leg: &'static str,
-    proto: &'static str,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct QtypeLabels {
-    qtype: &'static str,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct TransactionLabels {
-    qtype: &'static str,
-    outcome: &'static str,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct CauseLabels {
-    cause: &'static str,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct DropLabels {
-    /// Validated and capped: see [`MAX_DROP_REASONS`].
-    reason: String,
-    benign: &'static str,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct KindLabels {
-    kind: &'static str,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct EventLabels {
-    event: &'static str,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct ReasonLabels {
-    reason: &'static str,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct TableLabels {
-    table: &'static str,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct BuildLabels {
-    version: &'static str,
-}
-
-fn latency_family<S: Clone + std::hash::Hash + Eq>() -> Family<S, Histogram> {
-    Family::new_with_constructor(|| Histogram::new(LATENCY_BUCKETS))
-}
-
 /// The totals of the last `stats` record, to turn its running totals into counter growth.
 #[derive(Clone, Copy, Debug, Default)]
 struct SeenTotals {
@@ -249,7 +54,7 @@ struct DroppedRetried {
 
 /// What the metrics must remember between records (all of it capped).
 #[derive(Debug, Default)]
-struct Memory {
+pub(super) struct Memory {
     totals: SeenTotals,
     /// Malformed packets counted by reason since the last `stats` record.
     malformed_classified: u64,
@@ -264,187 +69,7 @@ struct Memory {
     drop_reasons: HashSet<String>,
 }
 
-/// The agent's metrics. Shared by reference: `observe` and `encode` take `&self` (the few
-/// values kept between records sit behind a mutex held for O(1) work).
-#[derive(Debug)]
-pub struct Metrics {
-    registry: Registry,
-    memory: Mutex<Memory>,
-    queries: Family<QueryLabels, Counter>,
-    responses: Family<ResponseLabels, Counter>,
-    unanswered: Family<QueryLabels, Counter>,
-    leg_duration: Family<LegLabels, Histogram>,
-    transactions: Family<TransactionLabels, Counter>,
-    transaction_duration: Family<QtypeLabels, Histogram>,
-    retries: Family<CauseLabels, Counter>,
-    search_nxdomain: Family<QtypeLabels, Counter>,
-    kernel_drops: Family<DropLabels, Counter>,
-    race_drops: Family<QtypeLabels, Counter>,
-    race_suspected: Family<QtypeLabels, Counter>,
-    clashes_resolved: Counter,
-    loops_detected: Family<KindLabels, Counter>,
-    loops_active: Gauge,
-    events_lost: Family<EventLabels, Counter>,
-    malformed: Family<ReasonLabels, Counter>,
-    summarised: Counter,
-    packets: Counter,
-    evictions: Family<TableLabels, Counter>,
-    fragment_losses: Counter,
-}
-
-impl Default for Metrics {
-    fn default() -> Self {
-        Self::new()
-    }
-}
-
 impl Metrics {
-    pub fn new() -> Self {
-        let mut registry = Registry::with_prefix("dnspath");
-        let m = Metrics {
-            registry: Registry::default(),
-            memory: Mutex::new(Memory::default()),
-            queries: Family::default(),
-            responses: Family::default(),
-            unanswered: Family::default(),
-            leg_duration: latency_family(),
-            transactions: Family::default(),
-            transaction_duration: latency_family(),
-            retries: Family::default(),
-            search_nxdomain: Family::default(),
-            kernel_drops: Family::default(),
-            race_drops: Family::default(),
-            race_suspected: Family::default(),
-            clashes_resolved: Counter::default(),
-            loops_detected: Family::default(),
-            loops_active: Gauge::default(),
-            events_lost: Family::default(),
-            malformed: Family::default(),
-            summarised: Counter::default(),
-            fragment_losses: Counter::default(),
-            packets: Counter::default(),
-            evictions: Family::default(),
-        };
-        let r = &mut registry;
-        // A gauge rather than an OpenMetrics `info`: Prometheus' classic text format (what
-        // `promtool check metrics` reads) has no info type; CoreDNS does the same.
-        let build: Family<BuildLabels, Gauge> = Family::default();
-        build
-            .get_or_create(&BuildLabels {
-                version: env!("CARGO_PKG_VERSION"),
-            })
-            .set(1);
-        r.register("build_info", "dnspath version (always 1)", build);
-        r.register(
-            "dns_queries",
-            "Queries seen, one per leg (a client's query, its DNAT'd delivery, a forwarder's own query)",
-            m.queries.clone(),
-        );
-        r.register(
-            "dns_responses",
-            "Responses seen, per leg, with the response code",
-            m.responses.clone(),
-        );
-        r.register(
-            "dns_unanswered_queries",
-            "Queries that got no response (timed out, or dropped by the kernel)",
-            m.unanswered.clone(),
-        );
-        r.register_with_unit(
-            "dns_leg_duration",
-            "Query to response of one leg, at the interface of its first hop",
-            Unit::Seconds,
-            m.leg_duration.clone(),
-        );
-        r.register(
-            "dns_transactions",
-            "Client questions followed to their end, by outcome (answered, dropped, unanswered, pending)",
-            m.transactions.clone(),
-        );
-        r.register_with_unit(
-            "dns_transaction_duration",
-            "Client's first query to the answer it got, retries included",
-            Unit::Seconds,
-            m.transaction_duration.clone(),
-        );
-        r.register(
-            "dns_retries",
-            "Queries a client sent again, by cause: timeout, truncated (TCP fallback), conntrack_race, kernel_drop (another drop)",
-            m.retries.clone(),
-        );
-        r.register(
-            "dns_search_nxdomain",
-            "Search-list steps answered NXDOMAIN before the client tried the next name",
-            m.search_nxdomain.clone(),
-        );
-        r.register(
-            "kernel_drops",
-            "DNS packets the kernel dropped, by skb drop reason; benign=true for normal socket life",
-            m.kernel_drops.clone(),
-        );
-        r.register(
-            "conntrack_race_drops",
-            "Queries dropped by the conntrack insert race after DNAT (kubernetes#56903)",
-            m.race_drops.clone(),
-        );
-        r.register(
-            "conntrack_race_suspected",
-            "Unanswered queries of an A/AAAA pair retried at the timeout, without kernel evidence",
-            m.race_suspected.clone(),
-        );
-        r.register(
-            "conntrack_clashes_resolved",
-            "Conntrack clashes the kernel resolved (the race happened, nothing was lost)",
-            m.clashes_resolved.clone(),
-        );
-        r.register(
-            "forwarding_loops_detected",
-            "Forwarding loops detected",
-            m.loops_detected.clone(),
-        );
-        r.register(
-            "forwarding_loops_active",
-            "Forwarding loops going on now",
-            m.loops_active.clone(),
-        );
-        r.register(
-            "events_lost",
-            "Packets (event=packet) and drops (event=drop) the kernel matched that never reached dnspath",
-            m.events_lost.clone(),
-        );
-        r.register(
-            "malformed_messages",
-            "Packets or TCP-framed messages that could not be decoded, by reason",
-            m.malformed.clone(),
-        );
-        r.register(
-            "ip_fragment_losses",
-            "DNS datagrams whose IP fragments never all reached a hop (large answers lost on the way)",
-            m.fragment_losses.clone(),
-        );
-        r.register(
-            "summarised_packets",
-            "Packets of a looping question only counted, not decoded (storm shedding)",
-            m.summarised.clone(),
-        );
-        r.register(
-            "packets",
-            "Packet events received from the kernel",
-            m.packets.clone(),
-        );
-        r.register(
-            "table_evictions",
-            "Entries forgotten to keep memory bounded, by table",
-            m.evictions.clone(),
-        );
-        Metrics { registry, ..m }
-    }
-
-    fn memory(&self) -> MutexGuard<'_, Memory> {
-        // The memory holds counts only: after a panic elsewhere they are still usable.
-        self.memory.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
     /// Counts one record of the pipeline's output.
     pub fn observe(&self, record: &Record) {
         // The correlator writes a batch's transactions, then its race records: a
@@ -500,7 +125,7 @@ impl Metrics {
                 "other".to_string()
             } else if mem.drop_reasons.contains(&d.reason) {
                 d.reason.clone()
-            } else if mem.drop_reasons.len() < MAX_DROP_REASONS {
+            } else if mem.drop_reasons.len() < super::MAX_DROP_REASONS {
                 mem.drop_reasons.insert(d.reason.clone());
                 d.reason.clone()
             } else {
@@ -858,59 +483,4 @@ impl Metrics {
                 .inc_by(n);
         }
     }
-
-    /// The OpenMetrics text exposition (ends with `# EOF`).
-    pub fn encode(&self) -> String {
-        self.encode_as(Exposition::OpenMetrics)
-    }
-
-    /// The exposition in either text format (a scrape's `Accept` header chooses).
-    pub fn encode_as(&self, format: Exposition) -> String {
-        let mut out = String::new();
-        let encoded = match format {
-            Exposition::OpenMetrics => encode(&mut out, &self.registry),
-            Exposition::PrometheusText => prometheus_text::encode(&mut out, &self.registry),
-        };
-        // Writing into a String cannot fail; an error could only come from an encoder, and
-        // what was written before it is still the best answer to a scrape.
-        if let Err(e) = encoded {
-            log::warn!("encoding metrics: {e}");
-        }
-        out
-    }
 }
-
-/// The two text formats Prometheus scrapes.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Exposition {
-    /// OpenMetrics 1.0 text: what Prometheus asks for first.
-    OpenMetrics,
-    /// Prometheus' classic text format 0.0.4 (`promtool check metrics`, older scrapers).
-    PrometheusText,
-}
-
-impl Exposition {
-    pub fn content_type(self) -> &'static str {
-        match self {
-            Exposition::OpenMetrics => OPENMETRICS_CONTENT_TYPE,
-            Exposition::PrometheusText => prometheus_text::CONTENT_TYPE,
-        }
-    }
-
-    /// The format a scrape's `Accept` header asks for: OpenMetrics when it names it (as
-    /// Prometheus does), else the classic text format.
-    pub fn negotiate(accept: Option<&str>) -> Self {
-        match accept {
-            Some(a) if a.contains("application/openmetrics-text") => Exposition::OpenMetrics,
-            _ => Exposition::PrometheusText,
-        }
-    }
-}
-
-/// The content type of [`Metrics::encode`]'s text.
-pub const OPENMETRICS_CONTENT_TYPE: &str =
-    "application/openmetrics-text; version=1.0.0; charset=utf-8";
-
-#[cfg(test)]
-#[path = "metrics_tests.rs"]
-mod tests;
