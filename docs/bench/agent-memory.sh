@@ -8,8 +8,11 @@
 #
 # Run as root after `cargo xtask build` (or `cargo build --release -p tracer`); needs
 # dnsmasq, iptables, curl and python3. Touches only the three namespaces it makes (removed at
-# exit) and the processes it starts (ended by PID). The agent traces every namespace of the
-# machine (that is what it does), so other traffic on the machine is counted as well.
+# exit) and the processes it starts (ended by PID).
+# The agent traces every namespace of the machine; so that other traffic on a shared machine
+# (someone's forwarding-loop test) does not end up in the figures, it is given a host root
+# (`--host-root`) whose /run/netns names only this lab's namespaces and whose /proc is empty.
+# ISOLATE=0 runs it on the real host root instead.
 set -euo pipefail
 BIN=${DNSPATH:-$(dirname "$0")/../../target/release/dnspath}
 SECS=${SECS:-600}
@@ -43,7 +46,13 @@ ip netns exec ${P}s dnsmasq --no-daemon --no-resolv --no-hosts --port=53 --liste
   --dns-forward-max=1000 --pid-file=$OUT/dnsmasq.pid >/dev/null 2>&1 &
 PIDS+=($!)
 
-ip netns exec ${P}n "$BIN" agent --listen 127.0.0.1:9253 >$OUT/events 2>$OUT/agent.err &
+ROOT=/
+if [ "${ISOLATE:-1}" = 1 ]; then
+  ROOT=$OUT/root
+  mkdir -p $ROOT/proc $ROOT/run/netns
+  for n in c n s; do ln -s /run/netns/${P}$n $ROOT/run/netns/${P}$n; done
+fi
+ip netns exec ${P}n "$BIN" agent --listen 127.0.0.1:9253 --host-root $ROOT >$OUT/events 2>$OUT/agent.err &
 AP=$!
 PIDS+=($AP)
 scrape() { ip netns exec ${P}n curl -s -m 5 "http://127.0.0.1:9253/$1"; }
@@ -56,7 +65,9 @@ done
 (
   T0=$(date +%s)
   while kill -0 $AP 2>/dev/null; do
-    echo "$(( $(date +%s) - T0 )) $(awk '/^VmRSS:/ {print $2}' /proc/$AP/status) $(awk '{print $14+$15}' /proc/$AP/stat)" >>$OUT/rss
+    S="$(( $(date +%s) - T0 )) $(awk '/^VmRSS:/ {print $2}' /proc/$AP/status) $(awk '{print $14+$15}' /proc/$AP/stat)"
+    echo "$S" >>$OUT/rss
+    echo "sample: s rss_kib cpu_ticks: $S"
     sleep 10
   done
 ) &
@@ -123,7 +134,8 @@ GP=$!
 PIDS+=($GP)
 wait $GP
 sleep 3  # the last transactions are reported once over
-FINAL=$(scrape metrics)
+FINAL=$(scrape metrics) || { echo "final scrape failed; agent stderr:"; tail -5 $OUT/agent.err; }
+kill -0 $AP || { echo "the agent is gone:"; tail -5 $OUT/agent.err; exit 1; }
 T=$(date +%s%N)
 kill -TERM $AP
 RC=0; wait $AP || RC=$?

@@ -1,9 +1,9 @@
 //! Label values of the agent's metrics: fixed sets chosen here, and the functions that sort
 //! a record's free-form fields into them.
-use std::net::SocketAddr;
+use std::{net::SocketAddr, sync::Arc};
 
 use prometheus_client::{
-    encoding::EncodeLabelSet,
+    encoding::{EncodeLabelSet, LabelSetEncoder},
     metrics::{family::Family, histogram::Histogram},
 };
 
@@ -133,6 +133,8 @@ pub(super) struct QueryLabels {
     pub(super) leg: &'static str,
     pub(super) proto: &'static str,
     pub(super) qtype: &'static str,
+    #[prometheus(flatten)]
+    pub(super) namespace: NamespaceLabel,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -141,6 +143,8 @@ pub(super) struct ResponseLabels {
     pub(super) proto: &'static str,
     pub(super) qtype: &'static str,
     pub(super) rcode: &'static str,
+    #[prometheus(flatten)]
+    pub(super) namespace: NamespaceLabel,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -158,6 +162,49 @@ pub(super) struct QtypeLabels {
 pub(super) struct TransactionLabels {
     pub(super) qtype: &'static str,
     pub(super) outcome: &'static str,
+    #[prometheus(flatten)]
+    pub(super) namespace: NamespaceLabel,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(super) struct SearchLabels {
+    pub(super) qtype: &'static str,
+    #[prometheus(flatten)]
+    pub(super) namespace: NamespaceLabel,
+}
+
+/// The `namespace` label of `--namespace-label`: the Kubernetes namespace of the pod that
+/// asked (`""` for a client in no known pod, `other` beyond the cap), or no label at all
+/// when the flag is off.
+#[derive(Clone, Debug, Default, Hash, PartialEq, Eq)]
+pub(super) struct NamespaceLabel(pub(super) Option<Arc<str>>);
+
+impl EncodeLabelSet for NamespaceLabel {
+    fn encode(&self, encoder: &mut LabelSetEncoder) -> Result<(), std::fmt::Error> {
+        match &self.0 {
+            Some(ns) => [("namespace", ns.as_ref())].encode(encoder),
+            None => Ok(()),
+        }
+    }
+}
+
+/// The namespace part of a pod's `namespace/name`, if it is a namespace name (an RFC 1123
+/// label, as Kubernetes requires): a name read from the host that is not one is `other`.
+pub(super) fn pod_namespace(pod: &str) -> &str {
+    let Some((ns, _)) = pod.split_once('/') else {
+        return "other";
+    };
+    let label = (1..=63).contains(&ns.len())
+        && ns
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && !ns.starts_with('-')
+        && !ns.ends_with('-');
+    if label {
+        ns
+    } else {
+        "other"
+    }
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]

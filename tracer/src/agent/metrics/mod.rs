@@ -11,6 +11,8 @@ mod observe;
 
 use std::sync::{Mutex, MutexGuard};
 
+use super::events::EventsConfig;
+
 use prometheus_client::{
     encoding::{prometheus_text, text::encode},
     metrics::{counter::Counter, family::Family, gauge::Gauge, histogram::Histogram},
@@ -19,8 +21,32 @@ use prometheus_client::{
 
 use labels::{
     latency_family, BuildLabels, CauseLabels, DropLabels, EventLabels, KindLabels, LegLabels,
-    QtypeLabels, QueryLabels, ReasonLabels, ResponseLabels, TableLabels, TransactionLabels,
+    QtypeLabels, QueryLabels, ReasonLabels, ResponseLabels, SearchLabels, TableLabels,
+    TransactionLabels,
 };
+
+/// Distinct namespaces `--namespace-label` gives a label of their own unless told otherwise.
+pub const DEFAULT_MAX_NAMESPACES: usize = 100;
+
+/// What the metrics look like beyond the fixed sets.
+#[derive(Clone, Copy, Debug)]
+pub struct MetricsConfig {
+    /// `--namespace-label`: a `namespace` label on the per-query metrics, with at most this
+    /// many distinct namespaces (the rest are `other`); `None`: no such label.
+    pub namespace_label: Option<usize>,
+    /// The event stream's server cap ([`EventsConfig::max_keys`]), shown as a table cap.
+    pub events_servers: usize,
+}
+
+impl Default for MetricsConfig {
+    fn default() -> Self {
+        Self {
+            namespace_label: None,
+            // The stream's two maps each add a `*` key beyond it.
+            events_servers: EventsConfig::default().max_keys + 2,
+        }
+    }
+}
 pub use labels::{
     leg_label, malformed_label, qtype_label, rcode_label, LATENCY_BUCKETS, MAX_DROP_REASONS,
     QTYPES, RCODES,
@@ -31,6 +57,7 @@ use observe::Memory;
 /// values kept between records sit behind a mutex held for O(1) work).
 #[derive(Debug)]
 pub struct Metrics {
+    config: MetricsConfig,
     registry: Registry,
     memory: Mutex<Memory>,
     queries: Family<QueryLabels, Counter>,
@@ -40,7 +67,7 @@ pub struct Metrics {
     transactions: Family<TransactionLabels, Counter>,
     transaction_duration: Family<QtypeLabels, Histogram>,
     retries: Family<CauseLabels, Counter>,
-    search_nxdomain: Family<QtypeLabels, Counter>,
+    search_nxdomain: Family<SearchLabels, Counter>,
     kernel_drops: Family<DropLabels, Counter>,
     race_drops: Family<QtypeLabels, Counter>,
     race_suspected: Family<QtypeLabels, Counter>,
@@ -52,6 +79,8 @@ pub struct Metrics {
     summarised: Counter,
     packets: Counter,
     evictions: Family<TableLabels, Counter>,
+    table_entries: Family<TableLabels, Gauge>,
+    netns_unreadable: Gauge,
     fragment_losses: Counter,
 }
 
@@ -63,8 +92,13 @@ impl Default for Metrics {
 
 impl Metrics {
     pub fn new() -> Self {
+        Self::with_config(MetricsConfig::default())
+    }
+
+    pub fn with_config(config: MetricsConfig) -> Self {
         let mut registry = Registry::with_prefix("dnspath");
         let m = Metrics {
+            config,
             registry: Registry::default(),
             memory: Mutex::new(Memory::default()),
             queries: Family::default(),
@@ -87,6 +121,8 @@ impl Metrics {
             fragment_losses: Counter::default(),
             packets: Counter::default(),
             evictions: Family::default(),
+            table_entries: Family::default(),
+            netns_unreadable: Gauge::default(),
         };
         let r = &mut registry;
         // A gauge rather than an OpenMetrics `info`: Prometheus' classic text format (what
@@ -200,7 +236,34 @@ impl Metrics {
             "Entries forgotten to keep memory bounded, by table",
             m.evictions.clone(),
         );
+        let caps: Family<TableLabels, Gauge> = Family::default();
+        for (table, cap) in m.table_caps() {
+            caps.get_or_create(&TableLabels { table })
+                .set(i64::try_from(cap).unwrap_or(i64::MAX));
+        }
+        r.register(
+            "table_capacity",
+            "Most entries the agent's own tables hold (docs/metrics.md lists the pipeline's)",
+            caps,
+        );
+        r.register(
+            "table_entries",
+            "Entries the agent's own tables hold now",
+            m.table_entries.clone(),
+        );
+        r.register(
+            "netns_unreadable_processes",
+            "Processes whose network namespace the latest scan could not read (permission denied: CAP_SYS_PTRACE missing); their namespaces are not traced",
+            m.netns_unreadable.clone(),
+        );
         Metrics { registry, ..m }
+    }
+
+    /// Processes whose namespace the latest scan could not read
+    /// ([`crate::kernel::netns::AllNetns::unreadable`]).
+    pub fn set_netns_unreadable(&self, n: u64) {
+        self.netns_unreadable
+            .set(i64::try_from(n).unwrap_or(i64::MAX));
     }
 
     fn memory(&self) -> MutexGuard<'_, Memory> {
@@ -215,6 +278,11 @@ impl Metrics {
 
     /// The exposition in either text format (a scrape's `Accept` header chooses).
     pub fn encode_as(&self, format: Exposition) -> String {
+        for (table, n) in self.table_sizes() {
+            self.table_entries
+                .get_or_create(&TableLabels { table })
+                .set(i64::try_from(n).unwrap_or(i64::MAX));
+        }
         let mut out = String::new();
         let encoded = match format {
             Exposition::OpenMetrics => encode(&mut out, &self.registry),

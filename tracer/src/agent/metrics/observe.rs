@@ -1,16 +1,20 @@
 //! How each record moves the metrics, and the little the metrics remember between records
 //! (every part of it capped).
-use std::collections::{HashMap, HashSet};
+use std::{
+    collections::{HashMap, HashSet},
+    sync::Arc,
+};
 
 use prometheus_client::metrics::counter::Counter;
 
 use super::{
     labels::{
-        is_reason_name, leg_label, loop_kind_label, malformed_label, proto_label, qtype_label,
-        rcode_label, CauseLabels, DropLabels, EventLabels, KindLabels, LegLabels, QtypeLabels,
-        QueryLabels, ReasonLabels, ResponseLabels, TableLabels, TransactionLabels,
+        is_reason_name, leg_label, loop_kind_label, malformed_label, pod_namespace, proto_label,
+        qtype_label, rcode_label, CauseLabels, DropLabels, EventLabels, KindLabels, LegLabels,
+        NamespaceLabel, QtypeLabels, QueryLabels, ReasonLabels, ResponseLabels, SearchLabels,
+        TableLabels, TransactionLabels,
     },
-    Metrics,
+    Metrics, MAX_DROP_REASONS,
 };
 use crate::{
     agent::events::Events,
@@ -67,6 +71,10 @@ pub(super) struct Memory {
     /// The latest record was a race record: a transaction after it starts a new batch.
     after_race: bool,
     drop_reasons: HashSet<String>,
+    /// Namespaces with a `namespace` label of their own (`--namespace-label`).
+    namespaces: HashSet<Arc<str>>,
+    /// Server keys of the event stream's current window (its [`Events::keys`]).
+    events_keys: usize,
 }
 
 impl Metrics {
@@ -119,19 +127,22 @@ impl Metrics {
     }
 
     fn observe_drop(&self, d: &DropRecord) {
-        let reason = {
+        let (reason, folded) = {
             let mut mem = self.memory();
             if !is_reason_name(&d.reason) {
-                "other".to_string()
+                ("other".to_string(), false)
             } else if mem.drop_reasons.contains(&d.reason) {
-                d.reason.clone()
-            } else if mem.drop_reasons.len() < super::MAX_DROP_REASONS {
+                (d.reason.clone(), false)
+            } else if mem.drop_reasons.len() < MAX_DROP_REASONS {
                 mem.drop_reasons.insert(d.reason.clone());
-                d.reason.clone()
+                (d.reason.clone(), false)
             } else {
-                "other".to_string()
+                ("other".to_string(), true)
             }
         };
+        if folded {
+            self.evict("metrics_drop_reasons", 1);
+        }
         self.kernel_drops
             .get_or_create(&DropLabels {
                 reason,
@@ -148,8 +159,13 @@ impl Metrics {
             "unanswered" => "unanswered",
             _ => "pending",
         };
+        let namespace = self.namespace_of(t);
         self.transactions
-            .get_or_create(&TransactionLabels { qtype, outcome })
+            .get_or_create(&TransactionLabels {
+                qtype,
+                outcome,
+                namespace: namespace.clone(),
+            })
             .inc();
         if let Some(ns) = t.latency_ns {
             self.transaction_duration
@@ -157,13 +173,41 @@ impl Metrics {
                 .observe(ns as f64 / 1e9);
         }
         for leg in &t.legs {
-            self.observe_leg(leg, qtype);
+            self.observe_leg(leg, qtype, &namespace);
         }
         self.count_retries(t);
-        self.count_search_step(t, qtype);
+        self.count_search_step(t, qtype, namespace);
     }
 
-    fn observe_leg(&self, leg: &LegRecord, qtype: &'static str) {
+    /// The `namespace` label of a transaction's client (nothing without
+    /// `--namespace-label`): at most the configured number of distinct namespaces, the
+    /// rest `other`, counted as evictions of table `metrics_namespaces`.
+    fn namespace_of(&self, t: &TransactionRecord) -> NamespaceLabel {
+        let Some(max) = self.config.namespace_label else {
+            return NamespaceLabel(None);
+        };
+        let ns = t.pod.pod.as_deref().map_or("", pod_namespace);
+        let (label, folded) = {
+            let mut mem = self.memory();
+            if ns.is_empty() || ns == "other" {
+                (Arc::from(ns), false)
+            } else if let Some(known) = mem.namespaces.get(ns) {
+                (Arc::clone(known), false)
+            } else if mem.namespaces.len() < max {
+                let known: Arc<str> = Arc::from(ns);
+                mem.namespaces.insert(Arc::clone(&known));
+                (known, false)
+            } else {
+                (Arc::from("other"), true)
+            }
+        };
+        if folded {
+            self.evict("metrics_namespaces", 1);
+        }
+        NamespaceLabel(Some(label))
+    }
+
+    fn observe_leg(&self, leg: &LegRecord, qtype: &'static str, namespace: &NamespaceLabel) {
         let l = leg_label(leg);
         let proto = proto_label(leg.proto);
         self.queries
@@ -171,6 +215,7 @@ impl Metrics {
                 leg: l,
                 proto,
                 qtype,
+                namespace: namespace.clone(),
             })
             .inc();
         match (leg.outcome, &leg.rcode) {
@@ -181,6 +226,7 @@ impl Metrics {
                         proto,
                         qtype,
                         rcode: rcode_label(rcode),
+                        namespace: namespace.clone(),
                     })
                     .inc();
                 if let Some(ns) = leg.latency_ns {
@@ -195,6 +241,7 @@ impl Metrics {
                         leg: l,
                         proto,
                         qtype,
+                        namespace: namespace.clone(),
                     })
                     .inc();
             }
@@ -272,6 +319,7 @@ impl Metrics {
                     cause: "kernel_drop",
                 })
                 .inc_by(overflow);
+            self.evict("metrics_pending_retries", overflow);
         }
     }
 
@@ -294,7 +342,12 @@ impl Metrics {
     }
 
     /// A lookup's next search-list step after an NXDOMAIN one counts that step.
-    fn count_search_step(&self, t: &TransactionRecord, qtype: &'static str) {
+    fn count_search_step(
+        &self,
+        t: &TransactionRecord,
+        qtype: &'static str,
+        namespace: NamespaceLabel,
+    ) {
         let key = (t.lookup.id, qtype);
         let nxdomain = t.rcode.as_deref() == Some("NXDOMAIN");
         let (counted, evicted) = {
@@ -318,15 +371,11 @@ impl Metrics {
         };
         if counted {
             self.search_nxdomain
-                .get_or_create(&QtypeLabels { qtype })
+                .get_or_create(&SearchLabels { qtype, namespace })
                 .inc();
         }
         if evicted > 0 {
-            self.evictions
-                .get_or_create(&TableLabels {
-                    table: "metrics_search_lookups",
-                })
-                .inc_by(evicted);
+            self.evict("metrics_search_lookups", evicted);
         }
     }
 
@@ -375,20 +424,26 @@ impl Metrics {
                 })
                 .inc();
         }
-        let active = {
+        let (active, full) = {
             let mut mem = self.memory();
+            let mut full = false;
             match l.state {
                 LoopState::Detected | LoopState::Ongoing => {
                     if mem.active_loops.len() < MAX_ACTIVE_LOOPS {
                         mem.active_loops.insert(l.id);
+                    } else {
+                        full = !mem.active_loops.contains(&l.id);
                     }
                 }
                 LoopState::Ended => {
                     mem.active_loops.remove(&l.id);
                 }
             }
-            mem.active_loops.len()
+            (mem.active_loops.len(), full)
         };
+        if full {
+            self.evict("metrics_active_loops", 1);
+        }
         self.loops_active
             .set(i64::try_from(active).unwrap_or(i64::MAX));
     }
@@ -473,14 +528,50 @@ impl Metrics {
     /// (e.g. before a scrape is answered, or at each tick) with the stream's total.
     pub fn observe_events(&self, events: &Events) {
         let now = events.keys_folded();
-        let was = std::mem::replace(&mut self.memory().events_keys_folded, now);
+        let was = {
+            let mut mem = self.memory();
+            mem.events_keys = events.keys();
+            std::mem::replace(&mut mem.events_keys_folded, now)
+        };
         let n = if now >= was { now - was } else { now };
         if n > 0 {
-            self.evictions
-                .get_or_create(&TableLabels {
-                    table: "events_servers",
-                })
-                .inc_by(n);
+            self.evict("events_servers", n);
         }
+    }
+
+    fn evict(&self, table: &'static str, n: u64) {
+        self.evictions
+            .get_or_create(&TableLabels { table })
+            .inc_by(n);
+    }
+
+    /// Entries of the agent's own tables now, for `dnspath_table_entries` (with their caps
+    /// in [`Self::table_caps`]).
+    pub(super) fn table_sizes(&self) -> [(&'static str, usize); 6] {
+        let mem = self.memory();
+        [
+            ("metrics_search_lookups", mem.search_nxdomain.len()),
+            ("metrics_active_loops", mem.active_loops.len()),
+            ("metrics_drop_reasons", mem.drop_reasons.len()),
+            ("metrics_pending_retries", mem.pending_dropped.len()),
+            ("metrics_namespaces", mem.namespaces.len()),
+            ("events_servers", mem.events_keys),
+        ]
+    }
+
+    /// The caps of [`Self::table_sizes`]' tables (`metrics_namespaces`: 0 without
+    /// `--namespace-label`).
+    pub(super) fn table_caps(&self) -> [(&'static str, usize); 6] {
+        [
+            ("metrics_search_lookups", MAX_SEARCH_LOOKUPS),
+            ("metrics_active_loops", MAX_ACTIVE_LOOPS),
+            ("metrics_drop_reasons", MAX_DROP_REASONS),
+            ("metrics_pending_retries", MAX_PENDING_DROPPED),
+            (
+                "metrics_namespaces",
+                self.config.namespace_label.unwrap_or(0),
+            ),
+            ("events_servers", self.config.events_servers),
+        ]
     }
 }
