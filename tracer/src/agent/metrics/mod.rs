@@ -25,9 +25,6 @@ use labels::{
     TransactionLabels,
 };
 
-/// Distinct namespaces `--namespace-label` gives a label of their own unless told otherwise.
-pub const DEFAULT_MAX_NAMESPACES: usize = 100;
-
 /// What the metrics look like beyond the fixed sets.
 #[derive(Clone, Copy, Debug)]
 pub struct MetricsConfig {
