@@ -16,9 +16,10 @@ use std::{
 };
 
 use lab::{
+    kubelet::{KubeletPods, NO_CGROUPS},
     race,
-    tracer::{lab_or_skip as lab, ndjson, Tracer, TracerOutput},
-    DnsPodConfig, DnsServerKind, Lab, LabConfig,
+    tracer::{dnspath_bin, lab_or_skip as lab, ndjson, Tracer, TracerOutput},
+    DnsPodConfig, DnsServerKind, Lab, LabConfig, LabError, Pod,
 };
 use serde_json::Value;
 
@@ -94,6 +95,14 @@ fn sigterm(t: &Tracer) {
 
 fn events(out: &TracerOutput) -> Vec<Value> {
     ndjson(&out.stdout)
+}
+
+fn wait_ready(lab: &Lab, ns: &str) {
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while get(lab, ns, "/readyz").0 != 200 {
+        assert!(Instant::now() < deadline, "agent never ready");
+        thread::sleep(Duration::from_millis(100));
+    }
 }
 
 #[test]
@@ -334,4 +343,161 @@ fn forced_race_drops_count_exactly_in_the_race_metric() {
     let ev = events(&out);
     let races: Vec<_> = ev.iter().filter(|e| e["type"] == "race").collect();
     assert_eq!(races.len(), 4, "{ev:#?}");
+}
+
+/// `--namespace-label` with the lab's pods named as a kubelet names them: the client's
+/// questions are counted under its pod's namespace (and the upstream legs they caused with
+/// them), never under a pod's name or UID.
+#[test]
+fn namespace_label_counts_questions_by_the_client_pods_namespace() {
+    let Some(lab) = lab(LabConfig::default()) else {
+        return;
+    };
+    let pods = match KubeletPods::create(&lab) {
+        Ok(p) => p,
+        Err(LabError::Config(why)) if why.starts_with(NO_CGROUPS) => {
+            eprintln!("skipped: {why}");
+            return;
+        }
+        Err(e) => panic!("kubelet-like pods: {e}"),
+    };
+    let root = pods.host_root.to_str().unwrap().to_string();
+    let node = lab.node_ns();
+    let agent = Tracer::start(
+        &lab,
+        node,
+        &[
+            "agent",
+            "--listen",
+            LISTEN,
+            "--namespace-label",
+            "--host-root",
+            &root,
+        ],
+    )
+    .unwrap();
+    wait_ready(&lab, node);
+    // The pods are named at the rescans (every 500 ms).
+    thread::sleep(Duration::from_secs(1));
+    for i in 0..6 {
+        let o = lab.dig(&["+time=2", "+tries=1", "www.lab.test.", "A"]);
+        assert!(o.status.success(), "dig {i}");
+    }
+    thread::sleep(Duration::from_secs(2));
+    let (code, scrape) = get(&lab, node, "/metrics");
+    assert_eq!(code, 200);
+    promtool_check(&scrape);
+    sigterm(&agent);
+    let out = agent.wait();
+    assert!(out.status.success(), "{}", out.stderr);
+
+    let client = pods.of(Pod::Client).unwrap();
+    let ns = client.namespace.as_str();
+    // At least: the agent traces the whole machine, and on a shared one other labs' pods
+    // can be taken for this namespace's (a node-side veth is matched to its pod by ifindex
+    // pair alone).
+    let counted = |metric: &str, labels: &[(&str, &str)]| {
+        let n = sum(&scrape, metric, labels);
+        assert!(n >= 6.0, "{metric} {labels:?}: {n}\n{scrape}");
+    };
+    counted(
+        "dnspath_dns_transactions_total",
+        &[("qtype", "A"), ("outcome", "answered"), ("namespace", ns)],
+    );
+    counted(
+        "dnspath_dns_queries_total",
+        &[("leg", "service"), ("qtype", "A"), ("namespace", ns)],
+    );
+    // The upstream legs the client's questions caused count under the client's namespace.
+    counted(
+        "dnspath_dns_responses_total",
+        &[("leg", "upstream"), ("rcode", "NOERROR"), ("namespace", ns)],
+    );
+    assert_eq!(
+        sum(
+            &scrape,
+            "dnspath_dns_queries_total",
+            &[("leg", "upstream"), ("namespace", "kube-system")]
+        ),
+        0.0,
+        "the CoreDNS pods' namespace is not the client's:\n{scrape}"
+    );
+    for p in &pods.pods {
+        assert!(
+            !scrape.contains(&p.name) && !scrape.contains(&p.uid),
+            "pod {} is in the scrape",
+            p.label()
+        );
+    }
+    assert_eq!(
+        sum(
+            &scrape,
+            "dnspath_table_evictions_total",
+            &[("table", "metrics_namespaces")]
+        ),
+        0.0
+    );
+}
+
+/// Without CAP_SYS_PTRACE the agent cannot read other processes' namespaces: it says so in
+/// one line, once however many rescans see it, and counts them in a gauge.
+#[test]
+fn without_sys_ptrace_the_agent_says_so_once_and_counts_it() {
+    let Some(lab) = lab(LabConfig::default()) else {
+        return;
+    };
+    let node = lab.node_ns();
+    let bin = dnspath_bin();
+    let mut cmd = lab.command_in(
+        node,
+        &[
+            "setpriv",
+            "--inh-caps=-sys_ptrace",
+            "--bounding-set=-sys_ptrace",
+            "--",
+            bin.to_str().unwrap(),
+            "agent",
+            "--listen",
+            LISTEN,
+        ],
+    );
+    cmd.stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .env("RUST_LOG", "warn");
+    let child = lab.spawn(&mut cmd).unwrap();
+    wait_ready(&lab, node);
+    // Several rescans.
+    thread::sleep(Duration::from_secs(2));
+    let (_, scrape) = get(&lab, node, "/metrics");
+    // SAFETY: kill(2) on our own child's PID (setpriv and ip netns exec exec dnspath).
+    unsafe {
+        libc::kill(child.id() as libc::pid_t, libc::SIGTERM);
+    }
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    // This test's own process is root with every capability: one the agent cannot read.
+    assert!(
+        sum(&scrape, "dnspath_netns_unreadable_processes", &[]) >= 1.0,
+        "{scrape}"
+    );
+    let said: Vec<&str> = stderr
+        .lines()
+        .filter(|l| l.contains("lacks CAP_SYS_PTRACE"))
+        .collect();
+    assert_eq!(said.len(), 1, "{stderr}");
+    assert!(
+        said[0].starts_with("dnspath: cannot read the network namespace of "),
+        "{}",
+        said[0]
+    );
+    let start = ndjson(&String::from_utf8_lossy(&out.stdout))
+        .into_iter()
+        .next()
+        .unwrap();
+    assert!(
+        start["detail"].as_str().unwrap().contains("unreadable"),
+        "{start}"
+    );
 }

@@ -63,6 +63,7 @@ enum Command {
     /// Examples:
     ///   dnspath agent                               # metrics on 127.0.0.1:9253
     ///   dnspath agent --listen 0.0.0.0:9253         # for a Prometheus scrape
+    ///   dnspath agent --namespace-label             # per-query metrics by pod namespace
     #[command(verbatim_doc_comment)]
     Agent(AgentArgs),
 }
@@ -88,6 +89,11 @@ struct AgentArgs {
     /// Where the node's root file system is mounted (see `trace --host-root`).
     #[arg(long, value_name = "DIR", default_value = "/")]
     host_root: PathBuf,
+    /// Add a `namespace` label (the client pod's Kubernetes namespace) to the per-query
+    /// metrics; at most MAX distinct namespaces (default 100), the rest labelled `other`.
+    #[arg(long, value_name = "MAX", num_args = 0..=1,
+          default_missing_value = "100", value_parser = clap::value_parser!(u64).range(1..=10_000))]
+    namespace_label: Option<u64>,
 }
 
 #[derive(Args)]
@@ -305,6 +311,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                     interfaces: a.interfaces,
                     all_netns: a.all_netns,
                     netns: a.netns,
+                    netns_unreadable: Default::default(),
                 },
                 ports: a.ports,
                 snaplen: a.snaplen,
@@ -355,6 +362,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                         interfaces: Vec::new(),
                         all_netns: true,
                         netns: Vec::new(),
+                        netns_unreadable: Default::default(),
                     },
                     ports: a.ports,
                     snaplen: a.snaplen,
@@ -370,6 +378,12 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                     filter: dnspath::output::filter::Filter::default(),
                 },
                 listen: a.listen,
+                metrics: dnspath::agent::metrics::MetricsConfig {
+                    namespace_label: a
+                        .namespace_label
+                        .map(|n| usize::try_from(n).unwrap_or(usize::MAX)),
+                    ..Default::default()
+                },
             };
             let rt = tokio::runtime::Builder::new_current_thread()
                 .enable_all()

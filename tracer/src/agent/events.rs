@@ -191,6 +191,12 @@ impl Events {
         self.keys_folded
     }
 
+    /// Servers kept in the current window (unanswered and SERVFAIL together; at most
+    /// `max_keys`, plus `*`).
+    pub fn keys(&self) -> usize {
+        self.unanswered.len() + self.servfail.len()
+    }
+
     pub fn agent(&self, state: &'static str, now_ns: u64, detail: Option<String>) -> Event {
         Event::Agent(AgentEvent {
             state,

@@ -2,12 +2,19 @@
 //! output — Prometheus metrics and health over HTTP, and an NDJSON stream (stdout, the
 //! container log) of the events people act on. Runs until SIGTERM (or SIGINT/SIGHUP), then
 //! detaches like `trace`; a SIGKILLed agent's leftovers are removed by the next start.
-use std::{io::Write, net::SocketAddr, sync::Arc};
+use std::{
+    io::Write,
+    net::SocketAddr,
+    sync::{
+        atomic::{AtomicU64, Ordering},
+        Arc,
+    },
+};
 
 use super::{
     events::{EventSink, EventsConfig, EventsError},
     http::{self, AgentState, Health, HttpError, DEFAULT_STALE_AFTER},
-    metrics::Metrics,
+    metrics::{Metrics, MetricsConfig},
 };
 use crate::{
     event::KernelSetup,
@@ -32,6 +39,7 @@ pub struct AgentOptions {
     pub trace: TraceOptions,
     /// `/metrics`, `/healthz`, `/readyz`.
     pub listen: SocketAddr,
+    pub metrics: MetricsConfig,
 }
 
 /// The agent's sink: every record counted in the metrics and offered to the event stream.
@@ -41,6 +49,8 @@ struct AgentSink<W: Write> {
     events: EventSink<W>,
     /// The first event-stream failure (stdout gone): the agent goes on serving metrics.
     events_failed: Option<EventsError>,
+    /// Written by the namespace scans: processes whose namespace they could not read.
+    netns_unreadable: Arc<AtomicU64>,
 }
 
 impl<W: Write> AgentSink<W> {
@@ -58,12 +68,19 @@ impl<W: Write> LiveSink for AgentSink<W> {
     fn started(&mut self, setup: &KernelSetup, now_ns: u64) {
         self.health.set_attached(true);
         self.health.mark_read();
-        let detail = format!(
+        let unreadable = self.netns_unreadable.load(Ordering::Relaxed);
+        self.metrics.set_netns_unreadable(unreadable);
+        let mut detail = format!(
             "kernel {} tc {} hooks {}",
             setup.release,
             setup.tc_attach,
             setup.hooks.join(",")
         );
+        if unreadable > 0 {
+            detail.push_str(&format!(
+                "; network namespace of {unreadable} process(es) unreadable (CAP_SYS_PTRACE?): not traced"
+            ));
+        }
         self.events(|e| e.start(now_ns, Some(detail)));
     }
 
@@ -80,6 +97,8 @@ impl<W: Write> LiveSink for AgentSink<W> {
 
     fn periodic(&mut self, stats: &StatsRecord, now_ns: u64) {
         self.metrics.observe_stats(stats);
+        self.metrics
+            .set_netns_unreadable(self.netns_unreadable.load(Ordering::Relaxed));
         self.events(|e| e.observe(&Record::Stats(stats.clone()), now_ns));
         self.events(|e| e.tick(now_ns));
         self.metrics.observe_events(self.events.events());
@@ -105,7 +124,7 @@ pub async fn run(mut opts: AgentOptions, out: impl Write) -> Result<TraceSummary
     let bound = listener.local_addr().unwrap_or(opts.listen);
     eprintln!("dnspath: agent serving /metrics, /healthz, /readyz on http://{bound}");
     let state = AgentState {
-        metrics: Arc::new(Metrics::new()),
+        metrics: Arc::new(Metrics::with_config(opts.metrics)),
         health: Arc::new(Health::new(DEFAULT_STALE_AFTER)),
     };
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
@@ -117,6 +136,7 @@ pub async fn run(mut opts: AgentOptions, out: impl Write) -> Result<TraceSummary
         health: Arc::clone(&state.health),
         events: EventSink::new(EventsConfig::default(), Clock::boot(), out),
         events_failed: None,
+        netns_unreadable: Arc::clone(&opts.trace.attach.netns_unreadable),
     };
     let result = trace::run_live(opts.trace, &mut sink).await;
     let _ = stop_tx.send(());

@@ -120,9 +120,32 @@ pub struct LoopTracker {
     forwards: HashMap<(String, QKey), (u64, u64)>,
     /// question → (window start, client queries in window, in the window before)
     asks: HashMap<QKey, (u64, u64, u64)>,
+    /// Sizes of `forwards` and `asks` at which their stale windows are swept next.
+    forwards_sweep_at: usize,
+    asks_sweep_at: usize,
     next_id: u64,
     pub stats: LoopStats,
     out: Vec<LoopRecord>,
+}
+
+/// Entries of `forwards` or `asks` before their first sweep.
+const SWEEP_AT: usize = 65_536;
+
+/// Forgets the windows that ended over two seconds before `ts` (no longer a baseline) once
+/// `map` reached `*at` entries; the next sweep waits for twice what is left, so that a
+/// sweep costs O(1) per insertion however many windows are current.
+fn sweep<K: std::hash::Hash + Eq, V>(
+    map: &mut HashMap<K, V>,
+    at: &mut usize,
+    ts: u64,
+    start: impl Fn(&V) -> u64,
+) {
+    if map.len() < *at {
+        return;
+    }
+    let horizon = ts.saturating_sub(2_000_000_000);
+    map.retain(|_, v| start(v) >= horizon);
+    *at = SWEEP_AT.max(map.len().saturating_mul(2));
 }
 
 fn zone_of(name: &str) -> String {
@@ -140,6 +163,8 @@ impl LoopTracker {
             by_question: HashMap::new(),
             forwards: HashMap::new(),
             asks: HashMap::new(),
+            forwards_sweep_at: SWEEP_AT,
+            asks_sweep_at: SWEEP_AT,
             next_id: 1,
             stats: LoopStats::default(),
             out: Vec::new(),
@@ -304,6 +329,9 @@ impl LoopTracker {
             *e = (ts, 0, prev);
         }
         e.1 += 1;
+        // Every client question has an entry: distinct names (a scan, a crawler, search-list
+        // expansions) would grow it without end unless swept here, where it grows.
+        sweep(&mut self.asks, &mut self.asks_sweep_at, ts, |v| v.0);
     }
 
     /// A server sent `q` onwards; an amplification storm if it does so far faster than
@@ -348,14 +376,7 @@ impl LoopTracker {
                 ts,
             );
         }
-        if self.forwards.len() > 65_536 {
-            let horizon = ts.saturating_sub(2_000_000_000);
-            self.forwards.retain(|_, v| v.0 >= horizon);
-        }
-        if self.asks.len() > 65_536 {
-            let horizon = ts.saturating_sub(2_000_000_000);
-            self.asks.retain(|_, v| v.0 >= horizon);
-        }
+        sweep(&mut self.forwards, &mut self.forwards_sweep_at, ts, |v| v.0);
     }
 
     /// Updates and ends, as time passes. Returns the questions whose loops ended.
@@ -390,5 +411,42 @@ impl LoopTracker {
         }
         self.stats.active = self.loops.len() as u64;
         ended
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn q(i: u64) -> QKey {
+        QKey {
+            name: format!("q{i}.scan.test."),
+            qtype: "A".into(),
+            class: "IN".into(),
+        }
+    }
+
+    #[test]
+    fn client_questions_of_distinct_names_are_forgotten_once_stale() {
+        let mut t = LoopTracker::new(Clock::boot());
+        // 1,000 distinct questions a second for 200 s: only the last seconds' are kept.
+        for i in 0..200_000u64 {
+            t.client_ask(&q(i), i * 1_000_000);
+        }
+        assert!(t.asks.len() <= 2 * SWEEP_AT, "{}", t.asks.len());
+        // The current window is still there (the amplification baseline).
+        assert!(t.asks.contains_key(&q(199_999)));
+        assert!(!t.asks.contains_key(&q(0)));
+    }
+
+    #[test]
+    fn a_rate_above_the_sweep_size_keeps_sweeping_in_o1() {
+        let mut t = LoopTracker::new(Clock::boot());
+        // 100,000 a second: 200,000 questions are current at any time.
+        for i in 0..600_000u64 {
+            t.client_ask(&q(i), i * 10_000);
+        }
+        assert!(t.asks.len() <= 2 * 200_001 + SWEEP_AT, "{}", t.asks.len());
+        assert!(t.asks_sweep_at >= t.asks.len());
     }
 }

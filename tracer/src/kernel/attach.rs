@@ -4,7 +4,7 @@
 use std::{
     collections::{HashMap, HashSet},
     sync::{
-        atomic::{AtomicBool, Ordering},
+        atomic::{AtomicBool, AtomicU64, Ordering},
         Arc, Mutex, RwLock,
     },
     thread,
@@ -33,6 +33,10 @@ pub struct AttachSpec {
     pub all_netns: bool,
     /// Named namespaces (`ip netns`) to watch in addition to the own one.
     pub netns: Vec<String>,
+    /// Written by the scans, for whoever holds a clone (the agent's metrics): processes
+    /// whose namespace the latest `all_netns` scan was refused (see
+    /// [`netns::AllNetns::unreadable`]).
+    pub netns_unreadable: Arc<AtomicU64>,
 }
 
 /// Names of namespaces and interfaces for display, by netns cookie and ifindex. Kept after
@@ -145,6 +149,20 @@ struct Attached {
     netns_path: std::path::PathBuf,
 }
 
+/// The one line that says some namespaces cannot be traced, and why.
+fn unreadable_message(n: u64) -> String {
+    let has_ptrace = super::effective_capabilities()
+        .is_some_and(|eff| eff & (1u64 << super::CAP_SYS_PTRACE) != 0);
+    let why = if has_ptrace {
+        "refused despite CAP_SYS_PTRACE (a security module or user namespace)"
+    } else {
+        "dnspath lacks CAP_SYS_PTRACE"
+    };
+    format!(
+        "cannot read the network namespace of {n} process(es) (/proc/PID/ns/net: permission denied): {why}; pods in those namespaces are not traced (counted in dnspath_netns_unreadable_processes)"
+    )
+}
+
 /// Attach state, one per tracer run.
 pub struct Attacher {
     probes: Arc<Mutex<Probes>>,
@@ -162,6 +180,8 @@ pub struct Attacher {
     first_failure: Option<String>,
     pub warnings: Vec<String>,
     pods: PodResolver,
+    /// The refused namespace reads were reported (once a run).
+    unreadable_reported: bool,
     /// Cookie and links of pod namespaces this run does not attach to (entered once each,
     /// to find the node-side ends of their veths).
     pod_links: HashMap<NsKey, (u64, Vec<Link>)>,
@@ -188,6 +208,7 @@ impl Attacher {
             first_failure: None,
             warnings: Vec::new(),
             pods: PodResolver::new(crate::host::root()),
+            unreadable_reported: false,
             pod_links: HashMap::new(),
         }
     }
@@ -209,9 +230,17 @@ impl Attacher {
         self.attached.len()
     }
 
-    fn namespaces(&self) -> Result<Vec<NetnsRef>, KernelError> {
+    fn namespaces(&mut self) -> Result<Vec<NetnsRef>, KernelError> {
         if self.spec.all_netns {
-            return netns::all_netns();
+            let all = netns::all_netns()?;
+            self.spec
+                .netns_unreadable
+                .store(all.unreadable, Ordering::Relaxed);
+            if all.unreadable > 0 && !self.unreadable_reported {
+                self.unreadable_reported = true;
+                eprintln!("dnspath: {}", unreadable_message(all.unreadable));
+            }
+            return Ok(all.namespaces);
         }
         let mut out = vec![netns::own_netns()?];
         if !self.spec.netns.is_empty() {

@@ -78,13 +78,7 @@ const NEEDED_CAPABILITIES: [(&str, u32); 4] = [
 /// lacking) that it needs root.
 fn missing_capabilities() -> String {
     let all = NEEDED_CAPABILITIES.map(|(name, _)| name).join(", ");
-    let effective = std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find_map(|l| l.strip_prefix("CapEff:"))
-                .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
-        });
+    let effective = effective_capabilities();
     let missing: Vec<&str> = match effective {
         Some(eff) => NEEDED_CAPABILITIES
             .iter()
@@ -100,6 +94,20 @@ fn missing_capabilities() -> String {
         format!("dnspath lacks {} (it needs {all})", missing.join(", "))
     }
 }
+
+/// This process's effective capability set (`CapEff` of /proc/self/status).
+pub(crate) fn effective_capabilities() -> Option<u64> {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("CapEff:"))
+                .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
+        })
+}
+
+/// `CAP_SYS_PTRACE`'s bit (include/uapi/linux/capability.h).
+pub(crate) const CAP_SYS_PTRACE: u32 = 19;
 
 fn is_eperm(e: &(dyn std::error::Error + 'static)) -> bool {
     if let Some(KernelError::Rejected { .. }) = e.downcast_ref::<KernelError>() {

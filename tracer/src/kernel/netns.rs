@@ -109,14 +109,27 @@ pub fn named_netns() -> Vec<NetnsRef> {
     out
 }
 
+/// What [`all_netns`] found.
+#[derive(Debug, Default)]
+pub struct AllNetns {
+    /// The tracer's own namespace first, then one entry per other distinct namespace.
+    pub namespaces: Vec<NetnsRef>,
+    /// Processes whose `/proc/PID/ns/net` could not be read for lack of permission: a
+    /// ptrace access check (proc(5)) that fails without CAP_SYS_PTRACE for processes of
+    /// another user or with capabilities the tracer lacks. Their namespaces are not traced
+    /// unless a named one is the same.
+    pub unreadable: u64,
+}
+
 /// The tracer's own namespace, every named one, and those of running processes; one entry
 /// per distinct namespace.
-pub fn all_netns() -> Result<Vec<NetnsRef>, KernelError> {
+pub fn all_netns() -> Result<AllNetns, KernelError> {
     let own = own_netns()?;
     let mut by_id: BTreeMap<NetnsId, NetnsRef> = BTreeMap::new();
     for n in named_netns() {
         by_id.entry(n.id).or_insert(n);
     }
+    let mut unreadable = 0;
     let proc = crate::host::path("/proc");
     if let Ok(dir) = fs::read_dir(&proc) {
         for e in dir.flatten() {
@@ -125,7 +138,18 @@ pub fn all_netns() -> Result<Vec<NetnsRef>, KernelError> {
                 continue;
             };
             let path = proc.join(format!("{pid}/ns/net"));
-            let Some(id) = id_of(&path) else { continue };
+            let id = match fs::metadata(&path) {
+                Ok(md) => NetnsId {
+                    dev: md.dev(),
+                    ino: md.ino(),
+                },
+                Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => {
+                    unreadable += 1;
+                    continue;
+                }
+                // Gone meanwhile, or a kernel thread.
+                Err(_) => continue,
+            };
             by_id.entry(id).or_insert_with(|| {
                 let comm = fs::read_to_string(proc.join(format!("{pid}/comm"))).unwrap_or_default();
                 NetnsRef {
@@ -138,9 +162,12 @@ pub fn all_netns() -> Result<Vec<NetnsRef>, KernelError> {
         }
     }
     by_id.remove(&own.id);
-    let mut out = vec![own];
-    out.extend(by_id.into_values());
-    Ok(out)
+    let mut namespaces = vec![own];
+    namespaces.extend(by_id.into_values());
+    Ok(AllNetns {
+        namespaces,
+        unreadable,
+    })
 }
 
 /// Runs `f` with the calling thread inside the namespace at `path`, then returns to the

@@ -7,6 +7,12 @@ use crate::event::{
     CapturedPacket, CtFlow, CtSnapshot, Direction, KernelDrop, ObservationPoint, SourceEvent,
 };
 
+/// Records read from the ring buffer per batch. A batch is decoded and correlated whole
+/// before the next is read, and the buffers it passes through keep their largest size: a
+/// drain that lasts while the kernel keeps writing (a reader as slow as the traffic is fast)
+/// grew them by hundreds of megabytes, never given back.
+pub const MAX_BATCH: usize = 4096;
+
 /// Interprets one ring-buffer record (decoded by tracer-common, next to its layout).
 pub fn parse_record(bytes: &[u8]) -> SourceEvent {
     match RingRecord::parse(bytes) {
@@ -79,10 +85,21 @@ impl LiveSource {
     pub async fn next_batch(&mut self, out: &mut Vec<SourceEvent>) -> std::io::Result<()> {
         let mut guard = self.fd.readable_mut().await?;
         let ring = guard.get_inner_mut();
-        while let Some(item) = ring.next() {
-            out.push(parse_record(&item));
+        let mut taken = 0;
+        let drained = loop {
+            if taken == MAX_BATCH {
+                break false;
+            }
+            match ring.next() {
+                Some(item) => out.push(parse_record(&item)),
+                None => break true,
+            }
+            taken += 1;
+        };
+        // Not drained: left ready, the rest is read on the next turn of the run loop.
+        if drained {
+            guard.clear_ready();
         }
-        guard.clear_ready();
         Ok(())
     }
 

@@ -4,7 +4,8 @@ use crate::{
         drop_record, dropped, leg, loop_record, malformed_packet, race, service_transaction,
         transaction,
     },
-    correlate::CorrelateStats,
+    correlate::{loops::LoopState, race::RaceVerdict, CorrelateStats, LegRole},
+    output::record::{Record, StatsRecord},
 };
 
 /// The value of one series, e.g. `dnspath_dns_queries_total{leg="service",proto="udp",qtype="A"}`.
@@ -632,5 +633,175 @@ fn promtool_accepts_the_exposition() {
         out.status,
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr),
+    );
+}
+
+/// Many distinct names, servers, drop reasons and namespaces: every table of the agent's own
+/// stays within its cap (`dnspath_table_entries` ≤ `dnspath_table_capacity`), and what did
+/// not fit is counted in `dnspath_table_evictions_total`.
+#[test]
+fn every_agent_table_stays_within_its_cap() {
+    use crate::agent::events::{Events, EventsConfig};
+    let m = Metrics::with_config(MetricsConfig {
+        namespace_label: Some(8),
+        ..MetricsConfig::default()
+    });
+    let mut ev = Events::new(EventsConfig::default(), crate::time::Clock::Epoch);
+    let mut out = Vec::new();
+    for i in 0..10_000u64 {
+        // Each name the first step of its own lookup, answered NXDOMAIN, never continued.
+        let mut t = transaction(
+            &format!("n{i}.default.svc.cluster.local."),
+            "A",
+            "10.244.1.2:5000",
+            Some("NXDOMAIN"),
+            Vec::new(),
+        );
+        t.lookup.id = i;
+        t.pod.pod = Some(format!("ns{}/pod{i}", i % 20));
+        m.observe(&Record::Transaction(t.clone()));
+        // ... and unanswered by a server of its own.
+        t.outcome = "unanswered";
+        t.rcode = None;
+        t.legs = vec![leg(
+            LegRole::Query,
+            "10.244.1.2:5000",
+            &format!("10.{}.{}.{}:53", i >> 16, (i >> 8) & 255, i & 255),
+            "10.0.0.1:53",
+            None,
+            None,
+        )];
+        ev.observe(&Record::Transaction(t), 1, &mut out);
+        // A drop reason of its own.
+        m.observe(&Record::Drop(drop_record(&format!("REASON_{i}"), None)));
+        // And a loop of its own that never ends.
+        m.observe(&Record::Loop(loop_record(i, LoopState::Detected, 1)));
+    }
+    m.observe_events(&ev);
+    let text = m.encode();
+    let tables = [
+        "metrics_search_lookups",
+        "metrics_active_loops",
+        "metrics_drop_reasons",
+        "metrics_namespaces",
+        "events_servers",
+    ];
+    for table in tables {
+        let series = |metric: &str| {
+            value(&text, &format!(r#"dnspath_{metric}{{table="{table}"}}"#))
+                .unwrap_or_else(|| panic!("no {metric} for {table}:\n{text}"))
+        };
+        let (entries, cap) = (series("table_entries"), series("table_capacity"));
+        assert!(cap > 0.0 && entries <= cap, "{table}: {entries} > {cap}");
+        assert!(
+            entries >= cap.min(8.0),
+            "{table}: {entries} entries, the cap was never reached"
+        );
+        assert!(
+            series("table_evictions_total") > 0.0,
+            "{table}: nothing evicted:\n{text}"
+        );
+    }
+    // Drop reasons beyond the cap and namespaces beyond the cap are `other`.
+    assert!(value(
+        &text,
+        r#"dnspath_kernel_drops_total{reason="other",benign="false"}"#
+    )
+    .is_some_and(|n| n >= 10_000.0 - MAX_DROP_REASONS as f64));
+    assert!(text.contains(r#"namespace="other""#), "{text}");
+}
+
+#[test]
+fn namespace_label_only_when_asked_and_capped() {
+    let observe = |m: &Metrics| {
+        for (i, pod) in [
+            Some("team-a/web-1"),
+            Some("team-b/api-1"),
+            Some("team-c/db-1"),
+            Some("Not_A_Namespace/x"),
+            None,
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            let mut t = transaction(
+                "www.lab.test.",
+                "A",
+                "10.244.1.2:5000",
+                Some("NOERROR"),
+                vec![leg(
+                    LegRole::Query,
+                    "10.244.1.2:5000",
+                    "10.96.0.10:53",
+                    "10.244.1.3:53",
+                    Some("NOERROR"),
+                    Some(1_000_000),
+                )],
+            );
+            t.lookup.id = i as u64;
+            t.pod.pod = pod.map(str::to_string);
+            m.observe(&Record::Transaction(t));
+        }
+    };
+    let off = Metrics::new();
+    observe(&off);
+    let text = off.encode();
+    assert!(!text.contains("namespace="), "{text}");
+    assert_eq!(
+        value(
+            &text,
+            r#"dnspath_dns_transactions_total{qtype="A",outcome="answered"}"#
+        ),
+        Some(5.0)
+    );
+
+    let on = Metrics::with_config(MetricsConfig {
+        namespace_label: Some(2),
+        ..MetricsConfig::default()
+    });
+    observe(&on);
+    let text = on.encode();
+    let tx = |ns: &str| {
+        value(
+            &text,
+            &format!(
+                r#"dnspath_dns_transactions_total{{qtype="A",outcome="answered",namespace="{ns}"}}"#
+            ),
+        )
+    };
+    assert_eq!(tx("team-a"), Some(1.0), "{text}");
+    assert_eq!(tx("team-b"), Some(1.0), "{text}");
+    // The third namespace is beyond the cap; a malformed name is no namespace either.
+    assert_eq!(tx("team-c"), None, "{text}");
+    assert_eq!(tx("other"), Some(2.0), "{text}");
+    // A client in no known pod.
+    assert_eq!(tx(""), Some(1.0), "{text}");
+    assert_eq!(
+        value(
+            &text,
+            r#"dnspath_dns_queries_total{leg="service",proto="udp",qtype="A",namespace="team-a"}"#
+        ),
+        Some(1.0),
+        "{text}"
+    );
+    assert_eq!(
+        value(
+            &text,
+            r#"dnspath_table_evictions_total{table="metrics_namespaces"}"#
+        ),
+        Some(1.0),
+        "{text}"
+    );
+    assert_eq!(
+        value(
+            &text,
+            r#"dnspath_table_entries{table="metrics_namespaces"}"#
+        ),
+        Some(2.0)
+    );
+    // Histograms keep their labels: the namespace would multiply their buckets.
+    assert!(
+        text.contains(r#"dnspath_dns_leg_duration_seconds_count{leg="service",proto="udp"} 5"#),
+        "{text}"
     );
 }

@@ -1,0 +1,577 @@
+//! How each record moves the metrics, and the little the metrics remember between records
+//! (every part of it capped).
+use std::{
+    collections::{HashMap, HashSet},
+    sync::Arc,
+};
+
+use prometheus_client::metrics::counter::Counter;
+
+use super::{
+    labels::{
+        is_reason_name, leg_label, loop_kind_label, malformed_label, pod_namespace, proto_label,
+        qtype_label, rcode_label, CauseLabels, DropLabels, EventLabels, KindLabels, LegLabels,
+        NamespaceLabel, QtypeLabels, QueryLabels, ReasonLabels, ResponseLabels, SearchLabels,
+        TableLabels, TransactionLabels,
+    },
+    Metrics, MAX_DROP_REASONS,
+};
+use crate::{
+    agent::events::Events,
+    correlate::{
+        loops::{LoopRecord, LoopState},
+        race::{RaceRecord, RaceVerdict},
+        LegRole,
+    },
+    output::record::{DropRecord, LegRecord, PacketRecord, Record, StatsRecord, TransactionRecord},
+};
+
+/// Loop ids remembered to keep `dnspath_forwarding_loops_active` right (the correlator keeps
+/// at most 1 024 loop reports).
+const MAX_ACTIVE_LOOPS: usize = 4096;
+/// Search lookups whose latest step was NXDOMAIN, remembered until their next step.
+const MAX_SEARCH_LOOKUPS: usize = 4096;
+/// Retries after a kernel drop, held until the race record of the same batch says whether
+/// the drop was a conntrack race.
+const MAX_PENDING_DROPPED: usize = 256;
+/// The totals of the last `stats` record, to turn its running totals into counter growth.
+#[derive(Clone, Copy, Debug, Default)]
+struct SeenTotals {
+    lost: u64,
+    drops_lost: u64,
+    malformed: u64,
+    summarised: u64,
+    packets: u64,
+    evicted_legs: u64,
+    evicted_transactions: u64,
+    ct_entries_evicted: u64,
+    tcp_flows_evicted: u64,
+}
+
+/// A query the kernel dropped and that its client retried.
+#[derive(Clone, Debug)]
+struct DroppedRetried {
+    client: String,
+    dns_id: u16,
+    retries: u64,
+}
+
+/// What the metrics must remember between records (all of it capped).
+#[derive(Debug, Default)]
+pub(super) struct Memory {
+    totals: SeenTotals,
+    /// Malformed packets counted by reason since the last `stats` record.
+    malformed_classified: u64,
+    active_loops: HashSet<u64>,
+    /// (lookup id, qtype) → step of the lookup's latest NXDOMAIN answer.
+    search_nxdomain: HashMap<(u64, &'static str), u32>,
+    pending_dropped: Vec<DroppedRetried>,
+    /// The event stream's latest [`Events::keys_folded`].
+    events_keys_folded: u64,
+    /// The latest record was a race record: a transaction after it starts a new batch.
+    after_race: bool,
+    drop_reasons: HashSet<String>,
+    /// Namespaces with a `namespace` label of their own (`--namespace-label`).
+    namespaces: HashSet<Arc<str>>,
+    /// Server keys of the event stream's current window (its [`Events::keys`]).
+    events_keys: usize,
+}
+
+impl Metrics {
+    /// Counts one record of the pipeline's output.
+    pub fn observe(&self, record: &Record) {
+        // The correlator writes a batch's transactions, then its race records: a
+        // transaction after a race record begins the next batch, so the retries still
+        // pending were after drops that were not races.
+        let after_race = std::mem::replace(
+            &mut self.memory().after_race,
+            matches!(record, Record::Race(_)),
+        );
+        match record {
+            Record::Transaction(t) => {
+                if after_race {
+                    self.settle_pending();
+                }
+                self.observe_transaction(t);
+            }
+            Record::Race(r) => self.observe_race(r),
+            Record::Packet(p) => {
+                self.settle_pending();
+                self.observe_packet(p);
+            }
+            Record::Drop(d) => {
+                self.settle_pending();
+                self.observe_drop(d);
+            }
+            Record::Loop(l) => {
+                self.settle_pending();
+                self.observe_loop(l);
+            }
+            Record::FragmentLoss(_) => {
+                self.settle_pending();
+                self.fragment_losses.inc();
+            }
+            Record::Stats(s) => self.observe_stats(s),
+        }
+    }
+
+    fn observe_packet(&self, p: &PacketRecord) {
+        if let Some(reason) = &p.malformed {
+            self.malformed
+                .get_or_create(&ReasonLabels {
+                    reason: malformed_label(reason),
+                })
+                .inc();
+            self.memory().malformed_classified += 1;
+        }
+    }
+
+    fn observe_drop(&self, d: &DropRecord) {
+        let (reason, folded) = {
+            let mut mem = self.memory();
+            if !is_reason_name(&d.reason) {
+                ("other".to_string(), false)
+            } else if mem.drop_reasons.contains(&d.reason) {
+                (d.reason.clone(), false)
+            } else if mem.drop_reasons.len() < MAX_DROP_REASONS {
+                mem.drop_reasons.insert(d.reason.clone());
+                (d.reason.clone(), false)
+            } else {
+                ("other".to_string(), true)
+            }
+        };
+        if folded {
+            self.evict("metrics_drop_reasons", 1);
+        }
+        self.kernel_drops
+            .get_or_create(&DropLabels {
+                reason,
+                benign: if d.benign.is_some() { "true" } else { "false" },
+            })
+            .inc();
+    }
+
+    fn observe_transaction(&self, t: &TransactionRecord) {
+        let qtype = qtype_label(&t.question.qtype);
+        let outcome = match t.outcome {
+            "answered" => "answered",
+            "dropped" => "dropped",
+            "unanswered" => "unanswered",
+            _ => "pending",
+        };
+        let namespace = self.namespace_of(t);
+        self.transactions
+            .get_or_create(&TransactionLabels {
+                qtype,
+                outcome,
+                namespace: namespace.clone(),
+            })
+            .inc();
+        if let Some(ns) = t.latency_ns {
+            self.transaction_duration
+                .get_or_create(&QtypeLabels { qtype })
+                .observe(ns as f64 / 1e9);
+        }
+        for leg in &t.legs {
+            self.observe_leg(leg, qtype, &namespace);
+        }
+        self.count_retries(t);
+        self.count_search_step(t, qtype, namespace);
+    }
+
+    /// The `namespace` label of a transaction's client (nothing without
+    /// `--namespace-label`): at most the configured number of distinct namespaces, the
+    /// rest `other`, counted as evictions of table `metrics_namespaces`.
+    fn namespace_of(&self, t: &TransactionRecord) -> NamespaceLabel {
+        let Some(max) = self.config.namespace_label else {
+            return NamespaceLabel(None);
+        };
+        let ns = t.pod.pod.as_deref().map_or("", pod_namespace);
+        let (label, folded) = {
+            let mut mem = self.memory();
+            if ns.is_empty() || ns == "other" {
+                (Arc::from(ns), false)
+            } else if let Some(known) = mem.namespaces.get(ns) {
+                (Arc::clone(known), false)
+            } else if mem.namespaces.len() < max {
+                let known: Arc<str> = Arc::from(ns);
+                mem.namespaces.insert(Arc::clone(&known));
+                (known, false)
+            } else {
+                (Arc::from("other"), true)
+            }
+        };
+        if folded {
+            self.evict("metrics_namespaces", 1);
+        }
+        NamespaceLabel(Some(label))
+    }
+
+    fn observe_leg(&self, leg: &LegRecord, qtype: &'static str, namespace: &NamespaceLabel) {
+        let l = leg_label(leg);
+        let proto = proto_label(leg.proto);
+        self.queries
+            .get_or_create(&QueryLabels {
+                leg: l,
+                proto,
+                qtype,
+                namespace: namespace.clone(),
+            })
+            .inc();
+        match (leg.outcome, &leg.rcode) {
+            ("answered" | "truncated", Some(rcode)) => {
+                self.responses
+                    .get_or_create(&ResponseLabels {
+                        leg: l,
+                        proto,
+                        qtype,
+                        rcode: rcode_label(rcode),
+                        namespace: namespace.clone(),
+                    })
+                    .inc();
+                if let Some(ns) = leg.latency_ns {
+                    self.leg_duration
+                        .get_or_create(&LegLabels { leg: l, proto })
+                        .observe(ns as f64 / 1e9);
+                }
+            }
+            ("unanswered" | "dropped", _) => {
+                self.unanswered
+                    .get_or_create(&QueryLabels {
+                        leg: l,
+                        proto,
+                        qtype,
+                        namespace: namespace.clone(),
+                    })
+                    .inc();
+            }
+            _ => {}
+        }
+    }
+
+    /// Retries of the client's own queries (legs without a parent). A retry after a query the
+    /// kernel dropped waits for the race record that follows its transaction in the same
+    /// batch: `conntrack_race` if it comes, else `kernel_drop` once the batch is over (the
+    /// next transaction after a race record, any other record, or a `stats` record: see
+    /// [`Self::settle_pending`]).
+    fn count_retries(&self, t: &TransactionRecord) {
+        let mut timeout = 0u64;
+        let mut truncated = 0u64;
+        let mut dropped: Vec<DroppedRetried> = Vec::new();
+        let query_dropped = |l: &LegRecord| l.drop.as_ref().is_some_and(|d| !d.response);
+        let mut after_drop = |l: &LegRecord, n: u64| match dropped
+            .iter_mut()
+            .find(|d| d.client == l.client && d.dns_id == l.dns_id)
+        {
+            Some(d) => d.retries += n,
+            None => dropped.push(DroppedRetried {
+                client: l.client.clone(),
+                dns_id: l.dns_id,
+                retries: n,
+            }),
+        };
+        let mut previous: Option<&LegRecord> = None;
+        for leg in t.legs.iter().filter(|l| l.parent.is_none()) {
+            match leg.role {
+                LegRole::TcpFallback => truncated += 1,
+                LegRole::Retry => match previous {
+                    Some(p) if query_dropped(p) => after_drop(p, 1),
+                    _ => timeout += 1,
+                },
+                LegRole::Query | LegRole::Forward => {}
+            }
+            if leg.retransmits > 0 {
+                if query_dropped(leg) {
+                    after_drop(leg, u64::from(leg.retransmits));
+                } else {
+                    timeout += u64::from(leg.retransmits);
+                }
+            }
+            previous = Some(leg);
+        }
+        if timeout > 0 {
+            self.retries
+                .get_or_create(&CauseLabels { cause: "timeout" })
+                .inc_by(timeout);
+        }
+        if truncated > 0 {
+            self.retries
+                .get_or_create(&CauseLabels { cause: "truncated" })
+                .inc_by(truncated);
+        }
+        if dropped.is_empty() {
+            return;
+        }
+        let mut overflow = 0u64;
+        {
+            let mut mem = self.memory();
+            for d in dropped {
+                if mem.pending_dropped.len() >= MAX_PENDING_DROPPED {
+                    overflow += d.retries;
+                } else {
+                    mem.pending_dropped.push(d);
+                }
+            }
+        }
+        if overflow > 0 {
+            self.retries
+                .get_or_create(&CauseLabels {
+                    cause: "kernel_drop",
+                })
+                .inc_by(overflow);
+            self.evict("metrics_pending_retries", overflow);
+        }
+    }
+
+    /// Retries after a drop that no race record claimed: the drop was not a race.
+    fn settle_pending(&self) {
+        let n: u64 = {
+            let mut mem = self.memory();
+            if mem.pending_dropped.is_empty() {
+                return;
+            }
+            mem.pending_dropped.drain(..).map(|d| d.retries).sum()
+        };
+        if n > 0 {
+            self.retries
+                .get_or_create(&CauseLabels {
+                    cause: "kernel_drop",
+                })
+                .inc_by(n);
+        }
+    }
+
+    /// A lookup's next search-list step after an NXDOMAIN one counts that step.
+    fn count_search_step(
+        &self,
+        t: &TransactionRecord,
+        qtype: &'static str,
+        namespace: NamespaceLabel,
+    ) {
+        let key = (t.lookup.id, qtype);
+        let nxdomain = t.rcode.as_deref() == Some("NXDOMAIN");
+        let (counted, evicted) = {
+            let mut mem = self.memory();
+            let counted = match mem.search_nxdomain.get(&key) {
+                Some(&step) if step < t.lookup.step => {
+                    mem.search_nxdomain.remove(&key);
+                    true
+                }
+                _ => false,
+            };
+            let mut evicted = 0;
+            if nxdomain {
+                if mem.search_nxdomain.len() >= MAX_SEARCH_LOOKUPS {
+                    evicted = mem.search_nxdomain.len() as u64;
+                    mem.search_nxdomain.clear();
+                }
+                mem.search_nxdomain.insert(key, t.lookup.step);
+            }
+            (counted, evicted)
+        };
+        if counted {
+            self.search_nxdomain
+                .get_or_create(&SearchLabels { qtype, namespace })
+                .inc();
+        }
+        if evicted > 0 {
+            self.evict("metrics_search_lookups", evicted);
+        }
+    }
+
+    fn observe_race(&self, r: &RaceRecord) {
+        let qtype = r
+            .dropped
+            .as_ref()
+            .map(|q| qtype_label(&q.question.qtype))
+            .unwrap_or("other");
+        match r.verdict {
+            RaceVerdict::RaceDrop => {
+                self.race_drops.get_or_create(&QtypeLabels { qtype }).inc();
+                let claimed = r.dropped.as_ref().and_then(|q| {
+                    let mut mem = self.memory();
+                    let i = mem
+                        .pending_dropped
+                        .iter()
+                        .position(|d| d.client == r.client && d.dns_id == q.dns_id)?;
+                    Some(mem.pending_dropped.swap_remove(i).retries)
+                });
+                if let Some(n) = claimed.filter(|&n| n > 0) {
+                    self.retries
+                        .get_or_create(&CauseLabels {
+                            cause: "conntrack_race",
+                        })
+                        .inc_by(n);
+                }
+            }
+            RaceVerdict::Suspected => {
+                self.race_suspected
+                    .get_or_create(&QtypeLabels { qtype })
+                    .inc();
+            }
+            RaceVerdict::ResolvedClash => {
+                self.clashes_resolved
+                    .inc_by(r.counters.clash_resolve.max(1));
+            }
+        }
+    }
+
+    fn observe_loop(&self, l: &LoopRecord) {
+        if l.state == LoopState::Detected {
+            self.loops_detected
+                .get_or_create(&KindLabels {
+                    kind: loop_kind_label(l.kind),
+                })
+                .inc();
+        }
+        let (active, full) = {
+            let mut mem = self.memory();
+            let mut full = false;
+            match l.state {
+                LoopState::Detected | LoopState::Ongoing => {
+                    if mem.active_loops.len() < MAX_ACTIVE_LOOPS {
+                        mem.active_loops.insert(l.id);
+                    } else {
+                        full = !mem.active_loops.contains(&l.id);
+                    }
+                }
+                LoopState::Ended => {
+                    mem.active_loops.remove(&l.id);
+                }
+            }
+            (mem.active_loops.len(), full)
+        };
+        if full {
+            self.evict("metrics_active_loops", 1);
+        }
+        self.loops_active
+            .set(i64::try_from(active).unwrap_or(i64::MAX));
+    }
+
+    /// Counts what lives only in the running totals of a `stats` record: lost events,
+    /// evictions, malformed packets not seen as records (`reason="unclassified"`), summarised
+    /// packets. Totals that go down (a new pipeline) start counting again from there.
+    pub fn observe_stats(&self, s: &StatsRecord) {
+        self.settle_pending();
+        let correlate = s.correlate.as_ref();
+        let now = SeenTotals {
+            lost: s.lost,
+            drops_lost: s.drops_lost,
+            malformed: s.malformed,
+            summarised: s.summarised,
+            packets: s.packets,
+            evicted_legs: correlate.map_or(0, |c| c.evicted_legs),
+            evicted_transactions: correlate.map_or(0, |c| c.evicted_transactions),
+            ct_entries_evicted: correlate.map_or(0, |c| c.ct_entries_evicted),
+            tcp_flows_evicted: s.tcp_flows_evicted,
+        };
+        let (was, classified, no_loops) = {
+            let mut mem = self.memory();
+            let was = std::mem::replace(&mut mem.totals, now);
+            let classified = std::mem::take(&mut mem.malformed_classified);
+            let no_loops = correlate.is_some_and(|c| c.loops.active == 0);
+            if no_loops {
+                mem.active_loops.clear();
+            }
+            (was, classified, no_loops)
+        };
+        let grew = |now: u64, was: u64| if now >= was { now - was } else { now };
+        let add = |c: &Counter, n: u64| {
+            if n > 0 {
+                c.inc_by(n);
+            }
+        };
+        add(
+            &self
+                .events_lost
+                .get_or_create(&EventLabels { event: "packet" }),
+            grew(now.lost, was.lost),
+        );
+        add(
+            &self
+                .events_lost
+                .get_or_create(&EventLabels { event: "drop" }),
+            grew(now.drops_lost, was.drops_lost),
+        );
+        add(
+            &self.malformed.get_or_create(&ReasonLabels {
+                reason: "unclassified",
+            }),
+            grew(now.malformed, was.malformed).saturating_sub(classified),
+        );
+        add(&self.summarised, grew(now.summarised, was.summarised));
+        add(&self.packets, grew(now.packets, was.packets));
+        for (table, n) in [
+            ("legs", grew(now.evicted_legs, was.evicted_legs)),
+            (
+                "transactions",
+                grew(now.evicted_transactions, was.evicted_transactions),
+            ),
+            (
+                "conntrack",
+                grew(now.ct_entries_evicted, was.ct_entries_evicted),
+            ),
+            (
+                "tcp_flows",
+                grew(now.tcp_flows_evicted, was.tcp_flows_evicted),
+            ),
+        ] {
+            add(&self.evictions.get_or_create(&TableLabels { table }), n);
+        }
+        if no_loops {
+            self.loops_active.set(0);
+        }
+    }
+
+    /// Counts the event stream's folds beyond its server cap
+    /// (`dnspath_table_evictions_total{table="events_servers"}`): call it now and then
+    /// (e.g. before a scrape is answered, or at each tick) with the stream's total.
+    pub fn observe_events(&self, events: &Events) {
+        let now = events.keys_folded();
+        let was = {
+            let mut mem = self.memory();
+            mem.events_keys = events.keys();
+            std::mem::replace(&mut mem.events_keys_folded, now)
+        };
+        let n = if now >= was { now - was } else { now };
+        if n > 0 {
+            self.evict("events_servers", n);
+        }
+    }
+
+    fn evict(&self, table: &'static str, n: u64) {
+        self.evictions
+            .get_or_create(&TableLabels { table })
+            .inc_by(n);
+    }
+
+    /// Entries of the agent's own tables now, for `dnspath_table_entries` (with their caps
+    /// in [`Self::table_caps`]).
+    pub(super) fn table_sizes(&self) -> [(&'static str, usize); 6] {
+        let mem = self.memory();
+        [
+            ("metrics_search_lookups", mem.search_nxdomain.len()),
+            ("metrics_active_loops", mem.active_loops.len()),
+            ("metrics_drop_reasons", mem.drop_reasons.len()),
+            ("metrics_pending_retries", mem.pending_dropped.len()),
+            ("metrics_namespaces", mem.namespaces.len()),
+            ("events_servers", mem.events_keys),
+        ]
+    }
+
+    /// The caps of [`Self::table_sizes`]' tables (`metrics_namespaces`: 0 without
+    /// `--namespace-label`).
+    pub(super) fn table_caps(&self) -> [(&'static str, usize); 6] {
+        [
+            ("metrics_search_lookups", MAX_SEARCH_LOOKUPS),
+            ("metrics_active_loops", MAX_ACTIVE_LOOPS),
+            ("metrics_drop_reasons", MAX_DROP_REASONS),
+            ("metrics_pending_retries", MAX_PENDING_DROPPED),
+            (
+                "metrics_namespaces",
+                self.config.namespace_label.unwrap_or(0),
+            ),
+            ("events_servers", self.config.events_servers),
+        ]
+    }
+}
