@@ -273,9 +273,10 @@ struct TraceArgs {
     /// `dnspath analyze FILE` reads it back.
     #[arg(short = 'w', long = "write", value_name = "FILE")]
     write: Option<PathBuf>,
-    /// With -w: start a new file when this one holds this many million bytes (tcpdump's
-    /// -C). Files get a sequence number before the extension (`trace-00001.pcapng`).
-    #[arg(short = 'C', value_name = "MB", requires = "write")]
+    /// With -w: start a new file when this one holds this many million bytes, or with a
+    /// suffix k, m, g that many KiB, MiB, GiB (tcpdump's -C). Files get a sequence number
+    /// before the extension (`trace-00001.pcapng`).
+    #[arg(short = 'C', value_name = "MB", requires = "write", value_parser = parse_file_size)]
     file_size: Option<u64>,
     /// With -w: start a new file every this many seconds (tcpdump's -G). A FILE with `%`
     /// is a strftime pattern (UTC), e.g. `dns-%Y%m%dT%H%M%S.pcapng`.
@@ -354,10 +355,26 @@ fn positive_secs(s: f64, flag: &str) -> anyhow::Result<Duration> {
 }
 
 /// `trace`'s flags that clap accepts but that would make a run capture nothing.
+/// tcpdump's `-C`: millions of bytes, or KiB/MiB/GiB with a suffix k, m, g.
+fn parse_file_size(s: &str) -> Result<u64, String> {
+    let (digits, unit) = match s.char_indices().last() {
+        Some((i, 'k' | 'K')) => (&s[..i], 1 << 10),
+        Some((i, 'm' | 'M')) => (&s[..i], 1 << 20),
+        Some((i, 'g' | 'G')) => (&s[..i], 1 << 30),
+        _ => (s, 1_000_000),
+    };
+    match digits.parse::<u64>() {
+        Ok(n) if n > 0 => Ok(n.saturating_mul(unit)),
+        _ => Err(format!(
+            "{s:?} is not a file size: a positive whole number of MB, or with k, m, g"
+        )),
+    }
+}
+
 fn evidence_options(a: &TraceArgs) -> anyhow::Result<dnspath::trace::EvidenceOptions> {
     let stdout = a.write.as_deref() == Some(std::path::Path::new("-"));
     let rotation = dnspath::output::files::Rotation {
-        max_bytes: a.file_size.map(|m| m.max(1).saturating_mul(1_000_000)),
+        max_bytes: a.file_size,
         every: a.rotate_seconds.map(|s| Duration::from_secs(s.max(1))),
         keep: a.file_count.map(|n| n.max(1)),
     };

@@ -12,6 +12,10 @@ use std::{
     collections::VecDeque,
     io::Write,
     path::{Path, PathBuf},
+    sync::{
+        atomic::{AtomicU64, Ordering},
+        Arc,
+    },
     time::Duration,
 };
 
@@ -60,6 +64,9 @@ pub struct PcapngFiles {
     snaplen: u32,
     names: SharedNames,
     current: Option<PcapngSink<Box<dyn Write + Send>>>,
+    /// The current file and the bytes that reached it, to cut it after the last whole block
+    /// when a write fails.
+    on_disk: Option<(std::fs::File, Arc<AtomicU64>)>,
     /// Capture time of the current file's first packet.
     started_ns: u64,
     seq: u64,
@@ -84,6 +91,7 @@ impl PcapngFiles {
             snaplen,
             names,
             current: None,
+            on_disk: None,
             started_ns: 0,
             seq: 0,
             kept: VecDeque::new(),
@@ -148,6 +156,7 @@ impl PcapngFiles {
 
     fn close(&mut self) {
         self.flush();
+        self.on_disk = None;
         if let Some(c) = self.current.take() {
             let (p, d) = c.written();
             self.stats.packets += p;
@@ -168,6 +177,13 @@ impl PcapngFiles {
             let (p, d) = c.written();
             self.stats.packets += p;
             self.stats.drops += d;
+            // A full disk took part of a block: what ends with whole blocks stays readable.
+            if let Some((f, reached)) = self.on_disk.take() {
+                let whole = c.whole_blocks_up_to(reached.load(Ordering::Relaxed));
+                if let Err(e) = f.set_len(whole) {
+                    log::warn!("-w: cutting the file after its last whole block: {e}");
+                }
+            }
         }
     }
 
@@ -186,7 +202,11 @@ impl PcapngFiles {
             Box::new(std::io::BufWriter::new(std::io::stdout()))
         } else {
             match create_private(&path) {
-                Ok(f) => Box::new(std::io::BufWriter::new(f)),
+                Ok(f) => {
+                    let reached = Arc::new(AtomicU64::new(0));
+                    self.on_disk = f.try_clone().ok().map(|c| (c, Arc::clone(&reached)));
+                    Box::new(std::io::BufWriter::new(Counted { inner: f, reached }))
+                }
                 Err(e) => return self.fail(format!("{}: {e}", path.display())),
             }
         };
@@ -218,6 +238,23 @@ impl PcapngFiles {
                 }
             }
         }
+    }
+}
+
+/// A file that counts the bytes that reached it.
+struct Counted {
+    inner: std::fs::File,
+    reached: Arc<AtomicU64>,
+}
+
+impl Write for Counted {
+    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+        let n = self.inner.write(b)?;
+        self.reached.fetch_add(n as u64, Ordering::Relaxed);
+        Ok(n)
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.inner.flush()
     }
 }
 

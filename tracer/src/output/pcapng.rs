@@ -7,7 +7,12 @@
 //!
 //! Written with pcap-file's pcapng writer. A write error (disk full, file gone) stops the
 //! file — what was written stays readable — and is kept for the owner to report once.
-use std::{borrow::Cow, collections::HashMap, io::Write, time::Duration};
+use std::{
+    borrow::Cow,
+    collections::{HashMap, VecDeque},
+    io::Write,
+    time::Duration,
+};
 
 use pcap_file::{
     pcapng::{
@@ -51,8 +56,11 @@ pub struct PcapngSink<W: Write> {
     ifaces: HashMap<(u64, u32), (u32, String)>,
     packets: u64,
     drops: u64,
-    /// Bytes written, blocks whole.
+    /// Bytes handed to the writer, blocks whole (the section header included).
     bytes: u64,
+    /// Where the last blocks end (the last MiB of them): after a failed write, the file is
+    /// cut at one of these so that it ends with a whole block.
+    ends: VecDeque<u64>,
     /// The error that stopped the file, reported once.
     failed: Option<String>,
 }
@@ -83,6 +91,10 @@ impl<W: Write> PcapngSink<W> {
             section_length: -1,
             options,
         };
+        // The section header's size: blocks are counted from its end.
+        let header = PcapNgWriter::with_section_header(Vec::new(), section.clone())?
+            .into_inner()
+            .len() as u64;
         Ok(Self {
             w: Some(PcapNgWriter::with_section_header(out, section)?),
             clock,
@@ -91,7 +103,8 @@ impl<W: Write> PcapngSink<W> {
             ifaces: HashMap::new(),
             packets: 0,
             drops: 0,
-            bytes: 0,
+            bytes: header,
+            ends: VecDeque::from([header]),
             failed: None,
         })
     }
@@ -99,6 +112,29 @@ impl<W: Write> PcapngSink<W> {
     /// Packets and drops written so far.
     pub fn written(&self) -> (u64, u64) {
         (self.packets, self.drops)
+    }
+
+    /// The end of the last whole block within the first `len` bytes written (0: none).
+    pub fn whole_blocks_up_to(&self, len: u64) -> u64 {
+        self.ends
+            .iter()
+            .rev()
+            .find(|&&e| e <= len)
+            .copied()
+            .unwrap_or(0)
+    }
+
+    fn wrote(&mut self, n: usize) {
+        self.bytes += n as u64;
+        self.ends.push_back(self.bytes);
+        while self.ends.len() > 1
+            && self
+                .ends
+                .front()
+                .is_some_and(|&e| e + (1 << 20) < self.bytes)
+        {
+            self.ends.pop_front();
+        }
     }
 
     /// Why the file stopped, if it did.
@@ -138,7 +174,7 @@ impl<W: Write> PcapngSink<W> {
         };
         let w = self.w.as_mut()?;
         match w.write_pcapng_block(block) {
-            Ok(n) => self.bytes += n as u64,
+            Ok(n) => self.wrote(n),
             Err(e) => {
                 self.fail(describe(&e));
                 return None;
@@ -170,7 +206,7 @@ impl<W: Write> PcapngSink<W> {
             options,
         };
         match w.write_pcapng_block(block) {
-            Ok(n) => self.bytes += n as u64,
+            Ok(n) => self.wrote(n),
             Err(e) => self.fail(describe(&e)),
         }
     }

@@ -255,6 +255,7 @@ impl Recorder {
 
     fn write(&mut self, mut c: Capture) {
         c.packets.sort_by_key(|p| p.ts_ns);
+        let incidents = c.incidents.len() as u64;
         let mut comments = vec![format!(
             "dnspath flight recorder: {} incident(s); packets from {} to {}",
             c.incidents.len(),
@@ -292,7 +293,9 @@ impl Recorder {
                 self.trim_dir(&c.path);
             }
             Err(e) => {
-                self.stats.not_written += c.incidents.len().max(1) as u64;
+                // Half a file is no evidence: gone, and its incidents counted.
+                let _ = std::fs::remove_file(&c.path);
+                self.stats.not_written += incidents;
                 if self.stats.failed.is_none() {
                     eprintln!(
                         "dnspath: error: --record {}: {}; the trace goes on",
