@@ -358,13 +358,16 @@ impl Annotator {
                     self.by_ts.remove(&h.packet.ts_ns);
                 }
             }
-            if !self.cfg.transactions {
-            } else if h.claimed {
-                self.stats.annotated += 1;
-            } else if over && !late && !all {
-                self.stats.early += 1;
-            } else {
-                self.stats.unclaimed += 1;
+            // Without transactions nothing is waited for, so nothing is counted.
+            if self.cfg.transactions {
+                let counter = if h.claimed {
+                    &mut self.stats.annotated
+                } else if over && !late && !all {
+                    &mut self.stats.early
+                } else {
+                    &mut self.stats.unclaimed
+                };
+                *counter += 1;
             }
             let mut p = h.packet;
             if !h.notes.is_empty() {
