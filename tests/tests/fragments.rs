@@ -13,8 +13,12 @@
 //! - later fragments dropped on the node's veth towards the client (a TC flower filter on
 //!   egress — after dnspath's own TC program, before the wire; netfilter cannot do it there:
 //!   the node's conntrack reassembles at PREROUTING and re-fragments after POSTROUTING): a
-//!   `fragment_loss` at the client's `eth0`, the drops reported at the node, the transaction
-//!   unanswered, nothing malformed.
+//!   `fragment_loss` at the client's `eth0`, the drops of the later fragments reported at the
+//!   node and named by their first fragment (ports, answer id, question), the transaction
+//!   dropped there and unanswered, nothing malformed;
+//! - IPv6 later fragments dropped by an `ip6tables` rule where the node forwards them: the
+//!   `NETFILTER_DROP` names its query though the datagram was whole at the hop before, the
+//!   transaction is dropped there and unanswered, the client's hop reports the loss.
 //!
 //! Run as root with `--test-threads=1` (`cargo xtask test`).
 use std::{
@@ -192,17 +196,86 @@ fn transaction_outcome(recs: &[Value]) -> Vec<String> {
         .collect()
 }
 
-/// A tcpdump of every interface of the node; stopped (SIGINT) by [`Capture::stop`].
+/// Drop records of later IP fragments (offset > 0).
+fn fragment_drops(recs: &[Value]) -> Vec<&Value> {
+    let drops: Vec<_> = of_type(recs, "drop")
+        .into_iter()
+        .filter(|d| d["fragment"]["offset"].as_u64().is_some_and(|o| o > 0))
+        .collect();
+    for d in &drops {
+        eprintln!(
+            "drop {}/{} {} {} > {} {} {} at {}: {}",
+            d["netns"],
+            d["ifname"],
+            d["proto"],
+            d["src"],
+            d["dst"],
+            d["fragment"],
+            d["reason"],
+            d["location"],
+            d["dns"]["questions"][0]["name"]
+        );
+    }
+    drops
+}
+
+/// A drop of a later fragment tied to its query: ports, the answer's id and question from its
+/// first fragment, nothing malformed.
+fn assert_answer_fragment_drop(d: &Value) {
+    assert_eq!(d["proto"], "udp", "{d}");
+    assert!(
+        d["src"].as_str().unwrap().ends_with(&format!(":{PORT}")),
+        "{d}"
+    );
+    assert_eq!(d["dns"]["qr"], true, "{d}");
+    assert!(d["dns"]["id"].is_u64(), "{d}");
+    assert_eq!(d["dns"]["questions"][0]["name"], NAME, "{d}");
+    assert!(d.get("malformed").is_none(), "{d}");
+    assert!(d["fragment"]["ip_id"].is_u64(), "{d}");
+}
+
+/// The transaction is `dropped`, unanswered, by the kernel drop of its answer at `netns`/`ifname`.
+fn assert_dropped_at(t: &Value, netns: &str, ifname: &str, reason: &Value) {
+    assert_eq!(t["outcome"], "dropped", "{t}");
+    let summary = t["summary"].as_str().unwrap();
+    assert!(
+        summary.starts_with(&format!(
+            "dropped by the kernel ({} at ",
+            reason.as_str().unwrap()
+        )) && summary.contains("unanswered"),
+        "{t}"
+    );
+    let leg = &t["legs"][0];
+    assert_eq!(leg["outcome"], "dropped", "{t}");
+    let drop = &leg["drop"];
+    assert_eq!(
+        (
+            &drop["netns"],
+            &drop["ifname"],
+            &drop["reason"],
+            &drop["response"]
+        ),
+        (
+            &Value::from(netns),
+            &Value::from(ifname),
+            reason,
+            &Value::from(true)
+        ),
+        "{t}"
+    );
+}
+
+/// A tcpdump of every interface of a namespace; stopped (SIGINT) by [`Capture::stop`].
 struct Capture {
     child: Child,
     file: PathBuf,
 }
 
 impl Capture {
-    fn start(lab: &Lab, file: PathBuf) -> Self {
+    fn start(lab: &Lab, ns: &str, file: PathBuf) -> Self {
         let f = file.to_string_lossy().into_owned();
         let mut cmd = lab.command_in(
-            lab.node_ns(),
+            ns,
             &[
                 "tcpdump",
                 "--immediate-mode",
@@ -258,7 +331,7 @@ fn large_answers_are_reassembled_at_every_hop_live_and_offline() {
         ],
     )
     .unwrap();
-    let pcap = Capture::start(&lab, lab.temp_dir().join("frag-node.pcap"));
+    let pcap = Capture::start(&lab, lab.node_ns(), lab.temp_dir().join("frag-node.pcap"));
     for server in [
         lab.ip_of(Pod::Upstream).to_string(),
         lab.ip6_of(Pod::Upstream).to_string(),
@@ -417,6 +490,7 @@ fn later_fragments_dropped_on_a_hop_are_a_fragment_loss_there() {
         ],
     )
     .unwrap();
+    let pcap = Capture::start(&lab, client, lab.temp_dir().join("frag-client.pcap"));
     for server in [
         lab.ip_of(Pod::Upstream).to_string(),
         lab.ip6_of(Pod::Upstream).to_string(),
@@ -428,6 +502,7 @@ fn later_fragments_dropped_on_a_hop_are_a_fragment_loss_there() {
             "answered through the filter: {text}"
         );
     }
+    let pcap = pcap.stop();
     // Past the 2 s reassembly timeout: reported live, not at the end.
     thread::sleep(Duration::from_millis(2500));
     let recs = records(&t.stop());
@@ -493,30 +568,30 @@ fn later_fragments_dropped_on_a_hop_are_a_fragment_loss_there() {
         "{answers:?}"
     );
     assert!(!answers.iter().any(|a| a.0 == client), "{answers:?}");
-    // The filtered fragments' drops (no ports: addressed by IP) at the node.
-    let drops: Vec<_> = of_type(&recs, "drop")
-        .into_iter()
-        .filter(|d| d["proto"] == "ip")
-        .collect();
-    for d in &drops {
-        eprintln!(
-            "drop {}/{} {} > {} {} at {}",
-            d["netns"], d["ifname"], d["src"], d["dst"], d["reason"], d["location"]
-        );
-    }
+    // The filtered fragments' drops at the node: later fragments, without ports of their
+    // own, named by their datagram's first fragment: the answer to the big question.
+    let drops = fragment_drops(&recs);
+    let mut reasons = Vec::new();
     for src in [
-        lab.ip_of(Pod::Upstream).to_string(),
-        lab.ip6_of(Pod::Upstream).to_string(),
+        format!("{}:{PORT}", lab.ip_of(Pod::Upstream)),
+        format!("[{}]:{PORT}", lab.ip6_of(Pod::Upstream)),
     ] {
-        assert!(
-            drops
-                .iter()
-                .any(|d| d["netns"] == node && d["src"] == src.as_str()),
-            "no drop of a fragment from {src}: {:?}",
-            of_type(&recs, "drop")
-        );
+        let d = drops
+            .iter()
+            .find(|d| d["netns"] == node && d["src"] == src.as_str())
+            .unwrap_or_else(|| panic!("no drop of a fragment from {src}: {drops:?}"));
+        assert_eq!(d["ifname"], vclient, "{d}");
+        assert_answer_fragment_drop(d);
+        // The same answer the client's hop reports the loss of.
+        let loss = losses
+            .iter()
+            .find(|l| l["src"] == src.as_str() && l["netns"] == client)
+            .unwrap();
+        assert_eq!(d["dns"]["id"], loss["dns"]["id"], "{d}\n{loss}");
+        reasons.push((src, d["reason"].clone()));
     }
-    // The client never got the answers: dropped on the way, by the fragments lost.
+    // The client never got the answers: dropped on the way, by the kernel at the node (the
+    // drop of a later fragment comes before the loss is known at the client's hop).
     let txs: Vec<_> = of_type(&recs, "transaction")
         .into_iter()
         .filter(|t| t["question"]["name"] == NAME)
@@ -524,18 +599,13 @@ fn later_fragments_dropped_on_a_hop_are_a_fragment_loss_there() {
     assert_eq!(txs.len(), 2, "{txs:?}");
     for t in &txs {
         eprintln!("{}", t["summary"]);
-        assert_eq!(t["outcome"], "dropped", "{t}");
-        assert!(
-            t["summary"]
-                .as_str()
-                .unwrap()
-                .starts_with("answer lost on the way: "),
-            "{t}"
-        );
-        let drop = &t["legs"][0]["drop"];
-        assert_eq!(drop["reason"], "FRAGMENT_LOSS", "{t}");
-        assert_eq!(drop["response"], true, "{t}");
-        assert_eq!(t["legs"][0]["outcome"], "dropped", "{t}");
+        let leg = &t["legs"][0];
+        let reason = &reasons
+            .iter()
+            .find(|(src, _)| leg["backend"] == src.as_str())
+            .unwrap_or_else(|| panic!("{t}"))
+            .1;
+        assert_dropped_at(t, node, vclient, reason);
     }
     let s = stats(&recs);
     eprintln!("stats: {s}");
@@ -546,5 +616,166 @@ fn later_fragments_dropped_on_a_hop_are_a_fragment_loss_there() {
         "{s}"
     );
     assert!(s["fragments_incomplete"].as_u64().unwrap() >= 2, "{s}");
+    assert_accounted(s);
+
+    // Offline: the client's capture pins the same losses to its interface, and the answers
+    // never count as answered.
+    let out = Command::new(dnspath_bin())
+        .args(["analyze", "-o", "json", "--port", PORT])
+        .arg(&pcap)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let recs: Vec<Value> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let losses = of_type(&recs, "fragment_loss");
+    for l in &losses {
+        eprintln!("offline: {}", l["summary"]);
+        assert_eq!(l["dns"]["questions"][0]["name"], NAME, "{l}");
+        assert_eq!(l["dir"], "ingress", "{l}");
+    }
+    let v4 = format!("{}:{PORT}", lab.ip_of(Pod::Upstream));
+    let v6 = format!("[{}]:{PORT}", lab.ip6_of(Pod::Upstream));
+    assert!(
+        losses
+            .iter()
+            .any(|l| l["src"] == v4.as_str() && l["fragments_seen"].as_array().unwrap().len() == 1),
+        "offline: {losses:?}\n{stderr}"
+    );
+    assert!(
+        losses
+            .iter()
+            .any(|l| l["src"] == v6.as_str() && l["missing_fragments"] == serde_json::json!([2])),
+        "offline: {losses:?}\n{stderr}"
+    );
+    assert!(big_answers(&recs).is_empty(), "offline: {recs:?}");
+    let outcomes = transaction_outcome(&recs);
+    assert!(
+        outcomes.len() == 2 && outcomes.iter().all(|o| o == "dropped"),
+        "offline: {outcomes:?}"
+    );
+    let s = stats(&recs);
+    eprintln!("offline stats: {s}\n{stderr}");
+    assert_eq!(s["malformed"], 0, "{s}");
+    assert_accounted(s);
+}
+
+/// A firewall rule dropping IPv6 fragments where the node forwards them: `ip6tables -m frag
+/// --fraglast -j DROP` in the node's FORWARD chain (the node has no IPv6 conntrack, so its
+/// netfilter sees each fragment; its IPv4 conntrack reassembles before any iptables chain,
+/// so an IPv4 rule there would see whole datagrams). The kernel frees the last fragment with
+/// `NETFILTER_DROP` after dnspath's TC program saw every fragment on the node's ingress, so
+/// the datagram is whole at that hop and only the drop says where the answer died: it names
+/// the query (from the first fragment), and the transaction is dropped there, unanswered.
+#[test]
+fn later_fragments_dropped_by_a_firewall_rule_name_their_query() {
+    let Some((lab, server)) = lab(&["dnsmasq", "dig", "ip6tables"]) else {
+        return;
+    };
+    let (client, up, node) = (lab.client_ns(), lab.upstream_ns(), lab.node_ns());
+    let (vup, vclient) = (lab.veth_of(Pod::Upstream), lab.veth_of(Pod::Client));
+    let up6 = lab.ip6_of(Pod::Upstream).to_string();
+    let rule = [
+        "ip6tables",
+        "-w",
+        "-A",
+        "FORWARD",
+        "-s",
+        &up6,
+        "-m",
+        "frag",
+        "--fraglast",
+        "-j",
+        "DROP",
+    ];
+    let out = lab.exec(node, &rule);
+    assert!(out.status.success(), "{rule:?}: {out:?}");
+    let t = Tracer::start(
+        &lab,
+        node,
+        &[
+            "trace", "-o", "json", "--port", PORT, "--netns", client, "--netns", up,
+        ],
+    )
+    .unwrap();
+    let out = dig_big(&lab, &up6);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        !text.contains(&format!("ANSWER: {STRINGS}")),
+        "answered through the rule: {text}"
+    );
+    // Past the 2 s reassembly timeout, so the hops after the rule report their loss.
+    thread::sleep(Duration::from_millis(2500));
+    let recs = records(&t.stop());
+    stop_server(server);
+    let counted = lab.exec(
+        node,
+        &["ip6tables", "-w", "-L", "FORWARD", "-v", "-x", "-n"],
+    );
+    eprintln!("{}", String::from_utf8_lossy(&counted.stdout));
+
+    let src = format!("[{up6}]:{PORT}");
+    // Whole on the node's ingress (before the rule), never at the client.
+    let answers = big_answers(&recs);
+    assert!(
+        answers
+            .iter()
+            .any(|a| a.0 == node && a.1 == vup && a.2 == "ingress" && a.3 == src),
+        "{answers:?}"
+    );
+    assert!(!answers.iter().any(|a| a.0 == client), "{answers:?}");
+    let drops = fragment_drops(&recs);
+    let d = drops
+        .iter()
+        .find(|d| d["netns"] == node && d["src"] == src.as_str())
+        .unwrap_or_else(|| panic!("no drop of a fragment from {src}: {drops:?}"));
+    assert_answer_fragment_drop(d);
+    assert_eq!(d["reason"], "NETFILTER_DROP", "{d}");
+    // Where netfilter drops: the rule's verdict (`nft_do_chain` under iptables-nft) or the
+    // hook that applies it.
+    let location = d["location"].as_str().unwrap();
+    assert!(
+        location.starts_with("nft_do_chain") || location.starts_with("nf_hook_slow"),
+        "{d}"
+    );
+    // The last of three fragments of 1232 bytes.
+    assert_eq!(d["fragment"]["offset"], 2464, "{d}");
+    // After the rule the last fragment never came: a loss at the client's hop, of the same
+    // answer.
+    let losses = of_type(&recs, "fragment_loss");
+    let loss = losses
+        .iter()
+        .find(|l| l["netns"] == client && l["src"] == src.as_str())
+        .unwrap_or_else(|| panic!("no loss at {client}: {losses:?}"));
+    assert_eq!(
+        loss["missing"],
+        serde_json::json!([{"start": 2464, "end": null}]),
+        "{loss}"
+    );
+    assert_eq!(loss["dns"]["id"], d["dns"]["id"], "{loss}\n{d}");
+    for l in &losses {
+        assert!(
+            l["netns"] == client || (l["ifname"] == vclient && l["dir"] == "egress"),
+            "{l}"
+        );
+    }
+    // The transaction: dropped at the node by the rule, unanswered.
+    let txs: Vec<_> = of_type(&recs, "transaction")
+        .into_iter()
+        .filter(|t| t["question"]["name"] == NAME)
+        .collect();
+    let [t] = &txs[..] else {
+        panic!("one transaction expected: {txs:?}")
+    };
+    eprintln!("{}", t["summary"]);
+    assert_dropped_at(t, node, d["ifname"].as_str().unwrap(), &d["reason"]);
+    let s = stats(&recs);
+    eprintln!("stats: {s}");
+    assert_eq!(s["malformed"], 0, "{s}");
+    // The kernel drop joined the transaction (the losses reported 2 s later find it over).
+    assert_eq!(s["correlate"]["drops_attached"], 1, "{s}");
     assert_accounted(s);
 }

@@ -216,6 +216,8 @@ fn test(extra: &[String]) -> Result<()> {
             "--exclude",
             "tracer-ebpf",
             "--release",
+            // Every failing test binary is reported, not only the first.
+            "--no-fail-fast",
         ])
         .args(extra)
         .args(["--", "--test-threads=1"]));

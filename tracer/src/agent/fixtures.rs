@@ -220,6 +220,7 @@ pub fn drop_record(reason: &str, benign: Option<&'static str>) -> DropRecord {
         dns: None,
         malformed: None,
         capture_truncated: false,
+        fragment: None,
         benign,
     }
 }

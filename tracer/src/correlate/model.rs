@@ -138,7 +138,7 @@ pub(super) struct Leg {
 }
 
 /// `reason` of a drop observation that is a datagram whose IP fragments never all reached a
-/// hop (decode/frag.rs), not a kernel drop.
+/// hop (decode/frag), not a kernel drop.
 pub const FRAGMENT_LOSS: &str = "FRAGMENT_LOSS";
 
 /// How long after a response was seen on the way a root leg waits for it at its client's

@@ -8,7 +8,7 @@ use crate::{
     correlate::{DropObservation, Observation, Observed},
     decode::{
         dns,
-        frag::{FragLimits, FragmentLoss, Pushed, Reassembler},
+        frag::{parse_fragment, FragLimits, FragmentLoss, Pushed, Reassembler},
         parse_ip,
         tcp::{FlowKey, TcpLimits, TcpOutput, TcpReassembler},
         Transport,
@@ -19,7 +19,8 @@ use crate::{
     },
     kernel::{attach::SharedNames, kallsyms::Kallsyms},
     output::record::{
-        CtEndpoints, CtRecord, DropRecord, FragmentLossRecord, PacketRecord, Record, StatsRecord,
+        CtEndpoints, CtRecord, DropRecord, DroppedFragment, FragmentLossRecord, PacketRecord,
+        Record, StatsRecord,
     },
     time::Clock,
 };
@@ -78,7 +79,7 @@ pub struct Decoder {
     reasons: HashMap<u32, String>,
     confirm_hook: bool,
     tcp: TcpReassembler,
-    /// IP fragments, per hop (decode/frag.rs).
+    /// IP fragments, per hop (decode/frag).
     frag: Reassembler,
     /// Latest time seen (packets, and the pipeline's ticks): the reassembler's clock, and
     /// the time of what `finish` reports.
@@ -634,6 +635,11 @@ impl Decoder {
             dns: None,
             malformed: None,
             capture_truncated: false,
+            fragment: parse_fragment(&d.data).map(|f| DroppedFragment {
+                ip_id: f.id,
+                offset: f.offset,
+                len: f.len,
+            }),
             benign: None,
         };
         let function = self.kallsyms.function(d.location).unwrap_or("");
@@ -651,7 +657,8 @@ impl Decoder {
                     // The first fragment of a datagram holds the start of the message.
                     let cut = cut_by_capture(d.orig_len, d.data.len(), ip.missing, payload.len())
                         .or_else(|| {
-                            crate::decode::frag::parse_fragment(&d.data)
+                            r.fragment
+                                .as_ref()
                                 .map(|_| payload.len().saturating_add(ip.missing))
                         });
                     match decode_message(payload, cut) {
@@ -692,11 +699,25 @@ impl Decoder {
                         }
                     }
                 }
-                // Other protocols, later IP fragments (no ports): the addresses.
-                Transport::Other { .. } => {
-                    r.src = ip.src.to_string();
-                    r.dst = ip.dst.to_string();
-                }
+                // A later IP fragment has no ports: its datagram's first fragment, seen on
+                // the way, names the message (so the drop joins its transaction).
+                Transport::Other { proto } => match self.frag.first_fragment_of(&d.data, d.ts_ns) {
+                    Some(first) => {
+                        r.proto = match proto {
+                            tracer_common::IPPROTO_TCP => "tcp",
+                            tracer_common::IPPROTO_UDP => "udp",
+                            _ => "ip",
+                        };
+                        r.src = SocketAddr::new(ip.src, first.ports.0).to_string();
+                        r.dst = SocketAddr::new(ip.dst, first.ports.1).to_string();
+                        r.dns = first.dns;
+                    }
+                    // Other protocols, fragments of datagrams not seen: the addresses.
+                    None => {
+                        r.src = ip.src.to_string();
+                        r.dst = ip.dst.to_string();
+                    }
+                },
             },
             Err(e) => r.malformed = Some(format!("IP: {e}")),
         }

@@ -86,6 +86,11 @@ fn records() -> Vec<Record> {
     let mut drop = fixtures::drop_record("NETFILTER_DROP", Some("normal socket life"));
     drop.confirm_failed = Some(true);
     drop.capture_truncated = true;
+    drop.fragment = Some(crate::output::record::DroppedFragment {
+        ip_id: 0x1a2b,
+        offset: 1232,
+        len: 1232,
+    });
     drop.malformed = Some("x".into());
     drop.dns = Some(whole);
     drop.ct = Some(CtRecord {

@@ -389,6 +389,11 @@ pub struct DropRecord {
     /// As for packets: the copy of the dropped packet cut its DNS message.
     #[serde(skip_serializing_if = "is_false")]
     pub capture_truncated: bool,
+    /// The dropped packet is an IP fragment: where it sits in its datagram. For a later
+    /// fragment (no ports of its own), `src`/`dst` ports and `dns` are its datagram's first
+    /// fragment's, when that was seen.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fragment: Option<DroppedFragment>,
     /// Set when the drop is part of normal socket life (e.g. a socket closed with data
     /// queued), with the reason; the text view hides these.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -397,6 +402,17 @@ pub struct DropRecord {
     /// window is over).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub evidence: Option<String>,
+}
+
+/// An IP fragment's place in its datagram.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct DroppedFragment {
+    /// The IP Identification shared by the datagram's fragments.
+    pub ip_id: u32,
+    /// Byte offset of its data in the datagram's IP payload (0: the first fragment).
+    pub offset: usize,
+    /// Its data length.
+    pub len: usize,
 }
 
 /// The kernel side of a live run: its counters and what could be set up.

@@ -117,13 +117,19 @@ pub fn drop_line(d: &DropRecord) -> String {
         (None, None) => String::new(),
     };
     let at = at(&d.netns, &d.ifname, &d.pod);
+    let fragment = d
+        .fragment
+        .as_ref()
+        .map(|f| format!(" ip id {:#x} fragment at {}", f.ip_id, f.offset))
+        .unwrap_or_default();
     format!(
-        "{} DROP {} {} {} > {} reason {} at {} cpu {}{} {}",
+        "{} DROP {} {} {} > {}{} reason {} at {} cpu {}{} {}",
         clock(&d.time),
         at,
         d.proto,
         esc(&d.src),
         esc(&d.dst),
+        fragment,
         esc(&d.reason),
         esc(&d.location),
         d.cpu,
@@ -618,6 +624,7 @@ mod tests {
             dns: None,
             malformed: Some(evil()),
             capture_truncated: false,
+            fragment: None,
             benign: None,
         };
         check(&Record::Drop(d.clone()), 1, 11);

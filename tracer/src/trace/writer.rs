@@ -254,6 +254,7 @@ mod tests {
             dns: None,
             malformed: None,
             capture_truncated: false,
+            fragment: None,
             benign: None,
         })
     }
