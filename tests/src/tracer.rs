@@ -70,9 +70,23 @@ impl Tracer {
         capture_stdout: bool,
         timeout: Duration,
     ) -> Result<Tracer, LabError> {
+        Self::start_under(lab, ns, &[], args, capture_stdout, timeout)
+    }
+
+    /// As [`Tracer::start_waiting`], with `dnspath ARGS` run by the command `wrapper`
+    /// (e.g. `unshare -m sh -c '…; "$@"' sh`, for a mount of its own).
+    pub fn start_under(
+        lab: &Lab,
+        ns: &str,
+        wrapper: &[&str],
+        args: &[&str],
+        capture_stdout: bool,
+        timeout: Duration,
+    ) -> Result<Tracer, LabError> {
         let bin = dnspath_bin();
         let bin = bin.to_string_lossy().into_owned();
-        let mut all = vec![bin.as_str()];
+        let mut all = wrapper.to_vec();
+        all.push(bin.as_str());
         all.extend_from_slice(args);
         let mut cmd = lab.command_in(ns, &all);
         cmd.stdin(Stdio::null())

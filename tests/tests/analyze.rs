@@ -713,9 +713,9 @@ fn trace_w_writes_a_pcapng_that_wireshark_tools_and_analyze_read() {
     assert_eq!(lines.len() as u64, packets, "one frame per captured packet");
     for l in &lines {
         let (comment, iface) = l.split_once('\t').unwrap_or((l, ""));
-        assert!(comment.starts_with("dnspath hop="), "{l}");
+        assert!(comment.starts_with("dnspath at="), "{l}");
         assert!(
-            iface.contains('/') && comment.contains(&format!("hop={iface} ")),
+            iface.contains('/') && comment.contains(&format!("at={iface} ")),
             "{l}"
         );
     }

@@ -38,8 +38,10 @@ enum Command {
     ///   dnspath trace --duration 10 --port 53 --port 5353
     ///   dnspath trace --view packets           # a line per packet instead of transaction trees
     ///   dnspath trace --all-netns --until loop # exit 3 once a forwarding loop is found
+    ///   dnspath trace -w dns-%H%M%S.pcapng -G 60 -W 10   # every packet, a file a minute
+    ///   dnspath trace --all-netns --record /var/lib/dnspath  # a pcapng per incident
     #[command(verbatim_doc_comment)]
-    Trace(TraceArgs),
+    Trace(Box<TraceArgs>),
     /// Decode a pcap or pcapng capture file offline, with the same output as `trace`.
     ///
     /// Reads what tcpdump, tshark and dumpcap write: Ethernet (with VLAN tags), raw IP,
@@ -94,6 +96,61 @@ struct AgentArgs {
     #[arg(long, value_name = "MAX", num_args = 0..=1,
           default_missing_value = "100", value_parser = clap::value_parser!(u64).range(1..=10_000))]
     namespace_label: Option<u64>,
+    #[command(flatten)]
+    record: RecordArgs,
+}
+
+/// The flight recorder, for `trace` and `agent`.
+#[derive(Args)]
+struct RecordArgs {
+    /// Flight recorder: keep the last packets in memory and, at each incident (a loop
+    /// detected, a race drop, a kernel drop of a DNS packet, an unanswered query, a
+    /// SERVFAIL), write the packets around it to a pcapng file in DIR named by the time and
+    /// kind of the incident (`dnspath-20261130T232652.123Z-race-drop.pcapng`), the incidents
+    /// in its section header comments; the incident's record names the file (`evidence`).
+    /// Incidents that overlap share a file. Files are created 0600.
+    #[arg(long, value_name = "DIR")]
+    record: Option<PathBuf>,
+    /// Seconds of packets before an incident that its file holds.
+    #[arg(long, value_name = "SECS", default_value_t = 10.0)]
+    record_before: f64,
+    /// Seconds of packets after an incident that its file holds.
+    #[arg(long, value_name = "SECS", default_value_t = 5.0)]
+    record_after: f64,
+    /// Megabytes of packets the recorder keeps in memory (its ring, and each file).
+    #[arg(long, value_name = "MB", default_value_t = 64)]
+    record_buffer: u64,
+    /// Megabytes of recorder files DIR keeps; the oldest are deleted first.
+    #[arg(long, value_name = "MB", default_value_t = 512)]
+    record_max_size: u64,
+    /// New recorder files per minute at most; the incidents beyond are counted in
+    /// `stats.evidence.record.not_written`.
+    #[arg(long, value_name = "N", default_value_t = 6)]
+    record_rate: u32,
+}
+
+impl RecordArgs {
+    fn config(&self) -> anyhow::Result<Option<dnspath::output::recorder::RecorderConfig>> {
+        let Some(dir) = &self.record else {
+            return Ok(None);
+        };
+        if !dir.is_dir() {
+            anyhow::bail!("--record {}: not a directory", dir.display());
+        }
+        let ns = |s: f64, flag: &str| -> anyhow::Result<u64> {
+            Ok(u64::try_from(positive_secs(s, flag)?.as_nanos()).unwrap_or(u64::MAX))
+        };
+        Ok(Some(dnspath::output::recorder::RecorderConfig {
+            dir: dir.clone(),
+            before_ns: ns(self.record_before, "--record-before")?,
+            after_ns: ns(self.record_after, "--record-after")?,
+            ring_bytes: usize::try_from(self.record_buffer.saturating_mul(1_000_000))
+                .unwrap_or(usize::MAX),
+            dir_max_bytes: self.record_max_size.saturating_mul(1_000_000),
+            files_per_minute: self.record_rate.max(1),
+            delay_ns: 0,
+        }))
+    }
 }
 
 #[derive(Args)]
@@ -222,6 +279,28 @@ struct TraceArgs {
     /// `dnspath analyze FILE` reads it back.
     #[arg(short = 'w', long = "write", value_name = "FILE")]
     write: Option<PathBuf>,
+    /// With -w: start a new file when this one holds this many million bytes, or with a
+    /// suffix k, m, g that many KiB, MiB, GiB (tcpdump's -C). Files get a sequence number
+    /// before the extension (`trace-00001.pcapng`).
+    #[arg(short = 'C', value_name = "MB", requires = "write", value_parser = parse_file_size)]
+    file_size: Option<u64>,
+    /// With -w: start a new file every this many seconds (tcpdump's -G). A FILE with `%`
+    /// is a strftime pattern (UTC), e.g. `dns-%Y%m%dT%H%M%S.pcapng`.
+    #[arg(short = 'G', value_name = "SECONDS", requires = "write")]
+    rotate_seconds: Option<u64>,
+    /// With -w: keep only the newest N files; older ones are deleted (tcpdump's -W).
+    #[arg(short = 'W', value_name = "N", requires = "write")]
+    file_count: Option<usize>,
+    /// Seconds a packet may wait for its transaction to be decided before it is written
+    /// (with -w or --record) without it [default: --timeout + 5].
+    #[arg(long, value_name = "SECS")]
+    write_delay: Option<f64>,
+    /// Megabytes of packets waiting for their transaction; beyond, the oldest are written
+    /// without it (counted in `stats.evidence.early`).
+    #[arg(long, value_name = "MB", default_value_t = 64)]
+    write_buffer: u64,
+    #[command(flatten)]
+    record: RecordArgs,
     /// Where the node's root file system is mounted (e.g. `/host` in `kubectl debug node/N
     /// --profile=sysadmin`): host processes (/proc), named namespaces (/run/netns,
     /// /var/run/netns) and kubelet's pod logs (/var/log/pods, for pod names) are read under it.
@@ -282,6 +361,52 @@ fn positive_secs(s: f64, flag: &str) -> anyhow::Result<Duration> {
 }
 
 /// `trace`'s flags that clap accepts but that would make a run capture nothing.
+/// tcpdump's `-C`: millions of bytes, or KiB/MiB/GiB with a suffix k, m, g.
+fn parse_file_size(s: &str) -> Result<u64, String> {
+    let (digits, unit) = match s.char_indices().last() {
+        Some((i, 'k' | 'K')) => (&s[..i], 1 << 10),
+        Some((i, 'm' | 'M')) => (&s[..i], 1 << 20),
+        Some((i, 'g' | 'G')) => (&s[..i], 1 << 30),
+        _ => (s, 1_000_000),
+    };
+    match digits.parse::<u64>() {
+        Ok(n) if n > 0 => Ok(n.saturating_mul(unit)),
+        _ => Err(format!(
+            "{s:?} is not a file size: a positive whole number of MB, or with k, m, g"
+        )),
+    }
+}
+
+fn evidence_options(a: &TraceArgs) -> anyhow::Result<dnspath::trace::EvidenceOptions> {
+    let stdout = a.write.as_deref() == Some(std::path::Path::new("-"));
+    let rotation = dnspath::output::files::Rotation {
+        max_bytes: a.file_size,
+        every: a.rotate_seconds.map(|s| Duration::from_secs(s.max(1))),
+        keep: a.file_count.map(|n| n.max(1)),
+    };
+    if stdout && rotation.rotates() {
+        anyhow::bail!("-C, -G and -W rotate files: they need -w FILE, not -w -");
+    }
+    if let Some(w) = &a.write {
+        let s = w.to_string_lossy();
+        if s.contains('%') {
+            dnspath::output::files::strftime(&s, 0).map_err(|e| anyhow::anyhow!("-w {e}"))?;
+        }
+    }
+    Ok(dnspath::trace::EvidenceOptions {
+        write: a.write.clone(),
+        rotation,
+        record: a.record.config()?,
+        max_delay_ns: a
+            .write_delay
+            .map(|s| positive_secs(s, "--write-delay"))
+            .transpose()?
+            .map(|d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)),
+        buffer_bytes: usize::try_from(a.write_buffer.saturating_mul(1_000_000))
+            .unwrap_or(usize::MAX),
+    })
+}
+
 fn check_trace_args(a: &TraceArgs) -> anyhow::Result<()> {
     if a.ports.contains(&0) {
         anyhow::bail!("--port 0 is not a port: give UDP/TCP ports from 1 to 65535");
@@ -297,6 +422,7 @@ fn check_trace_args(a: &TraceArgs) -> anyhow::Result<()> {
 fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
         Command::Trace(a) => {
+            let a = *a;
             check_trace_args(&a)?;
             let duration = a
                 .duration
@@ -306,6 +432,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 anyhow::bail!("--host-root {}: not a directory", a.host_root.display());
             }
             dnspath::host::set_root(a.host_root.clone());
+            let evidence = evidence_options(&a)?;
             let opts = TraceOptions {
                 attach: AttachSpec {
                     interfaces: a.interfaces,
@@ -325,7 +452,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 count: a.count,
                 drops: !a.no_drops,
                 until_loop: a.until == Some(Until::Loop),
-                write: a.write.clone(),
+                evidence,
                 filter: a.filter.filter()?,
             };
             let rt = tokio::runtime::Builder::new_current_thread()
@@ -373,7 +500,11 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                     count: None,
                     drops: !a.no_drops,
                     until_loop: false,
-                    write: None,
+                    evidence: dnspath::trace::EvidenceOptions {
+                        record: a.record.config()?,
+                        buffer_bytes: 64_000_000,
+                        ..Default::default()
+                    },
                     // The agent counts and reports everything.
                     filter: dnspath::output::filter::Filter::default(),
                 },

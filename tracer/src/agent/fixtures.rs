@@ -91,6 +91,7 @@ pub fn transaction(
         (None, false) => "unanswered",
     };
     TransactionRecord {
+        evidence: None,
         pod: Default::default(),
         id: 1,
         lookup: LookupRef { id: 1, step: 0 },
@@ -141,6 +142,7 @@ pub fn service_transaction(name: &str, qtype: &str, client_port: u16, rcode: &st
 
 pub fn race(verdict: RaceVerdict, client: &str, dns_id: u16, qtype: &str) -> RaceRecord {
     RaceRecord {
+        evidence: None,
         pod: Default::default(),
         verdict,
         ts_ns: 2_000,
@@ -173,6 +175,7 @@ pub fn race(verdict: RaceVerdict, client: &str, dns_id: u16, qtype: &str) -> Rac
 
 pub fn loop_record(id: u64, state: LoopState, ts_ns: u64) -> LoopRecord {
     LoopRecord {
+        evidence: None,
         id,
         state,
         kind: LoopKind::Cycle,
@@ -196,6 +199,7 @@ pub fn loop_record(id: u64, state: LoopState, ts_ns: u64) -> LoopRecord {
 
 pub fn drop_record(reason: &str, benign: Option<&'static str>) -> DropRecord {
     DropRecord {
+        evidence: None,
         pod: Default::default(),
         ts_ns: 3_000,
         time: "2026-11-30T21:00:00.000000Z".to_string(),

@@ -87,6 +87,10 @@ pub struct LoopRecord {
     pub first_seen_ns: u64,
     /// When the cycle closed (the first repeat to a server of the chain).
     pub detected_ns: u64,
+    /// `--record`: the flight-recorder file holding this incident's packets (written once its
+    /// window is over).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub evidence: Option<String>,
     pub last_seen_ns: u64,
 }
 
@@ -254,6 +258,7 @@ impl LoopTracker {
             clients.insert(c);
         }
         let rec = LoopRecord {
+            evidence: None,
             id,
             state: LoopState::Detected,
             kind,

@@ -264,6 +264,7 @@ impl Correlator {
         for (cpu, n) in self.ct_samples.add(s) {
             self.stats.races.resolved_clashes += n;
             self.race_out.push(RaceRecord {
+                evidence: None,
                 pod: Default::default(),
                 verdict: RaceVerdict::ResolvedClash,
                 ts_ns: ts,

@@ -116,6 +116,10 @@ pub struct RaceRecord {
     /// First query → answer (end to end, including the retry).
     pub total_delay_ns: Option<u64>,
     pub summary: String,
+    /// `--record`: the flight-recorder file holding this incident's packets (written once its
+    /// window is over).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub evidence: Option<String>,
 }
 
 #[derive(Clone, Debug, Default, Serialize)]

@@ -201,6 +201,7 @@ impl Correlator {
                 None => format!("lookup of {}: {what}{how}", l.key.q.name),
             };
             self.race_out.push(RaceRecord {
+                evidence: None,
                 pod: Default::default(),
                 verdict,
                 ts_ns: drop_ts.unwrap_or(l.first_ts),
@@ -491,6 +492,7 @@ impl Correlator {
         };
         let q = root.key.q.clone();
         Some(TransactionRecord {
+            evidence: None,
             pod: Default::default(),
             id: t.id,
             lookup: LookupRef {

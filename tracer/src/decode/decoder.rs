@@ -605,6 +605,7 @@ impl Decoder {
         self.stats.drops += 1;
         let (netns, ifname) = self.place(d.netns, d.ifindex);
         let mut r = DropRecord {
+            evidence: None,
             pod: Default::default(),
             ts_ns: d.ts_ns,
             time: self.clock.wall(d.ts_ns),

@@ -106,7 +106,25 @@ fn records() -> Vec<Record> {
             dst: "a".into(),
         },
     });
+    drop.evidence = Some("DIR/dnspath-x-drop.pcapng".into());
+    let mut transaction = fixtures::transaction("www.lab.test.", "A", "10.244.1.2:1", None, vec![]);
+    transaction.evidence = Some("DIR/dnspath-x-unanswered.pcapng".into());
+    let mut lp = fixtures::loop_record(1, LoopState::Detected, 1);
+    lp.evidence = Some("DIR/dnspath-x-loop.pcapng".into());
+    let mut race = fixtures::race(RaceVerdict::RaceDrop, "10.244.1.2:1", 1, "A");
+    race.evidence = Some("DIR/dnspath-x-race-drop.pcapng".into());
     let stats = StatsRecord {
+        evidence: Some(crate::output::annotate::EvidenceStats {
+            annotate: Default::default(),
+            write: Some(crate::output::files::WriteStats {
+                failed: Some("x".into()),
+                ..Default::default()
+            }),
+            record: Some(crate::output::recorder::RecordStats {
+                failed: Some("x".into()),
+                ..Default::default()
+            }),
+        }),
         kernel: Some(KernelStats {
             counters: KernelCounters::default(),
             setup: Some(KernelSetup {
@@ -127,13 +145,9 @@ fn records() -> Vec<Record> {
         Record::Packet(packet),
         Record::Drop(drop),
         fixtures::service_transaction("www.lab.test.", "A", 40000, "NOERROR"),
-        Record::Loop(fixtures::loop_record(1, LoopState::Detected, 1)),
-        Record::Race(fixtures::race(
-            RaceVerdict::RaceDrop,
-            "10.244.1.2:1",
-            1,
-            "A",
-        )),
+        Record::Transaction(transaction),
+        Record::Loop(lp),
+        Record::Race(race),
         Record::Stats(stats),
     ]
 }
@@ -158,4 +172,8 @@ fn every_json_field_is_documented() {
     // The test sees the fields it is about.
     assert!(all.iter().any(|(k, _)| k == "capture_truncated"));
     assert!(all.iter().any(|(_, p)| p.starts_with("stats.correlate.")));
+    assert!(all
+        .iter()
+        .any(|(_, p)| p == "stats.evidence.record.not_written"));
+    assert!(all.iter().any(|(_, p)| p == "race.evidence"));
 }

@@ -355,6 +355,7 @@ mod tests {
             latency_ns: None,
         };
         TransactionRecord {
+            evidence: None,
             pod: Default::default(),
             id: 1,
             lookup: LookupRef { id: 1, step: 0 },
@@ -574,6 +575,7 @@ mod tests {
             },
         };
         let l = Record::Loop(LoopRecord {
+            evidence: None,
             id: 1,
             state: LoopState::Detected,
             kind: LoopKind::Cycle,

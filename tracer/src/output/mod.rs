@@ -1,8 +1,11 @@
 //! Sinks: terminal text and NDJSON.
+pub mod annotate;
+pub mod files;
 pub mod filter;
 pub mod pcapng;
 pub mod pods;
 pub mod record;
+pub mod recorder;
 pub mod text;
 
 use std::{

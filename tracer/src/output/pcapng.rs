@@ -1,13 +1,18 @@
-//! `trace -w FILE`: every captured packet, as captured (from the IP header on, up to the
-//! snaplen, original length kept), into a pcapng file Wireshark and tshark open — one
-//! interface block per (network namespace, interface), named `netns/ifname`, nanosecond
-//! timestamps, direction in `epb_flags`, and a comment per packet saying where dnspath saw it
-//! and what it decoded. Kernel drops go in too, as the dropped packet on an interface block of
-//! their own (`dnspath/drops`) with the drop's reason and location in the comment.
+//! One pcapng file (`trace -w`, each rotated file, each flight-recorder file): packets as
+//! captured (from the IP header on, up to the snaplen, original length kept) that Wireshark
+//! and tshark open — one interface block per (network namespace, interface), named
+//! `netns/ifname`, nanosecond timestamps, direction in `epb_flags`, and a comment per packet
+//! (`dnspath at=IFACE …`, made in [`super::annotate`]). Kernel drops go in too, as the dropped
+//! packet on an interface block of their own (`dnspath/drops`).
 //!
 //! Written with pcap-file's pcapng writer. A write error (disk full, file gone) stops the
-//! file — what was written stays readable — and is reported once; the trace goes on.
-use std::{borrow::Cow, collections::HashMap, io::Write, time::Duration};
+//! file — what was written stays readable — and is kept for the owner to report once.
+use std::{
+    borrow::Cow,
+    collections::{HashMap, VecDeque},
+    io::Write,
+    time::Duration,
+};
 
 use pcap_file::{
     pcapng::{
@@ -22,11 +27,11 @@ use pcap_file::{
 };
 
 use crate::{
-    event::{CapturedPacket, Direction, KernelDrop},
+    event::Direction,
     kernel::attach::{place, SharedNames},
     output::{
+        annotate::{EvidencePacket, Place},
         escape,
-        record::{DropRecord, PacketRecord},
     },
     time::Clock,
 };
@@ -51,33 +56,45 @@ pub struct PcapngSink<W: Write> {
     ifaces: HashMap<(u64, u32), (u32, String)>,
     packets: u64,
     drops: u64,
+    /// Bytes handed to the writer, blocks whole (the section header included).
+    bytes: u64,
+    /// Where the last blocks end (the last MiB of them): after a failed write, the file is
+    /// cut at one of these so that it ends with a whole block.
+    ends: VecDeque<u64>,
     /// The error that stopped the file, reported once.
     failed: Option<String>,
 }
 
 impl<W: Write> PcapngSink<W> {
-    /// Writes the section header. `snaplen`: the capture's `--snaplen` plus headers.
+    /// Writes the section header, with `comments` (each its own option). `snaplen`: the
+    /// capture's `--snaplen` plus headers.
     pub fn new(
         out: W,
         clock: Clock,
         snaplen: u32,
         names: SharedNames,
+        comments: &[String],
     ) -> Result<Self, PcapngError> {
+        let mut options = vec![SectionHeaderOption::UserApplication(Cow::Owned(format!(
+            "dnspath {}",
+            env!("CARGO_PKG_VERSION")
+        )))];
+        options.extend(
+            comments
+                .iter()
+                .map(|c| SectionHeaderOption::Comment(Cow::Owned(c.clone()))),
+        );
         let section = SectionHeaderBlock {
             endianness: Endianness::native(),
             major_version: 1,
             minor_version: 0,
             section_length: -1,
-            options: vec![
-                SectionHeaderOption::UserApplication(Cow::Owned(format!(
-                    "dnspath {}",
-                    env!("CARGO_PKG_VERSION")
-                ))),
-                SectionHeaderOption::Comment(Cow::Borrowed(
-                    "dnspath trace: every DNS packet at every hop; interfaces are netns/ifname",
-                )),
-            ],
+            options,
         };
+        // The section header's size: blocks are counted from its end.
+        let header = PcapNgWriter::with_section_header(Vec::new(), section.clone())?
+            .into_inner()
+            .len() as u64;
         Ok(Self {
             w: Some(PcapNgWriter::with_section_header(out, section)?),
             clock,
@@ -86,6 +103,8 @@ impl<W: Write> PcapngSink<W> {
             ifaces: HashMap::new(),
             packets: 0,
             drops: 0,
+            bytes: header,
+            ends: VecDeque::from([header]),
             failed: None,
         })
     }
@@ -95,16 +114,38 @@ impl<W: Write> PcapngSink<W> {
         (self.packets, self.drops)
     }
 
+    /// The end of the last whole block within the first `len` bytes written (0: none).
+    pub fn whole_blocks_up_to(&self, len: u64) -> u64 {
+        self.ends
+            .iter()
+            .rev()
+            .find(|&&e| e <= len)
+            .copied()
+            .unwrap_or(0)
+    }
+
+    fn wrote(&mut self, n: usize) {
+        self.bytes += n as u64;
+        self.ends.push_back(self.bytes);
+        while self.ends.len() > 1
+            && self
+                .ends
+                .front()
+                .is_some_and(|&e| e + (1 << 20) < self.bytes)
+        {
+            self.ends.pop_front();
+        }
+    }
+
     /// Why the file stopped, if it did.
     pub fn failed(&self) -> Option<&str> {
         self.failed.as_deref()
     }
 
     fn fail(&mut self, e: impl std::fmt::Display) {
+        // Reported once by the owner of the file (`-w`, the recorder).
         if self.failed.is_none() {
-            let msg = e.to_string();
-            log::warn!("pcapng file stopped: {msg}; the trace goes on without it");
-            self.failed = Some(msg);
+            self.failed = Some(e.to_string());
         }
         self.w = None;
     }
@@ -132,9 +173,12 @@ impl<W: Write> PcapngSink<W> {
             ],
         };
         let w = self.w.as_mut()?;
-        if let Err(e) = w.write_pcapng_block(block) {
-            self.fail(describe(&e));
-            return None;
+        match w.write_pcapng_block(block) {
+            Ok(n) => self.wrote(n),
+            Err(e) => {
+                self.fail(describe(&e));
+                return None;
+            }
         }
         self.ifaces.insert(key, (id, name.clone()));
         Some((id, name))
@@ -161,82 +205,60 @@ impl<W: Write> PcapngSink<W> {
             data: Cow::Borrowed(data),
             options,
         };
-        if let Err(e) = w.write_pcapng_block(block) {
-            self.fail(describe(&e));
+        match w.write_pcapng_block(block) {
+            Ok(n) => self.wrote(n),
+            Err(e) => self.fail(describe(&e)),
         }
     }
 
-    /// One captured packet; `records`: what the decoder made of it (its packet records), for
-    /// the comment.
-    pub fn packet(&mut self, p: &CapturedPacket, records: &[&PacketRecord]) {
+    /// One packet, in its interface block (created the first time), with its comment.
+    pub fn write(&mut self, p: &EvidencePacket) {
         if self.w.is_none() {
             return;
         }
-        let at = p.at;
-        let Some((id, name)) = self.iface((at.netns, at.ifindex), |names| {
-            let (netns, ifname) = place(names, at.netns, at.ifindex);
-            let description = format!(
-                "network namespace {} (id {:#x}), interface {} (ifindex {})",
-                escape(&netns),
-                at.netns,
-                escape(&ifname),
-                at.ifindex
-            );
-            (format!("{}/{}", clean(&netns), clean(&ifname)), description)
-        }) else {
-            return;
+        let (key, flags) = match p.place {
+            // epb_flags bits 0-1: 01 inbound, 10 outbound (pcapng §4.3.1).
+            Place::Hop(at) => (
+                (at.netns, at.ifindex),
+                match at.dir {
+                    Direction::Ingress => 1,
+                    Direction::Egress => 2,
+                    Direction::Unknown => 0,
+                },
+            ),
+            Place::Drops => ((u64::MAX, 0), 0),
         };
-        // epb_flags bits 0-1: 01 inbound, 10 outbound (pcapng §4.3.1).
-        let flags = match p.at.dir {
-            Direction::Ingress => 1,
-            Direction::Egress => 2,
-            Direction::Unknown => 0,
-        };
-        let mut comment = format!("dnspath hop={name} dir={}", p.at.dir.as_str());
-        for r in records {
-            if let Some(m) = &r.dns {
-                comment.push_str(&format!(" dns=[{}]", escape(&m.summary_line())));
-            }
-            if let Some(why) = &r.malformed {
-                comment.push_str(&format!(" malformed=[{}]", escape(why)));
-            }
-            if r.capture_truncated {
-                comment.push_str(" capture_truncated");
-            }
-        }
-        self.epb(id, p.ts_ns, p.orig_len, &p.data, flags, comment);
-        self.packets += 1;
-    }
-
-    /// One kernel drop of a watched packet, with its record (reason, location, namespace).
-    pub fn drop(&mut self, d: &KernelDrop, r: &DropRecord) {
-        if self.w.is_none() {
-            return;
-        }
-        let Some((id, _)) = self.iface((u64::MAX, 0), |_| {
-            (
+        let Some((id, name)) = self.iface(key, |names| match p.place {
+            Place::Drops => (
                 DROPS_IFNAME.to_string(),
                 "packets the kernel dropped (skb:kfree_skb), with reason and location in each comment"
                     .to_string(),
-            )
+            ),
+            Place::Hop(at) => {
+                let (netns, ifname) = place(names, at.netns, at.ifindex);
+                let description = format!(
+                    "network namespace {} (id {:#x}), interface {} (ifindex {})",
+                    escape(&netns),
+                    at.netns,
+                    escape(&ifname),
+                    at.ifindex
+                );
+                (format!("{}/{}", clean(&netns), clean(&ifname)), description)
+            }
         }) else {
             return;
         };
-        let mut comment = format!(
-            "dnspath drop={}@{} netns={} ifname={}",
-            escape(&r.reason),
-            escape(&r.location),
-            escape(&r.netns),
-            escape(&r.ifname)
-        );
-        if let Some(b) = r.benign {
-            comment.push_str(&format!(" benign=[{b}]"));
+        let comment = format!("dnspath at={name} {}", p.comment);
+        self.epb(id, p.ts_ns, p.orig_len, &p.data, flags, comment);
+        match p.place {
+            Place::Hop(_) => self.packets += 1,
+            Place::Drops => self.drops += 1,
         }
-        if let Some(m) = &r.dns {
-            comment.push_str(&format!(" dns=[{}]", escape(&m.summary_line())));
-        }
-        self.epb(id, d.ts_ns, d.orig_len, &d.data, 0, comment);
-        self.drops += 1;
+    }
+
+    /// Bytes written so far (for `-C`).
+    pub fn bytes(&self) -> u64 {
+        self.bytes
     }
 
     /// Flushes what was written.
@@ -267,20 +289,19 @@ mod tests {
     use super::*;
     use crate::event::ObservationPoint;
 
-    fn packet(ifindex: u32, dir: Direction) -> CapturedPacket {
-        CapturedPacket {
+    fn packet(ifindex: u32, dir: Direction) -> EvidencePacket {
+        EvidencePacket {
             ts_ns: 1_700_000_000_123_456_789,
-            cpu: Some(0),
-            at: ObservationPoint {
+            place: Place::Hop(ObservationPoint {
                 netns: 7,
                 ifindex,
                 dir,
-            },
-            vlan: None,
+            }),
             orig_len: 60,
             data: vec![
                 0x45, 0, 0, 20, 0, 0, 0, 0, 64, 17, 0, 0, 10, 0, 0, 1, 10, 0, 0, 2,
             ],
+            comment: format!("dir={}", dir.as_str()),
         }
     }
 
@@ -291,10 +312,10 @@ mod tests {
         let mut buf = Vec::new();
         {
             let mut s =
-                PcapngSink::new(&mut buf, Clock::Epoch, 2048, SharedNames::default()).unwrap();
-            s.packet(&packet(3, Direction::Egress), &[]);
-            s.packet(&packet(3, Direction::Ingress), &[]);
-            s.packet(&packet(4, Direction::Ingress), &[]);
+                PcapngSink::new(&mut buf, Clock::Epoch, 2048, SharedNames::default(), &[]).unwrap();
+            s.write(&packet(3, Direction::Egress));
+            s.write(&packet(3, Direction::Ingress));
+            s.write(&packet(4, Direction::Ingress));
             assert_eq!(s.written(), (3, 0));
             s.flush();
         }
@@ -322,7 +343,7 @@ mod tests {
         assert!(epbs[1].options.contains(&EnhancedPacketOption::Flags(1)));
         assert!(epbs[2].options.iter().any(|o| matches!(
             o,
-            EnhancedPacketOption::Comment(c) if c.contains("hop=netns:0x7/if4 dir=ingress")
+            EnhancedPacketOption::Comment(c) if c == "dnspath at=netns:0x7/if4 dir=ingress"
         )));
     }
 
@@ -352,10 +373,11 @@ mod tests {
             Clock::Epoch,
             2048,
             SharedNames::default(),
+            &[],
         )
         .unwrap();
         for _ in 0..20 {
-            s.packet(&packet(3, Direction::Egress), &[]);
+            s.write(&packet(3, Direction::Egress));
         }
         let (written, _) = s.written();
         assert!(written > 0 && written < 20, "{written}");
@@ -365,7 +387,7 @@ mod tests {
             s.failed()
         );
         // Nothing more is attempted.
-        s.packet(&packet(3, Direction::Egress), &[]);
+        s.write(&packet(3, Direction::Egress));
         assert_eq!(s.written().0, written);
     }
 }

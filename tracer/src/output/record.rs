@@ -124,6 +124,10 @@ pub struct TransactionRecord {
     pub latency_ns: Option<u64>,
     /// One line for a person, e.g. `timeout after 5.0 s, retried, answered at +5.02 s: NOERROR`.
     pub summary: String,
+    /// `--record`: the flight-recorder file holding this incident's packets (written once its
+    /// window is over).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub evidence: Option<String>,
     pub legs: Vec<LegRecord>,
 }
 
@@ -394,6 +398,10 @@ pub struct DropRecord {
     /// queued), with the reason; the text view hides these.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub benign: Option<&'static str>,
+    /// `--record`: the flight-recorder file holding this incident's packets (written once its
+    /// window is over).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub evidence: Option<String>,
 }
 
 /// An IP fragment's place in its datagram.
@@ -487,4 +495,7 @@ pub struct StatsRecord {
     pub datagrams_lost: u64,
     /// Incomplete datagrams forgotten to bound memory (not reported).
     pub datagrams_evicted: u64,
+    /// Live, with `-w` or `--record`: what went into pcapng files.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub evidence: Option<crate::output::annotate::EvidenceStats>,
 }

@@ -612,6 +612,7 @@ mod tests {
     #[test]
     fn hostile_drop_fields_are_escaped() {
         let d = DropRecord {
+            evidence: None,
             pod: Default::default(),
             ts_ns: 1,
             time: TIME.into(),
@@ -707,6 +708,7 @@ mod tests {
             ],
         };
         let t = TransactionRecord {
+            evidence: None,
             pod: Default::default(),
             id: 1,
             lookup: LookupRef { id: 1, step: 1 },
@@ -793,6 +795,7 @@ mod tests {
     #[test]
     fn hostile_loop_race_and_stats_fields_are_escaped() {
         let l = LoopRecord {
+            evidence: None,
             id: 1,
             state: LoopState::Detected,
             kind: LoopKind::Cycle,
@@ -820,6 +823,7 @@ mod tests {
             offset_ns: 0,
         };
         let r = RaceRecord {
+            evidence: None,
             pod: Default::default(),
             verdict: RaceVerdict::RaceDrop,
             ts_ns: 1,

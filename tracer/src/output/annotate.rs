@@ -1,0 +1,426 @@
+//! What each captured packet was part of, for the pcapng files (`-w`, `--record`).
+//!
+//! A packet is captured before dnspath knows its transaction: that is decided when the
+//! answer reaches the client, or at the timeout. So each packet (and each kernel drop) waits
+//! here, in capture order, until the records that explain it came out of the pipeline — its
+//! transaction (`txn= leg= hop= role=`), a loop of its question (`loop= cycle=`), a race drop
+//! of its query (`race=race-drop sibling=`) — and is released with that in its comment. The
+//! wait is bounded twice: a packet older than `max_delay` goes out as it stands (a packet no
+//! transaction claims, e.g. a TCP handshake, waits that long), and when the held packets
+//! exceed `max_bytes` the oldest go out early, without what was still to come, counted in
+//! [`AnnotateStats`]. Releasing strictly from the front keeps the file in capture order, and
+//! every packet is released exactly once, so a file holds every packet the trace counted.
+//!
+//! Records find their packets through an index by capture time (a hop's `ts_ns` is its
+//! packet's), checked against the place: O(1) per hop.
+use std::{
+    collections::{HashMap, VecDeque},
+    hash::{Hash, Hasher},
+};
+
+use serde::Serialize;
+
+use crate::{
+    correlate::{
+        loops::{LoopRecord, LoopState},
+        race::{RaceRecord, RaceVerdict},
+    },
+    decode::ip::{parse_ip, Transport},
+    event::{CapturedPacket, KernelDrop, ObservationPoint},
+    output::{
+        escape,
+        record::{DropRecord, PacketRecord, Record, TransactionRecord},
+    },
+};
+
+/// Where a packet goes in a pcapng file.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Place {
+    /// Seen by a TC hook: the interface block of its namespace and interface.
+    Hop(ObservationPoint),
+    /// Freed by the kernel: the drops block.
+    Drops,
+}
+
+/// One packet for a pcapng file: as captured, with what dnspath knows about it.
+#[derive(Clone, Debug)]
+pub struct EvidencePacket {
+    pub ts_ns: u64,
+    pub place: Place,
+    /// Length on the wire from the IP header on.
+    pub orig_len: u32,
+    pub data: Vec<u8>,
+    /// Everything after `dnspath at=IFACE` in the packet's comment.
+    pub comment: String,
+}
+
+#[derive(Clone, Copy, Debug)]
+pub struct AnnotateConfig {
+    /// Longest a packet waits for its transaction.
+    pub max_delay_ns: u64,
+    /// Most bytes of packets held at once.
+    pub max_bytes: usize,
+    /// Whether transactions are correlated at all: without them nothing is waited for.
+    pub transactions: bool,
+}
+
+/// How packets left the wait (in the `stats` record's `evidence`).
+#[derive(Clone, Copy, Debug, Default, Serialize)]
+pub struct AnnotateStats {
+    /// Packets and drops released with a transaction's annotation.
+    pub annotated: u64,
+    /// Released when `max_delay` passed with no transaction claiming them (TCP control
+    /// segments, answers whose query was not seen, …).
+    pub unclaimed: u64,
+    /// Released early because the held packets exceeded the buffer: written without the
+    /// annotation that might still have come.
+    pub early: u64,
+}
+
+struct Held {
+    packet: EvidencePacket,
+    /// Names of the place, as records name it (`netns`, `ifname`), for matching hops.
+    netns: String,
+    ifname: String,
+    dir: &'static str,
+    /// DNS id and first question (lowercase name, type), for races and loops.
+    question: Option<(u16, String, String)>,
+    /// What the records said, in the order they came.
+    notes: String,
+    claimed: bool,
+}
+
+pub struct Annotator {
+    cfg: AnnotateConfig,
+    held: VecDeque<Held>,
+    /// Sequence number of `held[0]`.
+    front: u64,
+    bytes: usize,
+    /// Capture time → sequence numbers of held packets with that time.
+    by_ts: HashMap<u64, Vec<u64>>,
+    /// Active loops by question (lowercase name, type): their note, for packets that come
+    /// while the loop goes on.
+    loops: HashMap<(String, String), String>,
+    stats: AnnotateStats,
+}
+
+impl Annotator {
+    pub fn new(cfg: AnnotateConfig) -> Self {
+        Self {
+            cfg,
+            held: VecDeque::new(),
+            front: 0,
+            bytes: 0,
+            by_ts: HashMap::new(),
+            loops: HashMap::new(),
+            stats: AnnotateStats::default(),
+        }
+    }
+
+    pub fn stats(&self) -> AnnotateStats {
+        self.stats
+    }
+
+    /// The capture time before which every packet was released (`now_ns` when none is held).
+    pub fn released_before(&self, now_ns: u64) -> u64 {
+        self.held.front().map_or(now_ns, |h| h.packet.ts_ns)
+    }
+
+    /// One captured packet and the packet records the decoder made of it (none for packets
+    /// of a loop only counted).
+    pub fn packet(&mut self, p: &CapturedPacket, records: &[&PacketRecord]) {
+        let mut comment = format!("dir={} pkt={:016x}", p.at.dir.as_str(), packet_id(&p.data));
+        let mut question = None;
+        for r in records {
+            if let Some(m) = &r.dns {
+                comment.push_str(&format!(" dns=[{}]", escape(&m.summary_line())));
+                if let Some(q) = m.questions.first() {
+                    question = Some((m.id, q.name.to_ascii_lowercase(), q.qtype.clone()));
+                }
+            }
+            if let Some(why) = &r.malformed {
+                comment.push_str(&format!(" malformed=[{}]", escape(why)));
+            }
+            if r.capture_truncated {
+                comment.push_str(" capture_truncated");
+            }
+        }
+        let (netns, ifname) = records
+            .first()
+            .map(|r| (r.netns.clone(), r.ifname.clone()))
+            .unwrap_or_default();
+        let mut notes = String::new();
+        // A packet only counted under a loop has no record: it is the loop's if there is
+        // one loop (the common case); with several, it stays unclaimed.
+        if !self.loops.is_empty() {
+            let note = match &question {
+                Some((_, name, qtype)) => self.loops.get(&(name.clone(), qtype.clone())),
+                None if self.loops.len() == 1 && records.is_empty() => self.loops.values().next(),
+                None => None,
+            };
+            if let Some(n) = note {
+                notes.push_str(n);
+            }
+        }
+        self.hold(Held {
+            packet: EvidencePacket {
+                ts_ns: p.ts_ns,
+                place: Place::Hop(p.at),
+                orig_len: p.orig_len,
+                data: p.data.clone(),
+                comment,
+            },
+            netns,
+            ifname,
+            dir: p.at.dir.as_str(),
+            question,
+            claimed: !notes.is_empty() || !self.cfg.transactions,
+            notes,
+        });
+    }
+
+    /// One kernel drop of a watched packet, with its record.
+    pub fn drop(&mut self, d: &KernelDrop, r: &DropRecord) {
+        let mut comment = format!(
+            "drop={}@{} netns={} ifname={} pkt={:016x}",
+            escape(&r.reason),
+            escape(&r.location),
+            clean(&r.netns),
+            clean(&r.ifname),
+            packet_id(&d.data)
+        );
+        if let Some(b) = r.benign {
+            comment.push_str(&format!(" benign=[{b}]"));
+        }
+        let mut question = None;
+        if let Some(m) = &r.dns {
+            comment.push_str(&format!(" dns=[{}]", escape(&m.summary_line())));
+            if let Some(q) = m.questions.first() {
+                question = Some((m.id, q.name.to_ascii_lowercase(), q.qtype.clone()));
+            }
+        }
+        self.hold(Held {
+            packet: EvidencePacket {
+                ts_ns: d.ts_ns,
+                place: Place::Drops,
+                orig_len: d.orig_len,
+                data: d.data.clone(),
+                comment,
+            },
+            netns: r.netns.clone(),
+            ifname: r.ifname.clone(),
+            dir: "drop",
+            question,
+            notes: String::new(),
+            claimed: !self.cfg.transactions,
+        });
+    }
+
+    fn hold(&mut self, h: Held) {
+        let seq = self.front + self.held.len() as u64;
+        self.bytes += h.packet.data.len() + h.packet.comment.len();
+        self.by_ts.entry(h.packet.ts_ns).or_default().push(seq);
+        self.held.push_back(h);
+    }
+
+    /// The records of one turn: each transaction, loop and race drop annotates the packets
+    /// it explains.
+    pub fn records(&mut self, records: &[Record]) {
+        for r in records {
+            match r {
+                Record::Transaction(t) => self.transaction(t),
+                Record::Loop(l) => self.loop_record(l),
+                Record::Race(r) if r.verdict == RaceVerdict::RaceDrop => self.race(r),
+                _ => {}
+            }
+        }
+    }
+
+    fn find(&mut self, ts_ns: u64, netns: &str, ifname: &str, dir: &str) -> Option<&mut Held> {
+        let seqs = self.by_ts.get(&ts_ns)?;
+        let front = self.front;
+        let i = seqs.iter().find_map(|&s| {
+            let i = usize::try_from(s.checked_sub(front)?).ok()?;
+            let h = self.held.get(i)?;
+            (h.dir == dir && h.netns == netns && h.ifname == ifname).then_some(i)
+        })?;
+        self.held.get_mut(i)
+    }
+
+    fn transaction(&mut self, t: &TransactionRecord) {
+        for (li, leg) in t.legs.iter().enumerate() {
+            let dnat = if leg.server != leg.backend {
+                format!(" dnat={}->{}", leg.server, leg.backend)
+            } else {
+                String::new()
+            };
+            let role = serde_json::to_value(leg.role)
+                .ok()
+                .and_then(|v| v.as_str().map(str::to_string))
+                .unwrap_or_default();
+            let n = leg.hops.len();
+            for (hi, hop) in leg.hops.iter().enumerate() {
+                let msg = if hop.qr { "response" } else { "query" };
+                let note = format!(
+                    "txn={} leg={li} hop={}/{n} role={role} msg={msg}{dnat} ",
+                    t.id,
+                    hi + 1
+                );
+                if let Some(h) = self.find(hop.ts_ns, &hop.netns, &hop.ifname, hop.dir) {
+                    h.notes.push_str(&note);
+                    h.claimed = true;
+                }
+            }
+            if let Some(d) = &leg.drop {
+                let note = format!("txn={} leg={li} role={role} ", t.id);
+                if let Some(h) = self.find(d.ts_ns, &d.netns, &d.ifname, "drop") {
+                    h.notes.push_str(&note);
+                    h.claimed = true;
+                }
+            }
+        }
+    }
+
+    fn loop_record(&mut self, l: &LoopRecord) {
+        let key = (
+            l.question.name.to_ascii_lowercase(),
+            l.question.qtype.clone(),
+        );
+        match l.state {
+            LoopState::Ended => {
+                self.loops.remove(&key);
+            }
+            LoopState::Detected | LoopState::Ongoing => {
+                let note = format!("loop={} cycle=[{}] ", l.id, escape(&l.path));
+                if l.state == LoopState::Detected {
+                    // The packets of the question held now: from the client's query on.
+                    for h in self.held.iter_mut() {
+                        if h.question
+                            .as_ref()
+                            .is_some_and(|q| q.1 == key.0 && q.2 == key.1)
+                            && !h.notes.contains("loop=")
+                        {
+                            h.notes.push_str(&note);
+                            h.claimed = true;
+                        }
+                    }
+                }
+                self.loops.insert(key, note);
+            }
+        }
+    }
+
+    /// The dropped query's copies and its drop (by DNS id and question; a race is rare, so
+    /// a pass over what is held is fine).
+    fn race(&mut self, r: &RaceRecord) {
+        let Some(dropped) = &r.dropped else { return };
+        let name = dropped.question.name.to_ascii_lowercase();
+        let sibling = match &r.sibling {
+            Some(s) => format!(
+                " sibling=[{} id={:#06x} ->{}]",
+                escape(&s.question.qtype),
+                s.dns_id,
+                escape(&s.backend)
+            ),
+            None => String::new(),
+        };
+        let note = format!("race=race-drop{sibling} ");
+        for h in self.held.iter_mut() {
+            if h.question.as_ref().is_some_and(|q| {
+                q.0 == dropped.dns_id && q.1 == name && q.2 == dropped.question.qtype
+            }) {
+                h.notes.push_str(&note);
+                h.claimed = true;
+            }
+        }
+    }
+
+    /// Releases (in capture order) what is decided, what waited `max_delay`, and what the
+    /// buffer cannot hold; `all`: everything (the end of the run).
+    pub fn release(&mut self, now_ns: u64, all: bool, out: &mut Vec<EvidencePacket>) {
+        while let Some(front) = self.held.front() {
+            let late = now_ns.saturating_sub(front.packet.ts_ns) >= self.cfg.max_delay_ns;
+            let over = self.bytes > self.cfg.max_bytes;
+            if !(all || front.claimed || late || over) {
+                break;
+            }
+            let Some(h) = self.held.pop_front() else {
+                break;
+            };
+            let seq = self.front;
+            self.front += 1;
+            self.bytes = self
+                .bytes
+                .saturating_sub(h.packet.data.len() + h.packet.comment.len());
+            if let Some(v) = self.by_ts.get_mut(&h.packet.ts_ns) {
+                v.retain(|&s| s != seq);
+                if v.is_empty() {
+                    self.by_ts.remove(&h.packet.ts_ns);
+                }
+            }
+            // Without transactions nothing is waited for, so nothing is counted.
+            if self.cfg.transactions {
+                let counter = if h.claimed {
+                    &mut self.stats.annotated
+                } else if over && !late && !all {
+                    &mut self.stats.early
+                } else {
+                    &mut self.stats.unclaimed
+                };
+                *counter += 1;
+            }
+            let mut p = h.packet;
+            if !h.notes.is_empty() {
+                p.comment = format!("{}{}", h.notes, p.comment);
+            }
+            out.push(p);
+        }
+    }
+}
+
+/// The same for every copy of one packet through the node, whatever NAT did to its
+/// addresses and ports: its IPv4 id, protocol and transport payload. (IPv6 has no id: two
+/// sends of the same bytes from one socket share it there.)
+pub fn packet_id(data: &[u8]) -> u64 {
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    if data.first().is_some_and(|b| b >> 4 == 4) {
+        data.get(4..6).hash(&mut h);
+    }
+    match parse_ip(data) {
+        Ok(ip) => match ip.transport {
+            Transport::Udp { payload, .. } => (17u8, payload).hash(&mut h),
+            Transport::Tcp {
+                seq,
+                flags,
+                payload,
+                ..
+            } => (6u8, seq, flags, payload).hash(&mut h),
+            Transport::Other { proto } => (proto, data.get(20..)).hash(&mut h),
+        },
+        Err(_) => data.hash(&mut h),
+    }
+    h.finish()
+}
+
+/// A name inside a comment field: escaped, no spaces (fields are space-separated).
+fn clean(s: &str) -> String {
+    escape(s).replace(' ', "_")
+}
+
+/// What went into pcapng files (the `stats` record's `evidence`; docs/output.md).
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct EvidenceStats {
+    /// How packets left the wait for their annotation.
+    #[serde(flatten)]
+    pub annotate: AnnotateStats,
+    /// `-w`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub write: Option<super::files::WriteStats>,
+    /// `--record`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub record: Option<super::recorder::RecordStats>,
+}
+
+#[cfg(test)]
+#[path = "annotate_tests.rs"]
+mod tests;
