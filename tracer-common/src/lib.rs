@@ -90,8 +90,6 @@ pub mod shed {
     /// Questions shed at once (`SHED_ON`/`SHED_COUNT` size); loops beyond it are shed in
     /// userspace only.
     pub const MAX_KEYS: u32 = 256;
-    /// Longest name in wire form (RFC 1035 §3.1).
-    pub const MAX_NAME: usize = 255;
     const OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
     const PRIME: u64 = 0x0000_0100_0000_01b3;
 
@@ -105,6 +103,14 @@ pub mod shed {
     #[inline(always)]
     pub const fn step(h: u64, b: u8) -> u64 {
         (h ^ b as u64).wrapping_mul(PRIME)
+    }
+
+    /// ASCII lowercase without a branch (each one costs the eBPF verifier a state): bit 7 of
+    /// `b + 63` is set from `'A'` on, of `b + 37` from `'['` on.
+    #[inline(always)]
+    pub const fn lower(b: u8) -> u8 {
+        let w = b as u32;
+        (w | (((w + 63) & !(w + 37) & 0x80) >> 2)) as u8
     }
 
     /// The hash of a question key as userspace builds it (already lowercased).
@@ -418,6 +424,13 @@ mod pod {
 mod tests {
     use super::*;
     use core::mem::{align_of, size_of};
+
+    #[test]
+    fn branch_free_lowercase_is_ascii_lowercase() {
+        for b in 0..=255u8 {
+            assert_eq!(shed::lower(b), b.to_ascii_lowercase(), "{b}");
+        }
+    }
 
     // No implicit padding: each size equals the sum of its fields.
     #[test]

@@ -32,6 +32,16 @@ use tracer_common::{
 
 mod packet;
 
+/// Where in a `PacketEvent`'s data buffer the shedding check passes its argument: past
+/// anything a packet can fill.
+const SHED_ARG: usize = tracer_common::PACKET_DATA_BUF - 8;
+const _: () = assert!(SHED_ARG >= MAX_PACKET_DATA);
+
+/// Longest question name (wire form) the TC programs hash: each byte costs the verifier
+/// ~170 steps in every TC program of every namespace, and loop names are short (CoreDNS's
+/// probe, cluster names). A longer looping name is shed in userspace after copying.
+const SHED_NAME_BYTES: usize = 128;
+
 /// `TC_ACT_UNSPEC`, which is also `TCX_NEXT`: never change the packet's fate.
 const TC_NEXT: i32 = -1;
 
@@ -259,8 +269,14 @@ fn try_tc(ctx: &TcContext, has_eth: bool, dir: u8) -> Result<(), ()> {
             return Ok(());
         }
         if t.proto == IPPROTO_UDP && t.frag == packet::FRAG_NONE && shedding() {
-            let dns = (t.l4_off - t.l3_off) + 8;
-            if let Some(h) = question_hash(&(*ev).data, dns, cap as usize) {
+            // The hash loop gets its inputs back from map memory, which the verifier does
+            // not track: every parse path (VLANs, IPv4 options, IPv6 chains) then reaches
+            // the loop in the same state and it is verified once, not once per path.
+            let arg = (*ev).data.as_mut_ptr().add(SHED_ARG) as *mut u32;
+            core::ptr::write_volatile(arg, ((t.l4_off - t.l3_off) + 8) as u32);
+            let dns = core::ptr::read_volatile(arg) as usize;
+            let len = core::ptr::read_volatile(&(*ev).hdr.cap_len) as usize;
+            if let Some(h) = question_hash(&mut (*ev).data, dns, len) {
                 if shed_packet(h) {
                     return Ok(());
                 }
@@ -295,18 +311,29 @@ fn shed_packet(h: u64) -> bool {
     true
 }
 
-/// `off` as an index of the packet buffer the verifier can bound on every kernel: the
-/// volatile read keeps LLVM from dropping the mask as redundant.
+/// `off` as an index of the packet buffer the verifier can bound on every kernel. Offsets
+/// here derive from values read back from map memory, whose range LLVM cannot know, so it
+/// keeps the mask.
 #[inline(always)]
 fn data_index(off: usize) -> usize {
-    // SAFETY: a read of a local.
-    unsafe { read_volatile(&off) & PACKET_DATA_MASK }
+    off & PACKET_DATA_MASK
 }
 
 /// `tracer_common::shed` hash of the first question of the DNS message at `dns` in
-/// `data[..cap]`; `None` if there is none, it is cut, or its name is compressed.
+/// `data[..cap]`; `None` if there is none, it is cut, or its name is longer than
+/// [`SHED_NAME_BYTES`].
+///
+/// The name is hashed up to its first zero byte without walking its labels, and every byte
+/// of it is lowercased (length bytes are below 64, never ASCII letters): one exit branch per
+/// byte, which every verifier since 5.10 follows in a few thousand steps (a label walk
+/// multiplied its states). For a name with a zero byte inside a label or a compression
+/// pointer this differs from userspace's hash, so such a question is never shed here.
 #[inline(always)]
-fn question_hash(data: &[u8; tracer_common::PACKET_DATA_BUF], dns: usize, cap: usize) -> Option<u64> {
+fn question_hash(
+    data: &mut [u8; tracer_common::PACKET_DATA_BUF],
+    dns: usize,
+    cap: usize,
+) -> Option<u64> {
     if dns + 12 > cap {
         return None;
     }
@@ -315,32 +342,31 @@ fn question_hash(data: &[u8; tracer_common::PACKET_DATA_BUF], dns: usize, cap: u
     }
     let mut off = dns + 12;
     let mut h = shed::start();
-    let mut label_left: u8 = 0;
     let mut ended = false;
-    for _ in 0..shed::MAX_NAME {
+    for _ in 0..SHED_NAME_BYTES {
         if off >= cap {
             return None;
         }
         let b = data[data_index(off)];
         off += 1;
-        if label_left == 0 {
-            if b & 0xc0 != 0 {
-                return None;
-            }
-            h = shed::step(h, b);
-            if b == 0 {
-                ended = true;
-                break;
-            }
-            label_left = b;
-        } else {
-            h = shed::step(h, b.to_ascii_lowercase());
-            label_left -= 1;
+        h = shed::step(h, shed::lower(b));
+        if b == 0 {
+            ended = true;
+            break;
         }
     }
     if !ended {
         return None;
     }
+    // Through map memory again: the loop leaves at any of 255 offsets, and the rest would be
+    // verified once for each.
+    // SAFETY: `SHED_ARG..SHED_ARG + 4` is inside `data`, past any packet bytes.
+    let off = unsafe {
+        let arg = data.as_mut_ptr().add(SHED_ARG) as *mut u32;
+        core::ptr::write_volatile(arg, off as u32);
+        core::ptr::read_volatile(arg) as usize
+    };
+    let mut off = off;
     for _ in 0..4 {
         if off >= cap {
             return None;
