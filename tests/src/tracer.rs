@@ -282,10 +282,13 @@ pub fn assert_accounted(stats: &serde_json::Value) {
             n("packets") + n("lost") <= matched,
             "more packets read or lost than the kernel matched: {stats}"
         );
+        let shed = stats["kernel"]["packets_shed"].as_u64().unwrap_or(0);
         assert_eq!(
             matched,
-            n("packets") + n("lost") + n("unread"),
-            "kernel-matched packets neither read, lost nor unread: {stats}"
+            n("packets") + n("lost") + n("unread") + shed,
+            "kernel-matched packets neither read, lost, unread nor shed: {stats}"
         );
+        // Every packet the kernel only counted reached the stats (and its loop).
+        assert_eq!(n("shed"), shed, "kernel-shed packets not all reported: {stats}");
     }
 }

@@ -385,3 +385,55 @@ fn unreadable_headers_are_counted_not_reported() {
         assert_eq!(grew[counter::PARSE_FAILED as usize], 1, "{what}");
     }
 }
+
+/// Storm shedding: a question userspace put in `SHED_ON` is only counted — whatever the case
+/// of its name, behind IPv4 or IPv6 headers — and every other question is copied as before.
+#[test]
+fn shed_questions_are_counted_not_copied() {
+    let Some(mut rig) = rig() else { return };
+    let hash = dnspath::decode::decoder::question_hash("a.test.", "A", "IN").unwrap();
+    rig.probes.shed_start(hash, 1).unwrap();
+    // DNS 0x20 case randomisation does not hide the question.
+    let mut mixed = dns_query(0);
+    mixed[13] = b'A';
+    mixed[15..19].copy_from_slice(b"TeSt");
+    let frames = [
+        eth(&[], 0x0800, &ipv4(17, 0, 0, &udp(40000, 53, &dns_query(0)))),
+        eth(&[], 0x0800, &ipv4(17, 2, 0, &udp(53, 40000, &mixed))),
+        eth(&[], 0x86dd, &ipv6(&[ext_opts(60)], 17, &udp(40000, 53, &dns_query(30)))),
+    ];
+    for (i, f) in frames.iter().enumerate() {
+        let (ev, grew) = rig.run(ETH_INGRESS, f);
+        assert!(ev.is_empty(), "frame {i}: shed question copied: {ev:?}");
+        assert_eq!(grew[counter::PACKETS_MATCHED as usize], 1, "frame {i}");
+        assert_eq!(grew[counter::PACKETS_SHED as usize], 1, "frame {i}");
+    }
+    assert_eq!(rig.probes.shed_count(hash).unwrap(), 3);
+
+    // Another type of the same name, a message without a question, TCP: copied.
+    let mut aaaa = dns_query(0);
+    aaaa[21] = 28;
+    let mut no_question = dns_query(0);
+    no_question[5] = 0;
+    for (i, f) in [
+        eth(&[], 0x0800, &ipv4(17, 0, 0, &udp(40000, 53, &aaaa))),
+        eth(&[], 0x0800, &ipv4(17, 0, 0, &udp(40000, 53, &no_question))),
+        eth(&[], 0x0800, &ipv4(6, 0, 0, &tcp(40000, 53, 0, &dns_query(0)))),
+    ]
+    .iter()
+    .enumerate()
+    {
+        let (ev, grew) = rig.run(ETH_INGRESS, f);
+        one_packet(&ev);
+        assert_eq!(grew[counter::PACKETS_SHED as usize], 0, "frame {i}");
+    }
+
+    // Stopped: copied again; the count stays readable until forgotten.
+    rig.probes.shed_stop(hash, 0).unwrap();
+    let (ev, grew) = rig.run(ETH_INGRESS, &frames[0]);
+    one_packet(&ev);
+    assert_eq!(grew[counter::PACKETS_SHED as usize], 0);
+    assert_eq!(rig.probes.shed_count(hash).unwrap(), 3);
+    rig.probes.shed_forget(hash).unwrap();
+    assert_eq!(rig.probes.shed_count(hash).unwrap(), 0);
+}

@@ -80,6 +80,49 @@ pub struct FragKey {
     pub _pad: u16,
 }
 
+/// Storm shedding in the kernel: under a forwarding loop (hundreds of thousands of packets a
+/// second of one question), userspace puts the question's hash in `SHED_ON`, and the TC
+/// programs count that question's UDP packets per CPU in `SHED_COUNT` instead of copying them
+/// to the ring buffer, which then stays free for every other query. Both sides hash the same
+/// bytes with the same function: the first question's wire form (length-prefixed labels,
+/// ASCII lowercased, the root label, type and class), FNV-1a 64.
+pub mod shed {
+    /// Questions shed at once (`SHED_ON`/`SHED_COUNT` size); loops beyond it are shed in
+    /// userspace only.
+    pub const MAX_KEYS: u32 = 256;
+    const OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
+    const PRIME: u64 = 0x0000_0100_0000_01b3;
+
+    /// Start value of a question hash.
+    #[inline(always)]
+    pub const fn start() -> u64 {
+        OFFSET
+    }
+
+    /// Adds one byte of the question's wire form (after lowercasing label bytes).
+    #[inline(always)]
+    pub const fn step(h: u64, b: u8) -> u64 {
+        (h ^ b as u64).wrapping_mul(PRIME)
+    }
+
+    /// ASCII lowercase without a branch (each one costs the eBPF verifier a state): bit 7 of
+    /// `b + 63` is set from `'A'` on, of `b + 37` from `'['` on.
+    #[inline(always)]
+    pub const fn lower(b: u8) -> u8 {
+        let w = b as u32;
+        (w | (((w + 63) & !(w + 37) & 0x80) >> 2)) as u8
+    }
+
+    /// The hash of a question key as userspace builds it (already lowercased).
+    pub fn hash(key: &[u8]) -> u64 {
+        let mut h = start();
+        for b in key {
+            h = step(h, *b);
+        }
+        h
+    }
+}
+
 /// Indexes of the per-CPU `COUNTERS` array.
 pub mod counter {
     /// Packets on a watched port that a TC program tried to report.
@@ -97,8 +140,11 @@ pub mod counter {
     pub const DROPS_LOST_RINGBUF: u32 = 5;
     /// Reading kernel memory of a dropped skb failed.
     pub const DROPS_READ_FAILED: u32 = 6;
+    /// UDP packets of a question under a detected forwarding loop that the TC program only
+    /// counted (per question in `SHED_COUNT`), not copied: see [`crate::shed`].
+    pub const PACKETS_SHED: u32 = 7;
     /// Number of counters (the `COUNTERS` array's size).
-    pub const COUNT: u32 = 7;
+    pub const COUNT: u32 = 8;
 }
 
 /// Tunables of the TC programs, written by userspace into the `CONFIG` global before load.
@@ -378,6 +424,13 @@ mod pod {
 mod tests {
     use super::*;
     use core::mem::{align_of, size_of};
+
+    #[test]
+    fn branch_free_lowercase_is_ascii_lowercase() {
+        for b in 0..=255u8 {
+            assert_eq!(shed::lower(b), b.to_ascii_lowercase(), "{b}");
+        }
+    }
 
     // No implicit padding: each size equals the sum of its fields.
     #[test]

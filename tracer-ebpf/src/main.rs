@@ -19,18 +19,28 @@ use aya_ebpf::{
         generated::{self as gen, bpf_skb_load_bytes},
     },
     macros::{btf_tracepoint, classifier, kprobe, kretprobe, map},
-    maps::{Array, LruHashMap, PerCpuArray, RingBuf},
+    maps::{Array, HashMap, LruHashMap, PerCpuArray, PerCpuHashMap, RingBuf},
     programs::{BtfTracePointContext, ProbeContext, RetProbeContext, TcContext},
 };
 use packet::PacketRead as _;
 use tracer_common::{
-    counter, CaptureConfig, CtTuple, DropEvent, FragKey, KernelOffsets, PacketEvent, PacketHeader,
+    counter, shed, CaptureConfig, CtTuple, DropEvent, FragKey, KernelOffsets, PacketEvent, PacketHeader,
     DIR_EGRESS, DIR_INGRESS, DROP_DATA_MASK, EVENT_DROP, EVENT_PACKET, FRAG_KEY_LIFETIME_NS,
-    IPPROTO_TCP, MAX_DROP_DATA, MAX_FRAG_KEYS, MAX_PACKET_DATA, MAX_SNAPLEN, PACKET_DATA_MASK,
+    IPPROTO_TCP, IPPROTO_UDP, MAX_DROP_DATA, MAX_FRAG_KEYS, MAX_PACKET_DATA, MAX_SNAPLEN, PACKET_DATA_MASK,
     PACKET_HEADER_LEN,
 };
 
 mod packet;
+
+/// Where in a `PacketEvent`'s data buffer the shedding check passes its argument: past
+/// anything a packet can fill.
+const SHED_ARG: usize = tracer_common::PACKET_DATA_BUF - 8;
+const _: () = assert!(SHED_ARG >= MAX_PACKET_DATA);
+
+/// Longest question name (wire form) the TC programs hash: each byte costs the verifier
+/// ~170 steps in every TC program of every namespace, and loop names are short (CoreDNS's
+/// probe, cluster names). A longer looping name is shed in userspace after copying.
+const SHED_NAME_BYTES: usize = 128;
 
 /// `TC_ACT_UNSPEC`, which is also `TCX_NEXT`: never change the packet's fate.
 const TC_NEXT: i32 = -1;
@@ -63,6 +73,22 @@ static CONFIRM_FAILED: LruHashMap<u64, u64> = LruHashMap::with_max_entries(1024,
 /// is not captured (userspace then reports that fragment as never seen).
 #[map]
 static FRAGS: LruHashMap<FragKey, u64> = LruHashMap::with_max_entries(MAX_FRAG_KEYS, 0);
+
+/// Storm shedding (see `tracer_common::shed`): question hashes userspace wants only counted.
+/// Filled by userspace only, after it created the question's `SHED_COUNT` entry.
+#[map]
+static SHED_ON: HashMap<u64, u8> = HashMap::with_max_entries(shed::MAX_KEYS, 0);
+
+/// Per question in `SHED_ON`, per CPU: packets counted instead of copied. Userspace creates
+/// each entry (zeroed on every CPU) before the question goes into `SHED_ON`, and deletes it
+/// only after a last read that follows the question's removal from `SHED_ON`: the counts are
+/// exact.
+#[map]
+static SHED_COUNT: PerCpuHashMap<u64, u64> = PerCpuHashMap::with_max_entries(shed::MAX_KEYS, 0);
+
+/// Slot 0: how many questions `SHED_ON` holds; 0 spares every packet the hashing.
+#[map]
+static SHED_ACTIVE: Array<u32> = Array::with_max_entries(1, 0);
 
 #[map]
 static COUNTERS: PerCpuArray<u64> = PerCpuArray::with_max_entries(counter::COUNT, 0);
@@ -242,12 +268,113 @@ fn try_tc(ctx: &TcContext, has_eth: bool, dir: u8) -> Result<(), ()> {
             count(counter::PACKETS_LOST_COPY);
             return Ok(());
         }
+        if t.proto == IPPROTO_UDP && t.frag == packet::FRAG_NONE && shedding() {
+            // The hash loop gets its inputs back from map memory, which the verifier does
+            // not track: every parse path (VLANs, IPv4 options, IPv6 chains) then reaches
+            // the loop in the same state and it is verified once, not once per path.
+            let arg = (*ev).data.as_mut_ptr().add(SHED_ARG) as *mut u32;
+            core::ptr::write_volatile(arg, ((t.l4_off - t.l3_off) + 8) as u32);
+            let dns = core::ptr::read_volatile(arg) as usize;
+            let len = core::ptr::read_volatile(&(*ev).hdr.cap_len) as usize;
+            if let Some(h) = question_hash(&mut (*ev).data, dns, len) {
+                if shed_packet(h) {
+                    return Ok(());
+                }
+            }
+        }
         let bytes = core::slice::from_raw_parts(ev as *const u8, PACKET_HEADER_LEN + cap as usize);
         if EVENTS.output::<[u8]>(bytes, 0).is_err() {
             count(counter::PACKETS_LOST_RINGBUF);
         }
     }
     Ok(())
+}
+
+#[inline(always)]
+fn shedding() -> bool {
+    matches!(SHED_ACTIVE.get(0), Some(n) if *n != 0)
+}
+
+/// Counts the packet instead of copying it if its question is being shed.
+#[inline(always)]
+fn shed_packet(h: u64) -> bool {
+    // SAFETY: presence check only; the value is not read.
+    if unsafe { SHED_ON.get(&h) }.is_none() {
+        return false;
+    }
+    let Some(n) = SHED_COUNT.get_ptr_mut(&h) else {
+        return false;
+    };
+    // SAFETY: this CPU's slot; TC programs do not nest on a CPU.
+    unsafe { *n += 1 };
+    count(counter::PACKETS_SHED);
+    true
+}
+
+/// `off` as an index of the packet buffer the verifier can bound on every kernel. Offsets
+/// here derive from values read back from map memory, whose range LLVM cannot know, so it
+/// keeps the mask.
+#[inline(always)]
+fn data_index(off: usize) -> usize {
+    off & PACKET_DATA_MASK
+}
+
+/// `tracer_common::shed` hash of the first question of the DNS message at `dns` in
+/// `data[..cap]`; `None` if there is none, it is cut, or its name is longer than
+/// [`SHED_NAME_BYTES`].
+///
+/// The name is hashed up to its first zero byte without walking its labels, and every byte
+/// of it is lowercased (length bytes are below 64, never ASCII letters): one exit branch per
+/// byte, which every verifier since 5.10 follows in a few thousand steps (a label walk
+/// multiplied its states). For a name with a zero byte inside a label or a compression
+/// pointer this differs from userspace's hash, so such a question is never shed here.
+#[inline(always)]
+fn question_hash(
+    data: &mut [u8; tracer_common::PACKET_DATA_BUF],
+    dns: usize,
+    cap: usize,
+) -> Option<u64> {
+    if dns + 12 > cap {
+        return None;
+    }
+    if data[data_index(dns + 4)] | data[data_index(dns + 5)] == 0 {
+        return None;
+    }
+    let mut off = dns + 12;
+    let mut h = shed::start();
+    let mut ended = false;
+    for _ in 0..SHED_NAME_BYTES {
+        if off >= cap {
+            return None;
+        }
+        let b = data[data_index(off)];
+        off += 1;
+        h = shed::step(h, shed::lower(b));
+        if b == 0 {
+            ended = true;
+            break;
+        }
+    }
+    if !ended {
+        return None;
+    }
+    // Through map memory again: the loop leaves at any of 255 offsets, and the rest would be
+    // verified once for each.
+    // SAFETY: `SHED_ARG..SHED_ARG + 4` is inside `data`, past any packet bytes.
+    let off = unsafe {
+        let arg = data.as_mut_ptr().add(SHED_ARG) as *mut u32;
+        core::ptr::write_volatile(arg, off as u32);
+        core::ptr::read_volatile(arg) as usize
+    };
+    let mut off = off;
+    for _ in 0..4 {
+        if off >= cap {
+            return None;
+        }
+        h = shed::step(h, data[data_index(off)]);
+        off += 1;
+    }
+    Some(h)
 }
 
 /// Drops of packets on a watched port, and of later IP fragments of datagrams whose first

@@ -110,6 +110,25 @@ pub struct KernelDrop {
     pub confirm_failed: bool,
 }
 
+/// A looping question whose UDP packets the kernel should only count (live storm shedding,
+/// see `tracer_common::shed`); the live source applies these to its maps
+/// (`kernel::shed`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ShedChange {
+    Start(ShedQuestion),
+    /// By [`ShedQuestion::hash`].
+    Stop(u64),
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ShedQuestion {
+    /// `tracer_common::shed` hash of the question's wire form.
+    pub hash: u64,
+    pub name: String,
+    pub qtype: String,
+    pub class: String,
+}
+
 /// Kernel-side loss and match counters (live only).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
 pub struct KernelCounters {
@@ -120,6 +139,8 @@ pub struct KernelCounters {
     pub drops_matched: u64,
     pub drops_lost_ringbuf: u64,
     pub drops_read_failed: u64,
+    /// Matched packets of a looping question only counted (in `packets_matched`).
+    pub packets_shed: u64,
 }
 
 impl KernelCounters {
@@ -134,6 +155,7 @@ impl KernelCounters {
             drops_matched: at(k::DROPS_MATCHED),
             drops_lost_ringbuf: at(k::DROPS_LOST_RINGBUF),
             drops_read_failed: at(k::DROPS_READ_FAILED),
+            packets_shed: at(k::PACKETS_SHED),
         }
     }
 }

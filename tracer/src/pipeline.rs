@@ -7,8 +7,8 @@
 //! passes and [`Pipeline::finish`] once at the end, and writes what comes out.
 use crate::{
     correlate::{loops::LoopState, CorrelateConfig, Correlator, Observed},
-    decode::decoder::{Decoder, Summarised},
-    event::{KernelCounters, SourceEvent},
+    decode::decoder::{question_hash, Decoder, Summarised},
+    event::{KernelCounters, ShedChange, ShedQuestion, SourceEvent},
     output::record::{Record, StatsRecord},
     time::Clock,
 };
@@ -32,6 +32,9 @@ pub struct Pipeline {
     shed_loops: bool,
     observed: Vec<Observed>,
     summarised: Vec<Summarised>,
+    /// Some source applies [`ShedChange`]s (and takes them every turn).
+    kernel_shedding: bool,
+    shed_changes: Vec<ShedChange>,
 }
 
 impl Pipeline {
@@ -52,6 +55,8 @@ impl Pipeline {
             shed_loops: cfg.shed_loops,
             observed: Vec::new(),
             summarised: Vec::new(),
+            kernel_shedding: false,
+            shed_changes: Vec::new(),
         }
     }
 
@@ -101,6 +106,30 @@ impl Pipeline {
         }
     }
 
+    /// The live source sheds looping questions in the kernel: from now on
+    /// [`Pipeline::take_shed_changes`] says which, and must be called every turn.
+    pub fn enable_kernel_shedding(&mut self) {
+        self.kernel_shedding = self.shed_loops;
+    }
+
+    /// Loops detected or ended since the last call: what the kernel should start or stop
+    /// shedding.
+    pub fn take_shed_changes(&mut self, out: &mut Vec<ShedChange>) {
+        out.append(&mut self.shed_changes);
+    }
+
+    /// The kernel only counted `n` packets of `q` (last at `ts_ns`): into `stats.shed` and
+    /// the loop's `summarised`.
+    pub fn kernel_shed(&mut self, q: &ShedQuestion, n: u64, ts_ns: u64) {
+        if n == 0 {
+            return;
+        }
+        self.decoder.kernel_shed(n);
+        if let Some(c) = self.correlator.as_mut() {
+            c.summarised(&q.name, &q.qtype, &q.class, n, ts_ns);
+        }
+    }
+
     /// Latest kernel counters (live only).
     pub fn set_kernel_counters(&mut self, k: KernelCounters) {
         self.decoder.set_kernel_counters(k);
@@ -136,9 +165,28 @@ impl Pipeline {
                 let q = &l.question;
                 match l.state {
                     LoopState::Detected => {
-                        self.decoder.summarise_question(&q.name, &q.qtype, &q.class)
+                        self.decoder
+                            .summarise_question(&q.name, &q.qtype, &q.class);
+                        if let Some(hash) = question_hash(&q.name, &q.qtype, &q.class)
+                            .filter(|_| self.kernel_shedding)
+                        {
+                            self.shed_changes.push(ShedChange::Start(ShedQuestion {
+                                hash,
+                                name: q.name.clone(),
+                                qtype: q.qtype.clone(),
+                                class: q.class.clone(),
+                            }));
+                        }
                     }
-                    LoopState::Ended => self.decoder.stop_summarising(&q.name, &q.qtype, &q.class),
+                    LoopState::Ended => {
+                        self.decoder
+                            .stop_summarising(&q.name, &q.qtype, &q.class);
+                        if let Some(hash) = question_hash(&q.name, &q.qtype, &q.class)
+                            .filter(|_| self.kernel_shedding)
+                        {
+                            self.shed_changes.push(ShedChange::Stop(hash));
+                        }
+                    }
                     LoopState::Ongoing => {}
                 }
             }

@@ -136,6 +136,11 @@ fn question_key<'b>(payload: &[u8], buf: &'b mut [u8; 264]) -> Option<&'b [u8]> 
     buf.get(..n + 4)
 }
 
+/// The kernel's hash of a question (`tracer_common::shed`), from presentation form.
+pub fn question_hash(name: &str, qtype: &str, class: &str) -> Option<u64> {
+    question_key_of(name, qtype, class).map(|k| tracer_common::shed::hash(&k))
+}
+
 /// The same key built from presentation form.
 fn question_key_of(name: &str, qtype: &str, class: &str) -> Option<Box<[u8]>> {
     use std::str::FromStr;
@@ -256,6 +261,11 @@ impl Decoder {
                 s.count = 0;
             }
         }
+    }
+
+    /// `n` packets of a looping question the kernel only counted (live storm shedding).
+    pub fn kernel_shed(&mut self, n: u64) {
+        self.stats.shed += n;
     }
 
     /// Also hand typed observations to the correlate stage ([`Decoder::take_observed`]).

@@ -4,6 +4,7 @@ pub mod attach;
 pub mod btf;
 pub mod kallsyms;
 pub mod netns;
+pub mod shed;
 
 use std::{
     collections::HashMap,
@@ -11,7 +12,7 @@ use std::{
 };
 
 use aya::{
-    maps::{Array, MapData, PerCpuArray, RingBuf},
+    maps::{Array, HashMap as BpfHashMap, MapData, PerCpuArray, PerCpuHashMap, PerCpuValues, RingBuf},
     programs::{tc, BtfTracePoint, KProbe, SchedClassifier, TcAttachType},
     util::KernelVersion,
     Ebpf, EbpfLoader,
@@ -222,7 +223,15 @@ pub const TC_PROGRAMS: [(&str, bool, TcAttachType); 4] = [
 ];
 
 /// Maps shared by every instance of the object, pinned so that later instances reuse them.
-const SHARED_MAPS: [&str; 4] = ["EVENTS", "PORTS", "COUNTERS", "FRAGS"];
+const SHARED_MAPS: [&str; 7] = [
+    "EVENTS",
+    "PORTS",
+    "COUNTERS",
+    "FRAGS",
+    "SHED_ON",
+    "SHED_COUNT",
+    "SHED_ACTIVE",
+];
 const BPFFS: &str = "/sys/fs/bpf";
 /// `BPF_FS_MAGIC` from include/uapi/linux/magic.h.
 const BPF_FS_MAGIC: i64 = 0xcafe4a11;
@@ -507,6 +516,71 @@ impl Probes {
         let mut opts = TestRunOptions::new();
         opts.data_in = Some(frame);
         Ok(prog.test_run(opts)?.return_value)
+    }
+
+    /// Storm shedding (`tracer_common::shed`): from now on the TC programs only count the
+    /// UDP packets of the question with this hash. `active` is how many questions are shed
+    /// with this one.
+    pub fn shed_start(&mut self, hash: u64, active: u32) -> Result<(), KernelError> {
+        let cpus = aya::util::nr_cpus().map_err(|(what, e)| {
+            KernelError::Io(std::io::Error::new(e.kind(), format!("{what}: {e}")))
+        })?;
+        // The count entry exists, zeroed on every CPU, before the programs can look for it.
+        let mut counts: PerCpuHashMap<&mut MapData, u64, u64> =
+            PerCpuHashMap::try_from(self.map_mut("SHED_COUNT")?)?;
+        counts.insert(hash, PerCpuValues::try_from(vec![0u64; cpus])?, 0)?;
+        let mut on: BpfHashMap<&mut MapData, u64, u8> =
+            BpfHashMap::try_from(self.map_mut("SHED_ON")?)?;
+        on.insert(hash, 1, 0)?;
+        self.set_shed_active(active)
+    }
+
+    /// The TC programs copy this question's packets again; its count stays readable
+    /// ([`Probes::shed_count`]) until [`Probes::shed_forget`].
+    pub fn shed_stop(&mut self, hash: u64, active: u32) -> Result<(), KernelError> {
+        let mut on: BpfHashMap<&mut MapData, u64, u8> =
+            BpfHashMap::try_from(self.map_mut("SHED_ON")?)?;
+        match on.remove(&hash) {
+            Ok(()) | Err(aya::maps::MapError::KeyNotFound) => {}
+            Err(e) => return Err(e.into()),
+        }
+        self.set_shed_active(active)
+    }
+
+    /// Packets of the question counted so far, over all CPUs.
+    pub fn shed_count(&self, hash: u64) -> Result<u64, KernelError> {
+        let map = self
+            .primary
+            .map("SHED_COUNT")
+            .ok_or_else(|| KernelError::Object("map SHED_COUNT".into()))?;
+        let counts: PerCpuHashMap<&MapData, u64, u64> = PerCpuHashMap::try_from(map)?;
+        match counts.get(&hash, 0) {
+            Ok(v) => Ok(v.iter().sum()),
+            Err(aya::maps::MapError::KeyNotFound) => Ok(0),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// Removes the question's count (after its last read).
+    pub fn shed_forget(&mut self, hash: u64) -> Result<(), KernelError> {
+        let mut counts: PerCpuHashMap<&mut MapData, u64, u64> =
+            PerCpuHashMap::try_from(self.map_mut("SHED_COUNT")?)?;
+        match counts.remove(&hash) {
+            Ok(()) | Err(aya::maps::MapError::KeyNotFound) => Ok(()),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    fn set_shed_active(&mut self, active: u32) -> Result<(), KernelError> {
+        let mut slot: Array<&mut MapData, u32> = Array::try_from(self.map_mut("SHED_ACTIVE")?)?;
+        slot.set(0, active, 0)?;
+        Ok(())
+    }
+
+    fn map_mut(&mut self, name: &str) -> Result<&mut aya::maps::Map, KernelError> {
+        self.primary
+            .map_mut(name)
+            .ok_or_else(|| KernelError::Object(format!("map {name}")))
     }
 
     /// Sums of the per-CPU counters, indexed by `tracer_common::counter`.

@@ -468,13 +468,17 @@ pub struct StatsRecord {
     /// UDP packets of a question in an active forwarding loop that were only counted, not
     /// decoded or correlated (storm shedding; see docs/output.md).
     pub summarised: u64,
+    /// Live: UDP packets of a looping question the kernel only counted and never copied
+    /// (storm shedding in the TC programs; not part of `packets`). Equals
+    /// `kernel.counters.packets_shed` in the final record.
+    pub shed: u64,
     pub tcp_flows_evicted: u64,
     pub tcp_bytes_dropped: u64,
     /// Live: packet records decided after `--count` was reached (in the batch of the stop):
     /// decoded and counted above, not written.
     pub not_written: u64,
-    /// Live: packets the kernel matched (`kernel.packets_matched`) that were neither read nor
-    /// lost: still queued in the ring buffer, or matched while detaching, when the run
+    /// Live: packets the kernel matched (`kernel.packets_matched`) that were neither read,
+    /// lost nor shed: still queued in the ring buffer, or matched while detaching, when the run
     /// stopped (a `--count` stop leaves the queue unread).
     pub unread: u64,
     /// Live: why the run ended: `SIGINT`, `SIGTERM`, `SIGHUP`, `duration`, `count`, `loop`

@@ -373,6 +373,12 @@ pub fn stats_line(s: &StatsRecord) -> String {
     if s.summarised > 0 {
         line.push_str(&format!(", {} loop packets only counted", s.summarised));
     }
+    if s.shed > 0 {
+        line.push_str(&format!(
+            ", {} loop packets only counted in the kernel (never copied)",
+            s.shed
+        ));
+    }
     if s.not_written > 0 {
         line.push_str(&format!(
             ", {} decoded after the --count stop (not shown)",

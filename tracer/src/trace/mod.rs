@@ -19,12 +19,14 @@ pub use writer::{LiveSink, TraceWriter};
 
 use crate::{
     decode::decoder::Decoder,
-    event::{KernelCounters, KernelSetup, SourceEvent},
+    event::{KernelCounters, KernelSetup, ShedChange, SourceEvent},
     kernel::{
         attach::{AttachSpec, Attacher, Names, SharedNames},
         btf::KernelBtf,
         kallsyms::Kallsyms,
-        netns, KernelError, ProbeOptions, Probes,
+        netns,
+        shed::Shedder,
+        KernelError, ProbeOptions, Probes,
     },
     output::{self, filter::Filter, record::StatsRecord, Format, Record, View},
     pipeline::{Pipeline, PipelineConfig},
@@ -258,6 +260,9 @@ pub async fn run_live(
         },
         clock,
     );
+    pipeline.enable_kernel_shedding();
+    let mut shedder = Shedder::default();
+    let mut shed_changes: Vec<ShedChange> = Vec::new();
     let deadline = async {
         match opts.duration {
             Some(d) => tokio::time::sleep(d).await,
@@ -284,6 +289,7 @@ pub async fn run_live(
     // Why the run ended, for `stats.stopped_by`.
     let mut stopped_by = "error";
     'run: loop {
+        let mut ticked = false;
         tokio::select! {
             r = source.next_batch(&mut events) => {
                 if let Err(e) = r {
@@ -296,6 +302,7 @@ pub async fn run_live(
             _ = sighup.recv() => { stopped_by = "SIGHUP"; break 'run }
             _ = &mut deadline => { stopped_by = "duration"; break 'run }
             _ = tick.tick() => {
+                ticked = true;
                 ticks += 1;
                 if ticks.is_multiple_of(20) {
                     refresh_counters(&mut pipeline);
@@ -309,6 +316,16 @@ pub async fn run_live(
         }
         push_events(&mut events, &mut pipeline, &mut records, &mut pcap);
         pipeline.tick(clock.now_ns(), &mut records);
+        pipeline.take_shed_changes(&mut shed_changes);
+        if ticked || !shed_changes.is_empty() {
+            if let Ok(mut p) = probes.lock() {
+                shedder.apply(&mut p, &mut shed_changes);
+                if ticked {
+                    let now = clock.now_ns();
+                    shedder.poll(&mut p, |q, n| pipeline.kernel_shed(q, n, now));
+                }
+            }
+        }
         // The whole batch is written even when it ends the run: what it holds was decided
         // before the stop.
         annotate_pods(&mut records, &output_names);
@@ -380,6 +397,10 @@ pub async fn run_live(
         }
         push_events(&mut events, &mut pipeline, &mut records, &mut pcap);
     }
+    if let Ok(mut p) = probes.lock() {
+        let now = clock.now_ns();
+        shedder.finish(&mut p, |q, n| pipeline.kernel_shed(q, n, now));
+    }
     pipeline.finish(clock.now_ns(), &mut records);
     annotate_pods(&mut records, &output_names);
     if let Some(ev) = pcap.as_mut() {
@@ -395,10 +416,12 @@ pub async fn run_live(
     stats.stopped_by = Some(stopped_by.to_string());
     if let Some(k) = stats.kernel.as_mut() {
         // Matched by the kernel, neither read nor lost: still queued when the run stopped.
-        stats.unread = k
-            .counters
-            .packets_matched
-            .saturating_sub(stats.packets.saturating_add(stats.lost));
+        stats.unread = k.counters.packets_matched.saturating_sub(
+            stats
+                .packets
+                .saturating_add(stats.lost)
+                .saturating_add(k.counters.packets_shed),
+        );
         let mut setup = setup;
         setup.attach_failures = attach_failures;
         k.setup = Some(setup);
