@@ -1,7 +1,7 @@
 use super::*;
 use crate::{
     decode::dns::{Flags, Question, Record as Rr},
-    event::{CtChange, CtFlow, Direction},
+    event::{CtChange, CtFlow, CtSnapshot, Direction},
     output::record::TransactionRecord,
 };
 

@@ -2,7 +2,7 @@
 //! in every watched network namespace, and reading their counters.
 pub mod attach;
 pub mod btf;
-pub mod kallsyms;
+pub use crate::kallsyms;
 pub mod netns;
 
 use std::{
