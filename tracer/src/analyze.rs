@@ -13,7 +13,8 @@ use std::{
 use crate::{
     decode::{decoder::Decoder, frag::WatchedDatagrams, parse_ip, Transport},
     event::SourceEvent,
-    kernel::{attach::Names, kallsyms::Kallsyms},
+    kallsyms::Kallsyms,
+    names::Names,
     output::{
         filter::Filter, record::StatsRecord, text::TextSink, Format, JsonSink, Record, Sink, View,
     },

@@ -15,3 +15,6 @@ pub mod pipeline;
 pub mod source;
 pub mod time;
 pub mod trace;
+
+#[cfg(test)]
+mod layering;

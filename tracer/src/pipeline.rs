@@ -107,9 +107,10 @@ impl Pipeline {
     }
 
     pub fn stats(&self) -> StatsRecord {
-        let mut s = self.decoder.stats();
-        s.correlate = self.correlator.as_ref().map(Correlator::stats);
-        s
+        StatsRecord::new(
+            self.decoder.stats(),
+            self.correlator.as_ref().map(Correlator::stats),
+        )
     }
 
     fn hand_over(&mut self) {

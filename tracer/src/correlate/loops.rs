@@ -9,7 +9,7 @@ use std::collections::{BTreeSet, HashMap};
 
 use serde::Serialize;
 
-use crate::{output::record::QuestionRecord, time::Clock};
+use crate::{correlate::record::QuestionRecord, decode::record::PodRef, time::Clock};
 
 use super::QKey;
 
@@ -53,7 +53,7 @@ pub struct LoopHop {
     pub at: String,
     /// The pod of `at`, where known (filled in by the sinks' caller).
     #[serde(flatten)]
-    pub pod: crate::output::record::PodRef,
+    pub pod: PodRef,
 }
 
 /// A `loop` record.

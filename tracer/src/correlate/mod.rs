@@ -37,17 +37,24 @@ pub use crate::decode::observation::{DropObservation, Observation, Observed, FRA
 use crate::{
     decode::dns::{Cut, DnsMessage},
     event::{ConntrackEvent, CtStatsSample, ObservationPoint},
-    output::record::{
-        HopRecord, LegDrop, LegRecord, LookupRef, QuestionRecord, Record, TransactionRecord,
-    },
     time::Clock,
 };
 use ctmap::CtMap;
 use join::*;
-use loops::{LoopHop, LoopTracker};
+use loops::{LoopHop, LoopRecord, LoopTracker};
 use model::*;
 pub use model::{LegRole, QKey};
 use race::{CtSamples, RaceQuery, RaceRecord, RaceVerdict};
+use record::{HopRecord, LegDrop, LegRecord, LookupRef, QuestionRecord, TransactionRecord};
+
+/// What the correlate and detect stages report, in the order they decide it; the pipeline
+/// hands each on to the sinks as a [`Record`](crate::output::record::Record).
+#[derive(Clone, Debug)]
+pub enum CorrelateReport {
+    Transaction(TransactionRecord),
+    Loop(LoopRecord),
+    Race(RaceRecord),
+}
 
 /// Windows and bounds.
 #[derive(Clone, Copy, Debug)]

@@ -4,7 +4,7 @@ use super::*;
 impl Correlator {
     /// Correlates what the reorder window has released and reports finished transactions.
     /// `now_ns` is in the observations' clock (live: boot time; offline: the file's time).
-    pub fn tick(&mut self, now_ns: u64, out: &mut Vec<Record>) {
+    pub fn tick(&mut self, now_ns: u64, out: &mut Vec<impl From<CorrelateReport>>) {
         let release = now_ns.saturating_sub(self.cfg.reorder_ns);
         while let Some(entry) = self.pending.first_entry() {
             if entry.key().0 > release {
@@ -18,7 +18,7 @@ impl Correlator {
     }
 
     /// End of input: correlate everything and report every transaction.
-    pub fn flush(&mut self, now_ns: u64, out: &mut Vec<Record>) {
+    pub fn flush(&mut self, now_ns: u64, out: &mut Vec<impl From<CorrelateReport>>) {
         while let Some((_, o)) = self.pending.pop_first() {
             self.watermark = self.watermark.max(o.ts());
             self.process(o);
@@ -26,11 +26,20 @@ impl Correlator {
         self.finish(now_ns, true, out);
     }
 
-    pub(super) fn finish(&mut self, now: u64, all: bool, out: &mut Vec<Record>) {
+    pub(super) fn finish(
+        &mut self,
+        now: u64,
+        all: bool,
+        out: &mut Vec<impl From<CorrelateReport>>,
+    ) {
         self.loops.tick(now, all);
         let mut loop_records = Vec::new();
         self.loops.drain(&mut loop_records);
-        out.extend(loop_records.into_iter().map(Record::Loop));
+        out.extend(
+            loop_records
+                .into_iter()
+                .map(|l| CorrelateReport::Loop(l).into()),
+        );
         // Queries whose time is up: each leg once, when its timeout passes.
         while let Some(&(deadline, id)) = self.timeouts.first() {
             if deadline > now {
@@ -82,7 +91,7 @@ impl Correlator {
                 let rendered = self.render(&t);
                 self.races_of(&t, rendered.as_ref());
                 if let Some(rec) = rendered {
-                    out.push(Record::Transaction(rec));
+                    out.push(CorrelateReport::Transaction(rec).into());
                     self.stats.transactions += 1;
                 }
                 for leg in t.legs {
@@ -94,7 +103,11 @@ impl Correlator {
                 }
             }
         }
-        out.extend(self.race_out.drain(..).map(Record::Race));
+        out.extend(
+            self.race_out
+                .drain(..)
+                .map(|r| CorrelateReport::Race(r).into()),
+        );
     }
 
     /// Race records of a finished transaction: race drops with their evidence, or a
@@ -122,7 +135,7 @@ impl Correlator {
             .min();
         let total = rec.and_then(|r| r.latency_ns);
         let fmt = crate::time::format_duration;
-        let question = |q: &QKey| crate::output::record::QuestionRecord {
+        let question = |q: &QKey| QuestionRecord {
             name: q.name.clone(),
             qtype: q.qtype.clone(),
             class: q.class.clone(),

@@ -1,15 +1,19 @@
-//! The decode stage of the [pipeline](crate::pipeline): packet and drop events → packet and
+//! The decode stage of the pipeline: packet and drop events → packet and
 //! drop records (DNS decoded, TCP reassembled, cut and malformed messages told apart), the
 //! counters that account for every packet, and typed observations for the correlate stage.
 use std::{collections::HashMap, net::SocketAddr};
 
 use crate::{
     conntrack::CtStatus,
-    correlate::{DropObservation, Observation, Observed},
     decode::{
         dns,
         frag::{FragLimits, FragmentLoss, Pushed, Reassembler},
+        observation::{DropObservation, Observation, Observed, FRAGMENT_LOSS},
         parse_ip,
+        record::{
+            CtEndpoints, CtRecord, DecodeReport, DecodeStats, DropRecord, FragmentLossRecord,
+            KernelStats, PacketRecord,
+        },
         tcp::{FlowKey, TcpLimits, TcpOutput, TcpReassembler},
         Transport,
     },
@@ -17,10 +21,8 @@ use crate::{
         CapturedPacket, CtSnapshot, Direction, KernelCounters, KernelDrop, ObservationPoint,
         SourceEvent,
     },
-    kernel::{attach::SharedNames, kallsyms::Kallsyms},
-    output::record::{
-        CtEndpoints, CtRecord, DropRecord, FragmentLossRecord, PacketRecord, Record, StatsRecord,
-    },
+    kallsyms::Kallsyms,
+    names::SharedNames,
     time::Clock,
 };
 
@@ -83,7 +85,7 @@ pub struct Decoder {
     /// Latest time seen (packets, and the pipeline's ticks): the reassembler's clock, and
     /// the time of what `finish` reports.
     now_ns: u64,
-    stats: StatsRecord,
+    stats: DecodeStats,
     kernel: Option<KernelCounters>,
     tcp_out: Vec<TcpOutput>,
     tcp_closed: Vec<(FlowKey, TcpOutput)>,
@@ -211,7 +213,7 @@ impl Decoder {
             tcp: TcpReassembler::new(TcpLimits::default()),
             frag: Reassembler::new(FragLimits::default()),
             now_ns: 0,
-            stats: StatsRecord::default(),
+            stats: DecodeStats::default(),
             kernel: None,
             tcp_out: Vec::new(),
             tcp_closed: Vec::new(),
@@ -321,10 +323,10 @@ impl Decoder {
     }
 
     fn place(&self, netns: u64, ifindex: u32) -> (String, String) {
-        crate::kernel::attach::place(&self.names, netns, ifindex)
+        crate::names::place(&self.names, netns, ifindex)
     }
 
-    pub fn on_event(&mut self, ev: SourceEvent, out: &mut Vec<Record>) {
+    pub fn on_event(&mut self, ev: SourceEvent, out: &mut Vec<impl From<DecodeReport>>) {
         match ev {
             SourceEvent::Packet(p) => self.on_packet(p, out),
             SourceEvent::Drop(d) => self.on_drop(d, out),
@@ -339,7 +341,11 @@ impl Decoder {
 
     /// Datagrams whose fragments never all came, as records; a DNS message among them is
     /// also a drop of that message for the correlate stage (its transaction did not get it).
-    fn fragment_losses(&mut self, losses: Vec<FragmentLoss>, out: &mut Vec<Record>) {
+    fn fragment_losses(
+        &mut self,
+        losses: Vec<FragmentLoss>,
+        out: &mut Vec<impl From<DecodeReport>>,
+    ) {
         for l in losses {
             let (netns, ifname) = self.place(l.key.at.netns, l.key.at.ifindex);
             let time = self.clock.wall(l.last_ts_ns);
@@ -353,7 +359,7 @@ impl Decoder {
                     netns_cookie: l.key.at.netns,
                     netns: r.netns.clone(),
                     ifname: r.ifname.clone(),
-                    reason: crate::correlate::FRAGMENT_LOSS.to_string(),
+                    reason: FRAGMENT_LOSS.to_string(),
                     location: r.what_missing(),
                     function: String::new(),
                     benign: false,
@@ -365,20 +371,20 @@ impl Decoder {
                     msg: Some(msg.clone()),
                 }));
             }
-            out.push(Record::FragmentLoss(r));
+            out.push(DecodeReport::FragmentLoss(r).into());
         }
     }
 
     /// The clock moved on without packets (live): datagrams past their reassembly timeout
     /// are reported.
-    pub fn tick(&mut self, now_ns: u64, out: &mut Vec<Record>) {
+    pub fn tick(&mut self, now_ns: u64, out: &mut Vec<impl From<DecodeReport>>) {
         self.now_ns = self.now_ns.max(now_ns);
         let mut losses = Vec::new();
         self.frag.expire(self.now_ns, &mut losses);
         self.fragment_losses(losses, out);
     }
 
-    fn on_packet(&mut self, p: CapturedPacket, out: &mut Vec<Record>) {
+    fn on_packet(&mut self, p: CapturedPacket, out: &mut Vec<impl From<DecodeReport>>) {
         self.stats.packets += 1;
         self.tick(p.ts_ns, out);
         let (p, rejected) = match self.frag.push(p) {
@@ -422,7 +428,7 @@ impl Decoder {
                     (Err(e), None) => format!("IP: {e}"),
                     (Ok(_), None) => String::new(),
                 });
-                out.push(Record::Packet(r));
+                out.push(DecodeReport::Packet(r).into());
                 return;
             }
         };
@@ -460,7 +466,7 @@ impl Decoder {
                     d => d,
                 };
                 self.record_decoded(&mut r, decoded, tracer_common::IPPROTO_UDP, src, dst, p.at);
-                out.push(Record::Packet(r));
+                out.push(DecodeReport::Packet(r).into());
             }
             Transport::Tcp {
                 sport,
@@ -519,7 +525,7 @@ impl Decoder {
         src: SocketAddr,
         dst: SocketAddr,
         at: ObservationPoint,
-        out: &mut Vec<Record>,
+        out: &mut Vec<impl From<DecodeReport>>,
     ) {
         let decoded = match item {
             TcpOutput::Message(bytes) => decode_message(&bytes, None),
@@ -537,13 +543,13 @@ impl Decoder {
         };
         self.stats.tcp_messages += 1;
         self.record_decoded(&mut r, decoded, tracer_common::IPPROTO_TCP, src, dst, at);
-        out.push(Record::Packet(r));
+        out.push(DecodeReport::Packet(r).into());
     }
 
     /// Reports what TCP flows that were forgotten (evicted, idle, or at the end) still held:
     /// a `malformed` record per unfinished message, at `ts_ns`, on the flow's hop. Such a
     /// record stands for no packet of its own (`len` and `caplen` 0).
-    fn report_closed_flows(&mut self, ts_ns: u64, out: &mut Vec<Record>) {
+    fn report_closed_flows(&mut self, ts_ns: u64, out: &mut Vec<impl From<DecodeReport>>) {
         let mut closed = std::mem::take(&mut self.tcp_closed);
         self.tcp.take_closed(&mut closed);
         for (key, item) in closed.drain(..) {
@@ -581,7 +587,7 @@ impl Decoder {
     /// The input ended (end of file, or the trace is stopping): what is still unfinished
     /// (TCP messages short of their length) is reported, so every captured byte is accounted
     /// for. `now_ns`: the time to give those reports (0: the latest seen).
-    pub fn finish(&mut self, now_ns: u64, out: &mut Vec<Record>) {
+    pub fn finish(&mut self, now_ns: u64, out: &mut Vec<impl From<DecodeReport>>) {
         self.tcp.finish();
         let ts = if now_ns == 0 { self.now_ns } else { now_ns };
         self.report_closed_flows(ts, out);
@@ -595,7 +601,7 @@ impl Decoder {
         netns == 0 || self.names.read().is_ok_and(|n| n.netns(netns).is_some())
     }
 
-    fn on_drop(&mut self, d: KernelDrop, out: &mut Vec<Record>) {
+    fn on_drop(&mut self, d: KernelDrop, out: &mut Vec<impl From<DecodeReport>>) {
         // kfree_skb fires in every namespace; report those we watch.
         if !self.watched(d.netns) {
             self.stats.drops_unwatched += 1;
@@ -728,7 +734,7 @@ impl Decoder {
                 }));
             }
         }
-        out.push(Record::Drop(r));
+        out.push(DecodeReport::Drop(r).into());
     }
 
     /// The latest time seen (0 before the first packet or tick).
@@ -741,7 +747,7 @@ impl Decoder {
         self.kernel = Some(k);
     }
 
-    pub fn stats(&self) -> StatsRecord {
+    pub fn stats(&self) -> DecodeStats {
         let mut s = self.stats.clone();
         let t = self.tcp.stats();
         s.tcp_flows_evicted = t.flows_evicted;
@@ -756,7 +762,7 @@ impl Decoder {
         if let Some(k) = self.kernel {
             s.lost += k.packets_lost_ringbuf + k.packets_lost_copy;
             s.drops_lost = k.drops_lost_ringbuf + k.drops_read_failed;
-            s.kernel = Some(crate::output::record::KernelStats {
+            s.kernel = Some(KernelStats {
                 counters: k,
                 setup: None,
             });
@@ -769,6 +775,7 @@ impl Decoder {
 mod tests {
     use super::*;
     use crate::event::Direction;
+    use crate::output::record::Record;
     use std::sync::{Arc, RwLock};
 
     /// `medium.lab.test. TXT`: 8 answers of 62 bytes of text each, id 77.
@@ -860,7 +867,7 @@ mod tests {
     }
 
     /// docs/output.md's accounting: every packet counted once.
-    fn accounted(s: &StatsRecord) -> bool {
+    fn accounted(s: &DecodeStats) -> bool {
         s.packets + s.tcp_messages
             == s.decoded
                 + s.capture_truncated

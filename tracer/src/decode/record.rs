@@ -279,3 +279,42 @@ pub struct KernelStats {
     #[serde(flatten, skip_serializing_if = "Option::is_none")]
     pub setup: Option<KernelSetup>,
 }
+
+/// What the decode stage reports, in the order it happens; the pipeline hands each on to the
+/// sinks as a [`Record`](crate::output::record::Record).
+#[derive(Clone, Debug)]
+pub enum DecodeReport {
+    Packet(PacketRecord),
+    Drop(DropRecord),
+    FragmentLoss(FragmentLossRecord),
+}
+
+/// The decode stage's counters (field by field as in
+/// [`StatsRecord`](crate::output::record::StatsRecord), which adds the correlate stage's and
+/// the run's).
+#[derive(Clone, Debug, Default)]
+pub struct DecodeStats {
+    pub packets: u64,
+    pub decoded: u64,
+    pub malformed: u64,
+    pub capture_truncated: u64,
+    pub tcp_control: u64,
+    pub tcp_data: u64,
+    pub tcp_messages: u64,
+    pub other: u64,
+    pub lost: u64,
+    pub drops: u64,
+    pub drops_benign: u64,
+    pub drops_unwatched: u64,
+    pub drops_lost: u64,
+    pub kernel: Option<KernelStats>,
+    pub summarised: u64,
+    pub tcp_flows_evicted: u64,
+    pub tcp_bytes_dropped: u64,
+    pub fragments_merged: u64,
+    pub fragments_incomplete: u64,
+    pub fragments_pending: u64,
+    pub datagrams_reassembled: u64,
+    pub datagrams_lost: u64,
+    pub datagrams_evicted: u64,
+}

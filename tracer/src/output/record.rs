@@ -10,6 +10,10 @@ pub use crate::{
         MissingRange, PacketRecord, PodRef,
     },
 };
+use crate::{
+    correlate::{loops::LoopRecord, race::RaceRecord, CorrelateReport, CorrelateStats},
+    decode::record::{DecodeReport, DecodeStats},
+};
 
 #[derive(Clone, Debug, Serialize)]
 #[serde(tag = "type", rename_all = "lowercase")]
@@ -17,8 +21,8 @@ pub enum Record {
     Packet(PacketRecord),
     Drop(DropRecord),
     Transaction(TransactionRecord),
-    Loop(crate::correlate::loops::LoopRecord),
-    Race(crate::correlate::race::RaceRecord),
+    Loop(LoopRecord),
+    Race(RaceRecord),
     #[serde(rename = "fragment_loss")]
     FragmentLoss(FragmentLossRecord),
     Stats(StatsRecord),
@@ -64,7 +68,7 @@ pub struct StatsRecord {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub kernel: Option<KernelStats>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub correlate: Option<crate::correlate::CorrelateStats>,
+    pub correlate: Option<CorrelateStats>,
     /// UDP packets of a question in an active forwarding loop that were only counted, not
     /// decoded or correlated (storm shedding; see docs/output.md).
     pub summarised: u64,
@@ -95,4 +99,85 @@ pub struct StatsRecord {
     pub datagrams_lost: u64,
     /// Incomplete datagrams forgotten to bound memory (not reported).
     pub datagrams_evicted: u64,
+}
+
+impl From<DecodeReport> for Record {
+    fn from(d: DecodeReport) -> Self {
+        match d {
+            DecodeReport::Packet(p) => Record::Packet(p),
+            DecodeReport::Drop(d) => Record::Drop(d),
+            DecodeReport::FragmentLoss(l) => Record::FragmentLoss(l),
+        }
+    }
+}
+
+impl From<CorrelateReport> for Record {
+    fn from(r: CorrelateReport) -> Self {
+        match r {
+            CorrelateReport::Transaction(t) => Record::Transaction(t),
+            CorrelateReport::Loop(l) => Record::Loop(l),
+            CorrelateReport::Race(r) => Record::Race(r),
+        }
+    }
+}
+
+impl StatsRecord {
+    /// The decode stage's counters with the correlate stage's, if it ran.
+    pub fn new(d: DecodeStats, correlate: Option<CorrelateStats>) -> Self {
+        let DecodeStats {
+            packets,
+            decoded,
+            malformed,
+            capture_truncated,
+            tcp_control,
+            tcp_data,
+            tcp_messages,
+            other,
+            lost,
+            drops,
+            drops_benign,
+            drops_unwatched,
+            drops_lost,
+            kernel,
+            summarised,
+            tcp_flows_evicted,
+            tcp_bytes_dropped,
+            fragments_merged,
+            fragments_incomplete,
+            fragments_pending,
+            datagrams_reassembled,
+            datagrams_lost,
+            datagrams_evicted,
+        } = d;
+        Self {
+            packets,
+            decoded,
+            malformed,
+            capture_truncated,
+            tcp_control,
+            tcp_data,
+            tcp_messages,
+            other,
+            lost,
+            drops,
+            drops_benign,
+            drops_unwatched,
+            drops_lost,
+            kernel,
+            correlate,
+            summarised,
+            tcp_flows_evicted,
+            tcp_bytes_dropped,
+            // Set by a live run when it ends.
+            not_written: 0,
+            unread: 0,
+            stopped_by: None,
+            fragments_merged,
+            fragments_incomplete,
+            fragments_pending,
+            datagrams_reassembled,
+            datagrams_lost,
+            datagrams_evicted,
+        }
+    }
 }
