@@ -26,6 +26,13 @@ use crate::{
     time::Clock,
 };
 
+mod packet;
+mod shed;
+
+use packet::{cut_by_capture, decode_message, Decoded};
+use shed::question_key;
+pub use shed::Summarised;
+
 pub fn ct_record(ct: &CtSnapshot) -> CtRecord {
     CtRecord {
         status: ct.status,
@@ -96,108 +103,6 @@ pub struct Decoder {
     summarise: HashMap<Box<[u8]>, Summarised>,
 }
 
-/// Packets of one looping question that were counted instead of decoded.
-#[derive(Clone, Debug)]
-pub struct Summarised {
-    pub name: String,
-    pub qtype: String,
-    pub class: String,
-    /// Since the last [`Decoder::take_summarised`].
-    pub count: u64,
-    pub last_ts: u64,
-}
-
-/// Lowercased wire form of a message's first question (name, type, class) in `buf`:
-/// cheap enough to run on every packet before decoding.
-fn question_key<'b>(payload: &[u8], buf: &'b mut [u8; 264]) -> Option<&'b [u8]> {
-    if payload.get(4..6)? == [0, 0] {
-        return None;
-    }
-    let mut i = 12;
-    let mut n = 0;
-    loop {
-        let len = *payload.get(i)? as usize;
-        if len & 0xc0 != 0 {
-            return None;
-        }
-        *buf.get_mut(n)? = len as u8;
-        n += 1;
-        i += 1;
-        if len == 0 {
-            break;
-        }
-        for b in payload.get(i..i + len)? {
-            *buf.get_mut(n)? = b.to_ascii_lowercase();
-            n += 1;
-        }
-        i += len;
-    }
-    buf.get_mut(n..n + 4)?
-        .copy_from_slice(payload.get(i..i + 4)?);
-    buf.get(..n + 4)
-}
-
-/// The same key built from presentation form.
-fn question_key_of(name: &str, qtype: &str, class: &str) -> Option<Box<[u8]>> {
-    use std::str::FromStr;
-    let rtype = hickory_proto::rr::RecordType::from_str(qtype).ok()?;
-    let class = hickory_proto::rr::DNSClass::from_str(class).ok()?;
-    let mut out = Vec::with_capacity(name.len() + 6);
-    for label in name
-        .trim_end_matches('.')
-        .split('.')
-        .filter(|l| !l.is_empty())
-    {
-        if label.len() > 63 || label.contains('\\') {
-            return None;
-        }
-        out.push(label.len() as u8);
-        out.extend(label.bytes().map(|b| b.to_ascii_lowercase()));
-    }
-    out.push(0);
-    out.extend(u16::from(rtype).to_be_bytes());
-    out.extend(u16::from(class).to_be_bytes());
-    Some(out.into_boxed_slice())
-}
-
-/// What became of one DNS message's bytes.
-enum Decoded {
-    Whole(dns::DnsMessage),
-    /// The capture cut it: what was decoded (`None`: not even the header was captured).
-    Cut(Option<dns::DnsMessage>),
-    /// Wrong in itself (or in the part the capture holds): why.
-    Malformed(String),
-}
-
-/// The length on the wire of a message whose end the capture cut off, or `None` when the
-/// capture holds it whole. Cut means both: the packet's headers say `missing` bytes of the
-/// transport payload are not in the capture, and the capture's own record of the packet's
-/// length (`orig_len`, from the IP header on) says it held fewer bytes than were on the wire.
-/// A packet whose headers promise more than the wire had is short in itself, not cut.
-fn cut_by_capture(orig_len: u32, caplen: usize, missing: usize, captured: usize) -> Option<usize> {
-    let cut = missing > 0 && usize::try_from(orig_len).is_ok_and(|wire| wire > caplen);
-    cut.then(|| captured.saturating_add(missing))
-}
-
-/// Decodes one message; `cut`: its length on the wire when the capture cut it.
-fn decode_message(bytes: &[u8], cut: Option<usize>) -> Decoded {
-    match cut {
-        None => match dns::decode(bytes) {
-            Ok(m) => Decoded::Whole(m),
-            Err(e) => Decoded::Malformed(e.to_string()),
-        },
-        Some(len) => match dns::decode_cut(bytes, len) {
-            // Only bytes after the message were missing.
-            Ok(Some(m)) if m.cut.is_none() => Decoded::Whole(m),
-            Ok(m) => Decoded::Cut(m),
-            Err(e) => Decoded::Malformed(format!(
-                "{e} (in the {} bytes captured of a {len}-byte message)",
-                bytes.len()
-            )),
-        },
-    }
-}
-
 impl Decoder {
     pub fn new(
         clock: Clock,
@@ -227,36 +132,6 @@ impl Decoder {
     /// kernel's word (without it the flag is meaningless and not passed on).
     pub fn set_confirm_hook(&mut self, loaded: bool) {
         self.confirm_hook = loaded;
-    }
-
-    /// From now on only count UDP packets of this question (an active loop).
-    pub fn summarise_question(&mut self, name: &str, qtype: &str, class: &str) {
-        if let Some(key) = question_key_of(name, qtype, class) {
-            self.summarise.entry(key).or_insert_with(|| Summarised {
-                name: name.to_string(),
-                qtype: qtype.to_string(),
-                class: class.to_string(),
-                count: 0,
-                last_ts: 0,
-            });
-        }
-    }
-
-    /// Decode this question's packets again (the loop ended).
-    pub fn stop_summarising(&mut self, name: &str, qtype: &str, class: &str) {
-        if let Some(key) = question_key_of(name, qtype, class) {
-            self.summarise.remove(&key);
-        }
-    }
-
-    /// Counts since the last call, per question.
-    pub fn take_summarised(&mut self, out: &mut Vec<Summarised>) {
-        for s in self.summarise.values_mut() {
-            if s.count > 0 {
-                out.push(s.clone());
-                s.count = 0;
-            }
-        }
     }
 
     /// Also hand typed observations to the correlate stage ([`Decoder::take_observed`]).
@@ -291,35 +166,6 @@ impl Decoder {
                 msg: msg.clone(),
             }));
         }
-    }
-
-    /// Puts a decode result into a packet record, counts it, and hands a message (whole or
-    /// cut) to the correlate stage.
-    fn record_decoded(
-        &mut self,
-        r: &mut PacketRecord,
-        decoded: Decoded,
-        proto: u8,
-        src: SocketAddr,
-        dst: SocketAddr,
-        at: ObservationPoint,
-    ) {
-        match decoded {
-            Decoded::Whole(m) => {
-                self.stats.decoded += 1;
-                r.dns = Some(m);
-            }
-            Decoded::Cut(m) => {
-                self.stats.capture_truncated += 1;
-                r.capture_truncated = true;
-                r.dns = m;
-            }
-            Decoded::Malformed(why) => {
-                self.stats.malformed += 1;
-                r.malformed = Some(why);
-            }
-        }
-        self.observe(r, proto, src, dst, at);
     }
 
     fn place(&self, netns: u64, ifindex: u32) -> (String, String) {
@@ -382,206 +228,6 @@ impl Decoder {
         let mut losses = Vec::new();
         self.frag.expire(self.now_ns, &mut losses);
         self.fragment_losses(losses, out);
-    }
-
-    fn on_packet(&mut self, p: CapturedPacket, out: &mut Vec<impl From<DecodeReport>>) {
-        self.stats.packets += 1;
-        self.tick(p.ts_ns, out);
-        let (p, rejected) = match self.frag.push(p) {
-            Pushed::Unfragmented(p) | Pushed::Complete(p) => (p, None),
-            Pushed::Held => return,
-            Pushed::Rejected(p, e) => (p, Some(e)),
-        };
-        let (netns, ifname) = self.place(p.at.netns, p.at.ifindex);
-        let clock = self.clock;
-        let base = |proto: &'static str, src: String, dst: String| PacketRecord {
-            pod: Default::default(),
-            ts_ns: p.ts_ns,
-            time: clock.wall(p.ts_ns),
-            cpu: p.cpu,
-            netns: netns.clone(),
-            netns_cookie: p.at.netns,
-            ifname: ifname.clone(),
-            ifindex: p.at.ifindex,
-            dir: p.at.dir.as_str(),
-            proto,
-            src,
-            dst,
-            len: p.orig_len,
-            caplen: p.data.len() as u32,
-            vlan: p.vlan,
-            dns: None,
-            malformed: None,
-            capture_truncated: false,
-        };
-        let ip = match (parse_ip(&p.data), rejected) {
-            (Ok(ip), None) => ip,
-            (ip, rejected) => {
-                self.stats.malformed += 1;
-                let (src, dst) = ip
-                    .as_ref()
-                    .map(|ip| (ip.src.to_string(), ip.dst.to_string()))
-                    .unwrap_or_default();
-                let mut r = base("ip", src, dst);
-                r.malformed = Some(match (ip, rejected) {
-                    (_, Some(e)) => e.to_string(),
-                    (Err(e), None) => format!("IP: {e}"),
-                    (Ok(_), None) => String::new(),
-                });
-                out.push(DecodeReport::Packet(r).into());
-                return;
-            }
-        };
-        match ip.transport {
-            Transport::Udp {
-                sport,
-                dport,
-                payload,
-            } => {
-                if !self.summarise.is_empty() {
-                    let mut buf = [0u8; 264];
-                    if let Some(key) = question_key(payload, &mut buf) {
-                        if let Some(s) = self.summarise.get_mut(key) {
-                            s.count += 1;
-                            s.last_ts = s.last_ts.max(p.ts_ns);
-                            self.stats.summarised += 1;
-                            return;
-                        }
-                    }
-                }
-                let (src, dst) = (
-                    SocketAddr::new(ip.src, sport),
-                    SocketAddr::new(ip.dst, dport),
-                );
-                let mut r = base("udp", src.to_string(), dst.to_string());
-                let cut = cut_by_capture(p.orig_len, p.data.len(), ip.missing, payload.len());
-                let decoded = match decode_message(payload, cut) {
-                    // Short of what its headers say, though nothing was cut on capture.
-                    Decoded::Malformed(e) if ip.missing > 0 && cut.is_none() => {
-                        Decoded::Malformed(format!(
-                            "{e} (the IP/UDP lengths promise {} more bytes than the packet had)",
-                            ip.missing
-                        ))
-                    }
-                    d => d,
-                };
-                self.record_decoded(&mut r, decoded, tracer_common::IPPROTO_UDP, src, dst, p.at);
-                out.push(DecodeReport::Packet(r).into());
-            }
-            Transport::Tcp {
-                sport,
-                dport,
-                seq,
-                flags,
-                payload,
-            } => {
-                let src = SocketAddr::new(ip.src, sport);
-                let dst = SocketAddr::new(ip.dst, dport);
-                let key = FlowKey {
-                    netns: p.at.netns,
-                    ifindex: p.at.ifindex,
-                    dir: p.at.dir.as_code(),
-                    src,
-                    dst,
-                };
-                let mut produced = std::mem::take(&mut self.tcp_out);
-                produced.clear();
-                let cut = cut_by_capture(p.orig_len, p.data.len(), ip.missing, payload.len());
-                self.tcp.push(
-                    p.ts_ns,
-                    key,
-                    seq,
-                    flags,
-                    payload,
-                    cut.is_some(),
-                    &mut produced,
-                );
-                // Each segment counts once here; the messages framed from the stream count
-                // in `decoded`/`capture_truncated`/`malformed` and in `tcp_messages`.
-                if payload.is_empty() {
-                    self.stats.tcp_control += 1;
-                } else {
-                    self.stats.tcp_data += 1;
-                }
-                for item in produced.drain(..) {
-                    let r = base("tcp", src.to_string(), dst.to_string());
-                    self.tcp_message(item, r, src, dst, p.at, out);
-                }
-                self.tcp_out = produced;
-                self.tcp.expire(p.ts_ns);
-                self.report_closed_flows(p.ts_ns, out);
-            }
-            Transport::Other { .. } => {
-                self.stats.other += 1;
-            }
-        }
-    }
-
-    /// Decodes one output of the TCP reassembler into `r`, counts it, and emits it.
-    fn tcp_message(
-        &mut self,
-        item: TcpOutput,
-        mut r: PacketRecord,
-        src: SocketAddr,
-        dst: SocketAddr,
-        at: ObservationPoint,
-        out: &mut Vec<impl From<DecodeReport>>,
-    ) {
-        let decoded = match item {
-            TcpOutput::Message(bytes) => decode_message(&bytes, None),
-            TcpOutput::Cut {
-                captured,
-                message_len: Some(len),
-            } => decode_message(&captured, Some(len)),
-            // Not even the length prefix of the message was captured.
-            TcpOutput::Cut {
-                message_len: None, ..
-            } => Decoded::Cut(None),
-            TcpOutput::Malformed { reason, bytes } => {
-                Decoded::Malformed(format!("TCP stream: {reason} ({bytes} bytes)"))
-            }
-        };
-        self.stats.tcp_messages += 1;
-        self.record_decoded(&mut r, decoded, tracer_common::IPPROTO_TCP, src, dst, at);
-        out.push(DecodeReport::Packet(r).into());
-    }
-
-    /// Reports what TCP flows that were forgotten (evicted, idle, or at the end) still held:
-    /// a `malformed` record per unfinished message, at `ts_ns`, on the flow's hop. Such a
-    /// record stands for no packet of its own (`len` and `caplen` 0).
-    fn report_closed_flows(&mut self, ts_ns: u64, out: &mut Vec<impl From<DecodeReport>>) {
-        let mut closed = std::mem::take(&mut self.tcp_closed);
-        self.tcp.take_closed(&mut closed);
-        for (key, item) in closed.drain(..) {
-            let at = ObservationPoint {
-                netns: key.netns,
-                ifindex: key.ifindex,
-                dir: Direction::from_code(key.dir),
-            };
-            let (netns, ifname) = self.place(key.netns, key.ifindex);
-            let r = PacketRecord {
-                pod: Default::default(),
-                ts_ns,
-                time: self.clock.wall(ts_ns),
-                cpu: None,
-                netns,
-                netns_cookie: key.netns,
-                ifname,
-                ifindex: key.ifindex,
-                dir: at.dir.as_str(),
-                proto: "tcp",
-                src: key.src.to_string(),
-                dst: key.dst.to_string(),
-                len: 0,
-                caplen: 0,
-                vlan: None,
-                dns: None,
-                malformed: None,
-                capture_truncated: false,
-            };
-            self.tcp_message(item, r, key.src, key.dst, at, out);
-        }
-        self.tcp_closed = closed;
     }
 
     /// The input ended (end of file, or the trace is stopping): what is still unfinished
@@ -773,6 +419,7 @@ impl Decoder {
 
 #[cfg(test)]
 mod tests {
+    use super::shed::question_key_of;
     use super::*;
     use crate::event::Direction;
     use crate::output::record::Record;
