@@ -289,6 +289,8 @@ impl Decoder {
         };
         let function = self.kallsyms.function(d.location).unwrap_or("");
         let mut tcp_flags = None;
+        // Protocol and ports of a UDP or TCP packet, for the correlate stage.
+        let mut endpoints = None;
         match parse_ip(&d.data) {
             Ok(ip) => match ip.transport {
                 Transport::Udp {
@@ -296,9 +298,14 @@ impl Decoder {
                     dport,
                     payload,
                 } => {
+                    let (src, dst) = (
+                        SocketAddr::new(ip.src, sport),
+                        SocketAddr::new(ip.dst, dport),
+                    );
+                    endpoints = Some((tracer_common::IPPROTO_UDP, src, dst));
                     r.proto = "udp";
-                    r.src = SocketAddr::new(ip.src, sport).to_string();
-                    r.dst = SocketAddr::new(ip.dst, dport).to_string();
+                    r.src = src.to_string();
+                    r.dst = dst.to_string();
                     // The first fragment of a datagram holds the start of the message.
                     let cut = cut_by_capture(d.orig_len, d.data.len(), ip.missing, payload.len())
                         .or_else(|| {
@@ -322,9 +329,14 @@ impl Decoder {
                     ..
                 } => {
                     tcp_flags = Some((flags, payload.is_empty()));
+                    let (src, dst) = (
+                        SocketAddr::new(ip.src, sport),
+                        SocketAddr::new(ip.dst, dport),
+                    );
+                    endpoints = Some((tracer_common::IPPROTO_TCP, src, dst));
                     r.proto = "tcp";
-                    r.src = SocketAddr::new(ip.src, sport).to_string();
-                    r.dst = SocketAddr::new(ip.dst, dport).to_string();
+                    r.src = src.to_string();
+                    r.dst = dst.to_string();
                     // A segment starting a message: try to decode it, as far as it was
                     // copied.
                     if let Some((&[h0, h1], message)) = payload.split_first_chunk::<2>() {
@@ -356,7 +368,7 @@ impl Decoder {
             self.stats.drops_benign += 1;
         }
         if let Some(obs) = self.observed.as_mut() {
-            if let (Ok(src), Ok(dst)) = (r.src.parse::<SocketAddr>(), r.dst.parse::<SocketAddr>()) {
+            if let Some((proto, src, dst)) = endpoints {
                 obs.push(Observed::Drop(DropObservation {
                     ts_ns: r.ts_ns,
                     cpu: d.cpu,
@@ -367,11 +379,7 @@ impl Decoder {
                     location: r.location.clone(),
                     function: function.to_string(),
                     benign: r.benign.is_some(),
-                    proto: if r.proto == "tcp" {
-                        tracer_common::IPPROTO_TCP
-                    } else {
-                        tracer_common::IPPROTO_UDP
-                    },
+                    proto,
                     src,
                     dst,
                     ct: d.ct,

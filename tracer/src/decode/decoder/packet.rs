@@ -45,6 +45,40 @@ pub(super) fn decode_message(bytes: &[u8], cut: Option<usize>) -> Decoded {
     }
 }
 
+/// A packet record of a message seen at `at` (`place`: its namespace and interface names),
+/// with nothing decoded yet and no packet of its own (`cpu`, `len`, `caplen`, `vlan`
+/// unset).
+fn packet_record(
+    clock: &Clock,
+    ts_ns: u64,
+    at: ObservationPoint,
+    (netns, ifname): (String, String),
+    proto: &'static str,
+    src: String,
+    dst: String,
+) -> PacketRecord {
+    PacketRecord {
+        pod: Default::default(),
+        ts_ns,
+        time: clock.wall(ts_ns),
+        cpu: None,
+        netns,
+        netns_cookie: at.netns,
+        ifname,
+        ifindex: at.ifindex,
+        dir: at.dir.as_str(),
+        proto,
+        src,
+        dst,
+        len: 0,
+        caplen: 0,
+        vlan: None,
+        dns: None,
+        malformed: None,
+        capture_truncated: false,
+    }
+}
+
 impl Decoder {
     /// Puts a decode result into a packet record, counts it, and hands a message (whole or
     /// cut) to the correlate stage.
@@ -86,24 +120,19 @@ impl Decoder {
         let (netns, ifname) = self.place(p.at.netns, p.at.ifindex);
         let clock = self.clock;
         let base = |proto: &'static str, src: String, dst: String| PacketRecord {
-            pod: Default::default(),
-            ts_ns: p.ts_ns,
-            time: clock.wall(p.ts_ns),
             cpu: p.cpu,
-            netns: netns.clone(),
-            netns_cookie: p.at.netns,
-            ifname: ifname.clone(),
-            ifindex: p.at.ifindex,
-            dir: p.at.dir.as_str(),
-            proto,
-            src,
-            dst,
             len: p.orig_len,
             caplen: p.data.len() as u32,
             vlan: p.vlan,
-            dns: None,
-            malformed: None,
-            capture_truncated: false,
+            ..packet_record(
+                &clock,
+                p.ts_ns,
+                p.at,
+                (netns.clone(), ifname.clone()),
+                proto,
+                src,
+                dst,
+            )
         };
         let ip = match (parse_ip(&p.data), rejected) {
             (Ok(ip), None) => ip,
@@ -254,26 +283,15 @@ impl Decoder {
                 dir: Direction::from_code(key.dir),
             };
             let (netns, ifname) = self.place(key.netns, key.ifindex);
-            let r = PacketRecord {
-                pod: Default::default(),
+            let r = packet_record(
+                &self.clock,
                 ts_ns,
-                time: self.clock.wall(ts_ns),
-                cpu: None,
-                netns,
-                netns_cookie: key.netns,
-                ifname,
-                ifindex: key.ifindex,
-                dir: at.dir.as_str(),
-                proto: "tcp",
-                src: key.src.to_string(),
-                dst: key.dst.to_string(),
-                len: 0,
-                caplen: 0,
-                vlan: None,
-                dns: None,
-                malformed: None,
-                capture_truncated: false,
-            };
+                at,
+                (netns, ifname),
+                "tcp",
+                key.src.to_string(),
+                key.dst.to_string(),
+            );
             self.tcp_message(item, r, key.src, key.dst, at, out);
         }
         self.tcp_closed = closed;
