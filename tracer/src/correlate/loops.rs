@@ -101,7 +101,6 @@ pub struct LoopStats {
 #[derive(Clone, Debug)]
 struct Tracked {
     rec: LoopRecord,
-    q: QKey,
     last_report: u64,
     /// packets counted in the current one-second window, and its start
     win_start: u64,
@@ -262,7 +261,6 @@ impl LoopTracker {
             key,
             Tracked {
                 rec,
-                q: q.clone(),
                 last_report: ts,
                 win_start: ts,
                 win_count: 0,
@@ -358,9 +356,8 @@ impl LoopTracker {
         }
     }
 
-    /// Updates and ends, as time passes. Returns the questions whose loops ended.
-    pub(super) fn tick(&mut self, now: u64, all: bool) -> Vec<QKey> {
-        let mut ended = Vec::new();
+    /// Updates and ends, as time passes (the pipeline learns of an end from its record).
+    pub(super) fn tick(&mut self, now: u64, all: bool) {
         let mut gone = Vec::new();
         for (key, t) in self.loops.iter_mut() {
             if all || now >= t.rec.last_seen_ns.max(t.rec.first_seen_ns) + LOOP_END_NS {
@@ -370,7 +367,6 @@ impl LoopTracker {
                 t.rec.clients = t.clients.iter().cloned().collect();
                 self.out.push(t.rec.clone());
                 self.stats.ended += 1;
-                ended.push(t.q.clone());
                 gone.push(key.clone());
             } else if t.dirty && now >= t.last_report + UPDATE_EVERY_NS {
                 t.rec.state = LoopState::Ongoing;
@@ -389,6 +385,5 @@ impl LoopTracker {
             }
         }
         self.stats.active = self.loops.len() as u64;
-        ended
     }
 }

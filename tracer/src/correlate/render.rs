@@ -158,6 +158,7 @@ impl Correlator {
                     let confirmed = c
                         .as_ref()
                         .is_some_and(|c| c.insert_failed > 0 || c.drop > 0);
+                    self.stats.races.race_drops += 1;
                     (
                         RaceVerdict::RaceDrop,
                         Some(cpu),
@@ -173,6 +174,7 @@ impl Correlator {
                     && (retry.is_some() || l.retransmits > 0)
                     && sibling.is_some() =>
                 {
+                    self.stats.races.suspected += 1;
                     (
                         RaceVerdict::Suspected,
                         None,
@@ -185,11 +187,6 @@ impl Correlator {
                 }
                 None => continue,
             };
-            match verdict {
-                RaceVerdict::RaceDrop => self.stats.races.race_drops += 1,
-                RaceVerdict::Suspected => self.stats.races.suspected += 1,
-                RaceVerdict::ResolvedClash => {}
-            }
             let what = match verdict {
                 RaceVerdict::RaceDrop => format!(
                     "{} dropped by conntrack race at +{}",
