@@ -289,6 +289,10 @@ pub fn assert_accounted(stats: &serde_json::Value) {
             "kernel-matched packets neither read, lost, unread nor shed: {stats}"
         );
         // Every packet the kernel only counted reached the stats (and its loop).
-        assert_eq!(n("shed"), shed, "kernel-shed packets not all reported: {stats}");
+        assert_eq!(
+            n("shed"),
+            shed,
+            "kernel-shed packets not all reported: {stats}"
+        );
     }
 }

@@ -16,10 +16,10 @@ use std::{
 };
 
 use lab::{
-    kubelet::{KubeletPods, NO_CGROUPS},
+    kubelet::{KubeletPods, Node},
     race,
     tracer::{dnspath_bin, lab_or_skip as lab, ndjson, Tracer, TracerOutput},
-    DnsPodConfig, DnsServerKind, Lab, LabConfig, LabError, Pod,
+    DnsPodConfig, DnsServerKind, Lab, LabConfig, Pod,
 };
 use serde_json::Value;
 
@@ -353,13 +353,8 @@ fn namespace_label_counts_questions_by_the_client_pods_namespace() {
     let Some(lab) = lab(LabConfig::default()) else {
         return;
     };
-    let pods = match KubeletPods::create(&lab) {
-        Ok(p) => p,
-        Err(LabError::Config(why)) if why.starts_with(NO_CGROUPS) => {
-            eprintln!("skipped: {why}");
-            return;
-        }
-        Err(e) => panic!("kubelet-like pods: {e}"),
+    let Some(pods) = KubeletPods::for_test(&lab, Node::Lab) else {
+        return;
     };
     let root = pods.host_root.to_str().unwrap().to_string();
     let node = lab.node_ns();

@@ -594,10 +594,7 @@ fn files_that_are_not_captures_are_clear_errors() {
     one_line_error(&dir.file("missing.pcap"), "No such file or directory");
 
     // A header and no packets is an empty capture, not an error.
-    let mut header = Vec::new();
-    for v in [0xa1b2_c3d4u32, 0x0004_0002, 0, 0, 262_144, 1] {
-        header.extend_from_slice(&v.to_le_bytes());
-    }
+    let header = ethernet_pcap(262_144, []);
     let no_packets = dir.file("no-packets.pcap");
     std::fs::write(&no_packets, &header).unwrap();
     let a = analyze(&no_packets, &[]);
@@ -834,23 +831,37 @@ fn txt_exchange() -> (Vec<u8>, Vec<u8>) {
 /// An Ethernet pcap with a snaplen: each frame is kept up to `snaplen` bytes, with its
 /// original length in the record, as tcpdump `-s` writes it.
 fn pcap_with_snaplen(frames: &[Vec<u8>], snaplen: usize) -> Vec<u8> {
-    let mut f = Vec::new();
-    for v in [0xa1b2_c3d4u32, 0x0004_0002, 0, 0, snaplen as u32, 1] {
-        f.extend_from_slice(&v.to_le_bytes());
+    ethernet_pcap(
+        snaplen,
+        frames.iter().enumerate().map(|(i, frame)| {
+            let ts = Duration::new(1_700_000_000, 1_000_000 * i as u32);
+            (ts, frame.len(), &frame[..frame.len().min(snaplen)])
+        }),
+    )
+}
+
+/// A little-endian microsecond Ethernet pcap with `snaplen`, written by pcap-file: each of
+/// `records` is (time since the epoch, length on the wire, the bytes kept).
+fn ethernet_pcap<'a>(
+    snaplen: usize,
+    records: impl IntoIterator<Item = (Duration, usize, &'a [u8])>,
+) -> Vec<u8> {
+    use pcap_file::{
+        pcap::{PcapHeader, PcapPacket, PcapWriter},
+        DataLink, Endianness,
+    };
+    let header = PcapHeader {
+        snaplen: snaplen as u32,
+        datalink: DataLink::ETHERNET,
+        endianness: Endianness::Little,
+        ..PcapHeader::default()
+    };
+    let mut w = PcapWriter::with_header(Vec::new(), header).unwrap();
+    for (ts, wire, kept) in records {
+        w.write_packet(&PcapPacket::new(ts, wire as u32, kept))
+            .unwrap();
     }
-    for (i, frame) in frames.iter().enumerate() {
-        let kept = frame.len().min(snaplen);
-        for v in [
-            1_700_000_000,
-            1000 * i as u32,
-            kept as u32,
-            frame.len() as u32,
-        ] {
-            f.extend_from_slice(&v.to_le_bytes());
-        }
-        f.extend_from_slice(&frame[..kept]);
-    }
-    f
+    w.into_writer()
 }
 
 /// A capture whose snaplen (200 bytes of frame: 158 of DNS) cuts a TXT answer: the answer
@@ -973,10 +984,7 @@ fn a_small_capture_snaplen_cuts_the_answer_but_it_still_answers() {
 /// An Ethernet/IPv4/UDP pcap of `queries` (source port, DNS id) from 10.244.1.2 to
 /// 10.250.0.53:53, all `A? same.lab.test.`, 20 µs apart, none answered.
 fn unanswered_repeats(queries: &[(u16, u16)]) -> Vec<u8> {
-    let mut f = Vec::with_capacity(24 + queries.len() * 90);
-    for v in [0xa1b2_c3d4u32, 0x0004_0002, 0, 0, 65535, 1] {
-        f.extend_from_slice(&v.to_le_bytes());
-    }
+    let mut frames = Vec::with_capacity(queries.len());
     let qname = b"\x04same\x03lab\x04test\x00";
     for (i, &(sport, id)) in queries.iter().enumerate() {
         let mut dns = id.to_be_bytes().to_vec();
@@ -993,18 +1001,15 @@ fn unanswered_repeats(queries: &[(u16, u16)]) -> Vec<u8> {
         frame.extend_from_slice(&(8 + dns.len() as u16).to_be_bytes());
         frame.extend_from_slice(&[0, 0]);
         frame.extend_from_slice(&dns);
-        let us = 20 * i as u64;
-        for v in [
-            1_700_000_000 + (us / 1_000_000) as u32,
-            (us % 1_000_000) as u32,
-            frame.len() as u32,
-            frame.len() as u32,
-        ] {
-            f.extend_from_slice(&v.to_le_bytes());
-        }
-        f.extend_from_slice(&frame);
+        let ts = Duration::from_secs(1_700_000_000) + Duration::from_micros(20 * i as u64);
+        frames.push((ts, frame));
     }
-    f
+    ethernet_pcap(
+        65535,
+        frames
+            .iter()
+            .map(|(ts, frame)| (*ts, frame.len(), &frame[..])),
+    )
 }
 
 /// 100,000 unanswered queries of one question — 50,000 from as many sockets, then 50,000

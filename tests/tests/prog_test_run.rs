@@ -400,7 +400,11 @@ fn shed_questions_are_counted_not_copied() {
     let frames = [
         eth(&[], 0x0800, &ipv4(17, 0, 0, &udp(40000, 53, &dns_query(0)))),
         eth(&[], 0x0800, &ipv4(17, 2, 0, &udp(53, 40000, &mixed))),
-        eth(&[], 0x86dd, &ipv6(&[ext_opts(60)], 17, &udp(40000, 53, &dns_query(30)))),
+        eth(
+            &[],
+            0x86dd,
+            &ipv6(&[ext_opts(60)], 17, &udp(40000, 53, &dns_query(30))),
+        ),
     ];
     for (i, f) in frames.iter().enumerate() {
         let (ev, grew) = rig.run(ETH_INGRESS, f);
@@ -418,7 +422,11 @@ fn shed_questions_are_counted_not_copied() {
     for (i, f) in [
         eth(&[], 0x0800, &ipv4(17, 0, 0, &udp(40000, 53, &aaaa))),
         eth(&[], 0x0800, &ipv4(17, 0, 0, &udp(40000, 53, &no_question))),
-        eth(&[], 0x0800, &ipv4(6, 0, 0, &tcp(40000, 53, 0, &dns_query(0)))),
+        eth(
+            &[],
+            0x0800,
+            &ipv4(6, 0, 0, &tcp(40000, 53, 0, &dns_query(0))),
+        ),
     ]
     .iter()
     .enumerate()

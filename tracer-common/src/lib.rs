@@ -362,7 +362,8 @@ pub enum RingRecord<'a> {
         dir: Dir,
         data: &'a [u8],
     },
-    Drop(DropEvent),
+    /// A drop: the event, and its copied packet bytes (at most `cap_len` of `data`).
+    Drop { ev: DropEvent, data: &'a [u8] },
 }
 
 #[cfg(feature = "user")]
@@ -389,7 +390,17 @@ impl RingRecord<'_> {
                     data: data.get(..cap).unwrap_or_default(),
                 })
             }
-            EVENT_DROP => Ok(RingRecord::Drop(read_unaligned(bytes, EventKind::Drop)?)),
+            EVENT_DROP => {
+                let ev: DropEvent = read_unaligned(bytes, EventKind::Drop)?;
+                let data = bytes
+                    .get(core::mem::offset_of!(DropEvent, data)..)
+                    .unwrap_or_default();
+                let cap = (ev.cap_len as usize).min(MAX_DROP_DATA).min(data.len());
+                Ok(RingRecord::Drop {
+                    ev,
+                    data: data.get(..cap).unwrap_or_default(),
+                })
+            }
             k => Err(RecordError::UnknownKind(k)),
         }
     }

@@ -24,10 +24,10 @@ use aya_ebpf::{
 };
 use packet::PacketRead as _;
 use tracer_common::{
-    counter, shed, CaptureConfig, CtTuple, DropEvent, FragKey, KernelOffsets, PacketEvent, PacketHeader,
-    DIR_EGRESS, DIR_INGRESS, DROP_DATA_MASK, EVENT_DROP, EVENT_PACKET, FRAG_KEY_LIFETIME_NS,
-    IPPROTO_TCP, IPPROTO_UDP, MAX_DROP_DATA, MAX_FRAG_KEYS, MAX_PACKET_DATA, MAX_SNAPLEN, PACKET_DATA_MASK,
-    PACKET_HEADER_LEN,
+    counter, shed, CaptureConfig, CtTuple, DropEvent, FragKey, KernelOffsets, PacketEvent,
+    PacketHeader, DIR_EGRESS, DIR_INGRESS, DROP_DATA_MASK, EVENT_DROP, EVENT_PACKET,
+    FRAG_KEY_LIFETIME_NS, IPPROTO_TCP, IPPROTO_UDP, MAX_DROP_DATA, MAX_FRAG_KEYS, MAX_PACKET_DATA,
+    MAX_SNAPLEN, PACKET_DATA_MASK, PACKET_HEADER_LEN,
 };
 
 mod packet;

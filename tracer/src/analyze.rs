@@ -13,7 +13,8 @@ use std::{
 use crate::{
     decode::{decoder::Decoder, frag::WatchedDatagrams, parse_ip, Transport},
     event::SourceEvent,
-    kernel::{attach::Names, kallsyms::Kallsyms},
+    kallsyms::Kallsyms,
+    names::Names,
     output::{
         filter::Filter, record::StatsRecord, text::TextSink, Format, JsonSink, Record, Sink, View,
     },
@@ -400,22 +401,22 @@ mod tests {
 
     /// A raw-IP (linktype 101) pcap of `frames`.
     fn pcap(frames: &[Vec<u8>]) -> Vec<u8> {
-        let mut f = Vec::new();
-        for v in [0xa1b2_c3d4u32, 0x0004_0002, 0, 0, 65535, 101] {
-            f.extend_from_slice(&v.to_le_bytes());
-        }
+        use pcap_file::{
+            pcap::{PcapHeader, PcapPacket, PcapWriter},
+            DataLink, Endianness,
+        };
+        let header = PcapHeader {
+            datalink: DataLink::RAW,
+            endianness: Endianness::Little,
+            ..PcapHeader::default()
+        };
+        let mut w = PcapWriter::with_header(Vec::new(), header).unwrap();
         for (i, frame) in frames.iter().enumerate() {
-            for v in [
-                1_700_000_000 + i as u32,
-                0,
-                frame.len() as u32,
-                frame.len() as u32,
-            ] {
-                f.extend_from_slice(&v.to_le_bytes());
-            }
-            f.extend_from_slice(frame);
+            let ts = Duration::from_secs(1_700_000_000 + i as u64);
+            w.write_packet(&PcapPacket::new(ts, frame.len() as u32, frame))
+                .unwrap();
         }
-        f
+        w.into_writer()
     }
 
     fn run_on(bytes: &[u8], ports: &[u16], view: View) -> (AnalyzeReport, Vec<serde_json::Value>) {

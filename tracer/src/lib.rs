@@ -6,10 +6,15 @@ pub mod decode;
 pub mod ebpf;
 pub mod event;
 pub mod host;
+pub mod kallsyms;
 pub mod kernel;
 pub mod kube;
+pub mod names;
 pub mod output;
 pub mod pipeline;
 pub mod source;
 pub mod time;
 pub mod trace;
+
+#[cfg(test)]
+mod layering;

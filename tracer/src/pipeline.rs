@@ -136,9 +136,10 @@ impl Pipeline {
     }
 
     pub fn stats(&self) -> StatsRecord {
-        let mut s = self.decoder.stats();
-        s.correlate = self.correlator.as_ref().map(Correlator::stats);
-        s
+        StatsRecord::new(
+            self.decoder.stats(),
+            self.correlator.as_ref().map(Correlator::stats),
+        )
     }
 
     fn hand_over(&mut self) {
@@ -165,8 +166,7 @@ impl Pipeline {
                 let q = &l.question;
                 match l.state {
                     LoopState::Detected => {
-                        self.decoder
-                            .summarise_question(&q.name, &q.qtype, &q.class);
+                        self.decoder.summarise_question(&q.name, &q.qtype, &q.class);
                         if let Some(hash) = question_hash(&q.name, &q.qtype, &q.class)
                             .filter(|_| self.kernel_shedding)
                         {
@@ -179,8 +179,7 @@ impl Pipeline {
                         }
                     }
                     LoopState::Ended => {
-                        self.decoder
-                            .stop_summarising(&q.name, &q.qtype, &q.class);
+                        self.decoder.stop_summarising(&q.name, &q.qtype, &q.class);
                         if let Some(hash) = question_hash(&q.name, &q.qtype, &q.class)
                             .filter(|_| self.kernel_shedding)
                         {

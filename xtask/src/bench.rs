@@ -14,6 +14,11 @@ use std::{
     time::{Duration, Instant},
 };
 
+use pcap_file::{
+    pcap::{PcapHeader, PcapPacket, PcapWriter},
+    DataLink, Endianness,
+};
+
 const DEFAULT_PACKETS: u64 = 1_000_000;
 const DEFAULT_RUNS: u32 = 3;
 
@@ -379,21 +384,35 @@ fn frame(src: ([u8; 4], u16), dst: ([u8; 4], u16), ip_id: u16, payload: &[u8]) -
     f
 }
 
+/// A little-endian microsecond Ethernet pcap at `path`, written by pcap-file.
+fn pcap_writer(path: &Path) -> crate::Result<PcapWriter<BufWriter<File>>> {
+    let file = File::create(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let header = PcapHeader {
+        snaplen: 262_144,
+        datalink: DataLink::ETHERNET,
+        endianness: Endianness::Little,
+        ..PcapHeader::default()
+    };
+    PcapWriter::with_header(BufWriter::with_capacity(1 << 20, file), header)
+        .map_err(|e| format!("{}: {e}", path.display()))
+}
+
+/// One whole frame seen at `ts_us` (µs since the epoch).
+fn write_frame(
+    w: &mut PcapWriter<BufWriter<File>>,
+    ts_us: u64,
+    frame: &[u8],
+) -> Result<(), pcap_file::PcapError> {
+    let ts = Duration::from_micros(ts_us);
+    w.write_packet(&PcapPacket::new(ts, frame.len() as u32, frame))
+        .map(drop)
+}
+
 /// Writes a little-endian microsecond pcap of `packets` DNS packets (queries and their
 /// responses) to `path`; returns its size.
 pub fn write_capture(path: &Path, packets: u64) -> crate::Result<u64> {
-    let file = File::create(path).map_err(|e| format!("{}: {e}", path.display()))?;
-    let mut w = BufWriter::with_capacity(1 << 20, file);
-    let io = |e: std::io::Error| format!("{}: {e}", path.display());
-    let mut header = Vec::with_capacity(24);
-    header.extend_from_slice(&0xa1b2_c3d4u32.to_le_bytes());
-    header.extend_from_slice(&2u16.to_le_bytes());
-    header.extend_from_slice(&4u16.to_le_bytes());
-    header.extend_from_slice(&0i32.to_le_bytes());
-    header.extend_from_slice(&0u32.to_le_bytes());
-    header.extend_from_slice(&262_144u32.to_le_bytes());
-    header.extend_from_slice(&1u32.to_le_bytes()); // LINKTYPE_ETHERNET
-    w.write_all(&header).map_err(io)?;
+    let mut w = pcap_writer(path)?;
+    let io = |e: pcap_file::PcapError| format!("{}: {e}", path.display());
 
     let scenarios = scenarios();
     let server = ([10, 96, 0, 10], 53u16);
@@ -404,22 +423,13 @@ pub fn write_capture(path: &Path, packets: u64) -> crate::Result<u64> {
     // Responses wait so that queries and responses interleave as on a busy resolver; the
     // heap keeps the file in timestamp order.
     let mut pending: BinaryHeap<Reverse<(u64, u64, Vec<u8>)>> = BinaryHeap::new();
-    let write_record = |w: &mut BufWriter<File>, ts_us: u64, f: &[u8]| -> std::io::Result<()> {
-        let mut rec = [0u8; 16];
-        rec[0..4].copy_from_slice(&((ts_us / 1_000_000) as u32).to_le_bytes());
-        rec[4..8].copy_from_slice(&((ts_us % 1_000_000) as u32).to_le_bytes());
-        rec[8..12].copy_from_slice(&(f.len() as u32).to_le_bytes());
-        rec[12..16].copy_from_slice(&(f.len() as u32).to_le_bytes());
-        w.write_all(&rec)?;
-        w.write_all(f)
-    };
     while written < packets {
         let due = pending
             .peek()
             .is_some_and(|Reverse((ts, _, _))| *ts <= t_us);
         if due || packets - written <= pending.len() as u64 {
             if let Some(Reverse((ts, _, f))) = pending.pop() {
-                write_record(&mut w, ts, &f).map_err(io)?;
+                write_frame(&mut w, ts, &f).map_err(io)?;
                 written += 1;
                 continue;
             }
@@ -432,7 +442,7 @@ pub fn write_capture(path: &Path, packets: u64) -> crate::Result<u64> {
         let id = (i.wrapping_mul(40503) & 0xffff) as u16;
         let cookie = i.wrapping_mul(0x9e37_79b9_7f4a_7c15);
         let q = frame(client, server, id, &dns_message(s, id, false, cookie));
-        write_record(&mut w, t_us, &q).map_err(io)?;
+        write_frame(&mut w, t_us, &q).map_err(io)?;
         written += 1;
         let r = frame(
             server,
@@ -444,8 +454,9 @@ pub fn write_capture(path: &Path, packets: u64) -> crate::Result<u64> {
         t_us += 50;
         i += 1;
     }
-    w.flush().map_err(io)?;
-    drop(w);
+    w.into_writer()
+        .flush()
+        .map_err(|e| format!("{}: {e}", path.display()))?;
     std::fs::metadata(path)
         .map(|m| m.len())
         .map_err(|e| format!("{}: {e}", path.display()))
@@ -458,14 +469,8 @@ const REPEATS: u64 = 100_000;
 /// half from as many sockets, the second from one socket with a new DNS id each (the shape
 /// that once made correlate quadratic). Returns its size.
 pub fn write_repeats_capture(path: &Path, packets: u64) -> crate::Result<u64> {
-    let file = File::create(path).map_err(|e| format!("{}: {e}", path.display()))?;
-    let mut w = BufWriter::with_capacity(1 << 20, file);
-    let io = |e: std::io::Error| format!("{}: {e}", path.display());
-    let mut header = Vec::with_capacity(24);
-    for v in [0xa1b2_c3d4u32, 0x0004_0002, 0, 0, 262_144, 1] {
-        header.extend_from_slice(&v.to_le_bytes());
-    }
-    w.write_all(&header).map_err(io)?;
+    let mut w = pcap_writer(path)?;
+    let io = |e: pcap_file::PcapError| format!("{}: {e}", path.display());
     let s = Scenario {
         qname: "same.lab.test.",
         qtype: T_A,
@@ -492,17 +497,11 @@ pub fn write_repeats_capture(path: &Path, packets: u64) -> crate::Result<u64> {
             i as u16,
             &dns_message(&s, id, false, 0),
         );
-        let ts = t0_us + 20 * i;
-        let mut rec = [0u8; 16];
-        rec[0..4].copy_from_slice(&((ts / 1_000_000) as u32).to_le_bytes());
-        rec[4..8].copy_from_slice(&((ts % 1_000_000) as u32).to_le_bytes());
-        rec[8..12].copy_from_slice(&(f.len() as u32).to_le_bytes());
-        rec[12..16].copy_from_slice(&(f.len() as u32).to_le_bytes());
-        w.write_all(&rec).map_err(io)?;
-        w.write_all(&f).map_err(io)?;
+        write_frame(&mut w, t0_us + 20 * i, &f).map_err(io)?;
     }
-    w.flush().map_err(io)?;
-    drop(w);
+    w.into_writer()
+        .flush()
+        .map_err(|e| format!("{}: {e}", path.display()))?;
     std::fs::metadata(path)
         .map(|m| m.len())
         .map_err(|e| format!("{}: {e}", path.display()))

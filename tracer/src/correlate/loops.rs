@@ -9,7 +9,7 @@ use std::collections::{BTreeSet, HashMap};
 
 use serde::Serialize;
 
-use crate::{output::record::QuestionRecord, time::Clock};
+use crate::{correlate::record::QuestionRecord, decode::record::PodRef, time::Clock};
 
 use super::QKey;
 
@@ -53,7 +53,7 @@ pub struct LoopHop {
     pub at: String,
     /// The pod of `at`, where known (filled in by the sinks' caller).
     #[serde(flatten)]
-    pub pod: crate::output::record::PodRef,
+    pub pod: PodRef,
 }
 
 /// A `loop` record.
@@ -105,7 +105,6 @@ pub struct LoopStats {
 #[derive(Clone, Debug)]
 struct Tracked {
     rec: LoopRecord,
-    q: QKey,
     last_report: u64,
     /// packets counted in the current one-second window, and its start
     win_start: u64,
@@ -292,7 +291,6 @@ impl LoopTracker {
             key,
             Tracked {
                 rec,
-                q: q.clone(),
                 last_report: ts,
                 win_start: ts,
                 win_count: 0,
@@ -384,9 +382,8 @@ impl LoopTracker {
         sweep(&mut self.forwards, &mut self.forwards_sweep_at, ts, |v| v.0);
     }
 
-    /// Updates and ends, as time passes. Returns the questions whose loops ended.
-    pub(super) fn tick(&mut self, now: u64, all: bool) -> Vec<QKey> {
-        let mut ended = Vec::new();
+    /// Updates and ends, as time passes (the pipeline learns of an end from its record).
+    pub(super) fn tick(&mut self, now: u64, all: bool) {
         let mut gone = Vec::new();
         for (key, t) in self.loops.iter_mut() {
             if all || now >= t.rec.last_seen_ns.max(t.rec.first_seen_ns) + LOOP_END_NS {
@@ -396,7 +393,6 @@ impl LoopTracker {
                 t.rec.clients = t.clients.iter().cloned().collect();
                 self.out.push(t.rec.clone());
                 self.stats.ended += 1;
-                ended.push(t.q.clone());
                 gone.push(key.clone());
             } else if t.dirty && now >= t.last_report + UPDATE_EVERY_NS {
                 t.rec.state = LoopState::Ongoing;
@@ -415,7 +411,6 @@ impl LoopTracker {
             }
         }
         self.stats.active = self.loops.len() as u64;
-        ended
     }
 }
 

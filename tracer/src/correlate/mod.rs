@@ -23,6 +23,7 @@ mod join;
 pub mod loops;
 mod model;
 pub mod race;
+pub mod record;
 mod render;
 
 use std::{
@@ -32,77 +33,27 @@ use std::{
 
 use serde::Serialize;
 
+pub use crate::decode::observation::{DropObservation, Observation, Observed, FRAGMENT_LOSS};
 use crate::{
     decode::dns::{Cut, DnsMessage},
-    event::{ConntrackEvent, CtSnapshot, CtStatsSample, ObservationPoint},
-    output::record::{
-        HopRecord, LegDrop, LegRecord, LookupRef, QuestionRecord, Record, TransactionRecord,
-    },
+    event::{ConntrackEvent, CtStatsSample, ObservationPoint},
     time::Clock,
 };
 use ctmap::CtMap;
 use join::*;
-use loops::{LoopHop, LoopTracker};
+use loops::{LoopHop, LoopRecord, LoopTracker};
 use model::*;
-pub use model::{LegRole, QKey, FRAGMENT_LOSS};
+pub use model::{LegRole, QKey};
 use race::{CtSamples, RaceQuery, RaceRecord, RaceVerdict};
+use record::{HopRecord, LegDrop, LegRecord, LookupRef, QuestionRecord, TransactionRecord};
 
-/// One decoded DNS message at one observation point (decode → correlate).
+/// What the correlate and detect stages report, in the order they decide it; the pipeline
+/// hands each on to the sinks as a [`Record`](crate::output::record::Record).
 #[derive(Clone, Debug)]
-pub struct Observation {
-    pub ts_ns: u64,
-    pub at: ObservationPoint,
-    /// Display names of the namespace and interface.
-    pub netns: String,
-    pub ifname: String,
-    /// IPPROTO_UDP or IPPROTO_TCP.
-    pub proto: u8,
-    pub src: SocketAddr,
-    pub dst: SocketAddr,
-    pub msg: DnsMessage,
-}
-
-/// A kernel drop of a DNS packet (decode → correlate).
-#[derive(Clone, Debug)]
-pub struct DropObservation {
-    pub ts_ns: u64,
-    pub cpu: u32,
-    /// Cookie of the namespace (whose conntrack statistics tell a race).
-    pub netns_cookie: u64,
-    pub netns: String,
-    pub ifname: String,
-    pub reason: String,
-    pub location: String,
-    /// The function part of `location`.
-    pub function: String,
-    pub benign: bool,
-    pub proto: u8,
-    pub src: SocketAddr,
-    pub dst: SocketAddr,
-    pub ct: Option<CtSnapshot>,
-    /// With the conntrack-confirm hook loaded: whether the kernel's confirm of this packet
-    /// failed (`NF_DROP`); `None` without the hook.
-    pub confirm_failed: Option<bool>,
-    pub msg: Option<DnsMessage>,
-}
-
-#[derive(Clone, Debug)]
-#[expect(
-    clippy::large_enum_variant,
-    reason = "drops are rare; boxing every message to shrink them is not worth an allocation"
-)]
-pub enum Observed {
-    Message(Observation),
-    Drop(DropObservation),
-}
-
-impl Observed {
-    fn ts(&self) -> u64 {
-        match self {
-            Observed::Message(o) => o.ts_ns,
-            Observed::Drop(d) => d.ts_ns,
-        }
-    }
+pub enum CorrelateReport {
+    Transaction(TransactionRecord),
+    Loop(LoopRecord),
+    Race(RaceRecord),
 }
 
 /// Windows and bounds.

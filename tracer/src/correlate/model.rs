@@ -137,10 +137,6 @@ pub(super) struct Leg {
     pub(super) cut_short: bool,
 }
 
-/// `reason` of a drop observation that is a datagram whose IP fragments never all reached a
-/// hop (decode/frag), not a kernel drop.
-pub const FRAGMENT_LOSS: &str = "FRAGMENT_LOSS";
-
 /// How long after a response was seen on the way a root leg waits for it at its client's
 /// interface before it is reported: a fragmented answer missing a fragment there is known
 /// only after the reassembly timeout (2 s).

@@ -17,8 +17,9 @@ use serde::Serialize;
 
 use crate::{
     conntrack::CtStatus,
+    correlate::record::QuestionRecord,
+    decode::record::PodRef,
     event::{CtCpuStats, CtSnapshot, CtStatsSample},
-    output::record::QuestionRecord,
 };
 
 const SAMPLES_KEPT: usize = 64;
@@ -97,7 +98,7 @@ pub struct RaceRecord {
     pub client_netns: String,
     /// The client's pod.
     #[serde(flatten)]
-    pub pod: crate::output::record::PodRef,
+    pub pod: PodRef,
     pub dropped: Option<RaceQuery>,
     pub sibling: Option<RaceQuery>,
     pub cpu: Option<u32>,

@@ -4,7 +4,7 @@ use super::*;
 impl Correlator {
     /// Correlates what the reorder window has released and reports finished transactions.
     /// `now_ns` is in the observations' clock (live: boot time; offline: the file's time).
-    pub fn tick(&mut self, now_ns: u64, out: &mut Vec<Record>) {
+    pub fn tick(&mut self, now_ns: u64, out: &mut Vec<impl From<CorrelateReport>>) {
         let release = now_ns.saturating_sub(self.cfg.reorder_ns);
         while let Some(entry) = self.pending.first_entry() {
             if entry.key().0 > release {
@@ -18,7 +18,7 @@ impl Correlator {
     }
 
     /// End of input: correlate everything and report every transaction.
-    pub fn flush(&mut self, now_ns: u64, out: &mut Vec<Record>) {
+    pub fn flush(&mut self, now_ns: u64, out: &mut Vec<impl From<CorrelateReport>>) {
         while let Some((_, o)) = self.pending.pop_first() {
             self.watermark = self.watermark.max(o.ts());
             self.process(o);
@@ -26,11 +26,20 @@ impl Correlator {
         self.finish(now_ns, true, out);
     }
 
-    pub(super) fn finish(&mut self, now: u64, all: bool, out: &mut Vec<Record>) {
+    pub(super) fn finish(
+        &mut self,
+        now: u64,
+        all: bool,
+        out: &mut Vec<impl From<CorrelateReport>>,
+    ) {
         self.loops.tick(now, all);
         let mut loop_records = Vec::new();
         self.loops.drain(&mut loop_records);
-        out.extend(loop_records.into_iter().map(Record::Loop));
+        out.extend(
+            loop_records
+                .into_iter()
+                .map(|l| CorrelateReport::Loop(l).into()),
+        );
         // Queries whose time is up: each leg once, when its timeout passes.
         while let Some(&(deadline, id)) = self.timeouts.first() {
             if deadline > now {
@@ -82,7 +91,7 @@ impl Correlator {
                 let rendered = self.render(&t);
                 self.races_of(&t, rendered.as_ref());
                 if let Some(rec) = rendered {
-                    out.push(Record::Transaction(rec));
+                    out.push(CorrelateReport::Transaction(rec).into());
                     self.stats.transactions += 1;
                 }
                 for leg in t.legs {
@@ -94,7 +103,11 @@ impl Correlator {
                 }
             }
         }
-        out.extend(self.race_out.drain(..).map(Record::Race));
+        out.extend(
+            self.race_out
+                .drain(..)
+                .map(|r| CorrelateReport::Race(r).into()),
+        );
     }
 
     /// Race records of a finished transaction: race drops with their evidence, or a
@@ -122,7 +135,7 @@ impl Correlator {
             .min();
         let total = rec.and_then(|r| r.latency_ns);
         let fmt = crate::time::format_duration;
-        let question = |q: &QKey| crate::output::record::QuestionRecord {
+        let question = |q: &QKey| QuestionRecord {
             name: q.name.clone(),
             qtype: q.qtype.clone(),
             class: q.class.clone(),
@@ -145,6 +158,7 @@ impl Correlator {
                     let confirmed = c
                         .as_ref()
                         .is_some_and(|c| c.insert_failed > 0 || c.drop > 0);
+                    self.stats.races.race_drops += 1;
                     (
                         RaceVerdict::RaceDrop,
                         Some(cpu),
@@ -160,6 +174,7 @@ impl Correlator {
                     && (retry.is_some() || l.retransmits > 0)
                     && sibling.is_some() =>
                 {
+                    self.stats.races.suspected += 1;
                     (
                         RaceVerdict::Suspected,
                         None,
@@ -172,11 +187,6 @@ impl Correlator {
                 }
                 None => continue,
             };
-            match verdict {
-                RaceVerdict::RaceDrop => self.stats.races.race_drops += 1,
-                RaceVerdict::Suspected => self.stats.races.suspected += 1,
-                RaceVerdict::ResolvedClash => {}
-            }
             let what = match verdict {
                 RaceVerdict::RaceDrop => format!(
                     "{} dropped by conntrack race at +{}",

@@ -1,8 +1,8 @@
 use super::*;
 use crate::{
     decode::dns::{Flags, Question, Record as Rr},
-    event::{CtChange, CtFlow, Direction},
-    output::record::TransactionRecord,
+    event::{CtChange, CtFlow, CtSnapshot, Direction},
+    output::record::{Record, TransactionRecord},
 };
 
 const MS: u64 = 1_000_000;
@@ -583,7 +583,7 @@ fn a_flood_of_unanswered_queries_stays_bounded() {
         ..Default::default()
     };
     let mut c = Correlator::new(cfg, Clock::Epoch);
-    let mut out = vec![];
+    let mut out: Vec<Record> = vec![];
     for i in 0..20_000u32 {
         c.on_observed(Observed::Message(Observation {
             ts_ns: u64::from(i) * 1000,

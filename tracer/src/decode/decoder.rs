@@ -1,15 +1,19 @@
-//! The decode stage of the [pipeline](crate::pipeline): packet and drop events → packet and
+//! The decode stage of the pipeline: packet and drop events → packet and
 //! drop records (DNS decoded, TCP reassembled, cut and malformed messages told apart), the
 //! counters that account for every packet, and typed observations for the correlate stage.
 use std::{collections::HashMap, net::SocketAddr};
 
 use crate::{
     conntrack::CtStatus,
-    correlate::{DropObservation, Observation, Observed},
     decode::{
         dns,
         frag::{parse_fragment, FragLimits, FragmentLoss, Pushed, Reassembler},
+        observation::{DropObservation, Observation, Observed, FRAGMENT_LOSS},
         parse_ip,
+        record::{
+            CtEndpoints, CtRecord, DecodeReport, DecodeStats, DropRecord, DroppedFragment,
+            FragmentLossRecord, KernelStats, PacketRecord,
+        },
         tcp::{FlowKey, TcpLimits, TcpOutput, TcpReassembler},
         Transport,
     },
@@ -17,13 +21,17 @@ use crate::{
         CapturedPacket, CtSnapshot, Direction, KernelCounters, KernelDrop, ObservationPoint,
         SourceEvent,
     },
-    kernel::{attach::SharedNames, kallsyms::Kallsyms},
-    output::record::{
-        CtEndpoints, CtRecord, DropRecord, DroppedFragment, FragmentLossRecord, PacketRecord,
-        Record, StatsRecord,
-    },
+    kallsyms::Kallsyms,
+    names::SharedNames,
     time::Clock,
 };
+
+mod packet;
+mod shed;
+
+use packet::{cut_by_capture, decode_message, Decoded};
+use shed::question_key;
+pub use shed::{question_hash, Summarised};
 
 pub fn ct_record(ct: &CtSnapshot) -> CtRecord {
     CtRecord {
@@ -84,7 +92,7 @@ pub struct Decoder {
     /// Latest time seen (packets, and the pipeline's ticks): the reassembler's clock, and
     /// the time of what `finish` reports.
     now_ns: u64,
-    stats: StatsRecord,
+    stats: DecodeStats,
     kernel: Option<KernelCounters>,
     tcp_out: Vec<TcpOutput>,
     tcp_closed: Vec<(FlowKey, TcpOutput)>,
@@ -93,113 +101,6 @@ pub struct Decoder {
     /// Questions of active forwarding loops, by lowercase wire form: their UDP packets are
     /// only counted (a loop runs at hundreds of thousands of packets per second).
     summarise: HashMap<Box<[u8]>, Summarised>,
-}
-
-/// Packets of one looping question that were counted instead of decoded.
-#[derive(Clone, Debug)]
-pub struct Summarised {
-    pub name: String,
-    pub qtype: String,
-    pub class: String,
-    /// Since the last [`Decoder::take_summarised`].
-    pub count: u64,
-    pub last_ts: u64,
-}
-
-/// Lowercased wire form of a message's first question (name, type, class) in `buf`:
-/// cheap enough to run on every packet before decoding.
-fn question_key<'b>(payload: &[u8], buf: &'b mut [u8; 264]) -> Option<&'b [u8]> {
-    if payload.get(4..6)? == [0, 0] {
-        return None;
-    }
-    let mut i = 12;
-    let mut n = 0;
-    loop {
-        let len = *payload.get(i)? as usize;
-        if len & 0xc0 != 0 {
-            return None;
-        }
-        *buf.get_mut(n)? = len as u8;
-        n += 1;
-        i += 1;
-        if len == 0 {
-            break;
-        }
-        for b in payload.get(i..i + len)? {
-            *buf.get_mut(n)? = b.to_ascii_lowercase();
-            n += 1;
-        }
-        i += len;
-    }
-    buf.get_mut(n..n + 4)?
-        .copy_from_slice(payload.get(i..i + 4)?);
-    buf.get(..n + 4)
-}
-
-/// The kernel's hash of a question (`tracer_common::shed`), from presentation form.
-pub fn question_hash(name: &str, qtype: &str, class: &str) -> Option<u64> {
-    question_key_of(name, qtype, class).map(|k| tracer_common::shed::hash(&k))
-}
-
-/// The same key built from presentation form.
-fn question_key_of(name: &str, qtype: &str, class: &str) -> Option<Box<[u8]>> {
-    use std::str::FromStr;
-    let rtype = hickory_proto::rr::RecordType::from_str(qtype).ok()?;
-    let class = hickory_proto::rr::DNSClass::from_str(class).ok()?;
-    let mut out = Vec::with_capacity(name.len() + 6);
-    for label in name
-        .trim_end_matches('.')
-        .split('.')
-        .filter(|l| !l.is_empty())
-    {
-        if label.len() > 63 || label.contains('\\') {
-            return None;
-        }
-        out.push(label.len() as u8);
-        out.extend(label.bytes().map(|b| b.to_ascii_lowercase()));
-    }
-    out.push(0);
-    out.extend(u16::from(rtype).to_be_bytes());
-    out.extend(u16::from(class).to_be_bytes());
-    Some(out.into_boxed_slice())
-}
-
-/// What became of one DNS message's bytes.
-enum Decoded {
-    Whole(dns::DnsMessage),
-    /// The capture cut it: what was decoded (`None`: not even the header was captured).
-    Cut(Option<dns::DnsMessage>),
-    /// Wrong in itself (or in the part the capture holds): why.
-    Malformed(String),
-}
-
-/// The length on the wire of a message whose end the capture cut off, or `None` when the
-/// capture holds it whole. Cut means both: the packet's headers say `missing` bytes of the
-/// transport payload are not in the capture, and the capture's own record of the packet's
-/// length (`orig_len`, from the IP header on) says it held fewer bytes than were on the wire.
-/// A packet whose headers promise more than the wire had is short in itself, not cut.
-fn cut_by_capture(orig_len: u32, caplen: usize, missing: usize, captured: usize) -> Option<usize> {
-    let cut = missing > 0 && usize::try_from(orig_len).is_ok_and(|wire| wire > caplen);
-    cut.then(|| captured.saturating_add(missing))
-}
-
-/// Decodes one message; `cut`: its length on the wire when the capture cut it.
-fn decode_message(bytes: &[u8], cut: Option<usize>) -> Decoded {
-    match cut {
-        None => match dns::decode(bytes) {
-            Ok(m) => Decoded::Whole(m),
-            Err(e) => Decoded::Malformed(e.to_string()),
-        },
-        Some(len) => match dns::decode_cut(bytes, len) {
-            // Only bytes after the message were missing.
-            Ok(Some(m)) if m.cut.is_none() => Decoded::Whole(m),
-            Ok(m) => Decoded::Cut(m),
-            Err(e) => Decoded::Malformed(format!(
-                "{e} (in the {} bytes captured of a {len}-byte message)",
-                bytes.len()
-            )),
-        },
-    }
 }
 
 impl Decoder {
@@ -217,7 +118,7 @@ impl Decoder {
             tcp: TcpReassembler::new(TcpLimits::default()),
             frag: Reassembler::new(FragLimits::default()),
             now_ns: 0,
-            stats: StatsRecord::default(),
+            stats: DecodeStats::default(),
             kernel: None,
             tcp_out: Vec::new(),
             tcp_closed: Vec::new(),
@@ -231,41 +132,6 @@ impl Decoder {
     /// kernel's word (without it the flag is meaningless and not passed on).
     pub fn set_confirm_hook(&mut self, loaded: bool) {
         self.confirm_hook = loaded;
-    }
-
-    /// From now on only count UDP packets of this question (an active loop).
-    pub fn summarise_question(&mut self, name: &str, qtype: &str, class: &str) {
-        if let Some(key) = question_key_of(name, qtype, class) {
-            self.summarise.entry(key).or_insert_with(|| Summarised {
-                name: name.to_string(),
-                qtype: qtype.to_string(),
-                class: class.to_string(),
-                count: 0,
-                last_ts: 0,
-            });
-        }
-    }
-
-    /// Decode this question's packets again (the loop ended).
-    pub fn stop_summarising(&mut self, name: &str, qtype: &str, class: &str) {
-        if let Some(key) = question_key_of(name, qtype, class) {
-            self.summarise.remove(&key);
-        }
-    }
-
-    /// Counts since the last call, per question.
-    pub fn take_summarised(&mut self, out: &mut Vec<Summarised>) {
-        for s in self.summarise.values_mut() {
-            if s.count > 0 {
-                out.push(s.clone());
-                s.count = 0;
-            }
-        }
-    }
-
-    /// `n` packets of a looping question the kernel only counted (live storm shedding).
-    pub fn kernel_shed(&mut self, n: u64) {
-        self.stats.shed += n;
     }
 
     /// Also hand typed observations to the correlate stage ([`Decoder::take_observed`]).
@@ -302,40 +168,11 @@ impl Decoder {
         }
     }
 
-    /// Puts a decode result into a packet record, counts it, and hands a message (whole or
-    /// cut) to the correlate stage.
-    fn record_decoded(
-        &mut self,
-        r: &mut PacketRecord,
-        decoded: Decoded,
-        proto: u8,
-        src: SocketAddr,
-        dst: SocketAddr,
-        at: ObservationPoint,
-    ) {
-        match decoded {
-            Decoded::Whole(m) => {
-                self.stats.decoded += 1;
-                r.dns = Some(m);
-            }
-            Decoded::Cut(m) => {
-                self.stats.capture_truncated += 1;
-                r.capture_truncated = true;
-                r.dns = m;
-            }
-            Decoded::Malformed(why) => {
-                self.stats.malformed += 1;
-                r.malformed = Some(why);
-            }
-        }
-        self.observe(r, proto, src, dst, at);
-    }
-
     fn place(&self, netns: u64, ifindex: u32) -> (String, String) {
-        crate::kernel::attach::place(&self.names, netns, ifindex)
+        crate::names::place(&self.names, netns, ifindex)
     }
 
-    pub fn on_event(&mut self, ev: SourceEvent, out: &mut Vec<Record>) {
+    pub fn on_event(&mut self, ev: SourceEvent, out: &mut Vec<impl From<DecodeReport>>) {
         match ev {
             SourceEvent::Packet(p) => self.on_packet(p, out),
             SourceEvent::Drop(d) => self.on_drop(d, out),
@@ -350,7 +187,11 @@ impl Decoder {
 
     /// Datagrams whose fragments never all came, as records; a DNS message among them is
     /// also a drop of that message for the correlate stage (its transaction did not get it).
-    fn fragment_losses(&mut self, losses: Vec<FragmentLoss>, out: &mut Vec<Record>) {
+    fn fragment_losses(
+        &mut self,
+        losses: Vec<FragmentLoss>,
+        out: &mut Vec<impl From<DecodeReport>>,
+    ) {
         for l in losses {
             let (netns, ifname) = self.place(l.key.at.netns, l.key.at.ifindex);
             let time = self.clock.wall(l.last_ts_ns);
@@ -364,7 +205,7 @@ impl Decoder {
                     netns_cookie: l.key.at.netns,
                     netns: r.netns.clone(),
                     ifname: r.ifname.clone(),
-                    reason: crate::correlate::FRAGMENT_LOSS.to_string(),
+                    reason: FRAGMENT_LOSS.to_string(),
                     location: r.what_missing(),
                     function: String::new(),
                     benign: false,
@@ -376,223 +217,23 @@ impl Decoder {
                     msg: Some(msg.clone()),
                 }));
             }
-            out.push(Record::FragmentLoss(r));
+            out.push(DecodeReport::FragmentLoss(r).into());
         }
     }
 
     /// The clock moved on without packets (live): datagrams past their reassembly timeout
     /// are reported.
-    pub fn tick(&mut self, now_ns: u64, out: &mut Vec<Record>) {
+    pub fn tick(&mut self, now_ns: u64, out: &mut Vec<impl From<DecodeReport>>) {
         self.now_ns = self.now_ns.max(now_ns);
         let mut losses = Vec::new();
         self.frag.expire(self.now_ns, &mut losses);
         self.fragment_losses(losses, out);
     }
 
-    fn on_packet(&mut self, p: CapturedPacket, out: &mut Vec<Record>) {
-        self.stats.packets += 1;
-        self.tick(p.ts_ns, out);
-        let (p, rejected) = match self.frag.push(p) {
-            Pushed::Unfragmented(p) | Pushed::Complete(p) => (p, None),
-            Pushed::Held => return,
-            Pushed::Rejected(p, e) => (p, Some(e)),
-        };
-        let (netns, ifname) = self.place(p.at.netns, p.at.ifindex);
-        let clock = self.clock;
-        let base = |proto: &'static str, src: String, dst: String| PacketRecord {
-            pod: Default::default(),
-            ts_ns: p.ts_ns,
-            time: clock.wall(p.ts_ns),
-            cpu: p.cpu,
-            netns: netns.clone(),
-            netns_cookie: p.at.netns,
-            ifname: ifname.clone(),
-            ifindex: p.at.ifindex,
-            dir: p.at.dir.as_str(),
-            proto,
-            src,
-            dst,
-            len: p.orig_len,
-            caplen: p.data.len() as u32,
-            vlan: p.vlan,
-            dns: None,
-            malformed: None,
-            capture_truncated: false,
-        };
-        let ip = match (parse_ip(&p.data), rejected) {
-            (Ok(ip), None) => ip,
-            (ip, rejected) => {
-                self.stats.malformed += 1;
-                let (src, dst) = ip
-                    .as_ref()
-                    .map(|ip| (ip.src.to_string(), ip.dst.to_string()))
-                    .unwrap_or_default();
-                let mut r = base("ip", src, dst);
-                r.malformed = Some(match (ip, rejected) {
-                    (_, Some(e)) => e.to_string(),
-                    (Err(e), None) => format!("IP: {e}"),
-                    (Ok(_), None) => String::new(),
-                });
-                out.push(Record::Packet(r));
-                return;
-            }
-        };
-        match ip.transport {
-            Transport::Udp {
-                sport,
-                dport,
-                payload,
-            } => {
-                if !self.summarise.is_empty() {
-                    let mut buf = [0u8; 264];
-                    if let Some(key) = question_key(payload, &mut buf) {
-                        if let Some(s) = self.summarise.get_mut(key) {
-                            s.count += 1;
-                            s.last_ts = s.last_ts.max(p.ts_ns);
-                            self.stats.summarised += 1;
-                            return;
-                        }
-                    }
-                }
-                let (src, dst) = (
-                    SocketAddr::new(ip.src, sport),
-                    SocketAddr::new(ip.dst, dport),
-                );
-                let mut r = base("udp", src.to_string(), dst.to_string());
-                let cut = cut_by_capture(p.orig_len, p.data.len(), ip.missing, payload.len());
-                let decoded = match decode_message(payload, cut) {
-                    // Short of what its headers say, though nothing was cut on capture.
-                    Decoded::Malformed(e) if ip.missing > 0 && cut.is_none() => {
-                        Decoded::Malformed(format!(
-                            "{e} (the IP/UDP lengths promise {} more bytes than the packet had)",
-                            ip.missing
-                        ))
-                    }
-                    d => d,
-                };
-                self.record_decoded(&mut r, decoded, tracer_common::IPPROTO_UDP, src, dst, p.at);
-                out.push(Record::Packet(r));
-            }
-            Transport::Tcp {
-                sport,
-                dport,
-                seq,
-                flags,
-                payload,
-            } => {
-                let src = SocketAddr::new(ip.src, sport);
-                let dst = SocketAddr::new(ip.dst, dport);
-                let key = FlowKey {
-                    netns: p.at.netns,
-                    ifindex: p.at.ifindex,
-                    dir: p.at.dir.as_code(),
-                    src,
-                    dst,
-                };
-                let mut produced = std::mem::take(&mut self.tcp_out);
-                produced.clear();
-                let cut = cut_by_capture(p.orig_len, p.data.len(), ip.missing, payload.len());
-                self.tcp.push(
-                    p.ts_ns,
-                    key,
-                    seq,
-                    flags,
-                    payload,
-                    cut.is_some(),
-                    &mut produced,
-                );
-                // Each segment counts once here; the messages framed from the stream count
-                // in `decoded`/`capture_truncated`/`malformed` and in `tcp_messages`.
-                if payload.is_empty() {
-                    self.stats.tcp_control += 1;
-                } else {
-                    self.stats.tcp_data += 1;
-                }
-                for item in produced.drain(..) {
-                    let r = base("tcp", src.to_string(), dst.to_string());
-                    self.tcp_message(item, r, src, dst, p.at, out);
-                }
-                self.tcp_out = produced;
-                self.tcp.expire(p.ts_ns);
-                self.report_closed_flows(p.ts_ns, out);
-            }
-            Transport::Other { .. } => {
-                self.stats.other += 1;
-            }
-        }
-    }
-
-    /// Decodes one output of the TCP reassembler into `r`, counts it, and emits it.
-    fn tcp_message(
-        &mut self,
-        item: TcpOutput,
-        mut r: PacketRecord,
-        src: SocketAddr,
-        dst: SocketAddr,
-        at: ObservationPoint,
-        out: &mut Vec<Record>,
-    ) {
-        let decoded = match item {
-            TcpOutput::Message(bytes) => decode_message(&bytes, None),
-            TcpOutput::Cut {
-                captured,
-                message_len: Some(len),
-            } => decode_message(&captured, Some(len)),
-            // Not even the length prefix of the message was captured.
-            TcpOutput::Cut {
-                message_len: None, ..
-            } => Decoded::Cut(None),
-            TcpOutput::Malformed { reason, bytes } => {
-                Decoded::Malformed(format!("TCP stream: {reason} ({bytes} bytes)"))
-            }
-        };
-        self.stats.tcp_messages += 1;
-        self.record_decoded(&mut r, decoded, tracer_common::IPPROTO_TCP, src, dst, at);
-        out.push(Record::Packet(r));
-    }
-
-    /// Reports what TCP flows that were forgotten (evicted, idle, or at the end) still held:
-    /// a `malformed` record per unfinished message, at `ts_ns`, on the flow's hop. Such a
-    /// record stands for no packet of its own (`len` and `caplen` 0).
-    fn report_closed_flows(&mut self, ts_ns: u64, out: &mut Vec<Record>) {
-        let mut closed = std::mem::take(&mut self.tcp_closed);
-        self.tcp.take_closed(&mut closed);
-        for (key, item) in closed.drain(..) {
-            let at = ObservationPoint {
-                netns: key.netns,
-                ifindex: key.ifindex,
-                dir: Direction::from_code(key.dir),
-            };
-            let (netns, ifname) = self.place(key.netns, key.ifindex);
-            let r = PacketRecord {
-                pod: Default::default(),
-                ts_ns,
-                time: self.clock.wall(ts_ns),
-                cpu: None,
-                netns,
-                netns_cookie: key.netns,
-                ifname,
-                ifindex: key.ifindex,
-                dir: at.dir.as_str(),
-                proto: "tcp",
-                src: key.src.to_string(),
-                dst: key.dst.to_string(),
-                len: 0,
-                caplen: 0,
-                vlan: None,
-                dns: None,
-                malformed: None,
-                capture_truncated: false,
-            };
-            self.tcp_message(item, r, key.src, key.dst, at, out);
-        }
-        self.tcp_closed = closed;
-    }
-
     /// The input ended (end of file, or the trace is stopping): what is still unfinished
     /// (TCP messages short of their length) is reported, so every captured byte is accounted
     /// for. `now_ns`: the time to give those reports (0: the latest seen).
-    pub fn finish(&mut self, now_ns: u64, out: &mut Vec<Record>) {
+    pub fn finish(&mut self, now_ns: u64, out: &mut Vec<impl From<DecodeReport>>) {
         self.tcp.finish();
         let ts = if now_ns == 0 { self.now_ns } else { now_ns };
         self.report_closed_flows(ts, out);
@@ -606,7 +247,7 @@ impl Decoder {
         netns == 0 || self.names.read().is_ok_and(|n| n.netns(netns).is_some())
     }
 
-    fn on_drop(&mut self, d: KernelDrop, out: &mut Vec<Record>) {
+    fn on_drop(&mut self, d: KernelDrop, out: &mut Vec<impl From<DecodeReport>>) {
         // kfree_skb fires in every namespace; report those we watch.
         if !self.watched(d.netns) {
             self.stats.drops_unwatched += 1;
@@ -654,6 +295,8 @@ impl Decoder {
         };
         let function = self.kallsyms.function(d.location).unwrap_or("");
         let mut tcp_flags = None;
+        // Protocol and ports of a UDP or TCP packet, for the correlate stage.
+        let mut endpoints = None;
         match parse_ip(&d.data) {
             Ok(ip) => match ip.transport {
                 Transport::Udp {
@@ -661,9 +304,14 @@ impl Decoder {
                     dport,
                     payload,
                 } => {
+                    let (src, dst) = (
+                        SocketAddr::new(ip.src, sport),
+                        SocketAddr::new(ip.dst, dport),
+                    );
+                    endpoints = Some((tracer_common::IPPROTO_UDP, src, dst));
                     r.proto = "udp";
-                    r.src = SocketAddr::new(ip.src, sport).to_string();
-                    r.dst = SocketAddr::new(ip.dst, dport).to_string();
+                    r.src = src.to_string();
+                    r.dst = dst.to_string();
                     // The first fragment of a datagram holds the start of the message.
                     let cut = cut_by_capture(d.orig_len, d.data.len(), ip.missing, payload.len())
                         .or_else(|| {
@@ -688,9 +336,14 @@ impl Decoder {
                     ..
                 } => {
                     tcp_flags = Some((flags, payload.is_empty()));
+                    let (src, dst) = (
+                        SocketAddr::new(ip.src, sport),
+                        SocketAddr::new(ip.dst, dport),
+                    );
+                    endpoints = Some((tracer_common::IPPROTO_TCP, src, dst));
                     r.proto = "tcp";
-                    r.src = SocketAddr::new(ip.src, sport).to_string();
-                    r.dst = SocketAddr::new(ip.dst, dport).to_string();
+                    r.src = src.to_string();
+                    r.dst = dst.to_string();
                     // A segment starting a message: try to decode it, as far as it was
                     // copied.
                     if let Some((&[h0, h1], message)) = payload.split_first_chunk::<2>() {
@@ -718,8 +371,13 @@ impl Decoder {
                             tracer_common::IPPROTO_UDP => "udp",
                             _ => "ip",
                         };
-                        r.src = SocketAddr::new(ip.src, first.ports.0).to_string();
-                        r.dst = SocketAddr::new(ip.dst, first.ports.1).to_string();
+                        let (src, dst) = (
+                            SocketAddr::new(ip.src, first.ports.0),
+                            SocketAddr::new(ip.dst, first.ports.1),
+                        );
+                        endpoints = Some((proto, src, dst));
+                        r.src = src.to_string();
+                        r.dst = dst.to_string();
                         r.dns = first.dns;
                     }
                     // Other protocols, fragments of datagrams not seen: the addresses.
@@ -736,7 +394,7 @@ impl Decoder {
             self.stats.drops_benign += 1;
         }
         if let Some(obs) = self.observed.as_mut() {
-            if let (Ok(src), Ok(dst)) = (r.src.parse::<SocketAddr>(), r.dst.parse::<SocketAddr>()) {
+            if let Some((proto, src, dst)) = endpoints {
                 obs.push(Observed::Drop(DropObservation {
                     ts_ns: r.ts_ns,
                     cpu: d.cpu,
@@ -747,11 +405,7 @@ impl Decoder {
                     location: r.location.clone(),
                     function: function.to_string(),
                     benign: r.benign.is_some(),
-                    proto: if r.proto == "tcp" {
-                        tracer_common::IPPROTO_TCP
-                    } else {
-                        tracer_common::IPPROTO_UDP
-                    },
+                    proto,
                     src,
                     dst,
                     ct: d.ct,
@@ -760,7 +414,7 @@ impl Decoder {
                 }));
             }
         }
-        out.push(Record::Drop(r));
+        out.push(DecodeReport::Drop(r).into());
     }
 
     /// The latest time seen (0 before the first packet or tick).
@@ -773,7 +427,7 @@ impl Decoder {
         self.kernel = Some(k);
     }
 
-    pub fn stats(&self) -> StatsRecord {
+    pub fn stats(&self) -> DecodeStats {
         let mut s = self.stats.clone();
         let t = self.tcp.stats();
         s.tcp_flows_evicted = t.flows_evicted;
@@ -788,7 +442,7 @@ impl Decoder {
         if let Some(k) = self.kernel {
             s.lost += k.packets_lost_ringbuf + k.packets_lost_copy;
             s.drops_lost = k.drops_lost_ringbuf + k.drops_read_failed;
-            s.kernel = Some(crate::output::record::KernelStats {
+            s.kernel = Some(KernelStats {
                 counters: k,
                 setup: None,
             });
@@ -799,8 +453,10 @@ impl Decoder {
 
 #[cfg(test)]
 mod tests {
+    use super::shed::question_key_of;
     use super::*;
     use crate::event::Direction;
+    use crate::output::record::Record;
     use std::sync::{Arc, RwLock};
 
     /// `medium.lab.test. TXT`: 8 answers of 62 bytes of text each, id 77.
@@ -892,7 +548,7 @@ mod tests {
     }
 
     /// docs/output.md's accounting: every packet counted once.
-    fn accounted(s: &StatsRecord) -> bool {
+    fn accounted(s: &DecodeStats) -> bool {
         s.packets + s.tcp_messages
             == s.decoded
                 + s.capture_truncated

@@ -13,6 +13,8 @@ pub mod decoder;
 pub mod dns;
 pub mod frag;
 pub mod ip;
+pub mod observation;
+pub mod record;
 pub mod tcp;
 
 pub use ip::{parse_ip, IpPacket, Transport};

@@ -78,7 +78,10 @@ impl Shedder {
         let finals = std::mem::replace(&mut self.draining, std::mem::take(&mut self.stopping));
         let mut failed = None;
         for mut s in finals {
-            if let Err(e) = s.read(probes, &mut report).and_then(|()| probes.shed_forget(s.q.hash)) {
+            if let Err(e) = s
+                .read(probes, &mut report)
+                .and_then(|()| probes.shed_forget(s.q.hash))
+            {
                 failed = Some(e);
             }
         }

@@ -22,7 +22,7 @@ use std::{
 use serde::Serialize;
 
 use crate::{
-    kernel::attach::SharedNames,
+    names::SharedNames,
     output::{annotate::EvidencePacket, escape, pcapng::PcapngSink},
     time::Clock,
 };

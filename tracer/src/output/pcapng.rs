@@ -28,7 +28,7 @@ use pcap_file::{
 
 use crate::{
     event::Direction,
-    kernel::attach::{place, SharedNames},
+    names::{place, SharedNames},
     output::{
         annotate::{EvidencePacket, Place},
         escape,
@@ -36,9 +36,7 @@ use crate::{
     time::Clock,
 };
 
-/// The `if_name` of the interface block holding kernel drops. Linux interface names cannot
-/// hold `/`, so no real `netns/ifname` pair collides with it.
-pub const DROPS_IFNAME: &str = "dnspath/drops";
+pub use crate::source::file::DROPS_IFNAME;
 
 #[derive(Debug, thiserror::Error)]
 pub enum PcapngError {

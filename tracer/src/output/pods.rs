@@ -1,8 +1,8 @@
 //! Names each record's pod from the namespace → pod map the rescans keep (a map lookup per
 //! place in the record).
 use crate::{
-    kernel::attach::Names,
     kube::Pod,
+    names::Names,
     output::record::{PodRef, Record},
 };
 

@@ -1,10 +1,18 @@
 //! Output records: what sinks write, one per event. Field by field in docs/output.md.
 use serde::Serialize;
 
+pub use crate::{
+    correlate::record::{
+        HopRecord, LegDrop, LegRecord, LookupRef, QuestionRecord, TransactionRecord,
+    },
+    decode::record::{
+        CtEndpoints, CtRecord, DropRecord, DroppedFragment, FragmentLossRecord, FragmentRange,
+        KernelStats, MissingRange, PacketRecord, PodRef,
+    },
+};
 use crate::{
-    correlate::LegRole,
-    decode::dns::{Cut, DnsMessage},
-    event::{KernelCounters, KernelSetup},
+    correlate::{loops::LoopRecord, race::RaceRecord, CorrelateReport, CorrelateStats},
+    decode::record::{DecodeReport, DecodeStats},
 };
 
 #[derive(Clone, Debug, Serialize)]
@@ -13,415 +21,11 @@ pub enum Record {
     Packet(PacketRecord),
     Drop(DropRecord),
     Transaction(TransactionRecord),
-    Loop(crate::correlate::loops::LoopRecord),
-    Race(crate::correlate::race::RaceRecord),
+    Loop(LoopRecord),
+    Race(RaceRecord),
     #[serde(rename = "fragment_loss")]
     FragmentLoss(FragmentLossRecord),
     Stats(StatsRecord),
-}
-
-/// One observation of one message of a leg.
-#[derive(Clone, Debug, Serialize)]
-pub struct HopRecord {
-    pub ts_ns: u64,
-    pub netns: String,
-    pub ifname: String,
-    #[serde(flatten)]
-    pub pod: PodRef,
-    pub dir: &'static str,
-    pub src: String,
-    pub dst: String,
-    pub dns_id: u16,
-    pub qr: bool,
-    /// For a response: time since the query was seen at this same point.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub latency_ns: Option<u64>,
-}
-
-/// The kernel drop that ended a leg.
-#[derive(Clone, Debug, Serialize)]
-pub struct LegDrop {
-    pub ts_ns: u64,
-    pub netns: String,
-    pub ifname: String,
-    #[serde(flatten)]
-    pub pod: PodRef,
-    pub reason: String,
-    pub location: String,
-    /// The response was dropped (not the query).
-    pub response: bool,
-}
-
-/// One query and its response between a client socket and a server.
-#[derive(Clone, Debug, Serialize)]
-pub struct LegRecord {
-    pub id: u64,
-    /// Index in `legs` of the leg whose server sent this one (forwarding), if any.
-    pub parent: Option<usize>,
-    pub role: LegRole,
-    pub proto: &'static str,
-    /// Client and server as seen at the leg's first hop.
-    pub client: String,
-    pub server: String,
-    /// Where the query was delivered (after DNAT; equals `server` without NAT).
-    pub backend: String,
-    pub dns_id: u16,
-    /// How hops were joined: `same-tuple`, `conntrack`, or `fallback` (client port, DNS id,
-    /// question).
-    pub join: &'static str,
-    /// `answered`, `truncated`, `dropped`, `unanswered`.
-    pub outcome: &'static str,
-    pub rcode: Option<String>,
-    pub answers: Vec<String>,
-    /// The response was cut by the capture (snaplen) wherever it was seen: how (as the
-    /// packet's `dns.cut`); `answers` are those that fit.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub answer_cut: Option<Cut>,
-    /// Query → response at the leg's first point.
-    pub latency_ns: Option<u64>,
-    /// The same query re-sent from the same socket with the same id.
-    pub retransmits: u32,
-    pub drop: Option<LegDrop>,
-    pub hops: Vec<HopRecord>,
-}
-
-#[derive(Clone, Debug, Serialize)]
-pub struct LookupRef {
-    pub id: u64,
-    /// Index of this transaction's name among the lookup's names (search-list order).
-    pub step: u32,
-}
-
-#[derive(Clone, Debug, Serialize)]
-pub struct QuestionRecord {
-    pub name: String,
-    #[serde(rename = "type")]
-    pub qtype: String,
-    pub class: String,
-}
-
-/// One client question followed through every leg it caused.
-#[derive(Clone, Debug, Serialize)]
-pub struct TransactionRecord {
-    pub id: u64,
-    pub lookup: LookupRef,
-    pub ts_ns: u64,
-    pub time: String,
-    pub client: String,
-    pub client_netns: String,
-    /// The client's pod.
-    #[serde(flatten)]
-    pub pod: PodRef,
-    pub question: QuestionRecord,
-    /// `answered`, `dropped`, `unanswered`.
-    pub outcome: &'static str,
-    pub rcode: Option<String>,
-    pub answers: Vec<String>,
-    /// The answer the client got was cut by the capture: how (see [`LegRecord::answer_cut`]).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub answer_cut: Option<Cut>,
-    /// First query → the answer the client got, at the client's first point.
-    pub latency_ns: Option<u64>,
-    /// One line for a person, e.g. `timeout after 5.0 s, retried, answered at +5.02 s: NOERROR`.
-    pub summary: String,
-    /// `--record`: the flight-recorder file holding this incident's packets (written once its
-    /// window is over).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub evidence: Option<String>,
-    pub legs: Vec<LegRecord>,
-}
-
-/// One DNS message (or one packet that should have carried one) at one observation point.
-#[derive(Clone, Debug, Serialize)]
-pub struct PacketRecord {
-    pub ts_ns: u64,
-    /// Wall-clock time, RFC 3339 UTC.
-    pub time: String,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub cpu: Option<u32>,
-    pub netns: String,
-    pub netns_cookie: u64,
-    pub ifname: String,
-    pub ifindex: u32,
-    #[serde(flatten)]
-    pub pod: PodRef,
-    pub dir: &'static str,
-    pub proto: &'static str,
-    pub src: String,
-    pub dst: String,
-    /// Packet length from the IP header on.
-    pub len: u32,
-    /// Bytes captured from the IP header on.
-    pub caplen: u32,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub vlan: Option<u16>,
-    pub dns: Option<DnsMessage>,
-    /// Why `dns` is missing.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub malformed: Option<String>,
-    /// The capture (snaplen) cut the DNS message: `dns` holds what was decoded of it (its
-    /// `cut` says what was not), or is null when not even the header was captured.
-    #[serde(skip_serializing_if = "is_false")]
-    pub capture_truncated: bool,
-}
-
-fn is_false(b: &bool) -> bool {
-    !*b
-}
-
-/// The Kubernetes pod where a record was seen (or, on transactions and races, the client's
-/// pod), as far as the node knows it; every field is left out where unknown, so records of
-/// namespaces that are no pod's are unchanged. See docs/output.md.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
-pub struct PodRef {
-    /// `namespace/name`.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub pod: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub pod_uid: Option<String>,
-    /// The container's name, where the pod's namespace holds one container.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub container: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub container_id: Option<String>,
-    /// The interface is the node-side end of the pod's veth pair, not in the pod itself.
-    #[serde(skip_serializing_if = "is_false")]
-    pub pod_veth: bool,
-}
-
-impl PodRef {
-    pub fn is_known(&self) -> bool {
-        self.pod.is_some() || self.pod_uid.is_some()
-    }
-}
-
-#[derive(Clone, Debug, Serialize)]
-pub struct CtEndpoints {
-    pub src: String,
-    pub dst: String,
-}
-
-#[derive(Clone, Debug, Serialize)]
-pub struct CtRecord {
-    /// `enum ip_conntrack_status` bits.
-    pub status: u64,
-    pub status_flags: Vec<&'static str>,
-    pub confirmed: bool,
-    pub orig: CtEndpoints,
-    pub reply: CtEndpoints,
-}
-
-/// An IP datagram some of whose fragments never came, at one hop (docs/output.md).
-#[derive(Clone, Debug, Serialize)]
-pub struct FragmentLossRecord {
-    /// The last fragment seen.
-    pub ts_ns: u64,
-    pub time: String,
-    pub first_ts_ns: u64,
-    pub netns: String,
-    pub netns_cookie: u64,
-    pub ifname: String,
-    pub ifindex: u32,
-    /// The pod of the hop where the fragments went missing, where known.
-    #[serde(flatten)]
-    pub pod: PodRef,
-    pub dir: &'static str,
-    pub proto: String,
-    pub src: String,
-    pub dst: String,
-    pub ip_id: u32,
-    /// `timeout` or `end of input`.
-    pub cause: &'static str,
-    pub fragments_seen: Vec<FragmentRange>,
-    pub missing: Vec<MissingRange>,
-    /// Payload length of the datagram, if its last fragment was seen.
-    pub total_len: Option<usize>,
-    /// Fragment count and the (1-based) numbers never seen, when the layout tells.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub fragments: Option<usize>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub missing_fragments: Option<Vec<usize>>,
-    /// The DNS header and question of the first fragment, as far as it goes.
-    pub dns: Option<DnsMessage>,
-    pub summary: String,
-}
-
-#[derive(Clone, Copy, Debug, Serialize)]
-pub struct FragmentRange {
-    pub offset: usize,
-    pub len: usize,
-}
-
-#[derive(Clone, Copy, Debug, Serialize)]
-pub struct MissingRange {
-    pub start: usize,
-    /// `null`: to the unknown end of the datagram.
-    pub end: Option<usize>,
-}
-
-impl FragmentLossRecord {
-    /// What never came, in a few words: `fragment 2 of 3 never seen`, or byte ranges.
-    pub fn what_missing(&self) -> String {
-        match (self.fragments, &self.missing_fragments) {
-            (Some(n), Some(m)) => format!(
-                "fragment {} of {n} never seen",
-                m.iter()
-                    .map(ToString::to_string)
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            ),
-            _ => format!(
-                "bytes {} never seen",
-                self.missing
-                    .iter()
-                    .map(|r| match r.end {
-                        Some(e) => format!("{}-{e}", r.start),
-                        None => format!("{}-end", r.start),
-                    })
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            ),
-        }
-    }
-
-    pub fn new(
-        l: &crate::decode::frag::FragmentLoss,
-        netns: String,
-        ifname: String,
-        time: String,
-    ) -> Self {
-        let numbers = l.fragment_numbers();
-        let proto = match l.key.proto {
-            17 => "udp".to_string(),
-            6 => "tcp".to_string(),
-            n => format!("proto {n}"),
-        };
-        let what = match &l.dns {
-            Some(m) => {
-                let q = m
-                    .questions
-                    .first()
-                    .map(|q| format!(" {}? {}", q.qtype, q.name))
-                    .unwrap_or_default();
-                format!("{} {}{q}", if m.qr { "answer" } else { "query" }, m.id)
-            }
-            None => "datagram (first fragment not seen)".to_string(),
-        };
-        let ranges = |v: &mut dyn Iterator<Item = String>| v.collect::<Vec<_>>().join(", ");
-        let missing = ranges(&mut l.missing.iter().map(|(s, e)| match e {
-            Some(e) => format!("{s}-{e}"),
-            None => format!("{s}-end"),
-        }));
-        let seen = ranges(&mut l.seen.iter().map(|(o, n)| format!("{o}-{}", o + n)));
-        let summary = match &numbers {
-            Some((count, miss)) => format!(
-                "{what} of {count} fragments: fragment {} never seen (bytes {missing}); seen bytes {seen}",
-                miss.iter().map(ToString::to_string).collect::<Vec<_>>().join(", ")
-            ),
-            None => format!("{what}: bytes {missing} never seen; seen bytes {seen}"),
-        };
-        Self {
-            ts_ns: l.last_ts_ns,
-            time,
-            first_ts_ns: l.first_ts_ns,
-            netns,
-            netns_cookie: l.key.at.netns,
-            ifname,
-            ifindex: l.key.at.ifindex,
-            pod: PodRef::default(),
-            dir: l.key.at.dir.as_str(),
-            proto,
-            src: l.src(),
-            dst: l.dst(),
-            ip_id: l.key.id,
-            cause: l.cause.as_str(),
-            fragments_seen: l
-                .seen
-                .iter()
-                .map(|&(offset, len)| FragmentRange { offset, len })
-                .collect(),
-            missing: l
-                .missing
-                .iter()
-                .map(|&(start, end)| MissingRange { start, end })
-                .collect(),
-            total_len: l.total_len,
-            fragments: numbers.as_ref().map(|n| n.0),
-            missing_fragments: numbers.map(|n| n.1),
-            dns: l.dns.clone(),
-            summary,
-        }
-    }
-}
-
-/// A port-53 packet freed by the kernel with a drop reason.
-#[derive(Clone, Debug, Serialize)]
-pub struct DropRecord {
-    pub ts_ns: u64,
-    pub time: String,
-    pub cpu: u32,
-    pub netns: String,
-    pub netns_cookie: u64,
-    pub ifname: String,
-    pub ifindex: u32,
-    #[serde(flatten)]
-    pub pod: PodRef,
-    /// `enum skb_drop_reason` name without the SKB_DROP_REASON_ prefix; `UNKNOWN` on kernels
-    /// whose drop tracepoint has no reason (< 5.17).
-    pub reason: String,
-    /// Its value on this kernel; `null` where the kernel gives none.
-    pub reason_code: Option<u32>,
-    /// Where the conntrack-confirm kprobes are loaded: whether conntrack failed to insert
-    /// this packet's entry just before (`__nf_conntrack_confirm` returned `NF_DROP`).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub confirm_failed: Option<bool>,
-    /// Symbolised kernel location, e.g. `nf_hook_slow+0x9e`.
-    pub location: String,
-    pub proto: &'static str,
-    pub src: String,
-    pub dst: String,
-    pub len: u32,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub ct: Option<CtRecord>,
-    pub dns: Option<DnsMessage>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub malformed: Option<String>,
-    /// As for packets: the copy of the dropped packet cut its DNS message.
-    #[serde(skip_serializing_if = "is_false")]
-    pub capture_truncated: bool,
-    /// The dropped packet is an IP fragment: where it sits in its datagram. For a later
-    /// fragment (no ports of its own), `src`/`dst` ports and `dns` are its datagram's first
-    /// fragment's, when that was seen.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub fragment: Option<DroppedFragment>,
-    /// Set when the drop is part of normal socket life (e.g. a socket closed with data
-    /// queued), with the reason; the text view hides these.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub benign: Option<&'static str>,
-    /// `--record`: the flight-recorder file holding this incident's packets (written once its
-    /// window is over).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub evidence: Option<String>,
-}
-
-/// An IP fragment's place in its datagram.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
-pub struct DroppedFragment {
-    /// The IP Identification shared by the datagram's fragments.
-    pub ip_id: u32,
-    /// Byte offset of its data in the datagram's IP payload (0: the first fragment).
-    pub offset: usize,
-    /// Its data length.
-    pub len: usize,
-}
-
-/// The kernel side of a live run: its counters and what could be set up.
-#[derive(Clone, Debug, Default, Serialize)]
-pub struct KernelStats {
-    #[serde(flatten)]
-    pub counters: KernelCounters,
-    #[serde(flatten, skip_serializing_if = "Option::is_none")]
-    pub setup: Option<KernelSetup>,
 }
 
 /// Totals; written once, at the end of the run (the agent folds them into its metrics every
@@ -464,7 +68,7 @@ pub struct StatsRecord {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub kernel: Option<KernelStats>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub correlate: Option<crate::correlate::CorrelateStats>,
+    pub correlate: Option<CorrelateStats>,
     /// UDP packets of a question in an active forwarding loop that were only counted, not
     /// decoded or correlated (storm shedding; see docs/output.md).
     pub summarised: u64,
@@ -502,4 +106,88 @@ pub struct StatsRecord {
     /// Live, with `-w` or `--record`: what went into pcapng files.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub evidence: Option<crate::output::annotate::EvidenceStats>,
+}
+
+impl From<DecodeReport> for Record {
+    fn from(d: DecodeReport) -> Self {
+        match d {
+            DecodeReport::Packet(p) => Record::Packet(p),
+            DecodeReport::Drop(d) => Record::Drop(d),
+            DecodeReport::FragmentLoss(l) => Record::FragmentLoss(l),
+        }
+    }
+}
+
+impl From<CorrelateReport> for Record {
+    fn from(r: CorrelateReport) -> Self {
+        match r {
+            CorrelateReport::Transaction(t) => Record::Transaction(t),
+            CorrelateReport::Loop(l) => Record::Loop(l),
+            CorrelateReport::Race(r) => Record::Race(r),
+        }
+    }
+}
+
+impl StatsRecord {
+    /// The decode stage's counters with the correlate stage's, if it ran.
+    pub fn new(d: DecodeStats, correlate: Option<CorrelateStats>) -> Self {
+        let DecodeStats {
+            packets,
+            decoded,
+            malformed,
+            capture_truncated,
+            tcp_control,
+            tcp_data,
+            tcp_messages,
+            other,
+            lost,
+            drops,
+            drops_benign,
+            drops_unwatched,
+            drops_lost,
+            kernel,
+            summarised,
+            shed,
+            tcp_flows_evicted,
+            tcp_bytes_dropped,
+            fragments_merged,
+            fragments_incomplete,
+            fragments_pending,
+            datagrams_reassembled,
+            datagrams_lost,
+            datagrams_evicted,
+        } = d;
+        Self {
+            packets,
+            decoded,
+            malformed,
+            capture_truncated,
+            tcp_control,
+            tcp_data,
+            tcp_messages,
+            other,
+            lost,
+            drops,
+            drops_benign,
+            drops_unwatched,
+            drops_lost,
+            kernel,
+            correlate,
+            summarised,
+            shed,
+            tcp_flows_evicted,
+            tcp_bytes_dropped,
+            // Set by a live run when it ends.
+            not_written: 0,
+            unread: 0,
+            stopped_by: None,
+            evidence: None,
+            fragments_merged,
+            fragments_incomplete,
+            fragments_pending,
+            datagrams_reassembled,
+            datagrams_lost,
+            datagrams_evicted,
+        }
+    }
 }

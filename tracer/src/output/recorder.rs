@@ -23,7 +23,7 @@ use std::{
 use serde::Serialize;
 
 use crate::{
-    kernel::attach::SharedNames,
+    names::SharedNames,
     output::{annotate::EvidencePacket, escape, files, pcapng::PcapngSink},
     time::Clock,
 };

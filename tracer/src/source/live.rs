@@ -31,8 +31,7 @@ pub fn parse_record(bytes: &[u8]) -> SourceEvent {
             orig_len: hdr.orig_len,
             data: data.to_vec(),
         }),
-        Ok(RingRecord::Drop(ev)) => {
-            let cap = (ev.cap_len as usize).min(ev.data.len());
+        Ok(RingRecord::Drop { ev, data }) => {
             let ct = if ev.has_ct != 0 {
                 match (
                     CtFlow::from_tuple(&ev.ct_orig),
@@ -57,7 +56,7 @@ pub fn parse_record(bytes: &[u8]) -> SourceEvent {
                 location: ev.location,
                 ct,
                 orig_len: ev.orig_len,
-                data: ev.data.get(..cap).unwrap_or_default().to_vec(),
+                data: data.to_vec(),
                 confirm_failed: ev.confirm_failed != 0,
             })
         }
@@ -115,7 +114,10 @@ impl LiveSource {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use tracer_common::{PacketHeader, RecordError, EVENT_PACKET, PACKET_HEADER_LEN};
+    use tracer_common::{
+        DropEvent, PacketHeader, RecordError, EVENT_DROP, EVENT_PACKET, MAX_DROP_DATA,
+        PACKET_HEADER_LEN,
+    };
 
     fn packet_record(dir: u8, cap_len: u32, data: &[u8]) -> Vec<u8> {
         let hdr = PacketHeader {
@@ -153,6 +155,25 @@ mod tests {
         );
         assert_eq!(p.vlan, Some(7));
         assert_eq!(p.data, [1, 2, 3], "cap_len bounds the bytes");
+    }
+
+    #[test]
+    fn drop_records_carry_only_their_captured_bytes() {
+        let drop_record = |cap_len: u32| {
+            let mut v = vec![0u8; size_of::<DropEvent>()];
+            v[..4].copy_from_slice(&EVENT_DROP.to_ne_bytes());
+            let at = std::mem::offset_of!(DropEvent, cap_len);
+            v[at..at + 4].copy_from_slice(&cap_len.to_ne_bytes());
+            let at = std::mem::offset_of!(DropEvent, data);
+            v[at..at + 4].copy_from_slice(&[1, 2, 3, 4]);
+            v
+        };
+        let data = |record: Vec<u8>| match parse_record(&record) {
+            SourceEvent::Drop(d) => d.data,
+            _ => panic!("not a drop"),
+        };
+        assert_eq!(data(drop_record(3)), [1, 2, 3], "cap_len bounds the bytes");
+        assert_eq!(data(drop_record(u32::MAX)).len(), MAX_DROP_DATA);
     }
 
     /// Records that are not what the kernel writes are counted as garbled, with why.

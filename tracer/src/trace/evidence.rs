@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use crate::{
     correlate::{loops::LoopState, race::RaceVerdict},
     event::{CapturedPacket, KernelDrop},
-    kernel::attach::SharedNames,
+    names::SharedNames,
     output::{
         annotate::{AnnotateConfig, Annotator, EvidencePacket, EvidenceStats},
         files::{PcapngFiles, Rotation},

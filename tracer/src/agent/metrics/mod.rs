@@ -220,7 +220,7 @@ impl Metrics {
         );
         r.register(
             "summarised_packets",
-            "Packets of a looping question only counted, not decoded (storm shedding)",
+            "Packets of a looping question only counted, not decoded (storm shedding, in the kernel or after copying)",
             m.summarised.clone(),
         );
         r.register(

@@ -458,7 +458,7 @@ impl Metrics {
             lost: s.lost,
             drops_lost: s.drops_lost,
             malformed: s.malformed,
-            summarised: s.summarised,
+            summarised: s.summarised + s.shed,
             packets: s.packets,
             evicted_legs: correlate.map_or(0, |c| c.evicted_legs),
             evicted_transactions: correlate.map_or(0, |c| c.evicted_transactions),

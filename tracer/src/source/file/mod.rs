@@ -32,9 +32,13 @@ use pcap_file::{
 
 use crate::{
     event::{CapturedPacket, Direction, ObservationPoint},
-    kernel::attach::SharedNames,
+    names::SharedNames,
 };
 
+/// The `if_name` of the interface block holding kernel drops in files dnspath writes
+/// (output/pcapng.rs). Linux interface names cannot hold `/`, so no real `netns/ifname` pair
+/// collides with it.
+pub const DROPS_IFNAME: &str = "dnspath/drops";
 /// Largest pcap record or pcapng block accepted. Real captures stay far below (libpcap's
 /// largest snaplen is 256 KiB); a bigger length field means the file is corrupt.
 pub const MAX_RECORD: usize = 16 << 20;
@@ -488,7 +492,7 @@ impl<R: Read> FileSource<R> {
             }
             return;
         }
-        if ifname == crate::output::pcapng::DROPS_IFNAME {
+        if ifname == DROPS_IFNAME {
             self.drops_ifaces.insert(ifindex);
             return;
         }

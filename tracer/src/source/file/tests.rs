@@ -1,5 +1,10 @@
 use std::io::Cursor;
 
+use pcap_file::{
+    pcap::{PcapHeader, PcapPacket, PcapWriter},
+    DataLink,
+};
+
 use super::*;
 use crate::kernel::attach::Names;
 
@@ -27,50 +32,46 @@ fn eth(ethertype: u16, tags: &[(u16, u16)], ip: &[u8]) -> Vec<u8> {
     f
 }
 
+/// A pcap file written by pcap-file's writer: `big`-endian or not, with nanosecond or
+/// microsecond timestamps.
 struct Pcap {
-    bytes: Vec<u8>,
-    big: bool,
+    writer: PcapWriter<Vec<u8>>,
+    nanos: bool,
 }
 
 impl Pcap {
     fn new(linktype: u32, big: bool, nanos: bool) -> Self {
-        let magic: u32 = if nanos { 0xA1B2_3C4D } else { 0xA1B2_C3D4 };
-        let mut p = Pcap {
-            bytes: Vec::new(),
-            big,
+        let header = PcapHeader {
+            snaplen: 262_144,
+            datalink: DataLink::from(linktype),
+            ts_resolution: if nanos {
+                TsResolution::NanoSecond
+            } else {
+                TsResolution::MicroSecond
+            },
+            endianness: if big {
+                Endianness::Big
+            } else {
+                Endianness::Little
+            },
+            ..PcapHeader::default()
         };
-        p.u32(magic);
-        p.u16(2);
-        p.u16(4);
-        p.u32(0);
-        p.u32(0);
-        p.u32(262_144);
-        p.u32(linktype);
-        p
+        Pcap {
+            writer: PcapWriter::with_header(Vec::new(), header).unwrap(),
+            nanos,
+        }
     }
-    fn u16(&mut self, v: u16) {
-        let b = if self.big {
-            v.to_be_bytes()
-        } else {
-            v.to_le_bytes()
-        };
-        self.bytes.extend_from_slice(&b);
-    }
-    fn u32(&mut self, v: u32) {
-        let b = if self.big {
-            v.to_be_bytes()
-        } else {
-            v.to_le_bytes()
-        };
-        self.bytes.extend_from_slice(&b);
-    }
+    /// A record at `sec` + `frac` (nano- or microseconds) of `frame`, `wire` bytes long.
     fn packet(mut self, sec: u32, frac: u32, frame: &[u8], wire: u32) -> Self {
-        self.u32(sec);
-        self.u32(frac);
-        self.u32(frame.len() as u32);
-        self.u32(wire);
-        self.bytes.extend_from_slice(frame);
+        let nanos = if self.nanos { frac } else { frac * 1000 };
+        let ts = std::time::Duration::new(sec.into(), nanos);
+        self.writer
+            .write_packet(&PcapPacket::new(ts, wire, frame))
+            .unwrap();
         self
+    }
+    fn bytes(self) -> Vec<u8> {
+        self.writer.into_writer()
     }
 }
 
@@ -209,7 +210,7 @@ fn ethernet_with_two_vlan_tags() {
     );
     let bytes = Pcap::new(1, false, false)
         .packet(1_700_000_000, 123_456, &frame, 80)
-        .bytes;
+        .bytes();
     let (pkts, err, _) = read_all(&bytes);
     assert!(err.is_none());
     let p = &pkts[0];
@@ -234,7 +235,7 @@ fn non_ip_and_short_frames_are_skipped_not_errors() {
         .packet(1, 0, &arp, 42)
         .packet(2, 0, &[1, 2, 3], 3)
         .packet(3, 0, &ip, 18)
-        .bytes;
+        .bytes();
     let (pkts, err, skips) = read_all(&bytes);
     assert!(err.is_none());
     assert_eq!(pkts.len(), 1);
@@ -249,7 +250,7 @@ fn linux_cooked_headers_give_direction_and_sll2_ifindex() {
     sll.extend_from_slice(&ip);
     let bytes = Pcap::new(113, true, true)
         .packet(5, 7, &sll, sll.len() as u32)
-        .bytes;
+        .bytes();
     let (pkts, _, _) = read_all(&bytes);
     assert_eq!(pkts[0].at.dir, Direction::Egress);
     assert_eq!(pkts[0].data, ip);
@@ -259,7 +260,7 @@ fn linux_cooked_headers_give_direction_and_sll2_ifindex() {
         0x86, 0xdd, 0, 0, 0, 0, 0, 42, 0, 1, 0, 6, 2, 0, 0, 0, 0, 1, 0, 0,
     ];
     sll2.extend_from_slice(&[0x60, 0, 0, 0]);
-    let bytes = Pcap::new(276, false, false).packet(5, 7, &sll2, 24).bytes;
+    let bytes = Pcap::new(276, false, false).packet(5, 7, &sll2, 24).bytes();
     let (pkts, _, _) = read_all(&bytes);
     assert_eq!(pkts[0].at.dir, Direction::Ingress);
     assert_eq!(pkts[0].at.ifindex, 42);
@@ -282,7 +283,7 @@ fn loopback_and_raw_link_types() {
         f.extend_from_slice(&ip);
         let bytes = Pcap::new(linktype, false, false)
             .packet(1, 0, &f, f.len() as u32)
-            .bytes;
+            .bytes();
         let (pkts, err, _) = read_all(&bytes);
         assert!(err.is_none(), "{linktype}");
         assert_eq!(pkts.len(), 1, "linktype {linktype} header {header:?}");
@@ -290,7 +291,7 @@ fn loopback_and_raw_link_types() {
     }
     let bytes = Pcap::new(0, false, false)
         .packet(1, 0, &[7, 0, 0, 0, 1], 5)
-        .bytes;
+        .bytes();
     assert_eq!(read_all(&bytes).2.not_ip, 1, "unknown address family");
 }
 
@@ -298,7 +299,7 @@ fn loopback_and_raw_link_types() {
 fn unsupported_link_type_is_counted() {
     let bytes = Pcap::new(105, false, false)
         .packet(1, 0, &[0; 30], 30)
-        .bytes;
+        .bytes();
     let mut src = open(&bytes).unwrap();
     assert!(src.next_packet(|_| true).unwrap().is_none());
     assert_eq!(src.skips().unsupported_link, 1);
@@ -504,7 +505,7 @@ fn truncated_pcap_keeps_what_came_before() {
         .packet(1, 0, &frame, 46)
         .packet(2, 0, &frame, 46)
         .packet(3, 0, &frame, 46)
-        .bytes;
+        .bytes();
     let cut = &full[..full.len() - 10];
     let (pkts, err, _) = read_all(cut);
     assert_eq!(pkts.len(), 2);
@@ -551,7 +552,7 @@ fn not_a_capture() {
     assert!(err(b"").contains("empty"));
     assert!(err(b"hello, this is not a capture file").contains("68 65 6c 6c 6f"));
     assert!(err(&[0x1f, 0x8b, 8, 0]).contains("gzip"));
-    let short = &Pcap::new(1, false, false).bytes[..10];
+    let short = &Pcap::new(1, false, false).bytes()[..10];
     let e = open(short).err().unwrap();
     assert!(e.before_first_record());
     assert!(e.to_string().contains("10 of 24 bytes"), "{e}");
@@ -559,7 +560,7 @@ fn not_a_capture() {
 
 #[test]
 fn absurd_lengths_are_corruption_not_allocations() {
-    let mut bytes = Pcap::new(1, false, false).bytes;
+    let mut bytes = Pcap::new(1, false, false).bytes();
     bytes.extend_from_slice(&[0; 8]);
     bytes.extend_from_slice(&u32::MAX.to_le_bytes());
     bytes.extend_from_slice(&u32::MAX.to_le_bytes());
@@ -610,8 +611,8 @@ fn mutated_files_never_panic() {
         Pcap::new(1, false, false)
             .packet(1, 2, &frame, 60)
             .packet(3, 4, &frame, 60)
-            .bytes,
-        Pcap::new(276, true, true).packet(1, 2, &sll2, 60).bytes,
+            .bytes(),
+        Pcap::new(276, true, true).packet(1, 2, &sll2, 60).bytes(),
         PcapNg::new(false)
             .idb(1, Some("eth0"), Some(9))
             .idb(276, None, None)

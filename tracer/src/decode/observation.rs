@@ -1,0 +1,70 @@
+//! What the decode stage hands the correlate stage: each decoded DNS message and each kernel
+//! drop, typed, with where and when it was seen.
+use std::net::SocketAddr;
+
+use crate::{
+    decode::dns::DnsMessage,
+    event::{CtSnapshot, ObservationPoint},
+};
+
+/// `reason` of a drop observation that is a datagram whose IP fragments never all reached a
+/// hop (decode/frag.rs), not a kernel drop.
+pub const FRAGMENT_LOSS: &str = "FRAGMENT_LOSS";
+
+/// One decoded DNS message at one observation point (decode → correlate).
+#[derive(Clone, Debug)]
+pub struct Observation {
+    pub ts_ns: u64,
+    pub at: ObservationPoint,
+    /// Display names of the namespace and interface.
+    pub netns: String,
+    pub ifname: String,
+    /// IPPROTO_UDP or IPPROTO_TCP.
+    pub proto: u8,
+    pub src: SocketAddr,
+    pub dst: SocketAddr,
+    pub msg: DnsMessage,
+}
+
+/// A kernel drop of a DNS packet (decode → correlate).
+#[derive(Clone, Debug)]
+pub struct DropObservation {
+    pub ts_ns: u64,
+    pub cpu: u32,
+    /// Cookie of the namespace (whose conntrack statistics tell a race).
+    pub netns_cookie: u64,
+    pub netns: String,
+    pub ifname: String,
+    pub reason: String,
+    pub location: String,
+    /// The function part of `location`.
+    pub function: String,
+    pub benign: bool,
+    pub proto: u8,
+    pub src: SocketAddr,
+    pub dst: SocketAddr,
+    pub ct: Option<CtSnapshot>,
+    /// With the conntrack-confirm hook loaded: whether the kernel's confirm of this packet
+    /// failed (`NF_DROP`); `None` without the hook.
+    pub confirm_failed: Option<bool>,
+    pub msg: Option<DnsMessage>,
+}
+
+#[derive(Clone, Debug)]
+#[expect(
+    clippy::large_enum_variant,
+    reason = "drops are rare; boxing every message to shrink them is not worth an allocation"
+)]
+pub enum Observed {
+    Message(Observation),
+    Drop(DropObservation),
+}
+
+impl Observed {
+    pub fn ts(&self) -> u64 {
+        match self {
+            Observed::Message(o) => o.ts_ns,
+            Observed::Drop(d) => d.ts_ns,
+        }
+    }
+}

@@ -1,0 +1,343 @@
+//! What the decode stage reports: packet, drop and fragment-loss records (written as they
+//! are by the sinks; field by field in docs/output.md).
+use serde::Serialize;
+
+use crate::{
+    decode::dns::DnsMessage,
+    event::{KernelCounters, KernelSetup},
+};
+
+/// One DNS message (or one packet that should have carried one) at one observation point.
+#[derive(Clone, Debug, Serialize)]
+pub struct PacketRecord {
+    pub ts_ns: u64,
+    /// Wall-clock time, RFC 3339 UTC.
+    pub time: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cpu: Option<u32>,
+    pub netns: String,
+    pub netns_cookie: u64,
+    pub ifname: String,
+    pub ifindex: u32,
+    #[serde(flatten)]
+    pub pod: PodRef,
+    pub dir: &'static str,
+    pub proto: &'static str,
+    pub src: String,
+    pub dst: String,
+    /// Packet length from the IP header on.
+    pub len: u32,
+    /// Bytes captured from the IP header on.
+    pub caplen: u32,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub vlan: Option<u16>,
+    pub dns: Option<DnsMessage>,
+    /// Why `dns` is missing.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub malformed: Option<String>,
+    /// The capture (snaplen) cut the DNS message: `dns` holds what was decoded of it (its
+    /// `cut` says what was not), or is null when not even the header was captured.
+    #[serde(skip_serializing_if = "is_false")]
+    pub capture_truncated: bool,
+}
+
+fn is_false(b: &bool) -> bool {
+    !*b
+}
+
+/// The Kubernetes pod where a record was seen (or, on transactions and races, the client's
+/// pod), as far as the node knows it; every field is left out where unknown, so records of
+/// namespaces that are no pod's are unchanged. See docs/output.md.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct PodRef {
+    /// `namespace/name`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pod: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pod_uid: Option<String>,
+    /// The container's name, where the pod's namespace holds one container.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub container: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub container_id: Option<String>,
+    /// The interface is the node-side end of the pod's veth pair, not in the pod itself.
+    #[serde(skip_serializing_if = "is_false")]
+    pub pod_veth: bool,
+}
+
+impl PodRef {
+    pub fn is_known(&self) -> bool {
+        self.pod.is_some() || self.pod_uid.is_some()
+    }
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct CtEndpoints {
+    pub src: String,
+    pub dst: String,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct CtRecord {
+    /// `enum ip_conntrack_status` bits.
+    pub status: u64,
+    pub status_flags: Vec<&'static str>,
+    pub confirmed: bool,
+    pub orig: CtEndpoints,
+    pub reply: CtEndpoints,
+}
+
+/// An IP datagram some of whose fragments never came, at one hop (docs/output.md).
+#[derive(Clone, Debug, Serialize)]
+pub struct FragmentLossRecord {
+    /// The last fragment seen.
+    pub ts_ns: u64,
+    pub time: String,
+    pub first_ts_ns: u64,
+    pub netns: String,
+    pub netns_cookie: u64,
+    pub ifname: String,
+    pub ifindex: u32,
+    /// The pod of the hop where the fragments went missing, where known.
+    #[serde(flatten)]
+    pub pod: PodRef,
+    pub dir: &'static str,
+    pub proto: String,
+    pub src: String,
+    pub dst: String,
+    pub ip_id: u32,
+    /// `timeout` or `end of input`.
+    pub cause: &'static str,
+    pub fragments_seen: Vec<FragmentRange>,
+    pub missing: Vec<MissingRange>,
+    /// Payload length of the datagram, if its last fragment was seen.
+    pub total_len: Option<usize>,
+    /// Fragment count and the (1-based) numbers never seen, when the layout tells.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fragments: Option<usize>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub missing_fragments: Option<Vec<usize>>,
+    /// The DNS header and question of the first fragment, as far as it goes.
+    pub dns: Option<DnsMessage>,
+    pub summary: String,
+}
+
+#[derive(Clone, Copy, Debug, Serialize)]
+pub struct FragmentRange {
+    pub offset: usize,
+    pub len: usize,
+}
+
+#[derive(Clone, Copy, Debug, Serialize)]
+pub struct MissingRange {
+    pub start: usize,
+    /// `null`: to the unknown end of the datagram.
+    pub end: Option<usize>,
+}
+
+impl FragmentLossRecord {
+    /// What never came, in a few words: `fragment 2 of 3 never seen`, or byte ranges.
+    pub fn what_missing(&self) -> String {
+        match (self.fragments, &self.missing_fragments) {
+            (Some(n), Some(m)) => format!(
+                "fragment {} of {n} never seen",
+                m.iter()
+                    .map(ToString::to_string)
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+            _ => format!(
+                "bytes {} never seen",
+                self.missing
+                    .iter()
+                    .map(|r| match r.end {
+                        Some(e) => format!("{}-{e}", r.start),
+                        None => format!("{}-end", r.start),
+                    })
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+        }
+    }
+
+    pub fn new(
+        l: &crate::decode::frag::FragmentLoss,
+        netns: String,
+        ifname: String,
+        time: String,
+    ) -> Self {
+        let numbers = l.fragment_numbers();
+        let proto = match l.key.proto {
+            17 => "udp".to_string(),
+            6 => "tcp".to_string(),
+            n => format!("proto {n}"),
+        };
+        let what = match &l.dns {
+            Some(m) => {
+                let q = m
+                    .questions
+                    .first()
+                    .map(|q| format!(" {}? {}", q.qtype, q.name))
+                    .unwrap_or_default();
+                format!("{} {}{q}", if m.qr { "answer" } else { "query" }, m.id)
+            }
+            None => "datagram (first fragment not seen)".to_string(),
+        };
+        let ranges = |v: &mut dyn Iterator<Item = String>| v.collect::<Vec<_>>().join(", ");
+        let missing = ranges(&mut l.missing.iter().map(|(s, e)| match e {
+            Some(e) => format!("{s}-{e}"),
+            None => format!("{s}-end"),
+        }));
+        let seen = ranges(&mut l.seen.iter().map(|(o, n)| format!("{o}-{}", o + n)));
+        let summary = match &numbers {
+            Some((count, miss)) => format!(
+                "{what} of {count} fragments: fragment {} never seen (bytes {missing}); seen bytes {seen}",
+                miss.iter().map(ToString::to_string).collect::<Vec<_>>().join(", ")
+            ),
+            None => format!("{what}: bytes {missing} never seen; seen bytes {seen}"),
+        };
+        Self {
+            ts_ns: l.last_ts_ns,
+            time,
+            first_ts_ns: l.first_ts_ns,
+            netns,
+            netns_cookie: l.key.at.netns,
+            ifname,
+            ifindex: l.key.at.ifindex,
+            pod: PodRef::default(),
+            dir: l.key.at.dir.as_str(),
+            proto,
+            src: l.src(),
+            dst: l.dst(),
+            ip_id: l.key.id,
+            cause: l.cause.as_str(),
+            fragments_seen: l
+                .seen
+                .iter()
+                .map(|&(offset, len)| FragmentRange { offset, len })
+                .collect(),
+            missing: l
+                .missing
+                .iter()
+                .map(|&(start, end)| MissingRange { start, end })
+                .collect(),
+            total_len: l.total_len,
+            fragments: numbers.as_ref().map(|n| n.0),
+            missing_fragments: numbers.map(|n| n.1),
+            dns: l.dns.clone(),
+            summary,
+        }
+    }
+}
+
+/// A port-53 packet freed by the kernel with a drop reason.
+#[derive(Clone, Debug, Serialize)]
+pub struct DropRecord {
+    pub ts_ns: u64,
+    pub time: String,
+    pub cpu: u32,
+    pub netns: String,
+    pub netns_cookie: u64,
+    pub ifname: String,
+    pub ifindex: u32,
+    #[serde(flatten)]
+    pub pod: PodRef,
+    /// `enum skb_drop_reason` name without the SKB_DROP_REASON_ prefix; `UNKNOWN` on kernels
+    /// whose drop tracepoint has no reason (< 5.17).
+    pub reason: String,
+    /// Its value on this kernel; `null` where the kernel gives none.
+    pub reason_code: Option<u32>,
+    /// Where the conntrack-confirm kprobes are loaded: whether conntrack failed to insert
+    /// this packet's entry just before (`__nf_conntrack_confirm` returned `NF_DROP`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub confirm_failed: Option<bool>,
+    /// Symbolised kernel location, e.g. `nf_hook_slow+0x9e`.
+    pub location: String,
+    pub proto: &'static str,
+    pub src: String,
+    pub dst: String,
+    pub len: u32,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ct: Option<CtRecord>,
+    pub dns: Option<DnsMessage>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub malformed: Option<String>,
+    /// As for packets: the copy of the dropped packet cut its DNS message.
+    #[serde(skip_serializing_if = "is_false")]
+    pub capture_truncated: bool,
+    /// The dropped packet is an IP fragment: where it sits in its datagram. For a later
+    /// fragment (no ports of its own), `src`/`dst` ports and `dns` are its datagram's first
+    /// fragment's, when that was seen.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fragment: Option<DroppedFragment>,
+    /// Set when the drop is part of normal socket life (e.g. a socket closed with data
+    /// queued), with the reason; the text view hides these.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub benign: Option<&'static str>,
+    /// `--record`: the flight-recorder file holding this incident's packets (written once its
+    /// window is over).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub evidence: Option<String>,
+}
+
+/// An IP fragment's place in its datagram.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct DroppedFragment {
+    /// The IP Identification shared by the datagram's fragments.
+    pub ip_id: u32,
+    /// Byte offset of its data in the datagram's IP payload (0: the first fragment).
+    pub offset: usize,
+    /// Its data length.
+    pub len: usize,
+}
+
+/// The kernel side of a live run: its counters and what could be set up.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct KernelStats {
+    #[serde(flatten)]
+    pub counters: KernelCounters,
+    #[serde(flatten, skip_serializing_if = "Option::is_none")]
+    pub setup: Option<KernelSetup>,
+}
+
+/// What the decode stage reports, in the order it happens; the pipeline hands each on to the
+/// sinks as a [`Record`](crate::output::record::Record).
+#[derive(Clone, Debug)]
+pub enum DecodeReport {
+    Packet(PacketRecord),
+    Drop(DropRecord),
+    FragmentLoss(FragmentLossRecord),
+}
+
+/// The decode stage's counters (field by field as in
+/// [`StatsRecord`](crate::output::record::StatsRecord), which adds the correlate stage's and
+/// the run's).
+#[derive(Clone, Debug, Default)]
+pub struct DecodeStats {
+    pub packets: u64,
+    pub decoded: u64,
+    pub malformed: u64,
+    pub capture_truncated: u64,
+    pub tcp_control: u64,
+    pub tcp_data: u64,
+    pub tcp_messages: u64,
+    pub other: u64,
+    pub lost: u64,
+    pub drops: u64,
+    pub drops_benign: u64,
+    pub drops_unwatched: u64,
+    pub drops_lost: u64,
+    pub kernel: Option<KernelStats>,
+    pub summarised: u64,
+    /// Live: UDP packets of a looping question the kernel only counted and never copied
+    /// (storm shedding in the TC programs; not part of `packets`).
+    pub shed: u64,
+    pub tcp_flows_evicted: u64,
+    pub tcp_bytes_dropped: u64,
+    pub fragments_merged: u64,
+    pub fragments_incomplete: u64,
+    pub fragments_pending: u64,
+    pub datagrams_reassembled: u64,
+    pub datagrams_lost: u64,
+    pub datagrams_evicted: u64,
+}
