@@ -163,6 +163,21 @@ fn pod_from_daemonset(name: &str, edit: impl FnOnce(&mut Value)) -> String {
     serde_yaml_ng::to_string(&Value::Mapping(pod)).unwrap()
 }
 
+/// The manifest's node paths (kubelet's pod logs, the recorder's directory) taken from the
+/// lab's private kubelet root and temp dir: the machine's own /var/log is not a test's to
+/// read, nor /var/lib its to fill.
+fn lab_node_paths(spec: &mut Value, host_root: &Path, evidence: &Path) {
+    for v in spec["volumes"].as_sequence_mut().unwrap() {
+        let path = match v["hostPath"]["path"].as_str() {
+            Some("/var/log/pods") => host_root.join("var/log/pods"),
+            Some("/var/log/containers") => host_root.join("var/log/containers"),
+            Some("/var/lib/dnspath/evidence") => evidence.to_path_buf(),
+            _ => continue,
+        };
+        v["hostPath"]["path"] = Value::from(path.to_str().unwrap());
+    }
+}
+
 fn capabilities(spec: &Value) -> Vec<String> {
     spec["containers"][0]["securityContext"]["capabilities"]["add"]
         .as_sequence()
@@ -200,6 +215,41 @@ fn daemonset_runs_this_version_with_listed_capabilities_not_privileged() {
     assert_eq!(spec["hostPID"], Value::Bool(true));
     assert_eq!(c["ports"][0]["name"], "metrics");
     assert_eq!(c["ports"][0]["containerPort"], 9253);
+    // Pods are named from kubelet's log directories, mounted read-only; flight-recorder
+    // files go to the node.
+    for path in [
+        "/var/log/pods",
+        "/var/log/containers",
+        "/var/lib/dnspath/evidence",
+    ] {
+        let mount = c["volumeMounts"]
+            .as_sequence()
+            .unwrap()
+            .iter()
+            .find(|m| m["mountPath"] == path)
+            .unwrap_or_else(|| panic!("no mount at {path}"));
+        let volume = spec["volumes"]
+            .as_sequence()
+            .unwrap()
+            .iter()
+            .find(|v| v["name"] == mount["name"])
+            .unwrap_or_else(|| panic!("no volume for {path}"));
+        assert_eq!(volume["hostPath"]["path"], path);
+        let read_only = mount["readOnly"] == Value::Bool(true);
+        assert_eq!(read_only, path.starts_with("/var/log"), "{path}");
+    }
+    let args: Vec<&str> = c["args"]
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    assert!(args.contains(&"--namespace-label"), "{args:?}");
+    let record = args
+        .iter()
+        .position(|a| *a == "--record")
+        .expect("--record");
+    assert_eq!(args.get(record + 1), Some(&"/var/lib/dnspath/evidence"));
     assert_eq!(c["livenessProbe"]["httpGet"]["path"], "/healthz");
     assert_eq!(c["readinessProbe"]["httpGet"]["path"], "/readyz");
     assert_eq!(
@@ -612,14 +662,21 @@ fn daemonset_pod_serves_metrics_and_counts_the_labs_queries() {
     let Some(lab) = lab(LabConfig::default()) else {
         return;
     };
+    // The lab's pods as kubelet's; the pod's node is this machine's namespace.
+    let Some(pods) = KubeletPods::for_test(&lab, Node::Machine) else {
+        return;
+    };
     let img = built_image();
     port_9253_free();
     let name = format!("{}-agent", lab.prefix());
+    let evidence = lab.temp_dir().join("evidence");
+    std::fs::create_dir_all(&evidence).unwrap();
     let pod = pod_from_daemonset(&name, |spec| {
         assert_eq!(
             container(spec)["image"].as_str(),
             Some(img.reference.as_str())
         );
+        lab_node_paths(spec, &pods.host_root, &evidence);
     });
     let (_remove, ctr) = play(&lab, &name, &pod);
     let deadline = Instant::now() + Duration::from_secs(60);
@@ -639,6 +696,8 @@ fn daemonset_pod_serves_metrics_and_counts_the_labs_queries() {
     // It runs with the listed capabilities and no others: those suffice.
     let listed: Vec<String> = capabilities(&daemonset()["spec"]["template"]["spec"]);
     assert_eq!(effective_capabilities(pid), cap_mask(&listed), "{listed:?}");
+    // Pods are named at the rescans (every 500 ms).
+    thread::sleep(Duration::from_secs(1));
     let (_, before) = get("/metrics");
     let before = sum(&before, "dnspath_dns_transactions_total");
 
@@ -687,6 +746,33 @@ fn daemonset_pod_serves_metrics_and_counts_the_labs_queries() {
         counted >= answered as f64 * 0.9,
         "{counted} transactions counted for {answered} answered queries"
     );
+    // `--namespace-label`: the client pod's questions count under its namespace, named
+    // through the mounted pod logs. Pods are found through their processes, so this needs
+    // the manifest's `hostPID: true`, which podman 4.3's `kube play` does not apply (the pod
+    // gets a PID namespace of its own); the debug container test checks the naming with the
+    // host's PIDs.
+    let pid_mode = {
+        let o = podman(&["inspect", &ctr, "--format", "{{.HostConfig.PidMode}}"]);
+        String::from_utf8_lossy(&o.stdout).trim().to_owned()
+    };
+    let client = pods.of(Pod::Client).unwrap();
+    let ns_label = format!("namespace=\"{}\"", client.namespace);
+    let by_ns: f64 = scrape
+        .lines()
+        .filter(|l| l.starts_with("dnspath_dns_queries_total{") && l.contains("leg=\"service\""))
+        .filter(|l| l.contains(&ns_label))
+        .filter_map(|l| l.rsplit_once(' ')?.1.parse::<f64>().ok())
+        .sum();
+    if pid_mode == "host" {
+        assert!(
+            by_ns >= answered as f64 * 0.9,
+            "{by_ns} service queries under {ns_label} for {answered} answered queries:\n{scrape}"
+        );
+    } else {
+        eprintln!(
+            "podman gave the pod PID mode {pid_mode:?}, not the manifest's hostPID: pod names not checked here ({by_ns} queries under {ns_label})"
+        );
+    }
     // The agent's start event went to the container log.
     let log = logs(&ctr);
     assert!(
@@ -703,7 +789,12 @@ fn daemonset_pod_without_cap_sys_admin_fails_naming_it() {
     };
     let _img = built_image();
     let name = format!("{}-nocap", lab.prefix());
+    let root = lab.temp_dir().join("hostroot");
+    for dir in ["var/log/pods", "var/log/containers", "evidence"] {
+        std::fs::create_dir_all(root.join(dir)).unwrap();
+    }
     let pod = pod_from_daemonset(&name, |spec| {
+        lab_node_paths(spec, &root, &root.join("evidence"));
         let caps = &mut container(spec)["securityContext"]["capabilities"]["add"];
         let list = caps.as_sequence_mut().unwrap();
         let n = list.len();

@@ -807,3 +807,48 @@ fn namespace_label_only_when_asked_and_capped() {
         "{text}"
     );
 }
+
+/// docs/metrics.md's table and README's list every metric family the registry registers,
+/// and no other: the reference cannot drift from the code.
+#[test]
+fn every_metric_is_documented_in_docs_and_readme() {
+    // What `Metrics::new` registers (`r.register("name", …)` / `register_with_unit`), with
+    // the suffixes the exposition adds, as a scrape shows them.
+    let src = include_str!("mod.rs");
+    let registered: std::collections::BTreeSet<String> = src
+        .split("r.register")
+        .skip(1)
+        .filter_map(|call| {
+            let name = call.split('"').nth(1)?;
+            let with_unit = call.starts_with("_with_unit");
+            Some(if with_unit {
+                format!("dnspath_{name}_seconds")
+            } else {
+                format!("dnspath_{name}")
+            })
+        })
+        .collect();
+    // A family with samples shows in the scrape under a registered name.
+    let m = Metrics::new();
+    m.observe(&service_transaction("www.lab.test.", "A", 40005, "NOERROR"));
+    let text = m.encode();
+    for l in text.lines().filter_map(|l| l.strip_prefix("# TYPE ")) {
+        let name = l.split(' ').next().unwrap_or_default();
+        assert!(
+            registered.contains(name),
+            "{name} not found in {registered:?}"
+        );
+    }
+    assert!(registered.len() > 20, "{registered:?}");
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    for doc in ["docs/metrics.md", "README.md"] {
+        let doc_text = std::fs::read_to_string(root.join(doc)).unwrap();
+        let listed: std::collections::BTreeSet<String> = doc_text
+            .lines()
+            .filter_map(|l| l.trim_start().strip_prefix("| `dnspath_"))
+            .filter_map(|l| l.split_once('`'))
+            .map(|(name, _)| format!("dnspath_{}", name.trim_end_matches("_total")))
+            .collect();
+        assert_eq!(listed, registered, "{doc}'s metric table");
+    }
+}
