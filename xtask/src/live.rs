@@ -759,9 +759,17 @@ fn print_rate(rate: u32, seconds: u64, rows: &[(Mode, Row)]) {
         if let Some(c) = r.captured {
             let per_query = c as f64 / r.perf.completed.max(1) as f64;
             line.push_str(&format!(
-                "; {per_query:.1} packets/query captured (≈ {:.0} packets/s)",
-                per_query * r.perf.qps
+                "; {per_query:.1} packets/query read (≈ {:.0} packets/s), {:.1} µs per packet read",
+                per_query * r.perf.qps,
+                us / per_query.max(1e-9)
             ));
+            let lost = r.lost.unwrap_or(0);
+            if lost > 0 {
+                line.push_str(&format!(
+                    "; {:.0}% of packets LOST before userspace: CPU/query understates the cost",
+                    100.0 * lost as f64 / (lost + c).max(1) as f64
+                ));
+            }
         }
         println!("{line}");
         print_progs(&r.progs);
