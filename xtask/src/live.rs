@@ -141,7 +141,8 @@ fn prog_type_name(t: &str) -> String {
         "2" => "kprobe".into(),
         "3" => "sched_cls".into(),
         "5" => "tracepoint".into(),
-        "26" => "tracing".into(),
+        // the only tracing programs dnspath has
+        "26" => "tracing (kfree_skb)".into(),
         other => format!("prog_type {other}"),
     }
 }
@@ -802,6 +803,50 @@ pub fn run_live(dnspath: &Path, o: &LiveOptions) -> crate::Result<()> {
         }
         print_rate(rate, o.seconds, &rows);
     }
+    non_dns(&lab, &dnspath)
+}
+
+/// UDP datagrams of the non-DNS burst.
+const NON_DNS_PACKETS: u32 = 100_000;
+
+/// The eBPF programs' cost on packets that are not DNS: `dnspath trace --all-netns` runs
+/// while the client pod sends [`NON_DNS_PACKETS`] UDP datagrams to port 9 of a DNS pod,
+/// where nothing listens (so each is also a kernel drop, `NO_SOCKET`: kfree_skb's cost on
+/// non-DNS drops).
+fn non_dns(lab: &Lab, dnspath: &str) -> crate::Result<()> {
+    let t = Tool::start(
+        lab,
+        lab.node_ns(),
+        &[dnspath, "trace", "--all-netns", "-o", "json"],
+        is_stats,
+        "dnspath: tracing",
+    )?;
+    let before = progs(t.pid());
+    let target = lab.ip_of(Pod::Dns(0)).to_string();
+    let script = format!(
+        "import socket\ns = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\n\
+         for i in range({NON_DNS_PACKETS}):\n    s.sendto(b'x' * 40, ('{target}', 9))\n"
+    );
+    let start = Instant::now();
+    let o = lab.exec(lab.client_ns(), &["python3", "-c", &script]);
+    let took = start.elapsed().as_secs_f64();
+    thread::sleep(Duration::from_millis(500));
+    let after = progs(t.pid());
+    let stopped = t.stop(libc::SIGINT);
+    if !o.status.success() {
+        return Err(format!(
+            "non-DNS burst: {}",
+            String::from_utf8_lossy(&o.stderr)
+        ));
+    }
+    let read = last_stats(&stopped.kept).and_then(|s| s["packets"].as_u64());
+    println!(
+        "\nlive, not DNS: {} UDP datagrams to {target}:9 (nothing listens) in {took:.1} s under \
+         `dnspath trace --all-netns -o json` (which read {} DNS packets meanwhile, other labs' on the machine)",
+        thousands(u64::from(NON_DNS_PACKETS)),
+        opt_u64(read)
+    );
+    print_progs(&prog_delta(&before, &after));
     Ok(())
 }
 
