@@ -1,4 +1,5 @@
-//! `cargo xtask bench`: offline decoding speed, dnspath against tshark on the same file.
+//! `cargo xtask bench`: offline decoding speed, dnspath against tshark on the same file;
+//! then the live and storm sections (live.rs) in a lab.
 //!
 //! Writes a pcap of DNS traffic (Ethernet + IPv4 + UDP, queries and responses of several
 //! names and types, EDNS, NXDOMAIN, CNAME chains) straight from Rust, so no network is
@@ -20,12 +21,28 @@ use pcap_file::{
 };
 
 const DEFAULT_PACKETS: u64 = 1_000_000;
-const DEFAULT_RUNS: u32 = 3;
+/// One run by default, so that the whole bench (offline, live, storm) stays under ~5 minutes.
+const DEFAULT_RUNS: u32 = 1;
 
 struct Options {
     packets: u64,
     runs: u32,
     keep: Option<PathBuf>,
+    offline: bool,
+    live: bool,
+    storm: bool,
+    lab: crate::live::LiveOptions,
+}
+
+const USAGE: &str =
+    "usage: cargo xtask bench [--only offline,live,storm] [--packets N] [--runs N] \
+[--keep FILE] [--rates QPS,QPS...] [--seconds N] [--storm-seconds N]";
+
+fn number<T: std::str::FromStr>(flag: &str, v: &str) -> crate::Result<T>
+where
+    T::Err: std::fmt::Display,
+{
+    v.parse().map_err(|e| format!("{flag} {v}: {e}"))
 }
 
 fn parse_args(args: &[String]) -> crate::Result<Options> {
@@ -33,6 +50,10 @@ fn parse_args(args: &[String]) -> crate::Result<Options> {
         packets: DEFAULT_PACKETS,
         runs: DEFAULT_RUNS,
         keep: None,
+        offline: true,
+        live: true,
+        storm: true,
+        lab: crate::live::LiveOptions::default(),
     };
     let mut it = args.iter();
     while let Some(a) = it.next() {
@@ -42,26 +63,40 @@ fn parse_args(args: &[String]) -> crate::Result<Options> {
                 .ok_or_else(|| format!("{a} needs {what}"))
         };
         match a.as_str() {
-            "--packets" => {
-                o.packets = value("a number")?
-                    .parse()
-                    .map_err(|e| format!("--packets: {e}"))?
-            }
-            "--runs" => {
-                o.runs = value("a number")?
-                    .parse()
-                    .map_err(|e| format!("--runs: {e}"))?
-            }
+            "--packets" => o.packets = number(a, &value("a number")?)?,
+            "--runs" => o.runs = number(a, &value("a number")?)?,
             "--keep" => o.keep = Some(PathBuf::from(value("a file name")?)),
-            other => {
-                return Err(format!(
-                    "bench: unknown argument {other}; usage: cargo xtask bench [--packets N] [--runs N] [--keep FILE]"
-                ))
+            "--rates" => {
+                o.lab.rates = value("rates")?
+                    .split(',')
+                    .map(|r| number(a, r.trim()))
+                    .collect::<crate::Result<_>>()?
             }
+            "--seconds" => o.lab.seconds = number(a, &value("a number")?)?,
+            "--storm-seconds" => o.lab.storm_seconds = number(a, &value("a number")?)?,
+            "--only" => {
+                let v = value("sections")?;
+                let parts: Vec<&str> = v.split(',').map(str::trim).collect();
+                if let Some(bad) = parts
+                    .iter()
+                    .find(|p| !["offline", "live", "storm"].contains(p))
+                {
+                    return Err(format!("bench: --only: unknown section {bad}; {USAGE}"));
+                }
+                o.offline = parts.contains(&"offline");
+                o.live = parts.contains(&"live");
+                o.storm = parts.contains(&"storm");
+            }
+            other => return Err(format!("bench: unknown argument {other}; {USAGE}")),
         }
     }
-    if o.packets == 0 || o.runs == 0 {
-        return Err("bench: --packets and --runs must be at least 1".into());
+    if o.packets == 0 || o.runs == 0 || o.lab.seconds == 0 || o.lab.storm_seconds == 0 {
+        return Err(
+            "bench: --packets, --runs, --seconds and --storm-seconds must be at least 1".into(),
+        );
+    }
+    if o.lab.rates.is_empty() || o.lab.rates.contains(&0) {
+        return Err("bench: --rates must be positive".into());
     }
     Ok(o)
 }
@@ -573,8 +608,35 @@ fn cpu_model() -> String {
         .unwrap_or_else(|| "unknown CPU".into())
 }
 
+/// Machine, kernel and date, for the figures.
+fn machine() -> String {
+    let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+    let date = crate::output_ok(Command::new("date").args(["-u", "+%Y-%m-%d %H:%M UTC"]))
+        .unwrap_or_default();
+    format!(
+        "{} CPU(s): {}, Linux {}, {}",
+        std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(1),
+        cpu_model(),
+        kernel.trim(),
+        date.trim()
+    )
+}
+
 pub fn run(dnspath: &Path, args: &[String]) -> crate::Result<()> {
     let o = parse_args(args)?;
+    println!("bench on {}", machine());
+    if o.offline {
+        run_offline(dnspath, &o)?;
+    }
+    if o.live || o.storm {
+        crate::live::run(dnspath, &o.lab, o.live, o.storm)?;
+    }
+    Ok(())
+}
+
+fn run_offline(dnspath: &Path, o: &Options) -> crate::Result<()> {
     let tshark = crate::output_ok(Command::new("tshark").arg("--version"))
         .and_then(|v| v.lines().next().map(str::to_string))
         .ok_or("tshark does not run")?;
@@ -587,12 +649,12 @@ pub fn run(dnspath: &Path, args: &[String]) -> crate::Result<()> {
         path.display()
     );
     let size = write_capture(&path, o.packets)?;
-    let result = measure(dnspath, &path, &o, size, &tshark);
+    let result = measure(dnspath, &path, o, size, &tshark);
     if o.keep.is_none() {
         let _ = std::fs::remove_file(&path);
     }
     result?;
-    measure_repeats(dnspath, &o)
+    measure_repeats(dnspath, o)
 }
 
 fn measure(dnspath: &Path, path: &Path, o: &Options, size: u64, tshark: &str) -> crate::Result<()> {

@@ -8,7 +8,8 @@
 //!   cargo xtask test     setup, then every test (as root: lab tests included), then vm-test
 //!   cargo xtask vm-test [SERIES|host...]  the kernel_matrix lab test on each kernel nodes
 //!                        run (in VMs) and on the host
-//!   cargo xtask bench    setup (and tshark), build, time `dnspath analyze` against tshark
+//!   cargo xtask bench    setup (and tshark), build, time `dnspath analyze` against tshark,
+//!                        then dnspath live (CPU per query, loss, bpf_stats) and in a storm
 use std::{
     env,
     path::{Path, PathBuf},
@@ -18,6 +19,7 @@ use std::{
 mod bench;
 mod demo;
 mod image;
+mod live;
 mod vm;
 
 type Result<T> = std::result::Result<T, String>;
@@ -41,6 +43,8 @@ const PACKAGES: &[&str] = &[
     "dnsutils",
     "libc-bin",
     "tcpdump",
+    // the bench's live load (`cargo xtask bench`)
+    "dnsperf",
     // pcapng captures for the analyze tests (tshark, editcap), and the bench's baseline
     "tshark",
     "gcc",
@@ -253,7 +257,7 @@ fn main() -> ExitCode {
             .and_then(|()| build_release())
             .and_then(|bin| bench::run(&bin, rest)),
         _ => {
-            eprintln!("usage: cargo xtask <setup|build|image|demo|test [cargo test args]|vm-test [5.10|6.1|6.12|host...]|bench [--packets N] [--runs N] [--keep FILE]>");
+            eprintln!("usage: cargo xtask <setup|build|image|demo|test [cargo test args]|vm-test [5.10|6.1|6.12|host...]|bench [--only offline,live,storm] [--packets N] [--runs N] [--keep FILE] [--rates QPS,...] [--seconds N] [--storm-seconds N]>");
             return ExitCode::from(2);
         }
     };
