@@ -6,20 +6,26 @@
 //! `dnspath agent` against the lab, with real servers and clients: its scrape agrees with a
 //! `trace` of the same traffic and passes `promtool check metrics`; the health endpoints
 //! answer; a forwarding loop born at runtime moves the loop gauge and writes an event line;
-//! SIGTERM ends it within a second, leaving nothing behind. Root only; `--test-threads=1`.
+//! SIGTERM ends it within a second, leaving nothing behind; with `--record`, an unanswered
+//! line names its flight-recorder file. Root only; `--test-threads=1`.
 use std::{
     collections::BTreeMap,
     io::Write,
+    os::unix::fs::PermissionsExt,
     process::{Command, Stdio},
     thread,
     time::{Duration, Instant},
 };
 
 use lab::{
+    hole::{Hole, HOLE_ADDR},
     kubelet::{KubeletPods, Node},
     race,
     tracer::{dnspath_bin, lab_or_skip as lab, ndjson, Tracer, TracerOutput},
     DnsPodConfig, DnsServerKind, Lab, LabConfig, Pod,
+};
+use pcap_file::pcapng::blocks::{
+    enhanced_packet::EnhancedPacketOption, section_header::SectionHeaderOption,
 };
 use serde_json::Value;
 
@@ -494,5 +500,116 @@ fn without_sys_ptrace_the_agent_says_so_once_and_counts_it() {
     assert!(
         start["detail"].as_str().unwrap().contains("unreadable"),
         "{start}"
+    );
+}
+
+/// `--record DIR`: a question to a server that never answers is folded into an
+/// `unanswered` line that names the flight recorder's file; the file exists (0600) and holds
+/// the incident in its section header and the question's packets at its hops, explained.
+#[test]
+fn an_unanswered_line_names_its_recorder_file() {
+    let Some(lab) = lab(LabConfig::default()) else {
+        return;
+    };
+    let _hole = Hole::new(&lab).unwrap();
+    let dir = lab.temp_dir().join("record");
+    std::fs::create_dir_all(&dir).unwrap();
+    let d = dir.to_str().unwrap();
+    let node = lab.node_ns();
+    let agent = Tracer::start(
+        &lab,
+        node,
+        &[
+            "agent",
+            "--listen",
+            LISTEN,
+            "--timeout",
+            "1",
+            "--record",
+            d,
+            "--record-after",
+            "1",
+        ],
+    )
+    .unwrap();
+    wait_ready(&lab, node);
+    // A name of this lab's own: other labs on the machine may ask the same server.
+    let name = format!("void-{}.lab.test.", lab.prefix());
+    let server = format!("@{HOLE_ADDR}");
+    let o = lab.dig(&["+time=1", "+tries=1", &server, &name, "A"]);
+    let dig_out = String::from_utf8_lossy(&o.stdout);
+    assert!(dig_out.contains("timed out"), "{dig_out}");
+    // Timeout (1 s) and retry grace, then the window is closed at stop.
+    thread::sleep(Duration::from_secs(3));
+    sigterm(&agent);
+    let out = agent.wait();
+    assert!(out.status.success(), "{}", out.stderr);
+
+    let ev = events(&out);
+    let line = ev
+        .iter()
+        .find(|e| e["type"] == "unanswered" && e["server"] == format!("{HOLE_ADDR}:53"))
+        .unwrap_or_else(|| panic!("no unanswered line for the hole: {ev:#?}"));
+    let example = line["examples"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|x| x["question"]["name"] == name.as_str())
+        .unwrap_or_else(|| panic!("our question is not an example: {line:#}"));
+    assert_eq!(example["client_netns"], lab.ns_of(Pod::Client), "{line:#}");
+    let file = example["evidence"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no evidence: {line:#}"));
+    assert!(
+        line["evidence"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|f| f == file),
+        "{line:#}"
+    );
+    let path = std::path::Path::new(file);
+    assert_eq!(path.parent(), Some(dir.as_path()), "{file}");
+    assert!(file.ends_with("-unanswered.pcapng"), "{file}");
+    let meta = std::fs::metadata(path).unwrap_or_else(|e| panic!("{file}: {e}"));
+    assert_eq!(meta.permissions().mode() & 0o777, 0o600);
+
+    let bytes = std::fs::read(path).unwrap();
+    let mut r = pcap_file::pcapng::PcapNgReader::new(&bytes[..]).unwrap();
+    let header: Vec<String> = r
+        .section()
+        .options
+        .iter()
+        .filter_map(|o| match o {
+            SectionHeaderOption::Comment(c) => Some(c.to_string()),
+            _ => None,
+        })
+        .collect();
+    assert!(
+        header
+            .iter()
+            .any(|c| c.starts_with("incident unanswered at ") && c.contains(name.as_str())),
+        "{header:#?}"
+    );
+    let mut comments = Vec::new();
+    while let Some(b) = r.next_block() {
+        if let pcap_file::pcapng::Block::EnhancedPacket(e) = b.unwrap() {
+            for o in e.options {
+                if let EnhancedPacketOption::Comment(c) = o {
+                    comments.push(c.to_string());
+                }
+            }
+        }
+    }
+    // The question at the client's interface and the node's veths at least.
+    let ours: Vec<&String> = comments
+        .iter()
+        .filter(|c| c.contains(name.as_str()) && c.contains(" msg=query"))
+        .collect();
+    assert!(ours.len() >= 2, "{comments:#?}");
+    assert!(
+        ours.iter()
+            .any(|c| c.starts_with(&format!("dnspath at={}/", lab.ns_of(Pod::Client)))),
+        "{ours:#?}"
     );
 }

@@ -18,9 +18,10 @@ use std::{
 };
 
 use lab::{
+    kubelet::{KubeletPods, Node},
     race,
     tracer::{lab_or_skip, ndjson, Tracer},
-    DnsPodConfig, DnsServerKind, Lab, LabConfig, Pod,
+    DnsPodConfig, DnsServerKind, Lab, LabConfig, Pod, POD_IFACE,
 };
 use serde_json::Value;
 
@@ -299,6 +300,89 @@ fn trace_w_explains_every_packet_and_reads_back() {
 }
 
 /// `count` queries, each for its own name, in one dig run.
+/// With the lab's pods named as a kubelet names them (`--host-root`): each interface block's
+/// description names the pod of its namespace, or the pod whose veth's node end it is, while
+/// `if_name` stays `netns/ifname`.
+#[test]
+fn trace_w_names_the_pods_of_its_interfaces() {
+    let Some(lab) = lab(&["tshark"]) else {
+        return;
+    };
+    let Some(pods) = KubeletPods::for_test(&lab, Node::Lab) else {
+        return;
+    };
+    let root = pods.host_root.to_str().unwrap().to_string();
+    let scratch = Scratch::new("pods");
+    let file = scratch.path("trace.pcapng");
+    let mut args = vec![
+        "trace",
+        "-o",
+        "json",
+        "--timeout",
+        "1",
+        "--host-root",
+        &root,
+        "-w",
+        &file,
+    ];
+    // Every namespace of this lab (not `--all-netns`: other labs may share the machine).
+    for ns in lab.namespaces().into_iter().skip(1) {
+        args.extend(["--netns", ns]);
+    }
+    let t = Tracer::start(&lab, lab.node_ns(), &args).unwrap();
+    let o = lab.dig(&["+time=2", "+tries=1", "www.lab.test.", "A"]);
+    assert!(o.status.success(), "{o:?}");
+    thread::sleep(Duration::from_millis(500));
+    let out = t.stop();
+    assert!(out.status.success(), "{}", out.stderr);
+
+    // The pod each place must name, and whether as the node end of its veth.
+    let mut expected = BTreeMap::new();
+    let mut all = vec![Pod::Client];
+    all.extend((0..lab.dns_pod_count()).map(Pod::Dns));
+    for p in all {
+        let label = pods.of(p).unwrap().label();
+        expected.insert(
+            format!("{}/{POD_IFACE}", lab.ns_of(p)),
+            format!(", pod {label} (uid "),
+        );
+        expected.insert(
+            format!("{}/{}", lab.node_ns(), lab.veth_of(p)),
+            format!(", node-side veth of pod {label} (uid "),
+        );
+    }
+    let frames = tshark_fields(
+        &file,
+        &["frame.interface_name", "frame.interface_description"],
+    );
+    let mut named = BTreeSet::new();
+    for f in &frames {
+        let (iface, description) = (&f[0], &f[1]);
+        assert!(
+            description.starts_with("network namespace "),
+            "{iface}: {description}"
+        );
+        match expected.get(iface) {
+            Some(pod) => {
+                assert!(description.contains(pod.as_str()), "{iface}: {description}");
+                named.insert(iface.clone());
+            }
+            None => assert!(!description.contains(" pod "), "{iface}: {description}"),
+        }
+    }
+    let client_veth = format!("{}/{}", lab.node_ns(), lab.veth_of(Pod::Client));
+    let client = format!("{}/{POD_IFACE}", lab.ns_of(Pod::Client));
+    assert!(
+        named.contains(&client_veth) && named.contains(&client),
+        "{named:?} of {frames:#?}"
+    );
+    assert!(
+        (0..lab.dns_pod_count())
+            .any(|k| named.contains(&format!("{}/{POD_IFACE}", lab.ns_of(Pod::Dns(k))))),
+        "a CoreDNS pod's own interface: {named:?}"
+    );
+}
+
 fn queries(lab: &Lab, tag: &str, count: usize) {
     let names: Vec<String> = (0..count).map(|i| format!("{tag}{i}.lab.test.")).collect();
     let mut args = vec!["+time=1", "+tries=1"];

@@ -8,6 +8,7 @@
 use std::time::Duration;
 
 use lab::{
+    hole::Hole,
     tracer::Tracer,
     tracer::{lab_or_skip, ndjson},
     Lab, LabConfig, Pod,
@@ -121,17 +122,7 @@ fn search_list_expansion_is_one_lookup() {
 #[test]
 fn unanswered_query_times_out_and_its_retry_is_linked() {
     let Some(lab) = lab() else { return };
-    // A server that receives and never answers: a bound UDP socket nobody reads, in a pod
-    // of its own (the lab's servers would answer on any new address).
-    let hole_ns = format!("{}-hole", lab.prefix());
-    let _hole = HoleNetns::new(&lab, &hole_ns);
-    let mut sink = lab
-        .spawn_in(
-            &hole_ns,
-            &["python3", "-c", "import socket,time; s=socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.bind(('10.250.0.54', 53)); time.sleep(60)"],
-        )
-        .unwrap();
-    std::thread::sleep(Duration::from_millis(300));
+    let _hole = Hole::new(&lab).unwrap();
     let t = trace_node(&lab, &["--timeout", "1"]);
     let o = lab.dig(&["+time=1", "+tries=2", "@10.250.0.54", "void.lab.test.", "A"]);
     let dig_out = String::from_utf8_lossy(&o.stdout);
@@ -139,8 +130,6 @@ fn unanswered_query_times_out_and_its_retry_is_linked() {
     // Timeout (1 s) + retry grace (1.5 s) after the retry.
     std::thread::sleep(Duration::from_millis(3000));
     let out = t.stop();
-    let _ = sink.kill();
-    let _ = sink.wait();
     assert!(out.status.success(), "{}", out.stderr);
     let txs = transactions(&out.stdout);
     let ours: Vec<_> = txs
@@ -165,54 +154,6 @@ fn unanswered_query_times_out_and_its_retry_is_linked() {
     let legs = t["legs"].as_array().unwrap();
     let attempts = legs.len() as u64 + legs[0]["retransmits"].as_u64().unwrap();
     assert!(attempts >= 2, "{t:#}");
-}
-
-/// A pod namespace `10.250.0.54` routed from the node like the lab's own; deleted on drop.
-struct HoleNetns(String);
-
-impl HoleNetns {
-    fn new(lab: &Lab, ns: &str) -> Self {
-        let run = |args: &[&str]| {
-            let o = std::process::Command::new("ip")
-                .args(args)
-                .output()
-                .unwrap();
-            assert!(o.status.success(), "ip {args:?}: {o:?}");
-        };
-        run(&["netns", "add", ns]);
-        let guard = HoleNetns(ns.to_string());
-        let node = lab.node_ns();
-        run(&[
-            "-n", node, "link", "add", ns, "type", "veth", "peer", "name", "eth0", "netns", ns,
-        ]);
-        run(&["-n", ns, "link", "set", "lo", "up"]);
-        run(&["-n", ns, "link", "set", "eth0", "up"]);
-        run(&["-n", ns, "addr", "add", "10.250.0.54/32", "dev", "eth0"]);
-        run(&[
-            "-n",
-            ns,
-            "route",
-            "add",
-            "169.254.1.1",
-            "dev",
-            "eth0",
-            "scope",
-            "link",
-        ]);
-        run(&["-n", ns, "route", "add", "default", "via", "169.254.1.1"]);
-        run(&["-n", node, "addr", "add", "169.254.1.1/32", "dev", ns]);
-        run(&["-n", node, "link", "set", ns, "up"]);
-        run(&["-n", node, "route", "add", "10.250.0.54/32", "dev", ns]);
-        guard
-    }
-}
-
-impl Drop for HoleNetns {
-    fn drop(&mut self) {
-        let _ = std::process::Command::new("ip")
-            .args(["netns", "del", &self.0])
-            .status();
-    }
 }
 
 /// `--snaplen 200` cuts the ~700-byte TXT answer at every hop: the transaction is still

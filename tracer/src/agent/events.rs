@@ -9,7 +9,8 @@
 //! - Unanswered (or dropped) client questions and SERVFAIL answers are folded per server
 //!   and window into one `unanswered` / `servfail` line with the `count` folded and a few
 //!   examples. At most `max_keys` servers are kept per window; the rest fold into server
-//!   `*` (and are counted in [`Events::keys_folded`]).
+//!   `*` (and are counted in [`Events::keys_folded`]). With `--record`, a line names the
+//!   flight recorder's files of the questions it folded (`evidence`).
 //! - `agent` lines when the agent starts and stops, and a `warning` when the `stats`
 //!   records show events lost (ring buffer full) during the window.
 use std::{collections::HashMap, io::Write};
@@ -91,6 +92,9 @@ pub struct Example {
     pub client_netns: String,
     pub question: QuestionRecord,
     pub summary: String,
+    /// The flight recorder's file of this question (`--record`), when one was written.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub evidence: Option<String>,
 }
 
 /// Client questions to one server that went unanswered (or got SERVFAIL) in one window.
@@ -107,7 +111,14 @@ pub struct Aggregate {
     pub count: u64,
     /// The first few of them.
     pub examples: Vec<Example>,
+    /// The flight recorder's files (`--record`) of the folded questions: each file once, the
+    /// first [`MAX_EVIDENCE`] of them (incidents close in time share a file).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub evidence: Vec<String>,
 }
+
+/// Evidence files named per aggregated line.
+pub const MAX_EVIDENCE: usize = 8;
 
 /// Lines of one kind held back by the rate limit in one window.
 #[derive(Clone, Debug, Serialize)]
@@ -149,6 +160,7 @@ const LIMITED: [(Limited, &str); 3] = [
 struct Folded {
     count: u64,
     examples: Vec<Example>,
+    evidence: Vec<String>,
 }
 
 /// Turns records into events. Holds at most `max_keys` aggregation keys and a few counters.
@@ -264,6 +276,7 @@ impl Events {
                     server,
                     count: f.count,
                     examples: f.examples,
+                    evidence: f.evidence,
                 };
                 out.push(if servfail {
                     Event::Servfail(a)
@@ -345,7 +358,13 @@ impl Events {
                 client_netns: t.client_netns.clone(),
                 question: t.question.clone(),
                 summary: t.summary.clone(),
+                evidence: t.evidence.clone(),
             });
+        }
+        if let Some(file) = &t.evidence {
+            if folded.evidence.len() < MAX_EVIDENCE && !folded.evidence.contains(file) {
+                folded.evidence.push(file.clone());
+            }
         }
     }
 

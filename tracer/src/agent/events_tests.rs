@@ -317,3 +317,84 @@ fn the_sink_writes_ndjson_with_trace_field_names() {
     assert_eq!(lines[4]["state"], "stop");
     assert_eq!(lines[4]["detail"], "SIGTERM");
 }
+
+/// With `--record`, a folded line names the flight recorder's files of the questions it
+/// folded: each file once, at most [`MAX_EVIDENCE`]; each example its own file. Without,
+/// the field is absent.
+#[test]
+fn folded_lines_name_the_recorders_files() {
+    let with_file = |r: Record, file: Option<String>| match r {
+        Record::Transaction(mut t) => {
+            t.evidence = file;
+            Record::Transaction(t)
+        }
+        r => r,
+    };
+    let mut buf = Vec::new();
+    {
+        let mut sink = EventSink::new(EventsConfig::default(), Clock::Epoch, &mut buf);
+        // Incidents close in time share a file: 40 questions, 20 files, then none.
+        for i in 0..40u64 {
+            let file = format!("DIR/dnspath-{:02}-unanswered.pcapng", i / 2);
+            sink.observe(
+                &with_file(unanswered("10.96.0.10:53", i), Some(file)),
+                S + i,
+            )
+            .unwrap();
+        }
+        sink.observe(&with_file(unanswered("10.96.0.10:53", 99), None), 2 * S)
+            .unwrap();
+        let Record::Transaction(mut sf) = servfail("10.96.0.10:53") else {
+            unreachable!()
+        };
+        sf.evidence = Some("DIR/dnspath-x-servfail.pcapng".into());
+        sink.observe(&Record::Transaction(sf), 2 * S).unwrap();
+        // Not recorded: no `evidence` at all.
+        sink.observe(&unanswered("127.0.0.53:53", 1), 2 * S)
+            .unwrap();
+        sink.stop(3 * S, None).unwrap();
+    }
+    let lines: Vec<Value> = std::str::from_utf8(&buf)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let line = |kind: &str, server: &str| {
+        lines
+            .iter()
+            .find(|l| l["type"] == kind && l["server"] == server)
+            .unwrap_or_else(|| panic!("no {kind} line for {server}: {lines:#?}"))
+    };
+    let u = line("unanswered", "10.96.0.10:53");
+    assert_eq!(u["count"], 41);
+    let files: Vec<&str> = u["evidence"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f.as_str().unwrap())
+        .collect();
+    let expected: Vec<String> = (0..MAX_EVIDENCE)
+        .map(|k| format!("DIR/dnspath-{k:02}-unanswered.pcapng"))
+        .collect();
+    assert_eq!(files, expected);
+    assert_eq!(
+        u["examples"][1]["evidence"],
+        "DIR/dnspath-00-unanswered.pcapng"
+    );
+    assert_eq!(
+        u["examples"][2]["evidence"],
+        "DIR/dnspath-01-unanswered.pcapng"
+    );
+    let s = line("servfail", "10.96.0.10:53");
+    assert_eq!(
+        s["evidence"],
+        serde_json::json!(["DIR/dnspath-x-servfail.pcapng"])
+    );
+    assert_eq!(
+        s["examples"][0]["evidence"],
+        "DIR/dnspath-x-servfail.pcapng"
+    );
+    let plain = line("unanswered", "127.0.0.53:53");
+    assert!(plain.get("evidence").is_none(), "{plain}");
+    assert!(plain["examples"][0].get("evidence").is_none(), "{plain}");
+}

@@ -28,6 +28,7 @@ use pcap_file::{
 
 use crate::{
     event::Direction,
+    kube::Pod,
     names::{place, SharedNames},
     output::{
         annotate::{EvidencePacket, Place},
@@ -234,13 +235,18 @@ impl<W: Write> PcapngSink<W> {
             ),
             Place::Hop(at) => {
                 let (netns, ifname) = place(names, at.netns, at.ifindex);
-                let description = format!(
+                let mut description = format!(
                     "network namespace {} (id {:#x}), interface {} (ifindex {})",
                     escape(&netns),
                     at.netns,
                     escape(&ifname),
                     at.ifindex
                 );
+                if let Ok(names) = names.read() {
+                    if let Some((pod, veth)) = names.pod_at(&netns, &ifname) {
+                        description.push_str(&pod_description(pod, veth));
+                    }
+                }
                 (format!("{}/{}", clean(&netns), clean(&ifname)), description)
             }
         }) else {
@@ -267,6 +273,34 @@ impl<W: Write> PcapngSink<W> {
             }
         }
     }
+}
+
+/// What an interface description says of its pod: `, pod NAMESPACE/NAME (uid …)`, or
+/// `, node-side veth of pod …` for the node's end of the pod's veth; the UID alone when
+/// kubelet's name for it is unknown.
+fn pod_description(pod: &Pod, veth: bool) -> String {
+    let mut s = String::from(if veth {
+        ", node-side veth of pod "
+    } else {
+        ", pod "
+    });
+    match &pod.label {
+        Some(label) => {
+            s.push_str(&escape(label));
+            s.push_str(" (uid ");
+            s.push_str(&escape(&pod.uid));
+            s.push(')');
+        }
+        None => {
+            s.push_str("uid ");
+            s.push_str(&escape(&pod.uid));
+        }
+    }
+    if let Some(c) = &pod.container {
+        s.push_str(", container ");
+        s.push_str(&escape(c));
+    }
+    s
 }
 
 /// pcap-file calls every I/O error "Error reading bytes": say what it was.
@@ -343,6 +377,105 @@ mod tests {
             o,
             EnhancedPacketOption::Comment(c) if c == "dnspath at=netns:0x7/if4 dir=ingress"
         )));
+    }
+
+    fn descriptions(buf: &[u8]) -> Vec<(String, String)> {
+        let mut r = pcap_file::pcapng::PcapNgReader::new(buf).unwrap();
+        let mut out = Vec::new();
+        while let Some(b) = r.next_block() {
+            if let pcap_file::pcapng::Block::InterfaceDescription(i) = b.unwrap() {
+                let mut name = String::new();
+                let mut description = String::new();
+                for o in i.options {
+                    match o {
+                        InterfaceDescriptionOption::IfName(n) => name = n.into_owned(),
+                        InterfaceDescriptionOption::IfDescription(d) => {
+                            description = d.into_owned()
+                        }
+                        _ => {}
+                    }
+                }
+                out.push((name, description));
+            }
+        }
+        out
+    }
+
+    /// Once pods are known, an interface block's description names the pod of its namespace,
+    /// or the pod whose veth's node end it is (the UID when kubelet's name is unknown);
+    /// `if_name` stays `netns/ifname`, and host strings are escaped.
+    #[test]
+    fn interface_descriptions_name_the_pod() {
+        use std::{collections::HashMap, sync::Arc};
+        let names = SharedNames::default();
+        {
+            let mut n = names.write().unwrap();
+            n.learn(7, "pid42:pause", 3, "eth0");
+            n.learn(1, "host", 4, "veth-a");
+            n.learn(1, "host", 5, "veth-b");
+            n.learn(1, "host", 6, "eth0");
+            let a = Arc::new(Pod {
+                uid: "u-a".into(),
+                label: Some("kube-system/coredns-a\x1b".into()),
+                container: Some("coredns".into()),
+                container_id: None,
+            });
+            let b = Arc::new(Pod {
+                uid: "u-b".into(),
+                label: None,
+                container: None,
+                container_id: None,
+            });
+            n.set_pods(
+                HashMap::from([(7, Arc::clone(&a))]),
+                HashMap::from([
+                    ((1, "veth-a".to_string()), Arc::clone(&a)),
+                    ((1, "veth-b".to_string()), b),
+                ]),
+            );
+        }
+        let mut buf = Vec::new();
+        {
+            let mut s = PcapngSink::new(&mut buf, Clock::Epoch, 2048, names, &[]).unwrap();
+            s.write(&packet(3, Direction::Egress));
+            for ifindex in [4, 5, 6] {
+                let mut p = packet(ifindex, Direction::Ingress);
+                if let Place::Hop(at) = &mut p.place {
+                    at.netns = 1;
+                }
+                s.write(&p);
+            }
+            s.flush();
+        }
+        let d = descriptions(&buf);
+        assert_eq!(d.len(), 4, "{d:?}");
+        assert_eq!(d[0].0, "pid42:pause/eth0");
+        assert_eq!(
+            d[0].1,
+            "network namespace pid42:pause (id 0x7), interface eth0 (ifindex 3), \
+             pod kube-system/coredns-a\\x1b (uid u-a), container coredns"
+        );
+        assert_eq!(d[1].0, "host/veth-a");
+        assert!(
+            d[1].1.ends_with(
+                ", node-side veth of pod kube-system/coredns-a\\x1b (uid u-a), container coredns"
+            ),
+            "{}",
+            d[1].1
+        );
+        assert_eq!(d[2].0, "host/veth-b");
+        assert!(
+            d[2].1
+                .ends_with("(ifindex 5), node-side veth of pod uid u-b"),
+            "{}",
+            d[2].1
+        );
+        assert_eq!(d[3].0, "host/eth0");
+        assert!(
+            d[3].1.ends_with("(ifindex 6)") && !d[3].1.contains("pod"),
+            "{}",
+            d[3].1
+        );
     }
 
     /// Accepts `room` bytes, then fails as a full disk does.

@@ -25,6 +25,10 @@ impl Drop for TempDir {
 }
 
 fn recorder(name: &str, files_per_minute: u32) -> (Recorder, TempDir) {
+    recorder_capped(name, files_per_minute, 1 << 30)
+}
+
+fn recorder_capped(name: &str, files_per_minute: u32, dir_max_bytes: u64) -> (Recorder, TempDir) {
     let dir = std::env::temp_dir().join(format!("dnspath-rec-{name}-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let cfg = RecorderConfig {
@@ -32,7 +36,7 @@ fn recorder(name: &str, files_per_minute: u32) -> (Recorder, TempDir) {
         before_ns: 10,
         after_ns: 5,
         ring_bytes: 1 << 20,
-        dir_max_bytes: 1 << 30,
+        dir_max_bytes,
         files_per_minute,
         delay_ns: 0,
     };
@@ -121,4 +125,69 @@ fn a_storm_is_rate_limited() {
     let s = rec.stats();
     assert_eq!((s.incidents, s.files, s.not_written), (5, 2, 3));
     assert_eq!(std::fs::read_dir(&dir.0).unwrap().count(), 2);
+}
+
+/// Writes one file for an incident at `secs` seconds (a packet at the incident), and
+/// returns its path.
+fn one_file(rec: &mut Recorder, secs: u64) -> PathBuf {
+    let ts = secs * 1_000_000_000;
+    rec.packet(packet(ts));
+    let path = rec.incident("drop", "d", ts, ts).unwrap();
+    rec.tick(ts + 6);
+    let path = PathBuf::from(path);
+    assert!(path.exists(), "{}", path.display());
+    path
+}
+
+/// DIR keeps at most `dir_max_bytes` of our files: the oldest (by name, which is by time)
+/// are deleted first, an older run's included, each counted in `files_deleted`; the file
+/// just written stays, and files that are not ours are neither counted nor touched.
+#[test]
+fn the_directory_cap_deletes_the_oldest_files_first() {
+    // The size of one file, as the capped recorder will write them.
+    let size = {
+        let (mut probe, _dir) = recorder("cap-probe", 100);
+        std::fs::metadata(one_file(&mut probe, 1)).unwrap().len()
+    };
+    let (mut rec, dir) = recorder_capped("cap", 100, 2 * size + size / 2);
+    let older_run = dir.0.join("dnspath-19691231T235959.000Z-loop.pcapng");
+    std::fs::write(&older_run, [0u8; 10]).unwrap();
+    let not_ours = ["other.pcapng", "dnspath-notes.txt"];
+    for f in not_ours {
+        std::fs::write(dir.0.join(f), vec![0u8; 4 * size as usize]).unwrap();
+    }
+    let first = one_file(&mut rec, 1);
+    let second = one_file(&mut rec, 2);
+    assert_eq!(std::fs::metadata(&second).unwrap().len(), size);
+    assert_eq!(rec.stats().files_deleted, 0, "10 + 2 × {size} bytes fit");
+    assert!(older_run.exists() && first.exists());
+    // Three files are over the cap: the older run's goes, and still over, the first.
+    let third = one_file(&mut rec, 3);
+    assert_eq!(rec.stats().files_deleted, 2);
+    assert!(!older_run.exists() && !first.exists());
+    let fourth = one_file(&mut rec, 4);
+    assert_eq!(rec.stats().files_deleted, 3);
+    assert!(!second.exists());
+    let mut left: Vec<PathBuf> = std::fs::read_dir(&dir.0)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    left.sort();
+    let mut expected: Vec<PathBuf> = not_ours.iter().map(|f| dir.0.join(f)).collect();
+    expected.extend([third, fourth]);
+    expected.sort();
+    assert_eq!(left, expected);
+    assert_eq!(rec.stats().files, 4);
+}
+
+/// A cap smaller than one file keeps the file just written (and deletes every older one).
+#[test]
+fn the_directory_cap_keeps_the_newest_file() {
+    let (mut rec, dir) = recorder_capped("cap-tiny", 100, 1);
+    let first = one_file(&mut rec, 1);
+    assert_eq!(rec.stats().files_deleted, 0);
+    let second = one_file(&mut rec, 2);
+    assert!(!first.exists() && second.exists());
+    assert_eq!(rec.stats().files_deleted, 1);
+    assert_eq!(std::fs::read_dir(&dir.0).unwrap().count(), 1);
 }
