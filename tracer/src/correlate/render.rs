@@ -127,7 +127,6 @@ impl Correlator {
             .filter_map(|id| self.legs.get(id))
             .cloned()
             .collect();
-        let Some(root) = legs.first() else { return };
         let retry = legs
             .iter()
             .filter(|l| l.parent.is_none() && l.role == LegRole::Retry)
@@ -237,7 +236,6 @@ impl Correlator {
                 summary,
             });
         }
-        let _ = root;
     }
 
     /// The earliest time a transaction that is not done yet could be, unless something new
