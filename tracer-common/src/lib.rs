@@ -34,11 +34,6 @@ pub enum EventKind {
     Drop = 2,
 }
 
-/// `kind` of a [`PacketEvent`].
-pub const EVENT_PACKET: u32 = EventKind::Packet as u32;
-/// `kind` of a [`DropEvent`].
-pub const EVENT_DROP: u32 = EventKind::Drop as u32;
-
 /// The direction of a packet at its TC hook ([`PacketHeader::dir`]).
 #[repr(u8)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -46,9 +41,6 @@ pub enum Dir {
     Ingress = 0,
     Egress = 1,
 }
-
-pub const DIR_INGRESS: u8 = Dir::Ingress as u8;
-pub const DIR_EGRESS: u8 = Dir::Egress as u8;
 
 pub const L3_IPV4: u8 = 4;
 pub const L3_IPV6: u8 = 6;
@@ -161,7 +153,7 @@ pub struct CaptureConfig {
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default)]
 pub struct PacketHeader {
-    /// [`EVENT_PACKET`]
+    /// [`EventKind::Packet`]
     pub kind: u32,
     pub cpu: u32,
     /// `bpf_ktime_get_boot_ns()`: CLOCK_BOOTTIME, survives suspend.
@@ -175,7 +167,7 @@ pub struct PacketHeader {
     pub cap_len: u32,
     /// 802.1Q TCI of the packet (0 if untagged): from skb metadata or an in-packet tag.
     pub vlan_tci: u16,
-    /// [`DIR_INGRESS`] or [`DIR_EGRESS`].
+    /// A [`Dir`].
     pub dir: u8,
     /// [`L3_IPV4`] or [`L3_IPV6`].
     pub l3: u8,
@@ -219,7 +211,7 @@ pub struct CtTuple {
 #[repr(C)]
 #[derive(Clone, Copy)]
 pub struct DropEvent {
-    /// [`EVENT_DROP`]
+    /// [`EventKind::Drop`]
     pub kind: u32,
     pub cpu: u32,
     pub ts_ns: u64,
@@ -348,6 +340,32 @@ impl core::fmt::Display for RecordError {
 #[cfg(feature = "user")]
 impl core::error::Error for RecordError {}
 
+#[cfg(feature = "user")]
+impl TryFrom<u32> for EventKind {
+    type Error = RecordError;
+
+    fn try_from(kind: u32) -> Result<Self, RecordError> {
+        match kind {
+            k if k == EventKind::Packet as u32 => Ok(EventKind::Packet),
+            k if k == EventKind::Drop as u32 => Ok(EventKind::Drop),
+            k => Err(RecordError::UnknownKind(k)),
+        }
+    }
+}
+
+#[cfg(feature = "user")]
+impl TryFrom<u8> for Dir {
+    type Error = RecordError;
+
+    fn try_from(dir: u8) -> Result<Self, RecordError> {
+        match dir {
+            d if d == Dir::Ingress as u8 => Ok(Dir::Ingress),
+            d if d == Dir::Egress as u8 => Ok(Dir::Egress),
+            d => Err(RecordError::UnknownDir(d)),
+        }
+    }
+}
+
 /// One ring-buffer record, decoded.
 #[cfg(feature = "user")]
 #[derive(Clone, Copy)]
@@ -374,14 +392,10 @@ impl RingRecord<'_> {
             .first_chunk::<4>()
             .map(|b| u32::from_ne_bytes(*b))
             .ok_or(RecordError::NoKind { len: bytes.len() })?;
-        match kind {
-            EVENT_PACKET => {
+        match EventKind::try_from(kind)? {
+            EventKind::Packet => {
                 let hdr: PacketHeader = read_unaligned(bytes, EventKind::Packet)?;
-                let dir = match hdr.dir {
-                    DIR_INGRESS => Dir::Ingress,
-                    DIR_EGRESS => Dir::Egress,
-                    d => return Err(RecordError::UnknownDir(d)),
-                };
+                let dir = Dir::try_from(hdr.dir)?;
                 let data = bytes.get(PACKET_HEADER_LEN..).unwrap_or_default();
                 let cap = (hdr.cap_len as usize).min(data.len());
                 Ok(RingRecord::Packet {
@@ -390,7 +404,7 @@ impl RingRecord<'_> {
                     data: data.get(..cap).unwrap_or_default(),
                 })
             }
-            EVENT_DROP => {
+            EventKind::Drop => {
                 let ev: DropEvent = read_unaligned(bytes, EventKind::Drop)?;
                 let data = bytes
                     .get(core::mem::offset_of!(DropEvent, data)..)
@@ -401,7 +415,6 @@ impl RingRecord<'_> {
                     data: data.get(..cap).unwrap_or_default(),
                 })
             }
-            k => Err(RecordError::UnknownKind(k)),
         }
     }
 }
