@@ -45,8 +45,36 @@ pub enum Dir {
 pub const L3_IPV4: u8 = 4;
 pub const L3_IPV6: u8 = 6;
 
-pub const IPPROTO_TCP: u8 = 6;
-pub const IPPROTO_UDP: u8 = 17;
+/// Numbers of the protocols and headers both sides walk (Ethernet, VLAN tags, IPv4, IPv6
+/// and its extension headers, UDP, TCP), defined once for the kernel programs, the capture
+/// decoder and the conntrack reader.
+pub mod proto {
+    /// Ethertypes (include/uapi/linux/if_ether.h).
+    pub const ETH_P_IP: u16 = 0x0800;
+    pub const ETH_P_IPV6: u16 = 0x86DD;
+    /// 802.1Q VLAN tag.
+    pub const ETH_P_8021Q: u16 = 0x8100;
+    /// 802.1ad (QinQ) outer tag.
+    pub const ETH_P_8021AD: u16 = 0x88A8;
+    /// Pre-standard QinQ outer tag some switches still use.
+    pub const ETH_P_QINQ1: u16 = 0x9100;
+
+    /// IP protocol numbers (IANA; include/uapi/linux/in.h and in6.h): the transports…
+    pub const IPPROTO_TCP: u8 = 6;
+    pub const IPPROTO_UDP: u8 = 17;
+    /// …and the IPv6 extension headers (RFC 8200 §4).
+    pub const IPPROTO_HOPOPTS: u8 = 0;
+    pub const IPPROTO_ROUTING: u8 = 43;
+    pub const IPPROTO_FRAGMENT: u8 = 44;
+    pub const IPPROTO_DSTOPTS: u8 = 60;
+
+    /// Header lengths: IPv4 without options, IPv6 without extension headers, UDP, TCP
+    /// without options.
+    pub const IPV4_MIN_HEADER_LEN: usize = 20;
+    pub const IPV6_HEADER_LEN: usize = 40;
+    pub const UDP_HEADER_LEN: usize = 8;
+    pub const TCP_MIN_HEADER_LEN: usize = 20;
+}
 
 /// Largest number of IP fragment keys the kernel remembers (the `FRAGS` LRU hash map).
 pub const MAX_FRAG_KEYS: u32 = 4096;
@@ -65,7 +93,7 @@ pub struct FragKey {
     pub src: [u8; 16],
     pub dst: [u8; 16],
     pub id: u32,
-    /// Protocol of the fragmented payload (`IPPROTO_UDP`, …).
+    /// Protocol of the fragmented payload ([`proto::IPPROTO_UDP`], …).
     pub proto: u8,
     /// [`L3_IPV4`] or [`L3_IPV6`]
     pub l3: u8,

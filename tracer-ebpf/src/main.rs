@@ -24,10 +24,11 @@ use aya_ebpf::{
 };
 use packet::PacketRead as _;
 use tracer_common::{
-    counter, shed, CaptureConfig, CtTuple, Dir, DropEvent, EventKind, FragKey, KernelOffsets,
-    PacketEvent, PacketHeader, DROP_DATA_MASK, FRAG_KEY_LIFETIME_NS, IPPROTO_TCP, IPPROTO_UDP,
-    MAX_DROP_DATA, MAX_FRAG_KEYS, MAX_PACKET_DATA, MAX_SNAPLEN, PACKET_DATA_MASK,
-    PACKET_HEADER_LEN,
+    counter,
+    proto::{IPPROTO_TCP, IPPROTO_UDP, UDP_HEADER_LEN},
+    shed, CaptureConfig, CtTuple, Dir, DropEvent, EventKind, FragKey, KernelOffsets, PacketEvent,
+    PacketHeader, DROP_DATA_MASK, FRAG_KEY_LIFETIME_NS, MAX_DROP_DATA, MAX_FRAG_KEYS,
+    MAX_PACKET_DATA, MAX_SNAPLEN, PACKET_DATA_MASK, PACKET_HEADER_LEN,
 };
 
 mod packet;
@@ -219,7 +220,7 @@ fn try_tc(ctx: &TcContext, has_eth: bool, dir: u8) -> Result<(), ()> {
         let doff = ctx.ptr_at::<u8>(t.l4_off + 12)?;
         ((doff >> 4) as usize) * 4
     } else {
-        8
+        UDP_HEADER_LEN
     };
     count(counter::PACKETS_MATCHED);
 

@@ -351,7 +351,7 @@ impl Correlator {
                     id: l.id,
                     parent: l.parent.and_then(index_of),
                     role: l.role,
-                    proto: if l.key.proto == tracer_common::IPPROTO_TCP {
+                    proto: if l.key.proto == tracer_common::proto::IPPROTO_TCP {
                         "tcp"
                     } else {
                         "udp"

@@ -3,6 +3,8 @@
 //! counters that account for every packet, and typed observations for the correlate stage.
 use std::{collections::HashMap, net::SocketAddr};
 
+use tracer_common::proto::{IPPROTO_TCP, IPPROTO_UDP};
+
 use crate::{
     conntrack::CtStatus,
     decode::{
@@ -308,7 +310,7 @@ impl Decoder {
                         SocketAddr::new(ip.src, sport),
                         SocketAddr::new(ip.dst, dport),
                     );
-                    endpoints = Some((tracer_common::IPPROTO_UDP, src, dst));
+                    endpoints = Some((IPPROTO_UDP, src, dst));
                     r.proto = "udp";
                     r.src = src.to_string();
                     r.dst = dst.to_string();
@@ -340,7 +342,7 @@ impl Decoder {
                         SocketAddr::new(ip.src, sport),
                         SocketAddr::new(ip.dst, dport),
                     );
-                    endpoints = Some((tracer_common::IPPROTO_TCP, src, dst));
+                    endpoints = Some((IPPROTO_TCP, src, dst));
                     r.proto = "tcp";
                     r.src = src.to_string();
                     r.dst = dst.to_string();
@@ -367,8 +369,8 @@ impl Decoder {
                 Transport::Other { proto } => match self.frag.first_fragment_of(&d.data, d.ts_ns) {
                     Some(first) => {
                         r.proto = match proto {
-                            tracer_common::IPPROTO_TCP => "tcp",
-                            tracer_common::IPPROTO_UDP => "udp",
+                            IPPROTO_TCP => "tcp",
+                            IPPROTO_UDP => "udp",
                             _ => "ip",
                         };
                         let (src, dst) = (
