@@ -197,8 +197,8 @@ pub struct PacketHeader {
     pub vlan_tci: u16,
     /// A [`Dir`].
     pub dir: u8,
-    /// [`L3_IPV4`] or [`L3_IPV6`].
-    pub l3: u8,
+    /// Unused, 0: keeps the header padding-free (the IP version is the packet's first nibble).
+    pub _reserved: u8,
 }
 
 /// Size of [`PacketHeader`] in a record.
@@ -259,8 +259,8 @@ pub struct DropEvent {
     pub ct_reply: CtTuple,
     /// 1 if `ct_*` are valid.
     pub has_ct: u8,
-    /// [`L3_IPV4`] or [`L3_IPV6`]
-    pub l3: u8,
+    /// Unused, 0 (the IP version is the first nibble of `data`).
+    pub _reserved: u8,
     /// 1: `__nf_conntrack_confirm` returned `NF_DROP` for this very skb just before (the
     /// optional kprobe pair saw it) — a failed conntrack insert. 0: not seen (or no hook).
     pub confirm_failed: u8,
@@ -282,7 +282,8 @@ pub struct KernelOffsets {
     pub skb_len: u32,
     pub skb_head: u32,
     pub skb_network_header: u32,
-    pub skb_transport_header: u32,
+    /// Unused, 0: the program walks the headers from the network header itself.
+    pub _reserved: u32,
     pub skb_dev: u32,
     pub skb_sk: u32,
     pub skb_nfct: u32,
@@ -311,7 +312,7 @@ impl KernelOffsets {
         skb_len: 0,
         skb_head: 0,
         skb_network_header: 0,
-        skb_transport_header: 0,
+        _reserved: 0,
         skb_dev: 0,
         skb_sk: 0,
         skb_nfct: 0,

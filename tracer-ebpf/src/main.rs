@@ -257,7 +257,7 @@ fn try_tc(ctx: &TcContext, has_eth: bool, dir: u8) -> Result<(), ()> {
             cap_len: cap,
             vlan_tci,
             dir,
-            l3: t.l3,
+            _reserved: 0,
         };
         let ret = bpf_skb_load_bytes(
             skb as *const c_void,
@@ -497,7 +497,7 @@ fn try_kfree_skb(ctx: &BtfTracePointContext, reason: u32) -> Result<(), ()> {
         (*ev).ts_ns = bpf_ktime_get_boot_ns();
         (*ev).location = location;
         (*ev).reason = reason;
-        (*ev).l3 = t.l3;
+        (*ev)._reserved = 0;
         (*ev).confirm_failed = 0;
         (*ev)._pad = 0;
         // A failed confirm of this skb in the last second (the kprobe pair, where loaded).

@@ -129,7 +129,7 @@ mod tests {
             cap_len,
             vlan_tci: 0x2007,
             dir,
-            l3: 4,
+            _reserved: 0,
         };
         // SAFETY: PacketHeader is plain old data without padding.
         let bytes = unsafe {
