@@ -261,7 +261,9 @@ impl Correlator {
         if let Some(r) = last_root.filter(|r| r.response.is_none()) {
             next = next.max(r.first_ts + self.cfg.timeout_ns + self.cfg.retry_grace_ns);
         }
-        if let Some(until) = last_root.and_then(Leg::awaiting_answer_until) {
+        if let Some(until) =
+            last_root.and_then(|l| l.awaiting_answer_until(self.cfg.answer_grace_ns))
+        {
             next = next.max(until);
         }
         next.max(now + 1)
@@ -286,7 +288,7 @@ impl Correlator {
         }
         if legs
             .iter()
-            .filter_map(|l| l.awaiting_answer_until())
+            .filter_map(|l| l.awaiting_answer_until(self.cfg.answer_grace_ns))
             .any(|until| now < until)
         {
             return false;

@@ -29,7 +29,7 @@ use crate::{
         KernelError, ProbeOptions, Probes,
     },
     output::{self, filter::Filter, record::StatsRecord, Format, Record, View},
-    pipeline::{Pipeline, PipelineConfig},
+    pipeline::{Pipeline, PipelineConfig, TICK},
     source::live::LiveSource,
     time::Clock,
 };
@@ -266,7 +266,7 @@ pub async fn run_live(
         }
     };
     tokio::pin!(deadline);
-    let mut tick = tokio::time::interval(Duration::from_millis(50));
+    let mut tick = tokio::time::interval(TICK);
     let mut ticks: u64 = 0;
 
     let mut events: Vec<SourceEvent> = Vec::new();
