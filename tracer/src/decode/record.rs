@@ -335,6 +335,10 @@ pub struct DecodeStats {
     pub shed: u64,
     pub tcp_flows_evicted: u64,
     pub tcp_bytes_dropped: u64,
+    /// Holes in TCP streams given up on (a segment lost or not captured).
+    pub tcp_gaps: u64,
+    /// TCP messages the capture (snaplen) cut inside a segment.
+    pub tcp_cut: u64,
     pub fragments_merged: u64,
     pub fragments_incomplete: u64,
     pub fragments_pending: u64,
