@@ -34,11 +34,6 @@ pub enum EventKind {
     Drop = 2,
 }
 
-/// `kind` of a [`PacketEvent`].
-pub const EVENT_PACKET: u32 = EventKind::Packet as u32;
-/// `kind` of a [`DropEvent`].
-pub const EVENT_DROP: u32 = EventKind::Drop as u32;
-
 /// The direction of a packet at its TC hook ([`PacketHeader::dir`]).
 #[repr(u8)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -47,14 +42,39 @@ pub enum Dir {
     Egress = 1,
 }
 
-pub const DIR_INGRESS: u8 = Dir::Ingress as u8;
-pub const DIR_EGRESS: u8 = Dir::Egress as u8;
-
 pub const L3_IPV4: u8 = 4;
 pub const L3_IPV6: u8 = 6;
 
-pub const IPPROTO_TCP: u8 = 6;
-pub const IPPROTO_UDP: u8 = 17;
+/// Numbers of the protocols and headers both sides walk (Ethernet, VLAN tags, IPv4, IPv6
+/// and its extension headers, UDP, TCP), defined once for the kernel programs, the capture
+/// decoder and the conntrack reader.
+pub mod proto {
+    /// Ethertypes (include/uapi/linux/if_ether.h).
+    pub const ETH_P_IP: u16 = 0x0800;
+    pub const ETH_P_IPV6: u16 = 0x86DD;
+    /// 802.1Q VLAN tag.
+    pub const ETH_P_8021Q: u16 = 0x8100;
+    /// 802.1ad (QinQ) outer tag.
+    pub const ETH_P_8021AD: u16 = 0x88A8;
+    /// Pre-standard QinQ outer tag some switches still use.
+    pub const ETH_P_QINQ1: u16 = 0x9100;
+
+    /// IP protocol numbers (IANA; include/uapi/linux/in.h and in6.h): the transports…
+    pub const IPPROTO_TCP: u8 = 6;
+    pub const IPPROTO_UDP: u8 = 17;
+    /// …and the IPv6 extension headers (RFC 8200 §4).
+    pub const IPPROTO_HOPOPTS: u8 = 0;
+    pub const IPPROTO_ROUTING: u8 = 43;
+    pub const IPPROTO_FRAGMENT: u8 = 44;
+    pub const IPPROTO_DSTOPTS: u8 = 60;
+
+    /// Header lengths: IPv4 without options, IPv6 without extension headers, UDP, TCP
+    /// without options.
+    pub const IPV4_MIN_HEADER_LEN: usize = 20;
+    pub const IPV6_HEADER_LEN: usize = 40;
+    pub const UDP_HEADER_LEN: usize = 8;
+    pub const TCP_MIN_HEADER_LEN: usize = 20;
+}
 
 /// Largest number of IP fragment keys the kernel remembers (the `FRAGS` LRU hash map).
 pub const MAX_FRAG_KEYS: u32 = 4096;
@@ -73,7 +93,7 @@ pub struct FragKey {
     pub src: [u8; 16],
     pub dst: [u8; 16],
     pub id: u32,
-    /// Protocol of the fragmented payload (`IPPROTO_UDP`, …).
+    /// Protocol of the fragmented payload ([`proto::IPPROTO_UDP`], …).
     pub proto: u8,
     /// [`L3_IPV4`] or [`L3_IPV6`]
     pub l3: u8,
@@ -161,7 +181,7 @@ pub struct CaptureConfig {
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default)]
 pub struct PacketHeader {
-    /// [`EVENT_PACKET`]
+    /// [`EventKind::Packet`]
     pub kind: u32,
     pub cpu: u32,
     /// `bpf_ktime_get_boot_ns()`: CLOCK_BOOTTIME, survives suspend.
@@ -175,10 +195,10 @@ pub struct PacketHeader {
     pub cap_len: u32,
     /// 802.1Q TCI of the packet (0 if untagged): from skb metadata or an in-packet tag.
     pub vlan_tci: u16,
-    /// [`DIR_INGRESS`] or [`DIR_EGRESS`].
+    /// A [`Dir`].
     pub dir: u8,
-    /// [`L3_IPV4`] or [`L3_IPV6`].
-    pub l3: u8,
+    /// Unused, 0: keeps the header padding-free (the IP version is the packet's first nibble).
+    pub _reserved: u8,
 }
 
 /// Size of [`PacketHeader`] in a record.
@@ -219,7 +239,7 @@ pub struct CtTuple {
 #[repr(C)]
 #[derive(Clone, Copy)]
 pub struct DropEvent {
-    /// [`EVENT_DROP`]
+    /// [`EventKind::Drop`]
     pub kind: u32,
     pub cpu: u32,
     pub ts_ns: u64,
@@ -239,8 +259,8 @@ pub struct DropEvent {
     pub ct_reply: CtTuple,
     /// 1 if `ct_*` are valid.
     pub has_ct: u8,
-    /// [`L3_IPV4`] or [`L3_IPV6`]
-    pub l3: u8,
+    /// Unused, 0 (the IP version is the first nibble of `data`).
+    pub _reserved: u8,
     /// 1: `__nf_conntrack_confirm` returned `NF_DROP` for this very skb just before (the
     /// optional kprobe pair saw it) — a failed conntrack insert. 0: not seen (or no hook).
     pub confirm_failed: u8,
@@ -262,7 +282,8 @@ pub struct KernelOffsets {
     pub skb_len: u32,
     pub skb_head: u32,
     pub skb_network_header: u32,
-    pub skb_transport_header: u32,
+    /// Unused, 0: the program walks the headers from the network header itself.
+    pub _reserved: u32,
     pub skb_dev: u32,
     pub skb_sk: u32,
     pub skb_nfct: u32,
@@ -291,7 +312,7 @@ impl KernelOffsets {
         skb_len: 0,
         skb_head: 0,
         skb_network_header: 0,
-        skb_transport_header: 0,
+        _reserved: 0,
         skb_dev: 0,
         skb_sk: 0,
         skb_nfct: 0,
@@ -348,6 +369,32 @@ impl core::fmt::Display for RecordError {
 #[cfg(feature = "user")]
 impl core::error::Error for RecordError {}
 
+#[cfg(feature = "user")]
+impl TryFrom<u32> for EventKind {
+    type Error = RecordError;
+
+    fn try_from(kind: u32) -> Result<Self, RecordError> {
+        match kind {
+            k if k == EventKind::Packet as u32 => Ok(EventKind::Packet),
+            k if k == EventKind::Drop as u32 => Ok(EventKind::Drop),
+            k => Err(RecordError::UnknownKind(k)),
+        }
+    }
+}
+
+#[cfg(feature = "user")]
+impl TryFrom<u8> for Dir {
+    type Error = RecordError;
+
+    fn try_from(dir: u8) -> Result<Self, RecordError> {
+        match dir {
+            d if d == Dir::Ingress as u8 => Ok(Dir::Ingress),
+            d if d == Dir::Egress as u8 => Ok(Dir::Egress),
+            d => Err(RecordError::UnknownDir(d)),
+        }
+    }
+}
+
 /// One ring-buffer record, decoded.
 #[cfg(feature = "user")]
 #[derive(Clone, Copy)]
@@ -374,14 +421,10 @@ impl RingRecord<'_> {
             .first_chunk::<4>()
             .map(|b| u32::from_ne_bytes(*b))
             .ok_or(RecordError::NoKind { len: bytes.len() })?;
-        match kind {
-            EVENT_PACKET => {
+        match EventKind::try_from(kind)? {
+            EventKind::Packet => {
                 let hdr: PacketHeader = read_unaligned(bytes, EventKind::Packet)?;
-                let dir = match hdr.dir {
-                    DIR_INGRESS => Dir::Ingress,
-                    DIR_EGRESS => Dir::Egress,
-                    d => return Err(RecordError::UnknownDir(d)),
-                };
+                let dir = Dir::try_from(hdr.dir)?;
                 let data = bytes.get(PACKET_HEADER_LEN..).unwrap_or_default();
                 let cap = (hdr.cap_len as usize).min(data.len());
                 Ok(RingRecord::Packet {
@@ -390,7 +433,7 @@ impl RingRecord<'_> {
                     data: data.get(..cap).unwrap_or_default(),
                 })
             }
-            EVENT_DROP => {
+            EventKind::Drop => {
                 let ev: DropEvent = read_unaligned(bytes, EventKind::Drop)?;
                 let data = bytes
                     .get(core::mem::offset_of!(DropEvent, data)..)
@@ -401,7 +444,6 @@ impl RingRecord<'_> {
                     data: data.get(..cap).unwrap_or_default(),
                 })
             }
-            k => Err(RecordError::UnknownKind(k)),
         }
     }
 }

@@ -24,10 +24,11 @@ use aya_ebpf::{
 };
 use packet::PacketRead as _;
 use tracer_common::{
-    counter, shed, CaptureConfig, CtTuple, DropEvent, FragKey, KernelOffsets, PacketEvent,
-    PacketHeader, DIR_EGRESS, DIR_INGRESS, DROP_DATA_MASK, EVENT_DROP, EVENT_PACKET,
-    FRAG_KEY_LIFETIME_NS, IPPROTO_TCP, IPPROTO_UDP, MAX_DROP_DATA, MAX_FRAG_KEYS, MAX_PACKET_DATA,
-    MAX_SNAPLEN, PACKET_DATA_MASK, PACKET_HEADER_LEN,
+    counter,
+    proto::{IPPROTO_TCP, IPPROTO_UDP, UDP_HEADER_LEN},
+    shed, CaptureConfig, CtTuple, Dir, DropEvent, EventKind, FragKey, KernelOffsets, PacketEvent,
+    PacketHeader, DROP_DATA_MASK, FRAG_KEY_LIFETIME_NS, MAX_DROP_DATA, MAX_FRAG_KEYS,
+    MAX_PACKET_DATA, MAX_SNAPLEN, PACKET_DATA_MASK, PACKET_HEADER_LEN,
 };
 
 mod packet;
@@ -153,26 +154,26 @@ fn wanted<P: packet::PacketRead>(p: &P, t: &packet::Transport, remember: bool) -
 /// Hook: `tcx/ingress` (Linux ≥ 6.6) or clsact `ingress` (≥ 4.5); ring buffer ≥ 5.8.
 #[classifier]
 pub fn dnspath_tc_eth_ingress(ctx: TcContext) -> i32 {
-    tc(&ctx, true, DIR_INGRESS)
+    tc(&ctx, true, Dir::Ingress as u8)
 }
 
 /// As [`dnspath_tc_eth_ingress`], on egress (`tcx/egress` or clsact `egress`).
 #[classifier]
 pub fn dnspath_tc_eth_egress(ctx: TcContext) -> i32 {
-    tc(&ctx, true, DIR_EGRESS)
+    tc(&ctx, true, Dir::Egress as u8)
 }
 
 /// TC classifier on ingress of devices without a link-layer header (tun, wireguard, ipip):
 /// the packet starts at its IP header and `skb->protocol` says which.
 #[classifier]
 pub fn dnspath_tc_raw_ingress(ctx: TcContext) -> i32 {
-    tc(&ctx, false, DIR_INGRESS)
+    tc(&ctx, false, Dir::Ingress as u8)
 }
 
 /// As [`dnspath_tc_raw_ingress`], on egress.
 #[classifier]
 pub fn dnspath_tc_raw_egress(ctx: TcContext) -> i32 {
-    tc(&ctx, false, DIR_EGRESS)
+    tc(&ctx, false, Dir::Egress as u8)
 }
 
 #[inline(always)]
@@ -219,7 +220,7 @@ fn try_tc(ctx: &TcContext, has_eth: bool, dir: u8) -> Result<(), ()> {
         let doff = ctx.ptr_at::<u8>(t.l4_off + 12)?;
         ((doff >> 4) as usize) * 4
     } else {
-        8
+        UDP_HEADER_LEN
     };
     count(counter::PACKETS_MATCHED);
 
@@ -247,7 +248,7 @@ fn try_tc(ctx: &TcContext, has_eth: bool, dir: u8) -> Result<(), ()> {
     // for TC. `cap` is in 1..=PACKET_DATA_BUF, the size of `data`.
     unsafe {
         (*ev).hdr = PacketHeader {
-            kind: EVENT_PACKET,
+            kind: EventKind::Packet as u32,
             cpu: bpf_get_smp_processor_id(),
             ts_ns: bpf_ktime_get_boot_ns(),
             netns_cookie: read_volatile(&NETNS_COOKIE),
@@ -256,7 +257,7 @@ fn try_tc(ctx: &TcContext, has_eth: bool, dir: u8) -> Result<(), ()> {
             cap_len: cap,
             vlan_tci,
             dir,
-            l3: t.l3,
+            _reserved: 0,
         };
         let ret = bpf_skb_load_bytes(
             skb as *const c_void,
@@ -491,12 +492,12 @@ fn try_kfree_skb(ctx: &BtfTracePointContext, reason: u32) -> Result<(), ()> {
             return Ok(());
         };
         let ev = entry.as_mut_ptr();
-        (*ev).kind = EVENT_DROP;
+        (*ev).kind = EventKind::Drop as u32;
         (*ev).cpu = bpf_get_smp_processor_id();
         (*ev).ts_ns = bpf_ktime_get_boot_ns();
         (*ev).location = location;
         (*ev).reason = reason;
-        (*ev).l3 = t.l3;
+        (*ev)._reserved = 0;
         (*ev).confirm_failed = 0;
         (*ev)._pad = 0;
         // A failed confirm of this skb in the last second (the kprobe pair, where loaded).

@@ -5,12 +5,14 @@
 use core::mem::size_of;
 
 use aya_ebpf::{helpers::bpf_probe_read_kernel, programs::TcContext};
-use tracer_common::{FragKey, IPPROTO_TCP, IPPROTO_UDP, L3_IPV4, L3_IPV6};
-
-pub const ETH_P_IP: u16 = 0x0800;
-pub const ETH_P_IPV6: u16 = 0x86dd;
-const ETH_P_8021Q: u16 = 0x8100;
-const ETH_P_8021AD: u16 = 0x88a8;
+use tracer_common::{
+    proto::{
+        ETH_P_8021AD, ETH_P_8021Q, ETH_P_IP, ETH_P_IPV6, IPPROTO_DSTOPTS, IPPROTO_FRAGMENT,
+        IPPROTO_HOPOPTS, IPPROTO_ROUTING, IPPROTO_TCP, IPPROTO_UDP, IPV4_MIN_HEADER_LEN,
+        IPV6_HEADER_LEN,
+    },
+    FragKey, L3_IPV4, L3_IPV6,
+};
 
 /// Bounds-checked reads of packet bytes at an offset.
 pub trait PacketRead {
@@ -170,7 +172,7 @@ pub fn ethertype_of_version(first_byte: u8) -> u16 {
 fn ipv4<P: PacketRead>(p: &P, off: usize) -> Result<Option<Network>, ()> {
     let vihl = p.ptr_at::<u8>(off)?;
     let ihl = ((vihl & 0x0f) as usize) * 4;
-    if vihl >> 4 != 4 || ihl < 20 {
+    if vihl >> 4 != 4 || ihl < IPV4_MIN_HEADER_LEN {
         return Err(());
     }
     // Identification, then flags (MF = 0x2000) and the 13-bit fragment offset.
@@ -196,7 +198,7 @@ fn ipv4<P: PacketRead>(p: &P, off: usize) -> Result<Option<Network>, ()> {
 #[inline(always)]
 fn ipv6<P: PacketRead>(p: &P, off: usize) -> Result<Option<Network>, ()> {
     let mut nh = p.ptr_at::<u8>(off + 6)?;
-    let mut l4 = off + 40;
+    let mut l4 = off + IPV6_HEADER_LEN;
     let mut frag = FRAG_NONE;
     let mut frag_id = 0u32;
     let mut i = 0;
@@ -204,14 +206,14 @@ fn ipv6<P: PacketRead>(p: &P, off: usize) -> Result<Option<Network>, ()> {
         match nh {
             // hop-by-hop, routing, destination options: length in 8-octet units, not
             // counting the first 8
-            0 | 43 | 60 => {
+            IPPROTO_HOPOPTS | IPPROTO_ROUTING | IPPROTO_DSTOPTS => {
                 let hdr = p.ptr_at::<[u8; 2]>(l4)?;
                 nh = hdr[0];
                 l4 += (hdr[1] as usize + 1) * 8;
             }
             // fragment header (RFC 8200 §4.5): next header, reserved, offset (13 bits) |
             // res | M, identification; only the first fragment has the transport header
-            44 => {
+            IPPROTO_FRAGMENT => {
                 let hdr = p.ptr_at::<[u8; 8]>(l4)?;
                 let off_m = u16::from_be_bytes([hdr[2], hdr[3]]);
                 frag_id = u32::from_be_bytes([hdr[4], hdr[5], hdr[6], hdr[7]]);

@@ -18,7 +18,7 @@ use crate::{
     output::{
         filter::Filter, record::StatsRecord, text::TextSink, Format, JsonSink, Record, Sink, View,
     },
-    pipeline::{Pipeline, PipelineConfig},
+    pipeline::{Pipeline, PipelineConfig, TICK_NS},
     source::file::{CaptureFormat, FileError, FileProgress, FileSource, LinkSkips},
     time::Clock,
 };
@@ -50,9 +50,6 @@ pub struct AnalyzeOptions {
     /// What is written (`--name`, `--failures`, …); every stage still sees everything.
     pub filter: Filter,
 }
-
-/// How often (in capture time) the correlate stage reports finished transactions.
-const TICK_NS: u64 = 50_000_000;
 
 /// Packets read from the file that did not reach the decoder, by reason.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

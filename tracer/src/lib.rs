@@ -18,3 +18,5 @@ pub mod trace;
 
 #[cfg(test)]
 mod layering;
+#[cfg(test)]
+mod test_support;

@@ -13,6 +13,12 @@ use crate::{
     time::Clock,
 };
 
+/// How often every mode calls [`Pipeline::tick`]: in wall time live (`trace`, the agent),
+/// in capture time reading a file (`analyze`).
+pub const TICK_NS: u64 = 50_000_000;
+/// [`TICK_NS`] as a [`std::time::Duration`].
+pub const TICK: std::time::Duration = std::time::Duration::from_nanos(TICK_NS);
+
 #[derive(Clone, Copy, Debug)]
 pub struct PipelineConfig {
     /// Run the correlate and detect stages (transactions, loops, races). Without them only

@@ -10,6 +10,7 @@
 //!                        run (in VMs) and on the host
 //!   cargo xtask bench    setup (and tshark), build, time `dnspath analyze` against tshark,
 //!                        then dnspath live (CPU per query, loss, bpf_stats) and in a storm
+use lab::tracer::is_root;
 use std::{
     env,
     path::{Path, PathBuf},
@@ -142,10 +143,6 @@ fn missing_packages(packages: &[&'static str]) -> Vec<&'static str> {
         .collect()
 }
 
-fn is_root() -> bool {
-    output_ok(Command::new("id").arg("-u")).is_some_and(|s| s.trim() == "0")
-}
-
 /// Installs those of `packages` that are missing (apt-get, through sudo unless root).
 fn install_packages(packages: &[&'static str]) -> Result<()> {
     let missing = missing_packages(packages);
@@ -208,7 +205,14 @@ pub fn build_release() -> Result<PathBuf> {
 
 fn test(extra: &[String]) -> Result<()> {
     if !is_root() {
-        eprintln!("xtask: not root: lab and eBPF tests will report themselves skipped");
+        if lab::tracer::skip_root_tests() {
+            eprintln!("xtask: not root: lab and eBPF tests will report themselves skipped");
+        } else {
+            eprintln!(
+                "xtask: not root: lab and eBPF tests will fail; run as root, or set \
+                 DNSPATH_SKIP_ROOT_TESTS=1 to skip them"
+            );
+        }
     }
     // The binary under test must exist before the integration tests spawn it.
     let bin = build_release()?;

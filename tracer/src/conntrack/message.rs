@@ -9,6 +9,7 @@ use netlink_packet_netfilter::{
     conntrack::{ConntrackAttribute, ConntrackMessage, IPTuple, ProtoTuple, Tuple},
     NetfilterHeader, NetfilterMessage, NetfilterMessageInner, NetfilterProtoFamily,
 };
+use tracer_common::proto::{IPPROTO_TCP, IPPROTO_UDP};
 
 use super::ConntrackError;
 use crate::event::{CtChange, CtCpuStats, CtFlow};
@@ -18,8 +19,6 @@ use crate::event::{CtChange, CtCpuStats, CtFlow};
 pub(crate) const IPCTNL_MSG_CT_GET_STATS_CPU: u8 = 4;
 /// `enum ctattr_type`: `CTA_ZONE`, a big-endian u16.
 const CTA_ZONE: u16 = 18;
-const IPPROTO_TCP: u8 = 6;
-const IPPROTO_UDP: u8 = 17;
 /// `NLMSG_ALIGNTO`: messages in one datagram start on 4-byte boundaries.
 const NLMSG_ALIGN: usize = 4;
 

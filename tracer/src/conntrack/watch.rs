@@ -441,8 +441,7 @@ mod tests {
 
     #[test]
     fn watcher_sees_own_namespace_dump() {
-        if nix::unistd::geteuid().as_raw() != 0 {
-            eprintln!("skipped: needs root (CAP_NET_ADMIN for ctnetlink)");
+        if !crate::test_support::root_or_skip("CAP_NET_ADMIN for ctnetlink") {
             return;
         }
         let mut w = ConntrackWatcher::open(0, &[]).unwrap();

@@ -322,7 +322,7 @@ impl Correlator {
             return None;
         }
         let role = match &latest.response {
-            Some(r) if r.tc && o.proto == tracer_common::IPPROTO_TCP => LegRole::TcpFallback,
+            Some(r) if r.tc && o.proto == tracer_common::proto::IPPROTO_TCP => LegRole::TcpFallback,
             Some(_) => return None,
             None if latest.client == client || o.ts_ns - latest.first_ts >= retry_min_ns => {
                 LegRole::Retry

@@ -3,7 +3,7 @@
 //!
 //! A loop is reported once when its cycle closes (`detected`), then at most once a second
 //! while it lasts (`ongoing`), and once more when the question has not been seen for
-//! [`LOOP_END_NS`] (`ended`). Reports are keyed by question and cycle, so a loop that keeps
+//! [`CorrelateConfig::loop_end_ns`] (`ended`). Reports are keyed by question and cycle, so a loop that keeps
 //! re-forming (its transaction evicted, a new client query entering it) stays one report.
 use std::collections::{BTreeSet, HashMap};
 
@@ -11,11 +11,8 @@ use serde::Serialize;
 
 use crate::{correlate::record::QuestionRecord, decode::record::PodRef, time::Clock};
 
-use super::QKey;
+use super::{CorrelateConfig, QKey};
 
-/// Quiet time after which a loop counts as ended.
-pub const LOOP_END_NS: u64 = 2_000_000_000;
-const UPDATE_EVERY_NS: u64 = 1_000_000_000;
 /// Amplification: forwards of one question by one server per second, at least …
 const STORM_MIN_PER_SEC: u64 = 200;
 /// … and this many times the rate at which clients ask it.
@@ -116,6 +113,9 @@ struct Tracked {
 /// Loop reports by (question, cycle servers).
 pub struct LoopTracker {
     clock: Clock,
+    /// [`CorrelateConfig::loop_end_ns`] and [`CorrelateConfig::loop_update_ns`].
+    end_ns: u64,
+    update_ns: u64,
     loops: HashMap<(QKey, Vec<String>), Tracked>,
     /// Which report a question's packets count towards.
     by_question: HashMap<QKey, (QKey, Vec<String>)>,
@@ -159,9 +159,11 @@ fn zone_of(name: &str) -> String {
 }
 
 impl LoopTracker {
-    pub fn new(clock: Clock) -> Self {
+    pub fn new(clock: Clock, cfg: &CorrelateConfig) -> Self {
         Self {
             clock,
+            end_ns: cfg.loop_end_ns,
+            update_ns: cfg.loop_update_ns,
             loops: HashMap::new(),
             by_question: HashMap::new(),
             forwards: HashMap::new(),
@@ -386,7 +388,7 @@ impl LoopTracker {
     pub(super) fn tick(&mut self, now: u64, all: bool) {
         let mut gone = Vec::new();
         for (key, t) in self.loops.iter_mut() {
-            if all || now >= t.rec.last_seen_ns.max(t.rec.first_seen_ns) + LOOP_END_NS {
+            if all || now >= t.rec.last_seen_ns.max(t.rec.first_seen_ns) + self.end_ns {
                 t.rec.state = LoopState::Ended;
                 t.rec.ts_ns = now;
                 t.rec.time = self.clock.wall(now);
@@ -394,7 +396,7 @@ impl LoopTracker {
                 self.out.push(t.rec.clone());
                 self.stats.ended += 1;
                 gone.push(key.clone());
-            } else if t.dirty && now >= t.last_report + UPDATE_EVERY_NS {
+            } else if t.dirty && now >= t.last_report + self.update_ns {
                 t.rec.state = LoopState::Ongoing;
                 t.rec.ts_ns = now;
                 t.rec.time = self.clock.wall(now);
@@ -428,7 +430,7 @@ mod tests {
 
     #[test]
     fn client_questions_of_distinct_names_are_forgotten_once_stale() {
-        let mut t = LoopTracker::new(Clock::boot());
+        let mut t = LoopTracker::new(Clock::boot(), &CorrelateConfig::default());
         // 1,000 distinct questions a second for 200 s: only the last seconds' are kept.
         for i in 0..200_000u64 {
             t.client_ask(&q(i), i * 1_000_000);
@@ -441,7 +443,7 @@ mod tests {
 
     #[test]
     fn a_rate_above_the_sweep_size_keeps_sweeping_in_o1() {
-        let mut t = LoopTracker::new(Clock::boot());
+        let mut t = LoopTracker::new(Clock::boot(), &CorrelateConfig::default());
         // 100,000 a second: 200,000 questions are current at any time.
         for i in 0..600_000u64 {
             t.client_ask(&q(i), i * 10_000);

@@ -85,6 +85,14 @@ pub struct CorrelateConfig {
     /// every 200 ms), and how often it looks again meanwhile.
     pub counters_wait_ns: u64,
     pub counters_poll_ns: u64,
+    /// How long after a response was seen on the way a root leg waits for it at its
+    /// client's interface before it is reported: a fragmented answer missing a fragment
+    /// there is known only after the reassembly timeout (2 s).
+    pub answer_grace_ns: u64,
+    /// Quiet time after which a forwarding loop counts as ended.
+    pub loop_end_ns: u64,
+    /// A loop that lasts is reported again at most this often (`ongoing`).
+    pub loop_update_ns: u64,
     pub max_legs: usize,
     pub max_ct_entries: usize,
     pub max_hops_per_leg: usize,
@@ -106,6 +114,9 @@ impl Default for CorrelateConfig {
             pair_window_ns: 100_000_000,
             counters_wait_ns: 2_000_000_000,
             counters_poll_ns: 100_000_000,
+            answer_grace_ns: 2_500_000_000,
+            loop_end_ns: 2_000_000_000,
+            loop_update_ns: 1_000_000_000,
             max_legs: 65_536,
             max_ct_entries: 262_144,
             max_hops_per_leg: 64,
@@ -201,7 +212,7 @@ impl Correlator {
             lookups: HashMap::new(),
             next_id: 1,
             stats: CorrelateStats::default(),
-            loops: LoopTracker::new(clock),
+            loops: LoopTracker::new(clock, &cfg),
             ct_samples: CtSamples::default(),
             recent: HashMap::new(),
             recent_order: VecDeque::new(),

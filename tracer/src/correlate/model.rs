@@ -137,11 +137,6 @@ pub(super) struct Leg {
     pub(super) cut_short: bool,
 }
 
-/// How long after a response was seen on the way a root leg waits for it at its client's
-/// interface before it is reported: a fragmented answer missing a fragment there is known
-/// only after the reassembly timeout (2 s).
-const ANSWER_GRACE_NS: u64 = 2_500_000_000;
-
 impl Leg {
     pub(super) fn closed(&self) -> bool {
         self.response.is_some() || self.timed_out || self.cut_short
@@ -163,11 +158,14 @@ impl Leg {
     }
 
     /// A root leg whose response has not reached the client yet: until when to wait for it
-    /// (or for news of its loss).
-    pub(super) fn awaiting_answer_until(&self) -> Option<u64> {
+    /// (or for news of its loss), `grace_ns` ([`CorrelateConfig::answer_grace_ns`]) after it
+    /// was seen on the way.
+    ///
+    /// [`CorrelateConfig::answer_grace_ns`]: super::CorrelateConfig::answer_grace_ns
+    pub(super) fn awaiting_answer_until(&self, grace_ns: u64) -> Option<u64> {
         match &self.response {
             Some(r) if self.parent.is_none() && self.drop.is_none() && !self.reached_client() => {
-                Some(r.ts_ns + ANSWER_GRACE_NS)
+                Some(r.ts_ns + grace_ns)
             }
             _ => None,
         }

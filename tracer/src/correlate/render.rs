@@ -127,7 +127,6 @@ impl Correlator {
             .filter_map(|id| self.legs.get(id))
             .cloned()
             .collect();
-        let Some(root) = legs.first() else { return };
         let retry = legs
             .iter()
             .filter(|l| l.parent.is_none() && l.role == LegRole::Retry)
@@ -237,7 +236,6 @@ impl Correlator {
                 summary,
             });
         }
-        let _ = root;
     }
 
     /// The earliest time a transaction that is not done yet could be, unless something new
@@ -263,7 +261,9 @@ impl Correlator {
         if let Some(r) = last_root.filter(|r| r.response.is_none()) {
             next = next.max(r.first_ts + self.cfg.timeout_ns + self.cfg.retry_grace_ns);
         }
-        if let Some(until) = last_root.and_then(Leg::awaiting_answer_until) {
+        if let Some(until) =
+            last_root.and_then(|l| l.awaiting_answer_until(self.cfg.answer_grace_ns))
+        {
             next = next.max(until);
         }
         next.max(now + 1)
@@ -288,7 +288,7 @@ impl Correlator {
         }
         if legs
             .iter()
-            .filter_map(|l| l.awaiting_answer_until())
+            .filter_map(|l| l.awaiting_answer_until(self.cfg.answer_grace_ns))
             .any(|until| now < until)
         {
             return false;
@@ -353,7 +353,7 @@ impl Correlator {
                     id: l.id,
                     parent: l.parent.and_then(index_of),
                     role: l.role,
-                    proto: if l.key.proto == tracer_common::IPPROTO_TCP {
+                    proto: if l.key.proto == tracer_common::proto::IPPROTO_TCP {
                         "tcp"
                     } else {
                         "udp"

@@ -3,6 +3,8 @@
 //! counters that account for every packet, and typed observations for the correlate stage.
 use std::{collections::HashMap, net::SocketAddr};
 
+use tracer_common::proto::{IPPROTO_TCP, IPPROTO_UDP};
+
 use crate::{
     conntrack::CtStatus,
     decode::{
@@ -308,7 +310,7 @@ impl Decoder {
                         SocketAddr::new(ip.src, sport),
                         SocketAddr::new(ip.dst, dport),
                     );
-                    endpoints = Some((tracer_common::IPPROTO_UDP, src, dst));
+                    endpoints = Some((IPPROTO_UDP, src, dst));
                     r.proto = "udp";
                     r.src = src.to_string();
                     r.dst = dst.to_string();
@@ -340,7 +342,7 @@ impl Decoder {
                         SocketAddr::new(ip.src, sport),
                         SocketAddr::new(ip.dst, dport),
                     );
-                    endpoints = Some((tracer_common::IPPROTO_TCP, src, dst));
+                    endpoints = Some((IPPROTO_TCP, src, dst));
                     r.proto = "tcp";
                     r.src = src.to_string();
                     r.dst = dst.to_string();
@@ -367,8 +369,8 @@ impl Decoder {
                 Transport::Other { proto } => match self.frag.first_fragment_of(&d.data, d.ts_ns) {
                     Some(first) => {
                         r.proto = match proto {
-                            tracer_common::IPPROTO_TCP => "tcp",
-                            tracer_common::IPPROTO_UDP => "udp",
+                            IPPROTO_TCP => "tcp",
+                            IPPROTO_UDP => "udp",
                             _ => "ip",
                         };
                         let (src, dst) = (
@@ -432,6 +434,8 @@ impl Decoder {
         let t = self.tcp.stats();
         s.tcp_flows_evicted = t.flows_evicted;
         s.tcp_bytes_dropped = t.bytes_dropped;
+        s.tcp_gaps = t.gaps;
+        s.tcp_cut = t.cut;
         let f = self.frag.stats();
         s.fragments_merged = f.merged;
         s.fragments_incomplete = f.incomplete;
@@ -714,6 +718,43 @@ mod tests {
         let s = d.stats();
         assert_eq!((s.decoded, s.malformed, s.capture_truncated), (0, 0, 1));
         assert_eq!(s.tcp_bytes_dropped, 0);
+    }
+
+    /// What the TCP reassembler gave up on reaches the stats: a message cut by the capture
+    /// and a hole in a stream.
+    #[test]
+    fn tcp_cuts_and_gaps_reach_the_stats() {
+        let msg = txt_response();
+        let mut framed = (msg.len() as u16).to_be_bytes().to_vec();
+        framed.extend_from_slice(&msg);
+        let mut d = decoder();
+        let pkt = tcp(1000, &framed);
+        feed(&mut d, &pkt, 40 + 300, pkt.len());
+        let s = d.stats();
+        assert_eq!((s.tcp_cut, s.tcp_gaps), (1, 0));
+        // Another flow: its first 100 bytes, then a segment 50 bytes further on, then the
+        // end of input with the hole still open.
+        let mut d = decoder();
+        let mut out: Vec<Record> = Vec::new();
+        for (i, (seq, range)) in [(5000u32, 0..100), (5150, 150..framed.len())]
+            .into_iter()
+            .enumerate()
+        {
+            let pkt = tcp(seq, &framed[range]);
+            d.on_event(captured(i as u64 + 1, &pkt, pkt.len()), &mut out);
+        }
+        d.finish(10, &mut out);
+        let s = d.stats();
+        assert_eq!((s.tcp_cut, s.tcp_gaps), (0, 1));
+        assert!(s.tcp_bytes_dropped > 0, "{s:?}");
+        let json = serde_json::to_value(Record::Stats(crate::output::record::StatsRecord::new(
+            s, None,
+        )))
+        .unwrap();
+        assert_eq!(
+            (json["tcp_gaps"].as_u64(), json["tcp_cut"].as_u64()),
+            (Some(1), Some(0))
+        );
     }
 
     #[test]

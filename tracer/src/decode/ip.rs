@@ -5,17 +5,10 @@
 //! [`IpPacket::truncated`] (payload incomplete). Nothing here allocates.
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
-const IPV4_MIN_HEADER: usize = 20;
-const IPV6_HEADER: usize = 40;
-const UDP_HEADER: usize = 8;
-const TCP_MIN_HEADER: usize = 20;
-
-const PROTO_HOPOPTS: u8 = 0;
-const PROTO_TCP: u8 = 6;
-const PROTO_UDP: u8 = 17;
-const PROTO_ROUTING: u8 = 43;
-const PROTO_FRAGMENT: u8 = 44;
-const PROTO_DSTOPTS: u8 = 60;
+use tracer_common::proto::{
+    IPPROTO_DSTOPTS, IPPROTO_FRAGMENT, IPPROTO_HOPOPTS, IPPROTO_ROUTING, IPPROTO_TCP, IPPROTO_UDP,
+    IPV4_MIN_HEADER_LEN, IPV6_HEADER_LEN, TCP_MIN_HEADER_LEN, UDP_HEADER_LEN,
+};
 
 /// Real stacks send at most a handful of extension headers; a long chain is either an
 /// attack or garbage, and bounding it keeps the walk O(1).
@@ -90,14 +83,14 @@ pub fn parse_ip(data: &[u8]) -> Result<IpPacket<'_>, IpError> {
 }
 
 fn parse_ipv4(data: &[u8]) -> Result<IpPacket<'_>, IpError> {
-    let h: &[u8; IPV4_MIN_HEADER] = array_at(data, 0).ok_or(IpError::TooShort {
+    let h: &[u8; IPV4_MIN_HEADER_LEN] = array_at(data, 0).ok_or(IpError::TooShort {
         layer: "IPv4",
-        need: IPV4_MIN_HEADER,
+        need: IPV4_MIN_HEADER_LEN,
         have: data.len(),
     })?;
     let ihl_words = h[0] & 0x0f;
     let ihl = usize::from(ihl_words) * 4;
-    if ihl < IPV4_MIN_HEADER {
+    if ihl < IPV4_MIN_HEADER_LEN {
         return Err(IpError::BadIhl(ihl_words));
     }
     if data.len() < ihl {
@@ -146,9 +139,9 @@ fn parse_ipv4(data: &[u8]) -> Result<IpPacket<'_>, IpError> {
 }
 
 fn parse_ipv6(data: &[u8]) -> Result<IpPacket<'_>, IpError> {
-    let h: &[u8; IPV6_HEADER] = array_at(data, 0).ok_or(IpError::TooShort {
+    let h: &[u8; IPV6_HEADER_LEN] = array_at(data, 0).ok_or(IpError::TooShort {
         layer: "IPv6",
-        need: IPV6_HEADER,
+        need: IPV6_HEADER_LEN,
         have: data.len(),
     })?;
     let payload_len = usize::from(u16::from_be_bytes([h[4], h[5]]));
@@ -156,7 +149,7 @@ fn parse_ipv6(data: &[u8]) -> Result<IpPacket<'_>, IpError> {
     let declared_end = if payload_len == 0 {
         data.len()
     } else {
-        IPV6_HEADER.saturating_add(payload_len)
+        IPV6_HEADER_LEN.saturating_add(payload_len)
     };
     let mut src = [0u8; 16];
     let mut dst = [0u8; 16];
@@ -166,14 +159,14 @@ fn parse_ipv6(data: &[u8]) -> Result<IpPacket<'_>, IpError> {
     let dst = IpAddr::V6(Ipv6Addr::from(dst));
     let end = declared_end.min(data.len());
     let ip_truncated = data.len() < declared_end;
-    let body = data.get(IPV6_HEADER..end).unwrap_or_default();
+    let body = data.get(IPV6_HEADER_LEN..end).unwrap_or_default();
 
     let mut next = h[6];
     let mut offset = 0usize;
     let mut seen = 0usize;
     loop {
         match next {
-            PROTO_HOPOPTS | PROTO_ROUTING | PROTO_DSTOPTS => {
+            IPPROTO_HOPOPTS | IPPROTO_ROUTING | IPPROTO_DSTOPTS => {
                 let ext: &[u8; 2] = array_at(body, offset).ok_or(IpError::TooShort {
                     layer: "IPv6 extension",
                     need: offset.saturating_add(2),
@@ -192,7 +185,7 @@ fn parse_ipv6(data: &[u8]) -> Result<IpPacket<'_>, IpError> {
                 next = ext[0];
                 offset = ext_end;
             }
-            PROTO_FRAGMENT => {
+            IPPROTO_FRAGMENT => {
                 let frag: &[u8; 8] = array_at(body, offset).ok_or(IpError::TooShort {
                     layer: "IPv6 fragment",
                     need: offset.saturating_add(8),
@@ -233,17 +226,17 @@ fn parse_ipv6(data: &[u8]) -> Result<IpPacket<'_>, IpError> {
 /// than `segment` holds that field promises.
 fn parse_transport(proto: u8, segment: &[u8]) -> Result<(Transport<'_>, Option<usize>), IpError> {
     match proto {
-        PROTO_UDP => {
-            let h: &[u8; UDP_HEADER] = array_at(segment, 0).ok_or(IpError::TooShort {
+        IPPROTO_UDP => {
+            let h: &[u8; UDP_HEADER_LEN] = array_at(segment, 0).ok_or(IpError::TooShort {
                 layer: "UDP",
-                need: UDP_HEADER,
+                need: UDP_HEADER_LEN,
                 have: segment.len(),
             })?;
             let ulen = u16::from_be_bytes([h[4], h[5]]);
             // Length 0 is legal only for IPv6 jumbograms (RFC 2675 §4); take what was captured.
             let declared = match ulen {
                 0 => None,
-                n if usize::from(n) < UDP_HEADER => return Err(IpError::BadUdpLength(n)),
+                n if usize::from(n) < UDP_HEADER_LEN => return Err(IpError::BadUdpLength(n)),
                 n => Some(usize::from(n)),
             };
             let declared_end = declared.unwrap_or(segment.len());
@@ -252,20 +245,20 @@ fn parse_transport(proto: u8, segment: &[u8]) -> Result<(Transport<'_>, Option<u
                 Transport::Udp {
                     sport: u16::from_be_bytes([h[0], h[1]]),
                     dport: u16::from_be_bytes([h[2], h[3]]),
-                    payload: segment.get(UDP_HEADER..end).unwrap_or_default(),
+                    payload: segment.get(UDP_HEADER_LEN..end).unwrap_or_default(),
                 },
                 declared.map(|end| end.saturating_sub(segment.len())),
             ))
         }
-        PROTO_TCP => {
-            let h: &[u8; TCP_MIN_HEADER] = array_at(segment, 0).ok_or(IpError::TooShort {
+        IPPROTO_TCP => {
+            let h: &[u8; TCP_MIN_HEADER_LEN] = array_at(segment, 0).ok_or(IpError::TooShort {
                 layer: "TCP",
-                need: TCP_MIN_HEADER,
+                need: TCP_MIN_HEADER_LEN,
                 have: segment.len(),
             })?;
             let doff_words = h[12] >> 4;
             let doff = usize::from(doff_words) * 4;
-            if doff < TCP_MIN_HEADER {
+            if doff < TCP_MIN_HEADER_LEN {
                 return Err(IpError::BadDataOffset(doff_words));
             }
             let payload = segment.get(doff..).ok_or(IpError::TooShort {

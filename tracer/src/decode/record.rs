@@ -1,6 +1,7 @@
 //! What the decode stage reports: packet, drop and fragment-loss records (written as they
 //! are by the sinks; field by field in docs/output.md).
 use serde::Serialize;
+use tracer_common::proto::{IPPROTO_TCP, IPPROTO_UDP};
 
 use crate::{
     decode::dns::DnsMessage,
@@ -168,8 +169,8 @@ impl FragmentLossRecord {
     ) -> Self {
         let numbers = l.fragment_numbers();
         let proto = match l.key.proto {
-            17 => "udp".to_string(),
-            6 => "tcp".to_string(),
+            IPPROTO_UDP => "udp".to_string(),
+            IPPROTO_TCP => "tcp".to_string(),
             n => format!("proto {n}"),
         };
         let what = match &l.dns {
@@ -334,6 +335,10 @@ pub struct DecodeStats {
     pub shed: u64,
     pub tcp_flows_evicted: u64,
     pub tcp_bytes_dropped: u64,
+    /// Holes in TCP streams given up on (a segment lost or not captured).
+    pub tcp_gaps: u64,
+    /// TCP messages the capture (snaplen) cut inside a segment.
+    pub tcp_cut: u64,
     pub fragments_merged: u64,
     pub fragments_incomplete: u64,
     pub fragments_pending: u64,

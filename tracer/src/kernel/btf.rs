@@ -109,7 +109,6 @@ impl KernelBtf {
             skb_head: self.offset("sk_buff", "head")?,
             skb_data: self.offset("sk_buff", "data")?,
             skb_network_header: self.offset("sk_buff", "network_header")?,
-            skb_transport_header: self.offset("sk_buff", "transport_header")?,
             skb_dev: self.offset("sk_buff", "dev")?,
             skb_sk: self.offset("sk_buff", "sk")?,
             skb_tail: self.offset("sk_buff", "tail")?,

@@ -36,6 +36,14 @@ pub enum KernelError {
     NoSuchInterface(String),
     #[error("network namespace: {0}")]
     Netns(String),
+    /// Entering a network namespace was refused (EPERM/EACCES from `open` or `setns(2)`
+    /// of its file): a capability is missing, not the namespace.
+    #[error("{op} {}: {errno}: entering another network namespace needs CAP_SYS_ADMIN", path.display())]
+    NetnsPermission {
+        op: &'static str,
+        path: PathBuf,
+        errno: nix::errno::Errno,
+    },
     #[error("netlink: {0}")]
     Netlink(String),
     #[error("eBPF: {0}")]

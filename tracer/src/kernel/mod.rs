@@ -616,8 +616,7 @@ mod tests {
     /// Loads every program through the verifier and reads the counters back.
     #[test]
     fn programs_pass_the_verifier() {
-        if nix::unistd::geteuid().as_raw() != 0 {
-            eprintln!("skipped: needs root");
+        if !crate::test_support::root_or_skip("loading eBPF programs") {
             return;
         }
         let probes = Probes::load(&ProbeOptions {

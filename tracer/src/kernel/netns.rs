@@ -177,23 +177,33 @@ pub fn with_netns<T>(
     f: impl FnOnce() -> Result<T, KernelError>,
 ) -> Result<T, KernelError> {
     let original = File::open("/proc/thread-self/ns/net")?;
-    let target =
-        File::open(path).map_err(|e| KernelError::Netns(format!("{}: {e}", path.display())))?;
+    let target = File::open(path).map_err(|e| {
+        refused("open", path, e.raw_os_error())
+            .unwrap_or_else(|| KernelError::Netns(format!("{}: {e}", path.display())))
+    })?;
     setns(target.as_fd(), CloneFlags::CLONE_NEWNET).map_err(|e| {
-        KernelError::Netns(if e == nix::errno::Errno::EPERM {
-            format!(
-                "setns {}: EPERM: entering another network namespace needs CAP_SYS_ADMIN",
-                path.display()
-            )
-        } else {
-            format!("setns {}: {e}", path.display())
-        })
+        refused("setns", path, Some(e as i32))
+            .unwrap_or_else(|| KernelError::Netns(format!("setns {}: {e}", path.display())))
     })?;
     drop(target);
     let result = f();
     setns(original.as_fd(), CloneFlags::CLONE_NEWNET)
         .map_err(|e| KernelError::Netns(format!("cannot return to own netns: {e}")))?;
     result
+}
+
+/// What an `op` (`open`, `setns`) on the namespace at `path` failing with `errno` means
+/// when that is EPERM or EACCES: the capability to enter it is missing
+/// ([`KernelError::NetnsPermission`]); `None` for any other failure.
+fn refused(op: &'static str, path: &Path, errno: Option<i32>) -> Option<KernelError> {
+    match errno {
+        Some(e @ (libc::EPERM | libc::EACCES)) => Some(KernelError::NetnsPermission {
+            op,
+            path: path.to_path_buf(),
+            errno: nix::errno::Errno::from_raw(e),
+        }),
+        _ => None,
+    }
 }
 
 /// How namespaces are identified on this kernel.
@@ -346,5 +356,32 @@ mod tests {
         let own = own_netns().unwrap();
         let cookie = with_netns(&own.path, current_netns_cookie).unwrap();
         assert_eq!(cookie, current_netns_cookie().unwrap());
+    }
+
+    #[test]
+    fn refused_entry_is_a_permission_error() {
+        let path = Path::new("/run/netns/x");
+        for (op, errno) in [("setns", libc::EPERM), ("open", libc::EACCES)] {
+            match refused(op, path, Some(errno)) {
+                Some(KernelError::NetnsPermission {
+                    op: o,
+                    path: p,
+                    errno: e,
+                }) => {
+                    assert_eq!((o, p.as_path(), e as i32), (op, path, errno));
+                }
+                other => panic!("{op} {errno}: {other:?}"),
+            }
+        }
+        let e = refused("setns", path, Some(libc::EPERM)).unwrap();
+        assert_eq!(
+            e.to_string(),
+            "setns /run/netns/x: EPERM: Operation not permitted: entering another network \
+             namespace needs CAP_SYS_ADMIN"
+        );
+        // Anything else is about the namespace, not the capability.
+        assert!(refused("setns", path, Some(libc::EINVAL)).is_none());
+        assert!(refused("open", path, Some(libc::ENOENT)).is_none());
+        assert!(refused("open", path, None).is_none());
     }
 }

@@ -19,6 +19,7 @@ use std::{
 };
 
 use serde::Serialize;
+use tracer_common::proto::{IPPROTO_TCP, IPPROTO_UDP};
 
 use crate::{
     correlate::{
@@ -388,13 +389,13 @@ pub fn packet_id(data: &[u8]) -> u64 {
     }
     match parse_ip(data) {
         Ok(ip) => match ip.transport {
-            Transport::Udp { payload, .. } => (17u8, payload).hash(&mut h),
+            Transport::Udp { payload, .. } => (IPPROTO_UDP, payload).hash(&mut h),
             Transport::Tcp {
                 seq,
                 flags,
                 payload,
                 ..
-            } => (6u8, seq, flags, payload).hash(&mut h),
+            } => (IPPROTO_TCP, seq, flags, payload).hash(&mut h),
             Transport::Other { proto } => (proto, data.get(20..)).hash(&mut h),
         },
         Err(_) => data.hash(&mut h),

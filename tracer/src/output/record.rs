@@ -78,6 +78,11 @@ pub struct StatsRecord {
     pub shed: u64,
     pub tcp_flows_evicted: u64,
     pub tcp_bytes_dropped: u64,
+    /// Holes in TCP streams given up on (a segment lost or not captured): their held bytes
+    /// are in `tcp_bytes_dropped`, each is a `malformed` record.
+    pub tcp_gaps: u64,
+    /// TCP messages the capture (snaplen) cut inside a segment, decoded as far as they go.
+    pub tcp_cut: u64,
     /// Live: packet records decided after `--count` was reached (in the batch of the stop):
     /// decoded and counted above, not written.
     pub not_written: u64,
@@ -150,6 +155,8 @@ impl StatsRecord {
             shed,
             tcp_flows_evicted,
             tcp_bytes_dropped,
+            tcp_gaps,
+            tcp_cut,
             fragments_merged,
             fragments_incomplete,
             fragments_pending,
@@ -177,6 +184,8 @@ impl StatsRecord {
             shed,
             tcp_flows_evicted,
             tcp_bytes_dropped,
+            tcp_gaps,
+            tcp_cut,
             // Set by a live run when it ends.
             not_written: 0,
             unread: 0,

@@ -115,13 +115,12 @@ impl LiveSource {
 mod tests {
     use super::*;
     use tracer_common::{
-        DropEvent, PacketHeader, RecordError, EVENT_DROP, EVENT_PACKET, MAX_DROP_DATA,
-        PACKET_HEADER_LEN,
+        Dir, DropEvent, EventKind, PacketHeader, RecordError, MAX_DROP_DATA, PACKET_HEADER_LEN,
     };
 
     fn packet_record(dir: u8, cap_len: u32, data: &[u8]) -> Vec<u8> {
         let hdr = PacketHeader {
-            kind: EVENT_PACKET,
+            kind: EventKind::Packet as u32,
             cpu: 1,
             ts_ns: 5,
             netns_cookie: 9,
@@ -130,7 +129,7 @@ mod tests {
             cap_len,
             vlan_tci: 0x2007,
             dir,
-            l3: 4,
+            _reserved: 0,
         };
         // SAFETY: PacketHeader is plain old data without padding.
         let bytes = unsafe {
@@ -146,7 +145,9 @@ mod tests {
 
     #[test]
     fn packet_records_decode_with_their_direction_and_captured_bytes() {
-        let SourceEvent::Packet(p) = parse_record(&packet_record(1, 3, &[1, 2, 3, 4])) else {
+        let SourceEvent::Packet(p) =
+            parse_record(&packet_record(Dir::Egress as u8, 3, &[1, 2, 3, 4]))
+        else {
             panic!("not a packet")
         };
         assert_eq!(
@@ -161,7 +162,7 @@ mod tests {
     fn drop_records_carry_only_their_captured_bytes() {
         let drop_record = |cap_len: u32| {
             let mut v = vec![0u8; size_of::<DropEvent>()];
-            v[..4].copy_from_slice(&EVENT_DROP.to_ne_bytes());
+            v[..4].copy_from_slice(&(EventKind::Drop as u32).to_ne_bytes());
             let at = std::mem::offset_of!(DropEvent, cap_len);
             v[at..at + 4].copy_from_slice(&cap_len.to_ne_bytes());
             let at = std::mem::offset_of!(DropEvent, data);
@@ -176,6 +177,18 @@ mod tests {
         assert_eq!(data(drop_record(u32::MAX)).len(), MAX_DROP_DATA);
     }
 
+    #[test]
+    fn kinds_and_directions_round_trip_through_their_wire_values() {
+        for k in [EventKind::Packet, EventKind::Drop] {
+            assert_eq!(EventKind::try_from(k as u32), Ok(k));
+        }
+        for d in [Dir::Ingress, Dir::Egress] {
+            assert_eq!(Dir::try_from(d as u8), Ok(d));
+        }
+        assert_eq!(EventKind::try_from(0), Err(RecordError::UnknownKind(0)));
+        assert_eq!(Dir::try_from(2), Err(RecordError::UnknownDir(2)));
+    }
+
     /// Records that are not what the kernel writes are counted as garbled, with why.
     #[test]
     fn bad_records_say_what_is_wrong() {
@@ -186,7 +199,7 @@ mod tests {
         assert_eq!(why(&[1, 0]), RecordError::NoKind { len: 2 });
         assert_eq!(why(&7u32.to_ne_bytes()), RecordError::UnknownKind(7));
         assert!(matches!(
-            why(&EVENT_PACKET.to_ne_bytes()),
+            why(&(EventKind::Packet as u32).to_ne_bytes()),
             RecordError::TooShort { need: 40, .. }
         ));
         assert_eq!(why(&packet_record(9, 0, &[])), RecordError::UnknownDir(9));

@@ -29,7 +29,7 @@ use crate::{
         KernelError, ProbeOptions, Probes,
     },
     output::{self, filter::Filter, record::StatsRecord, Format, Record, View},
-    pipeline::{Pipeline, PipelineConfig},
+    pipeline::{Pipeline, PipelineConfig, TICK},
     source::live::LiveSource,
     time::Clock,
 };
@@ -50,16 +50,12 @@ pub enum TraceError {
 impl From<KernelError> for TraceError {
     fn from(e: KernelError) -> Self {
         match e {
-            KernelError::Netns(msg) if is_setns_eperm(&msg) => TraceError::NetnsPermission(msg),
+            KernelError::NetnsPermission { op, path, errno } => {
+                TraceError::NetnsPermission(format!("{op} {}: {errno}", path.display()))
+            }
             e => TraceError::Kernel(e),
         }
     }
-}
-
-/// Whether a namespace error is `setns(2)` failing with EPERM (nix spells it
-/// `EPERM: Operation not permitted`): the capability is missing, not the namespace.
-pub fn is_setns_eperm(msg: &str) -> bool {
-    msg.starts_with("setns ") && msg.contains("EPERM") && !msg.contains("CAP_SYS_ADMIN")
 }
 
 #[derive(Clone, Debug)]
@@ -270,7 +266,7 @@ pub async fn run_live(
         }
     };
     tokio::pin!(deadline);
-    let mut tick = tokio::time::interval(Duration::from_millis(50));
+    let mut tick = tokio::time::interval(TICK);
     let mut ticks: u64 = 0;
 
     let mut events: Vec<SourceEvent> = Vec::new();
@@ -536,4 +532,30 @@ fn start_conntrack(
         }
     }
     handles
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn refused_netns_entry_says_which_capability() {
+        let e = TraceError::from(KernelError::NetnsPermission {
+            op: "setns",
+            path: "/run/netns/x".into(),
+            errno: nix::errno::Errno::EPERM,
+        });
+        assert!(matches!(e, TraceError::NetnsPermission(_)), "{e:?}");
+        assert_eq!(
+            e.to_string(),
+            "entering another network namespace needs CAP_SYS_ADMIN; run dnspath as root \
+             (setns /run/netns/x: EPERM: Operation not permitted)"
+        );
+        // Other namespace errors stay kernel errors.
+        let e = TraceError::from(KernelError::Netns("no network namespace named x".into()));
+        assert!(
+            matches!(e, TraceError::Kernel(KernelError::Netns(_))),
+            "{e:?}"
+        );
+    }
 }

@@ -185,7 +185,7 @@ impl Decoder {
                     }
                     d => d,
                 };
-                self.record_decoded(&mut r, decoded, tracer_common::IPPROTO_UDP, src, dst, p.at);
+                self.record_decoded(&mut r, decoded, IPPROTO_UDP, src, dst, p.at);
                 out.push(DecodeReport::Packet(r).into());
             }
             Transport::Tcp {
@@ -262,7 +262,7 @@ impl Decoder {
             }
         };
         self.stats.tcp_messages += 1;
-        self.record_decoded(&mut r, decoded, tracer_common::IPPROTO_TCP, src, dst, at);
+        self.record_decoded(&mut r, decoded, IPPROTO_TCP, src, dst, at);
         out.push(DecodeReport::Packet(r).into());
     }
 

@@ -1,7 +1,9 @@
 //! What the first fragment of a datagram says, for its later fragments, which carry no ports.
 use std::collections::{HashMap, HashSet, VecDeque};
 
-use super::{parse_fragment, DatagramId, Fragment, PROTO_UDP};
+use tracer_common::proto::IPPROTO_UDP;
+
+use super::{parse_fragment, DatagramId, Fragment};
 use crate::decode::dns::{self, DnsMessage};
 
 /// The datagrams whose first fragment was on a watched port, for a capture-file reader that
@@ -49,7 +51,7 @@ pub(super) fn first_identity(proto: u8, data: &[u8]) -> Option<((u16, u16), Opti
     );
     // The message is cut where the data ends: its length on the wire is the UDP length's.
     let dns = match (proto, data.get(4..6), data.get(8..)) {
-        (PROTO_UDP, Some(&[l0, l1]), Some(bytes)) => {
+        (IPPROTO_UDP, Some(&[l0, l1]), Some(bytes)) => {
             let wire = usize::from(u16::from_be_bytes([l0, l1])).saturating_sub(8);
             dns::decode_cut(bytes, wire.max(bytes.len() + 1))
                 .ok()

@@ -29,7 +29,6 @@ pub use loss::{FragmentLoss, LossCause};
 pub use parse::{parse_fragment, Fragment};
 pub use reassemble::{FragStats, Pushed, Reassembler};
 
-const PROTO_UDP: u8 = 17;
 /// IPv4 total length and IPv6 payload length are 16 bits.
 const MAX_IP_LENGTH: usize = 65535;
 

@@ -2,16 +2,14 @@
 //! IPv6 Fragment header after any extension headers (RFC 8200 §4.5).
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
-use super::DatagramId;
+use tracer_common::proto::{
+    IPPROTO_DSTOPTS, IPPROTO_FRAGMENT, IPPROTO_HOPOPTS, IPPROTO_ROUTING, IPV4_MIN_HEADER_LEN,
+    IPV6_HEADER_LEN,
+};
 
-const IPV4_MIN_HEADER: usize = 20;
-const IPV6_HEADER: usize = 40;
-const PROTO_HOPOPTS: u8 = 0;
-const PROTO_ROUTING: u8 = 43;
-const PROTO_FRAGMENT: u8 = 44;
-const PROTO_DSTOPTS: u8 = 60;
-/// Extension headers walked before the Fragment header (as in `decode::ip`).
-const MAX_IPV6_EXTENSION_HEADERS: usize = 8;
+use super::DatagramId;
+// Extension headers walked before the Fragment header: as many as `decode::ip` follows.
+use crate::decode::ip::MAX_IPV6_EXTENSION_HEADERS;
 
 /// One IP fragment found in a captured packet.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -54,7 +52,7 @@ pub fn parse_fragment(data: &[u8]) -> Option<Fragment<'_>> {
 }
 
 fn parse_ipv4(data: &[u8]) -> Option<Fragment<'_>> {
-    let h = data.get(..IPV4_MIN_HEADER)?;
+    let h = data.get(..IPV4_MIN_HEADER_LEN)?;
     let ihl = usize::from(h[0] & 0x0f) * 4;
     let flags_offset = u16::from_be_bytes([h[6], h[7]]);
     let more = flags_offset & 0x2000 != 0;
@@ -63,7 +61,7 @@ fn parse_ipv4(data: &[u8]) -> Option<Fragment<'_>> {
         return None;
     }
     let total = usize::from(u16::from_be_bytes([h[2], h[3]]));
-    if ihl < IPV4_MIN_HEADER || total < ihl || data.len() < ihl {
+    if ihl < IPV4_MIN_HEADER_LEN || total < ihl || data.len() < ihl {
         return None;
     }
     Some(Fragment {
@@ -80,18 +78,18 @@ fn parse_ipv4(data: &[u8]) -> Option<Fragment<'_>> {
 }
 
 fn parse_ipv6(data: &[u8]) -> Option<Fragment<'_>> {
-    let h = data.get(..IPV6_HEADER)?;
+    let h = data.get(..IPV6_HEADER_LEN)?;
     let payload_len = usize::from(u16::from_be_bytes([h[4], h[5]]));
     let mut next = h[6];
-    let mut at = IPV6_HEADER;
+    let mut at = IPV6_HEADER_LEN;
     for _ in 0..MAX_IPV6_EXTENSION_HEADERS {
         match next {
-            PROTO_HOPOPTS | PROTO_ROUTING | PROTO_DSTOPTS => {
+            IPPROTO_HOPOPTS | IPPROTO_ROUTING | IPPROTO_DSTOPTS => {
                 let ext = data.get(at..at + 2)?;
                 next = ext[0];
                 at += (usize::from(ext[1]) + 1) * 8;
             }
-            PROTO_FRAGMENT => {
+            IPPROTO_FRAGMENT => {
                 let f = data.get(at..at + 8)?;
                 let off_m = u16::from_be_bytes([f[2], f[3]]);
                 let offset = usize::from(off_m >> 3) * 8;
@@ -101,7 +99,7 @@ fn parse_ipv6(data: &[u8]) -> Option<Fragment<'_>> {
                     return None;
                 }
                 let start = at + 8;
-                let end = IPV6_HEADER + payload_len;
+                let end = IPV6_HEADER_LEN + payload_len;
                 if payload_len == 0 || end < start {
                     return None;
                 }

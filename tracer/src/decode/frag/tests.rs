@@ -541,7 +541,7 @@ fn a_dropped_later_fragment_is_tied_to_its_query() {
     assert_eq!(x.src, "10.250.0.53:53".parse().unwrap());
     assert_eq!(y.dst, "[fd00::2]:40000".parse().unwrap());
     assert!(x.msg.as_ref().is_some_and(|m| m.id == 4660 && m.qr));
-    assert_eq!(x.proto, tracer_common::IPPROTO_UDP);
+    assert_eq!(x.proto, tracer_common::proto::IPPROTO_UDP);
 
     // A datagram whose first fragment was never seen, or seen longer ago than the kernel
     // follows its fragments: the addresses only, matched to nothing.

@@ -16,12 +16,9 @@ pub(super) enum Link {
     Unsupported,
 }
 
-pub(super) const ETH_P_IP: u16 = 0x0800;
-pub(super) const ETH_P_IPV6: u16 = 0x86DD;
-pub(super) const ETH_P_8021Q: u16 = 0x8100;
-pub(super) const ETH_P_8021AD: u16 = 0x88A8;
-/// Pre-standard QinQ outer tag some switches still use.
-pub(super) const ETH_P_QINQ1: u16 = 0x9100;
+pub(super) use tracer_common::proto::{
+    ETH_P_8021AD, ETH_P_8021Q, ETH_P_IP, ETH_P_IPV6, ETH_P_QINQ1,
+};
 /// Tags followed at most; more means garbage.
 pub(super) const MAX_VLAN_TAGS: usize = 4;
 /// `PACKET_OUTGOING` in SLL/SLL2's packet type (include/uapi/linux/if_packet.h).
