@@ -149,7 +149,7 @@ impl Correlator {
             let sibling_rec = sibling.as_ref().map(|(ts, id, q, backend)| RaceQuery {
                 dns_id: *id,
                 question: question(q),
-                backend: backend.to_string(),
+                backend: addr_string(*backend),
                 offset_ns: ts.saturating_sub(pair_start),
             });
             let (verdict, cpu, counters, confirmed, drop_ts, backend, confirm) = match l.race {
@@ -217,12 +217,12 @@ impl Correlator {
                 ts_ns: drop_ts.unwrap_or(l.first_ts),
                 time: self.clock.wall(drop_ts.unwrap_or(l.first_ts)),
                 netns: l.drop.as_ref().map(|d| d.netns.clone()).unwrap_or_default(),
-                client: l.client.to_string(),
+                client: addr_string(l.client),
                 client_netns: l.client_netns.clone(),
                 dropped: Some(RaceQuery {
                     dns_id: l.key.id,
                     question: question(&l.key.q),
-                    backend: backend.to_string(),
+                    backend: addr_string(backend),
                     offset_ns: l.first_ts.saturating_sub(pair_start),
                 }),
                 sibling: sibling_rec.clone(),
@@ -358,9 +358,9 @@ impl Correlator {
                     } else {
                         "udp"
                     },
-                    client: l.client.to_string(),
-                    server: l.server.to_string(),
-                    backend: l.backend.to_string(),
+                    client: addr_string(l.client),
+                    server: addr_string(l.server),
+                    backend: addr_string(l.backend),
                     dns_id: l.key.id,
                     join,
                     outcome,
@@ -382,8 +382,8 @@ impl Correlator {
                             netns: h.netns.clone(),
                             ifname: h.ifname.clone(),
                             dir: h.at.dir.as_str(),
-                            src: h.src.to_string(),
-                            dst: h.dst.to_string(),
+                            src: addr_string(h.src),
+                            dst: addr_string(h.dst),
                             dns_id: h.dns_id,
                             qr: h.qr,
                             latency_ns: if h.qr {
@@ -511,7 +511,7 @@ impl Correlator {
             },
             ts_ns: t.first_ts,
             time: self.clock.wall(t.first_ts),
-            client: root.client.to_string(),
+            client: addr_string(root.client),
             client_netns: root.client_netns.clone(),
             question: QuestionRecord {
                 name: q.name,

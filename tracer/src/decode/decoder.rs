@@ -9,7 +9,7 @@ use crate::{
         dns,
         frag::{parse_fragment, FragLimits, FragmentLoss, Pushed, Reassembler},
         observation::{DropObservation, Observation, Observed, FRAGMENT_LOSS},
-        parse_ip,
+        addr_string, parse_ip,
         record::{
             CtEndpoints, CtRecord, DecodeReport, DecodeStats, DropRecord, DroppedFragment,
             FragmentLossRecord, KernelStats, PacketRecord,
@@ -310,8 +310,8 @@ impl Decoder {
                     );
                     endpoints = Some((tracer_common::IPPROTO_UDP, src, dst));
                     r.proto = "udp";
-                    r.src = src.to_string();
-                    r.dst = dst.to_string();
+                    r.src = addr_string(src);
+                    r.dst = addr_string(dst);
                     // The first fragment of a datagram holds the start of the message.
                     let cut = cut_by_capture(d.orig_len, d.data.len(), ip.missing, payload.len())
                         .or_else(|| {
@@ -342,8 +342,8 @@ impl Decoder {
                     );
                     endpoints = Some((tracer_common::IPPROTO_TCP, src, dst));
                     r.proto = "tcp";
-                    r.src = src.to_string();
-                    r.dst = dst.to_string();
+                    r.src = addr_string(src);
+                    r.dst = addr_string(dst);
                     // A segment starting a message: try to decode it, as far as it was
                     // copied.
                     if let Some((&[h0, h1], message)) = payload.split_first_chunk::<2>() {
@@ -376,8 +376,8 @@ impl Decoder {
                             SocketAddr::new(ip.dst, first.ports.1),
                         );
                         endpoints = Some((proto, src, dst));
-                        r.src = src.to_string();
-                        r.dst = dst.to_string();
+                        r.src = addr_string(src);
+                        r.dst = addr_string(dst);
                         r.dns = first.dns;
                     }
                     // Other protocols, fragments of datagrams not seen: the addresses.
