@@ -103,6 +103,26 @@ pub struct Decoder {
     summarise: HashMap<Box<[u8]>, Summarised>,
 }
 
+/// The parts of a message the correlate stage reads (header, first question, rcode,
+/// answers, `cut`; see correlate/join.rs and correlate/model.rs): the packet record keeps the
+/// whole message for the sinks, and copying its other sections, EDNS options and further
+/// questions for every packet cost more than the correlation of it.
+fn for_correlation(msg: &dns::DnsMessage) -> dns::DnsMessage {
+    dns::DnsMessage {
+        id: msg.id,
+        qr: msg.qr,
+        opcode: String::new(),
+        rcode: msg.rcode.clone(),
+        flags: msg.flags,
+        questions: msg.questions.first().cloned().into_iter().collect(),
+        answers: msg.answers.clone(),
+        authority: Vec::new(),
+        additional: Vec::new(),
+        edns: None,
+        cut: msg.cut,
+    }
+}
+
 impl Decoder {
     pub fn new(
         clock: Clock,
@@ -163,7 +183,7 @@ impl Decoder {
                 proto,
                 src,
                 dst,
-                msg: msg.clone(),
+                msg: for_correlation(msg),
             }));
         }
     }
