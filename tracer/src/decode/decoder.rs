@@ -6,10 +6,10 @@ use std::{collections::HashMap, net::SocketAddr};
 use crate::{
     conntrack::CtStatus,
     decode::{
-        dns,
+        addr_string, dns,
         frag::{parse_fragment, FragLimits, FragmentLoss, Pushed, Reassembler},
         observation::{DropObservation, Observation, Observed, FRAGMENT_LOSS},
-        addr_string, parse_ip,
+        parse_ip,
         record::{
             CtEndpoints, CtRecord, DecodeReport, DecodeStats, DropRecord, DroppedFragment,
             FragmentLossRecord, KernelStats, PacketRecord,
