@@ -455,24 +455,36 @@ impl Correlator {
     }
 
     pub(super) fn remove_leg(&mut self, id: u64) -> bool {
-        let Some(leg) = self.legs.remove(&id) else {
-            return false;
-        };
+        self.take_leg(id).is_some()
+    }
+
+    /// Removes a leg and its index entries, and hands it back.
+    pub(super) fn take_leg(&mut self, id: u64) -> Option<Leg> {
+        let mut leg = self.legs.remove(&id)?;
         self.timeouts
             .remove(&(leg.first_ts + self.cfg.timeout_ns, id));
-        if self.by_key.get(&leg.key) == Some(&id) {
-            self.by_key.remove(&leg.key);
-        }
         remove_from(&mut self.open_by_q, &leg.key.q, id);
         if leg.parent.is_none() {
-            remove_from(
-                &mut self.roots_by_q,
-                &(leg.client.ip(), leg.key.q.clone()),
-                id,
+            // The lookup key borrows the leg's question for a moment (no copy of it).
+            let mut key = (
+                leg.client.ip(),
+                QKey {
+                    name: std::mem::take(&mut leg.key.q.name),
+                    qtype: std::mem::take(&mut leg.key.q.qtype),
+                    class: std::mem::take(&mut leg.key.q.class),
+                },
             );
+            remove_from(&mut self.roots_by_q, &key, id);
+            std::mem::swap(&mut leg.key.q, &mut key.1);
             remove_from(&mut self.roots_by_socket, &leg.client, id);
         }
-        true
+        // A key reused by a newer leg stays that leg's: one lookup in the usual case.
+        if let Some((key, other)) = self.by_key.remove_entry(&leg.key) {
+            if other != id {
+                self.by_key.insert(key, other);
+            }
+        }
+        Some(leg)
     }
 }
 

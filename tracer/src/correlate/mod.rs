@@ -35,7 +35,10 @@ use serde::Serialize;
 
 pub use crate::decode::observation::{DropObservation, Observation, Observed, FRAGMENT_LOSS};
 use crate::{
-    decode::dns::{Cut, DnsMessage},
+    decode::{
+        addr_string,
+        dns::{Cut, DnsMessage},
+    },
     event::{ConntrackEvent, CtStatsSample, ObservationPoint},
     time::Clock,
 };

@@ -87,20 +87,43 @@ impl Correlator {
             done.sort_unstable();
         }
         for id in done {
-            if let Some(t) = self.txs.remove(&id) {
-                let rendered = self.render(&t);
+            let Some(t) = self.txs.remove(&id) else {
+                continue;
+            };
+            let rendered = if self.race_candidate(&t) {
+                // Races are judged with the legs still indexed (a sibling may be one of
+                // them): render copies of them first.
+                let legs = t
+                    .legs
+                    .iter()
+                    .filter_map(|id| self.legs.get(id))
+                    .cloned()
+                    .collect();
+                let rendered = self.render(&t, legs);
                 self.races_of(&t, rendered.as_ref());
-                if let Some(rec) = rendered {
-                    out.push(CorrelateReport::Transaction(rec).into());
-                    self.stats.transactions += 1;
-                }
-                for leg in t.legs {
-                    if let Some(l) = self.legs.get(&leg).filter(|l| l.parent.is_none()) {
-                        let entry = (l.client, l.first_ts, l.key.id, l.key.q.clone(), l.backend);
-                        self.remember_query(entry);
+                for &leg in &t.legs {
+                    if let Some(l) = self.take_leg(leg).filter(|l| l.parent.is_none()) {
+                        self.remember_query((l.client, l.first_ts, l.key.id, l.key.q, l.backend));
                     }
-                    self.remove_leg(leg);
                 }
+                rendered
+            } else {
+                // The legs leave the index and their record takes what they hold.
+                let mut legs = Vec::with_capacity(t.legs.len());
+                for &leg in &t.legs {
+                    if let Some(l) = self.take_leg(leg) {
+                        if l.parent.is_none() {
+                            let q = l.key.q.clone();
+                            self.remember_query((l.client, l.first_ts, l.key.id, q, l.backend));
+                        }
+                        legs.push(l);
+                    }
+                }
+                self.render(&t, legs)
+            };
+            if let Some(rec) = rendered {
+                out.push(CorrelateReport::Transaction(rec).into());
+                self.stats.transactions += 1;
             }
         }
         out.extend(
@@ -115,10 +138,7 @@ impl Correlator {
     pub(super) fn races_of(&mut self, t: &Transaction, rec: Option<&TransactionRecord>) {
         let pair_window_ns = self.cfg.pair_window_ns;
         // Most transactions have nothing to say here: check before copying anything.
-        let candidate = t.legs.iter().filter_map(|id| self.legs.get(id)).any(|l| {
-            l.race.is_some() || (l.parent.is_none() && l.response.is_none() && l.drop.is_none())
-        });
-        if !candidate {
+        if !self.race_candidate(t) {
             return;
         }
         let legs: Vec<Leg> = t
@@ -148,7 +168,7 @@ impl Correlator {
             let sibling_rec = sibling.as_ref().map(|(ts, id, q, backend)| RaceQuery {
                 dns_id: *id,
                 question: question(q),
-                backend: backend.to_string(),
+                backend: addr_string(*backend),
                 offset_ns: ts.saturating_sub(pair_start),
             });
             let (verdict, cpu, counters, confirmed, drop_ts, backend, confirm) = match l.race {
@@ -216,12 +236,12 @@ impl Correlator {
                 ts_ns: drop_ts.unwrap_or(l.first_ts),
                 time: self.clock.wall(drop_ts.unwrap_or(l.first_ts)),
                 netns: l.drop.as_ref().map(|d| d.netns.clone()).unwrap_or_default(),
-                client: l.client.to_string(),
+                client: addr_string(l.client),
                 client_netns: l.client_netns.clone(),
                 dropped: Some(RaceQuery {
                     dns_id: l.key.id,
                     question: question(&l.key.q),
-                    backend: backend.to_string(),
+                    backend: addr_string(backend),
                     offset_ns: l.first_ts.saturating_sub(pair_start),
                 }),
                 sibling: sibling_rec.clone(),
@@ -236,6 +256,14 @@ impl Correlator {
                 summary,
             });
         }
+    }
+
+    /// Could [`Correlator::races_of`] have anything to say of `t`: a race drop, or an
+    /// unanswered client query without a drop?
+    pub(super) fn race_candidate(&self, t: &Transaction) -> bool {
+        t.legs.iter().filter_map(|id| self.legs.get(id)).any(|l| {
+            l.race.is_some() || (l.parent.is_none() && l.response.is_none() && l.drop.is_none())
+        })
     }
 
     /// The earliest time a transaction that is not done yet could be, unless something new
@@ -306,105 +334,20 @@ impl Correlator {
         }
     }
 
-    pub(super) fn render(&self, t: &Transaction) -> Option<TransactionRecord> {
-        let legs: Vec<&Leg> = t.legs.iter().filter_map(|id| self.legs.get(id)).collect();
+    /// The record of a finished transaction, from its legs (in the transaction's order),
+    /// which it takes apart: names and answers move into the record rather than copied.
+    pub(super) fn render(&self, t: &Transaction, mut legs: Vec<Leg>) -> Option<TransactionRecord> {
         let root = legs.first()?;
-        let index_of = |id: u64| legs.iter().position(|l| l.id == id);
         let timeout_s = self.cfg.timeout_ns as f64 / 1e9;
 
-        let leg_records: Vec<LegRecord> = legs
-            .iter()
-            .map(|l| {
-                let mut hops: Vec<&Hop> = l.hops.iter().collect();
-                hops.sort_by_key(|h| h.ts_ns);
-                let join = if hops.iter().any(|h| h.via == Via::Conntrack) {
-                    "conntrack"
-                } else if hops.iter().any(|h| h.via == Via::Fallback) {
-                    "fallback"
-                } else {
-                    "same-tuple"
-                };
-                // A query leaves an interface in one direction and its answer comes back
-                // through the same interface in the other.
-                let query_at = |at: ObservationPoint| {
-                    hops.iter()
-                        .filter(|h| !h.qr && same_iface(h.at, at))
-                        .map(|h| h.ts_ns)
-                        .min()
-                };
-                let outcome = match (&l.response, &l.drop) {
-                    _ if l.answer_lost() => "dropped",
-                    (Some(r), _) if r.tc => "truncated",
-                    (Some(_), _) => "answered",
-                    (None, Some(_)) => "dropped",
-                    (None, None) if l.cut_short => "pending",
-                    (None, None) => "unanswered",
-                };
-                let latency = l.response.as_ref().and_then(|r| {
-                    let back_at_client = hops
-                        .iter()
-                        .filter(|h| h.qr && same_iface(h.at, l.client_point))
-                        .map(|h| h.ts_ns)
-                        .min()
-                        .unwrap_or(r.ts_ns);
-                    back_at_client.checked_sub(l.first_ts)
-                });
-                LegRecord {
-                    id: l.id,
-                    parent: l.parent.and_then(index_of),
-                    role: l.role,
-                    proto: if l.key.proto == tracer_common::proto::IPPROTO_TCP {
-                        "tcp"
-                    } else {
-                        "udp"
-                    },
-                    client: l.client.to_string(),
-                    server: l.server.to_string(),
-                    backend: l.backend.to_string(),
-                    dns_id: l.key.id,
-                    join,
-                    outcome,
-                    rcode: l.response.as_ref().map(|r| r.rcode.clone()),
-                    answers: l
-                        .response
-                        .as_ref()
-                        .map(|r| r.answers.clone())
-                        .unwrap_or_default(),
-                    answer_cut: l.response.as_ref().and_then(|r| r.cut),
-                    latency_ns: latency,
-                    retransmits: l.retransmits,
-                    drop: l.drop.clone(),
-                    hops: hops
-                        .iter()
-                        .map(|h| HopRecord {
-                            pod: Default::default(),
-                            ts_ns: h.ts_ns,
-                            netns: h.netns.clone(),
-                            ifname: h.ifname.clone(),
-                            dir: h.at.dir.as_str(),
-                            src: h.src.to_string(),
-                            dst: h.dst.to_string(),
-                            dns_id: h.dns_id,
-                            qr: h.qr,
-                            latency_ns: if h.qr {
-                                query_at(h.at).and_then(|q| h.ts_ns.checked_sub(q))
-                            } else {
-                                None
-                            },
-                        })
-                        .collect(),
-                }
-            })
-            .collect();
-
         // Outcome of the whole transaction: the answer the client got, at its first point.
-        let roots: Vec<&&Leg> = legs.iter().filter(|l| l.parent.is_none()).collect();
+        let roots: Vec<&Leg> = legs.iter().filter(|l| l.parent.is_none()).collect();
         let final_root = roots
             .iter()
             .rev()
             .find(|l| l.response.as_ref().is_some_and(|r| !r.tc))
             .or(roots.last());
-        let final_root = final_root?;
+        let final_root = *final_root?;
         let retried = roots.iter().any(|l| l.role == LegRole::Retry) || root.retransmits > 0;
         let tcp = roots.iter().any(|l| l.role == LegRole::TcpFallback);
         let end_ts = final_root.response.as_ref().map(|r| {
@@ -500,7 +443,118 @@ impl Correlator {
                 ),
             },
         };
-        let q = root.key.q.clone();
+        let rcode = final_root.response.as_ref().map(|r| r.rcode.clone());
+        let answers = final_root
+            .response
+            .as_ref()
+            .map(|r| r.answers.clone())
+            .unwrap_or_default();
+        let answer_cut = final_root.response.as_ref().and_then(|r| r.cut);
+        let client = addr_string(root.client);
+        let ids: Vec<u64> = legs.iter().map(|l| l.id).collect();
+        let index_of = |id: u64| ids.iter().position(|&l| l == id);
+        let (client_netns, q) = match legs.first_mut() {
+            Some(root) => (
+                std::mem::take(&mut root.client_netns),
+                QKey {
+                    name: std::mem::take(&mut root.key.q.name),
+                    qtype: std::mem::take(&mut root.key.q.qtype),
+                    class: std::mem::take(&mut root.key.q.class),
+                },
+            ),
+            None => return None,
+        };
+
+        let leg_records: Vec<LegRecord> = legs
+            .into_iter()
+            .map(|mut l| {
+                l.hops.sort_by_key(|h| h.ts_ns);
+                let hops = &l.hops;
+                let join = if hops.iter().any(|h| h.via == Via::Conntrack) {
+                    "conntrack"
+                } else if hops.iter().any(|h| h.via == Via::Fallback) {
+                    "fallback"
+                } else {
+                    "same-tuple"
+                };
+                // A query leaves an interface in one direction and its answer comes back
+                // through the same interface in the other.
+                let query_at = |at: ObservationPoint| {
+                    hops.iter()
+                        .filter(|h| !h.qr && same_iface(h.at, at))
+                        .map(|h| h.ts_ns)
+                        .min()
+                };
+                let outcome = match (&l.response, &l.drop) {
+                    _ if l.answer_lost() => "dropped",
+                    (Some(r), _) if r.tc => "truncated",
+                    (Some(_), _) => "answered",
+                    (None, Some(_)) => "dropped",
+                    (None, None) if l.cut_short => "pending",
+                    (None, None) => "unanswered",
+                };
+                let latency = l.response.as_ref().and_then(|r| {
+                    let back_at_client = hops
+                        .iter()
+                        .filter(|h| h.qr && same_iface(h.at, l.client_point))
+                        .map(|h| h.ts_ns)
+                        .min()
+                        .unwrap_or(r.ts_ns);
+                    back_at_client.checked_sub(l.first_ts)
+                });
+                let mut hop_records: Vec<HopRecord> = hops
+                    .iter()
+                    .map(|h| HopRecord {
+                        pod: Default::default(),
+                        ts_ns: h.ts_ns,
+                        netns: String::new(),
+                        ifname: String::new(),
+                        dir: h.at.dir.as_str(),
+                        src: addr_string(h.src),
+                        dst: addr_string(h.dst),
+                        dns_id: h.dns_id,
+                        qr: h.qr,
+                        latency_ns: if h.qr {
+                            query_at(h.at).and_then(|q| h.ts_ns.checked_sub(q))
+                        } else {
+                            None
+                        },
+                    })
+                    .collect();
+                for (r, h) in hop_records.iter_mut().zip(l.hops) {
+                    r.netns = h.netns;
+                    r.ifname = h.ifname;
+                }
+                let (rcode, answers, answer_cut) = match l.response {
+                    Some(r) => (Some(r.rcode), r.answers, r.cut),
+                    None => (None, Vec::new(), None),
+                };
+                LegRecord {
+                    id: l.id,
+                    parent: l.parent.and_then(index_of),
+                    role: l.role,
+                    proto: if l.key.proto == tracer_common::proto::IPPROTO_TCP {
+                        "tcp"
+                    } else {
+                        "udp"
+                    },
+                    client: addr_string(l.client),
+                    server: addr_string(l.server),
+                    backend: addr_string(l.backend),
+                    dns_id: l.key.id,
+                    join,
+                    outcome,
+                    rcode,
+                    answers,
+                    answer_cut,
+                    latency_ns: latency,
+                    retransmits: l.retransmits,
+                    drop: l.drop,
+                    hops: hop_records,
+                }
+            })
+            .collect();
+
         Some(TransactionRecord {
             evidence: None,
             pod: Default::default(),
@@ -511,21 +565,17 @@ impl Correlator {
             },
             ts_ns: t.first_ts,
             time: self.clock.wall(t.first_ts),
-            client: root.client.to_string(),
-            client_netns: root.client_netns.clone(),
+            client,
+            client_netns,
             question: QuestionRecord {
                 name: q.name,
                 qtype: q.qtype,
                 class: q.class,
             },
             outcome,
-            rcode: final_root.response.as_ref().map(|r| r.rcode.clone()),
-            answers: final_root
-                .response
-                .as_ref()
-                .map(|r| r.answers.clone())
-                .unwrap_or_default(),
-            answer_cut: final_root.response.as_ref().and_then(|r| r.cut),
+            rcode,
+            answers,
+            answer_cut,
             latency_ns: latency,
             summary,
             legs: leg_records,

@@ -8,7 +8,7 @@ use tracer_common::proto::{IPPROTO_TCP, IPPROTO_UDP};
 use crate::{
     conntrack::CtStatus,
     decode::{
-        dns,
+        addr_string, dns,
         frag::{parse_fragment, FragLimits, FragmentLoss, Pushed, Reassembler},
         observation::{DropObservation, Observation, Observed, FRAGMENT_LOSS},
         parse_ip,
@@ -105,6 +105,26 @@ pub struct Decoder {
     summarise: HashMap<Box<[u8]>, Summarised>,
 }
 
+/// The parts of a message the correlate stage reads (header, first question, rcode,
+/// answers, `cut`; see correlate/join.rs and correlate/model.rs): the packet record keeps the
+/// whole message for the sinks, and copying its other sections, EDNS options and further
+/// questions for every packet cost more than the correlation of it.
+fn for_correlation(msg: &dns::DnsMessage) -> dns::DnsMessage {
+    dns::DnsMessage {
+        id: msg.id,
+        qr: msg.qr,
+        opcode: String::new(),
+        rcode: msg.rcode.clone(),
+        flags: msg.flags,
+        questions: msg.questions.first().cloned().into_iter().collect(),
+        answers: msg.answers.clone(),
+        authority: Vec::new(),
+        additional: Vec::new(),
+        edns: None,
+        cut: msg.cut,
+    }
+}
+
 impl Decoder {
     pub fn new(
         clock: Clock,
@@ -165,7 +185,7 @@ impl Decoder {
                 proto,
                 src,
                 dst,
-                msg: msg.clone(),
+                msg: for_correlation(msg),
             }));
         }
     }
@@ -312,8 +332,8 @@ impl Decoder {
                     );
                     endpoints = Some((IPPROTO_UDP, src, dst));
                     r.proto = "udp";
-                    r.src = src.to_string();
-                    r.dst = dst.to_string();
+                    r.src = addr_string(src);
+                    r.dst = addr_string(dst);
                     // The first fragment of a datagram holds the start of the message.
                     let cut = cut_by_capture(d.orig_len, d.data.len(), ip.missing, payload.len())
                         .or_else(|| {
@@ -344,8 +364,8 @@ impl Decoder {
                     );
                     endpoints = Some((IPPROTO_TCP, src, dst));
                     r.proto = "tcp";
-                    r.src = src.to_string();
-                    r.dst = dst.to_string();
+                    r.src = addr_string(src);
+                    r.dst = addr_string(dst);
                     // A segment starting a message: try to decode it, as far as it was
                     // copied.
                     if let Some((&[h0, h1], message)) = payload.split_first_chunk::<2>() {
@@ -378,8 +398,8 @@ impl Decoder {
                             SocketAddr::new(ip.dst, first.ports.1),
                         );
                         endpoints = Some((proto, src, dst));
-                        r.src = src.to_string();
-                        r.dst = dst.to_string();
+                        r.src = addr_string(src);
+                        r.dst = addr_string(dst);
                         r.dns = first.dns;
                     }
                     // Other protocols, fragments of datagrams not seen: the addresses.

@@ -17,4 +17,4 @@ pub mod observation;
 pub mod record;
 pub mod tcp;
 
-pub use ip::{parse_ip, IpPacket, Transport};
+pub use ip::{addr_string, parse_ip, IpPacket, Transport};

@@ -173,7 +173,7 @@ impl Decoder {
                     SocketAddr::new(ip.src, sport),
                     SocketAddr::new(ip.dst, dport),
                 );
-                let mut r = base("udp", src.to_string(), dst.to_string());
+                let mut r = base("udp", addr_string(src), addr_string(dst));
                 let cut = cut_by_capture(p.orig_len, p.data.len(), ip.missing, payload.len());
                 let decoded = match decode_message(payload, cut) {
                     // Short of what its headers say, though nothing was cut on capture.
@@ -224,7 +224,7 @@ impl Decoder {
                     self.stats.tcp_data += 1;
                 }
                 for item in produced.drain(..) {
-                    let r = base("tcp", src.to_string(), dst.to_string());
+                    let r = base("tcp", addr_string(src), addr_string(dst));
                     self.tcp_message(item, r, src, dst, p.at, out);
                 }
                 self.tcp_out = produced;
@@ -289,8 +289,8 @@ impl Decoder {
                 at,
                 (netns, ifname),
                 "tcp",
-                key.src.to_string(),
-                key.dst.to_string(),
+                addr_string(key.src),
+                addr_string(key.dst),
             );
             self.tcp_message(item, r, key.src, key.dst, at, out);
         }
