@@ -341,6 +341,18 @@ impl Probes {
     /// on crafted frames without a lab. Events go to the ring buffer as usual; returns the
     /// program's verdict.
     pub fn test_run_tc(&mut self, index: usize, frame: &[u8]) -> Result<u32, KernelError> {
+        Ok(self.test_run_tc_repeat(index, frame, 1)?.0)
+    }
+
+    /// As [`Probes::test_run_tc`], `repeat` times in the kernel: the verdict and the
+    /// kernel's mean time per run (no `bpf_stats` timestamps around each run), for the cost
+    /// benchmark.
+    pub fn test_run_tc_repeat(
+        &mut self,
+        index: usize,
+        frame: &[u8],
+        repeat: u32,
+    ) -> Result<(u32, std::time::Duration), KernelError> {
         use aya::programs::{TestRun as _, TestRunOptions};
         let (name, _, _) = TC_PROGRAMS
             .get(index)
@@ -348,7 +360,22 @@ impl Probes {
         let prog: &mut SchedClassifier = program(&mut self.primary, name)?.try_into()?;
         let mut opts = TestRunOptions::new();
         opts.data_in = Some(frame);
-        Ok(prog.test_run(opts)?.return_value)
+        opts.repeat = repeat;
+        let r = prog.test_run(opts)?;
+        Ok((r.return_value, r.duration))
+    }
+
+    /// Instructions the verifier processed for each loaded program of the primary instance
+    /// (`None` before Linux 5.16, which does not report it): the load-time cost that decides
+    /// whether a slow machine loads the programs in time.
+    pub fn verified_insns(&self) -> Vec<(String, Option<u32>)> {
+        self.primary
+            .programs()
+            .filter_map(|(name, p)| {
+                let info = p.info().ok()?;
+                Some((name.to_owned(), info.verified_instruction_count()))
+            })
+            .collect()
     }
 
     /// Storm shedding (`tracer_common::shed`): from now on the TC programs only count the
