@@ -36,6 +36,7 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
         ports: vec![53],
         snaplen: 512,
         drops: false,
+        kernel_log: false,
     })?;
     let mut ring = probes.take_events()?;
     let frames: Vec<(&str, bool, Vec<u8>)> = vec![
@@ -101,11 +102,25 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
             println!("{name}\t{prog}\t{ns}");
         }
     }
+    print_verified("verified-insns", &probes);
+    drop(ring);
+    drop(probes);
+    // With `-vv` the programs keep their log statements: the verifier's cost then.
+    let probes = Probes::load(&ProbeOptions {
+        ports: vec![53],
+        snaplen: 512,
+        drops: false,
+        kernel_log: true,
+    })?;
+    print_verified("verified-insns-vv", &probes);
+    Ok(())
+}
+
+fn print_verified(what: &str, probes: &Probes) {
     for (prog, insns) in probes.verified_insns() {
         match insns {
-            Some(n) => println!("verified-insns\t{prog}\t{n}"),
-            None => println!("verified-insns\t{prog}\tunknown"),
+            Some(n) => println!("{what}\t{prog}\t{n}"),
+            None => println!("{what}\t{prog}\tunknown"),
         }
     }
-    Ok(())
 }

@@ -27,6 +27,10 @@ struct Rig {
 }
 
 fn rig() -> Option<Rig> {
+    rig_with(false)
+}
+
+fn rig_with(kernel_log: bool) -> Option<Rig> {
     if !lab::tracer::root_or_skip("BPF_PROG_TEST_RUN") {
         return None;
     }
@@ -34,6 +38,7 @@ fn rig() -> Option<Rig> {
         ports: vec![53],
         snaplen: SNAPLEN,
         drops: false,
+        kernel_log,
     })
     .unwrap();
     let ring = probes.take_events().unwrap();
@@ -345,4 +350,75 @@ fn shed_questions_are_counted_not_copied() {
     assert_eq!(rig.probes.shed_count(hash).unwrap(), 3);
     rig.probes.shed_forget(hash).unwrap();
     assert_eq!(rig.probes.shed_count(hash).unwrap(), 0);
+}
+
+/// Every log record of the process, as `level target: message`.
+static LOGGED: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
+
+struct Collect;
+
+impl log::Log for Collect {
+    fn enabled(&self, _: &log::Metadata<'_>) -> bool {
+        true
+    }
+    fn log(&self, r: &log::Record<'_>) {
+        LOGGED
+            .lock()
+            .unwrap()
+            .push(format!("{} {}: {}", r.level(), r.target(), r.args()));
+    }
+    fn flush(&self) {}
+}
+
+fn take_logged() -> Vec<String> {
+    std::mem::take(&mut *LOGGED.lock().unwrap())
+}
+
+/// `-vv`: the programs say why a packet was not parsed and which encapsulation they did not
+/// enter; loaded without it, the same frames say nothing (the verifier removed the logging).
+#[test]
+fn kernel_diagnostics_only_when_asked() {
+    if log::set_logger(&Collect).is_ok() {
+        log::set_max_level(log::LevelFilter::Trace);
+    }
+    let gre = eth(&[], 0x0800, &ipv4(47, 0, 0, &[0u8; 24]));
+    let mpls = eth(&[], 0x8847, &[0u8; 40]);
+    let mut bad_ihl = ipv4(17, 0, 0, &udp(40000, 53, &dns_query(0)));
+    bad_ihl[0] = 0x43;
+    let bad_ihl = eth(&[], 0x0800, &bad_ihl);
+    let plain_tcp = eth(&[], 0x0800, &ipv4(6, 0, 0, &tcp(40000, 443, 0, b"x")));
+    for kernel_log in [false, true] {
+        let Some(mut rig) = rig_with(kernel_log) else {
+            return;
+        };
+        take_logged();
+        for frame in [&gre, &mpls, &bad_ihl, &plain_tcp] {
+            rig.run(ETH_INGRESS, frame);
+        }
+        rig.probes.flush_kernel_log();
+        let logged: Vec<String> = take_logged()
+            .into_iter()
+            .filter(|l| l.contains("dnspath::kernel"))
+            .collect();
+        if !kernel_log {
+            assert!(logged.is_empty(), "{logged:?}");
+            continue;
+        }
+        assert_eq!(logged.len(), 3, "{logged:?}");
+        assert!(
+            logged[0].starts_with("TRACE dnspath::kernel: ")
+                && logged[0].ends_with("ethertype 800: GRE not inspected"),
+            "{logged:?}"
+        );
+        assert!(
+            logged[1].ends_with("ethertype 8847: MPLS not inspected"),
+            "{logged:?}"
+        );
+        assert!(
+            logged[2].starts_with("DEBUG dnspath::kernel: ")
+                && logged[2].contains("headers unreadable")
+                && logged[2].contains("parse_failed"),
+            "{logged:?}"
+        );
+    }
 }

@@ -22,10 +22,15 @@ use aya_ebpf::{
     maps::{Array, HashMap, LruHashMap, PerCpuArray, PerCpuHashMap, RingBuf},
     programs::{BtfTracePointContext, ProbeContext, RetProbeContext, TcContext},
 };
+use aya_log_ebpf::{debug, trace};
 use packet::PacketRead as _;
 use tracer_common::{
     counter,
-    proto::{IPPROTO_TCP, IPPROTO_UDP, UDP_HEADER_LEN},
+    proto::{
+        ETH_P_8021AD, ETH_P_8021Q, ETH_P_IP, ETH_P_IPV6, ETH_P_QINQ1, IPPROTO_DSTOPTS,
+        IPPROTO_FRAGMENT, IPPROTO_HOPOPTS, IPPROTO_ROUTING, IPPROTO_TCP, IPPROTO_UDP,
+        UDP_HEADER_LEN,
+    },
     shed, CaptureConfig, CtTuple, Dir, DropEvent, EventKind, FragKey, KernelOffsets, PacketEvent,
     PacketHeader, DROP_DATA_MASK, FRAG_KEY_LIFETIME_NS, MAX_DROP_DATA, MAX_FRAG_KEYS,
     MAX_PACKET_DATA, MAX_SNAPLEN, PACKET_DATA_MASK, PACKET_HEADER_LEN,
@@ -184,9 +189,85 @@ pub fn dnspath_tc_raw_egress(ctx: TcContext) -> i32 {
 fn tc(ctx: &TcContext, has_eth: bool, dir: u8) -> i32 {
     match try_tc(ctx, has_eth, dir) {
         Ok(()) => {}
-        Err(()) => count(counter::PARSE_FAILED),
+        Err(()) => {
+            count(counter::PARSE_FAILED);
+            // SAFETY: the context pointer is valid for the whole program run.
+            let ifindex = unsafe { (*ctx.skb.skb).ifindex };
+            debug!(
+                ctx,
+                target: LOG_TARGET,
+                "ifindex {} len {}: headers unreadable (cut or malformed); counted in parse_failed",
+                ifindex,
+                ctx.len()
+            );
+        }
     }
     TC_NEXT
+}
+
+/// Target of the kernel programs' diagnostics (`dnspath -vv`; `aya-log`). Userspace sets
+/// `AYA_LOG_LEVEL` to 0 at load unless asked for them: the verifier then drops every log
+/// statement as dead code, and they cost nothing.
+const LOG_TARGET: &str = "dnspath::kernel";
+
+/// Says (at trace level, `-vv`) why a packet the linear walk left alone was not inspected,
+/// when the reason is an encapsulation the walker does not enter: more than two VLAN tags,
+/// MPLS, PPPoE, IP-in-IP, GRE, an IPv6 extension chain longer than the walker follows, or a
+/// VXLAN/Geneve tunnel. Nothing is read unless trace logging was enabled at load.
+#[inline(always)]
+fn explain_skip(ctx: &TcContext, p: &packet::Linear, has_eth: bool, skb_protocol: u32) {
+    if !aya_log_ebpf::macro_support::level_enabled(aya_log_ebpf::macro_support::Level::Trace) {
+        return;
+    }
+    // SAFETY: the context pointer is valid for the whole program run.
+    let ifindex = unsafe { (*ctx.skb.skb).ifindex };
+    let (ethertype, l3_off) = if has_eth {
+        match packet::ethernet(p) {
+            Ok((ethertype, off, _)) => (ethertype, off),
+            Err(()) => return,
+        }
+    } else {
+        (u16::from_be(skb_protocol as u16), 0usize)
+    };
+    let what = match ethertype {
+        ETH_P_8021Q | ETH_P_8021AD | ETH_P_QINQ1 => "VLAN tags beyond two (or 0x9100 ones)",
+        0x8847 | 0x8848 => "MPLS",
+        0x8863 | 0x8864 => "PPPoE",
+        ETH_P_IP | ETH_P_IPV6 => match packet::transport(p, ethertype, l3_off) {
+            Ok(Some(t)) if t.proto == IPPROTO_UDP && matches!(t.dport, 4789 | 6081 | 8472) => {
+                "a VXLAN or Geneve tunnel"
+            }
+            Ok(Some(_)) | Err(()) => return,
+            Ok(None) => match ip_payload_protocol(p, ethertype, l3_off) {
+                Some(4) | Some(41) => "IP-in-IP",
+                Some(47) => "GRE",
+                Some(IPPROTO_HOPOPTS)
+                | Some(IPPROTO_ROUTING)
+                | Some(IPPROTO_DSTOPTS)
+                | Some(IPPROTO_FRAGMENT) => "an IPv6 extension chain longer than four headers",
+                _ => return,
+            },
+        },
+        _ => return,
+    };
+    trace!(
+        ctx,
+        target: LOG_TARGET,
+        "ifindex {} ethertype {:x}: {} not inspected",
+        ifindex,
+        ethertype,
+        what
+    );
+}
+
+/// The protocol after the IP header (after at most four IPv6 extension headers).
+#[inline(always)]
+fn ip_payload_protocol(p: &packet::Linear, ethertype: u16, l3_off: usize) -> Option<u8> {
+    if ethertype == ETH_P_IP {
+        p.ptr_at::<u8>(l3_off + 9).ok()
+    } else {
+        packet::ipv6_payload_protocol(p, l3_off).ok()
+    }
 }
 
 #[inline(always)]
@@ -205,7 +286,10 @@ fn try_tc(ctx: &TcContext, has_eth: bool, dir: u8) -> Result<(), ()> {
     };
     let found = match walk(&linear, has_eth, skb_protocol) {
         Ok(Some(found)) => found,
-        Ok(None) => return Ok(()),
+        Ok(None) => {
+            explain_skip(ctx, &linear, has_eth, skb_protocol);
+            return Ok(());
+        }
         Err(()) => match walk(ctx, has_eth, skb_protocol)? {
             Some(found) => found,
             None => return Ok(()),
@@ -480,7 +564,17 @@ pub fn dnspath_kfree_skb_noreason(ctx: BtfTracePointContext) -> i32 {
 fn kfree_skb(ctx: &BtfTracePointContext, reason: u32) -> i32 {
     match try_kfree_skb(ctx, reason) {
         Ok(()) => {}
-        Err(()) => count(counter::DROPS_READ_FAILED),
+        Err(()) => {
+            count(counter::DROPS_READ_FAILED);
+            let skb: u64 = ctx.arg(0);
+            debug!(
+                ctx,
+                target: LOG_TARGET,
+                "kfree_skb of skb {:x} (reason {}): its headers could not be read; counted in drops_read_failed",
+                skb,
+                reason
+            );
+        }
     }
     0
 }
