@@ -100,6 +100,11 @@ static SHED_COUNT: PerCpuHashMap<u64, u64> = PerCpuHashMap::with_max_entries(she
 #[map]
 static SHED_ACTIVE: Array<u32> = Array::with_max_entries(1, 0);
 
+/// Per-CPU buffer where the drop program copies the start of a freed packet's headers
+/// ([`packet::Copied`]). Tracing programs do not nest on a CPU.
+#[map]
+static DROP_PEEK: PerCpuArray<[u8; packet::PEEK_BUF]> = PerCpuArray::with_max_entries(1, 0);
+
 #[map]
 static COUNTERS: PerCpuArray<u64> = PerCpuArray::with_max_entries(counter::COUNT, 0);
 
@@ -644,13 +649,34 @@ fn try_kfree_skb(ctx: &BtfTracePointContext, reason: u32) -> Result<(), ()> {
             base: head + nh as u64,
             len: linear,
         };
-        let first: u8 = pkt.ptr_at(0)?;
-        let Some(t) = packet::transport(&pkt, packet::ethertype_of_version(first), 0)? else {
-            return Ok(());
+        // Most freed packets of a node are not DNS: one copy of their first bytes decides
+        // them; headers further in are read from the packet itself.
+        let decided = match DROP_PEEK.get_ptr_mut(0) {
+            Some(buf) if linear > 0 => {
+                let n = if linear < packet::PEEK as u64 {
+                    linear as u32
+                } else {
+                    packet::PEEK as u32
+                };
+                let n = packet::bounded_len(n, (packet::PEEK - 1) as u32);
+                if gen::bpf_probe_read_kernel(buf as *mut c_void, n, pkt.base as *const c_void) == 0
+                {
+                    let copied = packet::Copied {
+                        buf: buf as *const u8,
+                        len: n as usize,
+                    };
+                    drop_wanted(&copied).ok()
+                } else {
+                    None
+                }
+            }
+            _ => None,
         };
-        // Later fragments of a watched datagram too: a fragment freed by reassembly
-        // (timeout, overlap) or by a rule is the reason a large answer never arrives.
-        if !wanted(&pkt, &t, false)? {
+        let want = match decided {
+            Some(w) => w,
+            None => drop_wanted(&pkt)?,
+        };
+        if !want {
             return Ok(());
         }
         count(counter::DROPS_MATCHED);
@@ -747,6 +773,18 @@ fn try_kfree_skb(ctx: &BtfTracePointContext, reason: u32) -> Result<(), ()> {
         entry.submit(0);
     }
     Ok(())
+}
+
+/// Whether a freed packet (`p` starts at its network header) is one to report: on a watched
+/// port, or a later fragment of a watched datagram — a fragment freed by reassembly
+/// (timeout, overlap) or by a rule is the reason a large answer never arrives.
+#[inline(always)]
+fn drop_wanted<P: packet::PacketRead>(p: &P) -> Result<bool, ()> {
+    let first: u8 = p.ptr_at(0)?;
+    let Some(t) = packet::transport(p, packet::ethertype_of_version(first), 0)? else {
+        return Ok(false);
+    };
+    wanted(p, &t, false)
 }
 
 #[cfg(not(test))]

@@ -76,6 +76,36 @@ impl PacketRead for Linear {
     }
 }
 
+/// Bytes of [`Copied`]'s buffer the drop program fills: an IPv4 header with options and
+/// the ports, or an IPv6 header with a few extension headers.
+pub const PEEK: usize = 128;
+/// [`Copied`]'s buffer: twice [`PEEK`], so that any read at a masked offset stays inside.
+pub const PEEK_BUF: usize = 2 * PEEK;
+
+/// The first `len` (≤ [`PEEK`]) bytes of a packet, copied into map memory by one
+/// `bpf_probe_read_kernel`: the drop program walks them with plain loads, and walks the
+/// packet itself only when a header lies further.
+pub struct Copied {
+    pub buf: *const u8,
+    pub len: usize,
+}
+
+impl PacketRead for Copied {
+    #[inline(always)]
+    fn ptr_at<T: Copy>(&self, offset: usize) -> Result<T, ()> {
+        if offset + size_of::<T>() > self.len {
+            return Err(());
+        }
+        // The mask is what the verifier bounds the read by; the volatile read keeps LLVM from
+        // dropping it as redundant after the check above.
+        // SAFETY: a read of a local.
+        let masked = unsafe { core::ptr::read_volatile(&offset) } & (PEEK - 1);
+        // SAFETY: `buf` holds PEEK_BUF bytes; the masked offset is below PEEK and no field
+        // read here is longer than PEEK.
+        Ok(unsafe { core::ptr::read_unaligned(self.buf.add(masked) as *const T) })
+    }
+}
+
 /// Not a fragment.
 pub const FRAG_NONE: u8 = 0;
 /// The first fragment of a datagram (offset 0, more fragments): it has the ports.

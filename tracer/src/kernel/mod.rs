@@ -405,6 +405,26 @@ impl Probes {
         }
     }
 
+    /// Time and runs of each loaded program of the primary instance so far, from
+    /// `/proc/self/fdinfo` (`run_time_ns`, `run_cnt`; counted only while the kernel's BPF
+    /// statistics are on: `kernel.bpf_stats_enabled` or a `BPF_ENABLE_STATS` descriptor).
+    pub fn run_stats(&self) -> Vec<(String, u64, u64)> {
+        use std::os::fd::{AsFd as _, AsRawFd as _};
+        self.primary
+            .programs()
+            .filter_map(|(name, p)| {
+                let fd = p.fd().ok()?.as_fd().as_raw_fd();
+                let info = std::fs::read_to_string(format!("/proc/self/fdinfo/{fd}")).ok()?;
+                let field = |key: &str| {
+                    info.lines()
+                        .find_map(|l| l.strip_prefix(key))
+                        .and_then(|v| v.trim().parse::<u64>().ok())
+                };
+                Some((name.to_owned(), field("run_time_ns:")?, field("run_cnt:")?))
+            })
+            .collect()
+    }
+
     /// Instructions the verifier processed for each loaded program of the primary instance
     /// (`None` before Linux 5.16, which does not report it): the load-time cost that decides
     /// whether a slow machine loads the programs in time.
