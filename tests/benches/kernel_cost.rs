@@ -166,11 +166,8 @@ fn drop_cost() -> Result<(), Box<dyn std::error::Error>> {
         }
         if let Some((_, t0, n0)) = before.iter().find(|(n, _, _)| n == name) {
             let runs = n1.saturating_sub(*n0);
-            if runs > 0 {
-                println!(
-                    "other-drop\t{name}\t{}\t({runs} runs)",
-                    t1.saturating_sub(*t0) / runs
-                );
+            if let Some(ns) = t1.saturating_sub(*t0).checked_div(runs) {
+                println!("other-drop\t{name}\t{ns}\t({runs} runs)");
             }
         }
     }
