@@ -397,11 +397,6 @@ impl<'a> RaceRig<'a> {
         Ok(rig)
     }
 
-    /// PID of the holder.
-    pub fn holder_pid(&self) -> Option<u32> {
-        self.holder.as_ref().map(Child::id)
-    }
-
     /// Deletes the rule and stops the holder (SIGTERM; it accepts everything it still
     /// holds). Returns the holder's own account of what it did.
     pub fn remove(mut self) -> Result<HolderSummary, LabError> {
