@@ -29,6 +29,7 @@ mod process;
 pub mod race;
 mod servers;
 pub mod tracer;
+pub mod watch;
 
 use std::fs;
 use std::io::ErrorKind;
