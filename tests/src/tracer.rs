@@ -47,6 +47,14 @@ impl Tracer {
         Self::start_with(lab, ns, args, true)
     }
 
+    /// `dnspath trace -o json --view transactions EXTRA` in the lab's node namespace (the
+    /// start most tests share), once it is tracing.
+    pub fn transactions(lab: &Lab, extra: &[&str]) -> Result<Tracer, LabError> {
+        let mut args = vec!["trace", "-o", "json", "--view", "transactions"];
+        args.extend_from_slice(extra);
+        Self::start(lab, lab.node_ns(), &args)
+    }
+
     /// As [`Tracer::start`]; with `capture_stdout` false the output goes to our stdout (the
     /// demo shows it live).
     pub fn start_with(
@@ -198,6 +206,15 @@ pub fn ndjson(stdout: &str) -> Vec<serde_json::Value> {
         assert_accounted(s);
     }
     recs
+}
+
+/// The last `stats` record among `recs` (a run writes its final one last); fails the test
+/// if there is none.
+pub fn last_stats(recs: &[serde_json::Value]) -> &serde_json::Value {
+    recs.iter()
+        .rev()
+        .find(|r| r["type"] == "stats")
+        .unwrap_or_else(|| panic!("no stats record among {} records", recs.len()))
 }
 
 /// The accounting docs/output.md promises (`stats`): every packet that reached userspace is

@@ -611,20 +611,7 @@ fn trace_w_writes_a_pcapng_that_wireshark_tools_and_analyze_read() {
     let scratch = Scratch::new("trace-w");
     let file = scratch.file("trace.pcapng");
     let file_arg = file.to_string_lossy().into_owned();
-    let live = lab::tracer::Tracer::start(
-        &lab,
-        lab.node_ns(),
-        &[
-            "trace",
-            "-o",
-            "json",
-            "--view",
-            "transactions",
-            "-w",
-            &file_arg,
-        ],
-    )
-    .unwrap();
+    let live = lab::tracer::Tracer::transactions(&lab, &["-w", &file_arg]).unwrap();
     for name in ["www.lab.test.", "alias.lab.test.", "nxdomain.lab.test."] {
         let _ = lab.dig(&["+time=2", "+tries=1", name, "A"]);
     }
@@ -719,12 +706,7 @@ fn offline_transactions_match_the_live_trace() {
     let scratch = Scratch::new("live-vs-offline");
     let file = scratch.file("any.pcap");
     let cap = tcpdump(&lab, lab.node_ns(), "any", &file, &["udp port 53"]);
-    let live = lab::tracer::Tracer::start(
-        &lab,
-        lab.node_ns(),
-        &["trace", "-o", "json", "--view", "transactions"],
-    )
-    .unwrap();
+    let live = lab::tracer::Tracer::transactions(&lab, &[]).unwrap();
     for name in ["www.lab.test.", "alias.lab.test.", "nxdomain.lab.test."] {
         let _ = lab.dig(&["+time=2", "+tries=1", name, "A"]);
     }
