@@ -41,6 +41,12 @@ pub enum LabError {
         log: String,
         log_tail: String,
     },
+    #[error("{process} did not print {needle:?}; stderr so far:\n{stderr}")]
+    NotPrinted {
+        process: String,
+        needle: String,
+        stderr: String,
+    },
     #[error("{target} did not answer `{probe}` within {waited:?}: {detail}")]
     NotReady {
         target: String,

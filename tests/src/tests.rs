@@ -1,7 +1,8 @@
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::path::Path;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
+use super::bring_up::candidate_prefix;
 use super::*;
 
 macro_rules! require_root {

@@ -1,14 +1,14 @@
 //! Running the real `dnspath` binary inside a lab namespace, for tests and the demo.
 use std::{
-    io::{BufRead, BufReader, Read},
     path::{Path, PathBuf},
-    process::{Child, ExitStatus, Stdio},
-    sync::mpsc,
-    thread,
+    process::{ExitStatus, Stdio},
     time::Duration,
 };
 
-use crate::{Lab, LabError};
+use crate::{
+    watch::{read_all, Watched},
+    Lab, LabError,
+};
 
 /// The `dnspath` binary: `$DNSPATH_BIN`, else the workspace's release build, else debug.
 pub fn dnspath_bin() -> PathBuf {
@@ -29,10 +29,7 @@ pub fn dnspath_bin() -> PathBuf {
 
 /// A running `dnspath trace`.
 pub struct Tracer {
-    child: Child,
-    stdout: Option<thread::JoinHandle<String>>,
-    stderr_lines: mpsc::Receiver<String>,
-    stderr_seen: Vec<String>,
+    run: Watched<String>,
 }
 
 /// What a finished run printed.
@@ -48,6 +45,14 @@ impl Tracer {
     /// (or fails).
     pub fn start(lab: &Lab, ns: &str, args: &[&str]) -> Result<Tracer, LabError> {
         Self::start_with(lab, ns, args, true)
+    }
+
+    /// `dnspath trace -o json --view transactions EXTRA` in the lab's node namespace (the
+    /// start most tests share), once it is tracing.
+    pub fn transactions(lab: &Lab, extra: &[&str]) -> Result<Tracer, LabError> {
+        let mut args = vec!["trace", "-o", "json", "--view", "transactions"];
+        args.extend_from_slice(extra);
+        Self::start(lab, lab.node_ns(), &args)
     }
 
     /// As [`Tracer::start`]; with `capture_stdout` false the output goes to our stdout (the
@@ -97,29 +102,9 @@ impl Tracer {
             })
             .stderr(Stdio::piped())
             .env("RUST_LOG", "warn");
-        let mut child = lab.spawn(&mut cmd)?;
-        let stdout = child.stdout.take().map(|mut out| {
-            thread::spawn(move || {
-                let mut s = String::new();
-                let _ = out.read_to_string(&mut s);
-                s
-            })
-        });
-        let (tx, rx) = mpsc::channel();
-        if let Some(err) = child.stderr.take() {
-            thread::spawn(move || {
-                for line in BufReader::new(err).lines().map_while(Result::ok) {
-                    if tx.send(line).is_err() {
-                        break;
-                    }
-                }
-            });
-        }
+        let child = lab.spawn(&mut cmd)?;
         let mut t = Tracer {
-            child,
-            stdout,
-            stderr_lines: rx,
-            stderr_seen: Vec::new(),
+            run: Watched::new(child, "dnspath", read_all),
         };
         t.wait_for_stderr("dnspath: tracing", timeout)?;
         Ok(t)
@@ -127,58 +112,28 @@ impl Tracer {
 
     /// Waits for a stderr line containing `needle`.
     pub fn wait_for_stderr(&mut self, needle: &str, timeout: Duration) -> Result<(), LabError> {
-        let deadline = std::time::Instant::now() + timeout;
-        loop {
-            let left = deadline.saturating_duration_since(std::time::Instant::now());
-            match self.stderr_lines.recv_timeout(left) {
-                Ok(line) => {
-                    let hit = line.contains(needle);
-                    self.stderr_seen.push(line);
-                    if hit {
-                        return Ok(());
-                    }
-                }
-                Err(_) => {
-                    return Err(LabError::Config(format!(
-                        "dnspath did not print {needle:?}; stderr so far:\n{}",
-                        self.stderr_seen.join("\n")
-                    )))
-                }
-            }
-        }
+        self.run.wait_for_stderr(needle, timeout)
     }
 
     pub fn pid(&self) -> u32 {
-        self.child.id()
+        self.run.pid()
     }
 
     /// SIGINT, as Ctrl-C would, then collects the output.
     pub fn stop(self) -> TracerOutput {
-        // SAFETY: plain kill(2) on our own child's PID, which we have not reaped yet.
-        unsafe {
-            libc::kill(self.child.id() as libc::pid_t, libc::SIGINT);
-        }
+        self.run.signal(libc::SIGINT);
         self.wait()
     }
 
     /// Waits for it to exit by itself (`--duration`, `--count`, an error).
-    pub fn wait(mut self) -> TracerOutput {
-        let status = self
-            .child
-            .wait()
-            .unwrap_or_else(|_| std::os::unix::process::ExitStatusExt::from_raw(-1));
-        let stdout = self
-            .stdout
-            .take()
-            .and_then(|h| h.join().ok())
-            .unwrap_or_default();
-        while let Ok(line) = self.stderr_lines.recv_timeout(Duration::from_millis(200)) {
-            self.stderr_seen.push(line);
-        }
+    pub fn wait(self) -> TracerOutput {
+        let done = self.run.finish();
         TracerOutput {
-            status,
-            stdout,
-            stderr: self.stderr_seen.join("\n"),
+            status: done
+                .status
+                .unwrap_or_else(|| std::os::unix::process::ExitStatusExt::from_raw(-1)),
+            stdout: done.stdout,
+            stderr: done.stderr,
         }
     }
 }
@@ -251,6 +206,15 @@ pub fn ndjson(stdout: &str) -> Vec<serde_json::Value> {
         assert_accounted(s);
     }
     recs
+}
+
+/// The last `stats` record among `recs` (a run writes its final one last); fails the test
+/// if there is none.
+pub fn last_stats(recs: &[serde_json::Value]) -> &serde_json::Value {
+    recs.iter()
+        .rev()
+        .find(|r| r["type"] == "stats")
+        .unwrap_or_else(|| panic!("no stats record among {} records", recs.len()))
 }
 
 /// The accounting docs/output.md promises (`stats`): every packet that reached userspace is

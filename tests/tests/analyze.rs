@@ -8,16 +8,15 @@
     reason = "integration tests fail at the line that broke"
 )]
 use std::{
-    io::{BufRead, BufReader},
     path::{Path, PathBuf},
-    process::{Child, Command, Output},
-    sync::mpsc,
+    process::{Command, Output},
     thread,
     time::{Duration, Instant},
 };
 
 use lab::{
     tracer::{dnspath_bin, ndjson},
+    watch::{read_all, Watched},
     Lab, LabConfig, Pod,
 };
 use serde_json::Value;
@@ -54,65 +53,31 @@ impl Drop for Scratch {
 }
 
 /// A capture tool running in a lab namespace.
-struct Capture {
-    child: Child,
-    stderr: mpsc::Receiver<String>,
-    seen: Vec<String>,
-}
+struct Capture(Watched<String>);
 
 impl Capture {
     /// Starts `args` in `ns` and waits until it prints a line containing `ready`.
     fn start(lab: &Lab, ns: &str, args: &[&str], ready: &str) -> Capture {
-        let mut child = lab.spawn_in(ns, args).unwrap();
-        let (tx, rx) = mpsc::channel();
-        let err = child.stderr.take().unwrap();
-        thread::spawn(move || {
-            for line in BufReader::new(err).lines().map_while(Result::ok) {
-                if tx.send(line).is_err() {
-                    break;
-                }
-            }
-        });
-        let mut c = Capture {
-            child,
-            stderr: rx,
-            seen: Vec::new(),
-        };
-        let deadline = Instant::now() + Duration::from_secs(20);
-        loop {
-            let left = deadline.saturating_duration_since(Instant::now());
-            match c.stderr.recv_timeout(left) {
-                Ok(line) => {
-                    let hit = line.contains(ready);
-                    c.seen.push(line);
-                    if hit {
-                        // tshark says so as dumpcap starts, a moment before its socket is up.
-                        thread::sleep(Duration::from_millis(500));
-                        return c;
-                    }
-                }
-                Err(_) => {
-                    let _ = c.child.kill();
-                    panic!("{args:?} did not print {ready:?}: {}", c.seen.join("\n"));
-                }
-            }
+        let child = lab.spawn_in(ns, args).unwrap();
+        let mut run = Watched::new(child, format!("{args:?}"), read_all);
+        if let Err(e) = run.wait_for_stderr(ready, Duration::from_secs(20)) {
+            run.signal(libc::SIGKILL);
+            panic!("{e}");
         }
+        // tshark says so as dumpcap starts, a moment before its socket is up.
+        thread::sleep(Duration::from_millis(500));
+        Capture(run)
     }
 
     /// SIGINT (the tools flush and close the file on it), then waits for the exit.
-    fn stop(mut self) -> String {
+    fn stop(self) -> String {
         // Let the last packets reach the capture file: on SIGINT tcpdump stops reading its
         // socket, so what it has not read yet (a busy machine) would be lost.
         thread::sleep(Duration::from_millis(1500));
-        // SAFETY: kill(2) on our own child, not yet reaped.
-        unsafe {
-            libc::kill(self.child.id() as libc::pid_t, libc::SIGINT);
-        }
-        let status = self.child.wait().unwrap();
-        while let Ok(line) = self.stderr.recv_timeout(Duration::from_secs(2)) {
-            self.seen.push(line);
-        }
-        let log = self.seen.join("\n");
+        self.0.signal(libc::SIGINT);
+        let done = self.0.finish_draining(Duration::from_secs(2));
+        let status = done.status.unwrap();
+        let log = done.stderr;
         assert!(status.success(), "capture exited with {status}: {log}");
         log
     }
@@ -646,20 +611,7 @@ fn trace_w_writes_a_pcapng_that_wireshark_tools_and_analyze_read() {
     let scratch = Scratch::new("trace-w");
     let file = scratch.file("trace.pcapng");
     let file_arg = file.to_string_lossy().into_owned();
-    let live = lab::tracer::Tracer::start(
-        &lab,
-        lab.node_ns(),
-        &[
-            "trace",
-            "-o",
-            "json",
-            "--view",
-            "transactions",
-            "-w",
-            &file_arg,
-        ],
-    )
-    .unwrap();
+    let live = lab::tracer::Tracer::transactions(&lab, &["-w", &file_arg]).unwrap();
     for name in ["www.lab.test.", "alias.lab.test.", "nxdomain.lab.test."] {
         let _ = lab.dig(&["+time=2", "+tries=1", name, "A"]);
     }
@@ -754,12 +706,7 @@ fn offline_transactions_match_the_live_trace() {
     let scratch = Scratch::new("live-vs-offline");
     let file = scratch.file("any.pcap");
     let cap = tcpdump(&lab, lab.node_ns(), "any", &file, &["udp port 53"]);
-    let live = lab::tracer::Tracer::start(
-        &lab,
-        lab.node_ns(),
-        &["trace", "-o", "json", "--view", "transactions"],
-    )
-    .unwrap();
+    let live = lab::tracer::Tracer::transactions(&lab, &[]).unwrap();
     for name in ["www.lab.test.", "alias.lab.test.", "nxdomain.lab.test."] {
         let _ = lab.dig(&["+time=2", "+tries=1", name, "A"]);
     }

@@ -20,7 +20,7 @@ use std::{
 use lab::{
     kubelet::{KubeletPods, Node},
     race,
-    tracer::{lab_or_skip, ndjson, Tracer},
+    tracer::{lab_or_skip, last_stats as stats, ndjson, Tracer},
     DnsPodConfig, DnsServerKind, Lab, LabConfig, Pod, POD_IFACE,
 };
 use serde_json::Value;
@@ -60,13 +60,6 @@ impl Drop for Scratch {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.0);
     }
-}
-
-fn stats(recs: &[Value]) -> &Value {
-    recs.iter()
-        .rev()
-        .find(|r| r["type"] == "stats")
-        .expect("a stats record")
 }
 
 /// tshark's stderr lines that are about the file (not its "running as root" notice).
@@ -398,24 +391,7 @@ fn rotation_by_size_keeps_exactly_n_files() {
     };
     let scratch = Scratch::new("size");
     let file = scratch.path("rot.pcapng");
-    let t = Tracer::start(
-        &lab,
-        lab.node_ns(),
-        &[
-            "trace",
-            "-o",
-            "json",
-            "--view",
-            "transactions",
-            "-w",
-            &file,
-            "-C",
-            "2k",
-            "-W",
-            "3",
-        ],
-    )
-    .unwrap();
+    let t = Tracer::transactions(&lab, &["-w", &file, "-C", "2k", "-W", "3"]).unwrap();
     queries(&lab, "size", 30);
     thread::sleep(Duration::from_millis(500));
     let out = t.stop();
@@ -452,24 +428,7 @@ fn rotation_by_time_keeps_exactly_n_files() {
     };
     let scratch = Scratch::new("time");
     let file = scratch.path("dns-%H%M%S.pcapng");
-    let t = Tracer::start(
-        &lab,
-        lab.node_ns(),
-        &[
-            "trace",
-            "-o",
-            "json",
-            "--view",
-            "transactions",
-            "-w",
-            &file,
-            "-G",
-            "1",
-            "-W",
-            "2",
-        ],
-    )
-    .unwrap();
+    let t = Tracer::transactions(&lab, &["-w", &file, "-G", "1", "-W", "2"]).unwrap();
     for i in 0..9 {
         queries(&lab, &format!("t{i}-"), 1);
         thread::sleep(Duration::from_millis(450));
@@ -649,15 +608,9 @@ fn a_loop_leaves_one_recorder_file_with_its_packets_explained() {
     };
     let dir = Scratch::new("loop");
     let d = dir.0.to_string_lossy().into_owned();
-    let t = Tracer::start(
+    let t = Tracer::transactions(
         &lab,
-        lab.node_ns(),
         &[
-            "trace",
-            "-o",
-            "json",
-            "--view",
-            "transactions",
             "--timeout",
             "1",
             "--record",
@@ -741,22 +694,9 @@ fn a_race_drop_leaves_one_recorder_file_with_its_packets_explained() {
     let dir = Scratch::new("race");
     let d = dir.0.to_string_lossy().into_owned();
     let rig = race::RaceRig::install(&lab, 300).unwrap();
-    let t = Tracer::start(
+    let t = Tracer::transactions(
         &lab,
-        lab.node_ns(),
-        &[
-            "trace",
-            "-o",
-            "json",
-            "--view",
-            "transactions",
-            "--timeout",
-            "1",
-            "--record",
-            &d,
-            "--record-after",
-            "3",
-        ],
+        &["--timeout", "1", "--record", &d, "--record-after", "3"],
     )
     .unwrap();
     let shot = race::force_race(&lab, "evidence.lab.test").unwrap();

@@ -14,7 +14,7 @@ use std::{
 
 use lab::{
     tracer::Tracer,
-    tracer::{lab_or_skip as lab, ndjson as records},
+    tracer::{lab_or_skip as lab, last_stats as stats, ndjson as records},
     DnsPodConfig, DnsServerKind, LabConfig, Pod,
 };
 use serde_json::Value;
@@ -23,13 +23,6 @@ fn loops<'a>(recs: &'a [Value], state: &str) -> Vec<&'a Value> {
     recs.iter()
         .filter(|r| r["type"] == "loop" && r["state"] == state)
         .collect()
-}
-
-fn stats(recs: &[Value]) -> &Value {
-    recs.iter()
-        .rev()
-        .find(|r| r["type"] == "stats")
-        .expect("stats record")
 }
 
 fn dnsdist_to_cluster_ip() -> DnsPodConfig {
@@ -41,12 +34,7 @@ fn ping_pong_loop_through_the_service_is_reported_and_survived() {
     let Some(mut lab) = lab(LabConfig::default()) else {
         return;
     };
-    let t = Tracer::start(
-        &lab,
-        lab.node_ns(),
-        &["trace", "-o", "json", "--view", "transactions"],
-    )
-    .unwrap();
+    let t = Tracer::transactions(&lab, &[]).unwrap();
     // The loop is born at runtime: both "CoreDNS" pods now forward to their own Service.
     lab.reconfigure_dns_pod(0, dnsdist_to_cluster_ip()).unwrap();
     lab.reconfigure_dns_pod(1, dnsdist_to_cluster_ip()).unwrap();
@@ -153,20 +141,7 @@ fn hairpin_to_itself_is_a_one_hop_loop() {
         ..LabConfig::default()
     };
     let Some(lab) = lab(cfg) else { return };
-    let t = Tracer::start(
-        &lab,
-        lab.node_ns(),
-        &[
-            "trace",
-            "-o",
-            "json",
-            "--view",
-            "transactions",
-            "--until",
-            "loop",
-        ],
-    )
-    .unwrap();
+    let t = Tracer::transactions(&lab, &["--until", "loop"]).unwrap();
     let _ = lab.dig(&["+time=1", "+tries=1", "self.lab.test.", "A"]);
     let out = t.wait();
     assert_eq!(
@@ -201,21 +176,7 @@ fn loop_over_a_pods_own_loopback_needs_all_netns() {
     };
     let Some(lab) = lab(cfg) else { return };
     let pod_ip = lab.ip_of(Pod::Dns(0)).to_string();
-    let t = Tracer::start(
-        &lab,
-        lab.node_ns(),
-        &[
-            "trace",
-            "-o",
-            "json",
-            "--view",
-            "transactions",
-            "--all-netns",
-            "--until",
-            "loop",
-        ],
-    )
-    .unwrap();
+    let t = Tracer::transactions(&lab, &["--all-netns", "--until", "loop"]).unwrap();
     let _ = lab.dig(&[
         "+time=1",
         "+tries=1",
@@ -270,23 +231,7 @@ fn stub_on_loopback_sending_back_to_the_service_is_a_short_loop() {
         )
         .unwrap();
     thread::sleep(Duration::from_millis(500));
-    let t = Tracer::start(
-        &lab,
-        lab.node_ns(),
-        &[
-            "trace",
-            "-o",
-            "json",
-            "--view",
-            "transactions",
-            "--all-netns",
-            "--port",
-            "53",
-            "--port",
-            "5353",
-        ],
-    )
-    .unwrap();
+    let t = Tracer::transactions(&lab, &["--all-netns", "--port", "53", "--port", "5353"]).unwrap();
     let o = lab.dig(&["+time=2", "+tries=1", "stub.lab.test.", "A"]);
     let answered = String::from_utf8_lossy(&o.stdout).contains("ANSWER SECTION");
     thread::sleep(Duration::from_secs(3));

@@ -41,20 +41,7 @@ fn ct_totals(lab: &Lab) -> (u64, u64, u64) {
 }
 
 fn trace(lab: &Lab) -> Tracer {
-    Tracer::start(
-        lab,
-        lab.node_ns(),
-        &[
-            "trace",
-            "-o",
-            "json",
-            "--view",
-            "transactions",
-            "--timeout",
-            "1",
-        ],
-    )
-    .unwrap()
+    Tracer::transactions(lab, &["--timeout", "1"]).unwrap()
 }
 
 /// shared/LAB.md's deterministic race: the A query is held in NFQUEUE after DNAT, the AAAA

@@ -80,10 +80,15 @@ impl Pipeline {
                     c.on_ct_stats(s);
                 }
             }
-            ev => {
-                self.decoder.on_event(ev, out);
+            SourceEvent::Packet(p) => {
+                self.decoder.on_packet(p, out);
                 self.hand_over();
             }
+            SourceEvent::Drop(d) => {
+                self.decoder.on_drop(d, out);
+                self.hand_over();
+            }
+            SourceEvent::Garbled { len, why } => self.decoder.on_garbled(len, why),
         }
     }
 

@@ -109,7 +109,8 @@ impl Decoder {
         self.observe(r, proto, src, dst, at);
     }
 
-    pub(super) fn on_packet(&mut self, p: CapturedPacket, out: &mut Vec<impl From<DecodeReport>>) {
+    /// One captured packet: reassembled, decoded, counted and reported.
+    pub fn on_packet(&mut self, p: CapturedPacket, out: &mut Vec<impl From<DecodeReport>>) {
         self.stats.packets += 1;
         self.tick(p.ts_ns, out);
         let (p, rejected) = match self.frag.push(p) {

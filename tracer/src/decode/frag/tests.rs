@@ -360,7 +360,6 @@ fn watched_datagrams_keep_later_fragments_of_watched_first_ones() {
 /// a malformed or answering packet; every packet is in exactly one bucket.
 #[test]
 fn the_decoder_decodes_reassembled_answers_and_reports_losses() {
-    use crate::event::SourceEvent;
     use crate::output::record::Record;
     use crate::{decode::decoder::Decoder, time::Clock};
     use std::sync::{Arc, RwLock};
@@ -376,7 +375,7 @@ fn the_decoder_decodes_reassembled_answers_and_reports_losses() {
     let msg = big_answer(16);
     let mut out = Vec::new();
     for f in ipv4_fragments(&udp(&msg), 1480, 1) {
-        d.on_event(SourceEvent::Packet(packet(1_000, &f)), &mut out);
+        d.on_packet(packet(1_000, &f), &mut out);
     }
     let [Record::Packet(r)] = &out[..] else {
         panic!("{out:?}")
@@ -391,8 +390,8 @@ fn the_decoder_decodes_reassembled_answers_and_reports_losses() {
     // Fragment 2 of 3 never comes.
     out.clear();
     let frags = ipv4_fragments(&udp(&msg), 1480, 2);
-    d.on_event(SourceEvent::Packet(packet(2_000, &frags[0])), &mut out);
-    d.on_event(SourceEvent::Packet(packet(3_000, &frags[2])), &mut out);
+    d.on_packet(packet(2_000, &frags[0]), &mut out);
+    d.on_packet(packet(3_000, &frags[2]), &mut out);
     assert!(out.is_empty(), "{out:?}");
     d.finish(0, &mut out);
     let [Record::FragmentLoss(l)] = &out[..] else {
@@ -455,7 +454,7 @@ fn the_decoder_decodes_reassembled_answers_and_reports_losses() {
 #[test]
 fn a_dropped_later_fragment_is_tied_to_its_query() {
     use crate::correlate::Observed;
-    use crate::event::{KernelDrop, SourceEvent};
+    use crate::event::KernelDrop;
     use crate::output::record::{DroppedFragment, Record};
     use crate::{decode::decoder::Decoder, time::Clock};
     use std::sync::{Arc, RwLock};
@@ -468,19 +467,17 @@ fn a_dropped_later_fragment_is_tied_to_its_query() {
         Default::default(),
     );
     d.collect_observations();
-    let drop_of = |ts_ns: u64, data: &[u8]| {
-        SourceEvent::Drop(KernelDrop {
-            ts_ns,
-            cpu: 1,
-            netns: 0,
-            ifindex: 3,
-            reason: 6,
-            location: 0,
-            ct: None,
-            orig_len: data.len() as u32,
-            data: data.to_vec(),
-            confirm_failed: false,
-        })
+    let drop_of = |ts_ns: u64, data: &[u8]| KernelDrop {
+        ts_ns,
+        cpu: 1,
+        netns: 0,
+        ifindex: 3,
+        reason: 6,
+        location: 0,
+        ct: None,
+        orig_len: data.len() as u32,
+        data: data.to_vec(),
+        confirm_failed: false,
     };
     let msg = big_answer(16);
     let v4 = ipv4_fragments(&udp(&msg), 1480, 0x1a2b);
@@ -488,7 +485,7 @@ fn a_dropped_later_fragment_is_tied_to_its_query() {
     let mut out = Vec::new();
     // Whole at this hop: reassembled, nothing held any more.
     for f in v4.iter().chain(&v6) {
-        d.on_event(SourceEvent::Packet(packet(1_000, f)), &mut out);
+        d.on_packet(packet(1_000, f), &mut out);
     }
     assert_eq!(out.len(), 2, "{out:?}");
     assert_eq!(d.stats().fragments_pending, 0);
@@ -497,8 +494,8 @@ fn a_dropped_later_fragment_is_tied_to_its_query() {
     d.take_observed(&mut obs);
     obs.clear();
 
-    d.on_event(drop_of(2_000, &v4[1]), &mut out);
-    d.on_event(drop_of(2_000, &v6[2]), &mut out);
+    d.on_drop(drop_of(2_000, &v4[1]), &mut out);
+    d.on_drop(drop_of(2_000, &v6[2]), &mut out);
     let [Record::Drop(a), Record::Drop(b)] = &out[..] else {
         panic!("{out:?}")
     };
@@ -547,8 +544,8 @@ fn a_dropped_later_fragment_is_tied_to_its_query() {
     // follows its fragments: the addresses only, matched to nothing.
     out.clear();
     let unseen = ipv4_fragments(&udp(&msg), 1480, 0x1a2c);
-    d.on_event(drop_of(3_000, &unseen[1]), &mut out);
-    d.on_event(
+    d.on_drop(drop_of(3_000, &unseen[1]), &mut out);
+    d.on_drop(
         drop_of(1_000 + tracer_common::FRAG_KEY_LIFETIME_NS, &v4[2]),
         &mut out,
     );

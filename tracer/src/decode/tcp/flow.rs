@@ -51,13 +51,7 @@ impl Flow {
         self.buf.len().saturating_add(self.pending_bytes)
     }
 
-    pub(super) fn malformed(
-        stats: &mut TcpStats,
-        out: &mut Vec<TcpOutput>,
-        reason: String,
-        bytes: usize,
-    ) {
-        stats.malformed = stats.malformed.saturating_add(1);
+    pub(super) fn malformed(out: &mut Vec<TcpOutput>, reason: String, bytes: usize) {
         out.push(TcpOutput::Malformed { reason, bytes });
     }
 
@@ -77,7 +71,7 @@ impl Flow {
         if payload.len() > MAX_SEGMENT {
             add_bytes(&mut stats.bytes_dropped, payload.len());
             let reason = format!("{}-byte segment is not TCP payload", payload.len());
-            Self::malformed(stats, out, reason, payload.len());
+            Self::malformed(out, reason, payload.len());
             return;
         }
         let mut payload = payload;
@@ -193,7 +187,7 @@ impl Flow {
         add_bytes(&mut stats.bytes_dropped, partial);
         self.buf.clear();
         self.skip = 0;
-        Self::malformed(stats, out, reason, partial);
+        Self::malformed(out, reason, partial);
         self.restart_at_pending(max_buffer, stats, out);
     }
 
@@ -206,7 +200,7 @@ impl Flow {
         self.pending.clear();
         self.pending_bytes = 0;
         self.skip = 0;
-        Self::malformed(stats, out, reason, held);
+        Self::malformed(out, reason, held);
     }
 
     fn restart_at_pending(
@@ -268,7 +262,7 @@ impl Flow {
                 // not DNS or not a frame boundary, so nothing after it can be trusted either.
                 add_bytes(&mut stats.bytes_dropped, rest.len());
                 let reason = "zero-length frame: stream is not DNS or lost sync".into();
-                Self::malformed(stats, out, reason, rest.len());
+                Self::malformed(out, reason, rest.len());
                 pos = self.buf.len();
                 self.skip = 0;
                 self.resync = true;
@@ -280,7 +274,7 @@ impl Flow {
                 self.skip = total - present;
                 let reason =
                     format!("{len}-byte message exceeds the {max_buffer}-byte flow buffer");
-                Self::malformed(stats, out, reason, total);
+                Self::malformed(out, reason, total);
                 pos += present;
                 continue;
             }
@@ -288,7 +282,6 @@ impl Flow {
                 break;
             };
             out.push(TcpOutput::Message(msg.to_vec()));
-            stats.messages = stats.messages.saturating_add(1);
             pos += total;
         }
         if pos >= self.buf.len() {

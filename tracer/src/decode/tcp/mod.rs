@@ -76,7 +76,6 @@ pub enum TcpOutput {
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
 pub struct TcpStats {
-    pub flows_active: usize,
     /// Flows dropped for room (LRU) or idleness.
     pub flows_evicted: u64,
     /// Stream bytes thrown away: unfinished messages, oversize messages, evicted buffers.
@@ -85,9 +84,6 @@ pub struct TcpStats {
     pub gaps: u64,
     /// [`TcpOutput::Cut`] outputs: messages cut by the capture.
     pub cut: u64,
-    pub messages: u64,
-    /// [`TcpOutput::Malformed`] outputs.
-    pub malformed: u64,
 }
 
 pub struct TcpReassembler {
@@ -252,10 +248,7 @@ impl TcpReassembler {
     }
 
     pub fn stats(&self) -> TcpStats {
-        TcpStats {
-            flows_active: self.flows.len(),
-            ..self.stats
-        }
+        self.stats
     }
 }
 
@@ -276,7 +269,7 @@ fn close(flow: &mut Flow, why: &str, stats: &mut TcpStats, out: &mut Vec<TcpOutp
         } else {
             format!("{why} inside a message's 2-byte length prefix ({held} byte)")
         };
-        Flow::malformed(stats, out, reason, held);
+        Flow::malformed(out, reason, held);
     }
     flow.buf.clear();
     flow.pending.clear();

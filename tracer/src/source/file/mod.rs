@@ -113,17 +113,6 @@ pub enum FileError {
     },
 }
 
-impl FileError {
-    /// True for errors that leave nothing readable (the file is not a capture at all);
-    /// false for ones that end a stream part-way.
-    pub fn before_first_record(&self) -> bool {
-        matches!(
-            self,
-            FileError::Open { .. } | FileError::NotACapture { .. } | FileError::BadHeader { .. }
-        )
-    }
-}
-
 /// Packets the file source read but did not hand out, by reason.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct LinkSkips {

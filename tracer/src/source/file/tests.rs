@@ -514,7 +514,16 @@ fn truncated_pcap_keeps_what_came_before() {
     let third = 24 + 2 * (16 + frame.len());
     assert!(msg.contains(&format!("byte offset {third}")), "{msg}");
     assert!(msg.contains("packet record 3"), "{msg}");
-    assert!(!err.before_first_record());
+    assert!(!before_first_record(&err));
+}
+
+/// Errors that leave nothing readable (the file is not a capture at all), not ones that end
+/// a stream part-way.
+fn before_first_record(e: &FileError) -> bool {
+    matches!(
+        e,
+        FileError::Open { .. } | FileError::NotACapture { .. } | FileError::BadHeader { .. }
+    )
 }
 
 #[test]
@@ -541,7 +550,7 @@ fn every_truncation_of_a_pcapng_ends_cleanly() {
                     assert!(matches!(e, FileError::Truncated { .. }), "{len}: {e}");
                 }
             }
-            Err(e) => assert!(e.before_first_record(), "{len}: {e}"),
+            Err(e) => assert!(before_first_record(&e), "{len}: {e}"),
         }
     }
 }
@@ -554,7 +563,7 @@ fn not_a_capture() {
     assert!(err(&[0x1f, 0x8b, 8, 0]).contains("gzip"));
     let short = &Pcap::new(1, false, false).bytes()[..10];
     let e = open(short).err().unwrap();
-    assert!(e.before_first_record());
+    assert!(before_first_record(&e));
     assert!(e.to_string().contains("10 of 24 bytes"), "{e}");
 }
 

@@ -1,0 +1,361 @@
+use super::drop::ct_record;
+use super::shed::question_key_of;
+use super::*;
+use crate::event::{CtSnapshot, Direction};
+use crate::output::record::Record;
+use std::sync::{Arc, RwLock};
+
+/// `medium.lab.test. TXT`: 8 answers of 62 bytes of text each, id 77.
+fn txt_response() -> Vec<u8> {
+    use hickory_proto::{
+        op::{Message, MessageType, OpCode, Query},
+        rr::{rdata::TXT, Name, RData, Record as HRecord, RecordType},
+    };
+    let name = Name::from_ascii("medium.lab.test.").unwrap();
+    let mut m = Message::new(77, MessageType::Response, OpCode::Query);
+    m.add_query(Query::query(name.clone(), RecordType::TXT));
+    for i in 0..8 {
+        let text = format!("{i:02}{}", "x".repeat(60));
+        m.add_answer(HRecord::from_rdata(
+            name.clone(),
+            300,
+            RData::TXT(TXT::new(vec![text])),
+        ));
+    }
+    m.to_vec().unwrap()
+}
+
+fn ipv4(proto: u8, l4: &[u8]) -> Vec<u8> {
+    let total = (20 + l4.len()) as u16;
+    let mut p = vec![0x45, 0, 0, 0, 0, 1, 0, 0, 64, proto, 0, 0];
+    p[2..4].copy_from_slice(&total.to_be_bytes());
+    p.extend_from_slice(&[10, 250, 0, 53, 10, 244, 1, 2]);
+    p.extend_from_slice(l4);
+    p
+}
+
+fn udp(payload: &[u8]) -> Vec<u8> {
+    let mut u = vec![0, 53, 0x9c, 0x40];
+    u.extend_from_slice(&(8 + payload.len() as u16).to_be_bytes());
+    u.extend_from_slice(&[0, 0]);
+    u.extend_from_slice(payload);
+    ipv4(17, &u)
+}
+
+/// A data segment (PSH|ACK) at sequence `seq`.
+fn tcp(seq: u32, payload: &[u8]) -> Vec<u8> {
+    let mut t = vec![0, 53, 0x9c, 0x40];
+    t.extend_from_slice(&seq.to_be_bytes());
+    t.extend_from_slice(&[0, 0, 0, 1, 0x50, 0x18, 0xff, 0xff, 0, 0, 0, 0]);
+    t.extend_from_slice(payload);
+    ipv4(6, &t)
+}
+
+fn decoder() -> Decoder {
+    let names = Arc::new(RwLock::new(crate::kernel::attach::Names::default()));
+    let mut d = Decoder::new(Clock::Epoch, names, Kallsyms::default(), HashMap::new());
+    d.collect_observations();
+    d
+}
+
+/// `data` as captured at ingress of interface 1 at `ts_ns`, `orig_len` bytes on the wire.
+fn captured(ts_ns: u64, data: &[u8], orig_len: usize) -> CapturedPacket {
+    CapturedPacket {
+        ts_ns,
+        cpu: None,
+        at: ObservationPoint {
+            netns: 0,
+            ifindex: 1,
+            dir: Direction::Ingress,
+        },
+        vlan: None,
+        orig_len: orig_len as u32,
+        data: data.to_vec(),
+    }
+}
+
+/// Feeds the first `caplen` bytes of `packet`, which was `orig_len` bytes on the wire.
+fn feed(d: &mut Decoder, packet: &[u8], caplen: usize, orig_len: usize) -> PacketRecord {
+    let mut out = Vec::new();
+    d.on_packet(captured(1, &packet[..caplen], orig_len), &mut out);
+    match out.pop() {
+        Some(Record::Packet(p)) => p,
+        other => panic!("no packet record: {other:?}"),
+    }
+}
+
+/// Feeds whole packets; returns every record they produced.
+fn feed_all(d: &mut Decoder, packets: &[Vec<u8>]) -> Vec<Record> {
+    let mut out = Vec::new();
+    for (i, p) in packets.iter().enumerate() {
+        d.on_packet(captured(i as u64 + 1, p, p.len()), &mut out);
+    }
+    out
+}
+
+/// docs/output.md's accounting: every packet counted once.
+fn accounted(s: &DecodeStats) -> bool {
+    s.packets + s.tcp_messages
+        == s.decoded
+            + s.capture_truncated
+            + s.malformed
+            + s.tcp_control
+            + s.tcp_data
+            + s.other
+            + s.summarised
+            + s.fragments_merged
+            + s.fragments_incomplete
+            + s.fragments_pending
+}
+
+fn framed(m: &[u8]) -> Vec<u8> {
+    let mut v = (m.len() as u16).to_be_bytes().to_vec();
+    v.extend_from_slice(m);
+    v
+}
+
+/// The stream ends 10 bytes into a message that promised 65535: at the end, that is a
+/// malformed record saying so, and every packet is accounted for.
+#[test]
+fn tcp_message_cut_short_by_the_end_of_the_stream_is_malformed_at_finish() {
+    let mut d = decoder();
+    let mut partial = vec![0xff, 0xff];
+    partial.extend_from_slice(&[0xab; 8]);
+    let out = feed_all(&mut d, &[tcp(1000, &partial), tcp(1010, &[])]);
+    assert!(out.is_empty(), "{out:?}");
+    let s = d.stats();
+    assert_eq!(
+        (s.packets, s.tcp_data, s.tcp_control, s.malformed),
+        (2, 1, 1, 0)
+    );
+    let mut out = Vec::new();
+    d.finish(0, &mut out);
+    let [Record::Packet(r)] = &out[..] else {
+        panic!("{out:?}")
+    };
+    let why = r.malformed.as_deref().unwrap();
+    assert!(
+        why.contains("stream ended 65527 bytes short of a 65535-byte message"),
+        "{why}"
+    );
+    assert_eq!((r.proto, r.len, r.caplen, r.ts_ns), ("tcp", 0, 0, 2));
+    let s = d.stats();
+    assert_eq!((s.malformed, s.tcp_messages), (1, 1));
+    assert!(accounted(&s), "{s:?}");
+    // Nothing is reported twice.
+    d.finish(0, &mut out);
+    assert_eq!(out.len(), 1);
+}
+
+/// Two messages over three segments (one split across two, two in one) and a bare ACK:
+/// segments and messages are counted apart and the accounting holds.
+#[test]
+fn tcp_segments_and_messages_are_accounted_apart() {
+    let msg = txt_response();
+    let mut stream = framed(&msg);
+    stream.extend(framed(&msg));
+    let (a, rest) = stream.split_at(100);
+    let (b, c) = rest.split_at(rest.len() - 50);
+    let out = {
+        let mut d = decoder();
+        let out = feed_all(
+            &mut d,
+            &[
+                tcp(1, a),
+                tcp(1 + a.len() as u32, b),
+                tcp(1 + (a.len() + b.len()) as u32, c),
+                tcp(1 + stream.len() as u32, &[]),
+            ],
+        );
+        let s = d.stats();
+        assert_eq!(
+            (
+                s.packets,
+                s.tcp_data,
+                s.tcp_control,
+                s.decoded,
+                s.tcp_messages
+            ),
+            (4, 3, 1, 2, 2)
+        );
+        assert!(accounted(&s), "{s:?}");
+        out
+    };
+    assert_eq!(out.len(), 2);
+}
+
+#[test]
+fn cut_udp_answer_is_decoded_as_far_as_it_goes() {
+    let msg = txt_response();
+    let pkt = udp(&msg);
+    let mut d = decoder();
+    // 200 bytes of DNS (the --snaplen) after 28 bytes of headers.
+    let r = feed(&mut d, &pkt, 28 + 200, pkt.len());
+    assert!(r.capture_truncated && r.malformed.is_none(), "{r:?}");
+    let m = r.dns.as_ref().unwrap();
+    assert_eq!(m.questions[0].name, "medium.lab.test.");
+    // Header and question: 33 bytes; each answer 2 + 10 + 1 + 62 = 75 bytes.
+    assert_eq!(m.answers.len(), 2);
+    let cut = m.cut.unwrap();
+    assert_eq!((cut.captured_bytes, cut.message_bytes), (200, msg.len()));
+    assert_eq!(cut.answers, 6);
+    let s = d.stats();
+    assert_eq!((s.decoded, s.malformed, s.capture_truncated), (0, 0, 1));
+    // The correlate stage gets it.
+    let mut obs = Vec::new();
+    d.take_observed(&mut obs);
+    assert!(
+        matches!(&obs[..], [Observed::Message(o)] if o.msg.cut == Some(cut)),
+        "{obs:?}"
+    );
+    let json = serde_json::to_value(Record::Packet(r)).unwrap();
+    assert_eq!(json["capture_truncated"], true);
+    assert!(json.get("malformed").is_none());
+
+    // The header itself cut: no message, still not malformed.
+    let r = feed(&mut d, &pkt, 28 + 7, pkt.len());
+    assert!(r.capture_truncated && r.dns.is_none() && r.malformed.is_none());
+    assert!(crate::output::text::packet_line(&r).contains("[|domain"));
+    // Whole: decoded, no mark.
+    let r = feed(&mut d, &pkt, pkt.len(), pkt.len());
+    assert!(!r.capture_truncated && r.dns.unwrap().cut.is_none());
+    let json =
+        serde_json::to_value(Record::Packet(feed(&mut d, &pkt, pkt.len(), pkt.len()))).unwrap();
+    assert!(json.get("capture_truncated").is_none(), "{json}");
+    let s = d.stats();
+    assert_eq!((s.decoded, s.malformed, s.capture_truncated), (2, 0, 2));
+}
+
+/// Short though nothing was cut on capture (the wire had only these bytes): malformed.
+#[test]
+fn short_message_not_cut_by_the_capture_is_malformed() {
+    let msg = txt_response();
+    let pkt = udp(&msg);
+    let mut d = decoder();
+    let r = feed(&mut d, &pkt, 28 + 200, 28 + 200);
+    assert!(!r.capture_truncated && r.dns.is_none());
+    let why = r.malformed.unwrap();
+    assert!(why.contains("runs past the end"), "{why}");
+    assert!(why.contains("promise"), "{why}");
+    // Only Ethernet padding cut (the IP packet itself whole): a whole message.
+    let r = feed(&mut d, &pkt, pkt.len(), pkt.len() + 6);
+    assert!(!r.capture_truncated && r.dns.is_some());
+    let s = d.stats();
+    assert_eq!((s.decoded, s.malformed, s.capture_truncated), (1, 1, 0));
+}
+
+#[test]
+fn cut_tcp_answer_is_decoded_as_far_as_it_goes() {
+    let msg = txt_response();
+    let mut framed = (msg.len() as u16).to_be_bytes().to_vec();
+    framed.extend_from_slice(&msg);
+    let pkt = tcp(1000, &framed);
+    let mut d = decoder();
+    let r = feed(&mut d, &pkt, 40 + 300, pkt.len());
+    assert!(r.capture_truncated && r.malformed.is_none(), "{r:?}");
+    let m = r.dns.unwrap();
+    let cut = m.cut.unwrap();
+    assert_eq!((cut.captured_bytes, cut.message_bytes), (298, msg.len()));
+    assert_eq!(m.answers.len(), 3);
+    let s = d.stats();
+    assert_eq!((s.decoded, s.malformed, s.capture_truncated), (0, 0, 1));
+    assert_eq!(s.tcp_bytes_dropped, 0);
+}
+
+/// What the TCP reassembler gave up on reaches the stats: a message cut by the capture
+/// and a hole in a stream.
+#[test]
+fn tcp_cuts_and_gaps_reach_the_stats() {
+    let msg = txt_response();
+    let mut framed = (msg.len() as u16).to_be_bytes().to_vec();
+    framed.extend_from_slice(&msg);
+    let mut d = decoder();
+    let pkt = tcp(1000, &framed);
+    feed(&mut d, &pkt, 40 + 300, pkt.len());
+    let s = d.stats();
+    assert_eq!((s.tcp_cut, s.tcp_gaps), (1, 0));
+    // Another flow: its first 100 bytes, then a segment 50 bytes further on, then the
+    // end of input with the hole still open.
+    let mut d = decoder();
+    let mut out: Vec<Record> = Vec::new();
+    for (i, (seq, range)) in [(5000u32, 0..100), (5150, 150..framed.len())]
+        .into_iter()
+        .enumerate()
+    {
+        let pkt = tcp(seq, &framed[range]);
+        d.on_packet(captured(i as u64 + 1, &pkt, pkt.len()), &mut out);
+    }
+    d.finish(10, &mut out);
+    let s = d.stats();
+    assert_eq!((s.tcp_cut, s.tcp_gaps), (0, 1));
+    assert!(s.tcp_bytes_dropped > 0, "{s:?}");
+    let json = serde_json::to_value(Record::Stats(crate::output::record::StatsRecord::new(
+        s, None,
+    )))
+    .unwrap();
+    assert_eq!(
+        (json["tcp_gaps"].as_u64(), json["tcp_cut"].as_u64()),
+        (Some(1), Some(0))
+    );
+}
+
+#[test]
+fn normal_socket_life_is_benign_and_netfilter_is_not() {
+    assert!(benign_drop("QUEUE_PURGE", "sk_stream_kill_queues", None).is_some());
+    assert!(benign_drop("NOT_SPECIFIED", "udp_destruct_common", None).is_some());
+    assert!(benign_drop("NOT_SPECIFIED", "tcp_v4_rcv", Some((0x02, true))).is_some());
+    assert!(benign_drop("NOT_SPECIFIED", "tcp_v6_rcv", Some((0x10, true))).is_some());
+    // A segment with data dropped there is not handshake bookkeeping.
+    assert!(benign_drop("NOT_SPECIFIED", "tcp_v4_rcv", Some((0x18, false))).is_none());
+    assert!(benign_drop("NETFILTER_DROP", "nf_hook_slow", None).is_none());
+    assert!(benign_drop("NO_SOCKET", "__udp4_lib_rcv", None).is_none());
+}
+
+#[test]
+fn question_keys_match_from_wire_and_text() {
+    // id 0x1234, RD, 1 question: WWW.Lab.test A IN (mixed case, DNS 0x20)
+    let mut msg = vec![0x12, 0x34, 0x01, 0x00, 0, 1, 0, 0, 0, 0, 0, 0];
+    msg.extend(b"\x03WWW\x03Lab\x04test\x00\x00\x01\x00\x01");
+    let mut buf = [0u8; 264];
+    let wire = question_key(&msg, &mut buf).unwrap().to_vec();
+    assert_eq!(
+        wire,
+        question_key_of("www.lab.test.", "A", "IN")
+            .unwrap()
+            .to_vec()
+    );
+    assert_ne!(
+        wire,
+        question_key_of("www.lab.test.", "AAAA", "IN")
+            .unwrap()
+            .to_vec()
+    );
+    // Compression in a question, truncation, no question: no key, no panic.
+    let mut ptr = msg[..12].to_vec();
+    ptr.extend([0xc0, 0x0c, 0, 1, 0, 1]);
+    assert!(question_key(&ptr, &mut buf).is_none());
+    assert!(question_key(&msg[..20], &mut buf).is_none());
+    let mut none = msg.clone();
+    none[5] = 0;
+    assert!(question_key(&none, &mut buf).is_none());
+}
+
+#[test]
+fn conntrack_status_names() {
+    let flow = |s: &str, d: &str| crate::event::CtFlow {
+        src: s.parse().unwrap(),
+        dst: d.parse().unwrap(),
+        proto: 17,
+    };
+    let r = ct_record(&CtSnapshot {
+        status: 0x1a0,
+        orig: flow("10.244.1.2:5000", "10.96.0.10:53"),
+        reply: flow("10.244.1.3:53", "10.244.1.2:5000"),
+    });
+    assert_eq!(
+        r.status_flags,
+        vec!["DST_NAT", "SRC_NAT_DONE", "DST_NAT_DONE"]
+    );
+    assert!(!r.confirmed);
+    assert_eq!(r.orig.dst, "10.96.0.10:53");
+}

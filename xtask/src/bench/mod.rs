@@ -1,0 +1,293 @@
+//! `cargo xtask bench`: offline decoding speed, dnspath against tshark on the same file;
+//! then the live and storm sections (live/) in a lab.
+//!
+//! Writes a pcap of DNS traffic (Ethernet + IPv4 + UDP, queries and responses of several
+//! names and types, EDNS, NXDOMAIN, CNAME chains) straight from Rust, so no network is
+//! needed, then times `dnspath analyze FILE -o json` and
+//! `tshark -r FILE -Y dns -T fields -e dns.qry.name -e dns.id`, both to /dev/null.
+use std::{
+    fs::File,
+    path::{Path, PathBuf},
+    process::{Command, Stdio},
+    time::{Duration, Instant},
+};
+
+mod capture;
+mod dns;
+
+use capture::{write_capture, write_repeats_capture};
+
+const DEFAULT_PACKETS: u64 = 1_000_000;
+/// One run by default, so that the whole bench (offline, live, storm) stays under ~5 minutes.
+const DEFAULT_RUNS: u32 = 1;
+
+struct Options {
+    packets: u64,
+    runs: u32,
+    keep: Option<PathBuf>,
+    offline: bool,
+    live: bool,
+    storm: bool,
+    lab: crate::live::LiveOptions,
+}
+
+const USAGE: &str =
+    "usage: cargo xtask bench [--only offline,live,storm] [--packets N] [--runs N] \
+[--keep FILE] [--rates QPS,QPS...] [--seconds N] [--storm-seconds N]";
+
+fn number<T: std::str::FromStr>(flag: &str, v: &str) -> crate::Result<T>
+where
+    T::Err: std::fmt::Display,
+{
+    v.parse().map_err(|e| format!("{flag} {v}: {e}"))
+}
+
+fn parse_args(args: &[String]) -> crate::Result<Options> {
+    let mut o = Options {
+        packets: DEFAULT_PACKETS,
+        runs: DEFAULT_RUNS,
+        keep: None,
+        offline: true,
+        live: true,
+        storm: true,
+        lab: crate::live::LiveOptions::default(),
+    };
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        let mut value = |what: &str| {
+            it.next()
+                .cloned()
+                .ok_or_else(|| format!("{a} needs {what}"))
+        };
+        match a.as_str() {
+            "--packets" => o.packets = number(a, &value("a number")?)?,
+            "--runs" => o.runs = number(a, &value("a number")?)?,
+            "--keep" => o.keep = Some(PathBuf::from(value("a file name")?)),
+            "--rates" => {
+                o.lab.rates = value("rates")?
+                    .split(',')
+                    .map(|r| number(a, r.trim()))
+                    .collect::<crate::Result<_>>()?
+            }
+            "--seconds" => o.lab.seconds = number(a, &value("a number")?)?,
+            "--storm-seconds" => o.lab.storm_seconds = number(a, &value("a number")?)?,
+            "--only" => {
+                let v = value("sections")?;
+                let parts: Vec<&str> = v.split(',').map(str::trim).collect();
+                if let Some(bad) = parts
+                    .iter()
+                    .find(|p| !["offline", "live", "storm"].contains(p))
+                {
+                    return Err(format!("bench: --only: unknown section {bad}; {USAGE}"));
+                }
+                o.offline = parts.contains(&"offline");
+                o.live = parts.contains(&"live");
+                o.storm = parts.contains(&"storm");
+            }
+            other => return Err(format!("bench: unknown argument {other}; {USAGE}")),
+        }
+    }
+    if o.packets == 0 || o.runs == 0 || o.lab.seconds == 0 || o.lab.storm_seconds == 0 {
+        return Err(
+            "bench: --packets, --runs, --seconds and --storm-seconds must be at least 1".into(),
+        );
+    }
+    if o.lab.rates.is_empty() || o.lab.rates.contains(&0) {
+        return Err("bench: --rates must be positive".into());
+    }
+    Ok(o)
+}
+
+/// Unanswered repeats of one question in the bench's repeat capture.
+const REPEATS: u64 = 100_000;
+
+/// Times `dnspath analyze -o json` on [`REPEATS`] unanswered repeats of one question.
+fn measure_repeats(dnspath: &Path, o: &Options) -> crate::Result<()> {
+    let path =
+        std::env::temp_dir().join(format!("dnspath-bench-repeats-{}.pcap", std::process::id()));
+    let result = write_repeats_capture(&path, REPEATS).and_then(|_| {
+        let file = path.to_string_lossy().into_owned();
+        let mut times = Vec::new();
+        for run in 1..=o.runs {
+            let (t, stderr) =
+                time_it(Command::new(dnspath).args(["analyze", &file, "-o", "json"]))?;
+            eprintln!(
+                "bench: run {run}: dnspath analyze -o json (unanswered repeats): {:.2} s",
+                t.as_secs_f64()
+            );
+            let want = format!("{REPEATS} packets read, {REPEATS} decoded");
+            if !stderr.contains(&want) {
+                return Err(format!(
+                    "repeats: not every packet decoded (expected \"{want}\"): {stderr}"
+                ));
+            }
+            times.push(t);
+        }
+        Ok(median(times))
+    });
+    let _ = std::fs::remove_file(&path);
+    let t = result?;
+    println!(
+        "  {:<40} {:>7.2} s {:>10.0} packets/s  ({REPEATS} unanswered queries of one question)",
+        "dnspath analyze -o json (repeats)",
+        t.as_secs_f64(),
+        REPEATS as f64 / t.as_secs_f64().max(1e-9)
+    );
+    Ok(())
+}
+
+/// Runs `cmd` with stdout to /dev/null; returns the wall time and stderr.
+fn time_it(cmd: &mut Command) -> crate::Result<(Duration, String)> {
+    let null = File::create("/dev/null").map_err(|e| format!("/dev/null: {e}"))?;
+    cmd.stdin(Stdio::null()).stdout(null).stderr(Stdio::piped());
+    let start = Instant::now();
+    let out = cmd.output().map_err(|e| format!("{cmd:?}: {e}"))?;
+    let took = start.elapsed();
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    if !out.status.success() {
+        return Err(format!("{cmd:?} failed ({}): {stderr}", out.status));
+    }
+    Ok((took, stderr))
+}
+
+fn median(mut v: Vec<Duration>) -> Duration {
+    v.sort();
+    v.get(v.len() / 2).copied().unwrap_or_default()
+}
+
+fn cpu_model() -> String {
+    std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("model name"))
+                .and_then(|l| l.split(':').nth(1))
+                .map(|m| m.trim().to_string())
+        })
+        .unwrap_or_else(|| "unknown CPU".into())
+}
+
+/// Machine, kernel and date, for the figures.
+fn machine() -> String {
+    let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+    let date = crate::output_ok(Command::new("date").args(["-u", "+%Y-%m-%d %H:%M UTC"]))
+        .unwrap_or_default();
+    format!(
+        "{} CPU(s): {}, Linux {}, {}",
+        std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(1),
+        cpu_model(),
+        kernel.trim(),
+        date.trim()
+    )
+}
+
+pub fn run(dnspath: &Path, args: &[String]) -> crate::Result<()> {
+    let o = parse_args(args)?;
+    println!("bench on {}", machine());
+    if o.offline {
+        run_offline(dnspath, &o)?;
+    }
+    if o.live || o.storm {
+        crate::live::run(dnspath, &o.lab, o.live, o.storm)?;
+    }
+    Ok(())
+}
+
+fn run_offline(dnspath: &Path, o: &Options) -> crate::Result<()> {
+    let tshark = crate::output_ok(Command::new("tshark").arg("--version"))
+        .and_then(|v| v.lines().next().map(str::to_string))
+        .ok_or("tshark does not run")?;
+    let path = o.keep.clone().unwrap_or_else(|| {
+        std::env::temp_dir().join(format!("dnspath-bench-{}.pcap", std::process::id()))
+    });
+    eprintln!(
+        "bench: writing {} DNS packets to {}",
+        o.packets,
+        path.display()
+    );
+    let size = write_capture(&path, o.packets)?;
+    let result = measure(dnspath, &path, o, size, &tshark);
+    if o.keep.is_none() {
+        let _ = std::fs::remove_file(&path);
+    }
+    result?;
+    measure_repeats(dnspath, o)
+}
+
+fn measure(dnspath: &Path, path: &Path, o: &Options, size: u64, tshark: &str) -> crate::Result<()> {
+    let file = path.to_string_lossy().into_owned();
+    // (label, program, arguments)
+    let commands: [(&str, &Path, Vec<&str>); 3] = [
+        (
+            "dnspath analyze -o json",
+            dnspath,
+            vec!["analyze", &file, "-o", "json"],
+        ),
+        (
+            "dnspath analyze -o json --view packets",
+            dnspath,
+            vec!["analyze", &file, "-o", "json", "--view", "packets"],
+        ),
+        (
+            "tshark -Y dns -T fields",
+            Path::new("tshark"),
+            vec![
+                "-r",
+                &file,
+                "-Y",
+                "dns",
+                "-T",
+                "fields",
+                "-e",
+                "dns.qry.name",
+                "-e",
+                "dns.id",
+            ],
+        ),
+    ];
+    let mut times: Vec<Vec<Duration>> = vec![Vec::new(); commands.len()];
+    for run in 1..=o.runs {
+        for (i, (label, program, args)) in commands.iter().enumerate() {
+            let (t, stderr) = time_it(Command::new(program).args(args))?;
+            eprintln!("bench: run {run}: {label}: {:.2} s", t.as_secs_f64());
+            if *program == dnspath {
+                let want = format!("{} packets read, {} decoded", o.packets, o.packets);
+                if !stderr.contains(&want) {
+                    return Err(format!(
+                        "{label} did not decode every packet (expected \"{want}\"): {stderr}"
+                    ));
+                }
+            }
+            times[i].push(t);
+        }
+    }
+    let medians: Vec<Duration> = times.into_iter().map(median).collect();
+    let rate = |d: Duration| o.packets as f64 / d.as_secs_f64().max(1e-9);
+    println!(
+        "{} packets ({:.0} MB pcap, Ethernet/IPv4/UDP DNS, {} transactions), median of {} run(s), {} CPU(s): {}",
+        o.packets,
+        size as f64 / 1e6,
+        o.packets / 2,
+        o.runs,
+        std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1),
+        cpu_model()
+    );
+    for ((label, _, _), t) in commands.iter().zip(&medians) {
+        println!(
+            "  {label:<40} {:>7.2} s {:>10.0} packets/s",
+            t.as_secs_f64(),
+            rate(*t)
+        );
+    }
+    println!("  ({tshark})");
+    let tshark_t = medians[2].as_secs_f64();
+    for ((label, _, _), t) in commands.iter().zip(&medians).take(2) {
+        println!(
+            "  {label}: {:.2}x tshark's speed",
+            tshark_t / t.as_secs_f64().max(1e-9)
+        );
+    }
+    Ok(())
+}

@@ -1,0 +1,52 @@
+//! /proc accounting: CPU time and peak memory of processes.
+use std::fs;
+
+fn clk_tck() -> f64 {
+    // SAFETY: sysconf has no preconditions.
+    let t = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    if t > 0 {
+        t as f64
+    } else {
+        100.0
+    }
+}
+
+/// Fields of /proc/PID/stat after the command name (field 3 first).
+pub(super) fn stat_fields(pid: &str) -> Option<Vec<u64>> {
+    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let after_comm = stat.rsplit_once(')')?.1;
+    Some(
+        after_comm
+            .split_whitespace()
+            .map(|f| f.parse::<u64>().unwrap_or(0))
+            .collect(),
+    )
+}
+
+/// utime+stime of `pid` (all its threads) in seconds; with `children`, plus those of its
+/// waited-for children (cutime+cstime).
+pub(super) fn cpu_s(pid: &str, children: bool) -> Option<f64> {
+    let f = stat_fields(pid)?;
+    // proc(5): utime 14, stime 15, cutime 16, cstime 17; index 0 is field 3.
+    let mut ticks = f.get(11)? + f.get(12)?;
+    if children {
+        ticks += f.get(13)? + f.get(14)?;
+    }
+    Some(ticks as f64 / clk_tck())
+}
+
+/// Peak resident set of `pid`, KiB.
+pub(super) fn vm_hwm_kib(pid: u32) -> Option<u64> {
+    fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()?
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+}
+
+/// cutime+cstime of this process: the CPU of every child it has reaped.
+pub(super) fn cpu_children_self() -> f64 {
+    stat_fields("self")
+        .and_then(|f| Some((f.get(13)? + f.get(14)?) as f64 / clk_tck()))
+        .unwrap_or(0.0)
+}

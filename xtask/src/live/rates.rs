@@ -1,0 +1,422 @@
+//! The live section: dnsperf at fixed rates under nothing, `dnspath trace`, `dnspath agent`
+//! and tcpdump + tshark, and the eBPF programs' cost on packets that are not DNS.
+use std::{
+    fs,
+    path::Path,
+    process::Stdio,
+    thread,
+    time::{Duration, Instant},
+};
+
+use lab::{DnsPodConfig, DnsServerKind, Lab, LabConfig, Pod};
+
+use super::{
+    bpf::{print_progs, prog_delta, progs, ProgCosts},
+    dnsperf::{dnsperf, Dnsperf},
+    opt_u64,
+    proc::{cpu_children_self, cpu_s, vm_hwm_kib},
+    thousands,
+    tool::{is_stats, last_stats, Tool},
+    LiveOptions,
+};
+
+/// The agent's metrics address, inside the lab's node namespace.
+const AGENT_LISTEN: &str = "127.0.0.1:9253";
+/// Queries dnsperf cycles through: names of the lab's zone, answered from dnsmasq's cache.
+const QUERIES: &str = "www.lab.test A\nwww.lab.test AAAA\nalias.lab.test A\ntxt.lab.test TXT\n\
+medium.lab.test TXT\n_dns._udp.lab.test SRV\nns.lab.test A\nns.lab.test AAAA\n";
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    Nothing,
+    Trace,
+    Agent,
+    Tcpdump,
+}
+
+impl Mode {
+    const ALL: [Mode; 4] = [Mode::Nothing, Mode::Trace, Mode::Agent, Mode::Tcpdump];
+
+    fn label(self) -> &'static str {
+        match self {
+            Mode::Nothing => "nothing",
+            Mode::Trace => "dnspath trace --all-netns -o json",
+            Mode::Agent => "dnspath agent",
+            Mode::Tcpdump => "tcpdump -w + tshark -r",
+        }
+    }
+}
+
+/// One tool at one rate.
+#[derive(Debug, Default)]
+struct Row {
+    perf: Dnsperf,
+    /// CPU-seconds of the tool during the window (tcpdump's only for tcpdump).
+    tool_cpu_s: Option<f64>,
+    /// tshark's CPU-seconds (children included) reading the file afterwards, and its wall time.
+    tshark: Option<(f64, f64)>,
+    servers_cpu_s: f64,
+    captured: Option<u64>,
+    lost: Option<u64>,
+    /// Summarised + shed (dnspath only).
+    summarised: Option<u64>,
+    hwm_kib: Option<u64>,
+    progs: ProgCosts,
+}
+
+impl Row {
+    fn tool_us_per_query(&self) -> Option<f64> {
+        let total = self.tool_cpu_s? + self.tshark.map_or(0.0, |t| t.0);
+        Some(per_query_us(total, self.perf.completed))
+    }
+}
+
+fn per_query_us(cpu_s: f64, queries: u64) -> f64 {
+    cpu_s * 1e6 / queries.max(1) as f64
+}
+
+fn servers_cpu(pids: &[String]) -> f64 {
+    pids.iter().filter_map(|p| cpu_s(p, true)).sum()
+}
+
+/// Sum of the samples of `metric` (any labels) in a Prometheus exposition; `labels` must
+/// appear in the sample's label set.
+pub(super) fn metric(scrape: &str, metric: &str, labels: &str) -> Option<u64> {
+    let mut found = false;
+    let sum: f64 = scrape
+        .lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter_map(|l| {
+            let (series, value) = l.rsplit_once(' ')?;
+            let (name, rest) = series.split_once('{').unwrap_or((series, ""));
+            (name == metric && rest.contains(labels)).then(|| value.parse::<f64>().ok())?
+        })
+        .inspect(|_| found = true)
+        .sum();
+    found.then_some(sum as u64)
+}
+
+fn curl(lab: &Lab, path: &str) -> Option<String> {
+    let url = format!("http://{AGENT_LISTEN}{path}");
+    let o = lab.exec(lab.node_ns(), &["curl", "-sf", "-m", "5", &url]);
+    o.status
+        .success()
+        .then(|| String::from_utf8_lossy(&o.stdout).into_owned())
+}
+
+/// Runs dnsperf at `rate` under `mode` and measures.
+fn measure(
+    lab: &Lab,
+    dnspath: &str,
+    queries: &Path,
+    servers: &[String],
+    mode: Mode,
+    rate: u32,
+    o: &LiveOptions,
+) -> crate::Result<Row> {
+    let node = lab.node_ns();
+    let pcap = lab.temp_dir().join(format!("bench-{rate}.pcap"));
+    let pcap_s = pcap.to_string_lossy().into_owned();
+    let tool = match mode {
+        Mode::Nothing => None,
+        Mode::Trace => Some(Tool::start(
+            lab,
+            node,
+            &[dnspath, "trace", "--all-netns", "-o", "json"],
+            is_stats,
+            "dnspath: tracing",
+        )?),
+        Mode::Agent => {
+            let t = Tool::start(
+                lab,
+                node,
+                &[dnspath, "agent", "--listen", AGENT_LISTEN],
+                is_stats,
+                "dnspath: tracing",
+            )?;
+            let deadline = Instant::now() + Duration::from_secs(15);
+            while curl(lab, "/readyz").is_none() {
+                if Instant::now() > deadline {
+                    let s = t.stop(libc::SIGTERM);
+                    return Err(format!("agent never ready: {}", s.stderr));
+                }
+                thread::sleep(Duration::from_millis(100));
+            }
+            Some(t)
+        }
+        Mode::Tcpdump => Some(Tool::start(
+            lab,
+            node,
+            &[
+                "tcpdump", "-i", "any", "-n", "-s", "0", "-w", &pcap_s, "udp", "port", "53",
+            ],
+            |_| false,
+            "listening on",
+        )?),
+    };
+    let pid = tool.as_ref().map(|t| t.pid().to_string());
+    let before_tool = pid.as_deref().and_then(|p| cpu_s(p, false));
+    let before_servers = servers_cpu(servers);
+    let before_progs = tool.as_ref().map(|t| progs(t.pid())).unwrap_or_default();
+    let perf = dnsperf(lab, queries, rate, o.seconds);
+    // Let the tool drain what the last queries left.
+    thread::sleep(Duration::from_secs(1));
+    let after_tool = pid.as_deref().and_then(|p| cpu_s(p, false));
+    let after_servers = servers_cpu(servers);
+    let after_progs = tool.as_ref().map(|t| progs(t.pid())).unwrap_or_default();
+    let hwm_kib = tool.as_ref().and_then(|t| vm_hwm_kib(t.pid()));
+    let scrape = match mode {
+        Mode::Agent => curl(lab, "/metrics"),
+        _ => None,
+    };
+    let stopped = tool.map(|t| {
+        t.stop(if mode == Mode::Agent {
+            libc::SIGTERM
+        } else {
+            libc::SIGINT
+        })
+    });
+    if let Some(s) = stopped
+        .as_ref()
+        .filter(|s| !s.status.is_some_and(|st| st.success()))
+    {
+        eprintln!(
+            "bench: {} exited {:?}: {}",
+            mode.label(),
+            s.status,
+            s.stderr
+        );
+    }
+    let perf = perf?;
+    let mut row = Row {
+        perf,
+        tool_cpu_s: before_tool.zip(after_tool).map(|(b, a)| a - b),
+        servers_cpu_s: after_servers - before_servers,
+        hwm_kib,
+        progs: prog_delta(&before_progs, &after_progs),
+        ..Row::default()
+    };
+    match mode {
+        Mode::Nothing => {}
+        Mode::Trace => {
+            let stats = stopped.as_ref().and_then(|s| last_stats(&s.stdout));
+            let n = |k: &str| stats.as_ref().and_then(|s| s[k].as_u64());
+            row.captured = n("packets");
+            row.lost = n("lost");
+            row.summarised = n("summarised").zip(n("shed")).map(|(a, b)| a + b);
+            if stats.is_none() {
+                eprintln!(
+                    "bench: dnspath trace printed no stats record: {}",
+                    stopped.map(|s| s.stderr).unwrap_or_default()
+                );
+            }
+        }
+        Mode::Agent => {
+            let scrape = scrape.unwrap_or_default();
+            row.captured = metric(&scrape, "dnspath_packets_total", "");
+            row.lost = metric(&scrape, "dnspath_events_lost_total", "event=\"packet\"");
+            row.summarised = metric(&scrape, "dnspath_summarised_packets_total", "");
+        }
+        Mode::Tcpdump => {
+            let err = stopped.map(|s| s.stderr).unwrap_or_default();
+            let count = |what: &str| {
+                err.lines()
+                    .find(|l| l.ends_with(what))
+                    .and_then(|l| l.split_whitespace().next()?.parse::<u64>().ok())
+            };
+            row.captured = count("packets captured");
+            row.lost = count("packets dropped by kernel");
+            row.tshark = Some(tshark(&pcap)?);
+            let _ = fs::remove_file(&pcap);
+        }
+    }
+    Ok(row)
+}
+
+/// CPU-seconds (children included: read as this process's reaped children's times) and
+/// wall seconds of `tshark -r FILE -Y dns -T fields -e dns.qry.name -e dns.id > /dev/null`.
+fn tshark(file: &Path) -> crate::Result<(f64, f64)> {
+    let before = cpu_children_self();
+    let start = Instant::now();
+    let null = fs::File::create("/dev/null").map_err(|e| format!("/dev/null: {e}"))?;
+    let out = std::process::Command::new("tshark")
+        .arg("-r")
+        .arg(file)
+        .args([
+            "-Y",
+            "dns",
+            "-T",
+            "fields",
+            "-e",
+            "dns.qry.name",
+            "-e",
+            "dns.id",
+        ])
+        .stdin(Stdio::null())
+        .stdout(null)
+        .stderr(Stdio::piped())
+        .output()
+        .map_err(|e| format!("tshark: {e}"))?;
+    let wall = start.elapsed().as_secs_f64();
+    if !out.status.success() {
+        return Err(format!(
+            "tshark failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        ));
+    }
+    Ok((cpu_children_self() - before, wall))
+}
+
+fn print_rate(rate: u32, seconds: u64, rows: &[(Mode, Row)]) {
+    println!("\nlive: dnsperf -Q {rate} for {seconds} s, client pod → ClusterIP → 2 dnsmasq pods (cached answers)");
+    println!(
+        "  {:<34} {:>8} {:>8} {:>8} {:>8} {:>8} {:>13} {:>12} {:>11} {:>8} {:>10} {:>8}",
+        "under",
+        "qps",
+        "lost",
+        "avg ms",
+        "sd ms",
+        "max ms",
+        "tool µs/q",
+        "dnsmasq µs/q",
+        "captured",
+        "lost",
+        "summarised",
+        "VmHWM"
+    );
+    for (mode, r) in rows {
+        println!(
+            "  {:<34} {:>8.0} {:>8} {:>8.3} {:>8.3} {:>8.2} {:>13} {:>12.1} {:>11} {:>8} {:>10} {:>8}",
+            mode.label(),
+            r.perf.qps,
+            r.perf.lost,
+            r.perf.avg_ms,
+            r.perf.stddev_ms,
+            r.perf.max_ms,
+            r.tool_us_per_query()
+                .map(|v| format!("{v:.1}"))
+                .unwrap_or_else(|| "-".into()),
+            per_query_us(r.servers_cpu_s, r.perf.completed),
+            opt_u64(r.captured),
+            opt_u64(r.lost),
+            opt_u64(r.summarised),
+            r.hwm_kib
+                .map(|k| format!("{:.0} MiB", k as f64 / 1024.0))
+                .unwrap_or_else(|| "-".into()),
+        );
+    }
+    let tcpdump = rows
+        .iter()
+        .find(|(m, _)| *m == Mode::Tcpdump)
+        .and_then(|(_, r)| r.tool_us_per_query());
+    for (mode, r) in rows {
+        let Some(us) = r.tool_us_per_query() else {
+            continue;
+        };
+        let servers = per_query_us(r.servers_cpu_s, r.perf.completed);
+        let mut line = format!(
+            "  {}: {us:.1} µs CPU/query = {:.1}× the dnsmasq pods' {servers:.1} µs (same run)",
+            mode.label(),
+            us / servers.max(1e-9)
+        );
+        if let Some((cpu, wall)) = r.tshark {
+            line.push_str(&format!(
+                " [tcpdump {:.1} µs + tshark {:.1} µs, tshark took {wall:.1} s]",
+                per_query_us(r.tool_cpu_s.unwrap_or(0.0), r.perf.completed),
+                per_query_us(cpu, r.perf.completed)
+            ));
+        } else if let Some(t) = tcpdump {
+            line.push_str(&format!(" = {:.2}× tcpdump+tshark", us / t.max(1e-9)));
+        }
+        if let Some(c) = r.captured {
+            let per_query = c as f64 / r.perf.completed.max(1) as f64;
+            line.push_str(&format!(
+                "; {per_query:.1} packets/query read (≈ {:.0} packets/s), {:.1} µs per packet read",
+                per_query * r.perf.qps,
+                us / per_query.max(1e-9)
+            ));
+            let lost = r.lost.unwrap_or(0);
+            if lost > 0 {
+                line.push_str(&format!(
+                    "; {:.0}% of packets LOST before userspace: CPU/query understates the cost",
+                    100.0 * lost as f64 / (lost + c).max(1) as f64
+                ));
+            }
+        }
+        println!("{line}");
+        print_progs(&r.progs);
+    }
+}
+
+pub(super) fn run_live(dnspath: &Path, o: &LiveOptions) -> crate::Result<()> {
+    let cfg = LabConfig {
+        dns_pods: vec![DnsPodConfig::new(DnsServerKind::Dnsmasq); 2],
+        ..LabConfig::default()
+    };
+    let lab = Lab::start(cfg).map_err(|e| format!("lab: {e}"))?;
+    let queries = lab.temp_dir().join("queries.txt");
+    fs::write(&queries, QUERIES).map_err(|e| format!("{}: {e}", queries.display()))?;
+    let servers: Vec<String> = (0..lab.dns_pod_count())
+        .filter_map(|i| lab.server_pid(Pod::Dns(i)))
+        .map(|p| p.to_string())
+        .collect();
+    // Warm both pods' caches (the Service picks a pod at random per flow).
+    dnsperf(&lab, &queries, 1_000, 1)?;
+    let dnspath = dnspath.to_string_lossy().into_owned();
+    for &rate in &o.rates {
+        let mut rows = Vec::new();
+        for mode in Mode::ALL {
+            eprintln!("bench: live: {} at {rate} qps", mode.label());
+            rows.push((
+                mode,
+                measure(&lab, &dnspath, &queries, &servers, mode, rate, o)?,
+            ));
+        }
+        print_rate(rate, o.seconds, &rows);
+    }
+    non_dns(&lab, &dnspath)
+}
+
+/// UDP datagrams of the non-DNS burst.
+const NON_DNS_PACKETS: u32 = 100_000;
+
+/// The eBPF programs' cost on packets that are not DNS: `dnspath trace --all-netns` runs
+/// while the client pod sends [`NON_DNS_PACKETS`] UDP datagrams to port 9 of a DNS pod,
+/// where nothing listens (so each is also a kernel drop, `NO_SOCKET`: kfree_skb's cost on
+/// non-DNS drops).
+fn non_dns(lab: &Lab, dnspath: &str) -> crate::Result<()> {
+    let t = Tool::start(
+        lab,
+        lab.node_ns(),
+        &[dnspath, "trace", "--all-netns", "-o", "json"],
+        is_stats,
+        "dnspath: tracing",
+    )?;
+    let before = progs(t.pid());
+    let target = lab.ip_of(Pod::Dns(0)).to_string();
+    let script = format!(
+        "import socket\ns = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\n\
+         for i in range({NON_DNS_PACKETS}):\n    s.sendto(b'x' * 40, ('{target}', 9))\n"
+    );
+    let start = Instant::now();
+    let o = lab.exec(lab.client_ns(), &["python3", "-c", &script]);
+    let took = start.elapsed().as_secs_f64();
+    thread::sleep(Duration::from_millis(500));
+    let after = progs(t.pid());
+    let stopped = t.stop(libc::SIGINT);
+    if !o.status.success() {
+        return Err(format!(
+            "non-DNS burst: {}",
+            String::from_utf8_lossy(&o.stderr)
+        ));
+    }
+    let read = last_stats(&stopped.stdout).and_then(|s| s["packets"].as_u64());
+    println!(
+        "\nlive, not DNS: {} UDP datagrams to {target}:9 (nothing listens) in {took:.1} s under \
+         `dnspath trace --all-netns -o json` (which read {} DNS packets meanwhile, other labs' on the machine)",
+        thousands(u64::from(NON_DNS_PACKETS)),
+        opt_u64(read)
+    );
+    print_progs(&prog_delta(&before, &after));
+    Ok(())
+}

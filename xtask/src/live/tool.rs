@@ -1,0 +1,65 @@
+//! The tools measured: started in a lab namespace, watched until ready, stopped by a signal.
+use std::{process::Stdio, time::Duration};
+
+use lab::{
+    watch::{keep_lines, Finished, Watched},
+    Lab,
+};
+use serde_json::Value;
+
+/// A process started in a lab namespace, its stdout filtered line by line (only lines
+/// `keep` accepts are held, so hundreds of MB of records cost no memory), its stderr read.
+pub(super) struct Tool(Watched<Vec<String>>);
+
+impl Tool {
+    pub(super) fn start(
+        lab: &Lab,
+        ns: &str,
+        args: &[&str],
+        keep: fn(&str) -> bool,
+        ready: &str,
+    ) -> crate::Result<Tool> {
+        let mut cmd = lab.command_in(ns, args);
+        cmd.stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .env("RUST_LOG", "warn");
+        let child = lab
+            .spawn(&mut cmd)
+            .map_err(|e| format!("{}: {e}", args.join(" ")))?;
+        let mut t = Tool(Watched::new(
+            child,
+            format!("`{}`", args.join(" ")),
+            keep_lines(keep),
+        ));
+        if let Err(e) = t.0.wait_for_stderr(ready, Duration::from_secs(30)) {
+            let _ = t.stop(libc::SIGKILL);
+            return Err(e.to_string());
+        }
+        Ok(t)
+    }
+
+    pub(super) fn pid(&self) -> u32 {
+        self.0.pid()
+    }
+
+    /// Signals it (SIGINT, as Ctrl-C), waits, and collects what it printed: the lines kept
+    /// as `stdout`.
+    pub(super) fn stop(self, sig: i32) -> Finished<Vec<String>> {
+        self.0.signal(sig);
+        self.0.finish()
+    }
+}
+
+pub(super) fn is_stats(line: &str) -> bool {
+    line.contains("\"type\":\"stats\"")
+}
+
+/// The last `stats` record among `lines`.
+pub(super) fn last_stats(lines: &[String]) -> Option<Value> {
+    lines
+        .iter()
+        .rev()
+        .filter(|l| is_stats(l))
+        .find_map(|l| serde_json::from_str::<Value>(l).ok())
+}
