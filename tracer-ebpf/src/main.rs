@@ -27,8 +27,7 @@ use packet::PacketRead as _;
 use tracer_common::{
     counter,
     proto::{
-        ETH_P_8021AD, ETH_P_8021Q, ETH_P_IP, ETH_P_IPV6, ETH_P_QINQ1, IPPROTO_DSTOPTS,
-        IPPROTO_FRAGMENT, IPPROTO_HOPOPTS, IPPROTO_ROUTING, IPPROTO_TCP, IPPROTO_UDP,
+        ETH_P_8021AD, ETH_P_8021Q, ETH_P_IP, ETH_P_IPV6, ETH_P_QINQ1, IPPROTO_TCP, IPPROTO_UDP,
         UDP_HEADER_LEN,
     },
     shed, CaptureConfig, CtTuple, Dir, DropEvent, EventKind, FragKey, KernelOffsets, PacketEvent,
@@ -216,45 +215,63 @@ fn tc(ctx: &TcContext, has_eth: bool, dir: u8) -> i32 {
 const LOG_TARGET: &str = "dnspath::kernel";
 
 /// Says (at trace level, `-vv`) why a packet the linear walk left alone was not inspected,
-/// when the reason is an encapsulation the walker does not enter: more than two VLAN tags,
-/// MPLS, PPPoE, IP-in-IP, GRE, an IPv6 extension chain longer than the walker follows, or a
-/// VXLAN/Geneve tunnel. Nothing is read unless trace logging was enabled at load.
+/// when the reason is an encapsulation the walker does not enter: MPLS, PPPoE, VLAN tags
+/// beyond two, IP-in-IP or GRE (right after an untagged Ethernet header), or a VXLAN/Geneve
+/// tunnel (UDP over IPv4). A few plain loads, no second walk: with logging on, the programs
+/// stay cheap enough to verify on a slow machine. Nothing runs unless trace logging was
+/// enabled at load.
 #[inline(always)]
 fn explain_skip(ctx: &TcContext, p: &packet::Linear, has_eth: bool, skb_protocol: u32) {
     if !aya_log_ebpf::macro_support::level_enabled(aya_log_ebpf::macro_support::Level::Trace) {
         return;
     }
-    // SAFETY: the context pointer is valid for the whole program run.
-    let ifindex = unsafe { (*ctx.skb.skb).ifindex };
-    let (ethertype, l3_off) = if has_eth {
-        match packet::ethernet(p) {
-            Ok((ethertype, off, _)) => (ethertype, off),
+    let (ethertype, l3) = if has_eth {
+        match p.ptr_at::<u16>(12) {
+            Ok(e) => (u16::from_be(e), 14usize),
             Err(()) => return,
         }
     } else {
         (u16::from_be(skb_protocol as u16), 0usize)
     };
     let what = match ethertype {
-        ETH_P_8021Q | ETH_P_8021AD | ETH_P_QINQ1 => "VLAN tags beyond two (or 0x9100 ones)",
         0x8847 | 0x8848 => "MPLS",
         0x8863 | 0x8864 => "PPPoE",
-        ETH_P_IP | ETH_P_IPV6 => match packet::transport(p, ethertype, l3_off) {
-            Ok(Some(t)) if t.proto == IPPROTO_UDP && matches!(t.dport, 4789 | 6081 | 8472) => {
-                "a VXLAN or Geneve tunnel"
+        ETH_P_8021Q | ETH_P_8021AD | ETH_P_QINQ1 => match p.ptr_at::<[u16; 4]>(l3) {
+            // A tag, then a tag, then yet another.
+            Ok(t)
+                if matches!(u16::from_be(t[1]), ETH_P_8021Q | ETH_P_8021AD)
+                    && matches!(u16::from_be(t[3]), ETH_P_8021Q | ETH_P_8021AD | ETH_P_QINQ1) =>
+            {
+                "VLAN tags beyond two"
             }
-            Ok(Some(_)) | Err(()) => return,
-            Ok(None) => match ip_payload_protocol(p, ethertype, l3_off) {
-                Some(4) | Some(41) => "IP-in-IP",
-                Some(47) => "GRE",
-                Some(IPPROTO_HOPOPTS)
-                | Some(IPPROTO_ROUTING)
-                | Some(IPPROTO_DSTOPTS)
-                | Some(IPPROTO_FRAGMENT) => "an IPv6 extension chain longer than four headers",
-                _ => return,
-            },
+            _ => return,
+        },
+        ETH_P_IP => match p.ptr_at::<[u8; 24]>(l3) {
+            Ok(h) => {
+                let ihl = ((h[0] & 0x0f) as usize) * 4;
+                match h[9] {
+                    4 | 41 => "IP-in-IP",
+                    47 => "GRE",
+                    IPPROTO_UDP
+                        if ihl == 20
+                            && matches!(u16::from_be_bytes([h[22], h[23]]), 4789 | 6081 | 8472) =>
+                    {
+                        "a VXLAN or Geneve tunnel"
+                    }
+                    _ => return,
+                }
+            }
+            Err(()) => return,
+        },
+        ETH_P_IPV6 => match p.ptr_at::<u8>(l3 + 6) {
+            Ok(4) | Ok(41) => "IP-in-IP",
+            Ok(47) => "GRE",
+            _ => return,
         },
         _ => return,
     };
+    // SAFETY: the context pointer is valid for the whole program run.
+    let ifindex = unsafe { (*ctx.skb.skb).ifindex };
     trace!(
         ctx,
         target: LOG_TARGET,
@@ -263,16 +280,6 @@ fn explain_skip(ctx: &TcContext, p: &packet::Linear, has_eth: bool, skb_protocol
         ethertype,
         what
     );
-}
-
-/// The protocol after the IP header (after at most four IPv6 extension headers).
-#[inline(always)]
-fn ip_payload_protocol(p: &packet::Linear, ethertype: u16, l3_off: usize) -> Option<u8> {
-    if ethertype == ETH_P_IP {
-        p.ptr_at::<u8>(l3_off + 9).ok()
-    } else {
-        packet::ipv6_payload_protocol(p, l3_off).ok()
-    }
 }
 
 #[inline(always)]

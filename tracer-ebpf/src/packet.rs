@@ -254,13 +254,6 @@ fn ipv4<P: PacketRead>(p: &P, off: usize) -> Result<Option<Network>, ()> {
     }))
 }
 
-/// The next-header value where [`ipv6`]'s walk of the header at `off` stops (an extension
-/// header's kind when the chain is longer than it follows).
-#[inline(always)]
-pub fn ipv6_payload_protocol<P: PacketRead>(p: &P, off: usize) -> Result<u8, ()> {
-    Ok(ipv6(p, off)?.map_or(0, |n| n.proto))
-}
-
 /// IPv6 header at `off` (RFC 8200), following up to four extension headers.
 #[inline(always)]
 fn ipv6<P: PacketRead>(p: &P, off: usize) -> Result<Option<Network>, ()> {
