@@ -261,7 +261,7 @@ fn main() -> ExitCode {
             .and_then(|()| build_release())
             .and_then(|bin| bench::run(&bin, rest)),
         _ => {
-            eprintln!("usage: cargo xtask <setup|build|image|demo|test [cargo test args]|vm-test [5.10|6.1|6.12|host...]|bench [--only offline,live,storm] [--packets N] [--runs N] [--keep FILE] [--rates QPS,...] [--seconds N] [--storm-seconds N]>");
+            eprintln!("usage: cargo xtask <setup|build|image|demo|test [cargo test args]|vm-test [5.10|6.1|6.12|host...]|bench [--only offline,kernel,live,storm] [--packets N] [--runs N] [--keep FILE] [--rates QPS,...] [--seconds N] [--storm-seconds N]>");
             return ExitCode::from(2);
         }
     };

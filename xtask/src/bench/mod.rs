@@ -1,5 +1,6 @@
 //! `cargo xtask bench`: offline decoding speed, dnspath against tshark on the same file;
-//! then the live and storm sections (live/) in a lab.
+//! the kernel programs' cost per packet (`tests/benches/kernel_cost.rs`); then the live and
+//! storm sections (live/) in a lab.
 //!
 //! Writes a pcap of DNS traffic (Ethernet + IPv4 + UDP, queries and responses of several
 //! names and types, EDNS, NXDOMAIN, CNAME chains) straight from Rust, so no network is
@@ -26,13 +27,14 @@ struct Options {
     runs: u32,
     keep: Option<PathBuf>,
     offline: bool,
+    kernel: bool,
     live: bool,
     storm: bool,
     lab: crate::live::LiveOptions,
 }
 
 const USAGE: &str =
-    "usage: cargo xtask bench [--only offline,live,storm] [--packets N] [--runs N] \
+    "usage: cargo xtask bench [--only offline,kernel,live,storm] [--packets N] [--runs N] \
 [--keep FILE] [--rates QPS,QPS...] [--seconds N] [--storm-seconds N]";
 
 fn number<T: std::str::FromStr>(flag: &str, v: &str) -> crate::Result<T>
@@ -48,6 +50,7 @@ fn parse_args(args: &[String]) -> crate::Result<Options> {
         runs: DEFAULT_RUNS,
         keep: None,
         offline: true,
+        kernel: true,
         live: true,
         storm: true,
         lab: crate::live::LiveOptions::default(),
@@ -76,11 +79,12 @@ fn parse_args(args: &[String]) -> crate::Result<Options> {
                 let parts: Vec<&str> = v.split(',').map(str::trim).collect();
                 if let Some(bad) = parts
                     .iter()
-                    .find(|p| !["offline", "live", "storm"].contains(p))
+                    .find(|p| !["offline", "kernel", "live", "storm"].contains(p))
                 {
                     return Err(format!("bench: --only: unknown section {bad}; {USAGE}"));
                 }
                 o.offline = parts.contains(&"offline");
+                o.kernel = parts.contains(&"kernel");
                 o.live = parts.contains(&"live");
                 o.storm = parts.contains(&"storm");
             }
@@ -189,8 +193,34 @@ pub fn run(dnspath: &Path, args: &[String]) -> crate::Result<()> {
     if o.offline {
         run_offline(dnspath, &o)?;
     }
+    if o.kernel {
+        run_kernel()?;
+    }
     if o.live || o.storm {
         crate::live::run(dnspath, &o.lab, o.live, o.storm)?;
+    }
+    Ok(())
+}
+
+/// The kernel programs' cost, measured by the kernel: TC programs on crafted frames through
+/// `BPF_PROG_TEST_RUN` (mean ns per run, best of five), the drop program on 200,000 non-DNS
+/// drops with BPF statistics on, and the instructions the verifier processed with and
+/// without `-vv`. Printed as the bench prints them (`frame  program  ns/run`).
+fn run_kernel() -> crate::Result<()> {
+    let mut cmd = Command::new(env!("CARGO"));
+    cmd.args(["bench", "-p", "dnspath-tests", "--bench", "kernel_cost"])
+        .stderr(Stdio::inherit());
+    let out = cmd.output().map_err(|e| format!("{cmd:?}: {e}"))?;
+    if !out.status.success() {
+        return Err(format!("{cmd:?} failed: {}", out.status));
+    }
+    let out = String::from_utf8_lossy(&out.stdout);
+    println!("\nkernel (BPF_PROG_TEST_RUN ns/run; kfree_skb ns/run on non-DNS drops; verifier instructions):");
+    for line in out.lines() {
+        let cols: Vec<&str> = line.split('\t').collect();
+        if cols.len() >= 3 {
+            println!("  {:<20} {:<28} {}", cols[0], cols[1], cols[2..].join(" "));
+        }
     }
     Ok(())
 }
