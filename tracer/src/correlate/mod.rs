@@ -19,7 +19,9 @@
 //! and the conntrack socket arrive out of order). All state is bounded; what is evicted is
 //! counted.
 pub mod ctmap;
+mod index;
 mod join;
+mod lookup;
 pub mod loops;
 mod model;
 pub mod race;
@@ -43,7 +45,9 @@ use crate::{
     time::Clock,
 };
 use ctmap::CtMap;
+use index::LegIndex;
 use join::*;
+use lookup::Lookups;
 use loops::{LoopHop, LoopRecord, LoopTracker};
 use model::*;
 pub use model::{LegRole, QKey};
@@ -165,24 +169,16 @@ pub struct Correlator {
     pending: BTreeMap<(u64, u64), Observed>,
     seq: u64,
     watermark: u64,
-    legs: HashMap<u64, Leg>,
-    by_key: HashMap<LegKey, u64>,
-    /// Unanswered legs by question (the newest [`MAX_CANDIDATES`]), to find a forwarder's
-    /// parent.
-    open_by_q: HashMap<QKey, Vec<u64>>,
-    /// Client (root) legs by client address and question (the newest [`MAX_CANDIDATES`]), for
-    /// retries and TCP fallback.
-    roots_by_q: HashMap<(IpAddr, QKey), Vec<u64>>,
-    /// Client (root) legs by client socket (the newest [`MAX_CANDIDATES`]), for the sibling of
-    /// an A/AAAA pair.
-    roots_by_socket: HashMap<SocketAddr, Vec<u64>>,
+    /// Open legs, by id and by what joins a hop, finds a forwarder's parent, a retry's
+    /// earlier attempt or a query's A/AAAA sibling.
+    legs: LegIndex,
     txs: BTreeMap<u64, Transaction>,
     /// (time, transaction) to look at: whether it is done, or when to look again; one entry
     /// per transaction (its `wake_at`).
     wakes: BTreeSet<(u64, u64)>,
     /// (timeout, leg): when each open leg's query goes unanswered.
     timeouts: BTreeSet<(u64, u64)>,
-    lookups: HashMap<(IpAddr, String), LookupState>,
+    lookups: Lookups,
     next_id: u64,
     stats: CorrelateStats,
     loops: LoopTracker,
@@ -204,15 +200,11 @@ impl Correlator {
             pending: BTreeMap::new(),
             seq: 0,
             watermark: 0,
-            legs: HashMap::new(),
-            by_key: HashMap::new(),
-            open_by_q: HashMap::new(),
-            roots_by_q: HashMap::new(),
-            roots_by_socket: HashMap::new(),
+            legs: LegIndex::default(),
             txs: BTreeMap::new(),
             wakes: BTreeSet::new(),
             timeouts: BTreeSet::new(),
-            lookups: HashMap::new(),
+            lookups: Lookups::new(cfg.lookup_window_ns, cfg.max_legs),
             next_id: 1,
             stats: CorrelateStats::default(),
             loops: LoopTracker::new(clock, &cfg),
@@ -287,11 +279,8 @@ impl Correlator {
     /// Another query from the same socket within `window` of `ts` (glibc's A/AAAA pair).
     fn sibling_of(&self, l: &Leg, window: u64) -> Option<(u64, u16, QKey, SocketAddr)> {
         let live = self
-            .roots_by_socket
-            .get(&l.client)
-            .into_iter()
-            .flatten()
-            .filter_map(|id| self.legs.get(id))
+            .legs
+            .roots_from(&l.client)
             .filter(|o| o.id != l.id)
             .map(|o| (o.first_ts, o.key.id, o.key.q.clone(), o.backend));
         let old = self.recent.get(&l.client).into_iter().flatten().cloned();
@@ -309,11 +298,7 @@ impl Correlator {
 
     /// `n` packets of a question in an active loop were only counted (storm shedding).
     pub fn summarised(&mut self, name: &str, qtype: &str, class: &str, n: u64, last_ts: u64) {
-        let q = QKey {
-            name: name.to_ascii_lowercase(),
-            qtype: qtype.to_string(),
-            class: class.to_string(),
-        };
+        let q = QKey::new(name, qtype, class);
         self.loops.packets(&q, n, true, last_ts);
     }
 

@@ -9,6 +9,15 @@ pub struct QKey {
 }
 
 impl QKey {
+    /// A question; `name` is lowercased (questions are matched case-insensitively).
+    pub(super) fn new(name: &str, qtype: &str, class: &str) -> QKey {
+        QKey {
+            name: name.to_ascii_lowercase(),
+            qtype: qtype.to_string(),
+            class: class.to_string(),
+        }
+    }
+
     pub(super) fn of(msg: &DnsMessage) -> Option<QKey> {
         let q = msg.questions.first()?;
         Some(QKey {
@@ -182,32 +191,6 @@ pub(super) struct Transaction {
     pub(super) last_activity: u64,
     /// When [`Correlator::finish`] looks at it next (its entry in `wakes`).
     pub(super) wake_at: u64,
-}
-
-#[derive(Clone, Debug)]
-pub(super) struct LookupState {
-    pub(super) id: u64,
-    /// Names asked so far, lowercase, in order (distinct).
-    pub(super) names: Vec<String>,
-    pub(super) last_ts: u64,
-}
-
-/// Could `a` and `b` be two steps of one search-list expansion? Both are the name the user
-/// typed followed by a search domain (possibly none), and Kubernetes-style search lists are
-/// nested (`ns.svc.cluster.local`, `svc.cluster.local`, `cluster.local`): after their common
-/// leading labels, one remainder is a trailing part of the other.
-pub(super) fn same_lookup_names(a: &str, b: &str) -> bool {
-    if a == b {
-        return true;
-    }
-    let la: Vec<&str> = a.trim_end_matches('.').split('.').collect();
-    let lb: Vec<&str> = b.trim_end_matches('.').split('.').collect();
-    let common = la.iter().zip(&lb).take_while(|(x, y)| x == y).count();
-    if common == 0 {
-        return false;
-    }
-    let (ra, rb) = (&la[common..], &lb[common..]);
-    ra.ends_with(rb) || rb.ends_with(ra)
 }
 
 /// The server a leg's query was delivered to, for deciding that a question came back to a

@@ -46,13 +46,7 @@ impl Correlator {
                 break;
             }
             self.timeouts.pop_first();
-            if let Some(leg) = self.legs.get_mut(&id) {
-                if leg.response.is_none() && !leg.timed_out {
-                    leg.timed_out = true;
-                    let q = leg.key.q.clone();
-                    remove_from(&mut self.open_by_q, &q, id);
-                }
-            }
+            self.legs.time_out(id);
         }
         let mut done: Vec<u64> = Vec::new();
         if all {

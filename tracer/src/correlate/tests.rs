@@ -647,20 +647,6 @@ fn out_of_order_arrival_is_reordered() {
     assert_eq!(f.c.stats().orphan_responses, 0);
 }
 
-#[test]
-fn search_domain_steps_are_related_and_other_names_not() {
-    assert!(same_lookup_names(
-        "www.lab.test.default.svc.cluster.local.",
-        "www.lab.test.svc.cluster.local."
-    ));
-    assert!(same_lookup_names(
-        "www.lab.test.cluster.local.",
-        "www.lab.test."
-    ));
-    assert!(!same_lookup_names("api.example.com.", "www.example.com."));
-    assert!(!same_lookup_names("www.lab.test.", "www.lab.other."));
-}
-
 /// glibc's A and AAAA from one socket; the A fails to confirm (insert_failed +1 on CPU 1),
 /// is dropped, and retried at the timeout.
 #[test]
