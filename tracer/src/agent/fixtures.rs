@@ -12,11 +12,7 @@ use crate::{
 };
 
 pub fn question(name: &str, qtype: &str) -> QuestionRecord {
-    QuestionRecord {
-        name: name.to_string(),
-        qtype: qtype.to_string(),
-        class: "IN".to_string(),
-    }
+    QuestionRecord::new(name, qtype, "IN")
 }
 
 /// A leg from `client` to `server`, delivered to `backend`, answered with `rcode` in

@@ -265,11 +265,7 @@ impl LoopTracker {
             kind,
             ts_ns: ts,
             time: self.clock.wall(ts),
-            question: QuestionRecord {
-                name: q.name.clone(),
-                qtype: q.qtype.clone(),
-                class: q.class.clone(),
-            },
+            question: q.clone(),
             zone: zone_of(&q.name),
             loop_plugin_probe: q.qtype == "HINFO",
             cycle,
@@ -421,11 +417,7 @@ mod tests {
     use super::*;
 
     fn q(i: u64) -> QKey {
-        QKey {
-            name: format!("q{i}.scan.test."),
-            qtype: "A".into(),
-            class: "IN".into(),
-        }
+        QKey::new(format!("q{i}.scan.test."), "A", "IN")
     }
 
     #[test]

@@ -298,7 +298,7 @@ impl Correlator {
 
     /// `n` packets of a question in an active loop were only counted (storm shedding).
     pub fn summarised(&mut self, name: &str, qtype: &str, class: &str, n: u64, last_ts: u64) {
-        let q = QKey::new(name, qtype, class);
+        let q = QKey::asked(name, qtype, class);
         self.loops.packets(&q, n, true, last_ts);
     }
 

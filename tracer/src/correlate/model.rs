@@ -1,30 +1,19 @@
 //! The correlator's model: questions, hops, legs, transactions, lookups.
 use super::*;
 
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub struct QKey {
-    pub(super) name: String,
-    pub(super) qtype: String,
-    pub(super) class: String,
-}
+/// A question as the correlator matches it (name in lower case), shared by its legs,
+/// indexes and records.
+pub type QKey = QuestionRecord;
 
-impl QKey {
+impl QuestionRecord {
     /// A question; `name` is lowercased (questions are matched case-insensitively).
-    pub(super) fn new(name: &str, qtype: &str, class: &str) -> QKey {
-        QKey {
-            name: name.to_ascii_lowercase(),
-            qtype: qtype.to_string(),
-            class: class.to_string(),
-        }
+    pub(super) fn asked(name: &str, qtype: &str, class: &str) -> QKey {
+        QKey::new(name.to_ascii_lowercase(), qtype, class)
     }
 
     pub(super) fn of(msg: &DnsMessage) -> Option<QKey> {
         let q = msg.questions.first()?;
-        Some(QKey {
-            name: q.name.to_ascii_lowercase(),
-            qtype: q.qtype.clone(),
-            class: q.class.clone(),
-        })
+        Some(QKey::asked(&q.name, &q.qtype, &q.class))
     }
 }
 

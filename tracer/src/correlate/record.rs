@@ -1,5 +1,7 @@
 //! What the correlate stage reports of a transaction: its legs and their hops (field by field
 //! in docs/output.md).
+use std::sync::Arc;
+
 use serde::Serialize;
 
 use crate::{
@@ -79,12 +81,47 @@ pub struct LookupRef {
     pub step: u32,
 }
 
-#[derive(Clone, Debug, Serialize)]
-pub struct QuestionRecord {
+/// A question, shared by every leg, index entry and record of it rather than copied into
+/// each: cloning it copies a pointer. The correlator's own questions have the name in lower
+/// case.
+#[derive(Clone, PartialEq, Eq, Hash)]
+pub struct QuestionRecord(Arc<Question>);
+
+#[derive(Debug, PartialEq, Eq, Hash, Serialize)]
+pub struct Question {
     pub name: String,
     #[serde(rename = "type")]
     pub qtype: String,
     pub class: String,
+}
+
+impl QuestionRecord {
+    pub fn new(name: impl Into<String>, qtype: impl Into<String>, class: impl Into<String>) -> Self {
+        Self(Arc::new(Question {
+            name: name.into(),
+            qtype: qtype.into(),
+            class: class.into(),
+        }))
+    }
+}
+
+impl std::ops::Deref for QuestionRecord {
+    type Target = Question;
+    fn deref(&self) -> &Question {
+        &self.0
+    }
+}
+
+impl std::fmt::Debug for QuestionRecord {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+impl Serialize for QuestionRecord {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        self.0.serialize(s)
+    }
 }
 
 /// One client question followed through every leg it caused.

@@ -148,11 +148,6 @@ impl Correlator {
             .min();
         let total = rec.and_then(|r| r.latency_ns);
         let fmt = crate::time::format_duration;
-        let question = |q: &QKey| QuestionRecord {
-            name: q.name.clone(),
-            qtype: q.qtype.clone(),
-            class: q.class.clone(),
-        };
         for l in legs.iter().filter(|l| l.parent.is_none()) {
             let sibling = self.sibling_of(l, pair_window_ns);
             let pair_start = sibling
@@ -161,7 +156,7 @@ impl Correlator {
                 .unwrap_or(l.first_ts);
             let sibling_rec = sibling.as_ref().map(|(ts, id, q, backend)| RaceQuery {
                 dns_id: *id,
-                question: question(q),
+                question: q.clone(),
                 backend: addr_string(*backend),
                 offset_ns: ts.saturating_sub(pair_start),
             });
@@ -234,7 +229,7 @@ impl Correlator {
                 client_netns: l.client_netns.clone(),
                 dropped: Some(RaceQuery {
                     dns_id: l.key.id,
-                    question: question(&l.key.q),
+                    question: l.key.q.clone(),
                     backend: addr_string(backend),
                     offset_ns: l.first_ts.saturating_sub(pair_start),
                 }),
@@ -450,11 +445,7 @@ impl Correlator {
         let (client_netns, q) = match legs.first_mut() {
             Some(root) => (
                 std::mem::take(&mut root.client_netns),
-                QKey {
-                    name: std::mem::take(&mut root.key.q.name),
-                    qtype: std::mem::take(&mut root.key.q.qtype),
-                    class: std::mem::take(&mut root.key.q.class),
-                },
+                root.key.q.clone(),
             ),
             None => return None,
         };
@@ -561,11 +552,7 @@ impl Correlator {
             time: self.clock.wall(t.first_ts),
             client,
             client_netns,
-            question: QuestionRecord {
-                name: q.name,
-                qtype: q.qtype,
-                class: q.class,
-            },
+            question: q,
             outcome,
             rcode,
             answers,

@@ -203,11 +203,7 @@ mod tests {
     }
 
     fn question() -> QuestionRecord {
-        QuestionRecord {
-            name: "www.lab.test.".into(),
-            qtype: "A".into(),
-            class: "IN".into(),
-        }
+        QuestionRecord::new("www.lab.test.", "A", "IN")
     }
 
     fn transaction(id: u64) -> Record {

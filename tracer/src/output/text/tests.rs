@@ -26,11 +26,7 @@ fn evil() -> String {
 }
 
 fn question() -> QuestionRecord {
-    QuestionRecord {
-        name: evil(),
-        qtype: evil(),
-        class: evil(),
-    }
+    QuestionRecord::new(evil(), evil(), evil())
 }
 
 /// Writes `r` with the text sink and checks the result: `lines` lines, each starting
