@@ -21,6 +21,7 @@ pub mod addr;
 mod cmd;
 mod config;
 mod error;
+pub mod frames;
 pub mod hole;
 pub mod image;
 pub mod kube_proxy;

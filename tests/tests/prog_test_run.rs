@@ -14,6 +14,7 @@ use dnspath::{
     kernel::{ProbeOptions, Probes, TC_PROGRAMS},
     source::live::parse_record,
 };
+use lab::frames::{dns_query, eth, ext_frag, ext_frag_id, ext_opts, ipv4, ipv6, tcp, udp};
 use tracer_common::counter;
 
 const ETH_INGRESS: usize = 0;
@@ -26,6 +27,10 @@ struct Rig {
 }
 
 fn rig() -> Option<Rig> {
+    rig_with(false)
+}
+
+fn rig_with(kernel_log: bool) -> Option<Rig> {
     if !lab::tracer::root_or_skip("BPF_PROG_TEST_RUN") {
         return None;
     }
@@ -33,6 +38,7 @@ fn rig() -> Option<Rig> {
         ports: vec![53],
         snaplen: SNAPLEN,
         drops: false,
+        kernel_log,
     })
     .unwrap();
     let ring = probes.take_events().unwrap();
@@ -71,106 +77,6 @@ fn one_packet(events: &[SourceEvent]) -> &dnspath::event::CapturedPacket {
         SourceEvent::Packet(p) => p,
         other => panic!("expected a packet record, got {other:?}"),
     }
-}
-
-fn dns_query(extra: usize) -> Vec<u8> {
-    // id 0x1234, RD, one question "a.test. A IN", then `extra` bytes of padding (as if an
-    // EDNS answer followed).
-    let mut d = vec![0x12, 0x34, 0x01, 0x00, 0, 1, 0, 0, 0, 0, 0, 0];
-    d.extend_from_slice(b"\x01a\x04test\x00\x00\x01\x00\x01");
-    d.extend(std::iter::repeat_n(0xab, extra));
-    d
-}
-
-fn udp(sport: u16, dport: u16, payload: &[u8]) -> Vec<u8> {
-    let mut u = Vec::new();
-    u.extend_from_slice(&sport.to_be_bytes());
-    u.extend_from_slice(&dport.to_be_bytes());
-    u.extend_from_slice(&((8 + payload.len()) as u16).to_be_bytes());
-    u.extend_from_slice(&[0, 0]);
-    u.extend_from_slice(payload);
-    u
-}
-
-/// TCP with `opt_words` 32-bit words of options (NOPs) and a 2-byte DNS length prefix.
-fn tcp(sport: u16, dport: u16, opt_words: usize, payload: &[u8]) -> Vec<u8> {
-    let mut t = Vec::new();
-    t.extend_from_slice(&sport.to_be_bytes());
-    t.extend_from_slice(&dport.to_be_bytes());
-    t.extend_from_slice(&[0, 0, 0, 1, 0, 0, 0, 0]);
-    t.push(((5 + opt_words) as u8) << 4);
-    t.push(0x18); // PSH|ACK
-    t.extend_from_slice(&[0xff, 0xff, 0, 0, 0, 0]);
-    t.extend(std::iter::repeat_n(1u8, opt_words * 4));
-    t.extend_from_slice(&(payload.len() as u16).to_be_bytes());
-    t.extend_from_slice(payload);
-    t
-}
-
-fn ipv4(proto: u8, option_words: usize, frag: u16, l4: &[u8]) -> Vec<u8> {
-    let ihl = 5 + option_words;
-    let total = ihl * 4 + l4.len();
-    let mut ip = vec![(4 << 4) | ihl as u8, 0];
-    ip.extend_from_slice(&(total as u16).to_be_bytes());
-    ip.extend_from_slice(&[0x33, 0x44]);
-    ip.extend_from_slice(&frag.to_be_bytes());
-    ip.extend_from_slice(&[64, proto, 0, 0, 10, 244, 1, 2, 10, 96, 0, 10]);
-    ip.extend(std::iter::repeat_n(1u8, option_words * 4)); // NOP options
-    ip.extend_from_slice(l4);
-    ip
-}
-
-/// IPv6 with the extension headers `ext` (each: next-header byte is filled in), then `l4`.
-fn ipv6(ext: &[Vec<u8>], proto: u8, l4: &[u8]) -> Vec<u8> {
-    let mut chain: Vec<u8> = Vec::new();
-    let mut ext = ext.to_vec();
-    // Each header's byte 0 holds its own kind until linked to the next one's.
-    let kinds: Vec<u8> = ext.iter().map(|e| e[0]).collect();
-    for (i, e) in ext.iter_mut().enumerate() {
-        e[0] = kinds.get(i + 1).copied().unwrap_or(proto);
-        chain.extend_from_slice(e);
-    }
-    let first = kinds.first().copied().unwrap_or(proto);
-    let mut ip = vec![0x60, 0, 0, 0];
-    ip.extend_from_slice(&((chain.len() + l4.len()) as u16).to_be_bytes());
-    ip.push(first);
-    ip.push(64);
-    ip.extend_from_slice(&[0xfd, 0, 2, 0x44, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 2]);
-    ip.extend_from_slice(&[0xfd, 0, 2, 0x44, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 3]);
-    ip.extend_from_slice(&chain);
-    ip.extend_from_slice(l4);
-    ip
-}
-
-/// An 8-byte extension header of `kind` (0 hop-by-hop, 60 destination options) with PadN.
-fn ext_opts(kind: u8) -> Vec<u8> {
-    vec![kind, 0, 1, 4, 0, 0, 0, 0]
-}
-
-/// A fragment header (44) at fragment `offset` (8-octet units), more-fragments set,
-/// identification 0x1234.
-fn ext_frag(offset: u16) -> Vec<u8> {
-    ext_frag_id(offset, 0x1234)
-}
-
-fn ext_frag_id(offset: u16, id: u32) -> Vec<u8> {
-    let o = (offset << 3) | 1;
-    let b = o.to_be_bytes();
-    let mut h = vec![44, 0, b[0], b[1]];
-    h.extend_from_slice(&id.to_be_bytes());
-    h
-}
-
-/// Ethernet with `tags` (TPID, VID) pairs, then `ethertype` and `payload`.
-fn eth(tags: &[(u16, u16)], ethertype: u16, payload: &[u8]) -> Vec<u8> {
-    let mut f = vec![2, 0, 0, 0, 0, 1, 2, 0, 0, 0, 0, 2];
-    for (tpid, vid) in tags {
-        f.extend_from_slice(&tpid.to_be_bytes());
-        f.extend_from_slice(&vid.to_be_bytes());
-    }
-    f.extend_from_slice(&ethertype.to_be_bytes());
-    f.extend_from_slice(payload);
-    f
 }
 
 #[test]
@@ -444,4 +350,75 @@ fn shed_questions_are_counted_not_copied() {
     assert_eq!(rig.probes.shed_count(hash).unwrap(), 3);
     rig.probes.shed_forget(hash).unwrap();
     assert_eq!(rig.probes.shed_count(hash).unwrap(), 0);
+}
+
+/// Every log record of the process, as `level target: message`.
+static LOGGED: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
+
+struct Collect;
+
+impl log::Log for Collect {
+    fn enabled(&self, _: &log::Metadata<'_>) -> bool {
+        true
+    }
+    fn log(&self, r: &log::Record<'_>) {
+        LOGGED
+            .lock()
+            .unwrap()
+            .push(format!("{} {}: {}", r.level(), r.target(), r.args()));
+    }
+    fn flush(&self) {}
+}
+
+fn take_logged() -> Vec<String> {
+    std::mem::take(&mut *LOGGED.lock().unwrap())
+}
+
+/// `-vv`: the programs say why a packet was not parsed and which encapsulation they did not
+/// enter; loaded without it, the same frames say nothing (the verifier removed the logging).
+#[test]
+fn kernel_diagnostics_only_when_asked() {
+    if log::set_logger(&Collect).is_ok() {
+        log::set_max_level(log::LevelFilter::Trace);
+    }
+    let gre = eth(&[], 0x0800, &ipv4(47, 0, 0, &[0u8; 24]));
+    let mpls = eth(&[], 0x8847, &[0u8; 40]);
+    let mut bad_ihl = ipv4(17, 0, 0, &udp(40000, 53, &dns_query(0)));
+    bad_ihl[0] = 0x43;
+    let bad_ihl = eth(&[], 0x0800, &bad_ihl);
+    let plain_tcp = eth(&[], 0x0800, &ipv4(6, 0, 0, &tcp(40000, 443, 0, b"x")));
+    for kernel_log in [false, true] {
+        let Some(mut rig) = rig_with(kernel_log) else {
+            return;
+        };
+        take_logged();
+        for frame in [&gre, &mpls, &bad_ihl, &plain_tcp] {
+            rig.run(ETH_INGRESS, frame);
+        }
+        rig.probes.flush_kernel_log();
+        let logged: Vec<String> = take_logged()
+            .into_iter()
+            .filter(|l| l.contains("dnspath::kernel"))
+            .collect();
+        if !kernel_log {
+            assert!(logged.is_empty(), "{logged:?}");
+            continue;
+        }
+        assert_eq!(logged.len(), 3, "{logged:?}");
+        assert!(
+            logged[0].starts_with("TRACE dnspath::kernel: ")
+                && logged[0].ends_with("ethertype 800: GRE not inspected"),
+            "{logged:?}"
+        );
+        assert!(
+            logged[1].ends_with("ethertype 8847: MPLS not inspected"),
+            "{logged:?}"
+        );
+        assert!(
+            logged[2].starts_with("DEBUG dnspath::kernel: ")
+                && logged[2].contains("headers unreadable")
+                && logged[2].contains("parse_failed"),
+            "{logged:?}"
+        );
+    }
 }

@@ -22,10 +22,15 @@ use aya_ebpf::{
     maps::{Array, HashMap, LruHashMap, PerCpuArray, PerCpuHashMap, RingBuf},
     programs::{BtfTracePointContext, ProbeContext, RetProbeContext, TcContext},
 };
+use aya_log_ebpf::{debug, trace};
 use packet::PacketRead as _;
 use tracer_common::{
     counter,
-    proto::{IPPROTO_TCP, IPPROTO_UDP, UDP_HEADER_LEN},
+    proto::{
+        ETH_P_8021AD, ETH_P_8021Q, ETH_P_IP, ETH_P_IPV6, ETH_P_QINQ1, IPPROTO_DSTOPTS,
+        IPPROTO_FRAGMENT, IPPROTO_HOPOPTS, IPPROTO_ROUTING, IPPROTO_TCP, IPPROTO_UDP,
+        UDP_HEADER_LEN,
+    },
     shed, CaptureConfig, CtTuple, Dir, DropEvent, EventKind, FragKey, KernelOffsets, PacketEvent,
     PacketHeader, DROP_DATA_MASK, FRAG_KEY_LIFETIME_NS, MAX_DROP_DATA, MAX_FRAG_KEYS,
     MAX_PACKET_DATA, MAX_SNAPLEN, PACKET_DATA_MASK, PACKET_HEADER_LEN,
@@ -37,6 +42,10 @@ mod packet;
 /// anything a packet can fill.
 const SHED_ARG: usize = tracer_common::PACKET_DATA_BUF - 8;
 const _: () = assert!(SHED_ARG >= MAX_PACKET_DATA);
+
+/// Where [`forget_ranges`] passes a [`Found`] through memory (five u32s before `SHED_ARG`).
+const FOUND_ARG: usize = SHED_ARG - 24;
+const _: () = assert!(FOUND_ARG >= MAX_PACKET_DATA);
 
 /// Longest question name (wire form) the TC programs hash: each byte costs the verifier
 /// ~170 steps in every TC program of every namespace, and loop names are short (CoreDNS's
@@ -180,9 +189,85 @@ pub fn dnspath_tc_raw_egress(ctx: TcContext) -> i32 {
 fn tc(ctx: &TcContext, has_eth: bool, dir: u8) -> i32 {
     match try_tc(ctx, has_eth, dir) {
         Ok(()) => {}
-        Err(()) => count(counter::PARSE_FAILED),
+        Err(()) => {
+            count(counter::PARSE_FAILED);
+            // SAFETY: the context pointer is valid for the whole program run.
+            let ifindex = unsafe { (*ctx.skb.skb).ifindex };
+            debug!(
+                ctx,
+                target: LOG_TARGET,
+                "ifindex {} len {}: headers unreadable (cut or malformed); counted in parse_failed",
+                ifindex,
+                ctx.len()
+            );
+        }
     }
     TC_NEXT
+}
+
+/// Target of the kernel programs' diagnostics (`dnspath -vv`; `aya-log`). Userspace sets
+/// `AYA_LOG_LEVEL` to 0 at load unless asked for them: the verifier then drops every log
+/// statement as dead code, and they cost nothing.
+const LOG_TARGET: &str = "dnspath::kernel";
+
+/// Says (at trace level, `-vv`) why a packet the linear walk left alone was not inspected,
+/// when the reason is an encapsulation the walker does not enter: more than two VLAN tags,
+/// MPLS, PPPoE, IP-in-IP, GRE, an IPv6 extension chain longer than the walker follows, or a
+/// VXLAN/Geneve tunnel. Nothing is read unless trace logging was enabled at load.
+#[inline(always)]
+fn explain_skip(ctx: &TcContext, p: &packet::Linear, has_eth: bool, skb_protocol: u32) {
+    if !aya_log_ebpf::macro_support::level_enabled(aya_log_ebpf::macro_support::Level::Trace) {
+        return;
+    }
+    // SAFETY: the context pointer is valid for the whole program run.
+    let ifindex = unsafe { (*ctx.skb.skb).ifindex };
+    let (ethertype, l3_off) = if has_eth {
+        match packet::ethernet(p) {
+            Ok((ethertype, off, _)) => (ethertype, off),
+            Err(()) => return,
+        }
+    } else {
+        (u16::from_be(skb_protocol as u16), 0usize)
+    };
+    let what = match ethertype {
+        ETH_P_8021Q | ETH_P_8021AD | ETH_P_QINQ1 => "VLAN tags beyond two (or 0x9100 ones)",
+        0x8847 | 0x8848 => "MPLS",
+        0x8863 | 0x8864 => "PPPoE",
+        ETH_P_IP | ETH_P_IPV6 => match packet::transport(p, ethertype, l3_off) {
+            Ok(Some(t)) if t.proto == IPPROTO_UDP && matches!(t.dport, 4789 | 6081 | 8472) => {
+                "a VXLAN or Geneve tunnel"
+            }
+            Ok(Some(_)) | Err(()) => return,
+            Ok(None) => match ip_payload_protocol(p, ethertype, l3_off) {
+                Some(4) | Some(41) => "IP-in-IP",
+                Some(47) => "GRE",
+                Some(IPPROTO_HOPOPTS)
+                | Some(IPPROTO_ROUTING)
+                | Some(IPPROTO_DSTOPTS)
+                | Some(IPPROTO_FRAGMENT) => "an IPv6 extension chain longer than four headers",
+                _ => return,
+            },
+        },
+        _ => return,
+    };
+    trace!(
+        ctx,
+        target: LOG_TARGET,
+        "ifindex {} ethertype {:x}: {} not inspected",
+        ifindex,
+        ethertype,
+        what
+    );
+}
+
+/// The protocol after the IP header (after at most four IPv6 extension headers).
+#[inline(always)]
+fn ip_payload_protocol(p: &packet::Linear, ethertype: u16, l3_off: usize) -> Option<u8> {
+    if ethertype == ETH_P_IP {
+        p.ptr_at::<u8>(l3_off + 9).ok()
+    } else {
+        packet::ipv6_payload_protocol(p, l3_off).ok()
+    }
 }
 
 #[inline(always)]
@@ -191,28 +276,40 @@ fn try_tc(ctx: &TcContext, has_eth: bool, dir: u8) -> Result<(), ()> {
     // SAFETY: the context pointer is valid for the whole program run.
     let (vlan_present, meta_tci, skb_protocol) =
         unsafe { ((*skb).vlan_present, (*skb).vlan_tci, (*skb).protocol) };
-    let mut vlan_tci: u16 = if vlan_present != 0 {
+    // Most packets of a node are not DNS: the linear bytes decide them with plain loads.
+    // What they cannot decide (headers outside the linear part, malformed headers, later IP
+    // fragments) is walked again through `bpf_skb_load_bytes`, which reads paged data too and
+    // counts what it cannot parse.
+    let linear = packet::Linear {
+        data: ctx.data(),
+        end: ctx.data_end(),
+    };
+    let found = match walk(&linear, has_eth, skb_protocol) {
+        Ok(Some(found)) => found,
+        Ok(None) => {
+            explain_skip(ctx, &linear, has_eth, skb_protocol);
+            return Ok(());
+        }
+        Err(()) => match walk(ctx, has_eth, skb_protocol)? {
+            Some(found) => found,
+            None => return Ok(()),
+        },
+    };
+    count(counter::PACKETS_MATCHED);
+    let Some(ev) = SCRATCH.get_ptr_mut(0) else {
+        count(counter::PACKETS_LOST_COPY);
+        return Ok(());
+    };
+    // SAFETY: `ev` is this CPU's scratch event; the area used is past any packet bytes.
+    let t = unsafe { forget_ranges(ev, found) };
+    let vlan_tci: u16 = if t.tci & TCI_PRESENT != 0 {
+        t.tci as u16
+    } else if vlan_present != 0 {
+        // With VLAN offload the tag is in skb metadata and the payload starts at 14.
         meta_tci as u16
     } else {
         0
     };
-
-    // With VLAN offload the tag is in skb metadata and the payload starts at 14.
-    let (ethertype, l3_off) = if has_eth {
-        let (proto, off, tci) = packet::ethernet(ctx)?;
-        if let Some(tci) = tci {
-            vlan_tci = tci;
-        }
-        (proto, off)
-    } else {
-        (u16::from_be(skb_protocol as u16), 0usize)
-    };
-    let Some(t) = packet::transport(ctx, ethertype, l3_off)? else {
-        return Ok(());
-    };
-    if !wanted(ctx, &t, true)? {
-        return Ok(());
-    }
     let l4_hdr = if t.frag == packet::FRAG_LATER {
         // Fragment data follows the IP header: the snaplen counts from there.
         0
@@ -222,7 +319,6 @@ fn try_tc(ctx: &TcContext, has_eth: bool, dir: u8) -> Result<(), ()> {
     } else {
         UDP_HEADER_LEN
     };
-    count(counter::PACKETS_MATCHED);
 
     let pkt_len = (ctx.len() as usize).saturating_sub(t.l3_off);
     // SAFETY: read of a plain global that userspace sets before load.
@@ -240,10 +336,6 @@ fn try_tc(ctx: &TcContext, has_eth: bool, dir: u8) -> Result<(), ()> {
     }
     let cap = packet::bounded_len(cap as u32, PACKET_DATA_MASK as u32);
 
-    let Some(ev) = SCRATCH.get_ptr_mut(0) else {
-        count(counter::PACKETS_LOST_COPY);
-        return Ok(());
-    };
     // SAFETY: `ev` points at this CPU's scratch PacketEvent; programs do not nest on a CPU
     // for TC. `cap` is in 1..=PACKET_DATA_BUF, the size of `data`.
     unsafe {
@@ -289,6 +381,75 @@ fn try_tc(ctx: &TcContext, has_eth: bool, dir: u8) -> Result<(), ()> {
         }
     }
     Ok(())
+}
+
+/// A packet to copy: where its IP and transport headers start, its protocol, its fragment
+/// kind ([`packet::FRAG_NONE`] ...) and the innermost in-packet VLAN tag ([`TCI_PRESENT`] set
+/// when there is one).
+struct Found {
+    l3_off: usize,
+    l4_off: usize,
+    proto: u8,
+    frag: u8,
+    tci: u32,
+}
+
+/// In [`Found::tci`]: a tag was in the packet.
+const TCI_PRESENT: u32 = 1 << 16;
+
+/// Link layer, IP and transport headers of the packet `p`, read by the walker shared with the
+/// drop program: `Ok(None)` for a packet not to copy, `Err` when a header cannot be read.
+#[inline(always)]
+fn walk<P: packet::PacketRead>(
+    p: &P,
+    has_eth: bool,
+    skb_protocol: u32,
+) -> Result<Option<Found>, ()> {
+    let (ethertype, l3_off, tci) = if has_eth {
+        let (ethertype, off, tci) = packet::ethernet(p)?;
+        (ethertype, off, tci.map_or(0, |t| t as u32 | TCI_PRESENT))
+    } else {
+        (u16::from_be(skb_protocol as u16), 0usize, 0)
+    };
+    let Some(t) = packet::transport(p, ethertype, l3_off)? else {
+        return Ok(None);
+    };
+    if !wanted(p, &t, true)? {
+        return Ok(None);
+    }
+    Ok(Some(Found {
+        l3_off: t.l3_off,
+        l4_off: t.l4_off,
+        proto: t.proto,
+        frag: t.frag,
+        tci,
+    }))
+}
+
+/// `found` written to and read back from this CPU's scratch event (past any packet bytes): the
+/// verifier then knows nothing of the values either walk left, so the copy below is verified
+/// once, not once per walk and header layout. Every use of them is bounded again.
+///
+/// # Safety
+/// `ev` is this CPU's scratch event.
+#[inline(always)]
+unsafe fn forget_ranges(ev: *mut PacketEvent, found: Found) -> Found {
+    // SAFETY: FOUND_ARG..FOUND_ARG + 20 is inside `data`, past MAX_PACKET_DATA (asserted).
+    unsafe {
+        let arg = (*ev).data.as_mut_ptr().add(FOUND_ARG) as *mut u32;
+        core::ptr::write_volatile(arg, found.l3_off as u32);
+        core::ptr::write_volatile(arg.add(1), found.l4_off as u32);
+        core::ptr::write_volatile(arg.add(2), found.proto as u32);
+        core::ptr::write_volatile(arg.add(3), found.frag as u32);
+        core::ptr::write_volatile(arg.add(4), found.tci);
+        Found {
+            l3_off: core::ptr::read_volatile(arg) as usize,
+            l4_off: core::ptr::read_volatile(arg.add(1)) as usize,
+            proto: core::ptr::read_volatile(arg.add(2)) as u8,
+            frag: core::ptr::read_volatile(arg.add(3)) as u8,
+            tci: core::ptr::read_volatile(arg.add(4)),
+        }
+    }
 }
 
 #[inline(always)]
@@ -403,7 +564,17 @@ pub fn dnspath_kfree_skb_noreason(ctx: BtfTracePointContext) -> i32 {
 fn kfree_skb(ctx: &BtfTracePointContext, reason: u32) -> i32 {
     match try_kfree_skb(ctx, reason) {
         Ok(()) => {}
-        Err(()) => count(counter::DROPS_READ_FAILED),
+        Err(()) => {
+            count(counter::DROPS_READ_FAILED);
+            let skb: u64 = ctx.arg(0);
+            debug!(
+                ctx,
+                target: LOG_TARGET,
+                "kfree_skb of skb {:x} (reason {}): its headers could not be read; counted in drops_read_failed",
+                skb,
+                reason
+            );
+        }
     }
     0
 }

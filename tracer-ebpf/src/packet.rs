@@ -46,6 +46,36 @@ impl PacketRead for KernelPacket {
     }
 }
 
+/// The linear bytes of a TC program's packet (`skb->data .. skb->data_end`), read with
+/// plain loads: no helper call per header field. A field outside the linear part fails the
+/// bounds check like a field past the packet's end; the caller then walks again through
+/// `bpf_skb_load_bytes`, which also reads the paged part.
+pub struct Linear {
+    pub data: usize,
+    pub end: usize,
+}
+
+impl PacketRead for Linear {
+    #[inline(always)]
+    fn ptr_at<T: Copy>(&self, offset: usize) -> Result<T, ()> {
+        let start = self.data + offset;
+        // At least two bytes: LLVM turns `start + 1 > end` into `start >= end`, from which
+        // the verifier learns no readable range (a one-byte field at the very end of the
+        // linear part is then left to the caller's second walk).
+        let need = if size_of::<T>() < 2 {
+            2
+        } else {
+            size_of::<T>()
+        };
+        if start + need > self.end {
+            return Err(());
+        }
+        // SAFETY: `start..start + size_of::<T>()` lies in the packet's linear bytes (checked
+        // against `data_end` above, which is also what the verifier checks).
+        Ok(unsafe { core::ptr::read_unaligned(start as *const T) })
+    }
+}
+
 /// Not a fragment.
 pub const FRAG_NONE: u8 = 0;
 /// The first fragment of a datagram (offset 0, more fragments): it has the ports.
@@ -192,6 +222,13 @@ fn ipv4<P: PacketRead>(p: &P, off: usize) -> Result<Option<Network>, ()> {
         frag,
         frag_id: id_frag >> 16,
     }))
+}
+
+/// The next-header value where [`ipv6`]'s walk of the header at `off` stops (an extension
+/// header's kind when the chain is longer than it follows).
+#[inline(always)]
+pub fn ipv6_payload_protocol<P: PacketRead>(p: &P, off: usize) -> Result<u8, ()> {
+    Ok(ipv6(p, off)?.map_or(0, |n| n.proto))
 }
 
 /// IPv6 header at `off` (RFC 8200), following up to four extension headers.

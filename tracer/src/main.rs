@@ -20,7 +20,9 @@ use dnspath::{
 )]
 struct Cli {
     /// Say more on stderr: `-v` adds debug messages (among them the whole verifier log of
-    /// a program the kernel rejects), `-vv` trace messages. `RUST_LOG` overrides.
+    /// a program the kernel rejects), `-vv` trace messages and the kernel programs' own
+    /// diagnostics (why a packet could not be parsed, which encapsulation was not entered;
+    /// target `dnspath::kernel`). `RUST_LOG` overrides the levels.
     #[arg(short, long, action = clap::ArgAction::Count, global = true)]
     verbose: u8,
     #[command(subcommand)]
@@ -420,6 +422,8 @@ fn check_trace_args(a: &TraceArgs) -> anyhow::Result<()> {
 }
 
 fn run(cli: Cli) -> anyhow::Result<ExitCode> {
+    // `-vv`: the kernel programs' own diagnostics too (they cost nothing when off).
+    let cli_kernel_log = cli.verbose >= 2;
     match cli.command {
         Command::Trace(a) => {
             let a = *a;
@@ -451,6 +455,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 duration,
                 count: a.count,
                 drops: !a.no_drops,
+                kernel_log: cli_kernel_log,
                 until_loop: a.until == Some(Until::Loop),
                 evidence,
                 filter: a.filter.filter()?,
@@ -499,6 +504,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                     duration: None,
                     count: None,
                     drops: !a.no_drops,
+                    kernel_log: cli_kernel_log,
                     until_loop: false,
                     evidence: dnspath::trace::EvidenceOptions {
                         record: a.record.config()?,

@@ -35,7 +35,15 @@ pub struct ProbeOptions {
     pub snaplen: u32,
     /// Load and attach the kfree_skb program.
     pub drops: bool,
+    /// Kernel-side diagnostics (`-vv`): the programs' `aya-log` statements stay in (why a
+    /// packet could not be parsed, which encapsulation was not entered) and are logged under
+    /// the target `dnspath::kernel`. Off, the verifier removes them at load.
+    pub kernel_log: bool,
 }
+
+/// `AYA_LOG_LEVEL` at load: nothing, or everything up to trace.
+const KERNEL_LOG_OFF: u8 = 0;
+const KERNEL_LOG_ALL: u8 = 0xff;
 
 /// `uname -r`, e.g. `6.1.0-57-amd64`.
 pub fn kernel_release() -> String {
@@ -56,8 +64,9 @@ pub const TC_PROGRAMS: [(&str, bool, TcAttachType); 4] = [
 ];
 
 /// Maps shared by every instance of the object, pinned so that later instances reuse them.
-const SHARED_MAPS: [&str; 7] = [
+const SHARED_MAPS: [&str; 8] = [
     "EVENTS",
+    "AYA_LOGS",
     "PORTS",
     "COUNTERS",
     "FRAGS",
@@ -93,6 +102,10 @@ pub struct Probes {
     other_instance: Option<u32>,
     /// The conntrack-confirm kprobes are attached (drops then say whether the confirm failed).
     pub confirm_hook: bool,
+    /// `AYA_LOG_LEVEL` every instance is loaded with.
+    log_level: &'static u8,
+    /// Reader of the programs' diagnostics, with [`ProbeOptions::kernel_log`].
+    kernel_log: Option<aya_log::EbpfLogger<&'static dyn log::Log>>,
 }
 
 fn ensure_bpffs() -> Result<(), KernelError> {
@@ -144,9 +157,11 @@ impl Probes {
         config: &'a CaptureConfig,
         offsets: &'a KernelOffsets,
         cookie: &'a u64,
+        log_level: &'static u8,
     ) -> EbpfLoader<'a> {
         let mut loader = EbpfLoader::new();
         loader
+            .override_global(aya_log::LEVEL, log_level, true)
             .override_global("CONFIG", config, true)
             .override_global("KERNEL_OFFSETS", offsets, true)
             .override_global("NETNS_COOKIE", cookie, true);
@@ -191,23 +206,29 @@ impl Probes {
         let pin_dir = Path::new(BPFFS).join(format!("dnspath-{}", std::process::id()));
         std::fs::create_dir_all(&pin_dir)?;
         let mut probes_dir_guard = PinDirGuard(Some(pin_dir.clone()));
-        let mut primary = match Self::loader(&pin_dir, &config, &offsets, &0).load(OBJECT) {
-            Ok(p) => p,
-            Err(e) => {
-                let e = KernelError::from(e);
-                if is_eperm(&e) {
-                    return Err(KernelError::Permission(e.to_string()));
-                }
-                // Creating the maps is what fails on kernels without a BPF ring buffer.
-                if !at_least(5, 8) {
-                    return Err(KernelError::MissingHook {
-                        hook: "BPF ring buffer (Linux ≥ 5.8)",
-                        detail: format!("Linux {} is too old: {e}", setup.release),
-                    });
-                }
-                return Err(e);
-            }
+        let log_level = if opts.kernel_log {
+            &KERNEL_LOG_ALL
+        } else {
+            &KERNEL_LOG_OFF
         };
+        let mut primary =
+            match Self::loader(&pin_dir, &config, &offsets, &0, log_level).load(OBJECT) {
+                Ok(p) => p,
+                Err(e) => {
+                    let e = KernelError::from(e);
+                    if is_eperm(&e) {
+                        return Err(KernelError::Permission(e.to_string()));
+                    }
+                    // Creating the maps is what fails on kernels without a BPF ring buffer.
+                    if !at_least(5, 8) {
+                        return Err(KernelError::MissingHook {
+                            hook: "BPF ring buffer (Linux ≥ 5.8)",
+                            detail: format!("Linux {} is too old: {e}", setup.release),
+                        });
+                    }
+                    return Err(e);
+                }
+            };
         {
             let mut ports: Array<&mut MapData, u8> = Array::try_from(
                 primary
@@ -253,8 +274,19 @@ impl Probes {
                 )),
             }
         }
+        let mut kernel_log = None;
+        if opts.kernel_log {
+            match aya_log::EbpfLogger::init(&mut primary) {
+                Ok(l) => kernel_log = Some(l),
+                Err(e) => setup
+                    .degraded
+                    .push(format!("no kernel diagnostics (-vv): {e}")),
+            }
+        }
         probes_dir_guard.0 = None;
         Ok(Self {
+            log_level,
+            kernel_log,
             primary,
             per_netns: HashMap::new(),
             pin_dir,
@@ -341,6 +373,18 @@ impl Probes {
     /// on crafted frames without a lab. Events go to the ring buffer as usual; returns the
     /// program's verdict.
     pub fn test_run_tc(&mut self, index: usize, frame: &[u8]) -> Result<u32, KernelError> {
+        Ok(self.test_run_tc_repeat(index, frame, 1)?.0)
+    }
+
+    /// As [`Probes::test_run_tc`], `repeat` times in the kernel: the verdict and the
+    /// kernel's mean time per run (no `bpf_stats` timestamps around each run), for the cost
+    /// benchmark.
+    pub fn test_run_tc_repeat(
+        &mut self,
+        index: usize,
+        frame: &[u8],
+        repeat: u32,
+    ) -> Result<(u32, std::time::Duration), KernelError> {
         use aya::programs::{TestRun as _, TestRunOptions};
         let (name, _, _) = TC_PROGRAMS
             .get(index)
@@ -348,7 +392,30 @@ impl Probes {
         let prog: &mut SchedClassifier = program(&mut self.primary, name)?.try_into()?;
         let mut opts = TestRunOptions::new();
         opts.data_in = Some(frame);
-        Ok(prog.test_run(opts)?.return_value)
+        opts.repeat = repeat;
+        let r = prog.test_run(opts)?;
+        Ok((r.return_value, r.duration))
+    }
+
+    /// Logs what the kernel programs said since the last call (with
+    /// [`ProbeOptions::kernel_log`]; otherwise nothing).
+    pub fn flush_kernel_log(&mut self) {
+        if let Some(l) = self.kernel_log.as_mut() {
+            l.flush();
+        }
+    }
+
+    /// Instructions the verifier processed for each loaded program of the primary instance
+    /// (`None` before Linux 5.16, which does not report it): the load-time cost that decides
+    /// whether a slow machine loads the programs in time.
+    pub fn verified_insns(&self) -> Vec<(String, Option<u32>)> {
+        self.primary
+            .programs()
+            .filter_map(|(name, p)| {
+                let info = p.info().ok()?;
+                Some((name.to_owned(), info.verified_instruction_count()))
+            })
+            .collect()
     }
 
     /// Storm shedding (`tracer_common::shed`): from now on the TC programs only count the
@@ -441,8 +508,14 @@ impl Probes {
             std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
             std::collections::hash_map::Entry::Vacant(v) => {
                 let offsets = KernelOffsets::UNSET;
-                let ebpf =
-                    Self::loader(&self.pin_dir, &self.config, &offsets, &cookie).load(OBJECT)?;
+                let ebpf = Self::loader(
+                    &self.pin_dir,
+                    &self.config,
+                    &offsets,
+                    &cookie,
+                    self.log_level,
+                )
+                .load(OBJECT)?;
                 v.insert(NetnsPrograms {
                     ebpf,
                     loaded: [false; TC_PROGRAMS.len()],
@@ -623,6 +696,7 @@ mod tests {
             ports: vec![53],
             snaplen: tracer_common::MAX_SNAPLEN,
             drops: true,
+            kernel_log: false,
         })
         .unwrap();
         assert!(probes.drops_enabled);

@@ -71,6 +71,8 @@ pub struct TraceOptions {
     /// Stop after this many packet records.
     pub count: Option<u64>,
     pub drops: bool,
+    /// Kernel-side diagnostics (`-vv`), see [`ProbeOptions::kernel_log`].
+    pub kernel_log: bool,
     /// Stop as soon as a forwarding loop is reported.
     pub until_loop: bool,
     /// `-w FILE` (every captured packet and drop also into pcapng files, `-` for standard
@@ -171,6 +173,7 @@ pub async fn run_live(
         ports: opts.ports.clone(),
         snaplen: opts.snaplen,
         drops: opts.drops,
+        kernel_log: opts.kernel_log,
     })?;
     let probes = Arc::new(Mutex::new(probes));
     let ring = probes
@@ -317,6 +320,7 @@ pub async fn run_live(
             if let Ok(mut p) = probes.lock() {
                 shedder.apply(&mut p, &mut shed_changes);
                 if ticked {
+                    p.flush_kernel_log();
                     let now = clock.now_ns();
                     shedder.poll(&mut p, |q, n| pipeline.kernel_shed(q, n, now));
                 }

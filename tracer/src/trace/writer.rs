@@ -174,6 +174,7 @@ mod tests {
             duration: None,
             count,
             drops: true,
+            kernel_log: false,
             until_loop,
             evidence: Default::default(),
         }

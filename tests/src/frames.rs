@@ -1,0 +1,106 @@
+//! Crafted frames for the kernel programs' `BPF_PROG_TEST_RUN` tests and cost benchmark:
+//! Ethernet (with VLAN tags), IPv4 (with options, fragments), IPv6 (with extension headers),
+//! UDP and TCP (with options) around a small DNS query.
+
+/// A DNS query: id 0x1234, RD, one question "a.test. A IN", then `extra` bytes of padding
+/// (as if an EDNS answer followed).
+pub fn dns_query(extra: usize) -> Vec<u8> {
+    let mut d = vec![0x12, 0x34, 0x01, 0x00, 0, 1, 0, 0, 0, 0, 0, 0];
+    d.extend_from_slice(b"\x01a\x04test\x00\x00\x01\x00\x01");
+    d.extend(std::iter::repeat_n(0xab, extra));
+    d
+}
+
+/// A UDP header (checksum 0) and `payload`.
+pub fn udp(sport: u16, dport: u16, payload: &[u8]) -> Vec<u8> {
+    let mut u = Vec::new();
+    u.extend_from_slice(&sport.to_be_bytes());
+    u.extend_from_slice(&dport.to_be_bytes());
+    u.extend_from_slice(&((8 + payload.len()) as u16).to_be_bytes());
+    u.extend_from_slice(&[0, 0]);
+    u.extend_from_slice(payload);
+    u
+}
+
+/// TCP with `opt_words` 32-bit words of options (NOPs) and a 2-byte DNS length prefix.
+pub fn tcp(sport: u16, dport: u16, opt_words: usize, payload: &[u8]) -> Vec<u8> {
+    let mut t = Vec::new();
+    t.extend_from_slice(&sport.to_be_bytes());
+    t.extend_from_slice(&dport.to_be_bytes());
+    t.extend_from_slice(&[0, 0, 0, 1, 0, 0, 0, 0]);
+    t.push(((5 + opt_words) as u8) << 4);
+    t.push(0x18); // PSH|ACK
+    t.extend_from_slice(&[0xff, 0xff, 0, 0, 0, 0]);
+    t.extend(std::iter::repeat_n(1u8, opt_words * 4));
+    t.extend_from_slice(&(payload.len() as u16).to_be_bytes());
+    t.extend_from_slice(payload);
+    t
+}
+
+/// IPv4 10.244.1.2 → 10.96.0.10 carrying `proto` with `option_words` 32-bit words of NOP
+/// options and the flags/fragment-offset field `frag`.
+pub fn ipv4(proto: u8, option_words: usize, frag: u16, l4: &[u8]) -> Vec<u8> {
+    let ihl = 5 + option_words;
+    let total = ihl * 4 + l4.len();
+    let mut ip = vec![(4 << 4) | ihl as u8, 0];
+    ip.extend_from_slice(&(total as u16).to_be_bytes());
+    ip.extend_from_slice(&[0x33, 0x44]);
+    ip.extend_from_slice(&frag.to_be_bytes());
+    ip.extend_from_slice(&[64, proto, 0, 0, 10, 244, 1, 2, 10, 96, 0, 10]);
+    ip.extend(std::iter::repeat_n(1u8, option_words * 4)); // NOP options
+    ip.extend_from_slice(l4);
+    ip
+}
+
+/// IPv6 with the extension headers `ext` (each: next-header byte is filled in), then `l4`.
+pub fn ipv6(ext: &[Vec<u8>], proto: u8, l4: &[u8]) -> Vec<u8> {
+    let mut chain: Vec<u8> = Vec::new();
+    let mut ext = ext.to_vec();
+    // Each header's byte 0 holds its own kind until linked to the next one's.
+    let kinds: Vec<u8> = ext.iter().map(|e| e[0]).collect();
+    for (i, e) in ext.iter_mut().enumerate() {
+        e[0] = kinds.get(i + 1).copied().unwrap_or(proto);
+        chain.extend_from_slice(e);
+    }
+    let first = kinds.first().copied().unwrap_or(proto);
+    let mut ip = vec![0x60, 0, 0, 0];
+    ip.extend_from_slice(&((chain.len() + l4.len()) as u16).to_be_bytes());
+    ip.push(first);
+    ip.push(64);
+    ip.extend_from_slice(&[0xfd, 0, 2, 0x44, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 2]);
+    ip.extend_from_slice(&[0xfd, 0, 2, 0x44, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 3]);
+    ip.extend_from_slice(&chain);
+    ip.extend_from_slice(l4);
+    ip
+}
+
+/// An 8-byte extension header of `kind` (0 hop-by-hop, 60 destination options) with PadN.
+pub fn ext_opts(kind: u8) -> Vec<u8> {
+    vec![kind, 0, 1, 4, 0, 0, 0, 0]
+}
+
+/// A fragment header (44) at fragment `offset` (8-octet units), more-fragments set,
+/// identification 0x1234.
+pub fn ext_frag(offset: u16) -> Vec<u8> {
+    ext_frag_id(offset, 0x1234)
+}
+
+pub fn ext_frag_id(offset: u16, id: u32) -> Vec<u8> {
+    let o = (offset << 3) | 1;
+    let b = o.to_be_bytes();
+    let mut h = vec![44, 0, b[0], b[1]];
+    h.extend_from_slice(&id.to_be_bytes());
+    h
+}
+
+/// Ethernet with `tags` (TPID, VID) pairs, then `ethertype` and `payload`.
+pub fn eth(tags: &[(u16, u16)], ethertype: u16, payload: &[u8]) -> Vec<u8> {
+    let mut f = vec![2, 0, 0, 0, 0, 1, 2, 0, 0, 0, 0, 2];
+    for (tpid, vid) in tags {
+        f.extend_from_slice(&tpid.to_be_bytes());
+        f.extend_from_slice(&vid.to_be_bytes());
+    }
+    f.extend_from_slice(&ethertype.to_be_bytes());
+    f.extend_from_slice(payload);
+    f
+}
