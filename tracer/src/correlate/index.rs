@@ -44,7 +44,11 @@ impl LegIndex {
             push_capped(&mut self.open_by_q, leg.key.q.clone(), id);
         }
         if leg.parent.is_none() {
-            push_capped(&mut self.roots_by_q, (leg.client.ip(), leg.key.q.clone()), id);
+            push_capped(
+                &mut self.roots_by_q,
+                (leg.client.ip(), leg.key.q.clone()),
+                id,
+            );
             push_capped(&mut self.roots_by_socket, leg.client, id);
         }
         self.legs.insert(id, leg);
@@ -56,7 +60,11 @@ impl LegIndex {
         remove_from(&mut self.open_by_q, &leg.key.q, id);
         if leg.parent.is_none() {
             // The key's question is shared: building it copies no name.
-            remove_from(&mut self.roots_by_q, &(leg.client.ip(), leg.key.q.clone()), id);
+            remove_from(
+                &mut self.roots_by_q,
+                &(leg.client.ip(), leg.key.q.clone()),
+                id,
+            );
             remove_from(&mut self.roots_by_socket, &leg.client, id);
         }
         // A key reused by a newer leg stays that leg's: one lookup in the usual case.
@@ -119,10 +127,7 @@ impl LegIndex {
     }
 
     /// Root legs from a client socket, oldest first.
-    pub(super) fn roots_from(
-        &self,
-        socket: &SocketAddr,
-    ) -> impl DoubleEndedIterator<Item = &Leg> {
+    pub(super) fn roots_from(&self, socket: &SocketAddr) -> impl DoubleEndedIterator<Item = &Leg> {
         self.candidates(self.roots_by_socket.get(socket))
     }
 

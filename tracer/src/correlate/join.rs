@@ -170,8 +170,7 @@ impl Correlator {
                 .is_some_and(|t| t.legs.len() >= self.cfg.max_legs_per_transaction);
             if full {
                 self.stats.legs_not_stored += 1;
-                self.loops
-                    .forward(seen_client.ip().to_string(), &q, o.ts_ns);
+                self.loops.forward(seen_client.ip(), &q, o.ts_ns);
                 return;
             }
         }
@@ -243,8 +242,7 @@ impl Correlator {
         self.stats.legs += 1;
         match role {
             LegRole::Forward => {
-                self.loops
-                    .forward(seen_client.ip().to_string(), &q, o.ts_ns);
+                self.loops.forward(seen_client.ip(), &q, o.ts_ns);
                 self.check_cycle(id, o.ts_ns);
             }
             LegRole::Query | LegRole::Retry | LegRole::TcpFallback => {
@@ -431,4 +429,3 @@ pub(super) fn via_for(
 pub(super) fn same_iface(a: ObservationPoint, b: ObservationPoint) -> bool {
     a.netns == b.netns && a.ifindex == b.ifindex
 }
-

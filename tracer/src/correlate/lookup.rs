@@ -124,7 +124,11 @@ mod tests {
         assert_eq!(b, (11, 1));
         assert_eq!(again, (11, 0), "a name asked again keeps its step");
         // Another namespace, another name, or too late: a new lookup each.
-        assert_eq!(l.assign(c, "ns2", "web.svc.cluster.local.", 2 * SEC, &mut id).0, 12);
+        assert_eq!(
+            l.assign(c, "ns2", "web.svc.cluster.local.", 2 * SEC, &mut id)
+                .0,
+            12
+        );
         assert_eq!(l.assign(c, "ns1", "other.example.", 2 * SEC, &mut id).0, 13);
         assert_eq!(l.assign(c, "ns1", "other.", 9 * SEC, &mut id).0, 14);
     }
@@ -149,7 +153,10 @@ mod tests {
             "www.lab.test.default.svc.cluster.local.",
             "www.lab.test.svc.cluster.local."
         ));
-        assert!(same_lookup_names("www.lab.test.cluster.local.", "www.lab.test."));
+        assert!(same_lookup_names(
+            "www.lab.test.cluster.local.",
+            "www.lab.test."
+        ));
         assert!(!same_lookup_names("api.example.com.", "www.example.com."));
         assert!(!same_lookup_names("www.lab.test.", "www.lab.other."));
     }

@@ -37,10 +37,7 @@ use serde::Serialize;
 
 pub use crate::decode::observation::{DropObservation, Observation, Observed, FRAGMENT_LOSS};
 use crate::{
-    decode::{
-        addr_string,
-        dns::{Cut, DnsMessage},
-    },
+    decode::dns::{Cut, DnsMessage},
     event::{ConntrackEvent, CtStatsSample, ObservationPoint},
     time::Clock,
 };
@@ -48,11 +45,14 @@ use ctmap::CtMap;
 use index::LegIndex;
 use join::*;
 use lookup::Lookups;
-use loops::{LoopHop, LoopRecord, LoopTracker};
+use loops::{LoopHop, LoopRecord, LoopTracker, Peer};
 use model::*;
 pub use model::{LegRole, QKey};
-use race::{CtSamples, RaceQuery, RaceRecord, RaceVerdict};
-use record::{HopRecord, LegDrop, LegRecord, LookupRef, QuestionRecord, TransactionRecord};
+use race::{CtSamples, RaceNetns, RaceQuery, RaceRecord, RaceVerdict};
+use record::{
+    Answered, HopRecord, Join, LegDrop, LegOutcome, LegRecord, LookupRef, Outcome, QuestionRecord,
+    Summary, TransactionRecord,
+};
 
 /// What the correlate and detect stages report, in the order they decide it; the pipeline
 /// hands each on to the sinks as a [`Record`](crate::output::record::Record).
@@ -225,9 +225,9 @@ impl Correlator {
                 pod: Default::default(),
                 verdict: RaceVerdict::ResolvedClash,
                 ts_ns: ts,
-                time: self.clock.wall(ts),
-                netns: format!("netns:{netns:#x}"),
-                client: String::new(),
+                wall_ns: self.clock.epoch_ns(ts),
+                netns: race::RaceNetns::Cookie(netns),
+                client: None,
                 client_netns: String::new(),
                 dropped: None,
                 sibling: None,
@@ -242,7 +242,7 @@ impl Correlator {
                 drop_location: None,
                 retry_ns: None,
                 total_delay_ns: None,
-                summary: format!("{n} conntrack clash(es) resolved by the kernel on CPU {cpu}: the race happened, nothing was lost"),
+                drop_offset_ns: None,
             });
         }
     }
@@ -332,27 +332,23 @@ impl Correlator {
             return;
         };
         let hop = |l: &Leg| LoopHop {
-            from: l.client.to_string(),
-            server: l.server.to_string(),
-            backend: l.backend.to_string(),
-            at: l
-                .backend_at
-                .as_ref()
-                .map(|(p, ns)| {
-                    let ifname = l
-                        .hops
-                        .iter()
-                        .find(|h| h.at == *p)
-                        .map(|h| h.ifname.as_str())
-                        .unwrap_or("");
-                    format!("{ns}/{ifname}")
-                })
-                .unwrap_or_default(),
+            from: Peer::Socket(l.client),
+            server: Some(l.server),
+            backend: Peer::Socket(l.backend),
+            at: l.backend_at.as_ref().map(|(p, ns)| {
+                let ifname = l
+                    .hops
+                    .iter()
+                    .find(|h| h.at == *p)
+                    .map(|h| h.ifname.clone())
+                    .unwrap_or_default();
+                (ns.clone(), ifname)
+            }),
             pod: Default::default(),
         };
         let cycle: Vec<LoopHop> = chain[..i].iter().rev().map(|l| hop(l)).collect();
         let hop_count = chain.len().saturating_sub(1) as u64;
-        let client = chain.last().map(|r| r.client.to_string());
+        let client = chain.last().map(|r| r.client);
         let entered = chain.last().map(|r| r.first_ts).unwrap_or(ts);
         let q = leaf.key.q.clone();
         self.loops.cycle(&q, cycle, hop_count, client, entered, ts);

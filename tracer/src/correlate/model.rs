@@ -48,8 +48,7 @@ pub(super) struct Hop {
     pub(super) via: Via,
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "kebab-case")]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum LegRole {
     /// The client's first query.
     Query,
@@ -85,22 +84,6 @@ impl Response {
                 .collect(),
             cut: msg.cut,
         }
-    }
-}
-
-/// `answer cut by the capture at 200 of 731 bytes: 1 of 8 answers seen`.
-pub(super) fn cut_note(c: &Cut, answers_seen: usize) -> String {
-    let at = format!(
-        "answer cut by the capture at {} of {} bytes",
-        c.captured_bytes, c.message_bytes
-    );
-    if c.questions > 0 {
-        format!("{at}: question not seen whole")
-    } else if c.answers > 0 {
-        let total = answers_seen + usize::from(c.answers);
-        format!("{at}: {answers_seen} of {total} answers seen")
-    } else {
-        format!("{at}, after its answers")
     }
 }
 
