@@ -16,6 +16,53 @@ use crate::{
     event::Direction,
 };
 
+/// A socket address as its `Display` writes it (`10.0.0.1:53`, `[::1]:53`), an IPv4 one
+/// without the formatter (which costs several times the bytes it writes, per hop).
+struct Addr(SocketAddr);
+
+impl Serialize for Addr {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let SocketAddr::V4(v4) = self.0 else {
+            return s.collect_str(&self.0);
+        };
+        // "255.255.255.255:65535" is 21 bytes.
+        let mut buf = [0u8; 21];
+        let mut n = 0;
+        let mut push_dec = |v: u16, sep: Option<u8>| {
+            if let Some(c) = sep {
+                buf[n] = c;
+                n += 1;
+            }
+            let mut digits = [0u8; 5];
+            let mut len = 0;
+            let mut v = v;
+            loop {
+                digits[len] = b'0' + (v % 10) as u8;
+                len += 1;
+                v /= 10;
+                if v == 0 {
+                    break;
+                }
+            }
+            for d in digits[..len].iter().rev() {
+                buf[n] = *d;
+                n += 1;
+            }
+        };
+        let [a, b, c, d] = v4.ip().octets();
+        push_dec(u16::from(a), None);
+        push_dec(u16::from(b), Some(b'.'));
+        push_dec(u16::from(c), Some(b'.'));
+        push_dec(u16::from(d), Some(b'.'));
+        push_dec(v4.port(), Some(b':'));
+        // Only ASCII digits, dots and a colon were written.
+        match std::str::from_utf8(&buf[..n]) {
+            Ok(text) => s.serialize_str(text),
+            Err(_) => s.collect_str(&self.0),
+        }
+    }
+}
+
 /// Wall-clock time, written straight into the output.
 struct Wall(u64);
 
@@ -68,8 +115,8 @@ struct HopJson<'a> {
     #[serde(flatten)]
     pod: &'a PodRef,
     dir: Direction,
-    src: SocketAddr,
-    dst: SocketAddr,
+    src: Addr,
+    dst: Addr,
     dns_id: u16,
     qr: bool,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -84,8 +131,8 @@ impl Serialize for HopRecord {
             ifname: &self.ifname,
             pod: &self.pod,
             dir: self.dir,
-            src: self.src,
-            dst: self.dst,
+            src: Addr(self.src),
+            dst: Addr(self.dst),
             dns_id: self.dns_id,
             qr: self.qr,
             latency_ns: self.latency_ns,
@@ -127,9 +174,9 @@ struct LegJson<'a> {
     parent: Option<usize>,
     role: &'static str,
     proto: &'static str,
-    client: SocketAddr,
-    server: SocketAddr,
-    backend: SocketAddr,
+    client: Addr,
+    server: Addr,
+    backend: Addr,
     dns_id: u16,
     join: &'static str,
     outcome: &'static str,
@@ -150,9 +197,9 @@ impl Serialize for LegRecord {
             parent: self.parent,
             role: report::role_name(self.role),
             proto: report::proto_name(self.proto),
-            client: self.client,
-            server: self.server,
-            backend: self.backend,
+            client: Addr(self.client),
+            server: Addr(self.server),
+            backend: Addr(self.backend),
             dns_id: self.dns_id,
             join: report::join_name(self.join),
             outcome: report::leg_outcome_name(self.outcome),
@@ -174,7 +221,7 @@ struct TransactionJson<'a> {
     lookup: &'a LookupRef,
     ts_ns: u64,
     time: Wall,
-    client: SocketAddr,
+    client: Addr,
     client_netns: &'a str,
     #[serde(flatten)]
     pod: &'a PodRef,
@@ -198,7 +245,7 @@ impl Serialize for TransactionRecord {
             lookup: &self.lookup,
             ts_ns: self.ts_ns,
             time: Wall(self.wall_ns),
-            client: self.client,
+            client: Addr(self.client),
             client_netns: &self.client_netns,
             pod: &self.pod,
             question: &self.question,
@@ -237,7 +284,7 @@ impl Serialize for CounterDeltas {
 struct RaceQueryJson<'a> {
     dns_id: u16,
     question: &'a QuestionRecord,
-    backend: SocketAddr,
+    backend: Addr,
     offset_ns: u64,
 }
 
@@ -246,7 +293,7 @@ impl Serialize for RaceQuery {
         RaceQueryJson {
             dns_id: self.dns_id,
             question: &self.question,
-            backend: self.backend,
+            backend: Addr(self.backend),
             offset_ns: self.offset_ns,
         }
         .serialize(s)
@@ -376,5 +423,26 @@ impl Serialize for LoopRecord {
             last_seen_ns: self.last_seen_ns,
         }
         .serialize(s)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn addresses_are_written_as_display_writes_them() {
+        for a in [
+            "0.0.0.0:0",
+            "10.244.1.2:53",
+            "255.255.255.255:65535",
+            "1.22.133.4:1000",
+            "[::1]:53",
+            "[fd00::a:1]:5353",
+        ] {
+            let addr: SocketAddr = a.parse().unwrap();
+            let json = serde_json::to_string(&Addr(addr)).unwrap();
+            assert_eq!(json, format!("\"{addr}\""));
+        }
     }
 }
