@@ -13,7 +13,7 @@
 //!   flight recorder's files of the questions it folded (`evidence`).
 //! - `agent` lines when the agent starts and stops, and a `warning` when the `stats`
 //!   records show events lost (ring buffer full) during the window.
-use std::{collections::HashMap, io::Write};
+use std::{collections::HashMap, io::Write, net::SocketAddr};
 
 use serde::Serialize;
 
@@ -21,8 +21,12 @@ use crate::{
     correlate::{
         loops::{LoopRecord, LoopState},
         race::{RaceRecord, RaceVerdict},
+        record::Outcome,
     },
-    output::record::{DropRecord, QuestionRecord, Record, StatsRecord, TransactionRecord},
+    output::{
+        record::{DropRecord, QuestionRecord, Record, StatsRecord, TransactionRecord},
+        report,
+    },
     time::Clock,
 };
 
@@ -156,6 +160,26 @@ const LIMITED: [(Limited, &str); 3] = [
     (Limited::Loop, "loop"),
 ];
 
+/// What an aggregated line is keyed by: the server of the transaction's first leg.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+enum ServerKey {
+    Addr(SocketAddr),
+    /// A transaction without legs.
+    Unknown,
+    /// Beyond `max_keys`.
+    Overflow,
+}
+
+impl ServerKey {
+    fn name(self) -> String {
+        match self {
+            ServerKey::Addr(a) => a.to_string(),
+            ServerKey::Unknown => "unknown".to_string(),
+            ServerKey::Overflow => OVERFLOW_KEY.to_string(),
+        }
+    }
+}
+
 #[derive(Debug, Default)]
 struct Folded {
     count: u64,
@@ -169,8 +193,8 @@ pub struct Events {
     cfg: EventsConfig,
     clock: Clock,
     window_start: Option<u64>,
-    unanswered: HashMap<String, Folded>,
-    servfail: HashMap<String, Folded>,
+    unanswered: HashMap<ServerKey, Folded>,
+    servfail: HashMap<ServerKey, Folded>,
     keys_folded: u64,
     passed: [u32; 3],
     held: [u64; 3],
@@ -266,7 +290,8 @@ impl Events {
         let start = self.window_start.unwrap_or(now_ns);
         let time = self.clock.wall(now_ns);
         for (map, servfail) in [(&mut self.unanswered, false), (&mut self.servfail, true)] {
-            let mut lines: Vec<(String, Folded)> = map.drain().collect();
+            let mut lines: Vec<(String, Folded)> =
+                map.drain().map(|(k, f)| (k.name(), f)).collect();
             lines.sort_by(|a, b| b.1.count.cmp(&a.1.count).then_with(|| a.0.cmp(&b.0)));
             for (server, f) in lines {
                 let a = Aggregate {
@@ -327,37 +352,35 @@ impl Events {
     }
 
     fn fold_transaction(&mut self, t: &TransactionRecord) {
-        let unanswered = matches!(t.outcome, "unanswered" | "dropped");
+        let unanswered = matches!(t.outcome, Outcome::Unanswered | Outcome::Dropped);
         let servfail = t.rcode.as_deref() == Some("SERVFAIL");
         if !unanswered && !servfail {
             return;
         }
-        let server = t.legs.first().map_or("unknown", |l| l.server.as_str());
+        let server = t
+            .legs
+            .first()
+            .map_or(ServerKey::Unknown, |l| ServerKey::Addr(l.server));
         let keys = self.unanswered.len() + self.servfail.len();
         let map = if servfail {
             &mut self.servfail
         } else {
             &mut self.unanswered
         };
-        let key = if map.contains_key(server) || keys < self.cfg.max_keys {
+        let key = if map.contains_key(&server) || keys < self.cfg.max_keys {
             server
         } else {
             self.keys_folded += 1;
-            OVERFLOW_KEY
+            ServerKey::Overflow
         };
-        if !map.contains_key(key) {
-            map.insert(key.to_string(), Folded::default());
-        }
-        let Some(folded) = map.get_mut(key) else {
-            return;
-        };
+        let folded = map.entry(key).or_default();
         folded.count += 1;
         if folded.examples.len() < self.cfg.examples {
             folded.examples.push(Example {
-                client: t.client.clone(),
+                client: t.client.to_string(),
                 client_netns: t.client_netns.clone(),
                 question: t.question.clone(),
-                summary: t.summary.clone(),
+                summary: report::transaction_summary(t),
                 evidence: t.evidence.clone(),
             });
         }

@@ -1,8 +1,11 @@
 //! Records as the pipeline makes them, for the agent's tests.
+use std::net::SocketAddr;
+
 use crate::{
     correlate::{
-        loops::{LoopKind, LoopRecord, LoopState},
-        race::{CounterDeltas, RaceQuery, RaceRecord, RaceVerdict},
+        loops::{LoopHop, LoopKind, LoopRecord, LoopState, Peer},
+        race::{CounterDeltas, RaceNetns, RaceQuery, RaceRecord, RaceVerdict},
+        record::{Answered, Join, LegOutcome, Outcome, Summary},
         LegRole,
     },
     output::record::{
@@ -11,12 +14,16 @@ use crate::{
     },
 };
 
+/// The socket address `a` (a fixture's own, well formed).
+pub fn addr(a: &str) -> SocketAddr {
+    a.parse().unwrap_or(SocketAddr::from(([0, 0, 0, 0], 0)))
+}
+
+/// 2026-11-30T21:00:00.000000Z as Unix-epoch nanoseconds.
+const WALL_NS: u64 = 1_796_072_400_000_000_000;
+
 pub fn question(name: &str, qtype: &str) -> QuestionRecord {
-    QuestionRecord {
-        name: name.to_string(),
-        qtype: qtype.to_string(),
-        class: "IN".to_string(),
-    }
+    QuestionRecord::new(name, qtype, "IN")
 }
 
 /// A leg from `client` to `server`, delivered to `backend`, answered with `rcode` in
@@ -38,19 +45,19 @@ pub fn leg(
         },
         role,
         proto: if role == LegRole::TcpFallback {
-            "tcp"
+            tracer_common::proto::IPPROTO_TCP
         } else {
-            "udp"
+            tracer_common::proto::IPPROTO_UDP
         },
-        client: client.to_string(),
-        server: server.to_string(),
-        backend: backend.to_string(),
+        client: addr(client),
+        server: addr(server),
+        backend: addr(backend),
         dns_id: 4660,
-        join: "same-tuple",
+        join: Join::SameTuple,
         outcome: if rcode.is_some() {
-            "answered"
+            LegOutcome::Answered
         } else {
-            "unanswered"
+            LegOutcome::Unanswered
         },
         rcode: rcode.map(str::to_string),
         answers: Vec::new(),
@@ -63,7 +70,7 @@ pub fn leg(
 }
 
 pub fn dropped(mut l: LegRecord, reason: &str) -> LegRecord {
-    l.outcome = "dropped";
+    l.outcome = LegOutcome::Dropped;
     l.rcode = None;
     l.latency_ns = None;
     l.drop = Some(LegDrop {
@@ -85,10 +92,23 @@ pub fn transaction(
     rcode: Option<&str>,
     legs: Vec<LegRecord>,
 ) -> TransactionRecord {
-    let outcome = match (rcode, legs.iter().any(|l| l.drop.is_some())) {
-        (Some(_), _) => "answered",
-        (None, true) => "dropped",
-        (None, false) => "unanswered",
+    let (outcome, summary) = match (rcode, legs.iter().find_map(|l| l.drop.as_ref())) {
+        (Some(_), _) => (Outcome::Answered, Summary::Answered(Answered::Directly)),
+        (None, Some(d)) => (
+            Outcome::Dropped,
+            Summary::Dropped {
+                reason: d.reason.clone(),
+                location: d.location.clone(),
+                retried: false,
+            },
+        ),
+        (None, None) => (
+            Outcome::Unanswered,
+            Summary::Unanswered {
+                timeout_ns: 5_000_000_000,
+                retries: None,
+            },
+        ),
     };
     TransactionRecord {
         evidence: None,
@@ -96,8 +116,8 @@ pub fn transaction(
         id: 1,
         lookup: LookupRef { id: 1, step: 0 },
         ts_ns: 1_000,
-        time: "2026-11-30T21:00:00.000000Z".to_string(),
-        client: client.to_string(),
+        wall_ns: WALL_NS,
+        client: addr(client),
         client_netns: "client".to_string(),
         question: question(name, qtype),
         outcome,
@@ -105,7 +125,7 @@ pub fn transaction(
         answers: Vec::new(),
         answer_cut: None,
         latency_ns: rcode.map(|_| 630_000),
-        summary: String::new(),
+        summary,
         legs,
     }
 }
@@ -146,14 +166,14 @@ pub fn race(verdict: RaceVerdict, client: &str, dns_id: u16, qtype: &str) -> Rac
         pod: Default::default(),
         verdict,
         ts_ns: 2_000,
-        time: "2026-11-30T21:00:00.000000Z".to_string(),
-        netns: "node".to_string(),
-        client: client.to_string(),
+        wall_ns: WALL_NS,
+        netns: RaceNetns::Name("node".to_string()),
+        client: Some(addr(client)),
         client_netns: "client".to_string(),
         dropped: Some(RaceQuery {
             dns_id,
             question: question("api.lab.test.", qtype),
-            backend: "10.244.1.3:53".to_string(),
+            backend: addr("10.244.1.3:53"),
             offset_ns: 600_000,
         }),
         sibling: None,
@@ -169,7 +189,7 @@ pub fn race(verdict: RaceVerdict, client: &str, dns_id: u16, qtype: &str) -> Rac
         drop_location: Some("nf_hook_slow+0x9e".to_string()),
         retry_ns: Some(5_000_000_000),
         total_delay_ns: Some(5_001_000_000),
-        summary: "lookup of api.lab.test. took 5.00 s: A dropped by conntrack race".to_string(),
+        drop_offset_ns: Some(600_000),
     }
 }
 
@@ -180,17 +200,21 @@ pub fn loop_record(id: u64, state: LoopState, ts_ns: u64) -> LoopRecord {
         state,
         kind: LoopKind::Cycle,
         ts_ns,
-        time: "2026-11-30T21:00:00.000000Z".to_string(),
+        wall_ns: WALL_NS,
         question: question("storm.lab.test.", "A"),
-        zone: "lab.test.".to_string(),
         loop_plugin_probe: false,
-        cycle: Vec::new(),
-        path: "10.244.1.3:40000 → 10.96.0.10:53 ⇒DNAT 10.244.1.4:53".to_string(),
+        cycle: vec![LoopHop {
+            from: Peer::Socket(addr("10.244.1.3:40000")),
+            server: Some(addr("10.96.0.10:53")),
+            backend: Peer::Socket(addr("10.244.1.4:53")),
+            at: Some(("node".to_string(), "vdnsb".to_string())),
+            pod: Default::default(),
+        }],
         hop_count: 2,
         rate_pps: 200_000,
         packets: 10,
         summarised: 5,
-        clients: vec!["10.244.1.2:5000".to_string()],
+        clients: vec![addr("10.244.1.2:5000")],
         first_seen_ns: ts_ns,
         detected_ns: ts_ns,
         last_seen_ns: ts_ns,

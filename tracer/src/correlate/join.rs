@@ -78,7 +78,7 @@ impl Correlator {
             qr,
             via,
         };
-        let existing = self.by_key.get(&key).copied();
+        let existing = self.legs.by_key(&key);
         if qr {
             let Some(leg_id) = existing else {
                 self.stats.orphan_responses += 1;
@@ -95,14 +95,9 @@ impl Correlator {
                 self.stats.hops_not_stored += 1;
             }
             leg.last_ts = leg.last_ts.max(o.ts_ns);
+            let tx = leg.tx;
             match &mut leg.response {
-                None => {
-                    leg.response = Some(Response::of(o.ts_ns, &o.msg));
-                    leg.timed_out = false;
-                    let tx = leg.tx;
-                    remove_from(&mut self.open_by_q, &q, leg_id);
-                    self.touch(tx, o.ts_ns);
-                }
+                None => self.legs.respond(leg_id, Response::of(o.ts_ns, &o.msg)),
                 Some(r) => {
                     // The same response captured whole at another hop: it says more.
                     if r.cut.is_some() && o.msg.cut.is_none() {
@@ -111,10 +106,9 @@ impl Correlator {
                             ..Response::of(o.ts_ns, &o.msg)
                         };
                     }
-                    let tx = leg.tx;
-                    self.touch(tx, o.ts_ns);
                 }
             }
+            self.touch(tx, o.ts_ns);
             return;
         }
 
@@ -176,8 +170,7 @@ impl Correlator {
                 .is_some_and(|t| t.legs.len() >= self.cfg.max_legs_per_transaction);
             if full {
                 self.stats.legs_not_stored += 1;
-                self.loops
-                    .forward(seen_client.ip().to_string(), &q, o.ts_ns);
+                self.loops.forward(seen_client.ip(), &q, o.ts_ns);
                 return;
             }
         }
@@ -192,8 +185,14 @@ impl Correlator {
                 Some((tx, role)) => (tx, None, role),
                 None => {
                     let tx = self.next();
+                    let next_id = &mut self.next_id;
                     let (lookup, step) =
-                        self.assign_lookup(seen_client.ip(), &o.netns, &q.name, o.ts_ns);
+                        self.lookups
+                            .assign(seen_client.ip(), &o.netns, &q.name, o.ts_ns, || {
+                                let id = *next_id;
+                                *next_id += 1;
+                                id
+                            });
                     self.txs.insert(
                         tx,
                         Transaction {
@@ -213,7 +212,7 @@ impl Correlator {
         };
         let leg = Leg {
             id,
-            key: key.clone(),
+            key,
             tx,
             parent,
             role,
@@ -239,19 +238,11 @@ impl Correlator {
         }
         self.touch(tx, o.ts_ns);
         self.timeouts.insert((o.ts_ns + self.cfg.timeout_ns, id));
-        // A key reused after its leg was answered replaces it in the index.
-        self.by_key.insert(key, id);
-        push_capped(&mut self.open_by_q, q.clone(), id);
-        if parent.is_none() {
-            push_capped(&mut self.roots_by_q, (seen_client.ip(), q.clone()), id);
-            push_capped(&mut self.roots_by_socket, seen_client, id);
-        }
-        self.legs.insert(id, leg);
+        self.legs.insert(leg);
         self.stats.legs += 1;
         match role {
             LegRole::Forward => {
-                self.loops
-                    .forward(seen_client.ip().to_string(), &q, o.ts_ns);
+                self.loops.forward(seen_client.ip(), &q, o.ts_ns);
                 self.check_cycle(id, o.ts_ns);
             }
             LegRole::Query | LegRole::Retry | LegRole::TcpFallback => {
@@ -264,11 +255,9 @@ impl Correlator {
     /// An open leg whose query was delivered to the address this new query comes from (or,
     /// for loopback servers, into the namespace it comes from), for the same question.
     pub(super) fn find_parent(&self, q: &QKey, from: IpAddr, o: &Observation) -> Option<u64> {
-        let candidates = self.open_by_q.get(q)?;
-        candidates
-            .iter()
+        self.legs
+            .open(q)
             .rev()
-            .filter_map(|id| self.legs.get(id))
             .filter(|l| l.response.is_none() && !l.timed_out)
             .filter(|l| o.ts_ns >= l.first_ts && o.ts_ns - l.first_ts <= self.cfg.forward_window_ns)
             .find(|l| {
@@ -309,11 +298,8 @@ impl Correlator {
         const MAX_ATTEMPTS: usize = 8;
         let window = self.cfg.timeout_ns + self.cfg.retry_grace_ns;
         let latest = self
-            .roots_by_q
-            .get(&(client.ip(), q.clone()))
-            .into_iter()
-            .flatten()
-            .filter_map(|id| self.legs.get(id))
+            .legs
+            .roots(client.ip(), q)
             .filter(|l| o.ts_ns >= l.first_ts && o.ts_ns - l.first_ts <= window)
             .filter(|l| l.client_netns == o.netns)
             .max_by_key(|l| l.first_ts)?;
@@ -330,49 +316,6 @@ impl Correlator {
             None => return None,
         };
         Some((latest.tx, role))
-    }
-
-    pub(super) fn assign_lookup(
-        &mut self,
-        client: IpAddr,
-        netns: &str,
-        name: &str,
-        ts: u64,
-    ) -> (u64, u32) {
-        let window = self.cfg.lookup_window_ns;
-        let key = (client, netns.to_string());
-        if let Some(state) = self.lookups.get_mut(&key) {
-            let related = state.names.iter().any(|n| same_lookup_names(n, name));
-            if related && ts.saturating_sub(state.last_ts) <= window {
-                state.last_ts = ts;
-                let step = match state.names.iter().position(|n| n == name) {
-                    Some(i) => i,
-                    None => {
-                        state.names.push(name.to_string());
-                        state.names.len() - 1
-                    }
-                };
-                return (state.id, step as u32);
-            }
-        }
-        let id = self.next();
-        if self.lookups.len() >= self.cfg.max_legs {
-            // Amortised: prune to at most half, so this runs once per max_legs/2 inserts.
-            let horizon = ts.saturating_sub(window);
-            self.lookups.retain(|_, s| s.last_ts >= horizon);
-            if self.lookups.len() >= self.cfg.max_legs / 2 {
-                self.lookups.clear();
-            }
-        }
-        self.lookups.insert(
-            key,
-            LookupState {
-                id,
-                names: vec![name.to_string()],
-                last_ts: ts,
-            },
-        );
-        (id, 0)
     }
 
     pub(super) fn on_drop(&mut self, d: DropObservation) {
@@ -398,7 +341,7 @@ impl Correlator {
             id: msg.id,
             q,
         };
-        let Some(leg) = self.by_key.get(&key).and_then(|id| self.legs.get_mut(id)) else {
+        let Some(leg) = self.legs.by_key(&key).and_then(|id| self.legs.get_mut(&id)) else {
             self.stats.drops_unmatched += 1;
             return;
         };
@@ -460,30 +403,9 @@ impl Correlator {
 
     /// Removes a leg and its index entries, and hands it back.
     pub(super) fn take_leg(&mut self, id: u64) -> Option<Leg> {
-        let mut leg = self.legs.remove(&id)?;
+        let leg = self.legs.remove(id)?;
         self.timeouts
             .remove(&(leg.first_ts + self.cfg.timeout_ns, id));
-        remove_from(&mut self.open_by_q, &leg.key.q, id);
-        if leg.parent.is_none() {
-            // The lookup key borrows the leg's question for a moment (no copy of it).
-            let mut key = (
-                leg.client.ip(),
-                QKey {
-                    name: std::mem::take(&mut leg.key.q.name),
-                    qtype: std::mem::take(&mut leg.key.q.qtype),
-                    class: std::mem::take(&mut leg.key.q.class),
-                },
-            );
-            remove_from(&mut self.roots_by_q, &key, id);
-            std::mem::swap(&mut leg.key.q, &mut key.1);
-            remove_from(&mut self.roots_by_socket, &leg.client, id);
-        }
-        // A key reused by a newer leg stays that leg's: one lookup in the usual case.
-        if let Some((key, other)) = self.by_key.remove_entry(&leg.key) {
-            if other != id {
-                self.by_key.insert(key, other);
-            }
-        }
         Some(leg)
     }
 }
@@ -506,35 +428,4 @@ pub(super) fn via_for(
 
 pub(super) fn same_iface(a: ObservationPoint, b: ObservationPoint) -> bool {
     a.netns == b.netns && a.ifindex == b.ifindex
-}
-
-/// Candidates kept per key of an index (the newest): a forwarder's query follows its
-/// parent's closely, a retry or sibling is the client's latest query, so older ones are
-/// never the answer, and every lookup and removal stays O(1) however often one question or
-/// socket repeats.
-pub(super) const MAX_CANDIDATES: usize = 64;
-
-pub(super) fn push_capped<K: std::hash::Hash + Eq>(
-    index: &mut HashMap<K, Vec<u64>>,
-    key: K,
-    id: u64,
-) {
-    let v = index.entry(key).or_default();
-    if v.len() >= MAX_CANDIDATES {
-        v.remove(0);
-    }
-    v.push(id);
-}
-
-pub(super) fn remove_from<K: std::hash::Hash + Eq>(
-    index: &mut HashMap<K, Vec<u64>>,
-    key: &K,
-    id: u64,
-) {
-    if let Some(v) = index.get_mut(key) {
-        v.retain(|x| *x != id);
-        if v.is_empty() {
-            index.remove(key);
-        }
-    }
 }

@@ -5,7 +5,10 @@
 //! while it lasts (`ongoing`), and once more when the question has not been seen for
 //! [`CorrelateConfig::loop_end_ns`] (`ended`). Reports are keyed by question and cycle, so a loop that keeps
 //! re-forming (its transaction evicted, a new client query entering it) stays one report.
-use std::collections::{BTreeSet, HashMap};
+use std::{
+    collections::{BTreeSet, HashMap},
+    net::{IpAddr, SocketAddr},
+};
 
 use serde::Serialize;
 
@@ -19,8 +22,7 @@ const STORM_MIN_PER_SEC: u64 = 200;
 const STORM_FACTOR: u64 = 10;
 const MAX_LOOPS: usize = 1024;
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "lowercase")]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum LoopKind {
     /// The question came back to a server already on its chain.
     Cycle,
@@ -29,47 +31,50 @@ pub enum LoopKind {
     Amplification,
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "lowercase")]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum LoopState {
     Detected,
     Ongoing,
     Ended,
 }
 
+/// A server of a loop: a socket, or only a host (an amplifying server, whatever port it
+/// sends from).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Peer {
+    Socket(SocketAddr),
+    Host(IpAddr),
+}
+
 /// One server of a cycle.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct LoopHop {
     /// The query's client (a forwarder) as seen at the leg's first hop.
-    pub from: String,
-    /// Where it was sent (may be a ClusterIP).
-    pub server: String,
+    pub from: Peer,
+    /// Where it was sent (may be a ClusterIP); not visible for an amplification.
+    pub server: Option<SocketAddr>,
     /// Where it arrived after DNAT.
-    pub backend: String,
-    /// Namespace/interface where it was seen arriving.
-    pub at: String,
+    pub backend: Peer,
+    /// Namespace and interface (display names) where it was seen arriving.
+    pub at: Option<(String, String)>,
     /// The pod of `at`, where known (filled in by the sinks' caller).
-    #[serde(flatten)]
     pub pod: PodRef,
 }
 
 /// A `loop` record.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug)]
 pub struct LoopRecord {
     pub id: u64,
     pub state: LoopState,
     pub kind: LoopKind,
     pub ts_ns: u64,
-    pub time: String,
+    /// `ts_ns` as Unix-epoch nanoseconds (wall-clock time).
+    pub wall_ns: u64,
     pub question: QuestionRecord,
-    /// The question's parent domain.
-    pub zone: String,
     /// CoreDNS's `loop` plugin probe (HINFO for a random name at startup).
     pub loop_plugin_probe: bool,
     /// The cycle, first server to last (the last forwards back to the first).
     pub cycle: Vec<LoopHop>,
-    /// The cycle in one line, e.g. `10.244.1.4:53 → 10.96.0.10:53 ⇒DNAT 10.244.1.3:53 → …`.
-    pub path: String,
     /// Legs in the longest chain seen so far (1 = a server forwarding to itself).
     pub hop_count: u64,
     /// Packets of this question per second over the last second.
@@ -79,14 +84,13 @@ pub struct LoopRecord {
     /// Of `packets`, those only counted (not decoded or correlated) to survive the storm.
     pub summarised: u64,
     /// Client sockets whose queries entered the loop.
-    pub clients: Vec<String>,
+    pub clients: Vec<SocketAddr>,
     /// When the question entered the chain (the client's query).
     pub first_seen_ns: u64,
     /// When the cycle closed (the first repeat to a server of the chain).
     pub detected_ns: u64,
     /// `--record`: the flight-recorder file holding this incident's packets (written once its
     /// window is over).
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub evidence: Option<String>,
     pub last_seen_ns: u64,
 }
@@ -106,7 +110,7 @@ struct Tracked {
     /// packets counted in the current one-second window, and its start
     win_start: u64,
     win_count: u64,
-    clients: BTreeSet<String>,
+    clients: BTreeSet<SocketAddr>,
     dirty: bool,
 }
 
@@ -116,11 +120,11 @@ pub struct LoopTracker {
     /// [`CorrelateConfig::loop_end_ns`] and [`CorrelateConfig::loop_update_ns`].
     end_ns: u64,
     update_ns: u64,
-    loops: HashMap<(QKey, Vec<String>), Tracked>,
+    loops: HashMap<(QKey, Vec<Peer>), Tracked>,
     /// Which report a question's packets count towards.
-    by_question: HashMap<QKey, (QKey, Vec<String>)>,
+    by_question: HashMap<QKey, (QKey, Vec<Peer>)>,
     /// (server ip, question) → (window start, forwards in window)
-    forwards: HashMap<(String, QKey), (u64, u64)>,
+    forwards: HashMap<(IpAddr, QKey), (u64, u64)>,
     /// question → (window start, client queries in window, in the window before)
     asks: HashMap<QKey, (u64, u64, u64)>,
     /// Sizes of `forwards` and `asks` at which their stale windows are swept next.
@@ -149,13 +153,6 @@ fn sweep<K: std::hash::Hash + Eq, V>(
     let horizon = ts.saturating_sub(2_000_000_000);
     map.retain(|_, v| start(v) >= horizon);
     *at = SWEEP_AT.max(map.len().saturating_mul(2));
-}
-
-fn zone_of(name: &str) -> String {
-    match name.split_once('.') {
-        Some((_, rest)) if !rest.is_empty() => rest.to_string(),
-        _ => ".".to_string(),
-    }
 }
 
 impl LoopTracker {
@@ -192,11 +189,11 @@ impl LoopTracker {
         q: &QKey,
         cycle: Vec<LoopHop>,
         hop_count: u64,
-        client: Option<String>,
+        client: Option<SocketAddr>,
         entered_ts: u64,
         ts: u64,
     ) {
-        let mut servers: Vec<String> = cycle.iter().map(|h| h.backend.clone()).collect();
+        let mut servers: Vec<Peer> = cycle.iter().map(|h| h.backend).collect();
         servers.sort();
         servers.dedup();
         self.report(
@@ -216,10 +213,10 @@ impl LoopTracker {
         &mut self,
         q: &QKey,
         kind: LoopKind,
-        servers: Vec<String>,
+        servers: Vec<Peer>,
         cycle: Vec<LoopHop>,
         hop_count: u64,
-        client: Option<String>,
+        client: Option<SocketAddr>,
         entered_ts: u64,
         ts: u64,
     ) {
@@ -240,20 +237,6 @@ impl LoopTracker {
         }
         let id = self.next_id;
         self.next_id += 1;
-        let path = match cycle.first() {
-            Some(first) => {
-                let mut p = first.from.clone();
-                for h in &cycle {
-                    p.push_str(&format!(" → {}", h.server));
-                    if h.backend != h.server {
-                        p.push_str(&format!(" ⇒DNAT {}", h.backend));
-                    }
-                    p.push_str(&format!(" ({})", h.at));
-                }
-                p
-            }
-            None => String::new(),
-        };
         let mut clients = BTreeSet::new();
         if let Some(c) = client {
             clients.insert(c);
@@ -264,21 +247,15 @@ impl LoopTracker {
             state: LoopState::Detected,
             kind,
             ts_ns: ts,
-            time: self.clock.wall(ts),
-            question: QuestionRecord {
-                name: q.name.clone(),
-                qtype: q.qtype.clone(),
-                class: q.class.clone(),
-            },
-            zone: zone_of(&q.name),
+            wall_ns: self.clock.epoch_ns(ts),
+            question: q.clone(),
             loop_plugin_probe: q.qtype == "HINFO",
             cycle,
-            path,
             hop_count,
             rate_pps: 0,
             packets: 0,
             summarised: 0,
-            clients: clients.iter().cloned().collect(),
+            clients: clients.iter().copied().collect(),
             first_seen_ns: entered_ts.min(ts),
             detected_ns: ts,
             last_seen_ns: ts,
@@ -341,13 +318,13 @@ impl LoopTracker {
 
     /// A server sent `q` onwards; an amplification storm if it does so far faster than
     /// clients ask.
-    pub(super) fn forward(&mut self, server_ip: String, q: &QKey, ts: u64) {
+    pub(super) fn forward(&mut self, server_ip: IpAddr, q: &QKey, ts: u64) {
         if self.by_question.contains_key(q) {
             return;
         }
         let e = self
             .forwards
-            .entry((server_ip.clone(), q.clone()))
+            .entry((server_ip, q.clone()))
             .or_insert((ts, 0));
         if ts >= e.0 + 1_000_000_000 {
             *e = (ts, 0);
@@ -364,16 +341,16 @@ impl LoopTracker {
             .unwrap_or(0);
         if forwards >= STORM_MIN_PER_SEC && forwards >= STORM_FACTOR * asks.max(1) {
             let hop = LoopHop {
-                from: server_ip.clone(),
-                server: String::from("(not visible)"),
-                backend: server_ip.clone(),
-                at: String::new(),
+                from: Peer::Host(server_ip),
+                server: None,
+                backend: Peer::Host(server_ip),
+                at: None,
                 pod: Default::default(),
             };
             self.report(
                 q,
                 LoopKind::Amplification,
-                vec![server_ip],
+                vec![Peer::Host(server_ip)],
                 vec![hop],
                 0,
                 None,
@@ -391,16 +368,16 @@ impl LoopTracker {
             if all || now >= t.rec.last_seen_ns.max(t.rec.first_seen_ns) + self.end_ns {
                 t.rec.state = LoopState::Ended;
                 t.rec.ts_ns = now;
-                t.rec.time = self.clock.wall(now);
-                t.rec.clients = t.clients.iter().cloned().collect();
+                t.rec.wall_ns = self.clock.epoch_ns(now);
+                t.rec.clients = t.clients.iter().copied().collect();
                 self.out.push(t.rec.clone());
                 self.stats.ended += 1;
                 gone.push(key.clone());
             } else if t.dirty && now >= t.last_report + self.update_ns {
                 t.rec.state = LoopState::Ongoing;
                 t.rec.ts_ns = now;
-                t.rec.time = self.clock.wall(now);
-                t.rec.clients = t.clients.iter().cloned().collect();
+                t.rec.wall_ns = self.clock.epoch_ns(now);
+                t.rec.clients = t.clients.iter().copied().collect();
                 t.last_report = now;
                 t.dirty = false;
                 self.out.push(t.rec.clone());
@@ -421,11 +398,7 @@ mod tests {
     use super::*;
 
     fn q(i: u64) -> QKey {
-        QKey {
-            name: format!("q{i}.scan.test."),
-            qtype: "A".into(),
-            class: "IN".into(),
-        }
+        QKey::new(format!("q{i}.scan.test."), "A", "IN")
     }
 
     #[test]

@@ -19,7 +19,9 @@
 //! and the conntrack socket arrive out of order). All state is bounded; what is evicted is
 //! counted.
 pub mod ctmap;
+mod index;
 mod join;
+mod lookup;
 pub mod loops;
 mod model;
 pub mod race;
@@ -35,20 +37,22 @@ use serde::Serialize;
 
 pub use crate::decode::observation::{DropObservation, Observation, Observed, FRAGMENT_LOSS};
 use crate::{
-    decode::{
-        addr_string,
-        dns::{Cut, DnsMessage},
-    },
+    decode::dns::{Cut, DnsMessage},
     event::{ConntrackEvent, CtStatsSample, ObservationPoint},
     time::Clock,
 };
 use ctmap::CtMap;
+use index::LegIndex;
 use join::*;
-use loops::{LoopHop, LoopRecord, LoopTracker};
+use lookup::Lookups;
+use loops::{LoopHop, LoopRecord, LoopTracker, Peer};
 use model::*;
 pub use model::{LegRole, QKey};
-use race::{CtSamples, RaceQuery, RaceRecord, RaceVerdict};
-use record::{HopRecord, LegDrop, LegRecord, LookupRef, QuestionRecord, TransactionRecord};
+use race::{CtSamples, RaceNetns, RaceQuery, RaceRecord, RaceVerdict};
+use record::{
+    Answered, HopRecord, Join, LegDrop, LegOutcome, LegRecord, LookupRef, Outcome, QuestionRecord,
+    Summary, TransactionRecord,
+};
 
 /// What the correlate and detect stages report, in the order they decide it; the pipeline
 /// hands each on to the sinks as a [`Record`](crate::output::record::Record).
@@ -165,24 +169,16 @@ pub struct Correlator {
     pending: BTreeMap<(u64, u64), Observed>,
     seq: u64,
     watermark: u64,
-    legs: HashMap<u64, Leg>,
-    by_key: HashMap<LegKey, u64>,
-    /// Unanswered legs by question (the newest [`MAX_CANDIDATES`]), to find a forwarder's
-    /// parent.
-    open_by_q: HashMap<QKey, Vec<u64>>,
-    /// Client (root) legs by client address and question (the newest [`MAX_CANDIDATES`]), for
-    /// retries and TCP fallback.
-    roots_by_q: HashMap<(IpAddr, QKey), Vec<u64>>,
-    /// Client (root) legs by client socket (the newest [`MAX_CANDIDATES`]), for the sibling of
-    /// an A/AAAA pair.
-    roots_by_socket: HashMap<SocketAddr, Vec<u64>>,
+    /// Open legs, by id and by what joins a hop, finds a forwarder's parent, a retry's
+    /// earlier attempt or a query's A/AAAA sibling.
+    legs: LegIndex,
     txs: BTreeMap<u64, Transaction>,
     /// (time, transaction) to look at: whether it is done, or when to look again; one entry
     /// per transaction (its `wake_at`).
     wakes: BTreeSet<(u64, u64)>,
     /// (timeout, leg): when each open leg's query goes unanswered.
     timeouts: BTreeSet<(u64, u64)>,
-    lookups: HashMap<(IpAddr, String), LookupState>,
+    lookups: Lookups,
     next_id: u64,
     stats: CorrelateStats,
     loops: LoopTracker,
@@ -204,15 +200,11 @@ impl Correlator {
             pending: BTreeMap::new(),
             seq: 0,
             watermark: 0,
-            legs: HashMap::new(),
-            by_key: HashMap::new(),
-            open_by_q: HashMap::new(),
-            roots_by_q: HashMap::new(),
-            roots_by_socket: HashMap::new(),
+            legs: LegIndex::default(),
             txs: BTreeMap::new(),
             wakes: BTreeSet::new(),
             timeouts: BTreeSet::new(),
-            lookups: HashMap::new(),
+            lookups: Lookups::new(cfg.lookup_window_ns, cfg.max_legs),
             next_id: 1,
             stats: CorrelateStats::default(),
             loops: LoopTracker::new(clock, &cfg),
@@ -233,9 +225,9 @@ impl Correlator {
                 pod: Default::default(),
                 verdict: RaceVerdict::ResolvedClash,
                 ts_ns: ts,
-                time: self.clock.wall(ts),
-                netns: format!("netns:{netns:#x}"),
-                client: String::new(),
+                wall_ns: self.clock.epoch_ns(ts),
+                netns: race::RaceNetns::Cookie(netns),
+                client: None,
                 client_netns: String::new(),
                 dropped: None,
                 sibling: None,
@@ -250,7 +242,7 @@ impl Correlator {
                 drop_location: None,
                 retry_ns: None,
                 total_delay_ns: None,
-                summary: format!("{n} conntrack clash(es) resolved by the kernel on CPU {cpu}: the race happened, nothing was lost"),
+                drop_offset_ns: None,
             });
         }
     }
@@ -287,11 +279,8 @@ impl Correlator {
     /// Another query from the same socket within `window` of `ts` (glibc's A/AAAA pair).
     fn sibling_of(&self, l: &Leg, window: u64) -> Option<(u64, u16, QKey, SocketAddr)> {
         let live = self
-            .roots_by_socket
-            .get(&l.client)
-            .into_iter()
-            .flatten()
-            .filter_map(|id| self.legs.get(id))
+            .legs
+            .roots_from(&l.client)
             .filter(|o| o.id != l.id)
             .map(|o| (o.first_ts, o.key.id, o.key.q.clone(), o.backend));
         let old = self.recent.get(&l.client).into_iter().flatten().cloned();
@@ -309,11 +298,7 @@ impl Correlator {
 
     /// `n` packets of a question in an active loop were only counted (storm shedding).
     pub fn summarised(&mut self, name: &str, qtype: &str, class: &str, n: u64, last_ts: u64) {
-        let q = QKey {
-            name: name.to_ascii_lowercase(),
-            qtype: qtype.to_string(),
-            class: class.to_string(),
-        };
+        let q = QKey::asked(name, qtype, class);
         self.loops.packets(&q, n, true, last_ts);
     }
 
@@ -347,27 +332,23 @@ impl Correlator {
             return;
         };
         let hop = |l: &Leg| LoopHop {
-            from: l.client.to_string(),
-            server: l.server.to_string(),
-            backend: l.backend.to_string(),
-            at: l
-                .backend_at
-                .as_ref()
-                .map(|(p, ns)| {
-                    let ifname = l
-                        .hops
-                        .iter()
-                        .find(|h| h.at == *p)
-                        .map(|h| h.ifname.as_str())
-                        .unwrap_or("");
-                    format!("{ns}/{ifname}")
-                })
-                .unwrap_or_default(),
+            from: Peer::Socket(l.client),
+            server: Some(l.server),
+            backend: Peer::Socket(l.backend),
+            at: l.backend_at.as_ref().map(|(p, ns)| {
+                let ifname = l
+                    .hops
+                    .iter()
+                    .find(|h| h.at == *p)
+                    .map(|h| h.ifname.clone())
+                    .unwrap_or_default();
+                (ns.clone(), ifname)
+            }),
             pod: Default::default(),
         };
         let cycle: Vec<LoopHop> = chain[..i].iter().rev().map(|l| hop(l)).collect();
         let hop_count = chain.len().saturating_sub(1) as u64;
-        let client = chain.last().map(|r| r.client.to_string());
+        let client = chain.last().map(|r| r.client);
         let entered = chain.last().map(|r| r.first_ts).unwrap_or(ts);
         let q = leaf.key.q.clone();
         self.loops.cycle(&q, cycle, hop_count, client, entered, ts);

@@ -1,21 +1,19 @@
 //! The correlator's model: questions, hops, legs, transactions, lookups.
 use super::*;
 
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub struct QKey {
-    pub(super) name: String,
-    pub(super) qtype: String,
-    pub(super) class: String,
-}
+/// A question as the correlator matches it (name in lower case), shared by its legs,
+/// indexes and records.
+pub type QKey = QuestionRecord;
 
-impl QKey {
+impl QuestionRecord {
+    /// A question; `name` is lowercased (questions are matched case-insensitively).
+    pub(super) fn asked(name: &str, qtype: &str, class: &str) -> QKey {
+        QKey::new(name.to_ascii_lowercase(), qtype, class)
+    }
+
     pub(super) fn of(msg: &DnsMessage) -> Option<QKey> {
         let q = msg.questions.first()?;
-        Some(QKey {
-            name: q.name.to_ascii_lowercase(),
-            qtype: q.qtype.clone(),
-            class: q.class.clone(),
-        })
+        Some(QKey::asked(&q.name, &q.qtype, &q.class))
     }
 }
 
@@ -50,8 +48,7 @@ pub(super) struct Hop {
     pub(super) via: Via,
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "kebab-case")]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum LegRole {
     /// The client's first query.
     Query,
@@ -87,22 +84,6 @@ impl Response {
                 .collect(),
             cut: msg.cut,
         }
-    }
-}
-
-/// `answer cut by the capture at 200 of 731 bytes: 1 of 8 answers seen`.
-pub(super) fn cut_note(c: &Cut, answers_seen: usize) -> String {
-    let at = format!(
-        "answer cut by the capture at {} of {} bytes",
-        c.captured_bytes, c.message_bytes
-    );
-    if c.questions > 0 {
-        format!("{at}: question not seen whole")
-    } else if c.answers > 0 {
-        let total = answers_seen + usize::from(c.answers);
-        format!("{at}: {answers_seen} of {total} answers seen")
-    } else {
-        format!("{at}, after its answers")
     }
 }
 
@@ -182,32 +163,6 @@ pub(super) struct Transaction {
     pub(super) last_activity: u64,
     /// When [`Correlator::finish`] looks at it next (its entry in `wakes`).
     pub(super) wake_at: u64,
-}
-
-#[derive(Clone, Debug)]
-pub(super) struct LookupState {
-    pub(super) id: u64,
-    /// Names asked so far, lowercase, in order (distinct).
-    pub(super) names: Vec<String>,
-    pub(super) last_ts: u64,
-}
-
-/// Could `a` and `b` be two steps of one search-list expansion? Both are the name the user
-/// typed followed by a search domain (possibly none), and Kubernetes-style search lists are
-/// nested (`ns.svc.cluster.local`, `svc.cluster.local`, `cluster.local`): after their common
-/// leading labels, one remainder is a trailing part of the other.
-pub(super) fn same_lookup_names(a: &str, b: &str) -> bool {
-    if a == b {
-        return true;
-    }
-    let la: Vec<&str> = a.trim_end_matches('.').split('.').collect();
-    let lb: Vec<&str> = b.trim_end_matches('.').split('.').collect();
-    let common = la.iter().zip(&lb).take_while(|(x, y)| x == y).count();
-    if common == 0 {
-        return false;
-    }
-    let (ra, rb) = (&la[common..], &lb[common..]);
-    ra.ends_with(rb) || rb.ends_with(ra)
 }
 
 /// The server a leg's query was delivered to, for deciding that a question came back to a

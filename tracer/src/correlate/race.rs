@@ -11,7 +11,10 @@
 //!   CPU that dropped it between the samples around the drop;
 //! - the sibling query from the same socket and the backend each was DNAT'd to, and the
 //!   client's retry (from the transaction).
-use std::collections::{HashMap, VecDeque};
+use std::{
+    collections::{HashMap, VecDeque},
+    net::SocketAddr,
+};
 
 use serde::Serialize;
 
@@ -57,8 +60,7 @@ pub fn is_race_candidate(
     }
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "kebab-case")]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum RaceVerdict {
     /// Kernel evidence: failed confirm of a DNAT'd query (and, when sampled, the counters).
     RaceDrop,
@@ -69,35 +71,46 @@ pub enum RaceVerdict {
     Suspected,
 }
 
-#[derive(Clone, Debug, Default, Serialize)]
+#[derive(Clone, Debug, Default)]
 pub struct CounterDeltas {
     pub insert_failed: u64,
     pub drop: u64,
     pub clash_resolve: u64,
 }
 
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug)]
 pub struct RaceQuery {
     pub dns_id: u16,
     pub question: QuestionRecord,
     /// Where DNAT sent it.
-    pub backend: String,
+    pub backend: SocketAddr,
     /// Time since the pair's first query.
     pub offset_ns: u64,
 }
 
+/// The namespace of a race record.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum RaceNetns {
+    /// Not known (no drop was seen).
+    Unknown,
+    /// The display name of the namespace where the query was dropped.
+    Name(String),
+    /// The cookie of the namespace whose counters showed a resolved clash.
+    Cookie(u64),
+}
+
 /// A `race` record.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug)]
 pub struct RaceRecord {
     pub verdict: RaceVerdict,
     pub ts_ns: u64,
-    pub time: String,
-    pub netns: String,
-    /// The client socket.
-    pub client: String,
+    /// `ts_ns` as Unix-epoch nanoseconds (wall-clock time).
+    pub wall_ns: u64,
+    pub netns: RaceNetns,
+    /// The client socket (none for a resolved clash).
+    pub client: Option<SocketAddr>,
     pub client_netns: String,
     /// The client's pod.
-    #[serde(flatten)]
     pub pod: PodRef,
     pub dropped: Option<RaceQuery>,
     pub sibling: Option<RaceQuery>,
@@ -116,10 +129,10 @@ pub struct RaceRecord {
     pub retry_ns: Option<u64>,
     /// First query → answer (end to end, including the retry).
     pub total_delay_ns: Option<u64>,
-    pub summary: String,
+    /// A race drop: when it was, since the pair's first query (for the summary).
+    pub drop_offset_ns: Option<u64>,
     /// `--record`: the flight-recorder file holding this incident's packets (written once its
     /// window is over).
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub evidence: Option<String>,
 }
 

@@ -1,37 +1,37 @@
-//! What the correlate stage reports of a transaction: its legs and their hops (field by field
-//! in docs/output.md).
-use serde::Serialize;
+//! What the correlate stage reports of a transaction: its legs and their hops, as facts
+//! (addresses, numbers, enums); the output stage writes them as records and text (field by
+//! field in docs/output.md).
+use std::{net::SocketAddr, sync::Arc};
 
 use crate::{
     correlate::LegRole,
     decode::{dns::Cut, record::PodRef},
+    event::Direction,
 };
 
 /// One observation of one message of a leg.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug)]
 pub struct HopRecord {
     pub ts_ns: u64,
+    /// Display names of the namespace and interface.
     pub netns: String,
     pub ifname: String,
-    #[serde(flatten)]
     pub pod: PodRef,
-    pub dir: &'static str,
-    pub src: String,
-    pub dst: String,
+    pub dir: Direction,
+    pub src: SocketAddr,
+    pub dst: SocketAddr,
     pub dns_id: u16,
     pub qr: bool,
     /// For a response: time since the query was seen at this same point.
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub latency_ns: Option<u64>,
 }
 
 /// The kernel drop that ended a leg.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug)]
 pub struct LegDrop {
     pub ts_ns: u64,
     pub netns: String,
     pub ifname: String,
-    #[serde(flatten)]
     pub pod: PodRef,
     pub reason: String,
     pub location: String,
@@ -39,30 +39,60 @@ pub struct LegDrop {
     pub response: bool,
 }
 
+/// How a leg's hops were joined.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Join {
+    /// Every hop had the addresses of the first.
+    SameTuple,
+    /// Addresses differ; joined through the conntrack entry.
+    Conntrack,
+    /// Addresses differ; joined by (client port, DNS id, question) alone.
+    Fallback,
+}
+
+/// What became of a leg's query.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LegOutcome {
+    Answered,
+    /// Answered with TC set.
+    Truncated,
+    Dropped,
+    /// No answer yet when the input ended.
+    Pending,
+    Unanswered,
+}
+
+/// What became of a client's question.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Outcome {
+    Answered,
+    Dropped,
+    /// No answer yet when the input ended.
+    Pending,
+    Unanswered,
+}
+
 /// One query and its response between a client socket and a server.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug)]
 pub struct LegRecord {
     pub id: u64,
     /// Index in `legs` of the leg whose server sent this one (forwarding), if any.
     pub parent: Option<usize>,
     pub role: LegRole,
-    pub proto: &'static str,
+    /// IPPROTO_UDP or IPPROTO_TCP.
+    pub proto: u8,
     /// Client and server as seen at the leg's first hop.
-    pub client: String,
-    pub server: String,
+    pub client: SocketAddr,
+    pub server: SocketAddr,
     /// Where the query was delivered (after DNAT; equals `server` without NAT).
-    pub backend: String,
+    pub backend: SocketAddr,
     pub dns_id: u16,
-    /// How hops were joined: `same-tuple`, `conntrack`, or `fallback` (client port, DNS id,
-    /// question).
-    pub join: &'static str,
-    /// `answered`, `truncated`, `dropped`, `unanswered`.
-    pub outcome: &'static str,
+    pub join: Join,
+    pub outcome: LegOutcome,
     pub rcode: Option<String>,
     pub answers: Vec<String>,
     /// The response was cut by the capture (snaplen) wherever it was seen: how (as the
     /// packet's `dns.cut`); `answers` are those that fit.
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub answer_cut: Option<Cut>,
     /// Query → response at the leg's first point.
     pub latency_ns: Option<u64>,
@@ -72,48 +102,122 @@ pub struct LegRecord {
     pub hops: Vec<HopRecord>,
 }
 
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug)]
 pub struct LookupRef {
     pub id: u64,
     /// Index of this transaction's name among the lookup's names (search-list order).
     pub step: u32,
 }
 
-#[derive(Clone, Debug, Serialize)]
-pub struct QuestionRecord {
+/// A question, shared by every leg, index entry and record of it rather than copied into
+/// each: cloning it copies a pointer. The correlator's own questions have the name in lower
+/// case.
+#[derive(Clone, PartialEq, Eq, Hash)]
+pub struct QuestionRecord(Arc<Question>);
+
+#[derive(Debug, PartialEq, Eq, Hash)]
+pub struct Question {
     pub name: String,
-    #[serde(rename = "type")]
     pub qtype: String,
     pub class: String,
 }
 
+impl QuestionRecord {
+    pub fn new(
+        name: impl Into<String>,
+        qtype: impl Into<String>,
+        class: impl Into<String>,
+    ) -> Self {
+        Self(Arc::new(Question {
+            name: name.into(),
+            qtype: qtype.into(),
+            class: class.into(),
+        }))
+    }
+}
+
+impl std::ops::Deref for QuestionRecord {
+    type Target = Question;
+    fn deref(&self) -> &Question {
+        &self.0
+    }
+}
+
+impl std::fmt::Debug for QuestionRecord {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+/// How a transaction's answer came, or why none did: the facts of its one-line summary
+/// (written by the output stage).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Summary {
+    /// The client got an answer: the record's `rcode`, `answers`, `latency_ns` and
+    /// `answer_cut` are its.
+    Answered(Answered),
+    /// The answer was lost on the way (fragments missing) at `location` in
+    /// `netns`/`ifname`.
+    AnswerLost {
+        location: String,
+        netns: String,
+        ifname: String,
+        retried: bool,
+    },
+    /// The kernel dropped the query or its answer.
+    Dropped {
+        reason: String,
+        location: String,
+        retried: bool,
+    },
+    /// No answer yet when the input ended.
+    Pending,
+    /// No answer within `timeout_ns`; `retries`: the client tried again this many times.
+    Unanswered {
+        timeout_ns: u64,
+        retries: Option<usize>,
+    },
+}
+
+/// How an answered transaction got its answer.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Answered {
+    /// In one go.
+    Directly,
+    /// The UDP answer was truncated; the client asked again over TCP.
+    OverTcp,
+    /// The first query went unanswered for `timeout_ns` (dropped by the kernel: `(reason,
+    /// location)`), and a retry was answered.
+    AfterTimeout {
+        timeout_ns: u64,
+        drop: Option<(String, String)>,
+    },
+}
+
 /// One client question followed through every leg it caused.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug)]
 pub struct TransactionRecord {
     pub id: u64,
     pub lookup: LookupRef,
     pub ts_ns: u64,
-    pub time: String,
-    pub client: String,
+    /// `ts_ns` as Unix-epoch nanoseconds (wall-clock time).
+    pub wall_ns: u64,
+    pub client: SocketAddr,
     pub client_netns: String,
     /// The client's pod.
-    #[serde(flatten)]
     pub pod: PodRef,
     pub question: QuestionRecord,
-    /// `answered`, `dropped`, `unanswered`.
-    pub outcome: &'static str,
+    pub outcome: Outcome,
     pub rcode: Option<String>,
     pub answers: Vec<String>,
     /// The answer the client got was cut by the capture: how (see [`LegRecord::answer_cut`]).
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub answer_cut: Option<Cut>,
     /// First query → the answer the client got, at the client's first point.
     pub latency_ns: Option<u64>,
-    /// One line for a person, e.g. `timeout after 5.0 s, retried, answered at +5.02 s: NOERROR`.
-    pub summary: String,
+    /// For a person, e.g. `timeout after 5.0 s, retried, answered at +5.02 s: NOERROR`.
+    pub summary: Summary,
     /// `--record`: the flight-recorder file holding this incident's packets (written once its
     /// window is over).
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub evidence: Option<String>,
     pub legs: Vec<LegRecord>,
 }

@@ -46,13 +46,7 @@ impl Correlator {
                 break;
             }
             self.timeouts.pop_first();
-            if let Some(leg) = self.legs.get_mut(&id) {
-                if leg.response.is_none() && !leg.timed_out {
-                    leg.timed_out = true;
-                    let q = leg.key.q.clone();
-                    remove_from(&mut self.open_by_q, &q, id);
-                }
-            }
+            self.legs.time_out(id);
         }
         let mut done: Vec<u64> = Vec::new();
         if all {
@@ -153,12 +147,6 @@ impl Correlator {
             .map(|l| l.first_ts.saturating_sub(t.first_ts))
             .min();
         let total = rec.and_then(|r| r.latency_ns);
-        let fmt = crate::time::format_duration;
-        let question = |q: &QKey| QuestionRecord {
-            name: q.name.clone(),
-            qtype: q.qtype.clone(),
-            class: q.class.clone(),
-        };
         for l in legs.iter().filter(|l| l.parent.is_none()) {
             let sibling = self.sibling_of(l, pair_window_ns);
             let pair_start = sibling
@@ -167,8 +155,8 @@ impl Correlator {
                 .unwrap_or(l.first_ts);
             let sibling_rec = sibling.as_ref().map(|(ts, id, q, backend)| RaceQuery {
                 dns_id: *id,
-                question: question(q),
-                backend: addr_string(*backend),
+                question: q.clone(),
+                backend: *backend,
                 offset_ns: ts.saturating_sub(pair_start),
             });
             let (verdict, cpu, counters, confirmed, drop_ts, backend, confirm) = match l.race {
@@ -206,42 +194,22 @@ impl Correlator {
                 }
                 None => continue,
             };
-            let what = match verdict {
-                RaceVerdict::RaceDrop => format!(
-                    "{} dropped by conntrack race at +{}",
-                    l.key.q.qtype,
-                    fmt(drop_ts.unwrap_or(l.first_ts).saturating_sub(pair_start))
-                ),
-                _ => format!(
-                    "{} unanswered, no kernel evidence (suspected race)",
-                    l.key.q.qtype
-                ),
-            };
-            let how = match (retry, total) {
-                (Some(r), _) => format!(", retried at +{}", fmt(r)),
-                _ => ", no retry seen".to_string(),
-            };
-            let summary = match total {
-                Some(total) => format!(
-                    "lookup of {} took {}: {what}{how}",
-                    l.key.q.name,
-                    fmt(total)
-                ),
-                None => format!("lookup of {}: {what}{how}", l.key.q.name),
-            };
             self.race_out.push(RaceRecord {
                 evidence: None,
                 pod: Default::default(),
                 verdict,
                 ts_ns: drop_ts.unwrap_or(l.first_ts),
-                time: self.clock.wall(drop_ts.unwrap_or(l.first_ts)),
-                netns: l.drop.as_ref().map(|d| d.netns.clone()).unwrap_or_default(),
-                client: addr_string(l.client),
+                wall_ns: self.clock.epoch_ns(drop_ts.unwrap_or(l.first_ts)),
+                netns: match &l.drop {
+                    Some(d) => RaceNetns::Name(d.netns.clone()),
+                    None => RaceNetns::Unknown,
+                },
+                client: Some(l.client),
                 client_netns: l.client_netns.clone(),
                 dropped: Some(RaceQuery {
                     dns_id: l.key.id,
-                    question: question(&l.key.q),
-                    backend: addr_string(backend),
+                    question: l.key.q.clone(),
+                    backend,
                     offset_ns: l.first_ts.saturating_sub(pair_start),
                 }),
                 sibling: sibling_rec.clone(),
@@ -253,7 +221,7 @@ impl Correlator {
                 drop_location: l.drop.as_ref().map(|d| d.location.clone()),
                 retry_ns: retry,
                 total_delay_ns: total,
-                summary,
+                drop_offset_ns: drop_ts.map(|ts| ts.saturating_sub(pair_start)),
             });
         }
     }
@@ -338,7 +306,6 @@ impl Correlator {
     /// which it takes apart: names and answers move into the record rather than copied.
     pub(super) fn render(&self, t: &Transaction, mut legs: Vec<Leg>) -> Option<TransactionRecord> {
         let root = legs.first()?;
-        let timeout_s = self.cfg.timeout_ns as f64 / 1e9;
 
         // Outcome of the whole transaction: the answer the client got, at its first point.
         let roots: Vec<&Leg> = legs.iter().filter(|l| l.parent.is_none()).collect();
@@ -360,44 +327,23 @@ impl Correlator {
                 .unwrap_or(r.ts_ns)
         });
         let latency = end_ts.and_then(|e| e.checked_sub(t.first_ts));
-        let fmt_lat = crate::time::format_duration;
         let dropped = legs.iter().find_map(|l| l.drop.as_ref());
         let (outcome, summary) = match (&final_root.response, latency) {
-            (Some(r), Some(lat)) if !final_root.answer_lost() => {
-                let answers = match r.answers.len() {
-                    0 => String::new(),
-                    1..=3 => format!(" {}", r.answers.join(", ")),
-                    n => format!(" {}, … ({n} answers)", r.answers[..2].join(", ")),
-                };
+            (Some(_), Some(_)) if !final_root.answer_lost() => {
                 let first_timed_out = roots
                     .first()
                     .is_some_and(|l| l.timed_out || l.response.is_none());
                 let how = if tcp {
-                    format!(
-                        "truncated, retried over TCP, {}{} at +{}",
-                        r.rcode,
-                        answers,
-                        fmt_lat(lat)
-                    )
+                    Answered::OverTcp
                 } else if retried && first_timed_out {
-                    let cause = match dropped {
-                        Some(d) => format!("query dropped ({} at {}), ", d.reason, d.location),
-                        None => String::new(),
-                    };
-                    format!(
-                        "{cause}timeout after {timeout_s:.1} s, retried, answered at +{}: {}{}",
-                        fmt_lat(lat),
-                        r.rcode,
-                        answers
-                    )
+                    Answered::AfterTimeout {
+                        timeout_ns: self.cfg.timeout_ns,
+                        drop: dropped.map(|d| (d.reason.clone(), d.location.clone())),
+                    }
                 } else {
-                    format!("{}{} in {}", r.rcode, answers, fmt_lat(lat))
+                    Answered::Directly
                 };
-                let how = match &r.cut {
-                    Some(c) => format!("{how}; {}", cut_note(c, r.answers.len())),
-                    None => how,
-                };
-                ("answered", how)
+                (Outcome::Answered, Summary::Answered(how))
             }
             _ => match final_root
                 .drop
@@ -406,40 +352,30 @@ impl Correlator {
                 .or(dropped)
             {
                 Some(d) if d.reason == FRAGMENT_LOSS => (
-                    "dropped",
-                    format!(
-                        "answer lost on the way: {} at {}/{}, unanswered{}",
-                        d.location,
-                        d.netns,
-                        d.ifname,
-                        if retried { ", retried" } else { "" }
-                    ),
+                    Outcome::Dropped,
+                    Summary::AnswerLost {
+                        location: d.location.clone(),
+                        netns: d.netns.clone(),
+                        ifname: d.ifname.clone(),
+                        retried,
+                    },
                 ),
                 Some(d) => (
-                    "dropped",
-                    format!(
-                        "dropped by the kernel ({} at {}), unanswered{}",
-                        d.reason,
-                        d.location,
-                        if retried { ", retried" } else { "" }
-                    ),
+                    Outcome::Dropped,
+                    Summary::Dropped {
+                        reason: d.reason.clone(),
+                        location: d.location.clone(),
+                        retried,
+                    },
                 ),
-                None if final_root.cut_short => {
-                    ("pending", "no answer yet when the input ended".to_string())
-                }
+                None if final_root.cut_short => (Outcome::Pending, Summary::Pending),
                 None => (
-                    "unanswered",
-                    format!(
-                        "unanswered after {timeout_s:.1} s{}",
-                        if retried {
-                            format!(
-                                ", retried {} time(s)",
-                                roots.len().saturating_sub(1).max(root.retransmits as usize)
-                            )
-                        } else {
-                            String::new()
-                        }
-                    ),
+                    Outcome::Unanswered,
+                    Summary::Unanswered {
+                        timeout_ns: self.cfg.timeout_ns,
+                        retries: retried
+                            .then(|| roots.len().saturating_sub(1).max(root.retransmits as usize)),
+                    },
                 ),
             },
         };
@@ -450,18 +386,11 @@ impl Correlator {
             .map(|r| r.answers.clone())
             .unwrap_or_default();
         let answer_cut = final_root.response.as_ref().and_then(|r| r.cut);
-        let client = addr_string(root.client);
+        let client = root.client;
         let ids: Vec<u64> = legs.iter().map(|l| l.id).collect();
         let index_of = |id: u64| ids.iter().position(|&l| l == id);
         let (client_netns, q) = match legs.first_mut() {
-            Some(root) => (
-                std::mem::take(&mut root.client_netns),
-                QKey {
-                    name: std::mem::take(&mut root.key.q.name),
-                    qtype: std::mem::take(&mut root.key.q.qtype),
-                    class: std::mem::take(&mut root.key.q.class),
-                },
-            ),
+            Some(root) => (std::mem::take(&mut root.client_netns), root.key.q.clone()),
             None => return None,
         };
 
@@ -471,11 +400,11 @@ impl Correlator {
                 l.hops.sort_by_key(|h| h.ts_ns);
                 let hops = &l.hops;
                 let join = if hops.iter().any(|h| h.via == Via::Conntrack) {
-                    "conntrack"
+                    Join::Conntrack
                 } else if hops.iter().any(|h| h.via == Via::Fallback) {
-                    "fallback"
+                    Join::Fallback
                 } else {
-                    "same-tuple"
+                    Join::SameTuple
                 };
                 // A query leaves an interface in one direction and its answer comes back
                 // through the same interface in the other.
@@ -486,12 +415,12 @@ impl Correlator {
                         .min()
                 };
                 let outcome = match (&l.response, &l.drop) {
-                    _ if l.answer_lost() => "dropped",
-                    (Some(r), _) if r.tc => "truncated",
-                    (Some(_), _) => "answered",
-                    (None, Some(_)) => "dropped",
-                    (None, None) if l.cut_short => "pending",
-                    (None, None) => "unanswered",
+                    _ if l.answer_lost() => LegOutcome::Dropped,
+                    (Some(r), _) if r.tc => LegOutcome::Truncated,
+                    (Some(_), _) => LegOutcome::Answered,
+                    (None, Some(_)) => LegOutcome::Dropped,
+                    (None, None) if l.cut_short => LegOutcome::Pending,
+                    (None, None) => LegOutcome::Unanswered,
                 };
                 let latency = l.response.as_ref().and_then(|r| {
                     let back_at_client = hops
@@ -509,9 +438,9 @@ impl Correlator {
                         ts_ns: h.ts_ns,
                         netns: String::new(),
                         ifname: String::new(),
-                        dir: h.at.dir.as_str(),
-                        src: addr_string(h.src),
-                        dst: addr_string(h.dst),
+                        dir: h.at.dir,
+                        src: h.src,
+                        dst: h.dst,
                         dns_id: h.dns_id,
                         qr: h.qr,
                         latency_ns: if h.qr {
@@ -533,14 +462,10 @@ impl Correlator {
                     id: l.id,
                     parent: l.parent.and_then(index_of),
                     role: l.role,
-                    proto: if l.key.proto == tracer_common::proto::IPPROTO_TCP {
-                        "tcp"
-                    } else {
-                        "udp"
-                    },
-                    client: addr_string(l.client),
-                    server: addr_string(l.server),
-                    backend: addr_string(l.backend),
+                    proto: l.key.proto,
+                    client: l.client,
+                    server: l.server,
+                    backend: l.backend,
                     dns_id: l.key.id,
                     join,
                     outcome,
@@ -564,14 +489,10 @@ impl Correlator {
                 step: t.lookup_step,
             },
             ts_ns: t.first_ts,
-            time: self.clock.wall(t.first_ts),
+            wall_ns: self.clock.epoch_ns(t.first_ts),
             client,
             client_netns,
-            question: QuestionRecord {
-                name: q.name,
-                qtype: q.qtype,
-                class: q.class,
-            },
+            question: q,
             outcome,
             rcode,
             answers,

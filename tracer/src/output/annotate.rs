@@ -255,10 +255,7 @@ impl Annotator {
             } else {
                 String::new()
             };
-            let role = serde_json::to_value(leg.role)
-                .ok()
-                .and_then(|v| v.as_str().map(str::to_string))
-                .unwrap_or_default();
+            let role = super::report::role_name(leg.role);
             let n = leg.hops.len();
             for (hi, hop) in leg.hops.iter().enumerate() {
                 let msg = if hop.qr { "response" } else { "query" };
@@ -267,7 +264,7 @@ impl Annotator {
                     t.id,
                     hi + 1
                 );
-                if let Some(h) = self.find(hop.ts_ns, &hop.netns, &hop.ifname, hop.dir) {
+                if let Some(h) = self.find(hop.ts_ns, &hop.netns, &hop.ifname, hop.dir.as_str()) {
                     h.notes.push_str(&note);
                     h.claimed = true;
                 }
@@ -292,7 +289,11 @@ impl Annotator {
                 self.loops.remove(&key);
             }
             LoopState::Detected | LoopState::Ongoing => {
-                let note = format!("loop={} cycle=[{}] ", l.id, escape(&l.path));
+                let note = format!(
+                    "loop={} cycle=[{}] ",
+                    l.id,
+                    escape(&super::report::loop_path(l))
+                );
                 if l.state == LoopState::Detected {
                     // The packets of the question held now: from the client's query on.
                     for h in self.held.iter_mut() {
@@ -321,7 +322,7 @@ impl Annotator {
                 " sibling=[{} id={:#06x} ->{}]",
                 escape(&s.question.qtype),
                 s.dns_id,
-                escape(&s.backend)
+                s.backend
             ),
             None => String::new(),
         };

@@ -50,9 +50,13 @@ fn hop(r: &PacketRecord) -> HopRecord {
         netns: r.netns.clone(),
         ifname: r.ifname.clone(),
         pod: Default::default(),
-        dir: r.dir,
-        src: r.src.clone(),
-        dst: r.dst.clone(),
+        dir: match r.dir {
+            "ingress" => Direction::Ingress,
+            "egress" => Direction::Egress,
+            _ => Direction::Unknown,
+        },
+        src: fixtures::addr(&r.src),
+        dst: fixtures::addr(&r.dst),
         dns_id: 1,
         qr: false,
         latency_ns: None,
@@ -159,7 +163,8 @@ fn races_and_loops_mark_their_packets() {
     let mut race = fixtures::race(RaceVerdict::RaceDrop, "10.0.0.1:5000", 4660, "A");
     race.sibling = race.dropped.clone().map(|mut s| {
         s.dns_id = 4661;
-        s.question.qtype = "AAAA".into();
+        s.question =
+            crate::output::record::QuestionRecord::new(s.question.name.clone(), "AAAA", "IN");
         s
     });
     a.records(&[Record::Race(race)]);
@@ -181,9 +186,9 @@ fn races_and_loops_mark_their_packets() {
     );
     assert!(!out[1].comment.contains("race="), "{}", out[1].comment);
     assert!(
-        out[2]
-            .comment
-            .starts_with("loop=7 cycle=[10.244.1.3:40000 → 10.96.0.10:53 ⇒DNAT 10.244.1.4:53] "),
+        out[2].comment.starts_with(
+            "loop=7 cycle=[10.244.1.3:40000 → 10.96.0.10:53 ⇒DNAT 10.244.1.4:53 (node/vdnsb)] "
+        ),
         "{}",
         out[2].comment
     );

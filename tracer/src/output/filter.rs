@@ -11,6 +11,7 @@
 use globset::{Glob, GlobBuilder, GlobSet, GlobSetBuilder};
 
 use super::record::{PodRef, Record};
+use crate::correlate::record::{LegOutcome, Outcome};
 
 #[derive(Debug, thiserror::Error)]
 pub enum FilterError {
@@ -235,11 +236,11 @@ impl Filter {
                     .iter()
                     .chain(t.legs.iter().filter_map(|l| l.rcode.as_ref()))
                     .map(String::as_str);
-                let failed = t.outcome != "answered"
+                let failed = t.outcome != Outcome::Answered
                     || rcodes.clone().any(|rc| FAILED_RCODES.contains(&rc))
                     || t.legs
                         .iter()
-                        .any(|l| l.outcome == "dropped" || l.outcome == "unanswered");
+                        .any(|l| matches!(l.outcome, LegOutcome::Dropped | LegOutcome::Unanswered));
                 let slow = |limit: u64| {
                     t.latency_ns.is_none_or(|l| l > limit)
                         || t.legs
@@ -281,7 +282,11 @@ impl Filter {
 mod tests {
     use super::*;
     use crate::{
-        correlate::LegRole,
+        agent::fixtures::addr,
+        correlate::{
+            record::{Join, Summary},
+            LegRole,
+        },
         decode::dns::{DnsMessage, Flags, Question},
         output::record::{
             HopRecord, LegRecord, LookupRef, PacketRecord, QuestionRecord, TransactionRecord,
@@ -342,14 +347,20 @@ mod tests {
         latency_ms: Option<u64>,
     ) -> TransactionRecord {
         let rcode = (!rcode.is_empty()).then(|| rcode.to_string());
+        let outcome = match outcome {
+            "answered" => Outcome::Answered,
+            "dropped" => Outcome::Dropped,
+            "pending" => Outcome::Pending,
+            _ => Outcome::Unanswered,
+        };
         let hop = HopRecord {
             pod: Default::default(),
             ts_ns: 1,
             netns: "n".into(),
             ifname: "eth0".into(),
-            dir: "egress",
-            src: "10.0.0.1:1000".into(),
-            dst: "10.0.0.2:53".into(),
+            dir: crate::event::Direction::Egress,
+            src: addr("10.0.0.1:1000"),
+            dst: addr("10.0.0.2:53"),
             dns_id: 1,
             qr: false,
             latency_ns: None,
@@ -360,34 +371,30 @@ mod tests {
             id: 1,
             lookup: LookupRef { id: 1, step: 0 },
             ts_ns: 1,
-            time: String::new(),
-            client: "10.0.0.1:1000".into(),
+            wall_ns: 1,
+            client: addr("10.0.0.1:1000"),
             client_netns: "n".into(),
-            question: QuestionRecord {
-                name: "www.lab.test.".into(),
-                qtype: "A".into(),
-                class: "IN".into(),
-            },
+            question: QuestionRecord::new("www.lab.test.", "A", "IN"),
             outcome,
             rcode: rcode.clone(),
             answers: Vec::new(),
             answer_cut: None,
             latency_ns: latency_ms.map(|ms| ms * 1_000_000),
-            summary: String::new(),
+            summary: Summary::Pending,
             legs: vec![LegRecord {
                 id: 1,
                 parent: None,
                 role: LegRole::Query,
-                proto: "udp",
-                client: "10.0.0.1:1000".into(),
-                server: "10.0.0.2:53".into(),
-                backend: "10.0.0.2:53".into(),
+                proto: tracer_common::proto::IPPROTO_UDP,
+                client: addr("10.0.0.1:1000"),
+                server: addr("10.0.0.2:53"),
+                backend: addr("10.0.0.2:53"),
                 dns_id: 1,
-                join: "same-tuple",
-                outcome: if outcome == "answered" {
-                    "answered"
+                join: Join::SameTuple,
+                outcome: if outcome == Outcome::Answered {
+                    LegOutcome::Answered
                 } else {
-                    "unanswered"
+                    LegOutcome::Unanswered
                 },
                 rcode,
                 answers: Vec::new(),
@@ -552,7 +559,7 @@ mod tests {
         assert!(f.keep(&Record::Transaction(transaction("unanswered", "", None))));
         assert!(f.keep(&Record::Transaction(transaction("dropped", "", None))));
         let mut t = transaction("answered", "NOERROR", Some(5000));
-        t.legs[0].outcome = "dropped";
+        t.legs[0].outcome = LegOutcome::Dropped;
         assert!(
             f.keep(&Record::Transaction(t)),
             "a dropped leg, answered on retry"
@@ -563,12 +570,12 @@ mod tests {
 
     #[test]
     fn loops_match_by_question_and_cycle_pods() {
-        use crate::correlate::loops::{LoopHop, LoopKind, LoopRecord, LoopState};
+        use crate::correlate::loops::{LoopHop, LoopKind, LoopRecord, LoopState, Peer};
         let hop = |pod: Option<&str>| LoopHop {
-            from: "10.244.1.3:1000".into(),
-            server: "10.96.0.10:53".into(),
-            backend: "10.244.1.4:53".into(),
-            at: "node/veth".into(),
+            from: Peer::Socket(addr("10.244.1.3:1000")),
+            server: Some(addr("10.96.0.10:53")),
+            backend: Peer::Socket(addr("10.244.1.4:53")),
+            at: Some(("node".into(), "veth".into())),
             pod: PodRef {
                 pod: pod.map(str::to_string),
                 ..Default::default()
@@ -580,16 +587,10 @@ mod tests {
             state: LoopState::Detected,
             kind: LoopKind::Cycle,
             ts_ns: 1,
-            time: String::new(),
-            question: QuestionRecord {
-                name: "loop.lab.test.".into(),
-                qtype: "A".into(),
-                class: "IN".into(),
-            },
-            zone: "lab.test.".into(),
+            wall_ns: 1,
+            question: QuestionRecord::new("loop.lab.test.", "A", "IN"),
             loop_plugin_probe: false,
             cycle: vec![hop(None), hop(Some("kube-system/coredns-b"))],
-            path: String::new(),
             hop_count: 2,
             rate_pps: 1,
             packets: 1,

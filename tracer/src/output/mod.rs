@@ -2,10 +2,12 @@
 pub mod annotate;
 pub mod files;
 pub mod filter;
+mod json;
 pub mod pcapng;
 pub mod pods;
 pub mod record;
 pub mod recorder;
+pub mod report;
 pub mod text;
 
 use std::{

@@ -49,7 +49,7 @@ pub fn annotate(r: &mut Record, names: &Names) {
         Record::Race(race) => race.pod = pod_ref(names.pod_at(&race.client_netns, "")),
         Record::Loop(l) => {
             for h in &mut l.cycle {
-                if let Some((ns, ifname)) = h.at.rsplit_once('/') {
+                if let Some((ns, ifname)) = &h.at {
                     h.pod = pod_ref(names.pod_at(ns, ifname));
                 }
             }

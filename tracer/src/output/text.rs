@@ -8,6 +8,7 @@ use super::{
         DropRecord, FragmentLossRecord, LegRecord, PacketRecord, PodRef, StatsRecord,
         TransactionRecord,
     },
+    report::{self, loop_server, peer},
     Record, Sink,
 };
 
@@ -24,6 +25,12 @@ impl<W: Write> TextSink<W> {
 /// `HH:MM:SS.micros` from an RFC 3339 time.
 fn clock(time: &str) -> &str {
     time.get(11..26).unwrap_or(time)
+}
+
+/// `HH:MM:SS.micros` of Unix-epoch nanoseconds.
+fn wall_clock(wall_ns: u64) -> String {
+    let t = report::wall(wall_ns).to_string();
+    clock(&t).to_string()
 }
 
 fn short_dir(dir: &str) -> &'static str {
@@ -141,13 +148,14 @@ pub fn drop_line(d: &DropRecord) -> String {
 use crate::time::format_duration as dur;
 
 fn leg_line(l: &LegRecord) -> String {
+    use crate::correlate::record::LegOutcome;
     let nat = if l.backend != l.server {
-        format!(" ⇒DNAT {}", esc(&l.backend))
+        format!(" ⇒DNAT {}", l.backend)
     } else {
         String::new()
     };
     let result = match (l.outcome, &l.rcode) {
-        ("answered", Some(rc)) => match &l.answer_cut {
+        (LegOutcome::Answered, Some(rc)) => match &l.answer_cut {
             Some(c) => format!(
                 "{} (cut by the capture at {} of {} bytes)",
                 esc(rc),
@@ -156,8 +164,8 @@ fn leg_line(l: &LegRecord) -> String {
             ),
             None => esc(rc).into_owned(),
         },
-        ("truncated", Some(rc)) => format!("{} truncated", esc(rc)),
-        ("dropped", _) => match &l.drop {
+        (LegOutcome::Truncated, Some(rc)) => format!("{} truncated", esc(rc)),
+        (LegOutcome::Dropped, _) => match &l.drop {
             Some(d) => format!(
                 "DROPPED {} at {} ({})",
                 esc(&d.reason),
@@ -184,11 +192,11 @@ fn leg_line(l: &LegRecord) -> String {
     };
     format!(
         "{role}{} {} → {}{nat} id {}: {result}{lat} [{} join, {} hops{retx}]",
-        l.proto,
-        esc(&l.client),
-        esc(&l.server),
+        report::proto_name(l.proto),
+        l.client,
+        l.server,
         l.dns_id,
-        l.join,
+        report::join_name(l.join),
         l.hops.len()
     )
 }
@@ -204,9 +212,9 @@ fn hops_line(l: &LegRecord) -> String {
             ""
         };
         let dir = match h.dir {
-            "ingress" => "in",
-            "egress" => "out",
-            _ => "",
+            crate::event::Direction::Ingress => "in",
+            crate::event::Direction::Egress => "out",
+            crate::event::Direction::Unknown => "",
         };
         parts.push(format!(
             "{arrow}{} {dir} +{}",
@@ -220,12 +228,12 @@ fn hops_line(l: &LegRecord) -> String {
 pub fn transaction_block(t: &TransactionRecord) -> String {
     let mut out = format!(
         "{} {} {} asks {} {}: {}",
-        clock(&t.time),
+        wall_clock(t.wall_ns),
         at(&t.client_netns, "", &t.pod),
-        esc(&t.client),
+        t.client,
         esc(&t.question.name),
         esc(&t.question.qtype),
-        esc(&t.summary)
+        esc(&report::transaction_summary(t))
     );
     if t.lookup.step > 0 {
         out.push_str(&format!(
@@ -258,19 +266,23 @@ pub fn transaction_block(t: &TransactionRecord) -> String {
 /// namespace where known.
 fn loop_path(l: &crate::correlate::loops::LoopRecord) -> String {
     let Some(first) = l.cycle.first() else {
-        return esc(&l.path).into_owned();
+        return String::new();
     };
     if !l.cycle.iter().any(|h| h.pod.is_known()) {
-        return esc(&l.path).into_owned();
+        return esc(&report::loop_path(l)).into_owned();
     }
-    let mut p = esc(&first.from).into_owned();
+    let mut p = peer(&first.from);
     for h in &l.cycle {
-        p.push_str(&format!(" → {}", esc(&h.server)));
-        if h.backend != h.server {
-            p.push_str(&format!(" ⇒DNAT {}", esc(&h.backend)));
+        let (server, backend) = (loop_server(h), peer(&h.backend));
+        p.push_str(&format!(" → {server}"));
+        if backend != server {
+            p.push_str(&format!(" ⇒DNAT {backend}"));
         }
-        let (netns, ifname) = h.at.rsplit_once('/').unwrap_or((&h.at, ""));
-        p.push_str(&format!(" ({})", at(netns, ifname, &h.pod)));
+        let place = match &h.at {
+            Some((netns, ifname)) => at(netns, ifname, &h.pod),
+            None => at("", "", &h.pod),
+        };
+        p.push_str(&format!(" ({place})"));
     }
     p
 }
@@ -291,10 +303,10 @@ pub fn loop_line(l: &crate::correlate::loops::LoopRecord) -> String {
     let span = l.last_seen_ns.saturating_sub(l.first_seen_ns);
     format!(
         "{} {what}: {} {}{probe} zone {}: {} — {} hop(s), {} pkt/s, {} packets ({} summarised) over {}, clients {}",
-        clock(&l.time),
+        wall_clock(l.wall_ns),
         esc(&l.question.name),
         esc(&l.question.qtype),
-        esc(&l.zone),
+        esc(report::zone(&l.question.name)),
         loop_path(l),
         l.hop_count,
         l.rate_pps,
@@ -304,7 +316,7 @@ pub fn loop_line(l: &crate::correlate::loops::LoopRecord) -> String {
         if l.clients.is_empty() {
             "-".to_string()
         } else {
-            esc(&l.clients.join(",")).into_owned()
+            report::loop_clients(l).join(",")
         }
     )
 }
@@ -316,11 +328,14 @@ pub fn race_line(r: &crate::correlate::race::RaceRecord) -> String {
         RaceVerdict::ResolvedClash => "conntrack clash resolved",
         RaceVerdict::Suspected => "SUSPECTED conntrack race",
     };
-    let mut line = format!("{} {tag}: {}", clock(&r.time), esc(&r.summary));
-    if !r.client.is_empty() {
+    let mut line = format!(
+        "{} {tag}: {}",
+        wall_clock(r.wall_ns),
+        esc(&report::race_summary(r))
+    );
+    if let Some(client) = r.client {
         line.push_str(&format!(
-            " [client {} in {}",
-            esc(&r.client),
+            " [client {client} in {}",
             at(&r.client_netns, "", &r.pod)
         ));
         if let Some(d) = &r.dropped {
@@ -328,7 +343,7 @@ pub fn race_line(r: &crate::correlate::race::RaceRecord) -> String {
                 "; {} id {} → {}",
                 esc(&d.question.qtype),
                 d.dns_id,
-                esc(&d.backend)
+                d.backend
             ));
         }
         if let Some(s) = &r.sibling {
@@ -336,7 +351,7 @@ pub fn race_line(r: &crate::correlate::race::RaceRecord) -> String {
                 "; sibling {} id {} → {}",
                 esc(&s.question.qtype),
                 s.dns_id,
-                esc(&s.backend)
+                s.backend
             ));
         }
         if let Some(cpu) = r.cpu {

@@ -5,7 +5,7 @@
 use std::path::PathBuf;
 
 use crate::{
-    correlate::{loops::LoopState, race::RaceVerdict},
+    correlate::{loops::LoopState, race::RaceVerdict, record::Outcome},
     event::{CapturedPacket, KernelDrop},
     names::SharedNames,
     output::{
@@ -13,7 +13,7 @@ use crate::{
         files::{PcapngFiles, Rotation},
         record::{DropRecord, PacketRecord},
         recorder::{Recorder, RecorderConfig},
-        Record,
+        report, Record,
     },
     time::Clock,
 };
@@ -178,12 +178,15 @@ fn incident(rec: &mut Recorder, r: &mut Record, now_ns: u64) {
         Record::Loop(l) if l.state == LoopState::Detected => {
             let detail = format!(
                 "loop {} {} {}: {}",
-                l.id, l.question.name, l.question.qtype, l.path
+                l.id,
+                l.question.name,
+                l.question.qtype,
+                report::loop_path(l)
             );
             l.evidence = rec.incident("loop", &detail, l.detected_ns, now_ns);
         }
         Record::Race(r) if r.verdict == RaceVerdict::RaceDrop => {
-            r.evidence = rec.incident("race-drop", &r.summary, r.ts_ns, now_ns);
+            r.evidence = rec.incident("race-drop", &report::race_summary(r), r.ts_ns, now_ns);
         }
         Record::Drop(d) if d.benign.is_none() && d.dns.is_some() => {
             let detail = format!(
@@ -193,7 +196,7 @@ fn incident(rec: &mut Recorder, r: &mut Record, now_ns: u64) {
             d.evidence = rec.incident("drop", &detail, d.ts_ns, now_ns);
         }
         Record::Transaction(t) => {
-            let kind = if t.outcome == "unanswered" {
+            let kind = if t.outcome == Outcome::Unanswered {
                 "unanswered"
             } else if t.rcode.as_deref() == Some("SERVFAIL") {
                 "servfail"
@@ -202,7 +205,11 @@ fn incident(rec: &mut Recorder, r: &mut Record, now_ns: u64) {
             };
             let detail = format!(
                 "transaction {} {} {} from {}: {}",
-                t.id, t.question.name, t.question.qtype, t.client, t.summary
+                t.id,
+                t.question.name,
+                t.question.qtype,
+                t.client,
+                report::transaction_summary(t)
             );
             t.evidence = rec.incident(kind, &detail, t.ts_ns, now_ns);
         }

@@ -140,7 +140,10 @@ mod tests {
 
     use super::*;
     use crate::{
-        correlate::loops::{LoopKind, LoopRecord},
+        correlate::{
+            loops::{LoopKind, LoopRecord},
+            record::{Answered, Outcome, Summary},
+        },
         kernel::attach::AttachSpec,
         output::record::{
             DropRecord, LookupRef, PacketRecord, QuestionRecord, StatsRecord, TransactionRecord,
@@ -204,11 +207,7 @@ mod tests {
     }
 
     fn question() -> QuestionRecord {
-        QuestionRecord {
-            name: "www.lab.test.".into(),
-            qtype: "A".into(),
-            class: "IN".into(),
-        }
+        QuestionRecord::new("www.lab.test.", "A", "IN")
     }
 
     fn transaction(id: u64) -> Record {
@@ -218,16 +217,16 @@ mod tests {
             id,
             lookup: LookupRef { id, step: 0 },
             ts_ns: 1,
-            time: String::new(),
-            client: "10.0.0.1:5000".into(),
+            wall_ns: 1,
+            client: "10.0.0.1:5000".parse().unwrap(),
             client_netns: "n".into(),
             question: question(),
-            outcome: "answered",
+            outcome: Outcome::Answered,
             rcode: Some("NOERROR".into()),
             answers: vec!["A 10.250.0.80".into()],
             answer_cut: None,
             latency_ns: Some(1000),
-            summary: "NOERROR A 10.250.0.80 in 0.00 ms".into(),
+            summary: Summary::Answered(Answered::Directly),
             legs: Vec::new(),
         })
     }
@@ -267,12 +266,10 @@ mod tests {
             state,
             kind: LoopKind::Cycle,
             ts_ns: 1,
-            time: String::new(),
+            wall_ns: 1,
             question: question(),
-            zone: "lab.test.".into(),
             loop_plugin_probe: false,
             cycle: Vec::new(),
-            path: String::new(),
             hop_count: 2,
             rate_pps: 0,
             packets: 0,

@@ -1,6 +1,6 @@
 //! Label values of the agent's metrics: fixed sets chosen here, and the functions that sort
 //! a record's free-form fields into them.
-use std::{net::SocketAddr, sync::Arc};
+use std::sync::Arc;
 
 use prometheus_client::{
     encoding::{EncodeLabelSet, LabelSetEncoder},
@@ -66,10 +66,11 @@ pub fn rcode_label(rcode: &str) -> &'static str {
         .unwrap_or("other")
 }
 
-pub(super) fn proto_label(proto: &str) -> &'static str {
-    match proto {
-        "tcp" => "tcp",
-        _ => "udp",
+pub(super) fn proto_label(proto: u8) -> &'static str {
+    if proto == tracer_common::proto::IPPROTO_TCP {
+        "tcp"
+    } else {
+        "udp"
     }
 }
 
@@ -80,11 +81,7 @@ pub(super) fn proto_label(proto: &str) -> &'static str {
 /// - `client`: a client's query delivered where it was sent (a pod IP, a hostNetwork
 ///   resolver, an external server).
 pub fn leg_label(leg: &LegRecord) -> &'static str {
-    let loopback = leg
-        .server
-        .parse::<SocketAddr>()
-        .is_ok_and(|a| a.ip().is_loopback());
-    if loopback {
+    if leg.server.ip().is_loopback() {
         "stub"
     } else if leg.role == LegRole::Forward || leg.parent.is_some() {
         "upstream"

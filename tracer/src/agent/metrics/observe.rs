@@ -2,6 +2,7 @@
 //! (every part of it capped).
 use std::{
     collections::{HashMap, HashSet},
+    net::SocketAddr,
     sync::Arc,
 };
 
@@ -21,6 +22,7 @@ use crate::{
     correlate::{
         loops::{LoopRecord, LoopState},
         race::{RaceRecord, RaceVerdict},
+        record::{LegOutcome, Outcome},
         LegRole,
     },
     output::record::{DropRecord, LegRecord, PacketRecord, Record, StatsRecord, TransactionRecord},
@@ -51,7 +53,7 @@ struct SeenTotals {
 /// A query the kernel dropped and that its client retried.
 #[derive(Clone, Debug)]
 struct DroppedRetried {
-    client: String,
+    client: SocketAddr,
     dns_id: u16,
     retries: u64,
 }
@@ -154,10 +156,10 @@ impl Metrics {
     fn observe_transaction(&self, t: &TransactionRecord) {
         let qtype = qtype_label(&t.question.qtype);
         let outcome = match t.outcome {
-            "answered" => "answered",
-            "dropped" => "dropped",
-            "unanswered" => "unanswered",
-            _ => "pending",
+            Outcome::Answered => "answered",
+            Outcome::Dropped => "dropped",
+            Outcome::Unanswered => "unanswered",
+            Outcome::Pending => "pending",
         };
         let namespace = self.namespace_of(t);
         self.transactions
@@ -219,7 +221,7 @@ impl Metrics {
             })
             .inc();
         match (leg.outcome, &leg.rcode) {
-            ("answered" | "truncated", Some(rcode)) => {
+            (LegOutcome::Answered | LegOutcome::Truncated, Some(rcode)) => {
                 self.responses
                     .get_or_create(&ResponseLabels {
                         leg: l,
@@ -235,7 +237,7 @@ impl Metrics {
                         .observe(ns as f64 / 1e9);
                 }
             }
-            ("unanswered" | "dropped", _) => {
+            (LegOutcome::Unanswered | LegOutcome::Dropped, _) => {
                 self.unanswered
                     .get_or_create(&QueryLabels {
                         leg: l,
@@ -265,7 +267,7 @@ impl Metrics {
         {
             Some(d) => d.retries += n,
             None => dropped.push(DroppedRetried {
-                client: l.client.clone(),
+                client: l.client,
                 dns_id: l.dns_id,
                 retries: n,
             }),
@@ -393,7 +395,7 @@ impl Metrics {
                     let i = mem
                         .pending_dropped
                         .iter()
-                        .position(|d| d.client == r.client && d.dns_id == q.dns_id)?;
+                        .position(|d| Some(d.client) == r.client && d.dns_id == q.dns_id)?;
                     Some(mem.pending_dropped.swap_remove(i).retries)
                 });
                 if let Some(n) = claimed.filter(|&n| n > 0) {

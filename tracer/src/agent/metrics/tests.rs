@@ -1,10 +1,16 @@
 use super::*;
 use crate::{
+    agent::fixtures,
     agent::fixtures::{
         drop_record, dropped, leg, loop_record, malformed_packet, race, service_transaction,
         transaction,
     },
-    correlate::{loops::LoopState, race::RaceVerdict, CorrelateStats, LegRole},
+    correlate::{
+        loops::LoopState,
+        race::RaceVerdict,
+        record::{LegOutcome, Outcome},
+        CorrelateStats, LegRole,
+    },
     output::record::{Record, StatsRecord},
 };
 
@@ -202,7 +208,7 @@ fn retries_by_cause() {
         Some("NOERROR"),
         Some(1),
     );
-    tc.outcome = "truncated";
+    tc.outcome = LegOutcome::Truncated;
     let tcp = leg(
         LegRole::TcpFallback,
         client,
@@ -229,7 +235,7 @@ fn retries_by_cause() {
     )));
     // Dropped by a rule, retried: no race record follows.
     let mut ruled = dropped(first, "NETFILTER_DROP");
-    ruled.client = "10.244.1.2:6000".to_string();
+    ruled.client = fixtures::addr("10.244.1.2:6000");
     m.observe(&Record::Transaction(transaction(
         "blocked.lab.test.",
         "A",
@@ -663,7 +669,7 @@ fn every_agent_table_stays_within_its_cap() {
         t.pod.pod = Some(format!("ns{}/pod{i}", i % 20));
         m.observe(&Record::Transaction(t.clone()));
         // ... and unanswered by a server of its own.
-        t.outcome = "unanswered";
+        t.outcome = Outcome::Unanswered;
         t.rcode = None;
         t.legs = vec![leg(
             LegRole::Query,

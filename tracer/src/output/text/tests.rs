@@ -1,11 +1,12 @@
 use super::*;
 use crate::{
     correlate::{
-        loops::{LoopHop, LoopKind, LoopRecord, LoopState},
-        race::{CounterDeltas, RaceQuery, RaceRecord, RaceVerdict},
+        loops::{LoopHop, LoopKind, LoopRecord, LoopState, Peer},
+        race::{CounterDeltas, RaceNetns, RaceQuery, RaceRecord, RaceVerdict},
+        record::{Join, LegOutcome, Outcome, Summary},
         LegRole,
     },
-    event::KernelSetup,
+    event::{Direction, KernelSetup},
     output::record::{
         CtEndpoints, CtRecord, HopRecord, KernelStats, LegDrop, LookupRef, QuestionRecord,
     },
@@ -20,17 +21,15 @@ const EVIL: &str =
 const EVIL_SHOWN: &str =
     "\\x1b[31mFAKE\\x0a21:00:00.000000 evil/eth0 out udp 1.2.3.4:53 > 5.6.7.8:53 forged.\\x0d\\u{202e}\\x07\\x85\\x7f";
 const TIME: &str = "2026-11-30T21:17:27.123456Z";
+/// [`TIME`] as Unix-epoch nanoseconds.
+const WALL_NS: u64 = 1_796_073_447_123_456_000;
 
 fn evil() -> String {
     EVIL.to_string()
 }
 
 fn question() -> QuestionRecord {
-    QuestionRecord {
-        name: evil(),
-        qtype: evil(),
-        class: evil(),
-    }
+    QuestionRecord::new(evil(), evil(), evil())
 }
 
 /// Writes `r` with the text sink and checks the result: `lines` lines, each starting
@@ -226,9 +225,9 @@ fn hostile_transaction_fields_are_escaped() {
         ts_ns: 1,
         netns: evil(),
         ifname: evil(),
-        dir: "egress",
-        src: evil(),
-        dst: evil(),
+        dir: Direction::Egress,
+        src: "10.0.0.1:5000".parse().unwrap(),
+        dst: "10.0.0.2:53".parse().unwrap(),
         dns_id: 1,
         qr: false,
         latency_ns: None,
@@ -237,12 +236,12 @@ fn hostile_transaction_fields_are_escaped() {
         id: 1,
         parent,
         role,
-        proto: "udp",
-        client: evil(),
-        server: evil(),
-        backend: format!("{EVIL}:53"),
+        proto: tracer_common::proto::IPPROTO_UDP,
+        client: "10.0.0.1:5000".parse().unwrap(),
+        server: "10.96.0.10:53".parse().unwrap(),
+        backend: "10.0.0.2:53".parse().unwrap(),
         dns_id: 1,
-        join: "conntrack",
+        join: Join::Conntrack,
         outcome,
         rcode: Some(evil()),
         answers: vec![evil()],
@@ -273,35 +272,44 @@ fn hostile_transaction_fields_are_escaped() {
         id: 1,
         lookup: LookupRef { id: 1, step: 1 },
         ts_ns: 1,
-        time: TIME.into(),
-        client: evil(),
+        wall_ns: WALL_NS,
+        client: "10.0.0.1:5000".parse().unwrap(),
         client_netns: evil(),
         question: question(),
-        outcome: "dropped",
+        outcome: Outcome::Dropped,
         rcode: Some(evil()),
         answers: vec![evil()],
         answer_cut: None,
         latency_ns: None,
-        summary: evil(),
+        summary: Summary::Dropped {
+            reason: evil(),
+            location: evil(),
+            retried: true,
+        },
         legs: vec![
-            leg(None, LegRole::Query, "dropped"),
-            leg(Some(0), LegRole::Forward, "answered"),
-            leg(None, LegRole::Retry, "truncated"),
+            leg(None, LegRole::Query, LegOutcome::Dropped),
+            leg(Some(0), LegRole::Forward, LegOutcome::Answered),
+            leg(None, LegRole::Retry, LegOutcome::Truncated),
         ],
     };
     // A first line, then two per leg.
-    // First line: netns, client, name, type, summary; per leg: client, server,
-    // backend, rcode or drop (4), and two hops of two names.
-    check(&Record::Transaction(t), 7, 5 + 3 * 3 + 4 + 1 + 1 + 3 * 4);
+    // First line: netns, name, type, and the drop's reason and location in the summary;
+    // per leg: rcode or drop (4), and two hops of two names.
+    check(&Record::Transaction(t), 7, 3 + 2 + 4 + 1 + 1 + 3 * 4);
 }
 
 #[test]
 fn loop_path_names_the_pods_of_its_servers() {
-    let hop = |backend: &str, at: &str, pod: PodRef| LoopHop {
-        from: format!("{backend}:40000").replace(":53:", ":"),
-        server: "10.96.0.10:53".into(),
-        backend: backend.into(),
-        at: at.into(),
+    let hop = |backend: &str, at: (&str, &str), pod: PodRef| LoopHop {
+        from: Peer::Socket(
+            format!("{backend}:40000")
+                .replace(":53:", ":")
+                .parse()
+                .unwrap(),
+        ),
+        server: Some("10.96.0.10:53".parse().unwrap()),
+        backend: Peer::Socket(backend.parse().unwrap()),
+        at: Some((at.0.into(), at.1.into())),
         pod,
     };
     let coredns = |name: &str, veth| PodRef {
@@ -316,15 +324,17 @@ fn loop_path_names_the_pods_of_its_servers() {
         state: LoopState::Detected,
         kind: LoopKind::Cycle,
         ts_ns: 1,
-        time: TIME.into(),
+        wall_ns: WALL_NS,
         question: question(),
-        zone: "lab.test.".into(),
         loop_plugin_probe: false,
         cycle: vec![
-            hop("10.244.1.4:53", "node/vdnsb", coredns("coredns-b", true)),
-            hop("10.244.1.3:53", "ns-a/eth0", coredns(EVIL, false)),
+            hop(
+                "10.244.1.4:53",
+                ("node", "vdnsb"),
+                coredns("coredns-b", true),
+            ),
+            hop("10.244.1.3:53", ("ns-a", "eth0"), coredns(EVIL, false)),
         ],
-        path: "unused".into(),
         hop_count: 2,
         rate_pps: 1,
         packets: 1,
@@ -346,11 +356,17 @@ fn loop_path_names_the_pods_of_its_servers() {
         "{line}"
     );
     assert!(!line.contains('\x1b') && !line.contains("ns-a"), "{line}");
-    // No pod known: the path as the correlator wrote it.
+    // No pod known: the path of namespaces and interfaces (as in JSON).
     for h in &mut l.cycle {
         h.pod = PodRef::default();
     }
-    assert!(loop_line(&l).contains(" unused "), "{}", loop_line(&l));
+    assert!(
+        loop_line(&l).contains(
+            " 10.244.1.4:40000 → 10.96.0.10:53 ⇒DNAT 10.244.1.4:53 (node/vdnsb) → 10.96.0.10:53 ⇒DNAT 10.244.1.3:53 (ns-a/eth0) "
+        ),
+        "{}",
+        loop_line(&l)
+    );
 }
 
 #[test]
@@ -361,26 +377,32 @@ fn hostile_loop_race_and_stats_fields_are_escaped() {
         state: LoopState::Detected,
         kind: LoopKind::Cycle,
         ts_ns: 1,
-        time: TIME.into(),
+        wall_ns: WALL_NS,
         question: question(),
-        zone: evil(),
         loop_plugin_probe: false,
-        cycle: Vec::new(),
-        path: evil(),
+        cycle: vec![LoopHop {
+            from: Peer::Socket("10.244.1.3:40000".parse().unwrap()),
+            server: Some("10.96.0.10:53".parse().unwrap()),
+            backend: Peer::Socket("10.244.1.4:53".parse().unwrap()),
+            at: Some((evil(), evil())),
+            pod: Default::default(),
+        }],
         hop_count: 2,
         rate_pps: 1,
         packets: 1,
         summarised: 0,
-        clients: vec![evil(), evil()],
+        clients: vec!["10.244.1.2:5000".parse().unwrap()],
         first_seen_ns: 1,
         detected_ns: 1,
         last_seen_ns: 1,
     };
-    check(&Record::Loop(l), 1, 6);
+    // Name, type, and the namespace and interface in the path (the zone is part of the
+    // name).
+    check(&Record::Loop(l), 1, 4);
     let q = RaceQuery {
         dns_id: 1,
         question: question(),
-        backend: format!("{EVIL}:53"),
+        backend: "10.244.1.3:53".parse().unwrap(),
         offset_ns: 0,
     };
     let r = RaceRecord {
@@ -388,9 +410,9 @@ fn hostile_loop_race_and_stats_fields_are_escaped() {
         pod: Default::default(),
         verdict: RaceVerdict::RaceDrop,
         ts_ns: 1,
-        time: TIME.into(),
-        netns: evil(),
-        client: evil(),
+        wall_ns: WALL_NS,
+        netns: RaceNetns::Name(evil()),
+        client: Some("10.244.1.2:5000".parse().unwrap()),
         client_netns: evil(),
         dropped: Some(q.clone()),
         sibling: Some(q),
@@ -402,9 +424,10 @@ fn hostile_loop_race_and_stats_fields_are_escaped() {
         drop_location: Some(evil()),
         retry_ns: None,
         total_delay_ns: None,
-        summary: evil(),
+        drop_offset_ns: Some(1000),
     };
-    check(&Record::Race(r), 1, 7);
+    // The name and type in the summary, the client's namespace, the two queries' types.
+    check(&Record::Race(r), 1, 5);
     let s = StatsRecord {
         kernel: Some(KernelStats {
             counters: Default::default(),

@@ -1,0 +1,169 @@
+//! The correlator's legs and every index over them, as one type: inserting, closing or
+//! removing a leg updates each index, so no caller can leave one behind.
+//!
+//! - `by_key`: the leg a hop joins, by (transport, client port, DNS id, question); a key
+//!   reused after its leg was answered names the newer leg.
+//! - `open_by_q`: unanswered legs by question, to find a forwarder's parent.
+//! - `roots_by_q`: client (root) legs by client address and question, for retries and TCP
+//!   fallback.
+//! - `roots_by_socket`: client (root) legs by client socket, for the sibling of an A/AAAA
+//!   pair.
+//!
+//! Each of the last three keeps the newest [`MAX_CANDIDATES`] per key: a forwarder's query
+//! follows its parent's closely, a retry or sibling is the client's latest query, so older
+//! ones are never the answer, and every lookup and removal stays O(1) however often one
+//! question or socket repeats.
+use std::{
+    collections::HashMap,
+    hash::Hash,
+    net::{IpAddr, SocketAddr},
+};
+
+use super::model::{Leg, LegKey, QKey, Response};
+
+/// Candidates kept per key of an index (the newest).
+pub(super) const MAX_CANDIDATES: usize = 64;
+
+#[derive(Default)]
+pub(super) struct LegIndex {
+    legs: HashMap<u64, Leg>,
+    by_key: HashMap<LegKey, u64>,
+    open_by_q: HashMap<QKey, Vec<u64>>,
+    roots_by_q: HashMap<(IpAddr, QKey), Vec<u64>>,
+    roots_by_socket: HashMap<SocketAddr, Vec<u64>>,
+}
+
+impl LegIndex {
+    /// Adds a new, unanswered leg to every index (its key, question and, for a root leg,
+    /// client address and socket are what it is found by).
+    pub(super) fn insert(&mut self, leg: Leg) {
+        let id = leg.id;
+        // A key reused after its leg was answered replaces it in the index.
+        self.by_key.insert(leg.key.clone(), id);
+        if leg.response.is_none() && !leg.timed_out {
+            push_capped(&mut self.open_by_q, leg.key.q.clone(), id);
+        }
+        if leg.parent.is_none() {
+            push_capped(
+                &mut self.roots_by_q,
+                (leg.client.ip(), leg.key.q.clone()),
+                id,
+            );
+            push_capped(&mut self.roots_by_socket, leg.client, id);
+        }
+        self.legs.insert(id, leg);
+    }
+
+    /// Removes a leg from every index and hands it back.
+    pub(super) fn remove(&mut self, id: u64) -> Option<Leg> {
+        let leg = self.legs.remove(&id)?;
+        remove_from(&mut self.open_by_q, &leg.key.q, id);
+        if leg.parent.is_none() {
+            // The key's question is shared: building it copies no name.
+            remove_from(
+                &mut self.roots_by_q,
+                &(leg.client.ip(), leg.key.q.clone()),
+                id,
+            );
+            remove_from(&mut self.roots_by_socket, &leg.client, id);
+        }
+        // A key reused by a newer leg stays that leg's: one lookup in the usual case.
+        if let Some((key, other)) = self.by_key.remove_entry(&leg.key) {
+            if other != id {
+                self.by_key.insert(key, other);
+            }
+        }
+        Some(leg)
+    }
+
+    /// The leg's query was answered: it is no longer a forwarder's parent candidate.
+    pub(super) fn respond(&mut self, id: u64, response: Response) {
+        let Some(leg) = self.legs.get_mut(&id) else {
+            return;
+        };
+        leg.response = Some(response);
+        leg.timed_out = false;
+        remove_from(&mut self.open_by_q, &leg.key.q, id);
+    }
+
+    /// The leg's query went unanswered for the timeout (once; `false` if it was answered,
+    /// already timed out, or is gone).
+    pub(super) fn time_out(&mut self, id: u64) -> bool {
+        let Some(leg) = self.legs.get_mut(&id) else {
+            return false;
+        };
+        if leg.response.is_some() || leg.timed_out {
+            return false;
+        }
+        leg.timed_out = true;
+        remove_from(&mut self.open_by_q, &leg.key.q, id);
+        true
+    }
+
+    pub(super) fn get(&self, id: &u64) -> Option<&Leg> {
+        self.legs.get(id)
+    }
+
+    /// The leg to change in place. Its key, question, client, parent, response and
+    /// `timed_out` are what the indexes hold it by: those change only through
+    /// [`LegIndex::respond`] and [`LegIndex::time_out`].
+    pub(super) fn get_mut(&mut self, id: &u64) -> Option<&mut Leg> {
+        self.legs.get_mut(id)
+    }
+
+    /// The leg a hop with this key joins.
+    pub(super) fn by_key(&self, key: &LegKey) -> Option<u64> {
+        self.by_key.get(key).copied()
+    }
+
+    /// Unanswered, not timed-out legs of a question, oldest first.
+    pub(super) fn open(&self, q: &QKey) -> impl DoubleEndedIterator<Item = &Leg> {
+        self.candidates(self.open_by_q.get(q))
+    }
+
+    /// Root legs of a client address and question, oldest first.
+    pub(super) fn roots(&self, client: IpAddr, q: &QKey) -> impl DoubleEndedIterator<Item = &Leg> {
+        self.candidates(self.roots_by_q.get(&(client, q.clone())))
+    }
+
+    /// Root legs from a client socket, oldest first.
+    pub(super) fn roots_from(&self, socket: &SocketAddr) -> impl DoubleEndedIterator<Item = &Leg> {
+        self.candidates(self.roots_by_socket.get(socket))
+    }
+
+    fn candidates<'a>(
+        &'a self,
+        ids: Option<&'a Vec<u64>>,
+    ) -> impl DoubleEndedIterator<Item = &'a Leg> {
+        ids.into_iter().flatten().filter_map(|id| self.legs.get(id))
+    }
+
+    /// Every leg, to change what no index holds it by (see [`LegIndex::get_mut`]).
+    pub(super) fn values_mut(&mut self) -> impl Iterator<Item = &mut Leg> {
+        self.legs.values_mut()
+    }
+
+    pub(super) fn len(&self) -> usize {
+        self.legs.len()
+    }
+}
+
+fn push_capped<K: Hash + Eq>(index: &mut HashMap<K, Vec<u64>>, key: K, id: u64) {
+    let v = index.entry(key).or_default();
+    if v.len() >= MAX_CANDIDATES {
+        v.remove(0);
+    }
+    v.push(id);
+}
+
+fn remove_from<K: Hash + Eq>(index: &mut HashMap<K, Vec<u64>>, key: &K, id: u64) {
+    if let Some(v) = index.get_mut(key) {
+        v.retain(|x| *x != id);
+        if v.is_empty() {
+            index.remove(key);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;
