@@ -1,6 +1,7 @@
 //! What sources hand to the decode stage: raw observations, live or from a file.
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 
+use bytes::Bytes;
 use serde::Serialize;
 use tracer_common::CtTuple;
 
@@ -57,7 +58,9 @@ pub struct CapturedPacket {
     pub vlan: Option<u16>,
     /// Length on the wire from the IP header on.
     pub orig_len: u32,
-    pub data: Vec<u8>,
+    /// The copied bytes, from the IP header on: shared, not copied, by the stages and sinks
+    /// that keep them (decode, the pcapng writer, the flight recorder).
+    pub data: Bytes,
 }
 
 /// One conntrack direction's tuple.
@@ -105,7 +108,7 @@ pub struct KernelDrop {
     pub location: u64,
     pub ct: Option<CtSnapshot>,
     pub orig_len: u32,
-    pub data: Vec<u8>,
+    pub data: Bytes,
     /// The optional kprobe pair saw `__nf_conntrack_confirm` return `NF_DROP` for this skb.
     pub confirm_failed: bool,
 }

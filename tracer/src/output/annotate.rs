@@ -50,7 +50,7 @@ pub struct EvidencePacket {
     pub place: Place,
     /// Length on the wire from the IP header on.
     pub orig_len: u32,
-    pub data: Vec<u8>,
+    pub data: bytes::Bytes,
     /// Everything after `dnspath at=IFACE` in the packet's comment.
     pub comment: String,
 }

@@ -39,7 +39,7 @@ fn query(ts_ns: u64, ifindex: u32, id: u16, name: &str) -> (CapturedPacket, Pack
         },
         vlan: None,
         orig_len: data.len() as u32,
-        data,
+        data: data.into(),
     };
     (p, r)
 }
@@ -197,7 +197,7 @@ fn races_and_loops_mark_their_packets() {
 #[test]
 fn packet_ids_ignore_nat_and_follow_the_payload() {
     let (a, _) = query(1, 3, 7, "www.lab.test.");
-    let mut natted = a.data.clone();
+    let mut natted = a.data.to_vec();
     natted[16..20].copy_from_slice(&[10, 244, 1, 3]);
     natted[22..24].copy_from_slice(&5353u16.to_be_bytes());
     assert_eq!(packet_id(&a.data), packet_id(&natted));

@@ -330,9 +330,9 @@ mod tests {
                 dir,
             }),
             orig_len: 60,
-            data: vec![
+            data: bytes::Bytes::from_static(&[
                 0x45, 0, 0, 20, 0, 0, 0, 0, 64, 17, 0, 0, 10, 0, 0, 1, 10, 0, 0, 2,
-            ],
+            ]),
             comment: format!("dir={}", dir.as_str()),
         }
     }

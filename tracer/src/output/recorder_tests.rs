@@ -10,9 +10,9 @@ fn packet(ts_ns: u64) -> EvidencePacket {
             dir: crate::event::Direction::Egress,
         }),
         orig_len: 20,
-        data: vec![
+        data: bytes::Bytes::from_static(&[
             0x45, 0, 0, 20, 0, 0, 0, 0, 64, 17, 0, 0, 10, 0, 0, 1, 10, 0, 0, 2,
-        ],
+        ]),
         comment: format!("n={ts_ns}"),
     }
 }

@@ -1,5 +1,6 @@
 //! The live source: records from the `EVENTS` ring buffer → [`SourceEvent`].
 use aya::maps::{MapData, RingBuf};
+use bytes::Bytes;
 use tokio::io::unix::AsyncFd;
 use tracer_common::{Dir, RingRecord};
 
@@ -29,7 +30,7 @@ pub fn parse_record(bytes: &[u8]) -> SourceEvent {
             },
             vlan: (hdr.vlan_tci != 0).then_some(hdr.vlan_tci & 0x0fff),
             orig_len: hdr.orig_len,
-            data: data.to_vec(),
+            data: Bytes::copy_from_slice(data),
         }),
         Ok(RingRecord::Drop { ev, data }) => {
             let ct = if ev.has_ct != 0 {
@@ -56,7 +57,7 @@ pub fn parse_record(bytes: &[u8]) -> SourceEvent {
                 location: ev.location,
                 ct,
                 orig_len: ev.orig_len,
-                data: data.to_vec(),
+                data: Bytes::copy_from_slice(data),
                 confirm_failed: ev.confirm_failed != 0,
             })
         }
@@ -155,7 +156,7 @@ mod tests {
             (9, 3, Direction::Egress)
         );
         assert_eq!(p.vlan, Some(7));
-        assert_eq!(p.data, [1, 2, 3], "cap_len bounds the bytes");
+        assert_eq!(p.data[..], [1, 2, 3], "cap_len bounds the bytes");
     }
 
     #[test]
@@ -173,7 +174,11 @@ mod tests {
             SourceEvent::Drop(d) => d.data,
             _ => panic!("not a drop"),
         };
-        assert_eq!(data(drop_record(3)), [1, 2, 3], "cap_len bounds the bytes");
+        assert_eq!(
+            data(drop_record(3))[..],
+            [1, 2, 3],
+            "cap_len bounds the bytes"
+        );
         assert_eq!(data(drop_record(u32::MAX)).len(), MAX_DROP_DATA);
     }
 

@@ -70,7 +70,7 @@ fn captured(ts_ns: u64, data: &[u8], orig_len: usize) -> CapturedPacket {
         },
         vlan: None,
         orig_len: orig_len as u32,
-        data: data.to_vec(),
+        data: data.to_vec().into(),
     }
 }
 

@@ -125,7 +125,7 @@ impl Reassembler {
             Ok(None) => Pushed::Held,
             Ok(Some(rebuilt)) => Pushed::Complete(CapturedPacket {
                 orig_len: u32::try_from(rebuilt.1).unwrap_or(u32::MAX),
-                data: rebuilt.0,
+                data: rebuilt.0.into(),
                 ..packet
             }),
             Err(e) => Pushed::Rejected(packet, e),

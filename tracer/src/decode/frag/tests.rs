@@ -93,7 +93,7 @@ fn packet(ts_ns: u64, data: &[u8]) -> CapturedPacket {
         at: HOP,
         vlan: None,
         orig_len: data.len() as u32,
-        data: data.to_vec(),
+        data: data.to_vec().into(),
     }
 }
 
@@ -476,7 +476,7 @@ fn a_dropped_later_fragment_is_tied_to_its_query() {
         location: 0,
         ct: None,
         orig_len: data.len() as u32,
-        data: data.to_vec(),
+        data: data.to_vec().into(),
         confirm_failed: false,
     };
     let msg = big_answer(16);

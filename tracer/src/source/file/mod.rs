@@ -571,7 +571,7 @@ impl<R: Read> FileSource<R> {
                 },
                 vlan,
                 orig_len: frame.wire_len.saturating_sub(offset as u32),
-                data: ip.to_vec(),
+                data: bytes::Bytes::copy_from_slice(ip),
             }));
         }
     }
