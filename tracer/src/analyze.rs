@@ -117,7 +117,7 @@ impl AnalyzeReport {
             "{name} ({}): {} packets read, {} decoded as DNS traffic, {} skipped{}",
             self.format,
             self.progress.packets,
-            self.stats.packets,
+            self.stats.decode.packets,
             s.total(),
             if reasons.is_empty() {
                 String::new()
@@ -552,7 +552,7 @@ mod tests {
         ];
         let (report, recs) = run_on(&pcap(&frames), &[53], View::Packets);
         assert_eq!(report.progress.packets, 4);
-        assert_eq!(report.stats.packets, 1);
+        assert_eq!(report.stats.decode.packets, 1);
         assert_eq!(
             (
                 report.skipped.other_port,
@@ -582,7 +582,7 @@ mod tests {
 
         // No ports: everything IP reaches the decoder.
         let (all, _) = run_on(&pcap(&frames), &[], View::Packets);
-        assert_eq!(all.stats.packets, 4);
+        assert_eq!(all.stats.decode.packets, 4);
     }
 
     #[test]
@@ -590,7 +590,7 @@ mod tests {
         let frames = vec![udp(40000, 53, &query()), udp(40001, 53, &query())];
         let bytes = pcap(&frames);
         let (report, recs) = run_on(&bytes[..bytes.len() - 3], &[53], View::Both);
-        assert_eq!(report.stats.packets, 1);
+        assert_eq!(report.stats.decode.packets, 1);
         let e = report.stopped_by.as_ref().unwrap();
         assert!(e.to_string().contains("packet record 2"), "{e}");
         let summary = report.summary_lines("f.pcap");

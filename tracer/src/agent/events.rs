@@ -394,9 +394,9 @@ impl Events {
     fn count_loss(&mut self, s: &StatsRecord) {
         let grew = |now: u64, was: u64| if now >= was { now - was } else { now };
         let (lost, drops) = self.lost_totals;
-        self.lost_growth.0 += grew(s.lost, lost);
-        self.lost_growth.1 += grew(s.drops_lost, drops);
-        self.lost_totals = (s.lost, s.drops_lost);
+        self.lost_growth.0 += grew(s.decode.lost, lost);
+        self.lost_growth.1 += grew(s.decode.drops_lost, drops);
+        self.lost_totals = (s.decode.lost, s.decode.drops_lost);
     }
 }
 

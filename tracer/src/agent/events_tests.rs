@@ -3,6 +3,7 @@ use serde_json::Value;
 use super::*;
 use crate::agent::fixtures::{drop_record, dropped, leg, loop_record, race, transaction};
 use crate::correlate::LegRole;
+use crate::output::record::DecodeStats;
 
 const S: u64 = 1_000_000_000;
 
@@ -258,8 +259,11 @@ fn loss_growth_gives_one_warning_per_window() {
     let mut out = Vec::new();
     let stats = |lost, drops_lost| {
         Record::Stats(StatsRecord {
-            lost,
-            drops_lost,
+            decode: DecodeStats {
+                lost,
+                drops_lost,
+                ..DecodeStats::default()
+            },
             ..StatsRecord::default()
         })
     };

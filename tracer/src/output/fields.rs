@@ -10,7 +10,7 @@ use crate::{
     correlate::{loops::LoopState, race::RaceVerdict, CorrelateStats},
     decode::dns,
     event::{KernelCounters, KernelSetup},
-    output::record::{CtEndpoints, CtRecord, KernelStats, Record, StatsRecord},
+    output::record::{CtEndpoints, CtRecord, DecodeStats, KernelStats, Record, StatsRecord},
 };
 
 const DOC: &str = include_str!("../../../docs/output.md");
@@ -125,18 +125,21 @@ fn records() -> Vec<Record> {
                 ..Default::default()
             }),
         }),
-        kernel: Some(KernelStats {
-            counters: KernelCounters::default(),
-            setup: Some(KernelSetup {
-                release: "6.1".into(),
-                tc_attach: "clsact",
-                hooks: vec!["tc"],
-                drop_reason: true,
-                netns_id: "cookie",
-                degraded: vec![],
-                attach_failures: 0,
+        decode: DecodeStats {
+            kernel: Some(KernelStats {
+                counters: KernelCounters::default(),
+                setup: Some(KernelSetup {
+                    release: "6.1".into(),
+                    tc_attach: "clsact",
+                    hooks: vec!["tc"],
+                    drop_reason: true,
+                    netns_id: "cookie",
+                    degraded: vec![],
+                    attach_failures: 0,
+                }),
             }),
-        }),
+            ..DecodeStats::default()
+        },
         correlate: Some(CorrelateStats::default()),
         stopped_by: Some("SIGINT".into()),
         ..StatsRecord::default()

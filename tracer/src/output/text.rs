@@ -366,32 +366,33 @@ pub fn race_line(r: &crate::correlate::race::RaceRecord) -> String {
 }
 
 pub fn stats_line(s: &StatsRecord) -> String {
+    let d = &s.decode;
     let mut line = format!(
         "--- {} packets, {} DNS messages decoded, {} malformed, {} TCP control segments, {} lost, {} drops",
-        s.packets, s.decoded, s.malformed, s.tcp_control, s.lost, s.drops
+        d.packets, d.decoded, d.malformed, d.tcp_control, d.lost, d.drops
     );
-    if s.capture_truncated > 0 {
+    if d.capture_truncated > 0 {
         line.push_str(&format!(
             ", {} cut by the capture's snaplen (decoded as far as they go)",
-            s.capture_truncated
+            d.capture_truncated
         ));
     }
-    if s.drops_benign > 0 {
+    if d.drops_benign > 0 {
         line.push_str(&format!(
             " ({} of them normal socket life, not shown)",
-            s.drops_benign
+            d.drops_benign
         ));
     }
-    if s.drops_lost > 0 {
-        line.push_str(&format!(" ({} drops lost)", s.drops_lost));
+    if d.drops_lost > 0 {
+        line.push_str(&format!(" ({} drops lost)", d.drops_lost));
     }
-    if s.summarised > 0 {
-        line.push_str(&format!(", {} loop packets only counted", s.summarised));
+    if d.summarised > 0 {
+        line.push_str(&format!(", {} loop packets only counted", d.summarised));
     }
-    if s.shed > 0 {
+    if d.shed > 0 {
         line.push_str(&format!(
             ", {} loop packets only counted in the kernel (never copied)",
-            s.shed
+            d.shed
         ));
     }
     if s.not_written > 0 {
@@ -406,18 +407,18 @@ pub fn stats_line(s: &StatsRecord) -> String {
             s.unread
         ));
     }
-    if s.fragments_merged + s.fragments_incomplete + s.fragments_pending > 0 {
+    if d.fragments_merged + d.fragments_incomplete + d.fragments_pending > 0 {
         line.push_str(&format!(
             ", {} IP datagrams reassembled ({} fragments merged), {} incomplete ({} fragments; {} reported lost, {} evicted)",
-            s.datagrams_reassembled,
-            s.fragments_merged,
-            s.datagrams_lost + s.datagrams_evicted,
-            s.fragments_incomplete + s.fragments_pending,
-            s.datagrams_lost,
-            s.datagrams_evicted
+            d.datagrams_reassembled,
+            d.fragments_merged,
+            d.datagrams_lost + d.datagrams_evicted,
+            d.fragments_incomplete + d.fragments_pending,
+            d.datagrams_lost,
+            d.datagrams_evicted
         ));
     }
-    if let Some(k) = &s.kernel {
+    if let Some(k) = &d.kernel {
         line.push_str(&format!(
             "; kernel: {} matched, {} ring-buffer full, {} header parse failures",
             k.counters.packets_matched, k.counters.packets_lost_ringbuf, k.counters.parse_failed

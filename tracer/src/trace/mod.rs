@@ -414,12 +414,13 @@ pub async fn run_live(
     stats.not_written = sink.not_written();
     stats.evidence = pcap.as_ref().map(Evidence::stats);
     stats.stopped_by = Some(stopped_by.to_string());
-    if let Some(k) = stats.kernel.as_mut() {
+    if let Some(k) = stats.decode.kernel.as_mut() {
         // Matched by the kernel, neither read nor lost: still queued when the run stopped.
         stats.unread = k.counters.packets_matched.saturating_sub(
             stats
+                .decode
                 .packets
-                .saturating_add(stats.lost)
+                .saturating_add(stats.decode.lost)
                 .saturating_add(k.counters.packets_shed),
         );
         let mut setup = setup;

@@ -457,15 +457,15 @@ impl Metrics {
         self.settle_pending();
         let correlate = s.correlate.as_ref();
         let now = SeenTotals {
-            lost: s.lost,
-            drops_lost: s.drops_lost,
-            malformed: s.malformed,
-            summarised: s.summarised + s.shed,
-            packets: s.packets,
+            lost: s.decode.lost,
+            drops_lost: s.decode.drops_lost,
+            malformed: s.decode.malformed,
+            summarised: s.decode.summarised + s.decode.shed,
+            packets: s.decode.packets,
             evicted_legs: correlate.map_or(0, |c| c.evicted_legs),
             evicted_transactions: correlate.map_or(0, |c| c.evicted_transactions),
             ct_entries_evicted: correlate.map_or(0, |c| c.ct_entries_evicted),
-            tcp_flows_evicted: s.tcp_flows_evicted,
+            tcp_flows_evicted: s.decode.tcp_flows_evicted,
         };
         let (was, classified, no_loops) = {
             let mut mem = self.memory();

@@ -11,7 +11,7 @@ use crate::{
         record::{LegOutcome, Outcome},
         CorrelateStats, LegRole,
     },
-    output::record::{Record, StatsRecord},
+    output::record::{DecodeStats, Record, StatsRecord},
 };
 
 /// The value of one series, e.g. `dnspath_dns_queries_total{leg="service",proto="udp",qtype="A"}`.
@@ -445,13 +445,16 @@ fn stats_totals_become_counter_growth() {
         "TCP stream: gap (3 bytes)",
     )));
     let mut s = StatsRecord {
-        packets: 100,
-        malformed: 3,
-        lost: 5,
-        drops_lost: 1,
-        summarised: 7,
-        shed: 30,
-        tcp_flows_evicted: 2,
+        decode: DecodeStats {
+            packets: 100,
+            malformed: 3,
+            lost: 5,
+            drops_lost: 1,
+            summarised: 7,
+            shed: 30,
+            tcp_flows_evicted: 2,
+            ..DecodeStats::default()
+        },
         correlate: Some(CorrelateStats {
             evicted_legs: 4,
             ..CorrelateStats::default()
@@ -459,8 +462,8 @@ fn stats_totals_become_counter_growth() {
         ..StatsRecord::default()
     };
     m.observe_stats(&s);
-    s.packets = 150;
-    s.lost = 9;
+    s.decode.packets = 150;
+    s.decode.lost = 9;
     m.observe(&Record::Stats(s.clone()));
     let t = m.encode();
     let v = |series: &str| value(&t, series).unwrap_or_else(|| panic!("no {series} in\n{t}"));
@@ -483,7 +486,7 @@ fn stats_totals_become_counter_growth() {
         2.0
     );
     // A new pipeline's totals start again from zero: they count from there.
-    s.lost = 2;
+    s.decode.lost = 2;
     m.observe_stats(&s);
     assert_eq!(
         value(&m.encode(), r#"dnspath_events_lost_total{event="packet"}"#),
@@ -599,7 +602,10 @@ fn promtool_accepts_the_exposition() {
         "A",
     )));
     m.observe_stats(&StatsRecord {
-        lost: 1,
+        decode: DecodeStats {
+            lost: 1,
+            ..DecodeStats::default()
+        },
         ..StatsRecord::default()
     });
     let text = m.encode_as(Exposition::PrometheusText);

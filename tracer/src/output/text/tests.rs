@@ -8,7 +8,8 @@ use crate::{
     },
     event::{Direction, KernelSetup},
     output::record::{
-        CtEndpoints, CtRecord, HopRecord, KernelStats, LegDrop, LookupRef, QuestionRecord,
+        CtEndpoints, CtRecord, DecodeStats, HopRecord, KernelStats, LegDrop, LookupRef,
+        QuestionRecord,
     },
 };
 
@@ -429,14 +430,17 @@ fn hostile_loop_race_and_stats_fields_are_escaped() {
     // The name and type in the summary, the client's namespace, the two queries' types.
     check(&Record::Race(r), 1, 5);
     let s = StatsRecord {
-        kernel: Some(KernelStats {
-            counters: Default::default(),
-            setup: Some(KernelSetup {
-                release: evil(),
-                degraded: vec![evil()],
-                ..Default::default()
+        decode: DecodeStats {
+            kernel: Some(KernelStats {
+                counters: Default::default(),
+                setup: Some(KernelSetup {
+                    release: evil(),
+                    degraded: vec![evil()],
+                    ..Default::default()
+                }),
             }),
-        }),
+            ..Default::default()
+        },
         ..Default::default()
     };
     check(&Record::Stats(s), 1, 1);
