@@ -20,6 +20,8 @@ use std::{
 mod bench;
 mod demo;
 mod image;
+#[cfg(test)]
+mod layout;
 mod live;
 mod vm;
 
