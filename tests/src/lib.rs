@@ -47,6 +47,20 @@ use bring_up::{resolve_tools, validate};
 use cmd::{describe, find_tool, run, Tools};
 pub use config::{DnsPodConfig, DnsServerKind, IptablesFlavor, LabConfig, KUBERNETES_RESOLV_CONF};
 pub use error::LabError;
+
+/// The node's FORWARD rule that drops DNS (UDP port 53) to the pods' subnet, 10.244.1.0/24
+/// ([`Lab::pod_dns_drop`]).
+pub const POD_DNS_DROP: [&str; 9] = [
+    "FORWARD",
+    "-p",
+    "udp",
+    "--dport",
+    "53",
+    "-d",
+    "10.244.1.0/24",
+    "-j",
+    "DROP",
+];
 use process::Tracked;
 
 /// Name of every pod's interface inside its namespace.
@@ -224,6 +238,13 @@ impl Lab {
         let mut args = vec![self.iptables(), op];
         args.extend_from_slice(rule);
         self.exec(ns, &args)
+    }
+
+    /// `iptables OP` [`POD_DNS_DROP`] in the node's namespace: `-I` inserts the rule that drops
+    /// every DNS query the node forwards to a pod (a lookup through the ClusterIP then fails
+    /// with a `NETFILTER_DROP`), `-D` deletes it.
+    pub fn pod_dns_drop(&self, op: &str) -> Output {
+        self.iptables_rule(self.node_ns(), op, &POD_DNS_DROP)
     }
 
     /// As [`Lab::iptables_rule`], for IPv6 (`ip6tables` of the lab's flavour).

@@ -40,6 +40,20 @@ pub struct TracerOutput {
     pub stderr: String,
 }
 
+impl TracerOutput {
+    /// The records of a run that must have succeeded (`-o json`), as [`ndjson`] parses and
+    /// checks them; a failed run fails the test with its exit status and stderr.
+    pub fn records(&self) -> Vec<serde_json::Value> {
+        assert!(
+            self.status.success(),
+            "dnspath failed: {:?}\nstderr:\n{}",
+            self.status,
+            self.stderr
+        );
+        ndjson(&self.stdout)
+    }
+}
+
 impl Tracer {
     /// Starts `dnspath ARGS` in namespace `ns` and waits until it says it is tracing
     /// (or fails).

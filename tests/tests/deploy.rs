@@ -12,10 +12,8 @@
 //! naming it. Containers and pods are named after the lab's prefix and removed by name.
 //! Root only (but the validation); `--test-threads=1`.
 use std::{
-    io::{BufRead, BufReader},
     path::{Path, PathBuf},
-    process::{Child, Command, Stdio},
-    sync::mpsc,
+    process::{Command, Stdio},
     thread,
     time::{Duration, Instant},
 };
@@ -24,6 +22,7 @@ use lab::{
     image::{self, Image},
     kubelet::{KubeletPods, Node},
     tracer::{dnspath_bin, lab_or_skip as lab},
+    watch::{read_all, Finished, Watched},
     DnsPodConfig, DnsServerKind, Lab, LabConfig, Pod,
 };
 use serde_yaml_ng::Value;
@@ -300,82 +299,6 @@ impl Drop for Remove {
     }
 }
 
-/// A foreground `podman run` with its stderr lines as they come.
-struct Foreground {
-    child: Child,
-    lines: mpsc::Receiver<String>,
-    seen: Vec<String>,
-    stdout: Option<thread::JoinHandle<String>>,
-}
-
-impl Foreground {
-    fn spawn(mut cmd: Command) -> Foreground {
-        let mut child = cmd
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let mut out = child.stdout.take().unwrap();
-        let stdout = Some(thread::spawn(move || {
-            let mut s = String::new();
-            let _ = std::io::Read::read_to_string(&mut out, &mut s);
-            s
-        }));
-        let err = child.stderr.take().unwrap();
-        let (tx, lines) = mpsc::channel();
-        thread::spawn(move || {
-            for l in BufReader::new(err).lines().map_while(Result::ok) {
-                if tx.send(l).is_err() {
-                    break;
-                }
-            }
-        });
-        Foreground {
-            child,
-            lines,
-            seen: Vec::new(),
-            stdout,
-        }
-    }
-
-    fn wait_for_stderr(&mut self, needle: &str, timeout: Duration) {
-        let deadline = Instant::now() + timeout;
-        loop {
-            let left = deadline.saturating_duration_since(Instant::now());
-            match self.lines.recv_timeout(left) {
-                Ok(l) => {
-                    let hit = l.contains(needle);
-                    self.seen.push(l);
-                    if hit {
-                        return;
-                    }
-                }
-                Err(_) => panic!(
-                    "no {needle:?} within {timeout:?}; stderr:\n{}",
-                    self.seen.join("\n")
-                ),
-            }
-        }
-    }
-
-    /// Exit code and output, or None if it is still running at `timeout`.
-    fn wait(&mut self, timeout: Duration) -> Option<(Option<i32>, String, String)> {
-        let deadline = Instant::now() + timeout;
-        loop {
-            if let Some(status) = self.child.try_wait().unwrap() {
-                let stdout = self.stdout.take().unwrap().join().unwrap();
-                thread::sleep(Duration::from_millis(200));
-                self.seen.extend(self.lines.try_iter());
-                return Some((status.code(), stdout, self.seen.join("\n")));
-            }
-            if Instant::now() > deadline {
-                return None;
-            }
-            thread::sleep(Duration::from_millis(100));
-        }
-    }
-}
-
 fn dnsdist_to_cluster_ip() -> DnsPodConfig {
     DnsPodConfig::new(DnsServerKind::Dnsdist).forwarding_to_cluster_ip()
 }
@@ -434,8 +357,14 @@ fn debug_container_finds_a_forwarding_loop_and_exits_3_naming_the_pods() {
     ])
     .stdin(Stdio::null())
     .env("RUST_LOG", "warn");
-    let mut run = Foreground::spawn(cmd);
-    run.wait_for_stderr("dnspath: tracing", Duration::from_secs(60));
+    let child = cmd
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut run = Watched::new(child, "podman run", read_all);
+    run.wait_for_stderr("dnspath: tracing", Duration::from_secs(60))
+        .unwrap();
     // An answered lookup first: the transaction names the client's pod and the CoreDNS pod
     // that answered, inside it and on its veth.
     let out = lab.dig(&["+time=5", "+tries=1", "www.lab.test.", "A"]);
@@ -446,18 +375,27 @@ fn debug_container_finds_a_forwarding_loop_and_exits_3_naming_the_pods() {
     lab.reconfigure_dns_pod(1, dnsdist_to_cluster_ip()).unwrap();
     let started = Instant::now();
     let _ = lab.dig(&["+time=1", "+tries=1", "storm.lab.test.", "A"]);
-    let result = run.wait(Duration::from_secs(60));
+    let exited = run.exited_within(Duration::from_secs(60));
     let took = started.elapsed();
     // Stop the storm before anything else can fail.
     lab.reconfigure_dns_pod(0, DnsPodConfig::new(DnsServerKind::Dnsdist))
         .unwrap();
     lab.reconfigure_dns_pod(1, DnsPodConfig::new(DnsServerKind::Dnsdist))
         .unwrap();
-    let Some((code, stdout, stderr)) = result else {
+    if !exited {
         let _ = podman(&["kill", &name]);
         panic!("the debug container did not exit within 60 s of the loop");
-    };
-    assert_eq!(code, Some(3), "exit code; stderr:\n{stderr}");
+    }
+    let Finished {
+        status,
+        stdout,
+        stderr,
+    } = run.finish();
+    assert_eq!(
+        status.and_then(|s| s.code()),
+        Some(3),
+        "exit code; stderr:\n{stderr}"
+    );
     let records: Vec<serde_json::Value> = stdout
         .lines()
         .filter_map(|l| serde_json::from_str(l).ok())

@@ -29,7 +29,7 @@ use std::{
 };
 
 use lab::{
-    tracer::{dnspath_bin, Tracer, TracerOutput},
+    tracer::{assert_accounted, dnspath_bin, last_stats, Tracer},
     Lab, LabConfig, Pod,
 };
 use serde_json::Value;
@@ -121,49 +121,8 @@ fn dig_big(lab: &Lab, server: &str) -> std::process::Output {
     ])
 }
 
-fn records(out: &TracerOutput) -> Vec<Value> {
-    assert!(
-        out.status.success(),
-        "dnspath failed: {:?}\nstderr:\n{}",
-        out.status,
-        out.stderr
-    );
-    out.stdout
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("bad NDJSON {l:?}: {e}")))
-        .collect()
-}
-
 fn of_type<'a>(recs: &'a [Value], t: &str) -> Vec<&'a Value> {
     recs.iter().filter(|r| r["type"] == t).collect()
-}
-
-fn stats(recs: &[Value]) -> &Value {
-    of_type(recs, "stats")
-        .last()
-        .copied()
-        .unwrap_or_else(|| panic!("no stats record"))
-}
-
-/// Every packet in exactly one bucket (docs/output.md, `stats`).
-fn assert_accounted(s: &Value) {
-    let n = |k: &str| s[k].as_u64().unwrap_or_else(|| panic!("no {k} in {s}"));
-    let buckets = [
-        "decoded",
-        "malformed",
-        "capture_truncated",
-        "tcp_control",
-        "other",
-        "summarised",
-        "fragments_merged",
-        "fragments_incomplete",
-        "fragments_pending",
-    ];
-    assert_eq!(
-        n("packets"),
-        buckets.iter().map(|k| n(k)).sum::<u64>(),
-        "accounting: {s}"
-    );
 }
 
 /// Answers to the big question, decoded whole: `(netns, ifname, dir, src)` of each.
@@ -348,7 +307,7 @@ fn large_answers_are_reassembled_at_every_hop_live_and_offline() {
     let pcap = pcap.stop();
     // Let the transactions finish (300 ms quiet) before stopping.
     thread::sleep(Duration::from_millis(800));
-    let recs = records(&t.stop());
+    let recs = t.stop().records();
     stop_server(server);
 
     let answers = big_answers(&recs);
@@ -379,7 +338,7 @@ fn large_answers_are_reassembled_at_every_hop_live_and_offline() {
         outcomes.len() >= 2 && outcomes.iter().all(|o| o == "answered"),
         "{outcomes:?}"
     );
-    let s = stats(&recs);
+    let s = last_stats(&recs);
     eprintln!("stats: {s}");
     assert_eq!(s["malformed"], 0, "{s}");
     assert_eq!(s["lost"], 0, "{s}");
@@ -420,7 +379,7 @@ fn large_answers_are_reassembled_at_every_hop_live_and_offline() {
         outcomes.len() >= 2 && outcomes.iter().all(|o| o == "answered"),
         "offline: {outcomes:?}"
     );
-    let s = stats(&recs);
+    let s = last_stats(&recs);
     eprintln!("offline stats: {s}\n{stderr}");
     assert_eq!(s["malformed"], 0, "{s}");
     assert!(s["datagrams_reassembled"].as_u64().unwrap() >= 4, "{s}");
@@ -505,7 +464,7 @@ fn later_fragments_dropped_on_a_hop_are_a_fragment_loss_there() {
     let pcap = pcap.stop();
     // Past the 2 s reassembly timeout: reported live, not at the end.
     thread::sleep(Duration::from_millis(2500));
-    let recs = records(&t.stop());
+    let recs = t.stop().records();
     stop_server(server);
 
     let losses = of_type(&recs, "fragment_loss");
@@ -607,7 +566,7 @@ fn later_fragments_dropped_on_a_hop_are_a_fragment_loss_there() {
             .1;
         assert_dropped_at(t, node, vclient, reason);
     }
-    let s = stats(&recs);
+    let s = last_stats(&recs);
     eprintln!("stats: {s}");
     assert_eq!(s["malformed"], 0, "{s}");
     assert_eq!(
@@ -657,7 +616,7 @@ fn later_fragments_dropped_on_a_hop_are_a_fragment_loss_there() {
         outcomes.len() == 2 && outcomes.iter().all(|o| o == "dropped"),
         "offline: {outcomes:?}"
     );
-    let s = stats(&recs);
+    let s = last_stats(&recs);
     eprintln!("offline stats: {s}\n{stderr}");
     assert_eq!(s["malformed"], 0, "{s}");
     assert_accounted(s);
@@ -709,7 +668,7 @@ fn later_fragments_dropped_by_a_firewall_rule_name_their_query() {
     );
     // Past the 2 s reassembly timeout, so the hops after the rule report their loss.
     thread::sleep(Duration::from_millis(2500));
-    let recs = records(&t.stop());
+    let recs = t.stop().records();
     stop_server(server);
     let counted = lab.exec(
         node,
@@ -772,7 +731,7 @@ fn later_fragments_dropped_by_a_firewall_rule_name_their_query() {
     };
     eprintln!("{}", t["summary"]);
     assert_dropped_at(t, node, d["ifname"].as_str().unwrap(), &d["reason"]);
-    let s = stats(&recs);
+    let s = last_stats(&recs);
     eprintln!("stats: {s}");
     assert_eq!(s["malformed"], 0, "{s}");
     // The kernel drop joined the transaction (the losses reported 2 s later find it over).

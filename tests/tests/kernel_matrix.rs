@@ -710,20 +710,9 @@ fn run(lab: &Lab, r: &mut Report) {
     r.step("path: dig www.lab.test via the ClusterIP");
     let dig = lab.dig(&[DIG_TIME, "+tries=1", "www.lab.test.", "A"]);
     r.step("drop: dig dropped.lab.test against an iptables DROP");
-    let rule = [
-        "FORWARD",
-        "-p",
-        "udp",
-        "--dport",
-        "53",
-        "-d",
-        "10.244.1.0/24",
-        "-j",
-        "DROP",
-    ];
-    let ins = lab.iptables_rule(lab.node_ns(), "-I", &rule);
+    let ins = lab.pod_dns_drop("-I");
     let _ = lab.dig(&["+time=1", "+tries=1", "dropped.lab.test.", "A"]);
-    let _ = lab.iptables_rule(lab.node_ns(), "-D", &rule);
+    let _ = lab.pod_dns_drop("-D");
     thread::sleep(Duration::from_millis(500));
     r.step("stopping the tracer (SIGINT)");
     let out = live.stop();

@@ -8,23 +8,10 @@
 //! `--host-root`). Run as root with `--test-threads=1` (`cargo xtask test`).
 use lab::{
     kubelet::{KubeletPods, Node},
-    tracer::{dnspath_bin, lab_or_skip, ndjson, Tracer, TracerOutput},
+    tracer::{dnspath_bin, lab_or_skip, Tracer},
     Lab, LabConfig, Pod,
 };
 use serde_json::Value;
-
-/// Drops every DNS query forwarded to a pod (inserted after the lookup that must succeed).
-const DROP_RULE: [&str; 9] = [
-    "FORWARD",
-    "-p",
-    "udp",
-    "--dport",
-    "53",
-    "-d",
-    "10.244.1.0/24",
-    "-j",
-    "DROP",
-];
 
 fn setup() -> Option<(Lab, KubeletPods)> {
     let lab = lab_or_skip(LabConfig::default())?;
@@ -45,16 +32,6 @@ fn trace_args<'a>(lab: &'a Lab, args: &[&'a str]) -> Vec<&'a str> {
         v.extend(["--netns", ns]);
     }
     v
-}
-
-fn records(out: &TracerOutput) -> Vec<Value> {
-    assert!(
-        out.status.success(),
-        "dnspath failed: {:?}\n{}",
-        out.status,
-        out.stderr
-    );
-    ndjson(&out.stdout)
 }
 
 fn qname(r: &Value) -> Option<&str> {
@@ -115,12 +92,12 @@ fn pods_named_on_every_hop_and_drop() {
     .unwrap();
     let out = lab.dig(&["+time=5", "+tries=1", "www.lab.test.", "A"]);
     assert!(out.status.success(), "{out:?}");
-    let o = lab.iptables_rule(lab.node_ns(), "-I", &DROP_RULE);
+    let o = lab.pod_dns_drop("-I");
     assert!(o.status.success(), "{o:?}");
     let out = lab.dig(&["+time=1", "+tries=1", "dropped.lab.test.", "A"]);
     assert!(!out.status.success(), "query should have been dropped");
-    let recs = records(&t.stop());
-    lab.iptables_rule(lab.node_ns(), "-D", &DROP_RULE);
+    let recs = t.stop().records();
+    lab.pod_dns_drop("-D");
 
     // Every packet of the lookup, at every hop, names its pod (or none, at the upstream).
     let mut named = std::collections::BTreeSet::new();
@@ -210,7 +187,6 @@ fn filters_select_what_is_shown_and_stats_count_everything() {
         return;
     };
     let root = pods.host_root.to_str().unwrap().to_string();
-    let drop = DROP_RULE;
 
     // --failures: the answered lookup is counted, not shown; the dropped one is shown.
     let t = Tracer::start(
@@ -232,12 +208,12 @@ fn filters_select_what_is_shown_and_stats_count_everything() {
     .unwrap();
     let out = lab.dig(&["+time=5", "+tries=1", "www.lab.test.", "A"]);
     assert!(out.status.success(), "{out:?}");
-    let o = lab.iptables_rule(lab.node_ns(), "-I", &drop);
+    let o = lab.pod_dns_drop("-I");
     assert!(o.status.success(), "{o:?}");
     let out = lab.dig(&["+time=1", "+tries=1", "dropped.lab.test.", "A"]);
     assert!(!out.status.success());
-    let recs = records(&t.stop());
-    lab.iptables_rule(lab.node_ns(), "-D", &drop);
+    let recs = t.stop().records();
+    lab.pod_dns_drop("-D");
     let name_of = |r: &Value| -> Option<String> {
         qname(r)
             .or_else(|| r["question"]["name"].as_str())
@@ -283,7 +259,7 @@ fn filters_select_what_is_shown_and_stats_count_everything() {
     for name in ["www.lab.test.", "other.lab.test."] {
         lab.dig(&["+time=5", "+tries=1", name, "A"]);
     }
-    let recs = records(&t.stop());
+    let recs = t.stop().records();
     let packets: Vec<_> = recs.iter().filter(|r| r["type"] == "packet").collect();
     assert!(!packets.is_empty(), "{recs:?}");
     for p in &packets {
@@ -359,7 +335,7 @@ fn node_side_veths_name_their_pods_without_all_netns() {
     .unwrap();
     let out = lab.dig(&["+time=5", "+tries=1", "www.lab.test.", "A"]);
     assert!(out.status.success(), "{out:?}");
-    let recs = records(&t.stop());
+    let recs = t.stop().records();
     let mut named = 0;
     for r in recs
         .iter()
@@ -397,7 +373,7 @@ fn namespace_qtype_rcode_and_slower_than_filters() {
         for d in digs {
             lab.dig(d);
         }
-        records(&t.stop())
+        t.stop().records()
     };
     let answered: &[&str] = &["+time=5", "+tries=1", "www.lab.test.", "A"];
     let aaaa: &[&str] = &["+time=5", "+tries=1", "www.lab.test.", "AAAA"];
@@ -466,12 +442,12 @@ fn namespace_qtype_rcode_and_slower_than_filters() {
     .unwrap();
     let out = lab.dig(answered);
     assert!(out.status.success(), "{out:?}");
-    let o = lab.iptables_rule(lab.node_ns(), "-I", &DROP_RULE);
+    let o = lab.pod_dns_drop("-I");
     assert!(o.status.success(), "{o:?}");
     let out = lab.dig(&["+time=1", "+tries=1", "dropped.lab.test.", "A"]);
     assert!(!out.status.success(), "query should have been dropped");
-    let recs = records(&t.stop());
-    lab.iptables_rule(lab.node_ns(), "-D", &DROP_RULE);
+    let recs = t.stop().records();
+    lab.pod_dns_drop("-D");
     let shown: Vec<_> = recs.iter().filter(|r| r["type"] == "transaction").collect();
     assert!(
         shown

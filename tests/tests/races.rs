@@ -204,28 +204,11 @@ fn rule_drops_are_not_races(flavor: IptablesFlavor) {
         return;
     };
     // A DROP for DNS to the pods in the node, and one inside the upstream's own namespace.
-    let node_rule = [
-        "FORWARD",
-        "-p",
-        "udp",
-        "--dport",
-        "53",
-        "-d",
-        "10.244.1.0/24",
-        "-j",
-        "DROP",
-    ];
     let up_rule = ["INPUT", "-p", "udp", "--dport", "53", "-j", "DROP"];
     let t = trace(&lab);
-    assert!(lab
-        .iptables_rule(lab.node_ns(), "-I", &node_rule)
-        .status
-        .success());
+    assert!(lab.pod_dns_drop("-I").status.success());
     let _ = lab.exec(lab.client_ns(), &["getent", "ahosts", "ruled.lab.test"]);
-    assert!(lab
-        .iptables_rule(lab.node_ns(), "-D", &node_rule)
-        .status
-        .success());
+    assert!(lab.pod_dns_drop("-D").status.success());
     assert!(lab
         .iptables_rule(lab.ns_of(Pod::Upstream), "-I", &up_rule)
         .status

@@ -8,7 +8,7 @@
 use std::{thread, time::Duration};
 
 use lab::{
-    tracer::{dnspath_bin, ndjson, Tracer, TracerOutput},
+    tracer::{dnspath_bin, Tracer},
     Lab, LabConfig, Pod,
 };
 use serde_json::Value;
@@ -24,16 +24,6 @@ fn lab(cfg: LabConfig) -> Option<Lab> {
         dnspath_bin().display()
     );
     Some(Lab::start(cfg).unwrap())
-}
-
-fn records(out: &TracerOutput) -> Vec<Value> {
-    assert!(
-        out.status.success(),
-        "dnspath failed: {:?}\nstderr:\n{}",
-        out.status,
-        out.stderr
-    );
-    ndjson(&out.stdout)
 }
 
 fn of_type<'a>(recs: &'a [Value], t: &str) -> Vec<&'a Value> {
@@ -129,7 +119,7 @@ fn udp_query_is_seen_at_every_hop() {
     };
     let t = Tracer::start(&lab, lab.node_ns(), &["trace", "-o", "json"]).unwrap();
     dig_ok(&lab, &["+time=2", "+tries=1", "www.lab.test.", "A"]);
-    let recs = records(&t.stop());
+    let recs = t.stop().records();
     assert_path(&lab, &recs, "www.lab.test.", "udp");
     let s = stats(&recs);
     assert_eq!(s["lost"], 0);
@@ -157,7 +147,7 @@ fn tcp_query_is_reassembled_at_every_hop() {
         &["+tcp", "+time=2", "+tries=1", "big.lab.test.", "TXT"],
     );
     assert!(big.contains("TXT"), "{big}");
-    let recs = records(&t.stop());
+    let recs = t.stop().records();
     // The client leg and the pod's upstream leg both over TCP (dnsdist keeps the transport).
     let client = lab.veth_of(Pod::Client);
     let q = find(&recs, "www.lab.test.", client, "ingress", false);
@@ -200,7 +190,7 @@ fn snaplen_cut_is_decoded_as_far_as_it_goes() {
         &["+tcp", "+time=2", "+tries=1", "big.lab.test.", "TXT"],
     );
     thread::sleep(Duration::from_millis(600));
-    let recs = records(&t.stop());
+    let recs = t.stop().records();
     let cut: Vec<_> = recs
         .iter()
         .filter(|r| r["type"] == "packet" && r["capture_truncated"] == true)
@@ -241,23 +231,12 @@ fn iptables_drop_rule_produces_drop_event() {
     let Some(lab) = lab(LabConfig::default()) else {
         return;
     };
-    let rule = [
-        "FORWARD",
-        "-p",
-        "udp",
-        "--dport",
-        "53",
-        "-d",
-        "10.244.1.0/24",
-        "-j",
-        "DROP",
-    ];
-    let o = lab.iptables_rule(lab.node_ns(), "-I", &rule);
+    let o = lab.pod_dns_drop("-I");
     assert!(o.status.success(), "{o:?}");
     let t = Tracer::start(&lab, lab.node_ns(), &["trace", "-o", "json"]).unwrap();
     let out = lab.dig(&["+time=1", "+tries=1", "dropped.lab.test.", "A"]);
     assert!(!out.status.success(), "query should have timed out");
-    let recs = records(&t.stop());
+    let recs = t.stop().records();
     let drops = of_type(&recs, "drop");
     let ours: Vec<_> = drops
         .iter()
@@ -326,7 +305,7 @@ fn loopback_inside_a_pod_needs_all_netns() {
         &["+time=2", "+tries=1", "@127.0.0.53", "stub.test.", "A"],
     );
     assert!(a.contains("10.9.9.9"), "{a}");
-    let recs = records(&t.stop());
+    let recs = t.stop().records();
     let on_lo: Vec<_> = recs
         .iter()
         .filter(|r| r["type"] == "packet" && r["ifname"] == "lo" && qname(r) == Some("stub.test."))
@@ -349,7 +328,7 @@ fn loopback_inside_a_pod_needs_all_netns() {
         &lab,
         &["+time=2", "+tries=1", "@127.0.0.53", "stub.test.", "A"],
     );
-    let recs2 = records(&t2.stop());
+    let recs2 = t2.stop().records();
     let _ = stub.kill();
     let _ = stub.wait();
     assert!(
@@ -372,7 +351,7 @@ fn ipv6_query_is_decoded() {
         &["+time=2", "+tries=1", &server, "www.lab.test.", "AAAA"],
     );
     assert!(out.contains("fd00:250::80"), "{out}");
-    let recs = records(&t.stop());
+    let recs = t.stop().records();
     let client_src = format!("[{}]:", lab.ip6_of(Pod::Client));
     let v6: Vec<_> = find(
         &recs,
@@ -410,7 +389,7 @@ fn malformed_packets_are_reported_not_fatal() {
     assert!(o.status.success(), "{o:?}");
     // The tracer is still working afterwards.
     dig_ok(&lab, &["+time=2", "+tries=1", "www.lab.test.", "A"]);
-    let recs = records(&t.stop());
+    let recs = t.stop().records();
     let bad: Vec<_> = recs
         .iter()
         .filter(|r| r["type"] == "packet" && r["malformed"].is_string())
@@ -458,7 +437,7 @@ fn duration_and_count_stop_the_trace() {
     .unwrap();
     dig_ok(&lab, &["+time=2", "+tries=1", "www.lab.test.", "A"]);
     let out = t.wait();
-    let recs = records(&out);
+    let recs = out.records();
     assert_eq!(of_type(&recs, "packet").len(), 2, "{recs:?}");
     // The stats say exactly what was seen after the stop: packets decoded in the stop's
     // batch but not written, and what the kernel matched that was never read.
@@ -554,7 +533,7 @@ fn ipv6_drop_behind_an_extension_header_is_reported() {
     assert!(o.status.success(), "{o:?}");
     thread::sleep(Duration::from_millis(500));
     rule_cmd("-D");
-    let recs = records(&t.stop());
+    let recs = t.stop().records();
     let traced: Vec<_> = recs
         .iter()
         .filter(|r| r["type"] == "packet" && qname(r) == Some("hopv6.lab.test."))

@@ -65,20 +65,9 @@ pub fn run(bin: &Path) -> crate::Result<()> {
     thread::sleep(Duration::from_millis(800));
 
     step("iptables -j DROP for DNS to the pods: the kernel drop, with its reason and the ClusterIP from conntrack");
-    let rule = [
-        "FORWARD",
-        "-p",
-        "udp",
-        "--dport",
-        "53",
-        "-d",
-        "10.244.1.0/24",
-        "-j",
-        "DROP",
-    ];
-    let _ = lab.iptables_rule(lab.node_ns(), "-I", &rule);
+    let _ = lab.pod_dns_drop("-I");
     let _ = lab.dig(&["+time=1", "+tries=1", "+short", "dropped.lab.test."]);
-    let _ = lab.iptables_rule(lab.node_ns(), "-D", &rule);
+    let _ = lab.pod_dns_drop("-D");
     thread::sleep(Duration::from_millis(800));
 
     step("both CoreDNS pods now forward to their own Service: a forwarding loop born at runtime");
