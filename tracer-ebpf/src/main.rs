@@ -14,13 +14,10 @@ use core::{ffi::c_void, mem::size_of, ptr::read_volatile};
 
 use aya_ebpf::{
     bindings::__sk_buff,
-    helpers::{
-        bpf_get_smp_processor_id, bpf_ktime_get_boot_ns, bpf_probe_read_kernel,
-        generated::{self as gen, bpf_skb_load_bytes},
-    },
-    macros::{btf_tracepoint, classifier, kprobe, kretprobe, map},
-    maps::{Array, HashMap, LruHashMap, PerCpuArray, PerCpuHashMap, RingBuf},
-    programs::{BtfTracePointContext, ProbeContext, RetProbeContext, TcContext},
+    helpers::{bpf_get_smp_processor_id, bpf_ktime_get_boot_ns, generated::bpf_skb_load_bytes},
+    macros::{classifier, map},
+    maps::{Array, LruHashMap, PerCpuArray, RingBuf},
+    programs::TcContext,
 };
 use aya_log_ebpf::{debug, trace};
 use packet::PacketRead as _;
@@ -30,12 +27,14 @@ use tracer_common::{
         ETH_P_8021AD, ETH_P_8021Q, ETH_P_IP, ETH_P_IPV6, ETH_P_QINQ1, IPPROTO_TCP, IPPROTO_UDP,
         UDP_HEADER_LEN,
     },
-    shed, CaptureConfig, CtTuple, Dir, DropEvent, EventKind, FragKey, KernelOffsets, PacketEvent,
-    PacketHeader, DROP_DATA_MASK, FRAG_KEY_LIFETIME_NS, MAX_DROP_DATA, MAX_FRAG_KEYS,
-    MAX_PACKET_DATA, MAX_SNAPLEN, PACKET_DATA_MASK, PACKET_HEADER_LEN,
+    CaptureConfig, Dir, EventKind, FragKey, KernelOffsets, PacketEvent, PacketHeader,
+    FRAG_KEY_LIFETIME_NS, MAX_FRAG_KEYS, MAX_PACKET_DATA, MAX_SNAPLEN, PACKET_DATA_MASK,
+    PACKET_HEADER_LEN,
 };
 
+mod drops;
 mod packet;
+mod storm;
 
 /// Where in a `PacketEvent`'s data buffer the shedding check passes its argument: past
 /// anything a packet can fill.
@@ -66,15 +65,6 @@ static PORTS: Array<u8> = Array::with_max_entries(65536, 0);
 #[map]
 static SCRATCH: PerCpuArray<PacketEvent> = PerCpuArray::with_max_entries(1, 0);
 
-/// The skb of the `__nf_conntrack_confirm` call in progress on this CPU (netfilter hooks
-/// run with bottom halves off: entry and return are on the same CPU, not nested).
-#[map]
-static CONFIRM_SKB: PerCpuArray<u64> = PerCpuArray::with_max_entries(1, 0);
-
-/// skbs whose conntrack confirm returned `NF_DROP` → when; the drop program consumes them.
-#[map]
-static CONFIRM_FAILED: LruHashMap<u64, u64> = LruHashMap::with_max_entries(1024, 0);
-
 /// Fragmented datagrams on a watched port → when their first fragment was seen (boot ns).
 /// Later fragments carry no ports: they are captured (and their drops reported) when their
 /// key is here and fresh. Shared by every instance, so a datagram whose first fragment was
@@ -82,27 +72,6 @@ static CONFIRM_FAILED: LruHashMap<u64, u64> = LruHashMap::with_max_entries(1024,
 /// is not captured (userspace then reports that fragment as never seen).
 #[map]
 static FRAGS: LruHashMap<FragKey, u64> = LruHashMap::with_max_entries(MAX_FRAG_KEYS, 0);
-
-/// Storm shedding (see `tracer_common::shed`): question hashes userspace wants only counted.
-/// Filled by userspace only, after it created the question's `SHED_COUNT` entry.
-#[map]
-static SHED_ON: HashMap<u64, u8> = HashMap::with_max_entries(shed::MAX_KEYS, 0);
-
-/// Per question in `SHED_ON`, per CPU: packets counted instead of copied. Userspace creates
-/// each entry (zeroed on every CPU) before the question goes into `SHED_ON`, and deletes it
-/// only after a last read that follows the question's removal from `SHED_ON`: the counts are
-/// exact.
-#[map]
-static SHED_COUNT: PerCpuHashMap<u64, u64> = PerCpuHashMap::with_max_entries(shed::MAX_KEYS, 0);
-
-/// Slot 0: how many questions `SHED_ON` holds; 0 spares every packet the hashing.
-#[map]
-static SHED_ACTIVE: Array<u32> = Array::with_max_entries(1, 0);
-
-/// Per-CPU buffer where the drop program copies the start of a freed packet's headers
-/// ([`packet::Copied`]). Tracing programs do not nest on a CPU.
-#[map]
-static DROP_PEEK: PerCpuArray<[u8; packet::PEEK_BUF]> = PerCpuArray::with_max_entries(1, 0);
 
 #[map]
 static COUNTERS: PerCpuArray<u64> = PerCpuArray::with_max_entries(counter::COUNT, 0);
@@ -373,7 +342,7 @@ fn try_tc(ctx: &TcContext, has_eth: bool, dir: u8) -> Result<(), ()> {
             count(counter::PACKETS_LOST_COPY);
             return Ok(());
         }
-        if t.proto == IPPROTO_UDP && t.frag == packet::FRAG_NONE && shedding() {
+        if t.proto == IPPROTO_UDP && t.frag == packet::FRAG_NONE && storm::shedding() {
             // The hash loop gets its inputs back from map memory, which the verifier does
             // not track: every parse path (VLANs, IPv4 options, IPv6 chains) then reaches
             // the loop in the same state and it is verified once, not once per path.
@@ -381,8 +350,8 @@ fn try_tc(ctx: &TcContext, has_eth: bool, dir: u8) -> Result<(), ()> {
             core::ptr::write_volatile(arg, ((t.l4_off - t.l3_off) + 8) as u32);
             let dns = core::ptr::read_volatile(arg) as usize;
             let len = core::ptr::read_volatile(&(*ev).hdr.cap_len) as usize;
-            if let Some(h) = question_hash(&mut (*ev).data, dns, len) {
-                if shed_packet(h) {
+            if let Some(h) = storm::question_hash(&mut (*ev).data, dns, len) {
+                if storm::shed_packet(h) {
                     return Ok(());
                 }
             }
@@ -462,336 +431,6 @@ unsafe fn forget_ranges(ev: *mut PacketEvent, found: Found) -> Found {
             tci: core::ptr::read_volatile(arg.add(4)),
         }
     }
-}
-
-#[inline(always)]
-fn shedding() -> bool {
-    matches!(SHED_ACTIVE.get(0), Some(n) if *n != 0)
-}
-
-/// Counts the packet instead of copying it if its question is being shed.
-#[inline(always)]
-fn shed_packet(h: u64) -> bool {
-    // SAFETY: presence check only; the value is not read.
-    if unsafe { SHED_ON.get(&h) }.is_none() {
-        return false;
-    }
-    let Some(n) = SHED_COUNT.get_ptr_mut(&h) else {
-        return false;
-    };
-    // SAFETY: this CPU's slot; TC programs do not nest on a CPU.
-    unsafe { *n += 1 };
-    count(counter::PACKETS_SHED);
-    true
-}
-
-/// `off` as an index of the packet buffer the verifier can bound on every kernel. Offsets
-/// here derive from values read back from map memory, whose range LLVM cannot know, so it
-/// keeps the mask.
-#[inline(always)]
-fn data_index(off: usize) -> usize {
-    off & PACKET_DATA_MASK
-}
-
-/// `tracer_common::shed` hash of the first question of the DNS message at `dns` in
-/// `data[..cap]`; `None` if there is none, it is cut, or its name is longer than
-/// [`SHED_NAME_BYTES`].
-///
-/// The name is hashed up to its first zero byte without walking its labels, and every byte
-/// of it is lowercased (length bytes are below 64, never ASCII letters): one exit branch per
-/// byte, which every verifier since 5.10 follows in a few thousand steps (a label walk
-/// multiplied its states). For a name with a zero byte inside a label or a compression
-/// pointer this differs from userspace's hash, so such a question is never shed here.
-#[inline(always)]
-fn question_hash(
-    data: &mut [u8; tracer_common::PACKET_DATA_BUF],
-    dns: usize,
-    cap: usize,
-) -> Option<u64> {
-    if dns + 12 > cap {
-        return None;
-    }
-    if data[data_index(dns + 4)] | data[data_index(dns + 5)] == 0 {
-        return None;
-    }
-    let mut off = dns + 12;
-    let mut h = shed::start();
-    let mut ended = false;
-    for _ in 0..SHED_NAME_BYTES {
-        if off >= cap {
-            return None;
-        }
-        let b = data[data_index(off)];
-        off += 1;
-        h = shed::step(h, shed::lower(b));
-        if b == 0 {
-            ended = true;
-            break;
-        }
-    }
-    if !ended {
-        return None;
-    }
-    // Through map memory again: the loop leaves at any of 255 offsets, and the rest would be
-    // verified once for each.
-    // SAFETY: `SHED_ARG..SHED_ARG + 4` is inside `data`, past any packet bytes.
-    let off = unsafe {
-        let arg = data.as_mut_ptr().add(SHED_ARG) as *mut u32;
-        core::ptr::write_volatile(arg, off as u32);
-        core::ptr::read_volatile(arg) as usize
-    };
-    let mut off = off;
-    for _ in 0..4 {
-        if off >= cap {
-            return None;
-        }
-        h = shed::step(h, data[data_index(off)]);
-        off += 1;
-    }
-    Some(h)
-}
-
-/// Drops of packets on a watched port, and of later IP fragments of datagrams whose first
-/// fragment was on one (`FRAGS`), with the drop reason.
-///
-/// Hook: BTF-enabled tracepoint `skb:kfree_skb`,
-/// `TP_PROTO(struct sk_buff *skb, void *location, enum skb_drop_reason reason, ...)`;
-/// the `reason` argument exists since Linux 5.17, `tp_btf` needs kernel BTF (5.5+).
-/// Struct offsets come from userspace (`KERNEL_OFFSETS`), read from `/sys/kernel/btf/vmlinux`.
-#[btf_tracepoint(function = "kfree_skb")]
-pub fn dnspath_kfree_skb(ctx: BtfTracePointContext) -> i32 {
-    let reason: u32 = ctx.arg(2);
-    kfree_skb(&ctx, reason)
-}
-
-/// As [`dnspath_kfree_skb`] on kernels before 5.17, whose tracepoint is
-/// `TP_PROTO(struct sk_buff *skb, void *location)`: the verifier rejects a read of a third
-/// argument, so drops are reported with reason 0 (`NOT_SPECIFIED`) and their location.
-#[btf_tracepoint(function = "kfree_skb")]
-pub fn dnspath_kfree_skb_noreason(ctx: BtfTracePointContext) -> i32 {
-    kfree_skb(&ctx, 0)
-}
-
-#[inline(always)]
-fn kfree_skb(ctx: &BtfTracePointContext, reason: u32) -> i32 {
-    match try_kfree_skb(ctx, reason) {
-        Ok(()) => {}
-        Err(()) => {
-            count(counter::DROPS_READ_FAILED);
-            let skb: u64 = ctx.arg(0);
-            debug!(
-                ctx,
-                target: LOG_TARGET,
-                "kfree_skb of skb {:x} (reason {}): its headers could not be read; counted in drops_read_failed",
-                skb,
-                reason
-            );
-        }
-    }
-    0
-}
-
-/// Entry of `int __nf_conntrack_confirm(struct sk_buff *skb)`
-/// (net/netfilter/nf_conntrack_core.c, all supported kernels; in the `nf_conntrack` module on
-/// most distributions). Hook: kprobe, optional (feature-probed; absent without
-/// CONFIG_KPROBES): it makes race verdicts exact instead of inferred from counters.
-#[kprobe]
-pub fn dnspath_confirm_entry(ctx: ProbeContext) -> u32 {
-    let skb: u64 = ctx.arg(0).unwrap_or(0);
-    if let Some(slot) = CONFIRM_SKB.get_ptr_mut(0) {
-        // SAFETY: per-CPU slot.
-        unsafe { *slot = skb };
-    }
-    0
-}
-
-/// Return of `__nf_conntrack_confirm`: `NF_DROP` (0) means the entry could not be inserted
-/// (`insert_failed`), the clash the kernel could not resolve; the packet is freed next.
-/// Hook: kretprobe, optional, paired with [`dnspath_confirm_entry`].
-#[kretprobe]
-pub fn dnspath_confirm_exit(ctx: RetProbeContext) -> u32 {
-    let ret: i32 = ctx.ret();
-    let Some(slot) = CONFIRM_SKB.get_ptr_mut(0) else {
-        return 0;
-    };
-    // SAFETY: per-CPU slot.
-    let skb = unsafe { *slot };
-    if ret == 0 && skb != 0 {
-        // SAFETY: helper call with valid key/value pointers.
-        let now = unsafe { bpf_ktime_get_boot_ns() };
-        let _ = CONFIRM_FAILED.insert(&skb, &now, 0);
-    }
-    // SAFETY: per-CPU slot.
-    unsafe { *slot = 0 };
-    0
-}
-
-#[inline(always)]
-unsafe fn kread<T>(base: u64, off: u32) -> Result<T, ()> {
-    // SAFETY: bpf_probe_read_kernel faults safely on a bad address.
-    unsafe { bpf_probe_read_kernel((base + off as u64) as *const T).map_err(|_| ()) }
-}
-
-#[inline(always)]
-fn try_kfree_skb(ctx: &BtfTracePointContext, reason: u32) -> Result<(), ()> {
-    let skb: u64 = ctx.arg(0);
-    let location: u64 = ctx.arg(1);
-    // SAFETY: plain global set by userspace before load.
-    let o = unsafe { read_volatile(&KERNEL_OFFSETS) };
-    if o.skb_head == 0 || skb == 0 {
-        return Ok(());
-    }
-    // SAFETY: every read goes through bpf_probe_read_kernel.
-    unsafe {
-        let head: u64 = kread(skb, o.skb_head)?;
-        let nh: u16 = kread(skb, o.skb_network_header)?;
-        if head == 0 || nh == 0xffff {
-            return Ok(());
-        }
-        // `tail` is an offset from `head` on 64-bit kernels (NET_SKBUFF_DATA_USES_OFFSET):
-        // the linear bytes from the network header on are the ones the walker may read.
-        let tail: u32 = kread(skb, o.skb_tail)?;
-        let linear = (tail as u64).saturating_sub(nh as u64);
-        let pkt = packet::KernelPacket {
-            base: head + nh as u64,
-            len: linear,
-        };
-        // Most freed packets of a node are not DNS: one copy of their first bytes decides
-        // them; headers further in are read from the packet itself.
-        let decided = match DROP_PEEK.get_ptr_mut(0) {
-            Some(buf) if linear > 0 => {
-                let n = if linear < packet::PEEK as u64 {
-                    linear as u32
-                } else {
-                    packet::PEEK as u32
-                };
-                let n = packet::bounded_len(n, (packet::PEEK - 1) as u32);
-                if gen::bpf_probe_read_kernel(buf as *mut c_void, n, pkt.base as *const c_void) == 0
-                {
-                    let copied = packet::Copied {
-                        buf: buf as *const u8,
-                        len: n as usize,
-                    };
-                    drop_wanted(&copied).ok()
-                } else {
-                    None
-                }
-            }
-            _ => None,
-        };
-        let want = match decided {
-            Some(w) => w,
-            None => drop_wanted(&pkt)?,
-        };
-        if !want {
-            return Ok(());
-        }
-        count(counter::DROPS_MATCHED);
-
-        let len: u32 = kread(skb, o.skb_len)?;
-        let data: u64 = kread(skb, o.skb_data)?;
-        let data_off = data.saturating_sub(head);
-        let Some(mut entry) = EVENTS.reserve::<DropEvent>(0) else {
-            count(counter::DROPS_LOST_RINGBUF);
-            return Ok(());
-        };
-        let ev = entry.as_mut_ptr();
-        (*ev).kind = EventKind::Drop as u32;
-        (*ev).cpu = bpf_get_smp_processor_id();
-        (*ev).ts_ns = bpf_ktime_get_boot_ns();
-        (*ev).location = location;
-        (*ev).reason = reason;
-        (*ev)._reserved = 0;
-        (*ev).confirm_failed = 0;
-        (*ev)._pad = 0;
-        // A failed confirm of this skb in the last second (the kprobe pair, where loaded).
-        if let Some(at) = CONFIRM_FAILED.get(&skb) {
-            if (*ev).ts_ns.saturating_sub(*at) < 1_000_000_000 {
-                (*ev).confirm_failed = 1;
-            }
-            let _ = CONFIRM_FAILED.remove(&skb);
-        }
-        (*ev)._pad2 = 0;
-        // skb->len counts from skb->data; the network header may lie before or after it.
-        (*ev).orig_len = (len as u64 + data_off).saturating_sub(nh as u64) as u32;
-
-        let dev: u64 = kread(skb, o.skb_dev).unwrap_or(0);
-        let net: u64 = if dev != 0 {
-            (*ev).ifindex = kread(dev, o.dev_ifindex).unwrap_or(0);
-            kread(dev, o.dev_nd_net).unwrap_or(0)
-        } else {
-            (*ev).ifindex = 0;
-            let sk: u64 = kread(skb, o.skb_sk).unwrap_or(0);
-            if sk != 0 {
-                kread(sk, o.sk_net).unwrap_or(0)
-            } else {
-                0
-            }
-        };
-        (*ev).netns_cookie = if net == 0 {
-            0
-        } else if o.net_id_is_inum != 0 {
-            kread::<u32>(net, o.net_cookie).unwrap_or(0) as u64
-        } else {
-            kread(net, o.net_cookie).unwrap_or(0)
-        };
-
-        (*ev).has_ct = 0;
-        (*ev).ct_status = 0;
-        (*ev).ct_orig = CtTuple::default();
-        (*ev).ct_reply = CtTuple::default();
-        if o.has_nfct != 0 {
-            let nfct: u64 = kread(skb, o.skb_nfct).unwrap_or(0);
-            // include/linux/skbuff.h: NFCT_PTRMASK = ~7UL; the low bits are ctinfo.
-            let ct = nfct & !7u64;
-            if ct != 0 {
-                let th = ct + o.nfct_tuplehash as u64 + o.tuplehash_tuple as u64;
-                if let (Ok(status), Ok(orig), Ok(reply)) = (
-                    kread::<u64>(ct, o.nfct_status),
-                    kread::<CtTuple>(th, 0),
-                    kread::<CtTuple>(th, o.tuplehash_size),
-                ) {
-                    (*ev).has_ct = 1;
-                    (*ev).ct_status = status;
-                    (*ev).ct_orig = orig;
-                    (*ev).ct_reply = reply;
-                }
-            }
-        }
-
-        // Copy the linear part from the network header, at most MAX_DROP_DATA bytes.
-        (*ev).cap_len = 0;
-        if linear > 0 {
-            let cap = if linear < MAX_DROP_DATA as u64 {
-                linear as u32
-            } else {
-                MAX_DROP_DATA as u32
-            };
-            let cap = packet::bounded_len(cap, DROP_DATA_MASK as u32);
-            if gen::bpf_probe_read_kernel(
-                (*ev).data.as_mut_ptr() as *mut c_void,
-                cap,
-                pkt.base as *const c_void,
-            ) == 0
-            {
-                (*ev).cap_len = cap;
-            }
-        }
-        entry.submit(0);
-    }
-    Ok(())
-}
-
-/// Whether a freed packet (`p` starts at its network header) is one to report: on a watched
-/// port, or a later fragment of a watched datagram — a fragment freed by reassembly
-/// (timeout, overlap) or by a rule is the reason a large answer never arrives.
-#[inline(always)]
-fn drop_wanted<P: packet::PacketRead>(p: &P) -> Result<bool, ()> {
-    let first: u8 = p.ptr_at(0)?;
-    let Some(t) = packet::transport(p, packet::ethertype_of_version(first), 0)? else {
-        return Ok(false);
-    };
-    wanted(p, &t, false)
 }
 
 #[cfg(not(test))]

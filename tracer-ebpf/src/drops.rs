@@ -1,0 +1,273 @@
+//! The drop program (`tp_btf/kfree_skb`) and the optional conntrack-confirm kprobe pair
+//! whose verdict it reports.
+use core::{ffi::c_void, ptr::read_volatile};
+
+use aya_ebpf::{
+    helpers::{
+        bpf_get_smp_processor_id, bpf_ktime_get_boot_ns, bpf_probe_read_kernel, generated as gen,
+    },
+    macros::{btf_tracepoint, kprobe, kretprobe, map},
+    maps::{LruHashMap, PerCpuArray},
+    programs::{BtfTracePointContext, ProbeContext, RetProbeContext},
+};
+use aya_log_ebpf::debug;
+use tracer_common::{counter, CtTuple, DropEvent, EventKind, DROP_DATA_MASK, MAX_DROP_DATA};
+
+use crate::{count, packet, wanted, EVENTS, KERNEL_OFFSETS, LOG_TARGET};
+
+/// The skb of the `__nf_conntrack_confirm` call in progress on this CPU (netfilter hooks
+/// run with bottom halves off: entry and return are on the same CPU, not nested).
+#[map]
+static CONFIRM_SKB: PerCpuArray<u64> = PerCpuArray::with_max_entries(1, 0);
+
+/// skbs whose conntrack confirm returned `NF_DROP` → when; the drop program consumes them.
+#[map]
+static CONFIRM_FAILED: LruHashMap<u64, u64> = LruHashMap::with_max_entries(1024, 0);
+
+/// Per-CPU buffer where the drop program copies the start of a freed packet's headers
+/// ([`packet::Copied`]). Tracing programs do not nest on a CPU.
+#[map]
+static DROP_PEEK: PerCpuArray<[u8; packet::PEEK_BUF]> = PerCpuArray::with_max_entries(1, 0);
+
+/// Drops of packets on a watched port, and of later IP fragments of datagrams whose first
+/// fragment was on one (`FRAGS`), with the drop reason.
+///
+/// Hook: BTF-enabled tracepoint `skb:kfree_skb`,
+/// `TP_PROTO(struct sk_buff *skb, void *location, enum skb_drop_reason reason, ...)`;
+/// the `reason` argument exists since Linux 5.17, `tp_btf` needs kernel BTF (5.5+).
+/// Struct offsets come from userspace (`KERNEL_OFFSETS`), read from `/sys/kernel/btf/vmlinux`.
+#[btf_tracepoint(function = "kfree_skb")]
+pub fn dnspath_kfree_skb(ctx: BtfTracePointContext) -> i32 {
+    let reason: u32 = ctx.arg(2);
+    kfree_skb(&ctx, reason)
+}
+
+/// As [`dnspath_kfree_skb`] on kernels before 5.17, whose tracepoint is
+/// `TP_PROTO(struct sk_buff *skb, void *location)`: the verifier rejects a read of a third
+/// argument, so drops are reported with reason 0 (`NOT_SPECIFIED`) and their location.
+#[btf_tracepoint(function = "kfree_skb")]
+pub fn dnspath_kfree_skb_noreason(ctx: BtfTracePointContext) -> i32 {
+    kfree_skb(&ctx, 0)
+}
+
+#[inline(always)]
+fn kfree_skb(ctx: &BtfTracePointContext, reason: u32) -> i32 {
+    match try_kfree_skb(ctx, reason) {
+        Ok(()) => {}
+        Err(()) => {
+            count(counter::DROPS_READ_FAILED);
+            let skb: u64 = ctx.arg(0);
+            debug!(
+                ctx,
+                target: LOG_TARGET,
+                "kfree_skb of skb {:x} (reason {}): its headers could not be read; counted in drops_read_failed",
+                skb,
+                reason
+            );
+        }
+    }
+    0
+}
+
+/// Entry of `int __nf_conntrack_confirm(struct sk_buff *skb)`
+/// (net/netfilter/nf_conntrack_core.c, all supported kernels; in the `nf_conntrack` module on
+/// most distributions). Hook: kprobe, optional (feature-probed; absent without
+/// CONFIG_KPROBES): it makes race verdicts exact instead of inferred from counters.
+#[kprobe]
+pub fn dnspath_confirm_entry(ctx: ProbeContext) -> u32 {
+    let skb: u64 = ctx.arg(0).unwrap_or(0);
+    if let Some(slot) = CONFIRM_SKB.get_ptr_mut(0) {
+        // SAFETY: per-CPU slot.
+        unsafe { *slot = skb };
+    }
+    0
+}
+
+/// Return of `__nf_conntrack_confirm`: `NF_DROP` (0) means the entry could not be inserted
+/// (`insert_failed`), the clash the kernel could not resolve; the packet is freed next.
+/// Hook: kretprobe, optional, paired with [`dnspath_confirm_entry`].
+#[kretprobe]
+pub fn dnspath_confirm_exit(ctx: RetProbeContext) -> u32 {
+    let ret: i32 = ctx.ret();
+    let Some(slot) = CONFIRM_SKB.get_ptr_mut(0) else {
+        return 0;
+    };
+    // SAFETY: per-CPU slot.
+    let skb = unsafe { *slot };
+    if ret == 0 && skb != 0 {
+        // SAFETY: helper call with valid key/value pointers.
+        let now = unsafe { bpf_ktime_get_boot_ns() };
+        let _ = CONFIRM_FAILED.insert(&skb, &now, 0);
+    }
+    // SAFETY: per-CPU slot.
+    unsafe { *slot = 0 };
+    0
+}
+
+#[inline(always)]
+unsafe fn kread<T>(base: u64, off: u32) -> Result<T, ()> {
+    // SAFETY: bpf_probe_read_kernel faults safely on a bad address.
+    unsafe { bpf_probe_read_kernel((base + off as u64) as *const T).map_err(|_| ()) }
+}
+
+#[inline(always)]
+fn try_kfree_skb(ctx: &BtfTracePointContext, reason: u32) -> Result<(), ()> {
+    let skb: u64 = ctx.arg(0);
+    let location: u64 = ctx.arg(1);
+    // SAFETY: plain global set by userspace before load.
+    let o = unsafe { read_volatile(&KERNEL_OFFSETS) };
+    if o.skb_head == 0 || skb == 0 {
+        return Ok(());
+    }
+    // SAFETY: every read goes through bpf_probe_read_kernel.
+    unsafe {
+        let head: u64 = kread(skb, o.skb_head)?;
+        let nh: u16 = kread(skb, o.skb_network_header)?;
+        if head == 0 || nh == 0xffff {
+            return Ok(());
+        }
+        // `tail` is an offset from `head` on 64-bit kernels (NET_SKBUFF_DATA_USES_OFFSET):
+        // the linear bytes from the network header on are the ones the walker may read.
+        let tail: u32 = kread(skb, o.skb_tail)?;
+        let linear = (tail as u64).saturating_sub(nh as u64);
+        let pkt = packet::KernelPacket {
+            base: head + nh as u64,
+            len: linear,
+        };
+        // Most freed packets of a node are not DNS: one copy of their first bytes decides
+        // them; headers further in are read from the packet itself.
+        let decided = match DROP_PEEK.get_ptr_mut(0) {
+            Some(buf) if linear > 0 => {
+                let n = if linear < packet::PEEK as u64 {
+                    linear as u32
+                } else {
+                    packet::PEEK as u32
+                };
+                let n = packet::bounded_len(n, (packet::PEEK - 1) as u32);
+                if gen::bpf_probe_read_kernel(buf as *mut c_void, n, pkt.base as *const c_void) == 0
+                {
+                    let copied = packet::Copied {
+                        buf: buf as *const u8,
+                        len: n as usize,
+                    };
+                    drop_wanted(&copied).ok()
+                } else {
+                    None
+                }
+            }
+            _ => None,
+        };
+        let want = match decided {
+            Some(w) => w,
+            None => drop_wanted(&pkt)?,
+        };
+        if !want {
+            return Ok(());
+        }
+        count(counter::DROPS_MATCHED);
+
+        let len: u32 = kread(skb, o.skb_len)?;
+        let data: u64 = kread(skb, o.skb_data)?;
+        let data_off = data.saturating_sub(head);
+        let Some(mut entry) = EVENTS.reserve::<DropEvent>(0) else {
+            count(counter::DROPS_LOST_RINGBUF);
+            return Ok(());
+        };
+        let ev = entry.as_mut_ptr();
+        (*ev).kind = EventKind::Drop as u32;
+        (*ev).cpu = bpf_get_smp_processor_id();
+        (*ev).ts_ns = bpf_ktime_get_boot_ns();
+        (*ev).location = location;
+        (*ev).reason = reason;
+        (*ev)._reserved = 0;
+        (*ev).confirm_failed = 0;
+        (*ev)._pad = 0;
+        // A failed confirm of this skb in the last second (the kprobe pair, where loaded).
+        if let Some(at) = CONFIRM_FAILED.get(&skb) {
+            if (*ev).ts_ns.saturating_sub(*at) < 1_000_000_000 {
+                (*ev).confirm_failed = 1;
+            }
+            let _ = CONFIRM_FAILED.remove(&skb);
+        }
+        (*ev)._pad2 = 0;
+        // skb->len counts from skb->data; the network header may lie before or after it.
+        (*ev).orig_len = (len as u64 + data_off).saturating_sub(nh as u64) as u32;
+
+        let dev: u64 = kread(skb, o.skb_dev).unwrap_or(0);
+        let net: u64 = if dev != 0 {
+            (*ev).ifindex = kread(dev, o.dev_ifindex).unwrap_or(0);
+            kread(dev, o.dev_nd_net).unwrap_or(0)
+        } else {
+            (*ev).ifindex = 0;
+            let sk: u64 = kread(skb, o.skb_sk).unwrap_or(0);
+            if sk != 0 {
+                kread(sk, o.sk_net).unwrap_or(0)
+            } else {
+                0
+            }
+        };
+        (*ev).netns_cookie = if net == 0 {
+            0
+        } else if o.net_id_is_inum != 0 {
+            kread::<u32>(net, o.net_cookie).unwrap_or(0) as u64
+        } else {
+            kread(net, o.net_cookie).unwrap_or(0)
+        };
+
+        (*ev).has_ct = 0;
+        (*ev).ct_status = 0;
+        (*ev).ct_orig = CtTuple::default();
+        (*ev).ct_reply = CtTuple::default();
+        if o.has_nfct != 0 {
+            let nfct: u64 = kread(skb, o.skb_nfct).unwrap_or(0);
+            // include/linux/skbuff.h: NFCT_PTRMASK = ~7UL; the low bits are ctinfo.
+            let ct = nfct & !7u64;
+            if ct != 0 {
+                let th = ct + o.nfct_tuplehash as u64 + o.tuplehash_tuple as u64;
+                if let (Ok(status), Ok(orig), Ok(reply)) = (
+                    kread::<u64>(ct, o.nfct_status),
+                    kread::<CtTuple>(th, 0),
+                    kread::<CtTuple>(th, o.tuplehash_size),
+                ) {
+                    (*ev).has_ct = 1;
+                    (*ev).ct_status = status;
+                    (*ev).ct_orig = orig;
+                    (*ev).ct_reply = reply;
+                }
+            }
+        }
+
+        // Copy the linear part from the network header, at most MAX_DROP_DATA bytes.
+        (*ev).cap_len = 0;
+        if linear > 0 {
+            let cap = if linear < MAX_DROP_DATA as u64 {
+                linear as u32
+            } else {
+                MAX_DROP_DATA as u32
+            };
+            let cap = packet::bounded_len(cap, DROP_DATA_MASK as u32);
+            if gen::bpf_probe_read_kernel(
+                (*ev).data.as_mut_ptr() as *mut c_void,
+                cap,
+                pkt.base as *const c_void,
+            ) == 0
+            {
+                (*ev).cap_len = cap;
+            }
+        }
+        entry.submit(0);
+    }
+    Ok(())
+}
+
+/// Whether a freed packet (`p` starts at its network header) is one to report: on a watched
+/// port, or a later fragment of a watched datagram — a fragment freed by reassembly
+/// (timeout, overlap) or by a rule is the reason a large answer never arrives.
+#[inline(always)]
+fn drop_wanted<P: packet::PacketRead>(p: &P) -> Result<bool, ()> {
+    let first: u8 = p.ptr_at(0)?;
+    let Some(t) = packet::transport(p, packet::ethertype_of_version(first), 0)? else {
+        return Ok(false);
+    };
+    wanted(p, &t, false)
+}
