@@ -89,18 +89,26 @@ pub trait Sink {
 
 pub struct JsonSink<W: Write> {
     out: W,
+    /// One record's line, reused: serde_json writes its many small pieces into memory and
+    /// the sink hands the line over in one write.
+    line: Vec<u8>,
 }
 
 impl<W: Write> JsonSink<W> {
     pub fn new(out: W) -> Self {
-        Self { out }
+        Self {
+            out,
+            line: Vec::with_capacity(4096),
+        }
     }
 }
 
 impl<W: Write> Sink for JsonSink<W> {
     fn write(&mut self, record: &Record) -> io::Result<()> {
-        serde_json::to_writer(&mut self.out, record)?;
-        self.out.write_all(b"\n")
+        self.line.clear();
+        serde_json::to_writer(&mut self.line, record)?;
+        self.line.push(b'\n');
+        self.out.write_all(&self.line)
     }
     fn flush(&mut self) -> io::Result<()> {
         self.out.flush()
