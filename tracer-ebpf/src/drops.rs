@@ -13,7 +13,7 @@ use aya_ebpf::{
 use aya_log_ebpf::debug;
 use tracer_common::{counter, CtTuple, DropEvent, EventKind, DROP_DATA_MASK, MAX_DROP_DATA};
 
-use crate::{count, packet, wanted, EVENTS, KERNEL_OFFSETS, LOG_TARGET};
+use crate::{count, packet, wakeup_flag, wanted, EVENTS, KERNEL_OFFSETS, LOG_TARGET};
 
 /// The skb of the `__nf_conntrack_confirm` call in progress on this CPU (netfilter hooks
 /// run with bottom halves off: entry and return are on the same CPU, not nested).
@@ -255,7 +255,7 @@ fn try_kfree_skb(ctx: &BtfTracePointContext, reason: u32) -> Result<(), ()> {
                 (*ev).cap_len = cap;
             }
         }
-        entry.submit(0);
+        entry.submit(wakeup_flag(core::mem::size_of::<DropEvent>() as u64));
     }
     Ok(())
 }

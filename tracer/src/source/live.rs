@@ -103,6 +103,19 @@ impl LiveSource {
         Ok(())
     }
 
+    /// Takes what is there, at most a batch, without waiting: the run loop's poll. The
+    /// kernel programs wake the reader only once a backlog has built up, so a trickle of
+    /// records is read here.
+    pub fn poll_now(&mut self, out: &mut Vec<SourceEvent>) {
+        let ring = self.fd.get_mut();
+        for _ in 0..MAX_BATCH {
+            match ring.next() {
+                Some(item) => out.push(parse_record(&item)),
+                None => break,
+            }
+        }
+    }
+
     /// Drains what is there without waiting (at shutdown).
     pub fn drain(&mut self, out: &mut Vec<SourceEvent>) {
         let ring = self.fd.get_mut();

@@ -302,6 +302,7 @@ pub async fn run_live(
             _ = &mut deadline => { stopped_by = "duration"; break 'run }
             _ = tick.tick() => {
                 ticked = true;
+                source.poll_now(&mut events);
                 ticks += 1;
                 if ticks.is_multiple_of(20) {
                     refresh_counters(&mut pipeline);
