@@ -14,13 +14,23 @@ use tracer_common::proto::{
 /// the right size: records carry addresses as text, and `to_string` through the formatter
 /// costs several times more per packet than the bytes it writes.
 pub fn addr_string(addr: std::net::SocketAddr) -> String {
-    let std::net::SocketAddr::V4(v4) = addr else {
-        return addr.to_string();
-    };
-    // "255.255.255.255:65535" is 21 bytes.
-    let mut buf = [0u8; 21];
+    match addr {
+        std::net::SocketAddr::V4(v4) => v4_text(v4, &mut [0u8; V4_TEXT_MAX]).to_owned(),
+        std::net::SocketAddr::V6(_) => addr.to_string(),
+    }
+}
+
+/// The longest IPv4 socket address as text: "255.255.255.255:65535".
+pub const V4_TEXT_MAX: usize = 21;
+
+/// `addr` as its `Display` writes it, written into `buf` without the formatter.
+pub fn v4_text(addr: std::net::SocketAddrV4, buf: &mut [u8; V4_TEXT_MAX]) -> &str {
     let mut n = 0;
-    let push_dec = |buf: &mut [u8; 21], n: &mut usize, v: u32| {
+    let mut push_dec = |sep: Option<u8>, v: u32| {
+        if let Some(c) = sep {
+            buf[n] = c;
+            n += 1;
+        }
         let mut digits = [0u8; 5];
         let mut len = 0;
         let mut v = v;
@@ -33,24 +43,19 @@ pub fn addr_string(addr: std::net::SocketAddr) -> String {
             }
         }
         for d in digits[..len].iter().rev() {
-            buf[*n] = *d;
-            *n += 1;
-        }
-    };
-    for (i, o) in v4.ip().octets().into_iter().enumerate() {
-        if i > 0 {
-            buf[n] = b'.';
+            buf[n] = *d;
             n += 1;
         }
-        push_dec(&mut buf, &mut n, u32::from(o));
-    }
-    buf[n] = b':';
-    n += 1;
-    push_dec(&mut buf, &mut n, u32::from(v4.port()));
+        n
+    };
+    let [a, b, c, d] = addr.ip().octets();
+    push_dec(None, u32::from(a));
+    push_dec(Some(b'.'), u32::from(b));
+    push_dec(Some(b'.'), u32::from(c));
+    push_dec(Some(b'.'), u32::from(d));
+    let n = push_dec(Some(b':'), u32::from(addr.port()));
     // Only ASCII digits, dots and a colon were written.
-    std::str::from_utf8(&buf[..n])
-        .unwrap_or_default()
-        .to_owned()
+    std::str::from_utf8(&buf[..n]).unwrap_or_default()
 }
 
 /// Real stacks send at most a handful of extension headers; a long chain is either an

@@ -12,7 +12,7 @@ use crate::{
         race::{CounterDeltas, RaceQuery, RaceRecord},
         record::{HopRecord, LegDrop, LegRecord, LookupRef, QuestionRecord, TransactionRecord},
     },
-    decode::{dns::Cut, record::PodRef},
+    decode::{dns::Cut, ip, record::PodRef},
     event::Direction,
 };
 
@@ -25,41 +25,7 @@ impl Serialize for Addr {
         let SocketAddr::V4(v4) = self.0 else {
             return s.collect_str(&self.0);
         };
-        // "255.255.255.255:65535" is 21 bytes.
-        let mut buf = [0u8; 21];
-        let mut n = 0;
-        let mut push_dec = |v: u16, sep: Option<u8>| {
-            if let Some(c) = sep {
-                buf[n] = c;
-                n += 1;
-            }
-            let mut digits = [0u8; 5];
-            let mut len = 0;
-            let mut v = v;
-            loop {
-                digits[len] = b'0' + (v % 10) as u8;
-                len += 1;
-                v /= 10;
-                if v == 0 {
-                    break;
-                }
-            }
-            for d in digits[..len].iter().rev() {
-                buf[n] = *d;
-                n += 1;
-            }
-        };
-        let [a, b, c, d] = v4.ip().octets();
-        push_dec(u16::from(a), None);
-        push_dec(u16::from(b), Some(b'.'));
-        push_dec(u16::from(c), Some(b'.'));
-        push_dec(u16::from(d), Some(b'.'));
-        push_dec(v4.port(), Some(b':'));
-        // Only ASCII digits, dots and a colon were written.
-        match std::str::from_utf8(&buf[..n]) {
-            Ok(text) => s.serialize_str(text),
-            Err(_) => s.collect_str(&self.0),
-        }
+        s.serialize_str(ip::v4_text(v4, &mut [0u8; ip::V4_TEXT_MAX]))
     }
 }
 
