@@ -26,7 +26,8 @@ pub(super) const MAX_CANDIDATES: usize = 64;
 
 #[derive(Default)]
 pub(super) struct LegIndex {
-    legs: HashMap<u64, Leg>,
+    /// By the correlator's own leg ids (a counter, not the wire's): a fast hasher is safe.
+    legs: HashMap<u64, Leg, foldhash::fast::RandomState>,
     by_key: HashMap<LegKey, u64>,
     open_by_q: HashMap<QKey, Vec<u64>>,
     roots_by_q: HashMap<(IpAddr, QKey), Vec<u64>>,

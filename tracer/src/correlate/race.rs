@@ -146,7 +146,8 @@ pub struct RaceStats {
 /// Conntrack statistics samples per namespace, to read counter growth around a drop.
 #[derive(Default)]
 pub struct CtSamples {
-    by_netns: HashMap<u64, VecDeque<CtStatsSample>>,
+    /// By netns cookie (the kernel's, not the wire's): a fast hasher is safe.
+    by_netns: HashMap<u64, VecDeque<CtStatsSample>, foldhash::fast::RandomState>,
 }
 
 impl CtSamples {

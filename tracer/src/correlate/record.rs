@@ -112,8 +112,18 @@ pub struct LookupRef {
 /// A question, shared by every leg, index entry and record of it rather than copied into
 /// each: cloning it copies a pointer. The correlator's own questions have the name in lower
 /// case.
-#[derive(Clone, PartialEq, Eq, Hash)]
-pub struct QuestionRecord(Arc<Question>);
+///
+/// It is hashed once, when made: the correlator's maps (several per packet) hash the
+/// stored 64-bit digest, not the name again. The digest is SipHash under this process's
+/// random key (`std`'s `RandomState`), so names chosen to collide in those maps are as hard
+/// to find as with the maps hashing the name themselves.
+#[derive(Clone)]
+pub struct QuestionRecord(Arc<Hashed>);
+
+struct Hashed {
+    q: Question,
+    hash: u64,
+}
 
 #[derive(Debug, PartialEq, Eq, Hash)]
 pub struct Question {
@@ -122,30 +132,52 @@ pub struct Question {
     pub class: String,
 }
 
+/// The key the questions' digests are made with: random, once per process.
+fn question_hasher() -> &'static std::hash::RandomState {
+    static KEY: std::sync::OnceLock<std::hash::RandomState> = std::sync::OnceLock::new();
+    KEY.get_or_init(std::hash::RandomState::new)
+}
+
 impl QuestionRecord {
     pub fn new(
         name: impl Into<String>,
         qtype: impl Into<String>,
         class: impl Into<String>,
     ) -> Self {
-        Self(Arc::new(Question {
+        let q = Question {
             name: name.into(),
             qtype: qtype.into(),
             class: class.into(),
-        }))
+        };
+        let hash = std::hash::BuildHasher::hash_one(question_hasher(), &q);
+        Self(Arc::new(Hashed { q, hash }))
+    }
+}
+
+impl PartialEq for QuestionRecord {
+    fn eq(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.0, &other.0) || (self.0.hash == other.0.hash && self.0.q == other.0.q)
+    }
+}
+
+impl Eq for QuestionRecord {}
+
+impl std::hash::Hash for QuestionRecord {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        state.write_u64(self.0.hash);
     }
 }
 
 impl std::ops::Deref for QuestionRecord {
     type Target = Question;
     fn deref(&self) -> &Question {
-        &self.0
+        &self.0.q
     }
 }
 
 impl std::fmt::Debug for QuestionRecord {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        self.0.fmt(f)
+        self.0.q.fmt(f)
     }
 }
 
