@@ -1,14 +1,15 @@
 //! The decode stage of the pipeline: packet and drop events → packet and
 //! drop records (DNS decoded, TCP reassembled, cut and malformed messages told apart), the
 //! counters that account for every packet, and typed observations for the correlate stage.
-use std::{collections::HashMap, net::SocketAddr};
+use std::{collections::HashMap, net::SocketAddr, sync::Arc};
 
 use tracer_common::proto::{IPPROTO_TCP, IPPROTO_UDP};
 
 use crate::{
     decode::{
-        addr_string, dns,
+        dns,
         frag::{FragLimits, FragmentLoss, Pushed, Reassembler},
+        ip::Endpoint,
         observation::{DropObservation, Observation, Observed, FRAGMENT_LOSS},
         parse_ip,
         record::{DecodeReport, DecodeStats, FragmentLossRecord, KernelStats, PacketRecord},
@@ -128,8 +129,8 @@ impl Decoder {
             obs.push(Observed::Message(Observation {
                 ts_ns: r.ts_ns,
                 at,
-                netns: r.netns.clone(),
-                ifname: r.ifname.clone(),
+                netns: r.netns.to_string(),
+                ifname: r.ifname.to_string(),
                 proto,
                 src,
                 dst,
@@ -138,7 +139,7 @@ impl Decoder {
         }
     }
 
-    fn place(&self, netns: u64, ifindex: u32) -> (String, String) {
+    fn place(&self, netns: u64, ifindex: u32) -> (Arc<str>, Arc<str>) {
         crate::names::place(&self.names, netns, ifindex)
     }
 
@@ -168,8 +169,8 @@ impl Decoder {
                     ts_ns: l.last_ts_ns,
                     cpu: 0,
                     netns_cookie: l.key.at.netns,
-                    netns: r.netns.clone(),
-                    ifname: r.ifname.clone(),
+                    netns: r.netns.to_string(),
+                    ifname: r.ifname.to_string(),
                     reason: FRAGMENT_LOSS.to_string(),
                     location: r.what_missing(),
                     function: String::new(),
