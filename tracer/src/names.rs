@@ -22,6 +22,9 @@ pub struct Names {
     /// name), as of the last rescan; each with its record form, shared by the records.
     pods: HashMap<u64, PodEntry>,
     pod_veths: HashMap<u64, HashMap<String, PodEntry>>,
+    /// Changes whenever a namespace or interface name does: what [`place`] gave before is
+    /// still right while it stays the same.
+    generation: u64,
 }
 
 /// A pod, and how records name it there.
@@ -89,15 +92,18 @@ impl Names {
     pub fn learn(&mut self, cookie: u64, ns: &str, ifindex: u32, ifname: &str) {
         if self.ifaces.len() >= MAX_NAMES {
             self.ifaces.clear();
+            self.generation = self.generation.wrapping_add(1);
         }
         if self.netns.len() >= MAX_NAMES {
             self.netns.clear();
+            self.generation = self.generation.wrapping_add(1);
         }
         if self.by_label.len() >= MAX_NAMES {
             self.by_label.clear();
         }
         if self.netns.get(&cookie).is_none_or(|n| **n != *ns) {
             self.netns.insert(cookie, Arc::from(ns));
+            self.generation = self.generation.wrapping_add(1);
         }
         self.by_label.insert(ns.to_string(), cookie);
         if self
@@ -106,7 +112,14 @@ impl Names {
             .is_none_or(|n| **n != *ifname)
         {
             self.ifaces.insert((cookie, ifindex), Arc::from(ifname));
+            self.generation = self.generation.wrapping_add(1);
         }
+    }
+
+    /// A number that changes whenever a namespace or interface name does: while it stays
+    /// the same, what [`Names::place`] gives does too.
+    pub fn generation(&self) -> u64 {
+        self.generation
     }
 
     /// Replaces the pod map (from a rescan).
@@ -167,20 +180,27 @@ pub type SharedNames = Arc<RwLock<Names>>;
 /// what is not (yet) known: `netns:0x…`, `ifN`, and no name for ifindex 0 (a drop without a
 /// device, or a file's first interface). Known names are shared, not copied.
 pub fn place(names: &SharedNames, netns: u64, ifindex: u32) -> (Arc<str>, Arc<str>) {
-    let Ok(names) = names.read() else {
-        return (
+    match names.read() {
+        Ok(names) => names.place(netns, ifindex),
+        Err(_) => (
             Arc::from(format!("{netns:#x}")),
             Arc::from(format!("if{ifindex}")),
-        );
-    };
-    let ns = match names.netns.get(&netns) {
-        Some(n) => Arc::clone(n),
-        None => Arc::from(format!("netns:{netns:#x}")),
-    };
-    let ifname = match names.ifaces.get(&(netns, ifindex)) {
-        Some(n) => Arc::clone(n),
-        None if ifindex == 0 => Arc::from(""),
-        None => Arc::from(format!("if{ifindex}")),
-    };
-    (ns, ifname)
+        ),
+    }
+}
+
+impl Names {
+    /// [`place`], under a lock already held.
+    pub fn place(&self, netns: u64, ifindex: u32) -> (Arc<str>, Arc<str>) {
+        let ns = match self.netns.get(&netns) {
+            Some(n) => Arc::clone(n),
+            None => Arc::from(format!("netns:{netns:#x}")),
+        };
+        let ifname = match self.ifaces.get(&(netns, ifindex)) {
+            Some(n) => Arc::clone(n),
+            None if ifindex == 0 => Arc::from(""),
+            None => Arc::from(format!("if{ifindex}")),
+        };
+        (ns, ifname)
+    }
 }
