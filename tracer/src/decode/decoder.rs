@@ -74,12 +74,7 @@ type Place = (Arc<str>, Arc<str>);
 const PLACES: usize = 8;
 
 impl PlaceCache {
-    fn get(
-        &mut self,
-        names: &crate::names::Names,
-        netns: u64,
-        ifindex: u32,
-    ) -> Place {
+    fn get(&mut self, names: &crate::names::Names, netns: u64, ifindex: u32) -> Place {
         if names.generation() != self.generation {
             self.entries.clear();
             self.next = 0;

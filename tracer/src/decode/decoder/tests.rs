@@ -384,7 +384,10 @@ fn records_name_their_place_as_the_names_are_now() {
     assert_eq!(at(&mut d), ("client".to_string(), "eth1".to_string()));
     // Many other places in between, more than are remembered: still right.
     for i in 2..40 {
-        names.write().unwrap().learn(0, "client", i, &format!("veth{i}"));
+        names
+            .write()
+            .unwrap()
+            .learn(0, "client", i, &format!("veth{i}"));
     }
     for i in (2..40).chain(2..40) {
         let mut out = Vec::new();
