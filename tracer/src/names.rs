@@ -5,44 +5,121 @@ use std::{
     sync::{Arc, RwLock},
 };
 
+use serde::Serialize;
+
 use crate::kube::Pod;
 
 /// Names of namespaces and interfaces for display, by netns cookie and ifindex. Kept after
-/// an interface goes away so that late events still get a name; bounded.
+/// an interface goes away so that late events still get a name; bounded. Names are shared
+/// (`Arc<str>`), so a record naming its place costs a reference count, not a copy.
 #[derive(Debug, Default)]
 pub struct Names {
-    netns: HashMap<u64, String>,
-    ifaces: HashMap<(u64, u32), String>,
+    netns: HashMap<u64, Arc<str>>,
+    ifaces: HashMap<(u64, u32), Arc<str>>,
     /// Namespace by its name, for records that carry only the name (hops, legs).
     by_label: HashMap<String, u64>,
     /// Pods' namespaces, and node-side ends of pods' veths (by namespace and interface
-    /// name), as of the last rescan.
-    pods: HashMap<u64, Arc<Pod>>,
-    pod_veths: HashMap<u64, HashMap<String, Arc<Pod>>>,
+    /// name), as of the last rescan; each with its record form, shared by the records.
+    pods: HashMap<u64, PodEntry>,
+    pod_veths: HashMap<u64, HashMap<String, PodEntry>>,
+    /// Changes whenever a namespace or interface name does: what [`place`] gave before is
+    /// still right while it stays the same.
+    generation: u64,
+}
+
+/// A pod, and how records name it there.
+type PodEntry = (Arc<Pod>, Arc<PodRef>);
+
+/// The Kubernetes pod where a record was seen (or, on transactions and races, the client's
+/// pod), as far as the node knows it; every field is left out where unknown, so records of
+/// namespaces that are no pod's are unchanged. See docs/output.md.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct PodRef {
+    /// `namespace/name`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pod: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pod_uid: Option<String>,
+    /// The container's name, where the pod's namespace holds one container.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub container: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub container_id: Option<String>,
+    /// The interface is the node-side end of the pod's veth pair, not in the pod itself.
+    #[serde(skip_serializing_if = "is_false")]
+    pub pod_veth: bool,
+}
+
+fn is_false(b: &bool) -> bool {
+    !*b
+}
+
+impl PodRef {
+    /// No pod known.
+    pub const NONE: PodRef = PodRef {
+        pod: None,
+        pod_uid: None,
+        container: None,
+        container_id: None,
+        pod_veth: false,
+    };
+
+    /// `pod` as records name it; `veth`: seen on the node-side end of its veth.
+    pub fn of(pod: &Pod, veth: bool) -> Self {
+        PodRef {
+            pod: pod.label.clone(),
+            pod_uid: Some(pod.uid.clone()),
+            container: pod.container.clone(),
+            container_id: pod.container_id.clone(),
+            pod_veth: veth,
+        }
+    }
+
+    pub fn is_known(&self) -> bool {
+        self.pod.is_some() || self.pod_uid.is_some()
+    }
 }
 
 const MAX_NAMES: usize = 65536;
 
 impl Names {
     pub fn netns(&self, cookie: u64) -> Option<&str> {
-        self.netns.get(&cookie).map(String::as_str)
+        self.netns.get(&cookie).map(|n| &**n)
     }
     pub fn iface(&self, cookie: u64, ifindex: u32) -> Option<&str> {
-        self.ifaces.get(&(cookie, ifindex)).map(String::as_str)
+        self.ifaces.get(&(cookie, ifindex)).map(|n| &**n)
     }
     pub fn learn(&mut self, cookie: u64, ns: &str, ifindex: u32, ifname: &str) {
         if self.ifaces.len() >= MAX_NAMES {
             self.ifaces.clear();
+            self.generation = self.generation.wrapping_add(1);
         }
         if self.netns.len() >= MAX_NAMES {
             self.netns.clear();
+            self.generation = self.generation.wrapping_add(1);
         }
         if self.by_label.len() >= MAX_NAMES {
             self.by_label.clear();
         }
-        self.netns.insert(cookie, ns.to_string());
+        if self.netns.get(&cookie).is_none_or(|n| **n != *ns) {
+            self.netns.insert(cookie, Arc::from(ns));
+            self.generation = self.generation.wrapping_add(1);
+        }
         self.by_label.insert(ns.to_string(), cookie);
-        self.ifaces.insert((cookie, ifindex), ifname.to_string());
+        if self
+            .ifaces
+            .get(&(cookie, ifindex))
+            .is_none_or(|n| **n != *ifname)
+        {
+            self.ifaces.insert((cookie, ifindex), Arc::from(ifname));
+            self.generation = self.generation.wrapping_add(1);
+        }
+    }
+
+    /// A number that changes whenever a namespace or interface name does: while it stays
+    /// the same, what [`Names::place`] gives does too.
+    pub fn generation(&self) -> u64 {
+        self.generation
     }
 
     /// Replaces the pod map (from a rescan).
@@ -51,19 +128,35 @@ impl Names {
         pods: HashMap<u64, Arc<Pod>>,
         pod_veths: HashMap<(u64, String), Arc<Pod>>,
     ) {
-        self.pods = pods;
+        self.pods = pods
+            .into_iter()
+            .map(|(cookie, pod)| {
+                let r = Arc::new(PodRef::of(&pod, false));
+                (cookie, (pod, r))
+            })
+            .collect();
         self.pod_veths.clear();
         for ((cookie, ifname), pod) in pod_veths {
+            let r = Arc::new(PodRef::of(&pod, true));
             self.pod_veths
                 .entry(cookie)
                 .or_default()
-                .insert(ifname, pod);
+                .insert(ifname, (pod, r));
         }
     }
 
     /// The pod seen at interface `ifname` of the namespace named `ns` (`ifname` empty: the
     /// namespace's pod), and whether the interface is the node-side end of its veth.
     pub fn pod_at(&self, ns: &str, ifname: &str) -> Option<(&Arc<Pod>, bool)> {
+        self.pod_entry(ns, ifname).map(|((p, _), veth)| (p, veth))
+    }
+
+    /// [`Names::pod_at`] in record form, shared.
+    pub fn pod_ref_at(&self, ns: &str, ifname: &str) -> Option<&Arc<PodRef>> {
+        self.pod_entry(ns, ifname).map(|((_, r), _)| r)
+    }
+
+    fn pod_entry(&self, ns: &str, ifname: &str) -> Option<(&PodEntry, bool)> {
         if self.pods.is_empty() && self.pod_veths.is_empty() {
             return None;
         }
@@ -85,19 +178,29 @@ pub type SharedNames = Arc<RwLock<Names>>;
 
 /// How records name where something was seen: (namespace, interface), with stand-ins for
 /// what is not (yet) known: `netns:0x…`, `ifN`, and no name for ifindex 0 (a drop without a
-/// device, or a file's first interface).
-pub fn place(names: &SharedNames, netns: u64, ifindex: u32) -> (String, String) {
-    let Ok(names) = names.read() else {
-        return (format!("{netns:#x}"), format!("if{ifindex}"));
-    };
-    let ns = names
-        .netns(netns)
-        .map(str::to_string)
-        .unwrap_or_else(|| format!("netns:{netns:#x}"));
-    let ifname = match names.iface(netns, ifindex) {
-        Some(n) => n.to_string(),
-        None if ifindex == 0 => String::new(),
-        None => format!("if{ifindex}"),
-    };
-    (ns, ifname)
+/// device, or a file's first interface). Known names are shared, not copied.
+pub fn place(names: &SharedNames, netns: u64, ifindex: u32) -> (Arc<str>, Arc<str>) {
+    match names.read() {
+        Ok(names) => names.place(netns, ifindex),
+        Err(_) => (
+            Arc::from(format!("{netns:#x}")),
+            Arc::from(format!("if{ifindex}")),
+        ),
+    }
+}
+
+impl Names {
+    /// [`place`], under a lock already held.
+    pub fn place(&self, netns: u64, ifindex: u32) -> (Arc<str>, Arc<str>) {
+        let ns = match self.netns.get(&netns) {
+            Some(n) => Arc::clone(n),
+            None => Arc::from(format!("netns:{netns:#x}")),
+        };
+        let ifname = match self.ifaces.get(&(netns, ifindex)) {
+            Some(n) => Arc::clone(n),
+            None if ifindex == 0 => Arc::from(""),
+            None => Arc::from(format!("if{ifindex}")),
+        };
+        (ns, ifname)
+    }
 }

@@ -1,7 +1,31 @@
 //! Time, in one place: the clock packet events are stamped with (CLOCK_BOOTTIME live,
 //! Unix-epoch time in capture files), its conversion to wall-clock text, and the one way
 //! durations are written for people.
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::{
+    fmt,
+    time::{Duration, SystemTime, UNIX_EPOCH},
+};
+
+/// Wall-clock time as Unix-epoch nanoseconds, written (`Display`, and serialised as a
+/// string) as RFC 3339 UTC with microseconds, e.g. `2024-05-01T12:00:00.123456Z`: records
+/// keep the number and the text is made only when a sink writes it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct WallTime(pub u64);
+
+impl fmt::Display for WallTime {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(
+            &humantime::format_rfc3339_micros(UNIX_EPOCH + Duration::from_nanos(self.0)),
+            f,
+        )
+    }
+}
+
+impl serde::Serialize for WallTime {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
 
 /// CLOCK_BOOTTIME in nanoseconds, the clock of live packet events (`bpf_ktime_get_boot_ns`);
 /// 0 if it cannot be read.
@@ -49,10 +73,10 @@ impl Clock {
         u64::try_from(epoch_ns).unwrap_or(u64::MAX)
     }
 
-    /// RFC 3339 wall-clock time, microseconds, UTC.
-    pub fn wall(&self, ts_ns: u64) -> String {
-        let t = UNIX_EPOCH + Duration::from_nanos(self.epoch_ns(ts_ns));
-        humantime::format_rfc3339_micros(t).to_string()
+    /// Wall-clock time of a timestamp on this clock (written as RFC 3339, microseconds,
+    /// UTC).
+    pub fn wall(&self, ts_ns: u64) -> WallTime {
+        WallTime(self.epoch_ns(ts_ns))
     }
 
     /// Now, on this clock.
@@ -93,7 +117,7 @@ mod tests {
     #[test]
     fn epoch_clock_prints_the_file_time() {
         assert_eq!(
-            Clock::Epoch.wall(1_000_000_000),
+            Clock::Epoch.wall(1_000_000_000).to_string(),
             "1970-01-01T00:00:01.000000Z"
         );
     }

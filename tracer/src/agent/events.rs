@@ -237,7 +237,7 @@ impl Events {
         Event::Agent(AgentEvent {
             state,
             ts_ns: now_ns,
-            time: self.clock.wall(now_ns),
+            time: self.clock.wall(now_ns).to_string(),
             version: env!("CARGO_PKG_VERSION"),
             detail,
         })
@@ -288,7 +288,7 @@ impl Events {
     /// Closes the window now, whatever its age (at stop).
     pub fn close_window(&mut self, now_ns: u64, out: &mut Vec<Event>) {
         let start = self.window_start.unwrap_or(now_ns);
-        let time = self.clock.wall(now_ns);
+        let time = self.clock.wall(now_ns).to_string();
         for (map, servfail) in [(&mut self.unanswered, false), (&mut self.servfail, true)] {
             let mut lines: Vec<(String, Folded)> =
                 map.drain().map(|(k, f)| (k.name(), f)).collect();

@@ -12,6 +12,7 @@ use crate::{
         DropRecord, LegDrop, LegRecord, LookupRef, PacketRecord, QuestionRecord, Record,
         TransactionRecord,
     },
+    time::WallTime,
 };
 
 /// The socket address `a` (a fixture's own, well formed).
@@ -224,13 +225,13 @@ pub fn loop_record(id: u64, state: LoopState, ts_ns: u64) -> LoopRecord {
 pub fn drop_record(reason: &str, benign: Option<&'static str>) -> DropRecord {
     DropRecord {
         evidence: None,
-        pod: Default::default(),
+        pod: None,
         ts_ns: 3_000,
-        time: "2026-11-30T21:00:00.000000Z".to_string(),
+        time: WallTime(WALL_NS),
         cpu: 1,
-        netns: "node".to_string(),
+        netns: "node".into(),
         netns_cookie: 4096,
-        ifname: "vdnsa".to_string(),
+        ifname: "vdnsa".into(),
         ifindex: 7,
         reason: reason.to_string(),
         reason_code: Some(12),
@@ -251,18 +252,18 @@ pub fn drop_record(reason: &str, benign: Option<&'static str>) -> DropRecord {
 
 pub fn malformed_packet(reason: &str) -> PacketRecord {
     PacketRecord {
-        pod: Default::default(),
+        pod: None,
         ts_ns: 4_000,
-        time: "2026-11-30T21:00:00.000000Z".to_string(),
+        time: WallTime(WALL_NS),
         cpu: Some(0),
-        netns: "node".to_string(),
+        netns: "node".into(),
         netns_cookie: 4096,
-        ifname: "vdnsa".to_string(),
+        ifname: "vdnsa".into(),
         ifindex: 7,
         dir: "egress",
         proto: "udp",
-        src: "10.244.1.2:5353".to_string(),
-        dst: "10.244.1.3:53".to_string(),
+        src: addr("10.244.1.2:5353").into(),
+        dst: addr("10.244.1.3:53").into(),
         len: 40,
         caplen: 40,
         vlan: None,

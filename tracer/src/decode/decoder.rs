@@ -1,14 +1,15 @@
 //! The decode stage of the pipeline: packet and drop events → packet and
 //! drop records (DNS decoded, TCP reassembled, cut and malformed messages told apart), the
 //! counters that account for every packet, and typed observations for the correlate stage.
-use std::{collections::HashMap, net::SocketAddr};
+use std::{collections::HashMap, net::SocketAddr, sync::Arc};
 
 use tracer_common::proto::{IPPROTO_TCP, IPPROTO_UDP};
 
 use crate::{
     decode::{
-        addr_string, dns,
+        dns,
         frag::{FragLimits, FragmentLoss, Pushed, Reassembler},
+        ip::Endpoint,
         observation::{DropObservation, Observation, Observed, FRAGMENT_LOSS},
         parse_ip,
         record::{DecodeReport, DecodeStats, FragmentLossRecord, KernelStats, PacketRecord},
@@ -51,6 +52,48 @@ pub struct Decoder {
     /// Questions of active forwarding loops, by lowercase wire form: their UDP packets are
     /// only counted (a loop runs at hundreds of thousands of packets per second).
     summarise: HashMap<Box<[u8]>, Summarised>,
+    /// The places named lately, for the next packets seen there.
+    places: PlaceCache,
+}
+
+/// The names of the last few places (namespace cookie, ifindex) packets were seen at, as
+/// [`Names::place`](crate::names::Names::place) gave them at one generation of the names:
+/// a packet's place is then a short scan instead of two map lookups.
+#[derive(Default)]
+struct PlaceCache {
+    generation: u64,
+    entries: Vec<((u64, u32), Place)>,
+    /// The entry to replace next when full.
+    next: usize,
+}
+
+/// A place's names: namespace, interface.
+type Place = (Arc<str>, Arc<str>);
+
+/// Places remembered: a node's hops of one query path are a handful of interfaces.
+const PLACES: usize = 8;
+
+impl PlaceCache {
+    fn get(&mut self, names: &crate::names::Names, netns: u64, ifindex: u32) -> Place {
+        if names.generation() != self.generation {
+            self.entries.clear();
+            self.next = 0;
+            self.generation = names.generation();
+        }
+        let key = (netns, ifindex);
+        if let Some((_, (ns, ifname))) = self.entries.iter().find(|(k, _)| *k == key) {
+            return (Arc::clone(ns), Arc::clone(ifname));
+        }
+        let place = names.place(netns, ifindex);
+        let entry = (key, (Arc::clone(&place.0), Arc::clone(&place.1)));
+        if self.entries.len() < PLACES {
+            self.entries.push(entry);
+        } else if let Some(slot) = self.entries.get_mut(self.next) {
+            *slot = entry;
+            self.next = (self.next + 1) % PLACES;
+        }
+        place
+    }
 }
 
 /// The parts of a message the correlate stage reads (header, first question, rcode,
@@ -94,6 +137,7 @@ impl Decoder {
             tcp_closed: Vec::new(),
             observed: None,
             summarise: HashMap::new(),
+            places: PlaceCache::default(),
             confirm_hook: false,
         }
     }
@@ -128,8 +172,8 @@ impl Decoder {
             obs.push(Observed::Message(Observation {
                 ts_ns: r.ts_ns,
                 at,
-                netns: r.netns.clone(),
-                ifname: r.ifname.clone(),
+                netns: String::from(&*r.netns),
+                ifname: String::from(&*r.ifname),
                 proto,
                 src,
                 dst,
@@ -138,8 +182,12 @@ impl Decoder {
         }
     }
 
-    fn place(&self, netns: u64, ifindex: u32) -> (String, String) {
-        crate::names::place(&self.names, netns, ifindex)
+    /// The names of a place, as records give them.
+    fn place(&mut self, netns: u64, ifindex: u32) -> Place {
+        match self.names.read() {
+            Ok(names) => self.places.get(&names, netns, ifindex),
+            Err(_) => crate::names::place(&self.names, netns, ifindex),
+        }
     }
 
     /// A ring-buffer record that could not be read: counted as lost. (Packets and drops go
@@ -168,8 +216,8 @@ impl Decoder {
                     ts_ns: l.last_ts_ns,
                     cpu: 0,
                     netns_cookie: l.key.at.netns,
-                    netns: r.netns.clone(),
-                    ifname: r.ifname.clone(),
+                    netns: String::from(&*r.netns),
+                    ifname: String::from(&*r.ifname),
                     reason: FRAGMENT_LOSS.to_string(),
                     location: r.what_missing(),
                     function: String::new(),

@@ -58,6 +58,67 @@ pub fn v4_text(addr: std::net::SocketAddrV4, buf: &mut [u8; V4_TEXT_MAX]) -> &st
     std::str::from_utf8(&buf[..n]).unwrap_or_default()
 }
 
+/// A socket address written as its `Display` writes it (`10.0.0.1:53`, `[::1]:53`), an
+/// IPv4 one without the formatter (which costs several times the bytes it writes).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Addr(pub std::net::SocketAddr);
+
+impl serde::Serialize for Addr {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let std::net::SocketAddr::V4(v4) = self.0 else {
+            return s.collect_str(&self.0);
+        };
+        s.serialize_str(v4_text(v4, &mut [0u8; V4_TEXT_MAX]))
+    }
+}
+
+impl std::fmt::Display for Addr {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.0 {
+            std::net::SocketAddr::V4(v4) => f.write_str(v4_text(v4, &mut [0u8; V4_TEXT_MAX])),
+            a @ std::net::SocketAddr::V6(_) => std::fmt::Display::fmt(&a, f),
+        }
+    }
+}
+
+/// Where a packet record's packet came from or went to, kept as the address and written
+/// (`Display`, and serialised as a string) only when a sink shows it: the socket address,
+/// or for a packet whose transport header went unread (a rejected fragment) its IP address
+/// alone, or the empty string where not even the IP header could be read.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Endpoint {
+    #[default]
+    None,
+    Ip(IpAddr),
+    Socket(std::net::SocketAddr),
+}
+
+impl std::fmt::Display for Endpoint {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Endpoint::None => Ok(()),
+            Endpoint::Ip(ip) => std::fmt::Display::fmt(ip, f),
+            Endpoint::Socket(a) => std::fmt::Display::fmt(&Addr(*a), f),
+        }
+    }
+}
+
+impl serde::Serialize for Endpoint {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self {
+            Endpoint::None => s.serialize_str(""),
+            Endpoint::Ip(ip) => s.collect_str(ip),
+            Endpoint::Socket(a) => Addr(*a).serialize(s),
+        }
+    }
+}
+
+impl From<std::net::SocketAddr> for Endpoint {
+    fn from(a: std::net::SocketAddr) -> Self {
+        Endpoint::Socket(a)
+    }
+}
+
 /// Real stacks send at most a handful of extension headers; a long chain is either an
 /// attack or garbage, and bounding it keeps the walk O(1).
 pub const MAX_IPV6_EXTENSION_HEADERS: usize = 8;

@@ -1,31 +1,38 @@
 //! What the decode stage reports: packet, drop and fragment-loss records (written as they
 //! are by the sinks; field by field in docs/output.md).
+use std::sync::Arc;
+
 use serde::Serialize;
 use tracer_common::proto::{IPPROTO_TCP, IPPROTO_UDP};
 
+pub use crate::names::PodRef;
 use crate::{
-    decode::dns::DnsMessage,
+    decode::{dns::DnsMessage, ip::Endpoint},
     event::{KernelCounters, KernelSetup},
+    time::WallTime,
 };
 
 /// One DNS message (or one packet that should have carried one) at one observation point.
+/// Built for every packet, so what is there only to be shown is kept cheap (addresses and
+/// time as numbers, names and pod shared) and written out only when a sink shows it.
 #[derive(Clone, Debug, Serialize)]
 pub struct PacketRecord {
     pub ts_ns: u64,
-    /// Wall-clock time, RFC 3339 UTC.
-    pub time: String,
+    /// Wall-clock time, written RFC 3339 UTC.
+    pub time: WallTime,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cpu: Option<u32>,
-    pub netns: String,
+    pub netns: Arc<str>,
     pub netns_cookie: u64,
-    pub ifname: String,
+    pub ifname: Arc<str>,
     pub ifindex: u32,
+    /// `None`: no pod known (every pod field left out).
     #[serde(flatten)]
-    pub pod: PodRef,
+    pub pod: Option<Arc<PodRef>>,
     pub dir: &'static str,
     pub proto: &'static str,
-    pub src: String,
-    pub dst: String,
+    pub src: Endpoint,
+    pub dst: Endpoint,
     /// Packet length from the IP header on.
     pub len: u32,
     /// Bytes captured from the IP header on.
@@ -46,29 +53,29 @@ fn is_false(b: &bool) -> bool {
     !*b
 }
 
-/// The Kubernetes pod where a record was seen (or, on transactions and races, the client's
-/// pod), as far as the node knows it; every field is left out where unknown, so records of
-/// namespaces that are no pod's are unchanged. See docs/output.md.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
-pub struct PodRef {
-    /// `namespace/name`.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub pod: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub pod_uid: Option<String>,
-    /// The container's name, where the pod's namespace holds one container.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub container: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub container_id: Option<String>,
-    /// The interface is the node-side end of the pod's veth pair, not in the pod itself.
-    #[serde(skip_serializing_if = "is_false")]
-    pub pod_veth: bool,
+/// The pod of a record that may have none.
+fn pod_or_none(pod: &Option<Arc<PodRef>>) -> &PodRef {
+    pod.as_deref().unwrap_or(&PodRef::NONE)
 }
 
-impl PodRef {
-    pub fn is_known(&self) -> bool {
-        self.pod.is_some() || self.pod_uid.is_some()
+impl PacketRecord {
+    /// The pod where it was seen (all fields unset where none is known).
+    pub fn pod_ref(&self) -> &PodRef {
+        pod_or_none(&self.pod)
+    }
+}
+
+impl DropRecord {
+    /// The pod where it was dropped (all fields unset where none is known).
+    pub fn pod_ref(&self) -> &PodRef {
+        pod_or_none(&self.pod)
+    }
+}
+
+impl FragmentLossRecord {
+    /// The pod of the hop (all fields unset where none is known).
+    pub fn pod_ref(&self) -> &PodRef {
+        pod_or_none(&self.pod)
     }
 }
 
@@ -93,15 +100,15 @@ pub struct CtRecord {
 pub struct FragmentLossRecord {
     /// The last fragment seen.
     pub ts_ns: u64,
-    pub time: String,
+    pub time: WallTime,
     pub first_ts_ns: u64,
-    pub netns: String,
+    pub netns: Arc<str>,
     pub netns_cookie: u64,
-    pub ifname: String,
+    pub ifname: Arc<str>,
     pub ifindex: u32,
     /// The pod of the hop where the fragments went missing, where known.
     #[serde(flatten)]
-    pub pod: PodRef,
+    pub pod: Option<Arc<PodRef>>,
     pub dir: &'static str,
     pub proto: String,
     pub src: String,
@@ -163,9 +170,9 @@ impl FragmentLossRecord {
 
     pub fn new(
         l: &crate::decode::frag::FragmentLoss,
-        netns: String,
-        ifname: String,
-        time: String,
+        netns: Arc<str>,
+        ifname: Arc<str>,
+        time: WallTime,
     ) -> Self {
         let numbers = l.fragment_numbers();
         let proto = match l.key.proto {
@@ -205,7 +212,7 @@ impl FragmentLossRecord {
             netns_cookie: l.key.at.netns,
             ifname,
             ifindex: l.key.at.ifindex,
-            pod: PodRef::default(),
+            pod: None,
             dir: l.key.at.dir.as_str(),
             proto,
             src: l.src(),
@@ -235,14 +242,15 @@ impl FragmentLossRecord {
 #[derive(Clone, Debug, Serialize)]
 pub struct DropRecord {
     pub ts_ns: u64,
-    pub time: String,
+    pub time: WallTime,
     pub cpu: u32,
-    pub netns: String,
+    pub netns: Arc<str>,
     pub netns_cookie: u64,
-    pub ifname: String,
+    pub ifname: Arc<str>,
     pub ifindex: u32,
+    /// `None`: no pod known (every pod field left out).
     #[serde(flatten)]
-    pub pod: PodRef,
+    pub pod: Option<Arc<PodRef>>,
     /// `enum skb_drop_reason` name without the SKB_DROP_REASON_ prefix; `UNKNOWN` on kernels
     /// whose drop tracepoint has no reason (< 5.17).
     pub reason: String,

@@ -81,8 +81,8 @@ pub struct AnnotateStats {
 struct Held {
     packet: EvidencePacket,
     /// Names of the place, as records name it (`netns`, `ifname`), for matching hops.
-    netns: String,
-    ifname: String,
+    netns: std::sync::Arc<str>,
+    ifname: std::sync::Arc<str>,
     dir: &'static str,
     /// DNS id and first question (lowercase name, type), for races and loops.
     question: Option<(u16, String, String)>,
@@ -243,7 +243,7 @@ impl Annotator {
         let i = seqs.iter().find_map(|&s| {
             let i = usize::try_from(s.checked_sub(front)?).ok()?;
             let h = self.held.get(i)?;
-            (h.dir == dir && h.netns == netns && h.ifname == ifname).then_some(i)
+            (h.dir == dir && *h.netns == *netns && *h.ifname == *ifname).then_some(i)
         })?;
         self.held.get_mut(i)
     }

@@ -26,7 +26,7 @@ fn query(ts_ns: u64, ifindex: u32, id: u16, name: &str) -> (CapturedPacket, Pack
     let mut r = fixtures::malformed_packet("x");
     r.malformed = None;
     r.ts_ns = ts_ns;
-    r.ifname = format!("if{ifindex}");
+    r.ifname = format!("if{ifindex}").into();
     r.ifindex = ifindex;
     r.dns = Some(dns::decode(&msg).unwrap());
     let p = CapturedPacket {
@@ -47,16 +47,16 @@ fn query(ts_ns: u64, ifindex: u32, id: u16, name: &str) -> (CapturedPacket, Pack
 fn hop(r: &PacketRecord) -> HopRecord {
     HopRecord {
         ts_ns: r.ts_ns,
-        netns: r.netns.clone(),
-        ifname: r.ifname.clone(),
+        netns: r.netns.to_string(),
+        ifname: r.ifname.to_string(),
         pod: Default::default(),
         dir: match r.dir {
             "ingress" => Direction::Ingress,
             "egress" => Direction::Egress,
             _ => Direction::Unknown,
         },
-        src: fixtures::addr(&r.src),
-        dst: fixtures::addr(&r.dst),
+        src: fixtures::addr(&r.src.to_string()),
+        dst: fixtures::addr(&r.dst.to_string()),
         dns_id: 1,
         qr: false,
         latency_ns: None,

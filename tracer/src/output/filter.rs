@@ -194,7 +194,7 @@ impl Filter {
                 // A query's rcode field says nothing: only responses have one.
                 let rcode = p.dns.as_ref().filter(|m| m.qr).map(|m| m.rcode.as_str());
                 let failed = rcode.is_some_and(|rc| FAILED_RCODES.contains(&rc));
-                self.pod_matches([&p.pod])
+                self.pod_matches([p.pod_ref()])
                     && self.question_matches(qs)
                     && self.rcode_matches(rcode)
                     && (!self.failures || failed)
@@ -207,7 +207,7 @@ impl Filter {
                         .iter()
                         .map(|q| (q.name.as_str(), q.qtype.as_str()))
                 });
-                self.pod_matches([&f.pod])
+                self.pod_matches([f.pod_ref()])
                     && self.question_matches(qs)
                     && self.rcode_matches(None)
                     && self.slower_than_ns.is_none()
@@ -219,7 +219,7 @@ impl Filter {
                         .map(|q| (q.name.as_str(), q.qtype.as_str()))
                 });
                 let rcode = d.dns.as_ref().filter(|m| m.qr).map(|m| m.rcode.as_str());
-                self.pod_matches([&d.pod])
+                self.pod_matches([d.pod_ref()])
                     && self.question_matches(qs)
                     && self.rcode_matches(rcode)
                     && self.slower_than_ns.is_none()
@@ -295,12 +295,14 @@ mod tests {
 
     fn packet_json(name: &str, qtype: &str, qr: bool, rcode: &str, pod: Option<&str>) -> Record {
         Record::Packet(PacketRecord {
-            pod: PodRef {
-                pod: pod.map(str::to_string),
-                ..Default::default()
-            },
+            pod: pod.map(|p| {
+                std::sync::Arc::new(PodRef {
+                    pod: Some(p.to_string()),
+                    ..Default::default()
+                })
+            }),
             ts_ns: 1,
-            time: String::new(),
+            time: crate::time::WallTime(0),
             cpu: None,
             netns: "n".into(),
             netns_cookie: 1,
@@ -308,8 +310,14 @@ mod tests {
             ifindex: 2,
             dir: "egress",
             proto: "udp",
-            src: "10.0.0.1:1000".into(),
-            dst: "10.0.0.2:53".into(),
+            src: "10.0.0.1:1000"
+                .parse::<std::net::SocketAddr>()
+                .unwrap()
+                .into(),
+            dst: "10.0.0.2:53"
+                .parse::<std::net::SocketAddr>()
+                .unwrap()
+                .into(),
             len: 60,
             caplen: 60,
             vlan: None,

@@ -1,8 +1,6 @@
 //! The JSON form of the correlate and detect stages' reports (field by field in
 //! docs/output.md): each report is written through a borrowed view of it in record shape,
 //! with its names, wall-clock time, summary and path in words.
-use std::net::SocketAddr;
-
 use serde::{Serialize, Serializer};
 
 use super::report;
@@ -12,31 +10,10 @@ use crate::{
         race::{CounterDeltas, RaceQuery, RaceRecord},
         record::{HopRecord, LegDrop, LegRecord, LookupRef, QuestionRecord, TransactionRecord},
     },
-    decode::{dns::Cut, ip, record::PodRef},
+    decode::{dns::Cut, ip::Addr, record::PodRef},
     event::Direction,
+    time::WallTime,
 };
-
-/// A socket address as its `Display` writes it (`10.0.0.1:53`, `[::1]:53`), an IPv4 one
-/// without the formatter (which costs several times the bytes it writes, per hop).
-struct Addr(SocketAddr);
-
-impl Serialize for Addr {
-    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        let SocketAddr::V4(v4) = self.0 else {
-            return s.collect_str(&self.0);
-        };
-        s.serialize_str(ip::v4_text(v4, &mut [0u8; ip::V4_TEXT_MAX]))
-    }
-}
-
-/// Wall-clock time, written straight into the output.
-struct Wall(u64);
-
-impl Serialize for Wall {
-    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.collect_str(&report::wall(self.0))
-    }
-}
 
 #[derive(Serialize)]
 struct QuestionJson<'a> {
@@ -186,7 +163,7 @@ struct TransactionJson<'a> {
     id: u64,
     lookup: &'a LookupRef,
     ts_ns: u64,
-    time: Wall,
+    time: WallTime,
     client: Addr,
     client_netns: &'a str,
     #[serde(flatten)]
@@ -210,7 +187,7 @@ impl Serialize for TransactionRecord {
             id: self.id,
             lookup: &self.lookup,
             ts_ns: self.ts_ns,
-            time: Wall(self.wall_ns),
+            time: WallTime(self.wall_ns),
             client: Addr(self.client),
             client_netns: &self.client_netns,
             pod: &self.pod,
@@ -270,7 +247,7 @@ impl Serialize for RaceQuery {
 struct RaceJson<'a> {
     verdict: &'static str,
     ts_ns: u64,
-    time: Wall,
+    time: WallTime,
     netns: String,
     client: String,
     client_netns: &'a str,
@@ -296,7 +273,7 @@ impl Serialize for RaceRecord {
         RaceJson {
             verdict: report::verdict_name(self.verdict),
             ts_ns: self.ts_ns,
-            time: Wall(self.wall_ns),
+            time: WallTime(self.wall_ns),
             netns: report::race_netns(&self.netns),
             client: self.client.map(|c| c.to_string()).unwrap_or_default(),
             client_netns: &self.client_netns,
@@ -347,7 +324,7 @@ struct LoopJson<'a> {
     state: &'static str,
     kind: &'static str,
     ts_ns: u64,
-    time: Wall,
+    time: WallTime,
     question: &'a QuestionRecord,
     zone: &'a str,
     loop_plugin_probe: bool,
@@ -372,7 +349,7 @@ impl Serialize for LoopRecord {
             state: report::loop_state_name(self.state),
             kind: report::loop_kind_name(self.kind),
             ts_ns: self.ts_ns,
-            time: Wall(self.wall_ns),
+            time: WallTime(self.wall_ns),
             question: &self.question,
             zone: report::zone(&self.question.name),
             loop_plugin_probe: self.loop_plugin_probe,
@@ -394,6 +371,8 @@ impl Serialize for LoopRecord {
 
 #[cfg(test)]
 mod tests {
+    use std::net::SocketAddr;
+
     use super::*;
 
     #[test]

@@ -8,13 +8,7 @@ use crate::{
 
 fn pod_ref(found: Option<(&std::sync::Arc<Pod>, bool)>) -> PodRef {
     match found {
-        Some((p, veth)) => PodRef {
-            pod: p.label.clone(),
-            pod_uid: Some(p.uid.clone()),
-            container: p.container.clone(),
-            container_id: p.container_id.clone(),
-            pod_veth: veth,
-        },
+        Some((p, veth)) => PodRef::of(p, veth),
         None => PodRef::default(),
     }
 }
@@ -22,9 +16,10 @@ fn pod_ref(found: Option<(&std::sync::Arc<Pod>, bool)>) -> PodRef {
 /// Fills in the pod fields of `r` where `names` knows the pod.
 pub fn annotate(r: &mut Record, names: &Names) {
     match r {
-        Record::Packet(p) => p.pod = pod_ref(names.pod_at(&p.netns, &p.ifname)),
-        Record::Drop(d) => d.pod = pod_ref(names.pod_at(&d.netns, &d.ifname)),
-        Record::FragmentLoss(f) => f.pod = pod_ref(names.pod_at(&f.netns, &f.ifname)),
+        // Per packet: a shared pod, not a copy of its names.
+        Record::Packet(p) => p.pod = names.pod_ref_at(&p.netns, &p.ifname).cloned(),
+        Record::Drop(d) => d.pod = names.pod_ref_at(&d.netns, &d.ifname).cloned(),
+        Record::FragmentLoss(f) => f.pod = names.pod_ref_at(&f.netns, &f.ifname).cloned(),
         Record::Transaction(t) => {
             for leg in &mut t.legs {
                 for h in &mut leg.hops {

@@ -4,7 +4,6 @@
 use std::{
     fmt::{self, Write as _},
     net::SocketAddr,
-    time::{Duration, UNIX_EPOCH},
 };
 
 use crate::{
@@ -21,7 +20,7 @@ use crate::{
 /// Unix-epoch nanoseconds as RFC 3339 wall-clock time, microseconds, UTC (as
 /// [`Clock::wall`](crate::time::Clock::wall) writes it).
 pub fn wall(wall_ns: u64) -> impl fmt::Display {
-    humantime::format_rfc3339_micros(UNIX_EPOCH + Duration::from_nanos(wall_ns))
+    crate::time::WallTime(wall_ns)
 }
 
 pub fn proto_name(proto: u8) -> &'static str {

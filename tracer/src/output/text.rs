@@ -11,6 +11,7 @@ use super::{
     report::{self, loop_server, peer},
     Record, Sink,
 };
+use crate::time::WallTime;
 
 pub struct TextSink<W: Write> {
     out: W,
@@ -25,6 +26,11 @@ impl<W: Write> TextSink<W> {
 /// `HH:MM:SS.micros` from an RFC 3339 time.
 fn clock(time: &str) -> &str {
     time.get(11..26).unwrap_or(time)
+}
+
+/// `HH:MM:SS.micros` of a record's time.
+fn record_clock(time: WallTime) -> String {
+    wall_clock(time.0)
 }
 
 /// `HH:MM:SS.micros` of Unix-epoch nanoseconds.
@@ -73,13 +79,13 @@ pub fn packet_line(p: &PacketRecord) -> String {
     let vlan = p.vlan.map(|v| format!(" vlan {v}")).unwrap_or_default();
     format!(
         "{} {}{} {} {} {} > {} {} ({})",
-        clock(&p.time),
-        at(&p.netns, &p.ifname, &p.pod),
+        record_clock(p.time),
+        at(&p.netns, &p.ifname, p.pod_ref()),
         vlan,
         short_dir(p.dir),
         p.proto,
-        esc(&p.src),
-        esc(&p.dst),
+        p.src,
+        p.dst,
         what,
         p.len
     )
@@ -89,7 +95,7 @@ pub fn packet_line(p: &PacketRecord) -> String {
 pub fn fragment_loss_line(f: &FragmentLossRecord) -> String {
     format!(
         "{} FRAGMENT LOSS {}/{} {} {} {} > {} ip id {:#x} ({}): {}",
-        clock(&f.time),
+        record_clock(f.time),
         esc(&f.netns),
         esc(&f.ifname),
         short_dir(f.dir),
@@ -123,7 +129,7 @@ pub fn drop_line(d: &DropRecord) -> String {
         (None, Some(why)) => format!("(undecoded: {})", esc(why)),
         (None, None) => String::new(),
     };
-    let at = at(&d.netns, &d.ifname, &d.pod);
+    let at = at(&d.netns, &d.ifname, d.pod_ref());
     let fragment = d
         .fragment
         .as_ref()
@@ -131,7 +137,7 @@ pub fn drop_line(d: &DropRecord) -> String {
         .unwrap_or_default();
     format!(
         "{} DROP {} {} {} > {}{} reason {} at {} cpu {}{} {}",
-        clock(&d.time),
+        record_clock(d.time),
         at,
         d.proto,
         esc(&d.src),

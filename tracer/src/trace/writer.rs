@@ -185,9 +185,9 @@ mod tests {
 
     fn packet(ts_ns: u64) -> Record {
         Record::Packet(PacketRecord {
-            pod: Default::default(),
+            pod: None,
             ts_ns,
-            time: String::new(),
+            time: crate::time::WallTime(0),
             cpu: None,
             netns: "n".into(),
             netns_cookie: 1,
@@ -195,8 +195,14 @@ mod tests {
             ifindex: 2,
             dir: "ingress",
             proto: "udp",
-            src: "10.0.0.1:5000".into(),
-            dst: "10.0.0.2:53".into(),
+            src: "10.0.0.1:5000"
+                .parse::<std::net::SocketAddr>()
+                .unwrap()
+                .into(),
+            dst: "10.0.0.2:53"
+                .parse::<std::net::SocketAddr>()
+                .unwrap()
+                .into(),
             len: 60,
             caplen: 60,
             vlan: None,
@@ -234,9 +240,9 @@ mod tests {
     fn drop_record(ts_ns: u64) -> Record {
         Record::Drop(DropRecord {
             evidence: None,
-            pod: Default::default(),
+            pod: None,
             ts_ns,
-            time: String::new(),
+            time: crate::time::WallTime(0),
             cpu: 0,
             netns: "n".into(),
             netns_cookie: 1,

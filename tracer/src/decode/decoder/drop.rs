@@ -84,7 +84,7 @@ impl Decoder {
         let (netns, ifname) = self.place(d.netns, d.ifindex);
         let mut r = DropRecord {
             evidence: None,
-            pod: Default::default(),
+            pod: None,
             ts_ns: d.ts_ns,
             time: self.clock.wall(d.ts_ns),
             cpu: d.cpu,
@@ -226,8 +226,8 @@ impl Decoder {
                     ts_ns: r.ts_ns,
                     cpu: d.cpu,
                     netns_cookie: d.netns,
-                    netns: r.netns.clone(),
-                    ifname: r.ifname.clone(),
+                    netns: String::from(&*r.netns),
+                    ifname: String::from(&*r.ifname),
                     reason: r.reason.clone(),
                     location: r.location.clone(),
                     function: function.to_string(),

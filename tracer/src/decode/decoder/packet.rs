@@ -52,13 +52,13 @@ fn packet_record(
     clock: &Clock,
     ts_ns: u64,
     at: ObservationPoint,
-    (netns, ifname): (String, String),
+    (netns, ifname): (Arc<str>, Arc<str>),
     proto: &'static str,
-    src: String,
-    dst: String,
+    src: Endpoint,
+    dst: Endpoint,
 ) -> PacketRecord {
     PacketRecord {
-        pod: Default::default(),
+        pod: None,
         ts_ns,
         time: clock.wall(ts_ns),
         cpu: None,
@@ -120,7 +120,7 @@ impl Decoder {
         };
         let (netns, ifname) = self.place(p.at.netns, p.at.ifindex);
         let clock = self.clock;
-        let base = |proto: &'static str, src: String, dst: String| PacketRecord {
+        let base = |proto: &'static str, src: Endpoint, dst: Endpoint| PacketRecord {
             cpu: p.cpu,
             len: p.orig_len,
             caplen: p.data.len() as u32,
@@ -129,7 +129,7 @@ impl Decoder {
                 &clock,
                 p.ts_ns,
                 p.at,
-                (netns.clone(), ifname.clone()),
+                (Arc::clone(&netns), Arc::clone(&ifname)),
                 proto,
                 src,
                 dst,
@@ -139,9 +139,10 @@ impl Decoder {
             (Ok(ip), None) => ip,
             (ip, rejected) => {
                 self.stats.malformed += 1;
+                // A rejected fragment's IP addresses alone; nothing without an IP header.
                 let (src, dst) = ip
                     .as_ref()
-                    .map(|ip| (ip.src.to_string(), ip.dst.to_string()))
+                    .map(|ip| (Endpoint::Ip(ip.src), Endpoint::Ip(ip.dst)))
                     .unwrap_or_default();
                 let mut r = base("ip", src, dst);
                 r.malformed = Some(match (ip, rejected) {
@@ -174,7 +175,7 @@ impl Decoder {
                     SocketAddr::new(ip.src, sport),
                     SocketAddr::new(ip.dst, dport),
                 );
-                let mut r = base("udp", addr_string(src), addr_string(dst));
+                let mut r = base("udp", src.into(), dst.into());
                 let cut = cut_by_capture(p.orig_len, p.data.len(), ip.missing, payload.len());
                 let decoded = match decode_message(payload, cut) {
                     // Short of what its headers say, though nothing was cut on capture.
@@ -225,7 +226,7 @@ impl Decoder {
                     self.stats.tcp_data += 1;
                 }
                 for item in produced.drain(..) {
-                    let r = base("tcp", addr_string(src), addr_string(dst));
+                    let r = base("tcp", src.into(), dst.into());
                     self.tcp_message(item, r, src, dst, p.at, out);
                 }
                 self.tcp_out = produced;
@@ -290,8 +291,8 @@ impl Decoder {
                 at,
                 (netns, ifname),
                 "tcp",
-                addr_string(key.src),
-                addr_string(key.dst),
+                key.src.into(),
+                key.dst.into(),
             );
             self.tcp_message(item, r, key.src, key.dst, at, out);
         }

@@ -359,3 +359,45 @@ fn conntrack_status_names() {
     assert!(!r.confirmed);
     assert_eq!(r.orig.dst, "10.96.0.10:53");
 }
+
+/// Names are remembered per place, but a name learned (or changed) later is the one the next
+/// packets there get; places never seen get their stand-ins.
+#[test]
+fn records_name_their_place_as_the_names_are_now() {
+    let names = Arc::new(RwLock::new(crate::kernel::attach::Names::default()));
+    let mut d = Decoder::new(
+        Clock::Epoch,
+        Arc::clone(&names),
+        Kallsyms::default(),
+        HashMap::new(),
+    );
+    let packet = udp(&txt_response());
+    let at = |d: &mut Decoder| {
+        let r = feed(d, &packet, packet.len(), packet.len());
+        (r.netns.to_string(), r.ifname.to_string())
+    };
+    assert_eq!(at(&mut d), ("netns:0x0".to_string(), "if1".to_string()));
+    names.write().unwrap().learn(0, "client", 1, "eth0");
+    assert_eq!(at(&mut d), ("client".to_string(), "eth0".to_string()));
+    assert_eq!(at(&mut d), ("client".to_string(), "eth0".to_string()));
+    names.write().unwrap().learn(0, "client", 1, "eth1");
+    assert_eq!(at(&mut d), ("client".to_string(), "eth1".to_string()));
+    // Many other places in between, more than are remembered: still right.
+    for i in 2..40 {
+        names
+            .write()
+            .unwrap()
+            .learn(0, "client", i, &format!("veth{i}"));
+    }
+    for i in (2..40).chain(2..40) {
+        let mut out = Vec::new();
+        let mut p = captured(1, &packet, packet.len());
+        p.at.ifindex = i;
+        d.on_packet(p, &mut out);
+        let Some(Record::Packet(r)) = out.pop() else {
+            panic!("no packet record")
+        };
+        assert_eq!(&*r.ifname, format!("veth{i}"));
+    }
+    assert_eq!(at(&mut d), ("client".to_string(), "eth1".to_string()));
+}

@@ -382,7 +382,7 @@ fn the_decoder_decodes_reassembled_answers_and_reports_losses() {
     };
     assert!(r.malformed.is_none() && !r.capture_truncated);
     assert_eq!(r.dns.as_ref().unwrap().answers.len(), 16);
-    assert_eq!(r.src, "10.250.0.53:53");
+    assert_eq!(r.src.to_string(), "10.250.0.53:53");
     let mut obs = Vec::new();
     d.take_observed(&mut obs);
     assert_eq!(obs.len(), 1);
