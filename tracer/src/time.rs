@@ -12,18 +12,71 @@ use std::{
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct WallTime(pub u64);
 
+/// Bytes of [`WallTime::text`]: `YYYY-MM-DDTHH:MM:SS.ffffffZ`.
+pub const WALL_TEXT_LEN: usize = 27;
+
+impl WallTime {
+    /// The RFC 3339 text written into `buf`, without the formatter (a record's time is
+    /// written for every record a sink shows). Unix-epoch nanoseconds in a `u64` end in
+    /// 2554, so the year has four digits.
+    pub fn text(self, buf: &mut [u8; WALL_TEXT_LEN]) -> &str {
+        let secs = self.0 / 1_000_000_000;
+        let micros = (self.0 % 1_000_000_000) / 1_000;
+        let (days, sod) = (secs / 86_400, secs % 86_400);
+        let (year, month, day) = civil_from_days(days);
+        let mut put = |at: usize, width: usize, mut v: u64| {
+            for i in (0..width).rev() {
+                buf[at + i] = b'0' + (v % 10) as u8;
+                v /= 10;
+            }
+        };
+        put(0, 4, year);
+        put(5, 2, month);
+        put(8, 2, day);
+        put(11, 2, sod / 3600);
+        put(14, 2, sod / 60 % 60);
+        put(17, 2, sod % 60);
+        put(20, 6, micros);
+        for (at, c) in [
+            (4, b'-'),
+            (7, b'-'),
+            (10, b'T'),
+            (13, b':'),
+            (16, b':'),
+            (19, b'.'),
+        ] {
+            buf[at] = c;
+        }
+        buf[26] = b'Z';
+        // Only ASCII digits and separators were written.
+        std::str::from_utf8(buf).unwrap_or_default()
+    }
+}
+
+/// (year, month, day) of the proleptic Gregorian calendar, `days` after 1970-01-01
+/// (Howard Hinnant's `civil_from_days`, for days ≥ 0).
+fn civil_from_days(days: u64) -> (u64, u64, u64) {
+    let z = days + 719_468;
+    let era = z / 146_097;
+    let doe = z % 146_097;
+    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + u64::from(month <= 2);
+    (year, month, day)
+}
+
 impl fmt::Display for WallTime {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        fmt::Display::fmt(
-            &humantime::format_rfc3339_micros(UNIX_EPOCH + Duration::from_nanos(self.0)),
-            f,
-        )
+        f.write_str(self.text(&mut [0; WALL_TEXT_LEN]))
     }
 }
 
 impl serde::Serialize for WallTime {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.collect_str(self)
+        s.serialize_str(self.text(&mut [0; WALL_TEXT_LEN]))
     }
 }
 
@@ -105,6 +158,64 @@ pub fn format_duration(ns: u64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The RFC 3339 text humantime writes, for comparison.
+    fn humantime_text(ns: u64) -> String {
+        humantime::format_rfc3339_micros(UNIX_EPOCH + Duration::from_nanos(ns)).to_string()
+    }
+
+    #[test]
+    fn wall_time_text_is_humantimes_rfc3339() {
+        let day = 86_400 * 1_000_000_000u64;
+        let mut cases = vec![0, 1, 999, 1_000, u64::MAX, u64::MAX - 1];
+        // Every day boundary (and a second before it) of 1970-2554 in 97-day steps, leap
+        // days of 2000, 2100 (none), 2400 and 2024, a year's end.
+        cases.extend(
+            (0..u64::MAX / day)
+                .step_by(97)
+                .flat_map(|d| [d * day, d * day + day - 1]),
+        );
+        for (y, m, d) in [
+            (2000u64, 2, 29),
+            (2000, 3, 1),
+            (2100, 2, 28),
+            (2100, 3, 1),
+            (2400, 2, 29),
+            (2024, 2, 29),
+            (2023, 12, 31),
+        ] {
+            let days = (1970..y)
+                .map(|yr| {
+                    if yr % 4 == 0 && (yr % 100 != 0 || yr % 400 == 0) {
+                        366
+                    } else {
+                        365
+                    }
+                })
+                .sum::<u64>()
+                + [31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31][..(m - 1) as usize]
+                    .iter()
+                    .sum::<u64>()
+                + u64::from(m > 2 && y % 4 == 0 && (y % 100 != 0 || y % 400 == 0))
+                + d
+                - 1;
+            cases.push(days * day + 12 * 3_600_000_000_000 + 345_678_901);
+        }
+        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        for _ in 0..10_000 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            cases.push(x);
+        }
+        for ns in cases {
+            assert_eq!(WallTime(ns).to_string(), humantime_text(ns), "at {ns} ns");
+        }
+        assert_eq!(
+            WallTime(1_714_564_800_123_456_789).to_string(),
+            "2024-05-01T12:00:00.123456Z"
+        );
+    }
 
     #[test]
     fn durations_read_well_at_every_scale() {
