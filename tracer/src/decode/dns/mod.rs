@@ -13,7 +13,7 @@
 //!   way tcpdump prints `[|domain]`: header, questions and every record that fits whole.
 use std::fmt::{self, Write as _};
 
-use hickory_proto::rr::{Name, RecordType};
+use hickory_proto::rr::RecordType;
 use serde::Serialize;
 
 const HEADER_LEN: usize = 12;
