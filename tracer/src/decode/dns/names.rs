@@ -319,7 +319,7 @@ pub(super) fn push_hex(s: &mut String, data: &[u8]) {
     }
 }
 
-pub(super) fn type_name(code: u16) -> String {
+pub(super) fn type_name(code: u16) -> Text {
     match RecordType::from(code) {
         RecordType::Unknown(_) | RecordType::ZERO => match code {
             17 => "RP".into(),
@@ -327,26 +327,26 @@ pub(super) fn type_name(code: u16) -> String {
             99 => "SPF".into(),
             249 => "TKEY".into(),
             256 => "URI".into(),
-            _ => format!("TYPE{code}"),
+            _ => format!("TYPE{code}").into(),
         },
         // hickory gives ANAME the private-use code 65305 (hickory-dns#723); not a real type.
-        RecordType::ANAME => format!("TYPE{code}"),
+        RecordType::ANAME => format!("TYPE{code}").into(),
         known => <&'static str>::from(known).into(),
     }
 }
 
-pub(super) fn class_name(code: u16) -> String {
+pub(super) fn class_name(code: u16) -> Text {
     match code {
         1 => "IN".into(),
         3 => "CH".into(),
         4 => "HS".into(),
         254 => "NONE".into(),
         255 => "ANY".into(),
-        _ => format!("CLASS{code}"),
+        _ => format!("CLASS{code}").into(),
     }
 }
 
-pub(super) fn opcode_name(code: u8) -> String {
+pub(super) fn opcode_name(code: u8) -> Text {
     match code {
         0 => "QUERY".into(),
         1 => "IQUERY".into(),
@@ -354,13 +354,13 @@ pub(super) fn opcode_name(code: u8) -> String {
         4 => "NOTIFY".into(),
         5 => "UPDATE".into(),
         6 => "DSO".into(),
-        _ => format!("OPCODE{code}"),
+        _ => format!("OPCODE{code}").into(),
     }
 }
 
 /// IANA "DNS RCODEs" registry names; 16 is BADVERS because in a header/OPT RCODE it can only
 /// mean that (BADSIG lives in TSIG records).
-pub(super) fn rcode_name(code: u16) -> String {
+pub(super) fn rcode_name(code: u16) -> Text {
     let name = match code {
         0 => "NOERROR",
         1 => "FORMERR",
@@ -382,12 +382,12 @@ pub(super) fn rcode_name(code: u16) -> String {
         21 => "BADALG",
         22 => "BADTRUNC",
         23 => "BADCOOKIE",
-        _ => return format!("RCODE{code}"),
+        _ => return format!("RCODE{code}").into(),
     };
     name.into()
 }
 
-pub(super) fn edns_option_name(code: u16) -> String {
+pub(super) fn edns_option_name(code: u16) -> Text {
     let name = match code {
         1 => "LLQ",
         2 => "UL",
@@ -407,7 +407,7 @@ pub(super) fn edns_option_name(code: u16) -> String {
         17 => "SERVER-TAG",
         18 => "REPORT-CHANNEL",
         19 => "ZONEVERSION",
-        _ => return format!("OPT{code}"),
+        _ => return format!("OPT{code}").into(),
     };
     name.into()
 }

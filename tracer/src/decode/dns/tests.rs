@@ -145,7 +145,7 @@ fn response_with_common_types() {
     let got: Vec<(&str, &str, &str)> = d
         .answers
         .iter()
-        .map(|r| (r.name.as_str(), r.rtype.as_str(), r.data.as_str()))
+        .map(|r| (r.name.as_str(), &*r.rtype, r.data.as_str()))
         .collect();
     assert_eq!(
         got,
@@ -453,7 +453,7 @@ fn edns_raw_fields_and_odd_options() {
     let opts: Vec<(&str, &str)> = e
         .options
         .iter()
-        .map(|o| (o.name.as_str(), o.data.as_str()))
+        .map(|o| (&*o.name, o.data.as_str()))
         .collect();
     assert_eq!(
         opts,
