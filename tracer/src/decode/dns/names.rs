@@ -2,7 +2,7 @@
 use std::fmt::Write as _;
 
 use hickory_proto::rr::Name;
-use hickory_proto::serialize::binary::{BinDecodable, BinDecoder, DecodeError};
+use hickory_proto::serialize::binary::{BinDecodable, BinDecoder, DecodeError, Restrict};
 
 use super::*;
 
@@ -54,11 +54,9 @@ const LABEL_ESCAPE: [u8; 256] = {
     t
 };
 
-/// Presentation text of every name in a message is at most this long: 255 wire bytes, each
-/// `\DDD` (4 characters) at worst, dots included.
-const NAME_TEXT_MAX: usize = 4 * Name::MAX_LENGTH;
-/// Room for the text of the names read so far in one message (at least one name at worst).
-const TEXT_ROOM: usize = 1024;
+/// Room for the text of the names read so far in one message: at least one name at worst,
+/// whose `len()` is at most 255 and whose text is at most 4 characters (`\DDD`) per byte.
+const TEXT_ROOM: usize = 4 * Name::MAX_LENGTH + 4;
 /// Label starts remembered for [`NameReader`]'s compression-pointer shortcut.
 const ENTRIES: usize = 32;
 
@@ -124,6 +122,12 @@ impl<'m> NameReader<'m> {
     /// Reads the name at `dec`'s position (`dec` reads `msg`) and returns its text.
     pub(super) fn read(&mut self, dec: &mut BinDecoder<'_>) -> Result<&str, DecodeError> {
         let at = dec.index();
+        if self.shortcut && dec.peek().map(Restrict::unverified) == Some(0) {
+            // The root (the OPT record's owner): `Name::read` takes the zero byte and
+            // checks nothing else.
+            dec.read_u8()?;
+            return Ok(".");
+        }
         if let Some(e) = self.pointer_to_known(at) {
             dec.read_slice(2)?;
             #[cfg(test)]
@@ -158,7 +162,8 @@ impl<'m> NameReader<'m> {
     /// Writes `name`'s text, read from `at` over `consumed` wire bytes, and remembers the
     /// label boundaries of its uncompressed part.
     fn write(&mut self, name: &Name, at: usize, consumed: usize) -> &str {
-        if TEXT_ROOM - self.text_len.min(TEXT_ROOM) < NAME_TEXT_MAX {
+        // `len()` counts label bytes and dots; a byte becomes at most 4 characters.
+        if TEXT_ROOM - self.text_len.min(TEXT_ROOM) < name.len().saturating_mul(4) {
             // Forget the names read so far; a message with this much name text is rare.
             self.text_len = 0;
             self.entries_len = 0;
@@ -292,6 +297,20 @@ pub(super) fn push_ipv4(s: &mut String, octets: [u8; 4]) {
     }
 }
 
+/// `u32`'s Display without the formatting machinery.
+pub(super) fn push_u32(s: &mut String, v: u32) {
+    let mut started = false;
+    let mut power = 1_000_000_000;
+    while power > 0 {
+        let digit = (v / power % 10) as u8;
+        if digit != 0 || started || power == 1 {
+            s.push(char::from(b'0' + digit));
+            started = true;
+        }
+        power /= 10;
+    }
+}
+
 pub(super) fn push_decimal_escape(s: &mut String, b: u8) {
     s.push('\\');
     s.push(char::from(b'0' + b / 100));
@@ -311,11 +330,12 @@ pub(super) fn hex(data: &[u8]) -> String {
     s
 }
 
+const HEX_DIGITS: &[u8; 16] = b"0123456789abcdef";
+
 pub(super) fn push_hex(s: &mut String, data: &[u8]) {
-    const DIGITS: &[u8; 16] = b"0123456789abcdef";
     for &b in data {
-        s.push(char::from(DIGITS[usize::from(b >> 4)]));
-        s.push(char::from(DIGITS[usize::from(b & 0x0f)]));
+        s.push(char::from(HEX_DIGITS[usize::from(b >> 4)]));
+        s.push(char::from(HEX_DIGITS[usize::from(b & 0x0f)]));
     }
 }
 

@@ -59,14 +59,18 @@ pub(super) fn rdata_summary(
         // MX
         15 => {
             let mut rd = RdataReader::new(names.msg(), start, rdata.len(), rtype)?;
-            let _ = write!(s, "{} ", rd.u16()?);
+            push_u32(&mut s, rd.u16()?.into());
+            s.push(' ');
             s.push_str(rd.name(names)?);
             rd.finish()?;
         }
         // SRV (RFC 2782): priority weight port target
         33 => {
             let mut rd = RdataReader::new(names.msg(), start, rdata.len(), rtype)?;
-            let _ = write!(s, "{} {} {} ", rd.u16()?, rd.u16()?, rd.u16()?);
+            for _ in 0..3 {
+                push_u32(&mut s, rd.u16()?.into());
+                s.push(' ');
+            }
             s.push_str(rd.name(names)?);
             rd.finish()?;
         }
@@ -76,15 +80,10 @@ pub(super) fn rdata_summary(
             s.push_str(rd.name(names)?);
             s.push(' ');
             s.push_str(rd.name(names)?);
-            let _ = write!(
-                s,
-                " {} {} {} {} {}",
-                rd.u32()?,
-                rd.u32()?,
-                rd.u32()?,
-                rd.u32()?,
-                rd.u32()?
-            );
+            for _ in 0..5 {
+                s.push(' ');
+                push_u32(&mut s, rd.u32()?);
+            }
             rd.finish()?;
         }
         // TXT: one or more <character-string>s

@@ -827,7 +827,9 @@ fn name_text_escapes_every_byte() {
     // A name of 4 labels of about 63 bytes that all need `\DDD` does not fit what is left
     // after a first name, and still comes out whole.
     let label = [0xffu8; 63];
-    let mut body = vec![5, b'a', b'b', b'c', b'd', b'e', 0, 0, 1, 0, 1];
+    let mut body = vec![9];
+    body.extend_from_slice(b"abcdefghi");
+    body.extend_from_slice(&[0, 0, 1, 0, 1]);
     for _ in 0..3 {
         body.push(63);
         body.extend_from_slice(&label);
@@ -836,8 +838,34 @@ fn name_text_escapes_every_byte() {
     body.extend_from_slice(&label[..61]);
     body.extend_from_slice(&[0, 0, 1, 0, 1]);
     let d = decode(&raw(1, 0, [2, 0, 0, 0], &body)).unwrap();
-    assert_eq!(d.questions[0].name, "abcde.");
+    assert_eq!(d.questions[0].name, "abcdefghi.");
     let long = &d.questions[1].name;
     assert_eq!(long.len(), (63 * 3 + 61) * 4 + 4, "{long}");
     assert!(long.starts_with("\\255\\255") && long.ends_with("\\255."));
+}
+
+#[test]
+fn numbers_and_hex_as_display_writes_them() {
+    for v in [
+        0,
+        1,
+        9,
+        10,
+        99,
+        100,
+        65535,
+        1_000_000_000,
+        2024010101,
+        u32::MAX,
+    ] {
+        let mut s = String::from("x");
+        push_u32(&mut s, v);
+        assert_eq!(s, format!("x{v}"));
+    }
+    let bytes: Vec<u8> = (0..=255).collect();
+    let expected: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+    assert_eq!(hex(&bytes), expected);
+    let mut s = String::new();
+    push_hex(&mut s, &bytes);
+    assert_eq!(s, expected);
 }
