@@ -3,7 +3,7 @@
 //! durations are written for people.
 use std::{
     fmt,
-    time::{Duration, SystemTime, UNIX_EPOCH},
+    time::{SystemTime, UNIX_EPOCH},
 };
 
 /// Wall-clock time as Unix-epoch nanoseconds, written (`Display`, and serialised as a
@@ -158,6 +158,7 @@ pub fn format_duration(ns: u64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::Duration;
 
     /// The RFC 3339 text humantime writes, for comparison.
     fn humantime_text(ns: u64) -> String {

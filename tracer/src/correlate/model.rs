@@ -75,7 +75,7 @@ impl Response {
     pub(super) fn of(ts_ns: u64, msg: &DnsMessage) -> Self {
         Response {
             ts_ns,
-            rcode: msg.rcode.clone(),
+            rcode: msg.rcode.to_string(),
             tc: msg.flags.tc,
             answers: msg
                 .answers

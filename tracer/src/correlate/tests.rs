@@ -30,7 +30,7 @@ fn msg(
         id,
         qr,
         opcode: "QUERY".into(),
-        rcode: rcode.into(),
+        rcode: rcode.to_owned().into(),
         flags: Flags {
             aa: false,
             tc,
@@ -41,14 +41,14 @@ fn msg(
         },
         questions: vec![Question {
             name: name.into(),
-            qtype: qtype.into(),
+            qtype: qtype.to_owned().into(),
             class: "IN".into(),
         }],
         answers: answers
             .iter()
             .map(|a| Rr {
                 name: name.into(),
-                rtype: qtype.into(),
+                rtype: qtype.to_owned().into(),
                 class: "IN".into(),
                 ttl: 30,
                 data: (*a).into(),

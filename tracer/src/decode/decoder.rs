@@ -104,7 +104,7 @@ fn for_correlation(msg: &dns::DnsMessage) -> dns::DnsMessage {
     dns::DnsMessage {
         id: msg.id,
         qr: msg.qr,
-        opcode: String::new(),
+        opcode: "".into(),
         rcode: msg.rcode.clone(),
         flags: msg.flags,
         questions: msg.questions.first().cloned().into_iter().collect(),

@@ -136,7 +136,7 @@ impl Annotator {
             if let Some(m) = &r.dns {
                 comment.push_str(&format!(" dns=[{}]", escape(&m.summary_line())));
                 if let Some(q) = m.questions.first() {
-                    question = Some((m.id, q.name.to_ascii_lowercase(), q.qtype.clone()));
+                    question = Some((m.id, q.name.to_ascii_lowercase(), q.qtype.to_string()));
                 }
             }
             if let Some(why) = &r.malformed {
@@ -197,7 +197,7 @@ impl Annotator {
         if let Some(m) = &r.dns {
             comment.push_str(&format!(" dns=[{}]", escape(&m.summary_line())));
             if let Some(q) = m.questions.first() {
-                question = Some((m.id, q.name.to_ascii_lowercase(), q.qtype.clone()));
+                question = Some((m.id, q.name.to_ascii_lowercase(), q.qtype.to_string()));
             }
         }
         self.hold(Held {

@@ -186,13 +186,12 @@ impl Filter {
         match r {
             Record::Stats(_) => true,
             Record::Packet(p) => {
-                let qs = p.dns.iter().flat_map(|m| {
-                    m.questions
-                        .iter()
-                        .map(|q| (q.name.as_str(), q.qtype.as_str()))
-                });
+                let qs = p
+                    .dns
+                    .iter()
+                    .flat_map(|m| m.questions.iter().map(|q| (q.name.as_str(), &*q.qtype)));
                 // A query's rcode field says nothing: only responses have one.
-                let rcode = p.dns.as_ref().filter(|m| m.qr).map(|m| m.rcode.as_str());
+                let rcode = p.dns.as_ref().filter(|m| m.qr).map(|m| &*m.rcode);
                 let failed = rcode.is_some_and(|rc| FAILED_RCODES.contains(&rc));
                 self.pod_matches([p.pod_ref()])
                     && self.question_matches(qs)
@@ -202,23 +201,21 @@ impl Filter {
             }
             // A large answer lost on the way: a failure, shown like a drop.
             Record::FragmentLoss(f) => {
-                let qs = f.dns.iter().flat_map(|m| {
-                    m.questions
-                        .iter()
-                        .map(|q| (q.name.as_str(), q.qtype.as_str()))
-                });
+                let qs = f
+                    .dns
+                    .iter()
+                    .flat_map(|m| m.questions.iter().map(|q| (q.name.as_str(), &*q.qtype)));
                 self.pod_matches([f.pod_ref()])
                     && self.question_matches(qs)
                     && self.rcode_matches(None)
                     && self.slower_than_ns.is_none()
             }
             Record::Drop(d) => {
-                let qs = d.dns.iter().flat_map(|m| {
-                    m.questions
-                        .iter()
-                        .map(|q| (q.name.as_str(), q.qtype.as_str()))
-                });
-                let rcode = d.dns.as_ref().filter(|m| m.qr).map(|m| m.rcode.as_str());
+                let qs = d
+                    .dns
+                    .iter()
+                    .flat_map(|m| m.questions.iter().map(|q| (q.name.as_str(), &*q.qtype)));
+                let rcode = d.dns.as_ref().filter(|m| m.qr).map(|m| &*m.rcode);
                 self.pod_matches([d.pod_ref()])
                     && self.question_matches(qs)
                     && self.rcode_matches(rcode)
@@ -325,11 +322,11 @@ mod tests {
                 id: 1,
                 qr,
                 opcode: "QUERY".into(),
-                rcode: rcode.into(),
+                rcode: rcode.to_owned().into(),
                 flags: Flags::default(),
                 questions: vec![Question {
                     name: name.into(),
-                    qtype: qtype.into(),
+                    qtype: qtype.to_owned().into(),
                     class: "IN".into(),
                 }],
                 answers: Vec::new(),

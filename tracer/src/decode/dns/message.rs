@@ -1,7 +1,6 @@
 //! The section walk: header, questions, resource records, the OPT record; errors that name
 //! the section and record they occurred in.
-use hickory_proto::rr::Name;
-use hickory_proto::serialize::binary::{BinDecodable, BinDecoder, DecodeError};
+use hickory_proto::serialize::binary::{BinDecoder, DecodeError};
 
 use super::*;
 
@@ -64,6 +63,16 @@ pub(super) fn decode_body(
     h: &Header,
     cut: Option<usize>,
 ) -> Result<DnsMessage, DnsError> {
+    decode_body_with(bytes, h, cut, &mut NameReader::new(bytes))
+}
+
+/// [`decode_body`] with the given name reader (tests turn its shortcut off).
+pub(super) fn decode_body_with(
+    bytes: &[u8],
+    h: &Header,
+    cut: Option<usize>,
+    names: &mut NameReader<'_>,
+) -> Result<DnsMessage, DnsError> {
     let mut dec = BinDecoder::new(bytes);
     dec.read_slice(HEADER_LEN)
         .map_err(|e| wire(Section::Question, 0, "header", e))?;
@@ -73,7 +82,7 @@ pub(super) fn decode_body(
 
     let mut questions = Vec::with_capacity(capacity(h.qd, dec.len(), MIN_QUESTION_LEN));
     for i in 0..h.qd {
-        match read_question(&mut dec) {
+        match read_question(&mut dec, names) {
             Ok(q) => questions.push(q),
             Err(e) => {
                 let e = EntryError::from_wire(Section::Question, i, "", e);
@@ -87,7 +96,7 @@ pub(super) fn decode_body(
         if stopped.is_some() {
             return Ok(Vec::new());
         }
-        let (records, stop) = read_section(&mut dec, bytes, section, count, &mut edns, cutting)?;
+        let (records, stop) = read_section(&mut dec, names, section, count, &mut edns, cutting)?;
         *stopped = stop.map(|i| (section, i));
         Ok::<_, DnsError>(records)
     };
@@ -148,12 +157,15 @@ pub(super) struct OptRecord {
     edns: Edns,
 }
 
-pub(super) fn read_question(dec: &mut BinDecoder<'_>) -> Result<Question, DecodeError> {
-    let name = Name::read(dec)?;
+pub(super) fn read_question(
+    dec: &mut BinDecoder<'_>,
+    names: &mut NameReader<'_>,
+) -> Result<Question, DecodeError> {
+    let name = String::from(names.read(dec)?);
     let qtype = dec.read_u16()?.unverified(/*any u16 is a type*/);
     let class = dec.read_u16()?.unverified(/*any u16 is a class*/);
     Ok(Question {
-        name: name_to_string(&name),
+        name,
         qtype: type_name(qtype),
         class: class_name(class),
     })
@@ -163,7 +175,7 @@ pub(super) fn read_question(dec: &mut BinDecoder<'_>) -> Result<Question, Decode
 /// returns the index of the first record not decoded.
 pub(super) fn read_section(
     dec: &mut BinDecoder<'_>,
-    msg: &[u8],
+    names: &mut NameReader<'_>,
     section: Section,
     count: u16,
     edns: &mut Option<OptRecord>,
@@ -171,7 +183,7 @@ pub(super) fn read_section(
 ) -> Result<(Vec<Record>, Option<u16>), DnsError> {
     let mut records = Vec::with_capacity(capacity(count, dec.len(), MIN_RECORD_LEN));
     for index in 0..count {
-        match read_record(dec, msg, section, index, edns) {
+        match read_record(dec, names, section, index, edns) {
             Ok(Some(rr)) => records.push(rr),
             Ok(None) => {}
             Err(e) => {
@@ -199,7 +211,7 @@ pub(super) fn stop_at(
 /// Returns `None` for the OPT pseudo-record, which goes to `edns` instead.
 pub(super) fn read_record(
     dec: &mut BinDecoder<'_>,
-    msg: &[u8],
+    names: &mut NameReader<'_>,
     section: Section,
     index: u16,
     edns: &mut Option<OptRecord>,
@@ -211,8 +223,9 @@ pub(super) fn read_record(
             reason,
         })
     };
-    let name =
-        Name::read(dec).map_err(|e| EntryError::from_wire(section, index, "owner name", e))?;
+    let name = names
+        .read(dec)
+        .map_err(|e| EntryError::from_wire(section, index, "owner name", e))?;
     let mut fixed = || -> Result<(u16, u16, u32, u16), DecodeError> {
         Ok((
             dec.read_u16()?.unverified(/*any u16 is a type*/),
@@ -248,19 +261,18 @@ pub(super) fn read_record(
         if edns.is_some() {
             return Err(err("second OPT pseudo-record".into()));
         }
-        if !name.is_root() {
-            return Err(err(format!(
-                "OPT owner name {} is not the root",
-                name_to_string(&name)
-            )));
+        // Only the root's text is ".": every other name has a label before its dot.
+        if name != "." {
+            return Err(err(format!("OPT owner name {name} is not the root")));
         }
         *edns = Some(read_opt(class, ttl, rdata).map_err(err)?);
         return Ok(None);
     }
 
-    let data = rdata_summary(msg, rdata_start, rtype, rdata).map_err(err)?;
+    let name = String::from(name);
+    let data = rdata_summary(names, rdata_start, rtype, rdata).map_err(err)?;
     Ok(Some(Record {
-        name: name_to_string(&name),
+        name,
         rtype: type_name(rtype),
         class: class_name(class),
         ttl,

@@ -13,8 +13,12 @@
 //!   way tcpdump prints `[|domain]`: header, questions and every record that fits whole.
 use std::fmt::{self, Write as _};
 
-use hickory_proto::rr::{Name, RecordType};
+use hickory_proto::rr::RecordType;
 use serde::Serialize;
+
+/// A mnemonic (type, class, opcode, RCODE, EDNS option): almost always a fixed name, so
+/// borrowed rather than allocated per message.
+pub type Text = std::borrow::Cow<'static, str>;
 
 const HEADER_LEN: usize = 12;
 /// Root name + QTYPE + QCLASS.
@@ -29,9 +33,9 @@ const SUMMARY_MAX_ANSWERS: usize = 4;
 pub struct DnsMessage {
     pub id: u16,
     pub qr: bool,
-    pub opcode: String,
+    pub opcode: Text,
     /// Full 12-bit RCODE: header bits plus the EDNS extended bits (RFC 6891 §6.1.3).
-    pub rcode: String,
+    pub rcode: Text,
     pub flags: Flags,
     pub questions: Vec<Question>,
     pub answers: Vec<Record>,
@@ -85,16 +89,16 @@ pub struct Question {
     /// FQDN with trailing dot, case as received (DNS 0x20 case randomisation survives).
     pub name: String,
     #[serde(rename = "type")]
-    pub qtype: String,
-    pub class: String,
+    pub qtype: Text,
+    pub class: Text,
 }
 
 #[derive(Debug, Clone, Serialize, PartialEq, Eq)]
 pub struct Record {
     pub name: String,
     #[serde(rename = "type")]
-    pub rtype: String,
-    pub class: String,
+    pub rtype: Text,
+    pub class: Text,
     pub ttl: u32,
     /// Presentation-format rdata; RFC 3597 `\# len hex` for types without a summary, empty
     /// for empty rdata (RFC 2136 update prerequisites).
@@ -113,7 +117,7 @@ pub struct Edns {
 pub struct EdnsOption {
     pub code: u16,
     /// IANA mnemonic ("ECS", "COOKIE", "NSID", ...) or `OPT<code>`.
-    pub name: String,
+    pub name: Text,
     /// ECS as `addr/source/scope` (e.g. `1.2.3.0/24/0`), everything else hex. An ECS option
     /// that cannot be read as an address is shown as hex too.
     pub data: String,

@@ -2,7 +2,7 @@
 use std::net::{Ipv4Addr, Ipv6Addr};
 
 use hickory_proto::rr::{RData, RecordType};
-use hickory_proto::serialize::binary::{BinDecodable, BinDecoder, DecodeError, Restrict};
+use hickory_proto::serialize::binary::{BinDecoder, DecodeError, Restrict};
 
 use super::*;
 
@@ -26,7 +26,7 @@ pub(super) fn ecs_summary(data: &[u8]) -> Option<String> {
 }
 
 pub(super) fn rdata_summary(
-    msg: &[u8],
+    names: &mut NameReader<'_>,
     start: usize,
     rtype: u16,
     rdata: &[u8],
@@ -52,39 +52,38 @@ pub(super) fn rdata_summary(
         }
         // NS, CNAME, PTR, DNAME: a single (possibly compressed) name.
         2 | 5 | 12 | 39 => {
-            let mut rd = RdataReader::new(msg, start, rdata.len(), rtype)?;
-            push_name(&mut s, &rd.name()?);
+            let mut rd = RdataReader::new(names.msg(), start, rdata.len(), rtype)?;
+            s.push_str(rd.name(names)?);
             rd.finish()?;
         }
         // MX
         15 => {
-            let mut rd = RdataReader::new(msg, start, rdata.len(), rtype)?;
-            let _ = write!(s, "{} ", rd.u16()?);
-            push_name(&mut s, &rd.name()?);
+            let mut rd = RdataReader::new(names.msg(), start, rdata.len(), rtype)?;
+            push_u32(&mut s, rd.u16()?.into());
+            s.push(' ');
+            s.push_str(rd.name(names)?);
             rd.finish()?;
         }
         // SRV (RFC 2782): priority weight port target
         33 => {
-            let mut rd = RdataReader::new(msg, start, rdata.len(), rtype)?;
-            let _ = write!(s, "{} {} {} ", rd.u16()?, rd.u16()?, rd.u16()?);
-            push_name(&mut s, &rd.name()?);
+            let mut rd = RdataReader::new(names.msg(), start, rdata.len(), rtype)?;
+            for _ in 0..3 {
+                push_u32(&mut s, rd.u16()?.into());
+                s.push(' ');
+            }
+            s.push_str(rd.name(names)?);
             rd.finish()?;
         }
         // SOA: mname rname serial refresh retry expire minimum
         6 => {
-            let mut rd = RdataReader::new(msg, start, rdata.len(), rtype)?;
-            push_name(&mut s, &rd.name()?);
+            let mut rd = RdataReader::new(names.msg(), start, rdata.len(), rtype)?;
+            s.push_str(rd.name(names)?);
             s.push(' ');
-            push_name(&mut s, &rd.name()?);
-            let _ = write!(
-                s,
-                " {} {} {} {} {}",
-                rd.u32()?,
-                rd.u32()?,
-                rd.u32()?,
-                rd.u32()?,
-                rd.u32()?
-            );
+            s.push_str(rd.name(names)?);
+            for _ in 0..5 {
+                s.push(' ');
+                push_u32(&mut s, rd.u32()?);
+            }
             rd.finish()?;
         }
         // TXT: one or more <character-string>s
@@ -108,7 +107,7 @@ pub(super) fn rdata_summary(
         // Framing is already safe (rdlength checked), so if hickory rejects the contents the
         // record is still shown, generically.
         64 | 65 | 257 | 35 | 13 | 44 | 52 => {
-            let mut dec = BinDecoder::new(msg);
+            let mut dec = BinDecoder::new(names.msg());
             let parsed = dec.read_slice(start).and_then(|_| {
                 let len = Restrict::new(u16::try_from(rdata.len()).unwrap_or(u16::MAX));
                 RData::read(&mut dec, RecordType::from(rtype), len)
@@ -148,8 +147,8 @@ impl<'a> RdataReader<'a> {
         format!("{} rdata: {}", type_name(self.rtype), describe(e))
     }
 
-    pub(super) fn name(&mut self) -> Result<Name, String> {
-        Name::read(&mut self.dec).map_err(|e| self.fail(e))
+    pub(super) fn name<'n>(&mut self, names: &'n mut NameReader<'_>) -> Result<&'n str, String> {
+        names.read(&mut self.dec).map_err(|e| self.fail(e))
     }
 
     pub(super) fn u16(&mut self) -> Result<u16, String> {

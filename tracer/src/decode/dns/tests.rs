@@ -2,8 +2,8 @@ use super::*;
 use hickory_proto::op::{Edns as HEdns, Message, MessageType, OpCode, Query, ResponseCode};
 use hickory_proto::rr::rdata::opt::{ClientSubnet, EdnsOption as HOption};
 use hickory_proto::rr::rdata::{A, AAAA, CNAME, MX, PTR, SOA, SRV, TXT};
-use hickory_proto::rr::RData;
 use hickory_proto::rr::Record as HRecord;
+use hickory_proto::rr::{Name, RData};
 use std::net::Ipv4Addr;
 
 fn name(s: &str) -> Name {
@@ -145,7 +145,7 @@ fn response_with_common_types() {
     let got: Vec<(&str, &str, &str)> = d
         .answers
         .iter()
-        .map(|r| (r.name.as_str(), r.rtype.as_str(), r.data.as_str()))
+        .map(|r| (r.name.as_str(), &*r.rtype, r.data.as_str()))
         .collect();
     assert_eq!(
         got,
@@ -453,7 +453,7 @@ fn edns_raw_fields_and_odd_options() {
     let opts: Vec<(&str, &str)> = e
         .options
         .iter()
-        .map(|o| (o.name.as_str(), o.data.as_str()))
+        .map(|o| (&*o.name, o.data.as_str()))
         .collect();
     assert_eq!(
         opts,
@@ -720,4 +720,152 @@ fn hostile_counts_in_a_cut_message() {
         (65535, 65535, 65535, 65535)
     );
     assert_eq!(decode_cut(&msg[..11], 9000), Ok(None));
+}
+
+/// The name reader's pointer shortcut reaches the verdict and the text `Name::read` does:
+/// compressed messages with bytes and compression pointers overwritten at random, whole and
+/// cut, decode the same with the shortcut on and off.
+#[test]
+fn name_shortcut_agrees_with_name_read() {
+    let mut cname = Message::new(9, MessageType::Response, OpCode::Query);
+    cname.add_query(Query::query(name("api.example.net."), RecordType::A));
+    cname.add_answer(rr(
+        "api.example.net.",
+        5,
+        RData::CNAME(CNAME(name("edge.cdn.example.net."))),
+    ));
+    cname.add_answer(rr("edge.cdn.example.net.", 5, RData::A(A::new(1, 2, 3, 4))));
+    cname.add_authority(rr(
+        "example.net.",
+        5,
+        RData::SOA(SOA::new(
+            name("ns.example.net."),
+            name("hostmaster.example.net."),
+            1,
+            2,
+            3,
+            4,
+            5,
+        )),
+    ));
+    let seeds = [
+        common_response(),
+        query_with_edns(),
+        cname.to_vec().unwrap(),
+    ];
+    let decode_both = |bytes: &[u8], cut: Option<usize>| {
+        let h = Header::read(bytes)?;
+        let mut fast = NameReader::new(bytes);
+        let mut plain = NameReader::new(bytes);
+        plain.shortcut = false;
+        let a = decode_body_with(bytes, &h, cut, &mut fast);
+        let b = decode_body_with(bytes, &h, cut, &mut plain);
+        assert_eq!(a, b, "{bytes:?} cut {cut:?}");
+        assert_eq!(plain.hits, 0);
+        Some((a, fast.hits))
+    };
+    // Unmutated: answers' owner names are pointers to names already read.
+    for seed in &seeds[..] {
+        let (m, hits) = decode_both(seed, None).unwrap();
+        assert!(m.is_ok());
+        assert!(hits > 0 || seed == &seeds[1]);
+    }
+    let mut state = 0x9e37_79b9_7f4a_7c15u64;
+    let mut next = move || {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        state
+    };
+    let (mut hits, mut ok_with_hits, mut errors) = (0, 0, 0);
+    for _ in 0..30_000 {
+        let r = next();
+        let mut msg = seeds[(r % 3) as usize].clone();
+        for _ in 0..1 + (r >> 8) % 3 {
+            let r = next();
+            let i = 12 + (r as usize) % (msg.len() - 12);
+            if r & 0x100_0000_0000 != 0 && i + 1 < msg.len() {
+                // A pointer to anywhere up to a little past the end.
+                let target = ((r >> 16) as usize % (msg.len() + 4)) as u16;
+                msg[i] = 0xc0 | (target >> 8) as u8;
+                msg[i + 1] = target as u8;
+            } else {
+                msg[i] = (r >> 32) as u8;
+            }
+        }
+        if let Some((m, h)) = decode_both(&msg, None) {
+            hits += h;
+            ok_with_hits += usize::from(m.is_ok() && h > 0);
+            errors += usize::from(m.is_err());
+        }
+        let cut = (next() as usize) % (msg.len() + 1);
+        decode_both(&msg[..cut], Some(msg.len()));
+    }
+    assert!(
+        hits > 10_000 && ok_with_hits > 1_000 && errors > 1_000,
+        "{hits} {ok_with_hits} {errors}"
+    );
+}
+
+/// Every byte value in a label is written as RFC 1035 §5.1 says, by the name reader and by
+/// `push_name` alike.
+#[test]
+fn name_text_escapes_every_byte() {
+    for b in 0..=255u8 {
+        let expected = match b {
+            b'.' | b'\\' | b'"' | b'(' | b')' | b';' | b'@' | b'$' => format!("x\\{}.", b as char),
+            0x21..=0x7e => format!("x{}.", b as char),
+            _ => format!("x\\{b:03}."),
+        };
+        let body = [2, b'x', b, 0, 0, 1, 0, 1];
+        let msg = raw(1, 0, [1, 0, 0, 0], &body);
+        let d = decode(&msg).unwrap();
+        assert_eq!(d.questions[0].name, expected);
+        let n = Name::from_labels([&[b'x', b][..]]).unwrap();
+        assert_eq!(name_to_string(&n), expected);
+    }
+    // A name of 4 labels of about 63 bytes that all need `\DDD` does not fit what is left
+    // after a first name, and still comes out whole.
+    let label = [0xffu8; 63];
+    let mut body = vec![9];
+    body.extend_from_slice(b"abcdefghi");
+    body.extend_from_slice(&[0, 0, 1, 0, 1]);
+    for _ in 0..3 {
+        body.push(63);
+        body.extend_from_slice(&label);
+    }
+    body.push(61);
+    body.extend_from_slice(&label[..61]);
+    body.extend_from_slice(&[0, 0, 1, 0, 1]);
+    let d = decode(&raw(1, 0, [2, 0, 0, 0], &body)).unwrap();
+    assert_eq!(d.questions[0].name, "abcdefghi.");
+    let long = &d.questions[1].name;
+    assert_eq!(long.len(), (63 * 3 + 61) * 4 + 4, "{long}");
+    assert!(long.starts_with("\\255\\255") && long.ends_with("\\255."));
+}
+
+#[test]
+fn numbers_and_hex_as_display_writes_them() {
+    for v in [
+        0,
+        1,
+        9,
+        10,
+        99,
+        100,
+        65535,
+        1_000_000_000,
+        2024010101,
+        u32::MAX,
+    ] {
+        let mut s = String::from("x");
+        push_u32(&mut s, v);
+        assert_eq!(s, format!("x{v}"));
+    }
+    let bytes: Vec<u8> = (0..=255).collect();
+    let expected: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+    assert_eq!(hex(&bytes), expected);
+    let mut s = String::new();
+    push_hex(&mut s, &bytes);
+    assert_eq!(s, expected);
 }
