@@ -26,36 +26,57 @@ pub const V4_TEXT_MAX: usize = 21;
 /// `addr` as its `Display` writes it, written into `buf` without the formatter.
 pub fn v4_text(addr: std::net::SocketAddrV4, buf: &mut [u8; V4_TEXT_MAX]) -> &str {
     let mut n = 0;
-    let mut push_dec = |sep: Option<u8>, v: u32| {
-        if let Some(c) = sep {
-            buf[n] = c;
-            n += 1;
+    for octet in addr.ip().octets() {
+        // Each octet's digits and the separator after it, from a table.
+        let (text, len) = OCTET_TEXT[usize::from(octet)];
+        if let Some(dst) = buf.get_mut(n..n + 4) {
+            dst.copy_from_slice(&text);
         }
-        let mut digits = [0u8; 5];
-        let mut len = 0;
-        let mut v = v;
-        loop {
-            digits[len] = b'0' + (v % 10) as u8;
-            len += 1;
-            v /= 10;
-            if v == 0 {
-                break;
-            }
-        }
-        for d in digits[..len].iter().rev() {
-            buf[n] = *d;
-            n += 1;
-        }
-        n
-    };
-    let [a, b, c, d] = addr.ip().octets();
-    push_dec(None, u32::from(a));
-    push_dec(Some(b'.'), u32::from(b));
-    push_dec(Some(b'.'), u32::from(c));
-    push_dec(Some(b'.'), u32::from(d));
-    let n = push_dec(Some(b':'), u32::from(addr.port()));
+        n += usize::from(len);
+    }
+    // The last octet's separator is the colon.
+    buf[n - 1] = b':';
+    n = push_decimal(buf, n, addr.port());
     // Only ASCII digits, dots and a colon were written.
     std::str::from_utf8(&buf[..n]).unwrap_or_default()
+}
+
+/// Each octet's decimal digits followed by a dot (padded to four bytes), and their length
+/// with the dot.
+const OCTET_TEXT: [([u8; 4], u8); 256] = {
+    let mut t = [([0u8; 4], 0u8); 256];
+    let mut v = 0;
+    while v < 256 {
+        let (h, d, u) = ((v / 100) as u8, (v / 10 % 10) as u8, (v % 10) as u8);
+        t[v] = if v >= 100 {
+            ([b'0' + h, b'0' + d, b'0' + u, b'.'], 4)
+        } else if v >= 10 {
+            ([b'0' + d, b'0' + u, b'.', 0], 3)
+        } else {
+            ([b'0' + u, b'.', 0, 0], 2)
+        };
+        v += 1;
+    }
+    t
+};
+
+/// Writes `v` in decimal at `buf[n..]` (room for five digits); returns the end.
+fn push_decimal(buf: &mut [u8; V4_TEXT_MAX], n: usize, v: u16) -> usize {
+    let digits = match v {
+        0..=9 => 1,
+        10..=99 => 2,
+        100..=999 => 3,
+        1_000..=9_999 => 4,
+        _ => 5,
+    };
+    let mut v = v;
+    for i in (0..digits).rev() {
+        if let Some(b) = buf.get_mut(n + i) {
+            *b = b'0' + (v % 10) as u8;
+        }
+        v /= 10;
+    }
+    n + digits
 }
 
 /// A socket address written as its `Display` writes it (`10.0.0.1:53`, `[::1]:53`), an
