@@ -270,11 +270,13 @@ fn tshark(file: &Path) -> crate::Result<(f64, f64)> {
 fn print_rate(rate: u32, seconds: u64, rows: &[(Mode, Row)]) {
     println!("\nlive: dnsperf -Q {rate} for {seconds} s, client pod → ClusterIP → 2 dnsmasq pods (cached answers)");
     println!(
-        "  {:<34} {:>8} {:>8} {:>8} {:>8} {:>8} {:>13} {:>12} {:>11} {:>8} {:>10} {:>8}",
+        "  {:<34} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>13} {:>12} {:>11} {:>8} {:>10} {:>8}",
         "under",
         "qps",
         "lost",
         "avg ms",
+        "p50 ms",
+        "p99 ms",
         "sd ms",
         "max ms",
         "tool µs/q",
@@ -286,11 +288,13 @@ fn print_rate(rate: u32, seconds: u64, rows: &[(Mode, Row)]) {
     );
     for (mode, r) in rows {
         println!(
-            "  {:<34} {:>8.0} {:>8} {:>8.3} {:>8.3} {:>8.2} {:>13} {:>12.1} {:>11} {:>8} {:>10} {:>8}",
+            "  {:<34} {:>8.0} {:>8} {:>8.3} {:>8.3} {:>8.3} {:>8.3} {:>8.2} {:>13} {:>12.1} {:>11} {:>8} {:>10} {:>8}",
             mode.label(),
             r.perf.qps,
             r.perf.lost,
             r.perf.avg_ms,
+            r.perf.p50_ms,
+            r.perf.p99_ms,
             r.perf.stddev_ms,
             r.perf.max_ms,
             r.tool_us_per_query()

@@ -13,6 +13,25 @@ Latency StdDev (s):   0.000113\n";
     assert!((d.qps - 1998.908).abs() < 1e-6);
     assert!((d.avg_ms - 0.183).abs() < 1e-9);
     assert!((d.max_ms - 3.046).abs() < 1e-9);
+    assert_eq!((d.p50_ms, d.p99_ms), (0.0, 0.0));
+}
+
+#[test]
+fn dnsperf_percentiles_come_from_answered_queries() {
+    let mut out = String::from("[Status] Sending queries\n");
+    // 100 answered queries of 1..=100 ms, in shuffled order, and timed-out ones.
+    for i in (1..=100u32).map(|i| (i * 37) % 100 + 1) {
+        out.push_str(&format!(
+            "> NOERROR www.example.com A {:.6}\n",
+            f64::from(i) / 1e3
+        ));
+        out.push_str("> T www.example.com AAAA\n");
+    }
+    out.push_str("Statistics:\n\n  Queries completed:    100 (50.00%)\n  Queries lost:         100 (50.00%)\n  \
+Queries per second:   10.0\n\n  Average Latency (s):  0.050500 (min 0.001000, max 0.100000)\n");
+    let d = parse_dnsperf(&out).unwrap_or_default();
+    assert!((d.p50_ms - 50.0).abs() < 1e-6, "{}", d.p50_ms);
+    assert!((d.p99_ms - 99.0).abs() < 1e-6, "{}", d.p99_ms);
 }
 
 #[test]
