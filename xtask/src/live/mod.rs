@@ -20,6 +20,7 @@ mod proc;
 mod rates;
 mod storm;
 mod tool;
+mod truth;
 
 use bpf::BpfStats;
 

@@ -2,7 +2,7 @@
 //! and tcpdump + tshark, and the eBPF programs' cost on packets that are not DNS.
 use std::{
     fs,
-    path::Path,
+    path::{Path, PathBuf},
     process::Stdio,
     thread,
     time::{Duration, Instant},
@@ -17,6 +17,7 @@ use super::{
     proc::{cpu_children_self, cpu_s, vm_hwm_kib},
     thousands,
     tool::{is_stats, last_stats, Tool},
+    truth::Truth,
     LiveOptions,
 };
 
@@ -57,6 +58,9 @@ struct Row {
     tshark: Option<(f64, f64)>,
     servers_cpu_s: f64,
     captured: Option<u64>,
+    /// DNS packets netfilter counted on the lab's hops in the tool's run (every namespace;
+    /// for tcpdump, the node's namespace it captures in).
+    truth: Option<u64>,
     lost: Option<u64>,
     /// Summarised + shed (dnspath only).
     summarised: Option<u64>,
@@ -104,19 +108,30 @@ fn curl(lab: &Lab, path: &str) -> Option<String> {
         .then(|| String::from_utf8_lossy(&o.stdout).into_owned())
 }
 
+/// What every measurement runs in: the lab, its netfilter counters, the binary, dnsperf's
+/// query file and the DNS servers' PIDs.
+struct Setup<'a> {
+    lab: &'a Lab,
+    truth: Truth<'a>,
+    dnspath: String,
+    queries: PathBuf,
+    servers: Vec<String>,
+}
+
 /// Runs dnsperf at `rate` under `mode` and measures.
-fn measure(
-    lab: &Lab,
-    dnspath: &str,
-    queries: &Path,
-    servers: &[String],
-    mode: Mode,
-    rate: u32,
-    o: &LiveOptions,
-) -> crate::Result<Row> {
+fn measure(s: &Setup, mode: Mode, rate: u32, o: &LiveOptions) -> crate::Result<Row> {
+    let Setup {
+        lab,
+        truth,
+        dnspath,
+        queries,
+        servers,
+    } = s;
+    let dnspath = dnspath.as_str();
     let node = lab.node_ns();
     let pcap = lab.temp_dir().join(format!("bench-{rate}.pcap"));
     let pcap_s = pcap.to_string_lossy().into_owned();
+    truth.zero();
     let tool = match mode {
         Mode::Nothing => None,
         Mode::Trace => Some(Tool::start(
@@ -187,9 +202,11 @@ fn measure(
             s.stderr
         );
     }
+    let (all, node) = truth.read();
     let perf = perf?;
     let mut row = Row {
         perf,
+        truth: if mode == Mode::Tcpdump { node } else { all },
         tool_cpu_s: before_tool.zip(after_tool).map(|(b, a)| a - b),
         servers_cpu_s: after_servers - before_servers,
         hwm_kib,
@@ -270,7 +287,7 @@ fn tshark(file: &Path) -> crate::Result<(f64, f64)> {
 fn print_rate(rate: u32, seconds: u64, rows: &[(Mode, Row)]) {
     println!("\nlive: dnsperf -Q {rate} for {seconds} s, client pod → ClusterIP → 2 dnsmasq pods (cached answers)");
     println!(
-        "  {:<34} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>13} {:>12} {:>11} {:>8} {:>10} {:>8}",
+        "  {:<34} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>13} {:>12} {:>11} {:>11} {:>8} {:>10} {:>8}",
         "under",
         "qps",
         "lost",
@@ -282,13 +299,14 @@ fn print_rate(rate: u32, seconds: u64, rows: &[(Mode, Row)]) {
         "tool µs/q",
         "dnsmasq µs/q",
         "captured",
+        "netfilter",
         "lost",
         "summarised",
         "VmHWM"
     );
     for (mode, r) in rows {
         println!(
-            "  {:<34} {:>8.0} {:>8} {:>8.3} {:>8.3} {:>8.3} {:>8.3} {:>8.2} {:>13} {:>12.1} {:>11} {:>8} {:>10} {:>8}",
+            "  {:<34} {:>8.0} {:>8} {:>8.3} {:>8.3} {:>8.3} {:>8.3} {:>8.2} {:>13} {:>12.1} {:>11} {:>11} {:>8} {:>10} {:>8}",
             mode.label(),
             r.perf.qps,
             r.perf.lost,
@@ -302,6 +320,7 @@ fn print_rate(rate: u32, seconds: u64, rows: &[(Mode, Row)]) {
                 .unwrap_or_else(|| "-".into()),
             per_query_us(r.servers_cpu_s, r.perf.completed),
             opt_u64(r.captured),
+            opt_u64(r.truth),
             opt_u64(r.lost),
             opt_u64(r.summarised),
             r.hwm_kib
@@ -339,6 +358,12 @@ fn print_rate(rate: u32, seconds: u64, rows: &[(Mode, Row)]) {
                 per_query * r.perf.qps,
                 us / per_query.max(1e-9)
             ));
+            if let Some(t) = r.truth {
+                line.push_str(&format!(
+                    "; read {c} of the {t} DNS packets netfilter counted on the hops ({:.1} %)",
+                    100.0 * c as f64 / t.max(1) as f64
+                ));
+            }
             let lost = r.lost.unwrap_or(0);
             if lost > 0 {
                 line.push_str(&format!(
@@ -366,19 +391,22 @@ pub(super) fn run_live(dnspath: &Path, o: &LiveOptions) -> crate::Result<()> {
         .collect();
     // Warm both pods' caches (the Service picks a pod at random per flow).
     dnsperf(&lab, &queries, 1_000, 1)?;
-    let dnspath = dnspath.to_string_lossy().into_owned();
+    let setup = Setup {
+        lab: &lab,
+        truth: Truth::install(&lab)?,
+        dnspath: dnspath.to_string_lossy().into_owned(),
+        queries,
+        servers,
+    };
     for &rate in &o.rates {
         let mut rows = Vec::new();
         for mode in Mode::ALL {
             eprintln!("bench: live: {} at {rate} qps", mode.label());
-            rows.push((
-                mode,
-                measure(&lab, &dnspath, &queries, &servers, mode, rate, o)?,
-            ));
+            rows.push((mode, measure(&setup, mode, rate, o)?));
         }
         print_rate(rate, o.seconds, &rows);
     }
-    non_dns(&lab, &dnspath)
+    non_dns(&lab, &setup.dnspath)
 }
 
 /// UDP datagrams of the non-DNS burst.

@@ -52,3 +52,13 @@ fn thousands_are_grouped() {
     assert_eq!(thousands(1234567), "1,234,567");
     assert_eq!(thousands(123), "123");
 }
+
+#[test]
+fn netfilter_counts_are_read_from_the_chain_listing() {
+    let listing = "Chain DNSPATH_BENCH (2 references)\n    pkts      bytes target     prot opt in     out     source               destination\n  123456  9876543 RETURN     17   --  *      *       0.0.0.0/0            0.0.0.0/0            multiport ports 53\n";
+    assert_eq!(super::truth::packets(listing), Some(123_456));
+    assert_eq!(
+        super::truth::packets("Chain DNSPATH_BENCH (0 references)\n"),
+        None
+    );
+}
