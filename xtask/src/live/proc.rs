@@ -37,10 +37,20 @@ pub(super) fn cpu_s(pid: &str, children: bool) -> Option<f64> {
 
 /// Peak resident set of `pid`, KiB.
 pub(super) fn vm_hwm_kib(pid: u32) -> Option<u64> {
+    status_kib(pid, "VmHWM:")
+}
+
+/// Resident memory now (VmRSS), KiB: the steady state, where VmHWM also holds start-up's
+/// peak (parsing the kernel's BTF).
+pub(super) fn vm_rss_kib(pid: u32) -> Option<u64> {
+    status_kib(pid, "VmRSS:")
+}
+
+fn status_kib(pid: u32, field: &str) -> Option<u64> {
     fs::read_to_string(format!("/proc/{pid}/status"))
         .ok()?
         .lines()
-        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .find_map(|l| l.strip_prefix(field))
         .and_then(|v| v.split_whitespace().next()?.parse().ok())
 }
 

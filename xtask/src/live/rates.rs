@@ -14,7 +14,7 @@ use super::{
     bpf::{print_progs, prog_delta, progs, ProgCosts},
     dnsperf::{dnsperf, Dnsperf},
     opt_u64,
-    proc::{cpu_children_self, cpu_s, vm_hwm_kib},
+    proc::{cpu_children_self, cpu_s, vm_hwm_kib, vm_rss_kib},
     thousands,
     tool::{is_stats, last_stats, Tool},
     truth::Truth,
@@ -65,6 +65,8 @@ struct Row {
     /// Summarised + shed (dnspath only).
     summarised: Option<u64>,
     hwm_kib: Option<u64>,
+    /// VmRSS at the end of the run (steady state).
+    rss_kib: Option<u64>,
     progs: ProgCosts,
 }
 
@@ -73,6 +75,11 @@ impl Row {
         let total = self.tool_cpu_s? + self.tshark.map_or(0.0, |t| t.0);
         Some(per_query_us(total, self.perf.completed))
     }
+}
+
+fn mib(kib: Option<u64>) -> String {
+    kib.map(|k| format!("{:.0} MiB", k as f64 / 1024.0))
+        .unwrap_or_else(|| "-".into())
 }
 
 fn per_query_us(cpu_s: f64, queries: u64) -> f64 {
@@ -180,6 +187,7 @@ fn measure(s: &Setup, mode: Mode, rate: u32, o: &LiveOptions) -> crate::Result<R
     let after_servers = servers_cpu(servers);
     let after_progs = tool.as_ref().map(|t| progs(t.pid())).unwrap_or_default();
     let hwm_kib = tool.as_ref().and_then(|t| vm_hwm_kib(t.pid()));
+    let rss_kib = tool.as_ref().and_then(|t| vm_rss_kib(t.pid()));
     let scrape = match mode {
         Mode::Agent => curl(lab, "/metrics"),
         _ => None,
@@ -210,6 +218,7 @@ fn measure(s: &Setup, mode: Mode, rate: u32, o: &LiveOptions) -> crate::Result<R
         tool_cpu_s: before_tool.zip(after_tool).map(|(b, a)| a - b),
         servers_cpu_s: after_servers - before_servers,
         hwm_kib,
+        rss_kib,
         progs: prog_delta(&before_progs, &after_progs),
         ..Row::default()
     };
@@ -287,7 +296,7 @@ fn tshark(file: &Path) -> crate::Result<(f64, f64)> {
 fn print_rate(rate: u32, seconds: u64, rows: &[(Mode, Row)]) {
     println!("\nlive: dnsperf -Q {rate} for {seconds} s, client pod → ClusterIP → 2 dnsmasq pods (cached answers)");
     println!(
-        "  {:<34} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>13} {:>12} {:>11} {:>11} {:>8} {:>10} {:>8}",
+        "  {:<34} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>13} {:>12} {:>11} {:>11} {:>8} {:>10} {:>8} {:>8}",
         "under",
         "qps",
         "lost",
@@ -302,11 +311,12 @@ fn print_rate(rate: u32, seconds: u64, rows: &[(Mode, Row)]) {
         "netfilter",
         "lost",
         "summarised",
+        "VmRSS",
         "VmHWM"
     );
     for (mode, r) in rows {
         println!(
-            "  {:<34} {:>8.0} {:>8} {:>8.3} {:>8.3} {:>8.3} {:>8.3} {:>8.2} {:>13} {:>12.1} {:>11} {:>11} {:>8} {:>10} {:>8}",
+            "  {:<34} {:>8.0} {:>8} {:>8.3} {:>8.3} {:>8.3} {:>8.3} {:>8.2} {:>13} {:>12.1} {:>11} {:>11} {:>8} {:>10} {:>8} {:>8}",
             mode.label(),
             r.perf.qps,
             r.perf.lost,
@@ -323,9 +333,8 @@ fn print_rate(rate: u32, seconds: u64, rows: &[(Mode, Row)]) {
             opt_u64(r.truth),
             opt_u64(r.lost),
             opt_u64(r.summarised),
-            r.hwm_kib
-                .map(|k| format!("{:.0} MiB", k as f64 / 1024.0))
-                .unwrap_or_else(|| "-".into()),
+            mib(r.rss_kib),
+            mib(r.hwm_kib),
         );
     }
     let tcpdump = rows
