@@ -12,6 +12,7 @@ use std::{
 /// Each top-level module and the modules its non-test code may name.
 const LAYERS: &[(&str, &[&str])] = &[
     ("time", &[]),
+    ("memory", &[]),
     ("host", &[]),
     ("ebpf", &[]),
     ("event", &[]),
@@ -22,7 +23,9 @@ const LAYERS: &[(&str, &[&str])] = &[
     // namespaces through kernel/netns.rs.
     (
         "kernel",
-        &["ebpf", "event", "host", "kallsyms", "kube", "names", "time"],
+        &[
+            "ebpf", "event", "host", "kallsyms", "kube", "memory", "names", "time",
+        ],
     ),
     ("conntrack", &["event", "kernel", "time"]),
     ("source", &["event", "names", "time"]),

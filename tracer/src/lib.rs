@@ -9,6 +9,7 @@ pub mod host;
 pub mod kallsyms;
 pub mod kernel;
 pub mod kube;
+pub mod memory;
 pub mod names;
 pub mod output;
 pub mod pipeline;

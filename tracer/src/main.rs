@@ -323,12 +323,6 @@ enum Until {
 /// applies when userspace does not set one.
 const DEFAULT_SNAPLEN: u32 = 2048;
 
-/// The process's allocator: mimalloc. Decoding and correlating allocate and free a few
-/// dozen small blocks per packet; glibc's malloc/free spent about a quarter of the
-/// instructions of a run on them (README, Performance).
-#[global_allocator]
-static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
 /// Exit status when `--until loop` found one.
 const EXIT_LOOP_FOUND: u8 = 3;
 

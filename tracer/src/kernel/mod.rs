@@ -102,6 +102,10 @@ pub struct Probes {
     other_instance: Option<u32>,
     /// The conntrack-confirm kprobes are attached (drops then say whether the confirm failed).
     pub confirm_hook: bool,
+    /// Names of the kernel's drop reasons (`enum skb_drop_reason`), read from its BTF with
+    /// the struct offsets (one parse of the BTF, tens of MiB while it lasts); empty without
+    /// drops or BTF.
+    pub drop_reasons: HashMap<u32, String>,
     /// `AYA_LOG_LEVEL` every instance is loaded with.
     log_level: &'static u8,
     /// Reader of the programs' diagnostics, with [`ProbeOptions::kernel_log`].
@@ -160,7 +164,12 @@ impl Probes {
         log_level: &'static u8,
     ) -> EbpfLoader<'a> {
         let mut loader = EbpfLoader::new();
+        // No kernel BTF for relocations: the object has no CO-RE relocations (Rust eBPF
+        // makes none; `object_has_no_core_relocations` checks), and aya's default parses
+        // the kernel's BTF (tens of MiB, most of start-up's memory peak) for every
+        // namespace's instance.
         loader
+            .btf(None)
             .override_global(aya_log::LEVEL, log_level, true)
             .override_global("CONFIG", config, true)
             .override_global("KERNEL_OFFSETS", offsets, true)
@@ -191,11 +200,13 @@ impl Probes {
         // Drops need the kernel's BTF (for tp_btf and the struct offsets); without it they
         // are a degraded feature, not a failure.
         let mut offsets = KernelOffsets::UNSET;
+        let mut drop_reasons = HashMap::new();
         if opts.drops {
-            match btf::KernelBtf::load().and_then(|b| b.kernel_offsets()) {
-                Ok(o) => offsets = o,
+            match btf::KernelBtf::load().and_then(|b| Ok((b.kernel_offsets()?, b.drop_reasons()))) {
+                Ok((o, reasons)) => (offsets, drop_reasons) = (o, reasons),
                 Err(e) => setup.degraded.push(format!("kernel drops not traced: {e}")),
             }
+            crate::memory::release_freed();
         }
         let config = CaptureConfig {
             snaplen: opts.snaplen.min(MAX_SNAPLEN),
@@ -261,6 +272,8 @@ impl Probes {
                 Err(e @ KernelError::Permission(_)) => return Err(e),
                 Err(e) => setup.degraded.push(format!("kernel drops not traced: {e}")),
             }
+            // attach_drops parsed the kernel's BTF (aya's) for the tp_btf program.
+            crate::memory::release_freed();
         }
         let mut confirm_hook = false;
         if drops_enabled {
@@ -296,6 +309,7 @@ impl Probes {
             setup,
             other_instance,
             confirm_hook,
+            drop_reasons,
         })
     }
 

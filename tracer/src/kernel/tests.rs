@@ -51,3 +51,47 @@ fn programs_pass_the_verifier() {
     let c = probes.counters().unwrap();
     assert_eq!(c.len(), counter::COUNT as usize);
 }
+
+/// The sections of a little-endian ELF64 object, by name: (file offset, size).
+fn elf_sections(d: &[u8]) -> Vec<(String, usize, usize)> {
+    let u16_at = |o: usize| usize::from(u16::from_le_bytes([d[o], d[o + 1]]));
+    let u32_at = |o: usize| u32::from_le_bytes(d[o..o + 4].try_into().unwrap()) as usize;
+    let u64_at = |o: usize| u64::from_le_bytes(d[o..o + 8].try_into().unwrap()) as usize;
+    let (shoff, shentsize, shnum, shstrndx) =
+        (u64_at(0x28), u16_at(0x3a), u16_at(0x3c), u16_at(0x3e));
+    let header = |i: usize| shoff + i * shentsize;
+    let strtab = u64_at(header(shstrndx) + 0x18);
+    (0..shnum)
+        .map(|i| {
+            let h = header(i);
+            let name_at = strtab + u32_at(h);
+            let end = name_at + d[name_at..].iter().position(|&b| b == 0).unwrap();
+            let name = String::from_utf8_lossy(&d[name_at..end]).into_owned();
+            (name, u64_at(h + 0x18), u64_at(h + 0x20))
+        })
+        .collect()
+}
+
+/// The loader is given no kernel BTF (`Probes::loader`), which is right only while the
+/// object asks for no CO-RE relocations: `.BTF.ext`'s header (32 bytes and more) says
+/// where they are and how many bytes they take.
+#[test]
+fn object_has_no_core_relocations() {
+    let d = crate::ebpf::OBJECT;
+    let (_, off, size) = elf_sections(d)
+        .into_iter()
+        .find(|(n, _, _)| n == ".BTF.ext")
+        .expect("the object has .BTF.ext (func and line info)");
+    assert!(size >= 8);
+    let hdr_len = u32::from_le_bytes(d[off + 4..off + 8].try_into().unwrap());
+    // func_info and line_info are there: the header was read right.
+    let line_info_len = u32::from_le_bytes(d[off + 20..off + 24].try_into().unwrap());
+    assert!(line_info_len > 0);
+    if hdr_len >= 32 {
+        let core_relo_len = u32::from_le_bytes(d[off + 28..off + 32].try_into().unwrap());
+        assert_eq!(
+            core_relo_len, 0,
+            "CO-RE relocations: the loader needs the kernel's BTF"
+        );
+    }
+}

@@ -22,7 +22,6 @@ use crate::{
     event::{KernelCounters, KernelSetup, ShedChange, SourceEvent},
     kernel::{
         attach::{AttachSpec, Attacher, Names, SharedNames},
-        btf::KernelBtf,
         kallsyms::Kallsyms,
         netns,
         shed::Shedder,
@@ -192,13 +191,12 @@ pub async fn run_live(
         .setup
         .clone();
     eprintln!("dnspath: {}", setup_line(&setup));
-    let reasons = if opts.drops {
-        KernelBtf::load()
-            .map(|b| b.drop_reasons())
-            .unwrap_or_default()
-    } else {
-        Default::default()
-    };
+    let reasons = std::mem::take(
+        &mut probes
+            .lock()
+            .map_err(|_| KernelError::Poisoned("probe"))?
+            .drop_reasons,
+    );
     // Whatever can fail comes before the watcher thread, which holds the probes until it
     // is stopped and joined.
     let mut source = LiveSource::new(ring)?;
