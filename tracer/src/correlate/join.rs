@@ -15,11 +15,10 @@ impl Correlator {
             self.process(o);
             return;
         }
-        self.seq += 1;
-        self.pending.insert((ts, self.seq), o);
+        self.pending.push(ts, o);
         // Bound the reorder buffer: under a flood, correlate early rather than grow.
         while self.pending.len() > self.cfg.max_legs {
-            if let Some((_, o)) = self.pending.pop_first() {
+            if let Some(o) = self.pending.pop_first() {
                 self.watermark = self.watermark.max(o.ts());
                 self.process(o);
             }

@@ -27,6 +27,7 @@ mod model;
 pub mod race;
 pub mod record;
 mod render;
+mod reorder;
 
 use std::{
     collections::{BTreeMap, BTreeSet, HashMap, VecDeque},
@@ -166,8 +167,7 @@ pub struct Correlator {
     cfg: CorrelateConfig,
     clock: Clock,
     ct: CtMap,
-    pending: BTreeMap<(u64, u64), Observed>,
-    seq: u64,
+    pending: reorder::Reorder,
     watermark: u64,
     /// Open legs, by id and by what joins a hop, finds a forwarder's parent, a retry's
     /// earlier attempt or a query's A/AAAA sibling.
@@ -197,8 +197,7 @@ impl Correlator {
             clock,
             ct: CtMap::new(cfg.max_ct_entries),
             cfg,
-            pending: BTreeMap::new(),
-            seq: 0,
+            pending: reorder::Reorder::default(),
             watermark: 0,
             legs: LegIndex::default(),
             txs: BTreeMap::new(),

@@ -6,11 +6,7 @@ impl Correlator {
     /// `now_ns` is in the observations' clock (live: boot time; offline: the file's time).
     pub fn tick(&mut self, now_ns: u64, out: &mut Vec<impl From<CorrelateReport>>) {
         let release = now_ns.saturating_sub(self.cfg.reorder_ns);
-        while let Some(entry) = self.pending.first_entry() {
-            if entry.key().0 > release {
-                break;
-            }
-            let o = entry.remove();
+        while let Some(o) = self.pending.pop_until(release) {
             self.watermark = self.watermark.max(o.ts());
             self.process(o);
         }
@@ -19,7 +15,7 @@ impl Correlator {
 
     /// End of input: correlate everything and report every transaction.
     pub fn flush(&mut self, now_ns: u64, out: &mut Vec<impl From<CorrelateReport>>) {
-        while let Some((_, o)) = self.pending.pop_first() {
+        while let Some(o) = self.pending.pop_first() {
             self.watermark = self.watermark.max(o.ts());
             self.process(o);
         }
