@@ -279,7 +279,9 @@ impl Correlator {
     /// clients of one host, or a client's retry, asking a server is no forward, and a
     /// question can only re-enter a server as a query of a forwarder's own socket.
     pub(super) fn peer_client(l: &Leg, from: IpAddr, ns: &str) -> bool {
-        l.parent.is_none() && l.client.ip() == from && (!from.is_loopback() || l.client_netns == ns)
+        l.parent.is_none()
+            && l.client.ip() == from
+            && (!from.is_loopback() || *l.client_netns == *ns)
     }
 
     /// An earlier root attempt of the same client and question that this one repeats:

@@ -32,6 +32,7 @@ mod reorder;
 use std::{
     collections::{BTreeMap, BTreeSet, HashMap, VecDeque},
     net::{IpAddr, SocketAddr},
+    sync::Arc,
 };
 
 use serde::Serialize;
@@ -339,9 +340,9 @@ impl Correlator {
                     .hops
                     .iter()
                     .find(|h| h.at == *p)
-                    .map(|h| h.ifname.clone())
+                    .map(|h| h.ifname.to_string())
                     .unwrap_or_default();
-                (ns.clone(), ifname)
+                (ns.to_string(), ifname)
             }),
             pod: Default::default(),
         };

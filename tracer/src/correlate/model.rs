@@ -39,8 +39,8 @@ pub(super) enum Via {
 pub(super) struct Hop {
     pub(super) ts_ns: u64,
     pub(super) at: ObservationPoint,
-    pub(super) netns: String,
-    pub(super) ifname: String,
+    pub(super) netns: Arc<str>,
+    pub(super) ifname: Arc<str>,
     pub(super) src: SocketAddr,
     pub(super) dst: SocketAddr,
     pub(super) dns_id: u16,
@@ -101,10 +101,10 @@ pub(super) struct Leg {
     pub(super) server: SocketAddr,
     /// Where the query was last seen going (after DNAT: the pod).
     pub(super) backend: SocketAddr,
-    pub(super) backend_at: Option<(ObservationPoint, String)>,
+    pub(super) backend_at: Option<(ObservationPoint, Arc<str>)>,
     /// Namespace of the latest query hop: where the query was delivered, as far as seen.
-    pub(super) delivered_ns: String,
-    pub(super) client_netns: String,
+    pub(super) delivered_ns: Arc<str>,
+    pub(super) client_netns: Arc<str>,
     pub(super) client_point: ObservationPoint,
     pub(super) hops: Vec<Hop>,
     pub(super) retransmits: u32,
@@ -169,7 +169,7 @@ pub(super) struct Transaction {
 /// server already on its chain: after DNAT the pod, not the ClusterIP (a pod forwarding to
 /// its own Service is only a loop once the Service sends the question back to a server of
 /// the chain). Loopback addresses are only the same server within one namespace.
-pub(super) type Endpoint = (SocketAddr, Option<String>);
+pub(super) type Endpoint = (SocketAddr, Option<Arc<str>>);
 
 pub(super) fn endpoint(l: &Leg) -> Endpoint {
     let ns = if l.backend.ip().is_loopback() {

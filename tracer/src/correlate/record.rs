@@ -14,8 +14,8 @@ use crate::{
 pub struct HopRecord {
     pub ts_ns: u64,
     /// Display names of the namespace and interface.
-    pub netns: String,
-    pub ifname: String,
+    pub netns: Arc<str>,
+    pub ifname: Arc<str>,
     pub pod: PodRef,
     pub dir: Direction,
     pub src: SocketAddr,
@@ -30,8 +30,8 @@ pub struct HopRecord {
 #[derive(Clone, Debug)]
 pub struct LegDrop {
     pub ts_ns: u64,
-    pub netns: String,
-    pub ifname: String,
+    pub netns: Arc<str>,
+    pub ifname: Arc<str>,
     pub pod: PodRef,
     pub reason: String,
     pub location: String,
@@ -235,7 +235,7 @@ pub struct TransactionRecord {
     /// `ts_ns` as Unix-epoch nanoseconds (wall-clock time).
     pub wall_ns: u64,
     pub client: SocketAddr,
-    pub client_netns: String,
+    pub client_netns: Arc<str>,
     /// The client's pod.
     pub pod: PodRef,
     pub question: QuestionRecord,

@@ -197,11 +197,11 @@ impl Correlator {
                 ts_ns: drop_ts.unwrap_or(l.first_ts),
                 wall_ns: self.clock.epoch_ns(drop_ts.unwrap_or(l.first_ts)),
                 netns: match &l.drop {
-                    Some(d) => RaceNetns::Name(d.netns.clone()),
+                    Some(d) => RaceNetns::Name(d.netns.to_string()),
                     None => RaceNetns::Unknown,
                 },
                 client: Some(l.client),
-                client_netns: l.client_netns.clone(),
+                client_netns: l.client_netns.to_string(),
                 dropped: Some(RaceQuery {
                     dns_id: l.key.id,
                     question: l.key.q.clone(),
@@ -351,8 +351,8 @@ impl Correlator {
                     Outcome::Dropped,
                     Summary::AnswerLost {
                         location: d.location.clone(),
-                        netns: d.netns.clone(),
-                        ifname: d.ifname.clone(),
+                        netns: d.netns.to_string(),
+                        ifname: d.ifname.to_string(),
                         retried,
                     },
                 ),
@@ -427,13 +427,13 @@ impl Correlator {
                         .unwrap_or(r.ts_ns);
                     back_at_client.checked_sub(l.first_ts)
                 });
-                let mut hop_records: Vec<HopRecord> = hops
+                let hop_records: Vec<HopRecord> = hops
                     .iter()
                     .map(|h| HopRecord {
                         pod: Default::default(),
                         ts_ns: h.ts_ns,
-                        netns: String::new(),
-                        ifname: String::new(),
+                        netns: h.netns.clone(),
+                        ifname: h.ifname.clone(),
                         dir: h.at.dir,
                         src: h.src,
                         dst: h.dst,
@@ -446,10 +446,6 @@ impl Correlator {
                         },
                     })
                     .collect();
-                for (r, h) in hop_records.iter_mut().zip(l.hops) {
-                    r.netns = h.netns;
-                    r.ifname = h.ifname;
-                }
                 let (rcode, answers, answer_cut) = match l.response {
                     Some(r) => (Some(r.rcode), r.answers, r.cut),
                     None => (None, Vec::new(), None),

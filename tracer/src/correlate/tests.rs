@@ -243,7 +243,11 @@ fn dnat_and_forward_make_one_tree() {
         summary(t)
     );
     // Response hop latency is measured at the same point as its query.
-    let back = up.hops.iter().find(|h| h.qr && h.ifname == "vup").unwrap();
+    let back = up
+        .hops
+        .iter()
+        .find(|h| h.qr && &*h.ifname == "vup")
+        .unwrap();
     assert_eq!(back.latency_ns, Some(190_000));
 }
 

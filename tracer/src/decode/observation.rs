@@ -1,6 +1,6 @@
 //! What the decode stage hands the correlate stage: each decoded DNS message and each kernel
 //! drop, typed, with where and when it was seen.
-use std::net::SocketAddr;
+use std::{net::SocketAddr, sync::Arc};
 
 use crate::{
     decode::dns::DnsMessage,
@@ -16,9 +16,10 @@ pub const FRAGMENT_LOSS: &str = "FRAGMENT_LOSS";
 pub struct Observation {
     pub ts_ns: u64,
     pub at: ObservationPoint,
-    /// Display names of the namespace and interface.
-    pub netns: String,
-    pub ifname: String,
+    /// Display names of the namespace and interface (shared with the packet's record and
+    /// every hop that is this observation).
+    pub netns: Arc<str>,
+    pub ifname: Arc<str>,
     /// IPPROTO_UDP or IPPROTO_TCP.
     pub proto: u8,
     pub src: SocketAddr,
@@ -33,8 +34,8 @@ pub struct DropObservation {
     pub cpu: u32,
     /// Cookie of the namespace (whose conntrack statistics tell a race).
     pub netns_cookie: u64,
-    pub netns: String,
-    pub ifname: String,
+    pub netns: Arc<str>,
+    pub ifname: Arc<str>,
     pub reason: String,
     pub location: String,
     /// The function part of `location`.
