@@ -185,13 +185,17 @@ impl Correlator {
                 None => {
                     let tx = self.next();
                     let next_id = &mut self.next_id;
-                    let (lookup, step) =
-                        self.lookups
-                            .assign(seen_client.ip(), &o.netns, &q.name, o.ts_ns, || {
-                                let id = *next_id;
-                                *next_id += 1;
-                                id
-                            });
+                    let (lookup, step) = self.lookups.assign(
+                        seen_client.ip(),
+                        o.netns.clone(),
+                        &q.name,
+                        o.ts_ns,
+                        || {
+                            let id = *next_id;
+                            *next_id += 1;
+                            id
+                        },
+                    );
                     self.txs.insert(
                         tx,
                         Transaction {
