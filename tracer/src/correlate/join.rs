@@ -47,8 +47,8 @@ impl Correlator {
         }
     }
 
-    pub(super) fn on_message(&mut self, o: Observation) {
-        let Some(q) = QKey::of(&o.msg) else {
+    pub(super) fn on_message(&mut self, mut o: Observation) {
+        let Some(q) = QKey::take(&mut o.msg) else {
             self.stats.unkeyed += 1;
             return;
         };
@@ -57,12 +57,12 @@ impl Correlator {
             self.loops.packets(&q, 1, false, o.ts_ns);
             return;
         }
-        let qr = o.msg.qr;
+        let (qr, dns_id) = (o.msg.qr, o.msg.id);
         let (client, by_ct) = self.canonical_client(o.proto, o.src, o.dst, qr);
         let key = LegKey {
             proto: o.proto,
             client_port: client.port(),
-            id: o.msg.id,
+            id: dns_id,
             q: q.clone(),
         };
         let (seen_client, seen_server) = if qr { (o.dst, o.src) } else { (o.src, o.dst) };
@@ -73,7 +73,7 @@ impl Correlator {
             ifname: o.ifname.clone(),
             src: o.src,
             dst: o.dst,
-            dns_id: o.msg.id,
+            dns_id,
             qr,
             via,
         };
@@ -96,13 +96,15 @@ impl Correlator {
             leg.last_ts = leg.last_ts.max(o.ts_ns);
             let tx = leg.tx;
             match &mut leg.response {
-                None => self.legs.respond(leg_id, Response::of(o.ts_ns, &o.msg)),
+                None => self
+                    .legs
+                    .respond(leg_id, Response::take(o.ts_ns, &mut o.msg)),
                 Some(r) => {
                     // The same response captured whole at another hop: it says more.
                     if r.cut.is_some() && o.msg.cut.is_none() {
                         *r = Response {
                             ts_ns: r.ts_ns,
-                            ..Response::of(o.ts_ns, &o.msg)
+                            ..Response::take(o.ts_ns, &mut o.msg)
                         };
                     }
                 }

@@ -15,6 +15,19 @@ impl QuestionRecord {
         let q = msg.questions.first()?;
         Some(QKey::asked(&q.name, &q.qtype, &q.class))
     }
+
+    /// [`QuestionRecord::of`] a message the caller is done with the question of: its
+    /// strings move into the key (the name lowercased in place) rather than being copied.
+    pub(super) fn take(msg: &mut DnsMessage) -> Option<QKey> {
+        let q = msg.questions.first_mut()?;
+        let mut name = std::mem::take(&mut q.name);
+        name.make_ascii_lowercase();
+        Some(QKey::new(
+            name,
+            std::mem::take(&mut q.qtype),
+            std::mem::take(&mut q.class),
+        ))
+    }
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -72,15 +85,24 @@ pub(super) struct Response {
 }
 
 impl Response {
-    pub(super) fn of(ts_ns: u64, msg: &DnsMessage) -> Self {
+    /// The response `msg` (seen at `ts_ns`), which the caller is done with: its rcode moves
+    /// here.
+    pub(super) fn take(ts_ns: u64, msg: &mut DnsMessage) -> Self {
         Response {
             ts_ns,
-            rcode: msg.rcode.clone(),
+            rcode: std::mem::take(&mut msg.rcode),
             tc: msg.flags.tc,
+            // `TYPE data`, as `format!("{} {}", ..)` without its formatting machinery.
             answers: msg
                 .answers
                 .iter()
-                .map(|r| format!("{} {}", r.rtype, r.data))
+                .map(|r| {
+                    let mut s = String::with_capacity(r.rtype.len() + 1 + r.data.len());
+                    s.push_str(&r.rtype);
+                    s.push(' ');
+                    s.push_str(&r.data);
+                    s
+                })
                 .collect(),
             cut: msg.cut,
         }
