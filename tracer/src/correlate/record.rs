@@ -168,6 +168,33 @@ impl std::hash::Hash for QuestionRecord {
     }
 }
 
+/// Hashes a [`QuestionRecord`] as its digest, as is: a map keyed by questions alone
+/// ([`QMap`]) then hashes nothing per lookup. The digest is keyed SipHash of the question,
+/// so the map is as hard to flood as one hashing the name with SipHash itself. (Anything
+/// else written to it is mixed in, not lost, but it is meant for questions only.)
+#[derive(Default)]
+pub struct DigestHasher(u64);
+
+impl std::hash::Hasher for DigestHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write_u64(&mut self, digest: u64) {
+        self.0 = self.0.rotate_left(5) ^ digest;
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0.rotate_left(5) ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
+        }
+    }
+}
+
+/// A map keyed by questions, hashing their digests (see [`DigestHasher`]).
+pub type QMap<V> =
+    std::collections::HashMap<QuestionRecord, V, std::hash::BuildHasherDefault<DigestHasher>>;
+
 impl std::ops::Deref for QuestionRecord {
     type Target = Question;
     fn deref(&self) -> &Question {
