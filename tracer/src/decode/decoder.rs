@@ -96,10 +96,11 @@ impl PlaceCache {
     }
 }
 
-/// The parts of a message the correlate stage reads (header, first question, rcode,
-/// answers, `cut`; see correlate/join.rs and correlate/model.rs): the packet record keeps the
-/// whole message for the sinks, and copying its other sections, EDNS options and further
-/// questions for every packet cost more than the correlation of it.
+/// The parts of a message the correlate stage reads (header, first question, rcode, the
+/// answers' type and data, `cut`; see correlate/join.rs and correlate/model.rs): the packet
+/// record keeps the whole message for the sinks, and copying its other sections, EDNS
+/// options, further questions and the answers' names for every packet cost more than the
+/// correlation of it.
 fn for_correlation(msg: &dns::DnsMessage) -> dns::DnsMessage {
     dns::DnsMessage {
         id: msg.id,
@@ -108,7 +109,18 @@ fn for_correlation(msg: &dns::DnsMessage) -> dns::DnsMessage {
         rcode: msg.rcode.clone(),
         flags: msg.flags,
         questions: msg.questions.first().cloned().into_iter().collect(),
-        answers: msg.answers.clone(),
+        // The correlator reads an answer's type and data only.
+        answers: msg
+            .answers
+            .iter()
+            .map(|r| dns::Record {
+                name: String::new(),
+                rtype: r.rtype.clone(),
+                class: String::new(),
+                ttl: r.ttl,
+                data: r.data.clone(),
+            })
+            .collect(),
         authority: Vec::new(),
         additional: Vec::new(),
         edns: None,
