@@ -198,7 +198,7 @@ impl Correlator {
                             id
                         },
                     );
-                    self.txs.insert(
+                    self.new_transaction(
                         tx,
                         Transaction {
                             id: tx,
@@ -387,9 +387,30 @@ impl Correlator {
         }
     }
 
+    fn new_transaction(&mut self, id: u64, t: Transaction) {
+        self.txs.insert(id, t);
+        self.tx_order.push_back(id);
+        // Amortised O(1): sweeps when over half of it are reported ones.
+        if self.tx_order.len() > 2 * self.txs.len() + 64 {
+            let txs = &self.txs;
+            self.tx_order.retain(|id| txs.contains_key(id));
+        }
+    }
+
+    /// The open transaction with the lowest id (the oldest).
+    fn oldest_transaction(&mut self) -> Option<u64> {
+        while let Some(&id) = self.tx_order.front() {
+            if self.txs.contains_key(&id) {
+                return Some(id);
+            }
+            self.tx_order.pop_front();
+        }
+        None
+    }
+
     pub(super) fn enforce_bounds(&mut self) {
         while self.legs.len() > self.cfg.max_legs {
-            let Some((&oldest, _)) = self.txs.iter().next() else {
+            let Some(oldest) = self.oldest_transaction() else {
                 break;
             };
             if let Some(t) = self.txs.remove(&oldest) {

@@ -30,7 +30,7 @@ mod render;
 mod reorder;
 
 use std::{
-    collections::{BTreeMap, BTreeSet, HashMap, VecDeque},
+    collections::{BTreeSet, HashMap, VecDeque},
     net::{IpAddr, SocketAddr},
     sync::Arc,
 };
@@ -173,7 +173,11 @@ pub struct Correlator {
     /// Open legs, by id and by what joins a hop, finds a forwarder's parent, a retry's
     /// earlier attempt or a query's A/AAAA sibling.
     legs: LegIndex,
-    txs: BTreeMap<u64, Transaction>,
+    /// By the correlator's own ids (a counter): a fast hasher is safe.
+    txs: HashMap<u64, Transaction, foldhash::fast::RandomState>,
+    /// Transaction ids in creation (= id) order, for evicting the oldest; ids of reported
+    /// ones are skipped when met, and swept out once they are most of it.
+    tx_order: VecDeque<u64>,
     /// (time, transaction) to look at: whether it is done, or when to look again; one entry
     /// per transaction (its `wake_at`).
     wakes: BTreeSet<(u64, u64)>,
@@ -201,7 +205,8 @@ impl Correlator {
             pending: reorder::Reorder::default(),
             watermark: 0,
             legs: LegIndex::default(),
-            txs: BTreeMap::new(),
+            txs: HashMap::default(),
+            tx_order: VecDeque::new(),
             wakes: BTreeSet::new(),
             timeouts: BTreeSet::new(),
             lookups: Lookups::new(cfg.lookup_window_ns, cfg.max_legs),

@@ -52,6 +52,7 @@ impl Correlator {
                 }
             }
             done.extend(self.txs.keys().copied());
+            done.sort_unstable();
             self.wakes.clear();
         } else {
             // Only transactions due to be looked at: each a bounded number of times.
