@@ -626,6 +626,71 @@ fn a_flood_of_unanswered_queries_stays_bounded() {
 }
 
 #[test]
+fn eviction_takes_the_oldest_open_transactions_among_reported_ones() {
+    let mut f = Feed {
+        c: Correlator::new(
+            CorrelateConfig {
+                max_legs: 1_000,
+                ..Default::default()
+            },
+            Clock::Epoch,
+        ),
+        out: vec![],
+    };
+    let (mut reported, mut newest_unanswered) = (0, Vec::new());
+    for i in 0..6_000u32 {
+        let ts = u64::from(i) * MS;
+        let client = format!("10.0.{}.{}:{}", i / 250 % 250, i % 250, 1024 + i);
+        let name = format!("n{i}.evict.test.");
+        let m = |qr| msg(i as u16, qr, &name, "A", "NOERROR", &[], false);
+        let p = at(1, 1, Direction::Egress);
+        f.see(ts, p, "c", "eth0", UDP, &client, "10.96.0.10:53", m(false));
+        // Two of three are answered at once (reported, their ids left behind in the
+        // order queue); the third never is.
+        if i % 3 != 0 {
+            f.see(
+                ts + 1,
+                p,
+                "c",
+                "eth0",
+                UDP,
+                "10.96.0.10:53",
+                &client,
+                m(true),
+            );
+        } else {
+            newest_unanswered.push(ts);
+        }
+        reported += f.txs(ts).len();
+        assert!(f.c.open_legs() <= 1_000);
+        // At most twice the most transactions open at once (each has a leg) and a bit.
+        assert!(
+            f.c.tx_order.len() <= 2 * 1_000 + 65,
+            "{} ids queued for {} transactions",
+            f.c.tx_order.len(),
+            f.c.txs.len()
+        );
+    }
+    assert!(reported > 3_000, "{reported} reported");
+    let s = f.c.stats();
+    assert!(s.evicted_transactions > 500, "{s:?}");
+    // What is left open is the newest unanswered queries (and answered ones not yet
+    // settled), never an older one kept over a newer: every unanswered query since the
+    // oldest open one is open (but the last ones, still in the reorder window).
+    let open: Vec<u64> = f.c.txs.values().map(|t| t.first_ts).collect();
+    let oldest_open = open.iter().copied().min().unwrap();
+    let gone: Vec<&u64> = newest_unanswered
+        .iter()
+        .filter(|&&ts| ts >= oldest_open && ts < 5_900 * MS && !open.contains(&ts))
+        .collect();
+    assert!(
+        gone.is_empty(),
+        "newer than {oldest_open} but gone: {gone:?}"
+    );
+    assert!(oldest_open > 2_000 * MS, "{oldest_open}");
+}
+
+#[test]
 fn out_of_order_arrival_is_reordered() {
     let mut f = Feed::new();
     let p_out = at(3, 2, Direction::Egress);
