@@ -22,6 +22,7 @@ use std::{
 use super::{
     model::{Leg, LegKey, QKey, Response},
     record::QMap,
+    sip::Sip,
 };
 
 /// Candidates kept per key of an index (the newest).
@@ -31,11 +32,12 @@ pub(super) const MAX_CANDIDATES: usize = 64;
 pub(super) struct LegIndex {
     /// By the correlator's own leg ids (a counter, not the wire's): a fast hasher is safe.
     legs: HashMap<u64, Leg, foldhash::fast::RandomState>,
-    by_key: HashMap<LegKey, u64>,
+    /// By wire data: SipHash (fed at once, see [`Sip`]).
+    by_key: HashMap<LegKey, u64, Sip>,
     /// By question alone: its digest is the hash.
     open_by_q: QMap<Vec<u64>>,
-    roots_by_q: HashMap<(IpAddr, QKey), Vec<u64>>,
-    roots_by_socket: HashMap<SocketAddr, Vec<u64>>,
+    roots_by_q: HashMap<(IpAddr, QKey), Vec<u64>, Sip>,
+    roots_by_socket: HashMap<SocketAddr, Vec<u64>, Sip>,
 }
 
 impl LegIndex {

@@ -16,7 +16,7 @@ struct LookupState {
 
 /// The recent lookup of each client, bounded.
 pub(super) struct Lookups {
-    by_client: HashMap<(IpAddr, Arc<str>), LookupState>,
+    by_client: HashMap<(IpAddr, Arc<str>), LookupState, super::sip::Sip>,
     /// Search-list steps of one lookup follow each other within this window.
     window_ns: u64,
     max: usize,
@@ -25,7 +25,7 @@ pub(super) struct Lookups {
 impl Lookups {
     pub(super) fn new(window_ns: u64, max: usize) -> Self {
         Self {
-            by_client: HashMap::new(),
+            by_client: HashMap::default(),
             window_ns,
             max,
         }

@@ -128,7 +128,7 @@ pub struct LoopTracker {
     /// Which report a question's packets count towards.
     by_question: QMap<(QKey, Vec<Peer>)>,
     /// (server ip, question) → (window start, forwards in window)
-    forwards: HashMap<(IpAddr, QKey), (u64, u64)>,
+    forwards: HashMap<(IpAddr, QKey), (u64, u64), super::sip::Sip>,
     /// question → (window start, client queries in window, in the window before)
     asks: QMap<(u64, u64, u64)>,
     /// Sizes of `forwards` and `asks` at which their stale windows are swept next.
@@ -167,7 +167,7 @@ impl LoopTracker {
             update_ns: cfg.loop_update_ns,
             loops: HashMap::new(),
             by_question: QMap::default(),
-            forwards: HashMap::new(),
+            forwards: HashMap::default(),
             asks: QMap::default(),
             forwards_sweep_at: SWEEP_AT,
             asks_sweep_at: SWEEP_AT,

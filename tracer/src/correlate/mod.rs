@@ -28,6 +28,7 @@ pub mod race;
 pub mod record;
 mod render;
 mod reorder;
+mod sip;
 
 use std::{
     collections::{BTreeSet, HashMap, VecDeque},
@@ -161,6 +162,9 @@ pub struct CorrelateStats {
     pub races: race::RaceStats,
 }
 
+/// A reported client query: (first ts, dns id, question, backend).
+type RecentQuery = (u64, u16, QKey, SocketAddr);
+
 /// The correlator. Feed it observations and conntrack events; call [`Correlator::tick`]
 /// regularly (live: every 50 ms; offline: as file time advances) and
 /// [`Correlator::flush`] at the end.
@@ -190,7 +194,7 @@ pub struct Correlator {
     ct_samples: CtSamples,
     /// Recent client queries by socket, to find the sibling of a dropped one (A/AAAA pair)
     /// after its own transaction has been reported: (first ts, dns id, question, backend).
-    recent: HashMap<SocketAddr, VecDeque<(u64, u16, QKey, SocketAddr)>>,
+    recent: HashMap<SocketAddr, VecDeque<RecentQuery>, sip::Sip>,
     /// `recent`'s entries in insertion order, for pruning the oldest in O(1).
     recent_order: VecDeque<(u64, SocketAddr)>,
     race_out: Vec<RaceRecord>,
@@ -214,7 +218,7 @@ impl Correlator {
             stats: CorrelateStats::default(),
             loops: LoopTracker::new(clock, &cfg),
             ct_samples: CtSamples::default(),
-            recent: HashMap::new(),
+            recent: HashMap::default(),
             recent_order: VecDeque::new(),
             race_out: Vec::new(),
         }
