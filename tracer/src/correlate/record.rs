@@ -132,10 +132,11 @@ pub struct Question {
     pub class: String,
 }
 
-/// The key the questions' digests are made with: random, once per process.
-fn question_hasher() -> &'static std::hash::RandomState {
-    static KEY: std::sync::OnceLock<std::hash::RandomState> = std::sync::OnceLock::new();
-    KEY.get_or_init(std::hash::RandomState::new)
+/// The key the questions' digests are made with: random, once per process (SipHash, fed
+/// in one piece: see [`super::sip`]).
+fn question_hasher() -> &'static super::sip::Sip {
+    static KEY: std::sync::OnceLock<super::sip::Sip> = std::sync::OnceLock::new();
+    KEY.get_or_init(super::sip::Sip::default)
 }
 
 impl QuestionRecord {

@@ -8,7 +8,7 @@
 use std::hash::{BuildHasher, Hasher, RandomState};
 
 /// Bytes gathered before they go to SipHash; longer keys stream through as they come.
-const BUF: usize = 48;
+const BUF: usize = 64;
 
 /// `std`'s `RandomState` (SipHash, random keys), fed through a buffer.
 #[derive(Clone, Default)]
@@ -66,7 +66,7 @@ mod tests {
             h.finish()
         };
         let bytes: Vec<u8> = (0..200u8).collect();
-        for len in [0, 1, 13, 47, 48, 49, 100, 200] {
+        for len in [0, 1, 13, BUF - 1, BUF, BUF + 1, 100, 200] {
             for split in [0, 1, 7, len / 2, len] {
                 let mut h = s.build_hasher();
                 h.write(&bytes[..split.min(len)]);
