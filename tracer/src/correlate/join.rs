@@ -230,7 +230,12 @@ impl Correlator {
             delivered_ns: o.netns.clone(),
             client_netns: o.netns.clone(),
             client_point: o.at,
-            hops: vec![hop(Via::Same)],
+            // Room for the answer's hop and a few more without growing.
+            hops: {
+                let mut hops = Vec::with_capacity(4);
+                hops.push(hop(Via::Same));
+                hops
+            },
             retransmits: 0,
             response: None,
             drop: None,
