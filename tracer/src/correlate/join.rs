@@ -28,7 +28,7 @@ impl Correlator {
     pub(super) fn process(&mut self, o: Observed) {
         match o {
             Observed::Message(m) => self.on_message(m),
-            Observed::Drop(d) => self.on_drop(d),
+            Observed::Drop(d) => self.on_drop(*d),
         }
     }
 

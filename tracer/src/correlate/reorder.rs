@@ -70,7 +70,7 @@ mod tests {
     use crate::correlate::DropObservation;
 
     fn obs(ts: u64, n: u32) -> Observed {
-        Observed::Drop(DropObservation {
+        Observed::Drop(Box::new(DropObservation {
             ts_ns: ts,
             cpu: n,
             netns_cookie: 0,
@@ -86,7 +86,7 @@ mod tests {
             ct: None,
             confirm_failed: None,
             msg: None,
-        })
+        }))
     }
 
     fn n(o: Observed) -> u32 {

@@ -547,7 +547,7 @@ fn drop_is_attached_to_its_leg() {
         dst: d.parse().unwrap(),
         proto: UDP,
     };
-    f.c.on_observed(Observed::Drop(DropObservation {
+    f.c.on_observed(Observed::Drop(Box::new(DropObservation {
         ts_ns: MS + 1000,
         cpu: 0,
         netns_cookie: 1,
@@ -567,7 +567,7 @@ fn drop_is_attached_to_its_leg() {
             reply: flow("10.244.1.3:53", "10.244.1.2:5000"),
         }),
         msg: Some(q()),
-    }));
+    })));
     f.c.tick(8_000 * MS, &mut f.out);
     assert!(
         !f.out.iter().any(|r| matches!(r, Record::Race(_))),
@@ -792,7 +792,7 @@ fn race_drop_with_counters_sibling_and_retry() {
         client,
         msg(2, true, "api.lab.test.", "AAAA", "NOERROR", &[], false),
     );
-    f.c.on_observed(Observed::Drop(DropObservation {
+    f.c.on_observed(Observed::Drop(Box::new(DropObservation {
         ts_ns: 10 * MS + 600_000,
         cpu: 1,
         netns_cookie: 1,
@@ -812,7 +812,7 @@ fn race_drop_with_counters_sibling_and_retry() {
             reply: flow("10.244.1.3:53", client),
         }),
         msg: Some(q(1, "A")),
-    }));
+    })));
     f.c.on_ct_stats(sample(200 * MS, 8));
     // glibc retries the A at its timeout, same socket.
     let retry = 10 * MS + 5_000 * MS;
@@ -1211,7 +1211,7 @@ fn an_answer_lost_on_the_way_is_dropped_not_answered() {
         if lost {
             let mut partial = a();
             partial.answers.clear();
-            f.c.on_observed(Observed::Drop(DropObservation {
+            f.c.on_observed(Observed::Drop(Box::new(DropObservation {
                 ts_ns: 2_002 * MS,
                 cpu: 0,
                 netns_cookie: 2,
@@ -1227,7 +1227,7 @@ fn an_answer_lost_on_the_way_is_dropped_not_answered() {
                 ct: None,
                 confirm_failed: None,
                 msg: Some(partial),
-            }));
+            })));
         }
         let txs = f.txs(3_000 * MS);
         assert_eq!(txs.len(), 1, "lost: {lost}");

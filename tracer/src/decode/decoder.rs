@@ -224,7 +224,7 @@ impl Decoder {
             if let (Some(obs), Some((sport, dport)), Some(msg)) =
                 (self.observed.as_mut(), l.ports, l.dns.as_ref())
             {
-                obs.push(Observed::Drop(DropObservation {
+                obs.push(Observed::Drop(Box::new(DropObservation {
                     ts_ns: l.last_ts_ns,
                     cpu: 0,
                     netns_cookie: l.key.at.netns,
@@ -240,7 +240,7 @@ impl Decoder {
                     ct: None,
                     confirm_failed: None,
                     msg: Some(msg.clone()),
-                }));
+                })));
             }
             out.push(DecodeReport::FragmentLoss(r).into());
         }

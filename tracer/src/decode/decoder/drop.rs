@@ -222,7 +222,7 @@ impl Decoder {
         }
         if let Some(obs) = self.observed.as_mut() {
             if let Some((proto, src, dst)) = endpoints {
-                obs.push(Observed::Drop(DropObservation {
+                obs.push(Observed::Drop(Box::new(DropObservation {
                     ts_ns: r.ts_ns,
                     cpu: d.cpu,
                     netns_cookie: d.netns,
@@ -238,7 +238,7 @@ impl Decoder {
                     ct: d.ct,
                     confirm_failed: self.confirm_hook.then_some(d.confirm_failed),
                     msg: r.dns.clone(),
-                }));
+                })));
             }
         }
         out.push(DecodeReport::Drop(r).into());
