@@ -261,7 +261,11 @@ impl Correlator {
         &mut self,
         (client, first_ts, id, q, backend): (SocketAddr, u64, u16, QKey, SocketAddr),
     ) {
-        let per_socket = self.recent.entry(client).or_default();
+        // Most sockets ask once or twice (an A/AAAA pair).
+        let per_socket = self
+            .recent
+            .entry(client)
+            .or_insert_with(|| VecDeque::with_capacity(2));
         per_socket.push_back((first_ts, id, q, backend));
         if per_socket.len() > 16 {
             per_socket.pop_front();
