@@ -378,7 +378,7 @@ impl Events {
         if folded.examples.len() < self.cfg.examples {
             folded.examples.push(Example {
                 client: t.client.to_string(),
-                client_netns: t.client_netns.clone(),
+                client_netns: t.client_netns.to_string(),
                 question: t.question.clone(),
                 summary: report::transaction_summary(t),
                 evidence: t.evidence.clone(),

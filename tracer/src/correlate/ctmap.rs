@@ -26,7 +26,7 @@ type WireKey = (u8, SocketAddr, SocketAddr);
 
 /// Bounded map of wire tuples → original flow.
 pub struct CtMap {
-    map: HashMap<WireKey, Mapped>,
+    map: HashMap<WireKey, Mapped, super::sip::Sip>,
     order: VecDeque<WireKey>,
     max: usize,
     pub evicted: u64,
@@ -35,7 +35,7 @@ pub struct CtMap {
 impl CtMap {
     pub fn new(max: usize) -> Self {
         Self {
-            map: HashMap::new(),
+            map: HashMap::default(),
             order: VecDeque::new(),
             max: max.max(4),
             evicted: 0,

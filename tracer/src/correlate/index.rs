@@ -15,11 +15,15 @@
 //! question or socket repeats.
 use std::{
     collections::HashMap,
-    hash::Hash,
+    hash::{BuildHasher, Hash},
     net::{IpAddr, SocketAddr},
 };
 
-use super::model::{Leg, LegKey, QKey, Response};
+use super::{
+    model::{Leg, LegKey, QKey, Response},
+    record::QMap,
+    sip::Sip,
+};
 
 /// Candidates kept per key of an index (the newest).
 pub(super) const MAX_CANDIDATES: usize = 64;
@@ -28,10 +32,12 @@ pub(super) const MAX_CANDIDATES: usize = 64;
 pub(super) struct LegIndex {
     /// By the correlator's own leg ids (a counter, not the wire's): a fast hasher is safe.
     legs: HashMap<u64, Leg, foldhash::fast::RandomState>,
-    by_key: HashMap<LegKey, u64>,
-    open_by_q: HashMap<QKey, Vec<u64>>,
-    roots_by_q: HashMap<(IpAddr, QKey), Vec<u64>>,
-    roots_by_socket: HashMap<SocketAddr, Vec<u64>>,
+    /// By wire data: SipHash (fed at once, see [`Sip`]).
+    by_key: HashMap<LegKey, u64, Sip>,
+    /// By question alone: its digest is the hash.
+    open_by_q: QMap<Vec<u64>>,
+    roots_by_q: HashMap<(IpAddr, QKey), Vec<u64>, Sip>,
+    roots_by_socket: HashMap<SocketAddr, Vec<u64>, Sip>,
 }
 
 impl LegIndex {
@@ -149,7 +155,7 @@ impl LegIndex {
     }
 }
 
-fn push_capped<K: Hash + Eq>(index: &mut HashMap<K, Vec<u64>>, key: K, id: u64) {
+fn push_capped<K: Hash + Eq, S: BuildHasher>(index: &mut HashMap<K, Vec<u64>, S>, key: K, id: u64) {
     let v = index.entry(key).or_default();
     if v.len() >= MAX_CANDIDATES {
         v.remove(0);
@@ -157,11 +163,16 @@ fn push_capped<K: Hash + Eq>(index: &mut HashMap<K, Vec<u64>>, key: K, id: u64) 
     v.push(id);
 }
 
-fn remove_from<K: Hash + Eq>(index: &mut HashMap<K, Vec<u64>>, key: &K, id: u64) {
-    if let Some(v) = index.get_mut(key) {
+/// Takes `id` off `key`'s list; one lookup when it was the only one (the usual case).
+fn remove_from<K: Hash + Eq, S: BuildHasher>(
+    index: &mut HashMap<K, Vec<u64>, S>,
+    key: &K,
+    id: u64,
+) {
+    if let Some((key, mut v)) = index.remove_entry(key) {
         v.retain(|x| *x != id);
-        if v.is_empty() {
-            index.remove(key);
+        if !v.is_empty() {
+            index.insert(key, v);
         }
     }
 }

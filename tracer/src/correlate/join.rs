@@ -15,11 +15,10 @@ impl Correlator {
             self.process(o);
             return;
         }
-        self.seq += 1;
-        self.pending.insert((ts, self.seq), o);
+        self.pending.push(ts, o);
         // Bound the reorder buffer: under a flood, correlate early rather than grow.
         while self.pending.len() > self.cfg.max_legs {
-            if let Some((_, o)) = self.pending.pop_first() {
+            if let Some(o) = self.pending.pop_first() {
                 self.watermark = self.watermark.max(o.ts());
                 self.process(o);
             }
@@ -29,7 +28,7 @@ impl Correlator {
     pub(super) fn process(&mut self, o: Observed) {
         match o {
             Observed::Message(m) => self.on_message(m),
-            Observed::Drop(d) => self.on_drop(d),
+            Observed::Drop(d) => self.on_drop(*d),
         }
     }
 
@@ -48,8 +47,8 @@ impl Correlator {
         }
     }
 
-    pub(super) fn on_message(&mut self, o: Observation) {
-        let Some(q) = QKey::of(&o.msg) else {
+    pub(super) fn on_message(&mut self, mut o: Observation) {
+        let Some(q) = QKey::take(&mut o.msg) else {
             self.stats.unkeyed += 1;
             return;
         };
@@ -58,12 +57,12 @@ impl Correlator {
             self.loops.packets(&q, 1, false, o.ts_ns);
             return;
         }
-        let qr = o.msg.qr;
+        let (qr, dns_id) = (o.msg.qr, o.msg.id);
         let (client, by_ct) = self.canonical_client(o.proto, o.src, o.dst, qr);
         let key = LegKey {
             proto: o.proto,
             client_port: client.port(),
-            id: o.msg.id,
+            id: dns_id,
             q: q.clone(),
         };
         let (seen_client, seen_server) = if qr { (o.dst, o.src) } else { (o.src, o.dst) };
@@ -74,7 +73,7 @@ impl Correlator {
             ifname: o.ifname.clone(),
             src: o.src,
             dst: o.dst,
-            dns_id: o.msg.id,
+            dns_id,
             qr,
             via,
         };
@@ -97,13 +96,15 @@ impl Correlator {
             leg.last_ts = leg.last_ts.max(o.ts_ns);
             let tx = leg.tx;
             match &mut leg.response {
-                None => self.legs.respond(leg_id, Response::of(o.ts_ns, &o.msg)),
+                None => self
+                    .legs
+                    .respond(leg_id, Response::take(o.ts_ns, &mut o.msg)),
                 Some(r) => {
                     // The same response captured whole at another hop: it says more.
                     if r.cut.is_some() && o.msg.cut.is_none() {
                         *r = Response {
                             ts_ns: r.ts_ns,
-                            ..Response::of(o.ts_ns, &o.msg)
+                            ..Response::take(o.ts_ns, &mut o.msg)
                         };
                     }
                 }
@@ -186,14 +187,18 @@ impl Correlator {
                 None => {
                     let tx = self.next();
                     let next_id = &mut self.next_id;
-                    let (lookup, step) =
-                        self.lookups
-                            .assign(seen_client.ip(), &o.netns, &q.name, o.ts_ns, || {
-                                let id = *next_id;
-                                *next_id += 1;
-                                id
-                            });
-                    self.txs.insert(
+                    let (lookup, step) = self.lookups.assign(
+                        seen_client.ip(),
+                        o.netns.clone(),
+                        &q.name,
+                        o.ts_ns,
+                        || {
+                            let id = *next_id;
+                            *next_id += 1;
+                            id
+                        },
+                    );
+                    self.new_transaction(
                         tx,
                         Transaction {
                             id: tx,
@@ -225,7 +230,12 @@ impl Correlator {
             delivered_ns: o.netns.clone(),
             client_netns: o.netns.clone(),
             client_point: o.at,
-            hops: vec![hop(Via::Same)],
+            // Room for the answer's hop and a few more without growing.
+            hops: {
+                let mut hops = Vec::with_capacity(4);
+                hops.push(hop(Via::Same));
+                hops
+            },
             retransmits: 0,
             response: None,
             drop: None,
@@ -280,7 +290,9 @@ impl Correlator {
     /// clients of one host, or a client's retry, asking a server is no forward, and a
     /// question can only re-enter a server as a query of a forwarder's own socket.
     pub(super) fn peer_client(l: &Leg, from: IpAddr, ns: &str) -> bool {
-        l.parent.is_none() && l.client.ip() == from && (!from.is_loopback() || l.client_netns == ns)
+        l.parent.is_none()
+            && l.client.ip() == from
+            && (!from.is_loopback() || *l.client_netns == *ns)
     }
 
     /// An earlier root attempt of the same client and question that this one repeats:
@@ -380,9 +392,30 @@ impl Correlator {
         }
     }
 
+    fn new_transaction(&mut self, id: u64, t: Transaction) {
+        self.txs.insert(id, t);
+        self.tx_order.push_back(id);
+        // Amortised O(1): sweeps when over half of it are reported ones.
+        if self.tx_order.len() > 2 * self.txs.len() + 64 {
+            let txs = &self.txs;
+            self.tx_order.retain(|id| txs.contains_key(id));
+        }
+    }
+
+    /// The open transaction with the lowest id (the oldest).
+    fn oldest_transaction(&mut self) -> Option<u64> {
+        while let Some(&id) = self.tx_order.front() {
+            if self.txs.contains_key(&id) {
+                return Some(id);
+            }
+            self.tx_order.pop_front();
+        }
+        None
+    }
+
     pub(super) fn enforce_bounds(&mut self) {
         while self.legs.len() > self.cfg.max_legs {
-            let Some((&oldest, _)) = self.txs.iter().next() else {
+            let Some(oldest) = self.oldest_transaction() else {
                 break;
             };
             if let Some(t) = self.txs.remove(&oldest) {

@@ -1,7 +1,11 @@
 //! Lookups: transactions of one client (address and namespace) asking a name and its
 //! search-list expansions (`name.ns.svc.cluster.local`, …, `name.`) within a window share
 //! a lookup id, and each is a step of it.
-use std::{collections::HashMap, net::IpAddr};
+use std::{
+    collections::{hash_map::Entry, HashMap},
+    net::IpAddr,
+    sync::Arc,
+};
 
 struct LookupState {
     id: u64,
@@ -12,7 +16,7 @@ struct LookupState {
 
 /// The recent lookup of each client, bounded.
 pub(super) struct Lookups {
-    by_client: HashMap<(IpAddr, String), LookupState>,
+    by_client: HashMap<(IpAddr, Arc<str>), LookupState, super::sip::Sip>,
     /// Search-list steps of one lookup follow each other within this window.
     window_ns: u64,
     max: usize,
@@ -21,7 +25,7 @@ pub(super) struct Lookups {
 impl Lookups {
     pub(super) fn new(window_ns: u64, max: usize) -> Self {
         Self {
-            by_client: HashMap::new(),
+            by_client: HashMap::default(),
             window_ns,
             max,
         }
@@ -33,44 +37,59 @@ impl Lookups {
     pub(super) fn assign(
         &mut self,
         client: IpAddr,
-        netns: &str,
+        netns: impl Into<Arc<str>>,
         name: &str,
         ts: u64,
         new_id: impl FnOnce() -> u64,
     ) -> (u64, u32) {
         let window = self.window_ns;
-        let key = (client, netns.to_string());
-        if let Some(state) = self.by_client.get_mut(&key) {
-            let related = state.names.iter().any(|n| same_lookup_names(n, name));
-            if related && ts.saturating_sub(state.last_ts) <= window {
-                state.last_ts = ts;
-                let step = match state.names.iter().position(|n| n == name) {
-                    Some(i) => i,
-                    None => {
-                        state.names.push(name.to_string());
-                        state.names.len() - 1
-                    }
-                };
-                return (state.id, step as u32);
+        let full = self.by_client.len() >= self.max;
+        let new_state = |id| LookupState {
+            id,
+            names: vec![name.to_string()],
+            last_ts: ts,
+        };
+        // One hash of the key in the usual case: found, or room for a new one.
+        let key = match self.by_client.entry((client, netns.into())) {
+            Entry::Occupied(mut e) => {
+                let state = e.get_mut();
+                let related = state.names.iter().any(|n| same_lookup_names(n, name));
+                if related && ts.saturating_sub(state.last_ts) <= window {
+                    state.last_ts = ts;
+                    let step = match state.names.iter().position(|n| n == name) {
+                        Some(i) => i,
+                        None => {
+                            state.names.push(name.to_string());
+                            state.names.len() - 1
+                        }
+                    };
+                    return (state.id, step as u32);
+                }
+                let id = new_id();
+                if !full {
+                    *state = new_state(id);
+                    return (id, 0);
+                }
+                // Pruned with its old state still there, then replaced.
+                (e.key().clone(), id)
             }
-        }
-        let id = new_id();
-        if self.by_client.len() >= self.max {
-            // Amortised: prune to at most half, so this runs once per max/2 inserts.
-            let horizon = ts.saturating_sub(window);
-            self.by_client.retain(|_, s| s.last_ts >= horizon);
-            if self.by_client.len() >= self.max / 2 {
-                self.by_client.clear();
+            Entry::Vacant(e) => {
+                let id = new_id();
+                if !full {
+                    e.insert(new_state(id));
+                    return (id, 0);
+                }
+                (e.into_key(), id)
             }
+        };
+        let (key, id) = key;
+        // Amortised: prune to at most half, so this runs once per max/2 inserts.
+        let horizon = ts.saturating_sub(window);
+        self.by_client.retain(|_, s| s.last_ts >= horizon);
+        if self.by_client.len() >= self.max / 2 {
+            self.by_client.clear();
         }
-        self.by_client.insert(
-            key,
-            LookupState {
-                id,
-                names: vec![name.to_string()],
-                last_ts: ts,
-            },
-        );
+        self.by_client.insert(key, new_state(id));
         (id, 0)
     }
 
@@ -88,14 +107,40 @@ pub(super) fn same_lookup_names(a: &str, b: &str) -> bool {
     if a == b {
         return true;
     }
-    let la: Vec<&str> = a.trim_end_matches('.').split('.').collect();
-    let lb: Vec<&str> = b.trim_end_matches('.').split('.').collect();
-    let common = la.iter().zip(&lb).take_while(|(x, y)| x == y).count();
+    let (a, b) = (a.trim_end_matches('.'), b.trim_end_matches('.'));
+    // Walk the leading labels both share; then what is left of each (`None`: no labels).
+    let (mut pa, mut pb, mut common) = (0, 0, 0);
+    let (ra, rb) = loop {
+        let ea = a[pa..].find('.').map_or(a.len(), |i| pa + i);
+        let eb = b[pb..].find('.').map_or(b.len(), |i| pb + i);
+        if a[pa..ea] != b[pb..eb] {
+            break (Some(&a[pa..]), Some(&b[pb..]));
+        }
+        common += 1;
+        let (ra, rb) = (rest(a, ea), rest(b, eb));
+        if ra.is_none() || rb.is_none() {
+            break (ra, rb);
+        }
+        (pa, pb) = (ea + 1, eb + 1);
+    };
     if common == 0 {
         return false;
     }
-    let (ra, rb) = (&la[common..], &lb[common..]);
-    ra.ends_with(rb) || rb.ends_with(ra)
+    labels_end_with(ra, rb) || labels_end_with(rb, ra)
+}
+
+/// What follows the label of `s` that ends at `end` (`None`: it was the last).
+fn rest(s: &str, end: usize) -> Option<&str> {
+    s.get(end + 1..).filter(|_| end < s.len())
+}
+
+/// Are the labels of `suffix` the last labels of `s` (`None`: no labels)?
+fn labels_end_with(s: Option<&str>, suffix: Option<&str>) -> bool {
+    match (s, suffix) {
+        (_, None) => true,
+        (None, Some(_)) => false,
+        (Some(s), Some(x)) => s == x || s.strip_suffix(x).is_some_and(|p| p.ends_with('.')),
+    }
 }
 
 #[cfg(test)]
@@ -145,6 +190,51 @@ mod tests {
             assert!(l.len() <= 8, "{} lookups kept", l.len());
         }
         assert_eq!(next, 100, "each client its own lookup");
+    }
+
+    /// `same_lookup_names` as the label lists it means (allocating them).
+    fn same_lookup_names_by_labels(a: &str, b: &str) -> bool {
+        if a == b {
+            return true;
+        }
+        let la: Vec<&str> = a.trim_end_matches('.').split('.').collect();
+        let lb: Vec<&str> = b.trim_end_matches('.').split('.').collect();
+        let common = la.iter().zip(&lb).take_while(|(x, y)| x == y).count();
+        if common == 0 {
+            return false;
+        }
+        let (ra, rb) = (&la[common..], &lb[common..]);
+        ra.ends_with(rb) || rb.ends_with(ra)
+    }
+
+    #[test]
+    fn related_names_are_those_whose_labels_are() {
+        // Every pair of short names of a few labels (empty ones too, and trailing dots).
+        let labels = ["", "a", "b", "ab", "svc", "cluster"];
+        let mut names = Vec::new();
+        for n in 0..=3usize {
+            for mut i in 0..labels.len().pow(n as u32) {
+                let mut parts = Vec::new();
+                for _ in 0..n {
+                    parts.push(labels[i % labels.len()]);
+                    i /= labels.len();
+                }
+                let name = parts.join(".");
+                names.push(format!("{name}."));
+                names.push(format!("{name}.."));
+                names.push(name);
+            }
+        }
+        assert!(names.len() > 500);
+        let mut related = 0;
+        for a in &names {
+            for b in &names {
+                let want = same_lookup_names_by_labels(a, b);
+                assert_eq!(same_lookup_names(a, b), want, "{a:?} {b:?}");
+                related += usize::from(want && a != b);
+            }
+        }
+        assert!(related > 1000, "{related} related pairs");
     }
 
     #[test]

@@ -12,7 +12,11 @@ use std::{
 
 use serde::Serialize;
 
-use crate::{correlate::record::QuestionRecord, decode::record::PodRef, time::Clock};
+use crate::{
+    correlate::record::{QMap, QuestionRecord},
+    decode::record::PodRef,
+    time::Clock,
+};
 
 use super::{CorrelateConfig, QKey};
 
@@ -122,11 +126,11 @@ pub struct LoopTracker {
     update_ns: u64,
     loops: HashMap<(QKey, Vec<Peer>), Tracked>,
     /// Which report a question's packets count towards.
-    by_question: HashMap<QKey, (QKey, Vec<Peer>)>,
+    by_question: QMap<(QKey, Vec<Peer>)>,
     /// (server ip, question) → (window start, forwards in window)
-    forwards: HashMap<(IpAddr, QKey), (u64, u64)>,
+    forwards: HashMap<(IpAddr, QKey), (u64, u64), super::sip::Sip>,
     /// question → (window start, client queries in window, in the window before)
-    asks: HashMap<QKey, (u64, u64, u64)>,
+    asks: QMap<(u64, u64, u64)>,
     /// Sizes of `forwards` and `asks` at which their stale windows are swept next.
     forwards_sweep_at: usize,
     asks_sweep_at: usize,
@@ -141,8 +145,8 @@ const SWEEP_AT: usize = 65_536;
 /// Forgets the windows that ended over two seconds before `ts` (no longer a baseline) once
 /// `map` reached `*at` entries; the next sweep waits for twice what is left, so that a
 /// sweep costs O(1) per insertion however many windows are current.
-fn sweep<K: std::hash::Hash + Eq, V>(
-    map: &mut HashMap<K, V>,
+fn sweep<K: std::hash::Hash + Eq, V, S: std::hash::BuildHasher>(
+    map: &mut HashMap<K, V, S>,
     at: &mut usize,
     ts: u64,
     start: impl Fn(&V) -> u64,
@@ -162,9 +166,9 @@ impl LoopTracker {
             end_ns: cfg.loop_end_ns,
             update_ns: cfg.loop_update_ns,
             loops: HashMap::new(),
-            by_question: HashMap::new(),
-            forwards: HashMap::new(),
-            asks: HashMap::new(),
+            by_question: QMap::default(),
+            forwards: HashMap::default(),
+            asks: QMap::default(),
             forwards_sweep_at: SWEEP_AT,
             asks_sweep_at: SWEEP_AT,
             next_id: 1,

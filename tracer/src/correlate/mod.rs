@@ -27,10 +27,13 @@ mod model;
 pub mod race;
 pub mod record;
 mod render;
+mod reorder;
+mod sip;
 
 use std::{
-    collections::{BTreeMap, BTreeSet, HashMap, VecDeque},
+    collections::{BTreeSet, HashMap, VecDeque},
     net::{IpAddr, SocketAddr},
+    sync::Arc,
 };
 
 use serde::Serialize;
@@ -159,6 +162,9 @@ pub struct CorrelateStats {
     pub races: race::RaceStats,
 }
 
+/// A reported client query: (first ts, dns id, question, backend).
+type RecentQuery = (u64, u16, QKey, SocketAddr);
+
 /// The correlator. Feed it observations and conntrack events; call [`Correlator::tick`]
 /// regularly (live: every 50 ms; offline: as file time advances) and
 /// [`Correlator::flush`] at the end.
@@ -166,13 +172,16 @@ pub struct Correlator {
     cfg: CorrelateConfig,
     clock: Clock,
     ct: CtMap,
-    pending: BTreeMap<(u64, u64), Observed>,
-    seq: u64,
+    pending: reorder::Reorder,
     watermark: u64,
     /// Open legs, by id and by what joins a hop, finds a forwarder's parent, a retry's
     /// earlier attempt or a query's A/AAAA sibling.
     legs: LegIndex,
-    txs: BTreeMap<u64, Transaction>,
+    /// By the correlator's own ids (a counter): a fast hasher is safe.
+    txs: HashMap<u64, Transaction, foldhash::fast::RandomState>,
+    /// Transaction ids in creation (= id) order, for evicting the oldest; ids of reported
+    /// ones are skipped when met, and swept out once they are most of it.
+    tx_order: VecDeque<u64>,
     /// (time, transaction) to look at: whether it is done, or when to look again; one entry
     /// per transaction (its `wake_at`).
     wakes: BTreeSet<(u64, u64)>,
@@ -185,7 +194,7 @@ pub struct Correlator {
     ct_samples: CtSamples,
     /// Recent client queries by socket, to find the sibling of a dropped one (A/AAAA pair)
     /// after its own transaction has been reported: (first ts, dns id, question, backend).
-    recent: HashMap<SocketAddr, VecDeque<(u64, u16, QKey, SocketAddr)>>,
+    recent: HashMap<SocketAddr, VecDeque<RecentQuery>, sip::Sip>,
     /// `recent`'s entries in insertion order, for pruning the oldest in O(1).
     recent_order: VecDeque<(u64, SocketAddr)>,
     race_out: Vec<RaceRecord>,
@@ -197,11 +206,11 @@ impl Correlator {
             clock,
             ct: CtMap::new(cfg.max_ct_entries),
             cfg,
-            pending: BTreeMap::new(),
-            seq: 0,
+            pending: reorder::Reorder::default(),
             watermark: 0,
             legs: LegIndex::default(),
-            txs: BTreeMap::new(),
+            txs: HashMap::default(),
+            tx_order: VecDeque::new(),
             wakes: BTreeSet::new(),
             timeouts: BTreeSet::new(),
             lookups: Lookups::new(cfg.lookup_window_ns, cfg.max_legs),
@@ -209,7 +218,7 @@ impl Correlator {
             stats: CorrelateStats::default(),
             loops: LoopTracker::new(clock, &cfg),
             ct_samples: CtSamples::default(),
-            recent: HashMap::new(),
+            recent: HashMap::default(),
             recent_order: VecDeque::new(),
             race_out: Vec::new(),
         }
@@ -252,7 +261,11 @@ impl Correlator {
         &mut self,
         (client, first_ts, id, q, backend): (SocketAddr, u64, u16, QKey, SocketAddr),
     ) {
-        let per_socket = self.recent.entry(client).or_default();
+        // Most sockets ask once or twice (an A/AAAA pair).
+        let per_socket = self
+            .recent
+            .entry(client)
+            .or_insert_with(|| VecDeque::with_capacity(2));
         per_socket.push_back((first_ts, id, q, backend));
         if per_socket.len() > 16 {
             per_socket.pop_front();
@@ -340,9 +353,9 @@ impl Correlator {
                     .hops
                     .iter()
                     .find(|h| h.at == *p)
-                    .map(|h| h.ifname.clone())
+                    .map(|h| h.ifname.to_string())
                     .unwrap_or_default();
-                (ns.clone(), ifname)
+                (ns.to_string(), ifname)
             }),
             pod: Default::default(),
         };

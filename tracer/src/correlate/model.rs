@@ -15,6 +15,19 @@ impl QuestionRecord {
         let q = msg.questions.first()?;
         Some(QKey::asked(&q.name, &q.qtype, &q.class))
     }
+
+    /// [`QuestionRecord::of`] a message the caller is done with the question of: its
+    /// strings move into the key (the name lowercased in place) rather than being copied.
+    pub(super) fn take(msg: &mut DnsMessage) -> Option<QKey> {
+        let q = msg.questions.first_mut()?;
+        let mut name = std::mem::take(&mut q.name);
+        name.make_ascii_lowercase();
+        Some(QKey::new(
+            name,
+            std::mem::take(&mut q.qtype),
+            std::mem::take(&mut q.class),
+        ))
+    }
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -39,8 +52,8 @@ pub(super) enum Via {
 pub(super) struct Hop {
     pub(super) ts_ns: u64,
     pub(super) at: ObservationPoint,
-    pub(super) netns: String,
-    pub(super) ifname: String,
+    pub(super) netns: Arc<str>,
+    pub(super) ifname: Arc<str>,
     pub(super) src: SocketAddr,
     pub(super) dst: SocketAddr,
     pub(super) dns_id: u16,
@@ -72,15 +85,24 @@ pub(super) struct Response {
 }
 
 impl Response {
-    pub(super) fn of(ts_ns: u64, msg: &DnsMessage) -> Self {
+    /// The response `msg` (seen at `ts_ns`), which the caller is done with: its rcode moves
+    /// here.
+    pub(super) fn take(ts_ns: u64, msg: &mut DnsMessage) -> Self {
         Response {
             ts_ns,
-            rcode: msg.rcode.to_string(),
+            rcode: std::mem::take(&mut msg.rcode).into_owned(),
             tc: msg.flags.tc,
+            // `TYPE data`, as `format!("{} {}", ..)` without its formatting machinery.
             answers: msg
                 .answers
                 .iter()
-                .map(|r| format!("{} {}", r.rtype, r.data))
+                .map(|r| {
+                    let mut s = String::with_capacity(r.rtype.len() + 1 + r.data.len());
+                    s.push_str(&r.rtype);
+                    s.push(' ');
+                    s.push_str(&r.data);
+                    s
+                })
                 .collect(),
             cut: msg.cut,
         }
@@ -101,10 +123,10 @@ pub(super) struct Leg {
     pub(super) server: SocketAddr,
     /// Where the query was last seen going (after DNAT: the pod).
     pub(super) backend: SocketAddr,
-    pub(super) backend_at: Option<(ObservationPoint, String)>,
+    pub(super) backend_at: Option<(ObservationPoint, Arc<str>)>,
     /// Namespace of the latest query hop: where the query was delivered, as far as seen.
-    pub(super) delivered_ns: String,
-    pub(super) client_netns: String,
+    pub(super) delivered_ns: Arc<str>,
+    pub(super) client_netns: Arc<str>,
     pub(super) client_point: ObservationPoint,
     pub(super) hops: Vec<Hop>,
     pub(super) retransmits: u32,
@@ -169,7 +191,7 @@ pub(super) struct Transaction {
 /// server already on its chain: after DNAT the pod, not the ClusterIP (a pod forwarding to
 /// its own Service is only a loop once the Service sends the question back to a server of
 /// the chain). Loopback addresses are only the same server within one namespace.
-pub(super) type Endpoint = (SocketAddr, Option<String>);
+pub(super) type Endpoint = (SocketAddr, Option<Arc<str>>);
 
 pub(super) fn endpoint(l: &Leg) -> Endpoint {
     let ns = if l.backend.ip().is_loopback() {

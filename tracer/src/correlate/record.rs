@@ -14,8 +14,8 @@ use crate::{
 pub struct HopRecord {
     pub ts_ns: u64,
     /// Display names of the namespace and interface.
-    pub netns: String,
-    pub ifname: String,
+    pub netns: Arc<str>,
+    pub ifname: Arc<str>,
     pub pod: PodRef,
     pub dir: Direction,
     pub src: SocketAddr,
@@ -30,8 +30,8 @@ pub struct HopRecord {
 #[derive(Clone, Debug)]
 pub struct LegDrop {
     pub ts_ns: u64,
-    pub netns: String,
-    pub ifname: String,
+    pub netns: Arc<str>,
+    pub ifname: Arc<str>,
     pub pod: PodRef,
     pub reason: String,
     pub location: String,
@@ -132,10 +132,11 @@ pub struct Question {
     pub class: String,
 }
 
-/// The key the questions' digests are made with: random, once per process.
-fn question_hasher() -> &'static std::hash::RandomState {
-    static KEY: std::sync::OnceLock<std::hash::RandomState> = std::sync::OnceLock::new();
-    KEY.get_or_init(std::hash::RandomState::new)
+/// The key the questions' digests are made with: random, once per process (SipHash, fed
+/// in one piece: see [`super::sip`]).
+fn question_hasher() -> &'static super::sip::Sip {
+    static KEY: std::sync::OnceLock<super::sip::Sip> = std::sync::OnceLock::new();
+    KEY.get_or_init(super::sip::Sip::default)
 }
 
 impl QuestionRecord {
@@ -167,6 +168,33 @@ impl std::hash::Hash for QuestionRecord {
         state.write_u64(self.0.hash);
     }
 }
+
+/// Hashes a [`QuestionRecord`] as its digest, as is: a map keyed by questions alone
+/// ([`QMap`]) then hashes nothing per lookup. The digest is keyed SipHash of the question,
+/// so the map is as hard to flood as one hashing the name with SipHash itself. (Anything
+/// else written to it is mixed in, not lost, but it is meant for questions only.)
+#[derive(Default)]
+pub struct DigestHasher(u64);
+
+impl std::hash::Hasher for DigestHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write_u64(&mut self, digest: u64) {
+        self.0 = self.0.rotate_left(5) ^ digest;
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0.rotate_left(5) ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
+        }
+    }
+}
+
+/// A map keyed by questions, hashing their digests (see [`DigestHasher`]).
+pub type QMap<V> =
+    std::collections::HashMap<QuestionRecord, V, std::hash::BuildHasherDefault<DigestHasher>>;
 
 impl std::ops::Deref for QuestionRecord {
     type Target = Question;
@@ -235,7 +263,7 @@ pub struct TransactionRecord {
     /// `ts_ns` as Unix-epoch nanoseconds (wall-clock time).
     pub wall_ns: u64,
     pub client: SocketAddr,
-    pub client_netns: String,
+    pub client_netns: Arc<str>,
     /// The client's pod.
     pub pod: PodRef,
     pub question: QuestionRecord,

@@ -6,11 +6,7 @@ impl Correlator {
     /// `now_ns` is in the observations' clock (live: boot time; offline: the file's time).
     pub fn tick(&mut self, now_ns: u64, out: &mut Vec<impl From<CorrelateReport>>) {
         let release = now_ns.saturating_sub(self.cfg.reorder_ns);
-        while let Some(entry) = self.pending.first_entry() {
-            if entry.key().0 > release {
-                break;
-            }
-            let o = entry.remove();
+        while let Some(o) = self.pending.pop_until(release) {
             self.watermark = self.watermark.max(o.ts());
             self.process(o);
         }
@@ -19,7 +15,7 @@ impl Correlator {
 
     /// End of input: correlate everything and report every transaction.
     pub fn flush(&mut self, now_ns: u64, out: &mut Vec<impl From<CorrelateReport>>) {
-        while let Some((_, o)) = self.pending.pop_first() {
+        while let Some(o) = self.pending.pop_first() {
             self.watermark = self.watermark.max(o.ts());
             self.process(o);
         }
@@ -56,6 +52,7 @@ impl Correlator {
                 }
             }
             done.extend(self.txs.keys().copied());
+            done.sort_unstable();
             self.wakes.clear();
         } else {
             // Only transactions due to be looked at: each a bounded number of times.
@@ -201,11 +198,11 @@ impl Correlator {
                 ts_ns: drop_ts.unwrap_or(l.first_ts),
                 wall_ns: self.clock.epoch_ns(drop_ts.unwrap_or(l.first_ts)),
                 netns: match &l.drop {
-                    Some(d) => RaceNetns::Name(d.netns.clone()),
+                    Some(d) => RaceNetns::Name(d.netns.to_string()),
                     None => RaceNetns::Unknown,
                 },
                 client: Some(l.client),
-                client_netns: l.client_netns.clone(),
+                client_netns: l.client_netns.to_string(),
                 dropped: Some(RaceQuery {
                     dns_id: l.key.id,
                     question: l.key.q.clone(),
@@ -355,8 +352,8 @@ impl Correlator {
                     Outcome::Dropped,
                     Summary::AnswerLost {
                         location: d.location.clone(),
-                        netns: d.netns.clone(),
-                        ifname: d.ifname.clone(),
+                        netns: d.netns.to_string(),
+                        ifname: d.ifname.to_string(),
                         retried,
                     },
                 ),
@@ -431,13 +428,13 @@ impl Correlator {
                         .unwrap_or(r.ts_ns);
                     back_at_client.checked_sub(l.first_ts)
                 });
-                let mut hop_records: Vec<HopRecord> = hops
+                let hop_records: Vec<HopRecord> = hops
                     .iter()
                     .map(|h| HopRecord {
                         pod: Default::default(),
                         ts_ns: h.ts_ns,
-                        netns: String::new(),
-                        ifname: String::new(),
+                        netns: h.netns.clone(),
+                        ifname: h.ifname.clone(),
                         dir: h.at.dir,
                         src: h.src,
                         dst: h.dst,
@@ -450,10 +447,6 @@ impl Correlator {
                         },
                     })
                     .collect();
-                for (r, h) in hop_records.iter_mut().zip(l.hops) {
-                    r.netns = h.netns;
-                    r.ifname = h.ifname;
-                }
                 let (rcode, answers, answer_cut) = match l.response {
                     Some(r) => (Some(r.rcode), r.answers, r.cut),
                     None => (None, Vec::new(), None),

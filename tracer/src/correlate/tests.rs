@@ -243,7 +243,11 @@ fn dnat_and_forward_make_one_tree() {
         summary(t)
     );
     // Response hop latency is measured at the same point as its query.
-    let back = up.hops.iter().find(|h| h.qr && h.ifname == "vup").unwrap();
+    let back = up
+        .hops
+        .iter()
+        .find(|h| h.qr && &*h.ifname == "vup")
+        .unwrap();
     assert_eq!(back.latency_ns, Some(190_000));
 }
 
@@ -543,7 +547,7 @@ fn drop_is_attached_to_its_leg() {
         dst: d.parse().unwrap(),
         proto: UDP,
     };
-    f.c.on_observed(Observed::Drop(DropObservation {
+    f.c.on_observed(Observed::Drop(Box::new(DropObservation {
         ts_ns: MS + 1000,
         cpu: 0,
         netns_cookie: 1,
@@ -563,7 +567,7 @@ fn drop_is_attached_to_its_leg() {
             reply: flow("10.244.1.3:53", "10.244.1.2:5000"),
         }),
         msg: Some(q()),
-    }));
+    })));
     f.c.tick(8_000 * MS, &mut f.out);
     assert!(
         !f.out.iter().any(|r| matches!(r, Record::Race(_))),
@@ -619,6 +623,71 @@ fn a_flood_of_unanswered_queries_stays_bounded() {
     let s = c.stats();
     assert!(s.evicted_legs >= 19_000 - 1000, "{s:?}");
     assert_eq!(s.evicted_legs, s.evicted_transactions);
+}
+
+#[test]
+fn eviction_takes_the_oldest_open_transactions_among_reported_ones() {
+    let mut f = Feed {
+        c: Correlator::new(
+            CorrelateConfig {
+                max_legs: 1_000,
+                ..Default::default()
+            },
+            Clock::Epoch,
+        ),
+        out: vec![],
+    };
+    let (mut reported, mut newest_unanswered) = (0, Vec::new());
+    for i in 0..6_000u32 {
+        let ts = u64::from(i) * MS;
+        let client = format!("10.0.{}.{}:{}", i / 250 % 250, i % 250, 1024 + i);
+        let name = format!("n{i}.evict.test.");
+        let m = |qr| msg(i as u16, qr, &name, "A", "NOERROR", &[], false);
+        let p = at(1, 1, Direction::Egress);
+        f.see(ts, p, "c", "eth0", UDP, &client, "10.96.0.10:53", m(false));
+        // Two of three are answered at once (reported, their ids left behind in the
+        // order queue); the third never is.
+        if i % 3 != 0 {
+            f.see(
+                ts + 1,
+                p,
+                "c",
+                "eth0",
+                UDP,
+                "10.96.0.10:53",
+                &client,
+                m(true),
+            );
+        } else {
+            newest_unanswered.push(ts);
+        }
+        reported += f.txs(ts).len();
+        assert!(f.c.open_legs() <= 1_000);
+        // At most twice the most transactions open at once (each has a leg) and a bit.
+        assert!(
+            f.c.tx_order.len() <= 2 * 1_000 + 65,
+            "{} ids queued for {} transactions",
+            f.c.tx_order.len(),
+            f.c.txs.len()
+        );
+    }
+    assert!(reported > 3_000, "{reported} reported");
+    let s = f.c.stats();
+    assert!(s.evicted_transactions > 500, "{s:?}");
+    // What is left open is the newest unanswered queries (and answered ones not yet
+    // settled), never an older one kept over a newer: every unanswered query since the
+    // oldest open one is open (but the last ones, still in the reorder window).
+    let open: Vec<u64> = f.c.txs.values().map(|t| t.first_ts).collect();
+    let oldest_open = open.iter().copied().min().unwrap();
+    let gone: Vec<&u64> = newest_unanswered
+        .iter()
+        .filter(|&&ts| ts >= oldest_open && ts < 5_900 * MS && !open.contains(&ts))
+        .collect();
+    assert!(
+        gone.is_empty(),
+        "newer than {oldest_open} but gone: {gone:?}"
+    );
+    assert!(oldest_open > 2_000 * MS, "{oldest_open}");
 }
 
 #[test]
@@ -723,7 +792,7 @@ fn race_drop_with_counters_sibling_and_retry() {
         client,
         msg(2, true, "api.lab.test.", "AAAA", "NOERROR", &[], false),
     );
-    f.c.on_observed(Observed::Drop(DropObservation {
+    f.c.on_observed(Observed::Drop(Box::new(DropObservation {
         ts_ns: 10 * MS + 600_000,
         cpu: 1,
         netns_cookie: 1,
@@ -743,7 +812,7 @@ fn race_drop_with_counters_sibling_and_retry() {
             reply: flow("10.244.1.3:53", client),
         }),
         msg: Some(q(1, "A")),
-    }));
+    })));
     f.c.on_ct_stats(sample(200 * MS, 8));
     // glibc retries the A at its timeout, same socket.
     let retry = 10 * MS + 5_000 * MS;
@@ -1142,7 +1211,7 @@ fn an_answer_lost_on_the_way_is_dropped_not_answered() {
         if lost {
             let mut partial = a();
             partial.answers.clear();
-            f.c.on_observed(Observed::Drop(DropObservation {
+            f.c.on_observed(Observed::Drop(Box::new(DropObservation {
                 ts_ns: 2_002 * MS,
                 cpu: 0,
                 netns_cookie: 2,
@@ -1158,7 +1227,7 @@ fn an_answer_lost_on_the_way_is_dropped_not_answered() {
                 ct: None,
                 confirm_failed: None,
                 msg: Some(partial),
-            }));
+            })));
         }
         let txs = f.txs(3_000 * MS);
         assert_eq!(txs.len(), 1, "lost: {lost}");

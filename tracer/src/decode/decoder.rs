@@ -96,10 +96,11 @@ impl PlaceCache {
     }
 }
 
-/// The parts of a message the correlate stage reads (header, first question, rcode,
-/// answers, `cut`; see correlate/join.rs and correlate/model.rs): the packet record keeps the
-/// whole message for the sinks, and copying its other sections, EDNS options and further
-/// questions for every packet cost more than the correlation of it.
+/// The parts of a message the correlate stage reads (header, first question, rcode, the
+/// answers' type and data, `cut`; see correlate/join.rs and correlate/model.rs): the packet
+/// record keeps the whole message for the sinks, and copying its other sections, EDNS
+/// options, further questions and the answers' names for every packet cost more than the
+/// correlation of it.
 fn for_correlation(msg: &dns::DnsMessage) -> dns::DnsMessage {
     dns::DnsMessage {
         id: msg.id,
@@ -108,7 +109,18 @@ fn for_correlation(msg: &dns::DnsMessage) -> dns::DnsMessage {
         rcode: msg.rcode.clone(),
         flags: msg.flags,
         questions: msg.questions.first().cloned().into_iter().collect(),
-        answers: msg.answers.clone(),
+        // The correlator reads an answer's type and data only.
+        answers: msg
+            .answers
+            .iter()
+            .map(|r| dns::Record {
+                name: String::new(),
+                rtype: r.rtype.clone(),
+                class: "".into(),
+                ttl: r.ttl,
+                data: r.data.clone(),
+            })
+            .collect(),
         authority: Vec::new(),
         additional: Vec::new(),
         edns: None,
@@ -172,8 +184,8 @@ impl Decoder {
             obs.push(Observed::Message(Observation {
                 ts_ns: r.ts_ns,
                 at,
-                netns: String::from(&*r.netns),
-                ifname: String::from(&*r.ifname),
+                netns: r.netns.clone(),
+                ifname: r.ifname.clone(),
                 proto,
                 src,
                 dst,
@@ -212,12 +224,12 @@ impl Decoder {
             if let (Some(obs), Some((sport, dport)), Some(msg)) =
                 (self.observed.as_mut(), l.ports, l.dns.as_ref())
             {
-                obs.push(Observed::Drop(DropObservation {
+                obs.push(Observed::Drop(Box::new(DropObservation {
                     ts_ns: l.last_ts_ns,
                     cpu: 0,
                     netns_cookie: l.key.at.netns,
-                    netns: String::from(&*r.netns),
-                    ifname: String::from(&*r.ifname),
+                    netns: r.netns.clone(),
+                    ifname: r.ifname.clone(),
                     reason: FRAGMENT_LOSS.to_string(),
                     location: r.what_missing(),
                     function: String::new(),
@@ -228,7 +240,7 @@ impl Decoder {
                     ct: None,
                     confirm_failed: None,
                     msg: Some(msg.clone()),
-                }));
+                })));
             }
             out.push(DecodeReport::FragmentLoss(r).into());
         }

@@ -1,6 +1,6 @@
 //! What the decode stage hands the correlate stage: each decoded DNS message and each kernel
 //! drop, typed, with where and when it was seen.
-use std::net::SocketAddr;
+use std::{net::SocketAddr, sync::Arc};
 
 use crate::{
     decode::dns::DnsMessage,
@@ -16,9 +16,10 @@ pub const FRAGMENT_LOSS: &str = "FRAGMENT_LOSS";
 pub struct Observation {
     pub ts_ns: u64,
     pub at: ObservationPoint,
-    /// Display names of the namespace and interface.
-    pub netns: String,
-    pub ifname: String,
+    /// Display names of the namespace and interface (shared with the packet's record and
+    /// every hop that is this observation).
+    pub netns: Arc<str>,
+    pub ifname: Arc<str>,
     /// IPPROTO_UDP or IPPROTO_TCP.
     pub proto: u8,
     pub src: SocketAddr,
@@ -33,8 +34,8 @@ pub struct DropObservation {
     pub cpu: u32,
     /// Cookie of the namespace (whose conntrack statistics tell a race).
     pub netns_cookie: u64,
-    pub netns: String,
-    pub ifname: String,
+    pub netns: Arc<str>,
+    pub ifname: Arc<str>,
     pub reason: String,
     pub location: String,
     /// The function part of `location`.
@@ -50,14 +51,16 @@ pub struct DropObservation {
     pub msg: Option<DnsMessage>,
 }
 
+/// A drop is boxed: drops are rare, and every message moves through the reorder buffer at
+/// a message's size rather than a drop's.
 #[derive(Clone, Debug)]
 #[expect(
     clippy::large_enum_variant,
-    reason = "drops are rare; boxing every message to shrink them is not worth an allocation"
+    reason = "messages are most observations: boxing each would cost an allocation"
 )]
 pub enum Observed {
     Message(Observation),
-    Drop(DropObservation),
+    Drop(Box<DropObservation>),
 }
 
 impl Observed {

@@ -47,8 +47,8 @@ fn query(ts_ns: u64, ifindex: u32, id: u16, name: &str) -> (CapturedPacket, Pack
 fn hop(r: &PacketRecord) -> HopRecord {
     HopRecord {
         ts_ns: r.ts_ns,
-        netns: r.netns.to_string(),
-        ifname: r.ifname.to_string(),
+        netns: r.netns.clone(),
+        ifname: r.ifname.clone(),
         pod: Default::default(),
         dir: match r.dir {
             "ingress" => Direction::Ingress,

@@ -222,12 +222,12 @@ impl Decoder {
         }
         if let Some(obs) = self.observed.as_mut() {
             if let Some((proto, src, dst)) = endpoints {
-                obs.push(Observed::Drop(DropObservation {
+                obs.push(Observed::Drop(Box::new(DropObservation {
                     ts_ns: r.ts_ns,
                     cpu: d.cpu,
                     netns_cookie: d.netns,
-                    netns: String::from(&*r.netns),
-                    ifname: String::from(&*r.ifname),
+                    netns: r.netns.clone(),
+                    ifname: r.ifname.clone(),
                     reason: r.reason.clone(),
                     location: r.location.clone(),
                     function: function.to_string(),
@@ -238,7 +238,7 @@ impl Decoder {
                     ct: d.ct,
                     confirm_failed: self.confirm_hook.then_some(d.confirm_failed),
                     msg: r.dns.clone(),
-                }));
+                })));
             }
         }
         out.push(DecodeReport::Drop(r).into());
