@@ -50,7 +50,8 @@ pub struct PodRef {
     pub pod_veth: bool,
 }
 
-fn is_false(b: &bool) -> bool {
+/// For `skip_serializing_if`: a flag written only when set.
+pub(crate) fn is_false(b: &bool) -> bool {
     !*b
 }
 

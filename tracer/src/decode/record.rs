@@ -45,12 +45,8 @@ pub struct PacketRecord {
     pub malformed: Option<String>,
     /// The capture (snaplen) cut the DNS message: `dns` holds what was decoded of it (its
     /// `cut` says what was not), or is null when not even the header was captured.
-    #[serde(skip_serializing_if = "is_false")]
+    #[serde(skip_serializing_if = "crate::names::is_false")]
     pub capture_truncated: bool,
-}
-
-fn is_false(b: &bool) -> bool {
-    !*b
 }
 
 /// The pod of a record that may have none.
@@ -272,7 +268,7 @@ pub struct DropRecord {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub malformed: Option<String>,
     /// As for packets: the copy of the dropped packet cut its DNS message.
-    #[serde(skip_serializing_if = "is_false")]
+    #[serde(skip_serializing_if = "crate::names::is_false")]
     pub capture_truncated: bool,
     /// The dropped packet is an IP fragment: where it sits in its datagram. For a later
     /// fragment (no ports of its own), `src`/`dst` ports and `dns` are its datagram's first
