@@ -47,8 +47,8 @@ impl Correlator {
         }
     }
 
-    pub(super) fn on_message(&mut self, mut o: Observation) {
-        let Some(q) = QKey::take(&mut o.msg) else {
+    pub(super) fn on_message(&mut self, o: Observation) {
+        let Some(q) = self.keys.get(&o.msg) else {
             self.stats.unkeyed += 1;
             return;
         };
@@ -96,15 +96,13 @@ impl Correlator {
             leg.last_ts = leg.last_ts.max(o.ts_ns);
             let tx = leg.tx;
             match &mut leg.response {
-                None => self
-                    .legs
-                    .respond(leg_id, Response::take(o.ts_ns, &mut o.msg)),
+                None => self.legs.respond(leg_id, Response::of(o.ts_ns, &o.msg)),
                 Some(r) => {
                     // The same response captured whole at another hop: it says more.
                     if r.cut.is_some() && o.msg.cut.is_none() {
                         *r = Response {
                             ts_ns: r.ts_ns,
-                            ..Response::take(o.ts_ns, &mut o.msg)
+                            ..Response::of(o.ts_ns, &o.msg)
                         };
                     }
                 }

@@ -198,6 +198,39 @@ pub struct Correlator {
     /// `recent`'s entries in insertion order, for pruning the oldest in O(1).
     recent_order: VecDeque<(u64, SocketAddr)>,
     race_out: Vec<RaceRecord>,
+    /// The questions of the last messages seen (the decode stage shares one decoded
+    /// message between the hops that carried the same bytes).
+    keys: KeyCache,
+}
+
+/// Question keys of the last [`KEYS`] messages, by the message's allocation: the next hop
+/// of a message reuses its key (lowercased name, digest) instead of making it again. Each
+/// entry holds its message, so an address is never reused while it is here.
+#[derive(Default)]
+struct KeyCache {
+    entries: Vec<(Arc<DnsMessage>, QKey)>,
+    next: usize,
+}
+
+/// A message's hops on a node come within microseconds of each other; a few more entries
+/// cover A and AAAA interleaved and several clients at once.
+const KEYS: usize = 8;
+
+impl KeyCache {
+    fn get(&mut self, msg: &Arc<DnsMessage>) -> Option<QKey> {
+        if let Some((_, q)) = self.entries.iter().find(|(m, _)| Arc::ptr_eq(m, msg)) {
+            return Some(q.clone());
+        }
+        let q = QKey::of(msg)?;
+        let entry = (Arc::clone(msg), q.clone());
+        if self.entries.len() < KEYS {
+            self.entries.push(entry);
+        } else if let Some(slot) = self.entries.get_mut(self.next) {
+            *slot = entry;
+            self.next = (self.next + 1) % KEYS;
+        }
+        Some(q)
+    }
 }
 
 impl Correlator {
@@ -221,6 +254,7 @@ impl Correlator {
             recent: HashMap::default(),
             recent_order: VecDeque::new(),
             race_out: Vec::new(),
+            keys: KeyCache::default(),
         }
     }
 

@@ -15,19 +15,6 @@ impl QuestionRecord {
         let q = msg.questions.first()?;
         Some(QKey::asked(&q.name, &q.qtype, &q.class))
     }
-
-    /// [`QuestionRecord::of`] a message the caller is done with the question of: its
-    /// strings move into the key (the name lowercased in place) rather than being copied.
-    pub(super) fn take(msg: &mut DnsMessage) -> Option<QKey> {
-        let q = msg.questions.first_mut()?;
-        let mut name = std::mem::take(&mut q.name);
-        name.make_ascii_lowercase();
-        Some(QKey::new(
-            name,
-            std::mem::take(&mut q.qtype),
-            std::mem::take(&mut q.class),
-        ))
-    }
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -85,12 +72,11 @@ pub(super) struct Response {
 }
 
 impl Response {
-    /// The response `msg` (seen at `ts_ns`), which the caller is done with: its rcode moves
-    /// here.
-    pub(super) fn take(ts_ns: u64, msg: &mut DnsMessage) -> Self {
+    /// The response `msg`, seen at `ts_ns`.
+    pub(super) fn of(ts_ns: u64, msg: &DnsMessage) -> Self {
         Response {
             ts_ns,
-            rcode: std::mem::take(&mut msg.rcode).into_owned(),
+            rcode: msg.rcode.to_string(),
             tc: msg.flags.tc,
             // `TYPE data`, as `format!("{} {}", ..)` without its formatting machinery.
             answers: msg

@@ -101,7 +101,7 @@ impl Feed {
             proto,
             src: src.parse().unwrap(),
             dst: dst.parse().unwrap(),
-            msg: m,
+            msg: m.into(),
         }));
     }
     fn txs(&mut self, now: u64) -> Vec<TransactionRecord> {
@@ -566,7 +566,7 @@ fn drop_is_attached_to_its_leg() {
             orig: flow("10.244.1.2:5000", "10.96.0.10:53"),
             reply: flow("10.244.1.3:53", "10.244.1.2:5000"),
         }),
-        msg: Some(q()),
+        msg: Some(q().into()),
     })));
     f.c.tick(8_000 * MS, &mut f.out);
     assert!(
@@ -612,7 +612,8 @@ fn a_flood_of_unanswered_queries_stays_bounded() {
                 "NOERROR",
                 &[],
                 false,
-            ),
+            )
+            .into(),
         }));
         if i % 100 == 0 {
             c.tick(u64::from(i) * 1000, &mut out);
@@ -811,7 +812,7 @@ fn race_drop_with_counters_sibling_and_retry() {
             orig: flow(client, "10.96.0.10:53"),
             reply: flow("10.244.1.3:53", client),
         }),
-        msg: Some(q(1, "A")),
+        msg: Some(q(1, "A").into()),
     })));
     f.c.on_ct_stats(sample(200 * MS, 8));
     // glibc retries the A at its timeout, same socket.
@@ -1226,7 +1227,7 @@ fn an_answer_lost_on_the_way_is_dropped_not_answered() {
                 dst: c.parse().unwrap(),
                 ct: None,
                 confirm_failed: None,
-                msg: Some(partial),
+                msg: Some(partial.into()),
             })));
         }
         let txs = f.txs(3_000 * MS);

@@ -22,6 +22,7 @@ use crate::{
     time::Clock,
 };
 
+mod cache;
 mod drop;
 mod packet;
 mod shed;
@@ -54,6 +55,8 @@ pub struct Decoder {
     summarise: HashMap<Box<[u8]>, Summarised>,
     /// The places named lately, for the next packets seen there.
     places: PlaceCache,
+    /// Messages decoded lately, by their bytes: the same message at the next hop.
+    messages: cache::MessageCache,
 }
 
 /// The names of the last few places (namespace cookie, ifindex) packets were seen at, as
@@ -96,38 +99,6 @@ impl PlaceCache {
     }
 }
 
-/// The parts of a message the correlate stage reads (header, first question, rcode, the
-/// answers' type and data, `cut`; see correlate/join.rs and correlate/model.rs): the packet
-/// record keeps the whole message for the sinks, and copying its other sections, EDNS
-/// options, further questions and the answers' names for every packet cost more than the
-/// correlation of it.
-fn for_correlation(msg: &dns::DnsMessage) -> dns::DnsMessage {
-    dns::DnsMessage {
-        id: msg.id,
-        qr: msg.qr,
-        opcode: "".into(),
-        rcode: msg.rcode.clone(),
-        flags: msg.flags,
-        questions: msg.questions.first().cloned().into_iter().collect(),
-        // The correlator reads an answer's type and data only.
-        answers: msg
-            .answers
-            .iter()
-            .map(|r| dns::Record {
-                name: String::new(),
-                rtype: r.rtype.clone(),
-                class: "".into(),
-                ttl: r.ttl,
-                data: r.data.clone(),
-            })
-            .collect(),
-        authority: Vec::new(),
-        additional: Vec::new(),
-        edns: None,
-        cut: msg.cut,
-    }
-}
-
 impl Decoder {
     pub fn new(
         clock: Clock,
@@ -150,6 +121,7 @@ impl Decoder {
             observed: None,
             summarise: HashMap::new(),
             places: PlaceCache::default(),
+            messages: cache::MessageCache::default(),
             confirm_hook: false,
         }
     }
@@ -189,7 +161,7 @@ impl Decoder {
                 proto,
                 src,
                 dst,
-                msg: for_correlation(msg),
+                msg: Arc::clone(msg),
             }));
         }
     }
@@ -239,7 +211,7 @@ impl Decoder {
                     dst: SocketAddr::new(l.key.dst, dport),
                     ct: None,
                     confirm_failed: None,
-                    msg: Some(msg.clone()),
+                    msg: Some(Arc::new(msg.clone())),
                 })));
             }
             out.push(DecodeReport::FragmentLoss(r).into());

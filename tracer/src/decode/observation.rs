@@ -24,7 +24,9 @@ pub struct Observation {
     pub proto: u8,
     pub src: SocketAddr,
     pub dst: SocketAddr,
-    pub msg: DnsMessage,
+    /// The message as decoded, shared with the packet's record (and with every other hop
+    /// that carried the same bytes).
+    pub msg: Arc<DnsMessage>,
 }
 
 /// A kernel drop of a DNS packet (decode → correlate).
@@ -48,16 +50,12 @@ pub struct DropObservation {
     /// With the conntrack-confirm hook loaded: whether the kernel's confirm of this packet
     /// failed (`NF_DROP`); `None` without the hook.
     pub confirm_failed: Option<bool>,
-    pub msg: Option<DnsMessage>,
+    pub msg: Option<Arc<DnsMessage>>,
 }
 
 /// A drop is boxed: drops are rare, and every message moves through the reorder buffer at
 /// a message's size rather than a drop's.
 #[derive(Clone, Debug)]
-#[expect(
-    clippy::large_enum_variant,
-    reason = "messages are most observations: boxing each would cost an allocation"
-)]
 pub enum Observed {
     Message(Observation),
     Drop(Box<DropObservation>),

@@ -39,7 +39,7 @@ pub struct PacketRecord {
     pub caplen: u32,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub vlan: Option<u16>,
-    pub dns: Option<DnsMessage>,
+    pub dns: Option<Arc<DnsMessage>>,
     /// Why `dns` is missing.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub malformed: Option<String>,
@@ -264,7 +264,7 @@ pub struct DropRecord {
     pub len: u32,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub ct: Option<CtRecord>,
-    pub dns: Option<DnsMessage>,
+    pub dns: Option<Arc<DnsMessage>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub malformed: Option<String>,
     /// As for packets: the copy of the dropped packet cut its DNS message.

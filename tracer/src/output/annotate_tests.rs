@@ -28,7 +28,7 @@ fn query(ts_ns: u64, ifindex: u32, id: u16, name: &str) -> (CapturedPacket, Pack
     r.ts_ns = ts_ns;
     r.ifname = format!("if{ifindex}").into();
     r.ifindex = ifindex;
-    r.dns = Some(dns::decode(&msg).unwrap());
+    r.dns = Some(dns::decode(&msg).unwrap().into());
     let p = CapturedPacket {
         ts_ns,
         cpu: Some(0),

@@ -82,7 +82,7 @@ fn records() -> Vec<Record> {
     let mut packet = fixtures::malformed_packet("x");
     packet.vlan = Some(10);
     packet.capture_truncated = true;
-    packet.dns = Some(cut);
+    packet.dns = Some(cut.into());
     let mut drop = fixtures::drop_record("NETFILTER_DROP", Some("normal socket life"));
     drop.confirm_failed = Some(true);
     drop.capture_truncated = true;
@@ -92,7 +92,7 @@ fn records() -> Vec<Record> {
         len: 1232,
     });
     drop.malformed = Some("x".into());
-    drop.dns = Some(whole);
+    drop.dns = Some(whole.into());
     drop.ct = Some(CtRecord {
         status: 0x1a0,
         status_flags: vec!["DST_NAT"],

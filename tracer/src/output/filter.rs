@@ -318,23 +318,26 @@ mod tests {
             len: 60,
             caplen: 60,
             vlan: None,
-            dns: Some(DnsMessage {
-                id: 1,
-                qr,
-                opcode: "QUERY".into(),
-                rcode: rcode.to_owned().into(),
-                flags: Flags::default(),
-                questions: vec![Question {
-                    name: name.into(),
-                    qtype: qtype.to_owned().into(),
-                    class: "IN".into(),
-                }],
-                answers: Vec::new(),
-                authority: Vec::new(),
-                additional: Vec::new(),
-                edns: None,
-                cut: None,
-            }),
+            dns: Some(
+                DnsMessage {
+                    id: 1,
+                    qr,
+                    opcode: "QUERY".into(),
+                    rcode: rcode.to_owned().into(),
+                    flags: Flags::default(),
+                    questions: vec![Question {
+                        name: name.into(),
+                        qtype: qtype.to_owned().into(),
+                        class: "IN".into(),
+                    }],
+                    answers: Vec::new(),
+                    authority: Vec::new(),
+                    additional: Vec::new(),
+                    edns: None,
+                    cut: None,
+                }
+                .into(),
+            ),
             malformed: None,
             capture_truncated: false,
         })

@@ -146,7 +146,7 @@ impl Decoder {
                                 .as_ref()
                                 .map(|_| payload.len().saturating_add(ip.missing))
                         });
-                    match decode_message(payload, cut) {
+                    match decode_message(&mut self.messages, payload, cut) {
                         Decoded::Whole(m) => r.dns = Some(m),
                         Decoded::Cut(m) => {
                             r.dns = m;
@@ -178,7 +178,11 @@ impl Decoder {
                         let copy_cut =
                             cut_by_capture(d.orig_len, d.data.len(), ip.missing, 0).is_some();
                         let cut = (copy_cut && len > message.len()).then_some(len);
-                        match decode_message(message.get(..len).unwrap_or(message), cut) {
+                        match decode_message(
+                            &mut self.messages,
+                            message.get(..len).unwrap_or(message),
+                            cut,
+                        ) {
                             Decoded::Whole(m) => r.dns = Some(m),
                             Decoded::Cut(m) => {
                                 r.dns = m;
@@ -205,7 +209,7 @@ impl Decoder {
                         endpoints = Some((proto, src, dst));
                         r.src = addr_string(src);
                         r.dst = addr_string(dst);
-                        r.dns = first.dns;
+                        r.dns = first.dns.map(std::sync::Arc::new);
                     }
                     // Other protocols, fragments of datagrams not seen: the addresses.
                     None => {

@@ -1,12 +1,12 @@
 //! Captured packets: reassembled, framed (TCP), decoded, counted, and reported, with each
 //! DNS message handed to the correlate stage.
-use super::*;
+use super::{cache::MessageCache, *};
 
 /// What became of one DNS message's bytes.
 pub(super) enum Decoded {
-    Whole(dns::DnsMessage),
+    Whole(Arc<dns::DnsMessage>),
     /// The capture cut it: what was decoded (`None`: not even the header was captured).
-    Cut(Option<dns::DnsMessage>),
+    Cut(Option<Arc<dns::DnsMessage>>),
     /// Wrong in itself (or in the part the capture holds): why.
     Malformed(String),
 }
@@ -26,17 +26,23 @@ pub(super) fn cut_by_capture(
     cut.then(|| captured.saturating_add(missing))
 }
 
-/// Decodes one message; `cut`: its length on the wire when the capture cut it.
-pub(super) fn decode_message(bytes: &[u8], cut: Option<usize>) -> Decoded {
+/// Decodes one message; `cut`: its length on the wire when the capture cut it. Whole
+/// messages go through the cache of messages decoded lately (the same bytes at the previous
+/// hop).
+pub(super) fn decode_message(
+    messages: &mut MessageCache,
+    bytes: &[u8],
+    cut: Option<usize>,
+) -> Decoded {
     match cut {
-        None => match dns::decode(bytes) {
+        None => match messages.decode(bytes) {
             Ok(m) => Decoded::Whole(m),
             Err(e) => Decoded::Malformed(e.to_string()),
         },
         Some(len) => match dns::decode_cut(bytes, len) {
             // Only bytes after the message were missing.
-            Ok(Some(m)) if m.cut.is_none() => Decoded::Whole(m),
-            Ok(m) => Decoded::Cut(m),
+            Ok(Some(m)) if m.cut.is_none() => Decoded::Whole(Arc::new(m)),
+            Ok(m) => Decoded::Cut(m.map(Arc::new)),
             Err(e) => Decoded::Malformed(format!(
                 "{e} (in the {} bytes captured of a {len}-byte message)",
                 bytes.len()
@@ -177,7 +183,7 @@ impl Decoder {
                 );
                 let mut r = base("udp", src.into(), dst.into());
                 let cut = cut_by_capture(p.orig_len, p.data.len(), ip.missing, payload.len());
-                let decoded = match decode_message(payload, cut) {
+                let decoded = match decode_message(&mut self.messages, payload, cut) {
                     // Short of what its headers say, though nothing was cut on capture.
                     Decoded::Malformed(e) if ip.missing > 0 && cut.is_none() => {
                         Decoded::Malformed(format!(
@@ -250,11 +256,11 @@ impl Decoder {
         out: &mut Vec<impl From<DecodeReport>>,
     ) {
         let decoded = match item {
-            TcpOutput::Message(bytes) => decode_message(&bytes, None),
+            TcpOutput::Message(bytes) => decode_message(&mut self.messages, &bytes, None),
             TcpOutput::Cut {
                 captured,
                 message_len: Some(len),
-            } => decode_message(&captured, Some(len)),
+            } => decode_message(&mut self.messages, &captured, Some(len)),
             // Not even the length prefix of the message was captured.
             TcpOutput::Cut {
                 message_len: None, ..
