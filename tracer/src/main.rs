@@ -459,6 +459,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 until_loop: a.until == Some(Until::Loop),
                 evidence,
                 filter: a.filter.filter()?,
+                every_packet: true,
             };
             let rt = tokio::runtime::Builder::new_current_thread()
                 .enable_all()
@@ -513,6 +514,8 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                     },
                     // The agent counts and reports everything.
                     filter: dnspath::output::filter::Filter::default(),
+                    // Its sink writes no packets: it counts them from the stats.
+                    every_packet: false,
                 },
                 listen: a.listen,
                 metrics: dnspath::agent::metrics::MetricsConfig {

@@ -92,6 +92,7 @@ impl<W: Write> LiveSink for AgentSink<W> {
                 self.events(|e| e.observe(&r, now_ns));
             }
         }
+        self.metrics.end_batch();
         Ok(false)
     }
 

@@ -57,6 +57,8 @@ pub struct Decoder {
     places: PlaceCache,
     /// Messages decoded lately, by their bytes: the same message at the next hop.
     messages: cache::MessageCache,
+    /// A record for every packet (else only for malformed and cut ones).
+    every_packet: bool,
 }
 
 /// The names of the last few places (namespace cookie, ifindex) packets were seen at, as
@@ -122,6 +124,7 @@ impl Decoder {
             summarise: HashMap::new(),
             places: PlaceCache::default(),
             messages: cache::MessageCache::default(),
+            every_packet: true,
             confirm_hook: false,
         }
     }
@@ -130,6 +133,13 @@ impl Decoder {
     /// kernel's word (without it the flag is meaningless and not passed on).
     pub fn set_confirm_hook(&mut self, loaded: bool) {
         self.confirm_hook = loaded;
+    }
+
+    /// Report only the packets whose message was malformed or cut, not every packet
+    /// (the agent: its metrics count packets from the stats, and nothing writes packets).
+    /// Every packet is still decoded, counted and handed to the correlate stage.
+    pub fn unusual_packets_only(&mut self) {
+        self.every_packet = false;
     }
 
     /// Also hand typed observations to the correlate stage ([`Decoder::take_observed`]).

@@ -79,6 +79,10 @@ pub struct TraceOptions {
     pub evidence: EvidenceOptions,
     /// What is written (`--pod`, `--name`, …); every stage still sees everything.
     pub filter: Filter,
+    /// A record for every packet. The agent, whose sink counts packets from the stats and
+    /// writes none, asks for only the malformed and cut ones (unless it writes evidence,
+    /// which annotates every packet).
+    pub every_packet: bool,
 }
 
 /// Pushes `events` through the pipeline; with a `-w` file, each packet and drop also goes
@@ -248,6 +252,9 @@ pub async fn run_live(
     let output_names = Arc::clone(&names);
     let mut decoder = Decoder::new(clock, names, Kallsyms::load(), reasons);
     decoder.set_confirm_hook(confirm_hook);
+    if !opts.every_packet && !opts.evidence.wanted() {
+        decoder.unusual_packets_only();
+    }
     let mut pipeline = Pipeline::new(
         decoder,
         PipelineConfig {

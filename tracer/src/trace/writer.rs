@@ -169,6 +169,7 @@ mod tests {
         TraceOptions {
             attach: AttachSpec::default(),
             filter: Filter::default(),
+            every_packet: true,
             ports: vec![53],
             snaplen: 2048,
             format: Format::Json,

@@ -325,6 +325,13 @@ impl Metrics {
         }
     }
 
+    /// The end of one turn's records. The race records of a transaction come in the same
+    /// turn, right after it (the correlator renders both at once): retries still pending
+    /// were after drops that were not races.
+    pub fn end_batch(&self) {
+        self.settle_pending();
+    }
+
     /// Retries after a drop that no race record claimed: the drop was not a race.
     fn settle_pending(&self) {
         let n: u64 = {

@@ -305,6 +305,48 @@ fn a_retry_after_a_drop_is_settled_by_a_record_of_another_kind() {
     );
 }
 
+/// The agent reports no packet records: the end of a turn's records settles what no race
+/// record of that turn claimed.
+#[test]
+fn a_retry_after_a_drop_is_settled_at_the_end_of_the_batch() {
+    let m = Metrics::new();
+    let client = "10.244.1.2:5000";
+    let first = leg(
+        LegRole::Query,
+        client,
+        "10.96.0.10:53",
+        "10.244.1.3:53",
+        None,
+        None,
+    );
+    let retry = leg(
+        LegRole::Retry,
+        client,
+        "10.96.0.10:53",
+        "10.244.1.4:53",
+        Some("NOERROR"),
+        Some(1),
+    );
+    m.observe(&Record::Transaction(transaction(
+        "blocked.lab.test.",
+        "A",
+        client,
+        Some("NOERROR"),
+        vec![dropped(first, "NETFILTER_DROP"), retry],
+    )));
+    let kernel_drop = |m: &Metrics| {
+        value(
+            &m.encode(),
+            r#"dnspath_dns_retries_total{cause="kernel_drop"}"#,
+        )
+    };
+    assert_eq!(kernel_drop(&m), None, "pending until the batch ends");
+    m.end_batch();
+    assert_eq!(kernel_drop(&m), Some(1.0));
+    m.end_batch();
+    assert_eq!(kernel_drop(&m), Some(1.0), "settled once");
+}
+
 #[test]
 fn races_and_clashes() {
     let m = Metrics::new();

@@ -115,6 +115,15 @@ impl Decoder {
         self.observe(r, proto, src, dst, at);
     }
 
+    /// The record of a packet whose message was decoded (whole, cut or malformed): out,
+    /// unless only the unusual ones are wanted and it is a whole message (counted in the
+    /// stats all the same).
+    fn emit(&self, r: PacketRecord, out: &mut Vec<impl From<DecodeReport>>) {
+        if self.every_packet || r.dns.is_none() || r.malformed.is_some() || r.capture_truncated {
+            out.push(DecodeReport::Packet(r).into());
+        }
+    }
+
     /// One captured packet: reassembled, decoded, counted and reported.
     pub fn on_packet(&mut self, p: CapturedPacket, out: &mut Vec<impl From<DecodeReport>>) {
         self.stats.packets += 1;
@@ -194,7 +203,7 @@ impl Decoder {
                     d => d,
                 };
                 self.record_decoded(&mut r, decoded, IPPROTO_UDP, src, dst, p.at);
-                out.push(DecodeReport::Packet(r).into());
+                self.emit(r, out);
             }
             Transport::Tcp {
                 sport,
@@ -271,7 +280,7 @@ impl Decoder {
         };
         self.stats.tcp_messages += 1;
         self.record_decoded(&mut r, decoded, IPPROTO_TCP, src, dst, at);
-        out.push(DecodeReport::Packet(r).into());
+        self.emit(r, out);
     }
 
     /// Reports what TCP flows that were forgotten (evicted, idle, or at the end) still held:

@@ -401,3 +401,47 @@ fn records_name_their_place_as_the_names_are_now() {
     }
     assert_eq!(at(&mut d), ("client".to_string(), "eth1".to_string()));
 }
+
+/// The agent's decoder: every packet decoded, counted and observed; records only for the
+/// malformed and cut ones. The same message at two hops is decoded once and shared.
+#[test]
+fn unusual_packets_only_still_decodes_counts_and_observes_every_packet() {
+    let mut d = decoder();
+    d.unusual_packets_only();
+    let whole = txt_response();
+    let good = udp(&whole);
+    let malformed = udp(&whole[..20]);
+    let cut = udp(&whole);
+    let mut out = Vec::new();
+    d.on_packet(captured(1, &good, good.len()), &mut out);
+    d.on_packet(captured(2, &good, good.len()), &mut out);
+    d.on_packet(captured(3, &malformed, malformed.len()), &mut out);
+    d.on_packet(captured(4, &cut[..200], cut.len()), &mut out);
+    let kinds: Vec<_> = out
+        .iter()
+        .map(|r| match r {
+            Record::Packet(p) => (p.malformed.is_some(), p.capture_truncated),
+            other => panic!("not a packet record: {other:?}"),
+        })
+        .collect();
+    assert_eq!(kinds, [(true, false), (false, true)]);
+    let s = d.stats();
+    assert_eq!(
+        (s.packets, s.decoded, s.malformed, s.capture_truncated),
+        (4, 2, 1, 1)
+    );
+    assert!(accounted(&s));
+    let mut observed = Vec::new();
+    d.take_observed(&mut observed);
+    // Both whole ones and the cut one (its question was captured) go to correlation.
+    let msgs: Vec<_> = observed
+        .iter()
+        .filter_map(|o| match o {
+            Observed::Message(m) => Some(&m.msg),
+            Observed::Drop(_) => None,
+        })
+        .collect();
+    assert_eq!(msgs.len(), 3);
+    assert!(Arc::ptr_eq(msgs[0], msgs[1]), "one decode for both hops");
+    assert_eq!(msgs[0].answers.len(), 8);
+}
