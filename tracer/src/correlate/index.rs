@@ -12,7 +12,9 @@
 //! Each of the last three keeps the newest [`MAX_CANDIDATES`] per key: a forwarder's query
 //! follows its parent's closely, a retry or sibling is the client's latest query, so older
 //! ones are never the answer, and every lookup and removal stays O(1) however often one
-//! question or socket repeats.
+//! question or socket repeats. A candidate carries its leg's first time, so that searches
+//! for the latest, or the ones in a time window, look up only the legs that can match
+//! (a busy client's list is full: 64 hash lookups per new query otherwise).
 use std::{
     collections::HashMap,
     hash::{BuildHasher, Hash},
@@ -28,6 +30,13 @@ use super::{
 /// Candidates kept per key of an index (the newest).
 pub(super) const MAX_CANDIDATES: usize = 64;
 
+/// A leg in a candidate list: its id and its (immutable) first time.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct Candidate {
+    pub(super) first_ts: u64,
+    pub(super) id: u64,
+}
+
 #[derive(Default)]
 pub(super) struct LegIndex {
     /// By the correlator's own leg ids (a counter, not the wire's): a fast hasher is safe.
@@ -35,9 +44,9 @@ pub(super) struct LegIndex {
     /// By wire data: SipHash (fed at once, see [`Sip`]).
     by_key: HashMap<LegKey, u64, Sip>,
     /// By question alone: its digest is the hash.
-    open_by_q: QMap<Vec<u64>>,
-    roots_by_q: HashMap<(IpAddr, QKey), Vec<u64>, Sip>,
-    roots_by_socket: HashMap<SocketAddr, Vec<u64>, Sip>,
+    open_by_q: QMap<Vec<Candidate>>,
+    roots_by_q: HashMap<(IpAddr, QKey), Vec<Candidate>, Sip>,
+    roots_by_socket: HashMap<SocketAddr, Vec<Candidate>, Sip>,
 }
 
 impl LegIndex {
@@ -45,18 +54,22 @@ impl LegIndex {
     /// client address and socket are what it is found by).
     pub(super) fn insert(&mut self, leg: Leg) {
         let id = leg.id;
+        let c = Candidate {
+            first_ts: leg.first_ts,
+            id,
+        };
         // A key reused after its leg was answered replaces it in the index.
         self.by_key.insert(leg.key.clone(), id);
         if leg.response.is_none() && !leg.timed_out {
-            push_capped(&mut self.open_by_q, leg.key.q.clone(), id);
+            push_capped(&mut self.open_by_q, leg.key.q.clone(), c);
         }
         if leg.parent.is_none() {
             push_capped(
                 &mut self.roots_by_q,
                 (leg.client.ip(), leg.key.q.clone()),
-                id,
+                c,
             );
-            push_capped(&mut self.roots_by_socket, leg.client, id);
+            push_capped(&mut self.roots_by_socket, leg.client, c);
         }
         self.legs.insert(id, leg);
     }
@@ -124,25 +137,43 @@ impl LegIndex {
     }
 
     /// Unanswered, not timed-out legs of a question, oldest first.
+    #[cfg(test)]
     pub(super) fn open(&self, q: &QKey) -> impl DoubleEndedIterator<Item = &Leg> {
-        self.candidates(self.open_by_q.get(q))
+        self.legs_of(self.open_candidates(q))
     }
 
     /// Root legs of a client address and question, oldest first.
+    #[cfg(test)]
     pub(super) fn roots(&self, client: IpAddr, q: &QKey) -> impl DoubleEndedIterator<Item = &Leg> {
-        self.candidates(self.roots_by_q.get(&(client, q.clone())))
+        self.legs_of(self.root_candidates(client, q))
     }
 
     /// Root legs from a client socket, oldest first.
+    #[cfg(test)]
     pub(super) fn roots_from(&self, socket: &SocketAddr) -> impl DoubleEndedIterator<Item = &Leg> {
-        self.candidates(self.roots_by_socket.get(socket))
+        self.legs_of(self.socket_candidates(socket))
     }
 
-    fn candidates<'a>(
-        &'a self,
-        ids: Option<&'a Vec<u64>>,
-    ) -> impl DoubleEndedIterator<Item = &'a Leg> {
-        ids.into_iter().flatten().filter_map(|id| self.legs.get(id))
+    #[cfg(test)]
+    fn legs_of<'a>(&'a self, c: &'a [Candidate]) -> impl DoubleEndedIterator<Item = &'a Leg> {
+        c.iter().filter_map(|c| self.legs.get(&c.id))
+    }
+
+    /// [`LegIndex::open`]'s candidates, oldest first.
+    pub(super) fn open_candidates(&self, q: &QKey) -> &[Candidate] {
+        self.open_by_q.get(q).map_or(&[], Vec::as_slice)
+    }
+
+    /// [`LegIndex::roots`]'s candidates, oldest first.
+    pub(super) fn root_candidates(&self, client: IpAddr, q: &QKey) -> &[Candidate] {
+        self.roots_by_q
+            .get(&(client, q.clone()))
+            .map_or(&[], Vec::as_slice)
+    }
+
+    /// [`LegIndex::roots_from`]'s candidates, oldest first.
+    pub(super) fn socket_candidates(&self, socket: &SocketAddr) -> &[Candidate] {
+        self.roots_by_socket.get(socket).map_or(&[], Vec::as_slice)
     }
 
     /// Every leg, to change what no index holds it by (see [`LegIndex::get_mut`]).
@@ -155,22 +186,26 @@ impl LegIndex {
     }
 }
 
-fn push_capped<K: Hash + Eq, S: BuildHasher>(index: &mut HashMap<K, Vec<u64>, S>, key: K, id: u64) {
+fn push_capped<K: Hash + Eq, S: BuildHasher>(
+    index: &mut HashMap<K, Vec<Candidate>, S>,
+    key: K,
+    c: Candidate,
+) {
     let v = index.entry(key).or_default();
     if v.len() >= MAX_CANDIDATES {
         v.remove(0);
     }
-    v.push(id);
+    v.push(c);
 }
 
 /// Takes `id` off `key`'s list; one lookup when it was the only one (the usual case).
 fn remove_from<K: Hash + Eq, S: BuildHasher>(
-    index: &mut HashMap<K, Vec<u64>, S>,
+    index: &mut HashMap<K, Vec<Candidate>, S>,
     key: &K,
     id: u64,
 ) {
     if let Some((key, mut v)) = index.remove_entry(key) {
-        v.retain(|x| *x != id);
+        v.retain(|c| c.id != id);
         if !v.is_empty() {
             index.insert(key, v);
         }

@@ -264,10 +264,12 @@ impl Correlator {
     /// for loopback servers, into the namespace it comes from), for the same question.
     pub(super) fn find_parent(&self, q: &QKey, from: IpAddr, o: &Observation) -> Option<u64> {
         self.legs
-            .open(q)
+            .open_candidates(q)
+            .iter()
             .rev()
+            .filter(|c| o.ts_ns >= c.first_ts && o.ts_ns - c.first_ts <= self.cfg.forward_window_ns)
+            .filter_map(|c| self.legs.get(&c.id))
             .filter(|l| l.response.is_none() && !l.timed_out)
-            .filter(|l| o.ts_ns >= l.first_ts && o.ts_ns - l.first_ts <= self.cfg.forward_window_ns)
             .find(|l| {
                 let backend_ip = l.backend.ip();
                 let server_ip = l.server.ip();
@@ -307,12 +309,19 @@ impl Correlator {
         let retry_min_ns = self.cfg.retry_min_ns;
         const MAX_ATTEMPTS: usize = 8;
         let window = self.cfg.timeout_ns + self.cfg.retry_grace_ns;
-        let latest = self
-            .legs
-            .roots(client.ip(), q)
-            .filter(|l| o.ts_ns >= l.first_ts && o.ts_ns - l.first_ts <= window)
-            .filter(|l| l.client_netns == o.netns)
-            .max_by_key(|l| l.first_ts)?;
+        // The latest in the window from the client's namespace (of equal times, the one
+        // listed last): newest first, a leg looked up only if it would be the latest.
+        let mut latest: Option<&Leg> = None;
+        for c in self.legs.root_candidates(client.ip(), q).iter().rev() {
+            let in_window = o.ts_ns >= c.first_ts && o.ts_ns - c.first_ts <= window;
+            if !in_window || latest.is_some_and(|l| c.first_ts <= l.first_ts) {
+                continue;
+            }
+            if let Some(l) = self.legs.get(&c.id).filter(|l| l.client_netns == o.netns) {
+                latest = Some(l);
+            }
+        }
+        let latest = latest?;
         let attempts = self.txs.get(&latest.tx).map(|t| t.legs.len()).unwrap_or(0);
         if attempts >= MAX_ATTEMPTS {
             return None;

@@ -325,15 +325,24 @@ impl Correlator {
 
     /// Another query from the same socket within `window` of `ts` (glibc's A/AAAA pair).
     fn sibling_of(&self, l: &Leg, window: u64) -> Option<(u64, u16, QKey, SocketAddr)> {
+        let near = |ts: u64| ts.abs_diff(l.first_ts) <= window;
         let live = self
             .legs
-            .roots_from(&l.client)
-            .filter(|o| o.id != l.id)
-            .map(|o| (o.first_ts, o.key.id, o.key.q.clone(), o.backend));
-        let old = self.recent.get(&l.client).into_iter().flatten().cloned();
+            .socket_candidates(&l.client)
+            .iter()
+            .filter(|c| c.id != l.id && near(c.first_ts))
+            .filter_map(|c| self.legs.get(&c.id))
+            .map(|o| (o.first_ts, o.key.id, &o.key.q, o.backend));
+        let old = self
+            .recent
+            .get(&l.client)
+            .into_iter()
+            .flatten()
+            .map(|(ts, id, q, backend)| (*ts, *id, q, *backend));
         live.chain(old)
-            .filter(|(ts, id, _, _)| *id != l.key.id && ts.abs_diff(l.first_ts) <= window)
+            .filter(|(ts, id, _, _)| *id != l.key.id && near(*ts))
             .min_by_key(|(ts, ..)| ts.abs_diff(l.first_ts))
+            .map(|(ts, id, q, backend)| (ts, id, q.clone(), backend))
     }
 
     pub fn stats(&self) -> CorrelateStats {

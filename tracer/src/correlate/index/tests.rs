@@ -118,7 +118,11 @@ fn check(ix: &LegIndex) {
             "{} candidates",
             v.len()
         );
-        assert!(v.iter().all(|id| ix.legs.contains_key(id)), "{v:?}");
+        assert!(
+            v.iter()
+                .all(|c| ix.legs.get(&c.id).is_some_and(|l| l.first_ts == c.first_ts)),
+            "{v:?}"
+        );
     }
 }
 
