@@ -304,7 +304,7 @@ pub fn analyze(
     pipeline.finish(now, &mut records);
     write_records(&mut records, sink.as_mut(), opts.view, &opts.filter)?;
     let stats = pipeline.stats();
-    sink.write(&Record::Stats(stats.clone()))?;
+    sink.write(&Record::Stats(Box::new(stats.clone())))?;
     sink.flush()?;
 
     skipped.link = source.skips();

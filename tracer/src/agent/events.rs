@@ -256,18 +256,18 @@ impl Events {
             }
             Record::Race(r) if r.verdict == RaceVerdict::RaceDrop => {
                 if self.admit(Limited::Race) {
-                    out.push(Event::Race(r.clone()));
+                    out.push(Event::Race(r.as_ref().clone()));
                 }
             }
             Record::Drop(d) if d.benign.is_none() => {
                 if self.admit(Limited::Drop) {
-                    out.push(Event::Drop(d.clone()));
+                    out.push(Event::Drop(d.as_ref().clone()));
                 }
             }
             // A datagram lost on the way is a drop for the person reading the log.
             Record::FragmentLoss(f) => {
                 if self.admit(Limited::Drop) {
-                    out.push(Event::FragmentLoss(f.clone()));
+                    out.push(Event::FragmentLoss(f.as_ref().clone()));
                 }
             }
             Record::Stats(s) => self.count_loss(s),

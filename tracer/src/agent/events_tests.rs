@@ -15,13 +15,13 @@ fn events() -> Events {
 fn unanswered(server: &str, i: u64) -> Record {
     let client = format!("10.244.1.2:{}", 30_000 + i);
     let l = leg(LegRole::Query, &client, server, "10.244.1.3:53", None, None);
-    Record::Transaction(transaction(
+    Record::Transaction(Box::new(transaction(
         &format!("q{i}.lab.test."),
         "A",
         &client,
         None,
         vec![l],
-    ))
+    )))
 }
 
 fn servfail(server: &str) -> Record {
@@ -34,13 +34,13 @@ fn servfail(server: &str) -> Record {
         Some("SERVFAIL"),
         Some(1),
     );
-    Record::Transaction(transaction(
+    Record::Transaction(Box::new(transaction(
         "bad.lab.test.",
         "AAAA",
         client,
         Some("SERVFAIL"),
         vec![l],
-    ))
+    )))
 }
 
 fn kinds(out: &[Event]) -> Vec<&'static str> {
@@ -90,7 +90,13 @@ fn unanswered_and_servfail_fold_per_server_and_window() {
         "NETFILTER_DROP",
     );
     ev.observe(
-        &Record::Transaction(transaction("d.lab.test.", "A", client, None, vec![d])),
+        &Record::Transaction(Box::new(transaction(
+            "d.lab.test.",
+            "A",
+            client,
+            None,
+            vec![d],
+        ))),
         4 * S,
         &mut out,
     );
@@ -165,35 +171,45 @@ fn drops_and_races_are_rate_limited_with_a_count_of_the_rest() {
     let mut out = Vec::new();
     for i in 0..50 {
         ev.observe(
-            &Record::Drop(drop_record("NETFILTER_DROP", None)),
+            &Record::Drop(Box::new(drop_record("NETFILTER_DROP", None))),
             S + i,
             &mut out,
         );
     }
     // Normal socket life is not an event.
     ev.observe(
-        &Record::Drop(drop_record(
+        &Record::Drop(Box::new(drop_record(
             "NOT_SPECIFIED",
             Some("socket closed with unread datagrams"),
-        )),
+        ))),
         S,
         &mut out,
     );
     for i in 0..25 {
         ev.observe(
-            &Record::Race(race(RaceVerdict::RaceDrop, "10.244.1.2:1", i, "A")),
+            &Record::Race(Box::new(race(
+                RaceVerdict::RaceDrop,
+                "10.244.1.2:1",
+                i,
+                "A",
+            ))),
             S,
             &mut out,
         );
     }
     // Resolved clashes and suspicions are metrics, not events.
     ev.observe(
-        &Record::Race(race(RaceVerdict::ResolvedClash, "", 0, "A")),
+        &Record::Race(Box::new(race(RaceVerdict::ResolvedClash, "", 0, "A"))),
         S,
         &mut out,
     );
     ev.observe(
-        &Record::Race(race(RaceVerdict::Suspected, "10.244.1.2:2", 0, "AAAA")),
+        &Record::Race(Box::new(race(
+            RaceVerdict::Suspected,
+            "10.244.1.2:2",
+            0,
+            "AAAA",
+        ))),
         S,
         &mut out,
     );
@@ -213,7 +229,7 @@ fn drops_and_races_are_rate_limited_with_a_count_of_the_rest() {
     // A new window lets lines through again.
     out.clear();
     ev.observe(
-        &Record::Drop(drop_record("NETFILTER_DROP", None)),
+        &Record::Drop(Box::new(drop_record("NETFILTER_DROP", None))),
         12 * S,
         &mut out,
     );
@@ -258,14 +274,14 @@ fn loss_growth_gives_one_warning_per_window() {
     let mut ev = events();
     let mut out = Vec::new();
     let stats = |lost, drops_lost| {
-        Record::Stats(StatsRecord {
+        Record::Stats(Box::new(StatsRecord {
             decode: DecodeStats {
                 lost,
                 drops_lost,
                 ..DecodeStats::default()
             },
             ..StatsRecord::default()
-        })
+        }))
     };
     ev.observe(&stats(0, 0), S, &mut out);
     ev.observe(&stats(5, 0), 2 * S, &mut out);
@@ -293,8 +309,11 @@ fn the_sink_writes_ndjson_with_trace_field_names() {
             .unwrap();
         sink.observe(&unanswered("10.96.0.10:53", 1), 2 * S)
             .unwrap();
-        sink.observe(&Record::Drop(drop_record("NETFILTER_DROP", None)), 2 * S)
-            .unwrap();
+        sink.observe(
+            &Record::Drop(Box::new(drop_record("NETFILTER_DROP", None))),
+            2 * S,
+        )
+        .unwrap();
         sink.stop(3 * S, Some("SIGTERM".to_string())).unwrap();
     }
     let lines: Vec<Value> = std::str::from_utf8(&buf)

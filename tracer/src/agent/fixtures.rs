@@ -135,7 +135,7 @@ pub fn transaction(
 /// to its upstream.
 pub fn service_transaction(name: &str, qtype: &str, client_port: u16, rcode: &str) -> Record {
     let client = format!("10.244.1.2:{client_port}");
-    Record::Transaction(transaction(
+    Record::Transaction(Box::new(transaction(
         name,
         qtype,
         &client,
@@ -158,7 +158,7 @@ pub fn service_transaction(name: &str, qtype: &str, client_port: u16, rcode: &st
                 Some(273_000),
             ),
         ],
-    ))
+    )))
 }
 
 pub fn race(verdict: RaceVerdict, client: &str, dns_id: u16, qtype: &str) -> RaceRecord {

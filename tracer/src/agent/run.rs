@@ -100,7 +100,7 @@ impl<W: Write> LiveSink for AgentSink<W> {
         self.metrics.observe_stats(stats);
         self.metrics
             .set_netns_unreadable(self.netns_unreadable.load(Ordering::Relaxed));
-        self.events(|e| e.observe(&Record::Stats(stats.clone()), now_ns));
+        self.events(|e| e.observe(&Record::Stats(Box::new(stats.clone())), now_ns));
         self.events(|e| e.tick(now_ns));
         self.metrics.observe_events(self.events.events());
     }

@@ -109,7 +109,7 @@ impl Feed {
         self.out
             .drain(..)
             .filter_map(|r| match r {
-                Record::Transaction(t) => Some(t),
+                Record::Transaction(t) => Some(*t),
                 _ => None,
             })
             .collect()

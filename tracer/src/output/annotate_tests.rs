@@ -103,7 +103,7 @@ fn packets_wait_for_their_transaction() {
         vec![leg],
     );
     t.id = 42;
-    a.records(&[Record::Transaction(t)]);
+    a.records(&[Record::Transaction(Box::new(t))]);
     a.release(300, false, &mut out);
     assert_eq!(out.len(), 2);
     assert!(
@@ -167,7 +167,7 @@ fn races_and_loops_mark_their_packets() {
             crate::output::record::QuestionRecord::new(s.question.name.clone(), "AAAA", "IN");
         s
     });
-    a.records(&[Record::Race(race)]);
+    a.records(&[Record::Race(Box::new(race))]);
     let (l, _) = query(102, 3, 9, "storm.lab.test.");
     a.records(&[Record::Loop(fixtures::loop_record(
         7,

@@ -146,12 +146,12 @@ fn records() -> Vec<Record> {
     };
     vec![
         Record::Packet(packet),
-        Record::Drop(drop),
+        Record::Drop(Box::new(drop)),
         fixtures::service_transaction("www.lab.test.", "A", 40000, "NOERROR"),
-        Record::Transaction(transaction),
+        Record::Transaction(Box::new(transaction)),
         Record::Loop(lp),
-        Record::Race(race),
-        Record::Stats(stats),
+        Record::Race(Box::new(race)),
+        Record::Stats(Box::new(stats)),
     ]
 }
 

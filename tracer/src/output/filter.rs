@@ -530,46 +530,52 @@ mod tests {
         let mut t = transaction("answered", "NOERROR", Some(2));
         t.legs[0].hops[1].pod.pod = Some("kube-system/coredns-a".into());
         let f = filter(|s| s.pods = vec!["kube-system/*".into()]);
-        assert!(f.keep(&Record::Transaction(t.clone())));
+        assert!(f.keep(&Record::Transaction(Box::new(t.clone()))));
         let f = filter(|s| s.pods = vec!["default/*".into()]);
-        assert!(!f.keep(&Record::Transaction(t.clone())));
+        assert!(!f.keep(&Record::Transaction(Box::new(t.clone()))));
         let f = filter(|s| s.names = vec!["*.lab.test".into()]);
-        assert!(f.keep(&Record::Transaction(t.clone())));
+        assert!(f.keep(&Record::Transaction(Box::new(t.clone()))));
         // Any leg's rcode.
         t.legs[0].rcode = Some("SERVFAIL".into());
         let f = filter(|s| s.rcodes = vec!["SERVFAIL".into()]);
-        assert!(f.keep(&Record::Transaction(t)));
+        assert!(f.keep(&Record::Transaction(Box::new(t))));
     }
 
     #[test]
     fn failures() {
         let f = filter(|s| s.failures = true);
-        assert!(!f.keep(&Record::Transaction(transaction(
+        assert!(!f.keep(&Record::Transaction(Box::new(transaction(
             "answered",
             "NOERROR",
             Some(2)
-        ))));
-        assert!(!f.keep(&Record::Transaction(transaction(
+        )))));
+        assert!(!f.keep(&Record::Transaction(Box::new(transaction(
             "answered",
             "NXDOMAIN",
             Some(2)
-        ))));
-        assert!(f.keep(&Record::Transaction(transaction(
+        )))));
+        assert!(f.keep(&Record::Transaction(Box::new(transaction(
             "answered",
             "SERVFAIL",
             Some(2)
-        ))));
-        assert!(f.keep(&Record::Transaction(transaction(
+        )))));
+        assert!(f.keep(&Record::Transaction(Box::new(transaction(
             "answered",
             "REFUSED",
             Some(2)
-        ))));
-        assert!(f.keep(&Record::Transaction(transaction("unanswered", "", None))));
-        assert!(f.keep(&Record::Transaction(transaction("dropped", "", None))));
+        )))));
+        assert!(f.keep(&Record::Transaction(Box::new(transaction(
+            "unanswered",
+            "",
+            None
+        )))));
+        assert!(f.keep(&Record::Transaction(Box::new(transaction(
+            "dropped", "", None
+        )))));
         let mut t = transaction("answered", "NOERROR", Some(5000));
         t.legs[0].outcome = LegOutcome::Dropped;
         assert!(
-            f.keep(&Record::Transaction(t)),
+            f.keep(&Record::Transaction(Box::new(t))),
             "a dropped leg, answered on retry"
         );
         assert!(f.keep(&packet_json("x.", "A", true, "SERVFAIL", None)));
@@ -619,17 +625,21 @@ mod tests {
     #[test]
     fn slower_than() {
         let f = filter(|s| s.slower_than_ns = Some(100_000_000));
-        assert!(!f.keep(&Record::Transaction(transaction(
+        assert!(!f.keep(&Record::Transaction(Box::new(transaction(
             "answered",
             "NOERROR",
             Some(2)
-        ))));
-        assert!(f.keep(&Record::Transaction(transaction(
+        )))));
+        assert!(f.keep(&Record::Transaction(Box::new(transaction(
             "answered",
             "NOERROR",
             Some(5000)
-        ))));
-        assert!(f.keep(&Record::Transaction(transaction("unanswered", "", None))));
+        )))));
+        assert!(f.keep(&Record::Transaction(Box::new(transaction(
+            "unanswered",
+            "",
+            None
+        )))));
         // Packets have no latency.
         assert!(!f.keep(&packet_json("x.", "A", true, "NOERROR", None)));
     }

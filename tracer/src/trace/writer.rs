@@ -56,7 +56,7 @@ impl LiveSink for TraceWriter {
         self.writer.write(records, self.sink.as_mut())
     }
     fn finish(&mut self, stats: &StatsRecord, _now_ns: u64) -> std::io::Result<()> {
-        self.sink.write(&Record::Stats(stats.clone()))?;
+        self.sink.write(&Record::Stats(Box::new(stats.clone())))?;
         self.sink.flush()
     }
     fn count_reached(&self) -> bool {
@@ -218,7 +218,7 @@ mod tests {
     }
 
     fn transaction(id: u64) -> Record {
-        Record::Transaction(TransactionRecord {
+        Record::Transaction(Box::new(TransactionRecord {
             evidence: None,
             pod: Default::default(),
             id,
@@ -235,11 +235,11 @@ mod tests {
             latency_ns: Some(1000),
             summary: Summary::Answered(Answered::Directly),
             legs: Vec::new(),
-        })
+        }))
     }
 
     fn drop_record(ts_ns: u64) -> Record {
-        Record::Drop(DropRecord {
+        Record::Drop(Box::new(DropRecord {
             evidence: None,
             pod: None,
             ts_ns,
@@ -263,7 +263,7 @@ mod tests {
             capture_truncated: false,
             fragment: None,
             benign: None,
-        })
+        }))
     }
 
     fn loop_record(state: LoopState) -> Record {
@@ -324,7 +324,7 @@ mod tests {
         let mut last = vec![
             packet(5),
             transaction(9),
-            Record::Stats(StatsRecord::default()),
+            Record::Stats(Box::new(StatsRecord::default())),
         ];
         w.write(&mut last, &mut sink).unwrap();
         // Packets 4 and 5 were decided after the stop: counted, not written.

@@ -106,20 +106,20 @@ fn leg_roles_stub_client_and_unanswered() {
     );
     assert_eq!(leg_label(&stub), "stub");
     assert_eq!(leg_label(&direct), "client");
-    m.observe(&Record::Transaction(transaction(
+    m.observe(&Record::Transaction(Box::new(transaction(
         "x.lab.test.",
         "TYPE65534",
         "127.0.0.1:5000",
         None,
         vec![stub],
-    )));
-    m.observe(&Record::Transaction(transaction(
+    ))));
+    m.observe(&Record::Transaction(Box::new(transaction(
         "y.lab.test.",
         "SRV",
         "10.244.1.2:5001",
         Some("SERVFAIL"),
         vec![direct],
-    )));
+    ))));
     let t = m.encode();
     assert_eq!(
         value(
@@ -192,13 +192,13 @@ fn retries_by_cause() {
         Some("NOERROR"),
         Some(500_000),
     );
-    m.observe(&Record::Transaction(transaction(
+    m.observe(&Record::Transaction(Box::new(transaction(
         "a.lab.test.",
         "A",
         client,
         Some("NOERROR"),
         vec![first.clone(), retry.clone()],
-    )));
+    ))));
     // Truncated: TCP fallback.
     let mut tc = leg(
         LegRole::Query,
@@ -217,38 +217,38 @@ fn retries_by_cause() {
         Some("NOERROR"),
         Some(1),
     );
-    m.observe(&Record::Transaction(transaction(
+    m.observe(&Record::Transaction(Box::new(transaction(
         "big.lab.test.",
         "TXT",
         client,
         Some("NOERROR"),
         vec![tc, tcp],
-    )));
+    ))));
     // Dropped by a conntrack race, retried: the race record claims the retry.
     let raced = dropped(first.clone(), "NETFILTER_DROP");
-    m.observe(&Record::Transaction(transaction(
+    m.observe(&Record::Transaction(Box::new(transaction(
         "api.lab.test.",
         "A",
         client,
         Some("NOERROR"),
         vec![raced.clone(), retry.clone()],
-    )));
+    ))));
     // Dropped by a rule, retried: no race record follows.
     let mut ruled = dropped(first, "NETFILTER_DROP");
     ruled.client = fixtures::addr("10.244.1.2:6000");
-    m.observe(&Record::Transaction(transaction(
+    m.observe(&Record::Transaction(Box::new(transaction(
         "blocked.lab.test.",
         "A",
         "10.244.1.2:6000",
         Some("NOERROR"),
         vec![ruled, retry],
-    )));
-    m.observe(&Record::Race(race(
+    ))));
+    m.observe(&Record::Race(Box::new(race(
         RaceVerdict::RaceDrop,
         client,
         raced.dns_id,
         "A",
-    )));
+    ))));
     // Not settled yet: the next batch (a transaction after a race record) settles it.
     let t = m.encode();
     assert_eq!(
@@ -288,14 +288,14 @@ fn a_retry_after_a_drop_is_settled_by_a_record_of_another_kind() {
         Some("NOERROR"),
         Some(1),
     );
-    m.observe(&Record::Transaction(transaction(
+    m.observe(&Record::Transaction(Box::new(transaction(
         "blocked.lab.test.",
         "A",
         client,
         Some("NOERROR"),
         vec![dropped(first, "NETFILTER_DROP"), retry],
-    )));
-    m.observe(&Record::Drop(drop_record("NETFILTER_DROP", None)));
+    ))));
+    m.observe(&Record::Drop(Box::new(drop_record("NETFILTER_DROP", None))));
     assert_eq!(
         value(
             &m.encode(),
@@ -327,13 +327,13 @@ fn a_retry_after_a_drop_is_settled_at_the_end_of_the_batch() {
         Some("NOERROR"),
         Some(1),
     );
-    m.observe(&Record::Transaction(transaction(
+    m.observe(&Record::Transaction(Box::new(transaction(
         "blocked.lab.test.",
         "A",
         client,
         Some("NOERROR"),
         vec![dropped(first, "NETFILTER_DROP"), retry],
-    )));
+    ))));
     let kernel_drop = |m: &Metrics| {
         value(
             &m.encode(),
@@ -350,16 +350,16 @@ fn a_retry_after_a_drop_is_settled_at_the_end_of_the_batch() {
 #[test]
 fn races_and_clashes() {
     let m = Metrics::new();
-    m.observe(&Record::Race(race(
+    m.observe(&Record::Race(Box::new(race(
         RaceVerdict::Suspected,
         "10.244.1.2:1",
         1,
         "AAAA",
-    )));
+    ))));
     let mut clash = race(RaceVerdict::ResolvedClash, "", 0, "A");
     clash.dropped = None;
     clash.counters.clash_resolve = 3;
-    m.observe(&Record::Race(clash));
+    m.observe(&Record::Race(Box::new(clash)));
     let t = m.encode();
     assert_eq!(
         value(
@@ -381,7 +381,7 @@ fn search_list_nxdomain_steps() {
         let mut t = transaction(name, "A", "10.244.1.2:5000", Some(rcode), Vec::new());
         t.lookup.id = 9;
         t.lookup.step = step;
-        Record::Transaction(t)
+        Record::Transaction(Box::new(t))
     };
     m.observe(&step("www.default.svc.cluster.local.", 0, "NXDOMAIN"));
     m.observe(&step("www.svc.cluster.local.", 1, "NXDOMAIN"));
@@ -396,7 +396,7 @@ fn search_list_nxdomain_steps() {
         Vec::new(),
     );
     other.lookup.id = 10;
-    m.observe(&Record::Transaction(other));
+    m.observe(&Record::Transaction(Box::new(other)));
     let t = m.encode();
     assert_eq!(
         value(&t, r#"dnspath_dns_search_nxdomain_total{qtype="A"}"#),
@@ -408,12 +408,12 @@ fn search_list_nxdomain_steps() {
 #[test]
 fn kernel_drops_by_bounded_reason() {
     let m = Metrics::new();
-    m.observe(&Record::Drop(drop_record("NETFILTER_DROP", None)));
-    m.observe(&Record::Drop(drop_record(
+    m.observe(&Record::Drop(Box::new(drop_record("NETFILTER_DROP", None))));
+    m.observe(&Record::Drop(Box::new(drop_record(
         "NOT_SPECIFIED",
         Some("socket closed with unread datagrams"),
-    )));
-    m.observe(&Record::Drop(drop_record("evil\"} 1\nx{", None)));
+    ))));
+    m.observe(&Record::Drop(Box::new(drop_record("evil\"} 1\nx{", None))));
     let t = m.encode();
     assert_eq!(
         value(
@@ -438,7 +438,10 @@ fn kernel_drops_by_bounded_reason() {
     );
     // Beyond the cap every new name is `other`.
     for i in 0..MAX_DROP_REASONS + 50 {
-        m.observe(&Record::Drop(drop_record(&format!("REASON_{i}"), None)));
+        m.observe(&Record::Drop(Box::new(drop_record(
+            &format!("REASON_{i}"),
+            None,
+        ))));
     }
     let t = m.encode();
     let drops = t
@@ -506,7 +509,7 @@ fn stats_totals_become_counter_growth() {
     m.observe_stats(&s);
     s.decode.packets = 150;
     s.decode.lost = 9;
-    m.observe(&Record::Stats(s.clone()));
+    m.observe(&Record::Stats(Box::new(s.clone())));
     let t = m.encode();
     let v = |series: &str| value(&t, series).unwrap_or_else(|| panic!("no {series} in\n{t}"));
     assert_eq!(v(r#"dnspath_events_lost_total{event="packet"}"#), 9.0);
@@ -556,7 +559,7 @@ fn event_stream_folds_count_as_evictions() {
             None,
             None,
         )];
-        ev.observe(&Record::Transaction(t), 1, &mut out);
+        ev.observe(&Record::Transaction(Box::new(t)), 1, &mut out);
     }
     m.observe_events(&ev);
     m.observe_events(&ev);
@@ -607,7 +610,7 @@ fn cardinality_is_bounded_by_the_label_sets() {
                 let mut t =
                     transaction(&name, "A", &format!("10.244.1.2:{port}"), None, Vec::new());
                 t.lookup.id = i as u64;
-                m.observe(&Record::Transaction(t));
+                m.observe(&Record::Transaction(Box::new(t)));
             }
         }
     };
@@ -635,14 +638,14 @@ fn cardinality_is_bounded_by_the_label_sets() {
 fn promtool_accepts_the_exposition() {
     let m = Metrics::new();
     m.observe(&service_transaction("www.lab.test.", "A", 40005, "NOERROR"));
-    m.observe(&Record::Drop(drop_record("NETFILTER_DROP", None)));
+    m.observe(&Record::Drop(Box::new(drop_record("NETFILTER_DROP", None))));
     m.observe(&Record::Loop(loop_record(1, LoopState::Detected, 1)));
-    m.observe(&Record::Race(race(
+    m.observe(&Record::Race(Box::new(race(
         RaceVerdict::RaceDrop,
         "10.244.1.2:1",
         1,
         "A",
-    )));
+    ))));
     m.observe_stats(&StatsRecord {
         decode: DecodeStats {
             lost: 1,
@@ -715,7 +718,7 @@ fn every_agent_table_stays_within_its_cap() {
         );
         t.lookup.id = i;
         t.pod.pod = Some(format!("ns{}/pod{i}", i % 20));
-        m.observe(&Record::Transaction(t.clone()));
+        m.observe(&Record::Transaction(Box::new(t.clone())));
         // ... and unanswered by a server of its own.
         t.outcome = Outcome::Unanswered;
         t.rcode = None;
@@ -727,9 +730,12 @@ fn every_agent_table_stays_within_its_cap() {
             None,
             None,
         )];
-        ev.observe(&Record::Transaction(t), 1, &mut out);
+        ev.observe(&Record::Transaction(Box::new(t)), 1, &mut out);
         // A drop reason of its own.
-        m.observe(&Record::Drop(drop_record(&format!("REASON_{i}"), None)));
+        m.observe(&Record::Drop(Box::new(drop_record(
+            &format!("REASON_{i}"),
+            None,
+        ))));
         // And a loop of its own that never ends.
         m.observe(&Record::Loop(loop_record(i, LoopState::Detected, 1)));
     }
@@ -796,7 +802,7 @@ fn namespace_label_only_when_asked_and_capped() {
             );
             t.lookup.id = i as u64;
             t.pod.pod = pod.map(str::to_string);
-            m.observe(&Record::Transaction(t));
+            m.observe(&Record::Transaction(Box::new(t)));
         }
     };
     let off = Metrics::new();

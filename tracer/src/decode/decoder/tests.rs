@@ -289,8 +289,8 @@ fn tcp_cuts_and_gaps_reach_the_stats() {
     let s = d.stats();
     assert_eq!((s.tcp_cut, s.tcp_gaps), (0, 1));
     assert!(s.tcp_bytes_dropped > 0, "{s:?}");
-    let json = serde_json::to_value(Record::Stats(crate::output::record::StatsRecord::new(
-        s, None,
+    let json = serde_json::to_value(Record::Stats(Box::new(
+        crate::output::record::StatsRecord::new(s, None),
     )))
     .unwrap();
     assert_eq!(
