@@ -145,9 +145,7 @@ mod tests {
             record::{Answered, Outcome, Summary},
         },
         kernel::attach::AttachSpec,
-        output::record::{
-            DropRecord, LookupRef, PacketRecord, QuestionRecord, StatsRecord, TransactionRecord,
-        },
+        output::record::{DropRecord, LookupRef, PacketRecord, QuestionRecord, TransactionRecord},
         output::{Format, View},
     };
 
@@ -321,11 +319,7 @@ mod tests {
         assert!(w.write(&mut batch, &mut sink).unwrap());
         assert!(batch.is_empty());
         // At the end: the correlator's flush, and packets drained from the ring.
-        let mut last = vec![
-            packet(5),
-            transaction(9),
-            Record::Stats(Box::new(StatsRecord::default())),
-        ];
+        let mut last = vec![packet(5), transaction(9), Record::Stats(Box::default())];
         w.write(&mut last, &mut sink).unwrap();
         // Packets 4 and 5 were decided after the stop: counted, not written.
         assert_eq!(w.not_written, 2);
