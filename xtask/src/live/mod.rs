@@ -38,7 +38,7 @@ pub struct LiveOptions {
 impl Default for LiveOptions {
     fn default() -> Self {
         Self {
-            rates: vec![2_000, 10_000],
+            rates: vec![2_000, 10_000, 20_000],
             seconds: 10,
             storm_seconds: 10,
         }
