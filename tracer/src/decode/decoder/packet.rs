@@ -86,20 +86,35 @@ fn packet_record(
 }
 
 impl Decoder {
-    /// Puts a decode result into a packet record, counts it, and hands a message (whole or
-    /// cut) to the correlate stage.
+    /// Puts a decode result into a packet record, counts it, hands a message (whole or
+    /// cut) to the correlate stage, and reports the record — unless only the unusual ones
+    /// are wanted and it is a whole message (counted in the stats all the same): then the
+    /// observation takes the record's names and message instead of copies of them.
     pub(super) fn record_decoded(
         &mut self,
-        r: &mut PacketRecord,
+        mut r: PacketRecord,
         decoded: Decoded,
-        proto: u8,
-        src: SocketAddr,
-        dst: SocketAddr,
-        at: ObservationPoint,
+        (proto, src, dst, at): (u8, SocketAddr, SocketAddr, ObservationPoint),
+        out: &mut Vec<impl From<DecodeReport>>,
     ) {
         match decoded {
             Decoded::Whole(m) => {
                 self.stats.decoded += 1;
+                if !self.every_packet {
+                    if let Some(obs) = self.observed.as_mut() {
+                        obs.push(Observed::Message(Observation {
+                            ts_ns: r.ts_ns,
+                            at,
+                            netns: r.netns,
+                            ifname: r.ifname,
+                            proto,
+                            src,
+                            dst,
+                            msg: m,
+                        }));
+                    }
+                    return;
+                }
                 r.dns = Some(m);
             }
             Decoded::Cut(m) => {
@@ -112,16 +127,8 @@ impl Decoder {
                 r.malformed = Some(why);
             }
         }
-        self.observe(r, proto, src, dst, at);
-    }
-
-    /// The record of a packet whose message was decoded (whole, cut or malformed): out,
-    /// unless only the unusual ones are wanted and it is a whole message (counted in the
-    /// stats all the same).
-    fn emit(&self, r: PacketRecord, out: &mut Vec<impl From<DecodeReport>>) {
-        if self.every_packet || r.dns.is_none() || r.malformed.is_some() || r.capture_truncated {
-            out.push(DecodeReport::Packet(r).into());
-        }
+        self.observe(&r, proto, src, dst, at);
+        out.push(DecodeReport::Packet(r).into());
     }
 
     /// One captured packet: reassembled, decoded, counted and reported.
@@ -135,20 +142,13 @@ impl Decoder {
         };
         let (netns, ifname) = self.place(p.at.netns, p.at.ifindex);
         let clock = self.clock;
-        let base = |proto: &'static str, src: Endpoint, dst: Endpoint| PacketRecord {
+        // The place's names go into the record (a UDP packet's one record takes them).
+        let base = |proto: &'static str, src: Endpoint, dst: Endpoint, place: Place| PacketRecord {
             cpu: p.cpu,
             len: p.orig_len,
             caplen: p.data.len() as u32,
             vlan: p.vlan,
-            ..packet_record(
-                &clock,
-                p.ts_ns,
-                p.at,
-                (Arc::clone(&netns), Arc::clone(&ifname)),
-                proto,
-                src,
-                dst,
-            )
+            ..packet_record(&clock, p.ts_ns, p.at, place, proto, src, dst)
         };
         let ip = match (parse_ip(&p.data), rejected) {
             (Ok(ip), None) => ip,
@@ -159,7 +159,7 @@ impl Decoder {
                     .as_ref()
                     .map(|ip| (Endpoint::Ip(ip.src), Endpoint::Ip(ip.dst)))
                     .unwrap_or_default();
-                let mut r = base("ip", src, dst);
+                let mut r = base("ip", src, dst, (netns, ifname));
                 r.malformed = Some(match (ip, rejected) {
                     (_, Some(e)) => e.to_string(),
                     (Err(e), None) => format!("IP: {e}"),
@@ -190,7 +190,7 @@ impl Decoder {
                     SocketAddr::new(ip.src, sport),
                     SocketAddr::new(ip.dst, dport),
                 );
-                let mut r = base("udp", src.into(), dst.into());
+                let r = base("udp", src.into(), dst.into(), (netns, ifname));
                 let cut = cut_by_capture(p.orig_len, p.data.len(), ip.missing, payload.len());
                 let decoded = match decode_message(&mut self.messages, payload, cut) {
                     // Short of what its headers say, though nothing was cut on capture.
@@ -202,8 +202,7 @@ impl Decoder {
                     }
                     d => d,
                 };
-                self.record_decoded(&mut r, decoded, IPPROTO_UDP, src, dst, p.at);
-                self.emit(r, out);
+                self.record_decoded(r, decoded, (IPPROTO_UDP, src, dst, p.at), out);
             }
             Transport::Tcp {
                 sport,
@@ -241,7 +240,12 @@ impl Decoder {
                     self.stats.tcp_data += 1;
                 }
                 for item in produced.drain(..) {
-                    let r = base("tcp", src.into(), dst.into());
+                    let r = base(
+                        "tcp",
+                        src.into(),
+                        dst.into(),
+                        (Arc::clone(&netns), Arc::clone(&ifname)),
+                    );
                     self.tcp_message(item, r, src, dst, p.at, out);
                 }
                 self.tcp_out = produced;
@@ -258,7 +262,7 @@ impl Decoder {
     fn tcp_message(
         &mut self,
         item: TcpOutput,
-        mut r: PacketRecord,
+        r: PacketRecord,
         src: SocketAddr,
         dst: SocketAddr,
         at: ObservationPoint,
@@ -279,8 +283,7 @@ impl Decoder {
             }
         };
         self.stats.tcp_messages += 1;
-        self.record_decoded(&mut r, decoded, IPPROTO_TCP, src, dst, at);
-        self.emit(r, out);
+        self.record_decoded(r, decoded, (IPPROTO_TCP, src, dst, at), out);
     }
 
     /// Reports what TCP flows that were forgotten (evicted, idle, or at the end) still held:
