@@ -16,7 +16,7 @@
 //! for the latest, or the ones in a time window, look up only the legs that can match
 //! (a busy client's list is full: 64 hash lookups per new query otherwise).
 use std::{
-    collections::HashMap,
+    collections::{hash_map::Entry, HashMap},
     hash::{BuildHasher, Hash},
     net::{IpAddr, SocketAddr},
 };
@@ -77,15 +77,17 @@ impl LegIndex {
     /// Removes a leg from every index and hands it back.
     pub(super) fn remove(&mut self, id: u64) -> Option<Leg> {
         let leg = self.legs.remove(&id)?;
-        remove_from(&mut self.open_by_q, &leg.key.q, id);
+        // The key's question is shared: the index keys built here copy no name.
+        if !leg.timed_out && leg.response.is_none() {
+            remove_from(&mut self.open_by_q, leg.key.q.clone(), id);
+        }
         if leg.parent.is_none() {
-            // The key's question is shared: building it copies no name.
             remove_from(
                 &mut self.roots_by_q,
-                &(leg.client.ip(), leg.key.q.clone()),
+                (leg.client.ip(), leg.key.q.clone()),
                 id,
             );
-            remove_from(&mut self.roots_by_socket, &leg.client, id);
+            remove_from(&mut self.roots_by_socket, leg.client, id);
         }
         // A key reused by a newer leg stays that leg's: one lookup in the usual case.
         if let Some((key, other)) = self.by_key.remove_entry(&leg.key) {
@@ -101,9 +103,12 @@ impl LegIndex {
         let Some(leg) = self.legs.get_mut(&id) else {
             return;
         };
+        let was_open = leg.response.is_none() && !leg.timed_out;
         leg.response = Some(response);
         leg.timed_out = false;
-        remove_from(&mut self.open_by_q, &leg.key.q, id);
+        if was_open {
+            remove_from(&mut self.open_by_q, leg.key.q.clone(), id);
+        }
     }
 
     /// The leg's query went unanswered for the timeout (once; `false` if it was answered,
@@ -116,7 +121,7 @@ impl LegIndex {
             return false;
         }
         leg.timed_out = true;
-        remove_from(&mut self.open_by_q, &leg.key.q, id);
+        remove_from(&mut self.open_by_q, leg.key.q.clone(), id);
         true
     }
 
@@ -198,16 +203,17 @@ fn push_capped<K: Hash + Eq, S: BuildHasher>(
     v.push(c);
 }
 
-/// Takes `id` off `key`'s list; one lookup when it was the only one (the usual case).
+/// Takes `id` off `key`'s list, and the list out when it is left empty: one lookup (one
+/// hash of the key) either way.
 fn remove_from<K: Hash + Eq, S: BuildHasher>(
     index: &mut HashMap<K, Vec<Candidate>, S>,
-    key: &K,
+    key: K,
     id: u64,
 ) {
-    if let Some((key, mut v)) = index.remove_entry(key) {
-        v.retain(|c| c.id != id);
-        if !v.is_empty() {
-            index.insert(key, v);
+    if let Entry::Occupied(mut e) = index.entry(key) {
+        e.get_mut().retain(|c| c.id != id);
+        if e.get().is_empty() {
+            e.remove();
         }
     }
 }
