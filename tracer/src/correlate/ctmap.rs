@@ -30,6 +30,8 @@ pub struct CtMap {
     order: VecDeque<WireKey>,
     max: usize,
     pub evicted: u64,
+    /// Bumped by every event learnt: what `lookup` answers can change only then.
+    generation: u64,
 }
 
 impl CtMap {
@@ -39,6 +41,7 @@ impl CtMap {
             order: VecDeque::new(),
             max: max.max(4),
             evicted: 0,
+            generation: 0,
         }
     }
 
@@ -74,6 +77,7 @@ impl CtMap {
     /// Learns (or re-learns) an entry. DESTROY is ignored on purpose: packets of a flow can
     /// still be in flight in userspace after the entry is gone; eviction bounds the map.
     pub fn learn(&mut self, ev: &ConntrackEvent) {
+        self.generation += 1;
         if ev.change == CtChange::Destroy
             && self
                 .map
@@ -99,6 +103,11 @@ impl CtMap {
         self.insert((p, ev.reply.dst, ev.reply.src), fwd);
         self.insert((p, ev.reply.src, ev.reply.dst), back);
         self.insert((p, ev.orig.dst, ev.orig.src), back);
+    }
+
+    /// Bumped by every [`CtMap::learn`].
+    pub fn generation(&self) -> u64 {
+        self.generation
     }
 
     pub fn lookup(&self, proto: u8, src: SocketAddr, dst: SocketAddr) -> Option<Mapped> {

@@ -47,6 +47,8 @@ pub(super) struct LegIndex {
     open_by_q: QMap<Vec<Candidate>>,
     roots_by_q: HashMap<(IpAddr, QKey), Vec<Candidate>, Sip>,
     roots_by_socket: HashMap<SocketAddr, Vec<Candidate>, Sip>,
+    /// Changes whenever a leg comes or goes: what `by_key` answers can change only then.
+    generation: u64,
 }
 
 impl LegIndex {
@@ -54,6 +56,7 @@ impl LegIndex {
     /// client address and socket are what it is found by).
     pub(super) fn insert(&mut self, leg: Leg) {
         let id = leg.id;
+        self.generation += 1;
         let c = Candidate {
             first_ts: leg.first_ts,
             id,
@@ -77,6 +80,7 @@ impl LegIndex {
     /// Removes a leg from every index and hands it back.
     pub(super) fn remove(&mut self, id: u64) -> Option<Leg> {
         let leg = self.legs.remove(&id)?;
+        self.generation += 1;
         // The key's question is shared: the index keys built here copy no name.
         if !leg.timed_out && leg.response.is_none() {
             remove_from(&mut self.open_by_q, leg.key.q.clone(), id);
@@ -188,6 +192,11 @@ impl LegIndex {
 
     pub(super) fn len(&self) -> usize {
         self.legs.len()
+    }
+
+    /// Bumped by every insert and removal (see [`LegIndex::by_key`]).
+    pub(super) fn generation(&self) -> u64 {
+        self.generation
     }
 }
 

@@ -58,7 +58,21 @@ impl Correlator {
             return;
         }
         let (qr, dns_id) = (o.msg.qr, o.msg.id);
-        let (client, by_ct) = self.canonical_client(o.proto, o.src, o.dst, qr);
+        let generation = (self.legs.generation(), self.ct.generation());
+        let memo = self.join_memo.as_ref().filter(|m| {
+            m.generation == generation
+                && m.proto == o.proto
+                && m.src == o.src
+                && m.dst == o.dst
+                && Arc::ptr_eq(&m.msg, &o.msg)
+        });
+        let (client, by_ct, memo_leg) = match memo {
+            Some(m) => (m.client, m.by_ct, Some(m.leg)),
+            None => {
+                let (client, by_ct) = self.canonical_client(o.proto, o.src, o.dst, qr);
+                (client, by_ct, None)
+            }
+        };
         let key = LegKey {
             proto: o.proto,
             client_port: client.port(),
@@ -77,7 +91,23 @@ impl Correlator {
             qr,
             via,
         };
-        let existing = self.legs.by_key(&key);
+        let existing = match memo_leg {
+            Some(leg) => leg,
+            None => {
+                let leg = self.legs.by_key(&key);
+                self.join_memo = Some(JoinMemo {
+                    msg: Arc::clone(&o.msg),
+                    proto: o.proto,
+                    src: o.src,
+                    dst: o.dst,
+                    generation,
+                    client,
+                    by_ct,
+                    leg,
+                });
+                leg
+            }
+        };
         if qr {
             let Some(leg_id) = existing else {
                 self.stats.orphan_responses += 1;
@@ -247,6 +277,15 @@ impl Correlator {
         self.touch(tx, o.ts_ns);
         self.timeouts.insert((o.ts_ns + self.cfg.timeout_ns, id));
         self.legs.insert(leg);
+        // The key now names the new leg: so does the memo, for the next end of the veth.
+        let generation = (self.legs.generation(), self.ct.generation());
+        let this = |m: &&mut JoinMemo| {
+            m.proto == o.proto && m.src == o.src && m.dst == o.dst && Arc::ptr_eq(&m.msg, &o.msg)
+        };
+        if let Some(m) = self.join_memo.as_mut().filter(this) {
+            m.leg = Some(id);
+            m.generation = generation;
+        }
         self.stats.legs += 1;
         match role {
             LegRole::Forward => {

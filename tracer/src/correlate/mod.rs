@@ -201,6 +201,26 @@ pub struct Correlator {
     /// The questions of the last messages seen (the decode stage shares one decoded
     /// message between the hops that carried the same bytes).
     keys: KeyCache,
+    /// How the last message observation joined (see [`JoinMemo`]).
+    join_memo: Option<JoinMemo>,
+}
+
+/// The join of the last message observation: the next end of a veth sees the same packet
+/// (the same decoded message, transport and addresses), and joins it the same way as long
+/// as no leg came or went and conntrack taught nothing new (the generations), so its
+/// conntrack lookup and leg-key hash are not made again. Holds its message, so the address
+/// compared is never another message's.
+struct JoinMemo {
+    msg: Arc<DnsMessage>,
+    proto: u8,
+    src: SocketAddr,
+    dst: SocketAddr,
+    /// (legs, conntrack) generations it holds for.
+    generation: (u64, u64),
+    client: SocketAddr,
+    by_ct: bool,
+    /// What the leg index answers for the observation's key.
+    leg: Option<u64>,
 }
 
 /// Question keys of the last [`KEYS`] messages, by the message's allocation: the next hop
@@ -255,6 +275,7 @@ impl Correlator {
             recent_order: VecDeque::new(),
             race_out: Vec::new(),
             keys: KeyCache::default(),
+            join_memo: None,
         }
     }
 

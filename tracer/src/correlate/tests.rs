@@ -91,7 +91,7 @@ impl Feed {
         proto: u8,
         src: &str,
         dst: &str,
-        m: DnsMessage,
+        m: impl Into<Arc<DnsMessage>>,
     ) {
         self.c.on_observed(Observed::Message(Observation {
             ts_ns: ts,
@@ -1250,4 +1250,278 @@ fn an_answer_lost_on_the_way_is_dropped_not_answered() {
             );
         }
     }
+}
+
+/// One packet at both ends of each veth, as the decode stage hands it over (one decoded
+/// message shared by every hop that carried the same bytes), joins exactly as when every
+/// hop's message is its own — with conntrack learning the DNAT between two hops, an answer
+/// seen (as an orphan) before its query, and the same query bytes again after the first
+/// transaction was reported. Shared messages let a hop reuse the previous hop's join; this
+/// holds that reuse to the full lookup.
+#[test]
+fn hops_sharing_one_message_join_as_hops_with_their_own() {
+    let run = |shared: bool| {
+        let mut f = Feed::new();
+        let q = Arc::new(msg(7, false, "a.test.", "A", "NOERROR", &[], false));
+        let a = Arc::new(msg(
+            7,
+            true,
+            "a.test.",
+            "A",
+            "NOERROR",
+            &["10.0.0.1"],
+            false,
+        ));
+        let m = |x: &Arc<DnsMessage>| {
+            if shared {
+                Arc::clone(x)
+            } else {
+                Arc::new((**x).clone())
+            }
+        };
+        let (c, vip, pod) = ("10.244.1.2:4000", "10.96.0.10:53", "10.244.1.3:53");
+        let flow = |s: &str, d: &str| CtFlow {
+            src: s.parse().unwrap(),
+            dst: d.parse().unwrap(),
+            proto: UDP,
+        };
+        let ingress = Direction::Ingress;
+        let egress = Direction::Egress;
+        // A stray copy of the answer first: an orphan, at the client's end of its veth.
+        f.see(MS, at(2, 1, ingress), "client", "eth0", UDP, vip, c, m(&a));
+        for round in 0..2u64 {
+            let t0 = 10 * MS + round * 20_000 * MS;
+            f.see(t0, at(2, 1, egress), "client", "eth0", UDP, c, vip, m(&q));
+            // Conntrack learns the DNAT between the two ends of the client's veth.
+            f.c.on_conntrack(&ConntrackEvent {
+                ts_ns: t0 + 3_000,
+                netns: 1,
+                change: CtChange::New,
+                status: 0x1b0,
+                zone: 0,
+                orig: flow(c, vip),
+                reply: flow(pod, c),
+            });
+            f.see(
+                t0 + 5_000,
+                at(1, 10, ingress),
+                "node",
+                "vclient",
+                UDP,
+                c,
+                vip,
+                m(&q),
+            );
+            f.see(
+                t0 + 9_000,
+                at(1, 11, egress),
+                "node",
+                "vdns",
+                UDP,
+                c,
+                pod,
+                m(&q),
+            );
+            f.see(
+                t0 + 12_000,
+                at(3, 1, ingress),
+                "dns",
+                "eth0",
+                UDP,
+                c,
+                pod,
+                m(&q),
+            );
+            f.see(
+                t0 + 90_000,
+                at(3, 1, egress),
+                "dns",
+                "eth0",
+                UDP,
+                pod,
+                c,
+                m(&a),
+            );
+            f.see(
+                t0 + 93_000,
+                at(1, 11, ingress),
+                "node",
+                "vdns",
+                UDP,
+                pod,
+                c,
+                m(&a),
+            );
+            f.see(
+                t0 + 96_000,
+                at(1, 10, egress),
+                "node",
+                "vclient",
+                UDP,
+                vip,
+                c,
+                m(&a),
+            );
+            f.see(
+                t0 + 99_000,
+                at(2, 1, ingress),
+                "client",
+                "eth0",
+                UDP,
+                vip,
+                c,
+                m(&a),
+            );
+            // The same answer delivered twice at the last hop.
+            f.see(
+                t0 + 99_500,
+                at(2, 1, ingress),
+                "client",
+                "eth0",
+                UDP,
+                vip,
+                c,
+                m(&a),
+            );
+            f.c.tick(t0 + 10_000 * MS, &mut f.out);
+            // Once more after its transaction was reported: an orphan now.
+            let late = t0 + 10_001 * MS;
+            f.see(
+                late,
+                at(2, 1, ingress),
+                "client",
+                "eth0",
+                UDP,
+                vip,
+                c,
+                m(&a),
+            );
+        }
+        let txs = f.txs(100_000 * MS);
+        let legs: Vec<_> = txs
+            .iter()
+            .flat_map(|t| &t.legs)
+            .map(|l| (l.id, l.outcome, l.hops.len(), l.join))
+            .collect();
+        let shown: Vec<String> = f
+            .out
+            .iter()
+            .map(|r| serde_json::to_string(r).unwrap())
+            .collect();
+        (txs.len(), legs, f.c.stats().orphan_responses, shown)
+    };
+    let (own, shared) = (run(false), run(true));
+    assert_eq!(own.0, 2, "two transactions: {own:?}");
+    assert_eq!(own.2, 3, "orphans: the stray answer and each late one");
+    assert!(
+        own.1.iter().all(|l| l.2 == 9),
+        "each leg holds its 9 hops: {own:?}"
+    );
+    assert_eq!(own, shared);
+}
+
+/// As above across a hairpin's SNAT, where what conntrack learns between the two ends of a
+/// veth changes the leg the second end joins: a shared message's second hop is joined
+/// afresh, not as the first was.
+#[test]
+fn a_shared_message_joins_afresh_once_conntrack_learns_its_flow() {
+    let run = |shared: bool| {
+        let mut f = Feed::new();
+        let q = Arc::new(msg(9, false, "x.test.", "A", "NOERROR", &[], false));
+        let a = Arc::new(msg(9, true, "x.test.", "A", "NXDOMAIN", &[], false));
+        let m = |x: &Arc<DnsMessage>| {
+            if shared {
+                Arc::clone(x)
+            } else {
+                Arc::new((**x).clone())
+            }
+        };
+        let flow = |s: &str, d: &str| CtFlow {
+            src: s.parse().unwrap(),
+            dst: d.parse().unwrap(),
+            proto: UDP,
+        };
+        let (pod, pod53, vip, snat) = (
+            "10.244.1.3:4000",
+            "10.244.1.3:53",
+            "10.96.0.10:53",
+            "169.254.1.1:6000",
+        );
+        let (ingress, egress) = (Direction::Ingress, Direction::Egress);
+        f.see(MS, at(2, 2, egress), "dnsa", "eth0", UDP, pod, vip, m(&q));
+        f.see(
+            2 * MS,
+            at(1, 11, egress),
+            "node",
+            "vdnsa",
+            UDP,
+            snat,
+            pod53,
+            m(&q),
+        );
+        // Both joined before conntrack's event comes.
+        f.c.tick(100 * MS, &mut f.out);
+        f.c.on_conntrack(&ConntrackEvent {
+            ts_ns: 3 * MS,
+            netns: 1,
+            change: CtChange::New,
+            status: 0x1b0,
+            zone: 0,
+            orig: flow(pod, vip),
+            reply: flow(pod53, snat),
+        });
+        f.see(
+            101 * MS,
+            at(2, 2, ingress),
+            "dnsa",
+            "eth0",
+            UDP,
+            snat,
+            pod53,
+            m(&q),
+        );
+        f.see(
+            102 * MS,
+            at(2, 2, egress),
+            "dnsa",
+            "eth0",
+            UDP,
+            pod53,
+            snat,
+            m(&a),
+        );
+        f.see(
+            103 * MS,
+            at(1, 11, ingress),
+            "node",
+            "vdnsa",
+            UDP,
+            pod53,
+            snat,
+            m(&a),
+        );
+        f.see(
+            104 * MS,
+            at(2, 2, ingress),
+            "dnsa",
+            "eth0",
+            UDP,
+            vip,
+            pod,
+            m(&a),
+        );
+        let txs = f.txs(100_000 * MS);
+        let legs: Vec<_> = txs
+            .iter()
+            .flat_map(|t| &t.legs)
+            .map(|l| (l.client, l.outcome, l.hops.len(), l.join))
+            .collect();
+        (txs.len(), legs, f.c.stats().orphan_responses)
+    };
+    let (own, shared) = (run(false), run(true));
+    assert!(
+        own.1.iter().any(|l| l.3 == Join::Conntrack && l.2 >= 4),
+        "the answer and the queries after conntrack's event join by conntrack: {own:?}"
+    );
+    assert_eq!(own, shared);
 }
