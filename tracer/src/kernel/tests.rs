@@ -52,6 +52,108 @@ fn programs_pass_the_verifier() {
     assert_eq!(c.len(), counter::COUNT as usize);
 }
 
+/// A free UDP port on loopback, IPv4 and IPv6 alike (nothing listens on it once this returns).
+fn closed_udp_port() -> u16 {
+    loop {
+        let v4 = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        let port = v4.local_addr().unwrap().port();
+        if std::net::UdpSocket::bind(("::1", port)).is_ok() {
+            return port;
+        }
+    }
+}
+
+/// The drops the ring buffer holds within a second whose UDP destination port is `port`.
+fn drops_to(ring: &mut RingBuf<MapData>, port: u16, want: usize) -> Vec<crate::event::KernelDrop> {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(1);
+    let mut out = Vec::new();
+    while out.len() < want && std::time::Instant::now() < deadline {
+        while let Some(r) = ring.next() {
+            if let crate::event::SourceEvent::Drop(d) = crate::source::live::parse_record(&r) {
+                let l4 = match d.data.first().map(|b| b >> 4) {
+                    Some(4) => usize::from(d.data[0] & 0x0f) * 4,
+                    Some(6) => 40,
+                    _ => continue,
+                };
+                if d.data.get(l4 + 2..l4 + 4) == Some(&port.to_be_bytes()[..]) {
+                    out.push(d);
+                }
+            }
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    out
+}
+
+/// Datagrams to a closed watched port on loopback are freed (`NO_SOCKET`) and reported, over
+/// IPv4 and IPv6, whether the kfree_skb program takes `network_header`, `tail` and `head`
+/// from one copy of their window of `sk_buff` or reads them one by one (kernels where they
+/// do not fit one); a datagram to a port not watched is not.
+#[test]
+fn drops_are_reported_with_and_without_the_skb_window() {
+    if !crate::test_support::root_or_skip("loading eBPF programs") {
+        return;
+    }
+    for window in [true, false] {
+        let port = closed_udp_port();
+        let other = closed_udp_port();
+        let mut probes = Probes::load_adjusted(
+            &ProbeOptions {
+                ports: vec![port],
+                snaplen: 512,
+                drops: true,
+                kernel_log: false,
+            },
+            |o| {
+                assert_eq!(o.has_skb_window, 1, "this kernel has the window: {o:?}");
+                if !window {
+                    o.has_skb_window = 0;
+                }
+            },
+        )
+        .unwrap();
+        assert!(probes.drops_enabled);
+        let said = probes
+            .setup
+            .degraded
+            .iter()
+            .any(|d| d.contains("one by one"));
+        assert_eq!(said, !window, "{:?}", probes.setup.degraded);
+        let mut ring = probes.take_events().unwrap();
+        let before = probes.counters().unwrap();
+        let v4 = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        let v6 = std::net::UdpSocket::bind("[::1]:0").unwrap();
+        let payload = [0u8; 300];
+        v4.send_to(&payload, ("127.0.0.1", other)).unwrap();
+        v4.send_to(&payload, ("127.0.0.1", port)).unwrap();
+        v6.send_to(&payload, ("::1", other)).unwrap();
+        v6.send_to(&payload, ("::1", port)).unwrap();
+        let mut drops = drops_to(&mut ring, port, 2);
+        drops.sort_by_key(|d| d.data[0]);
+        let versions: Vec<u8> = drops.iter().map(|d| d.data[0] >> 4).collect();
+        assert_eq!(versions, [4, 6], "window {window}: {drops:?}");
+        assert_eq!(drops[0].orig_len, 20 + 8 + 300);
+        assert_eq!(drops[1].orig_len, 40 + 8 + 300);
+        for d in &drops {
+            assert_eq!(
+                d.data.len(),
+                d.orig_len as usize,
+                "linear, under MAX_DROP_DATA"
+            );
+            if probes.setup.drop_reason {
+                assert_eq!(
+                    probes.drop_reasons.get(&d.reason).map(String::as_str),
+                    Some("NO_SOCKET")
+                );
+            }
+        }
+        assert!(drops_to(&mut ring, other, 1).is_empty());
+        let after = probes.counters().unwrap();
+        let i = counter::DROPS_READ_FAILED as usize;
+        assert_eq!(after[i], before[i], "drops_read_failed");
+    }
+}
+
 /// The sections of a little-endian ELF64 object, by name: (file offset, size).
 fn elf_sections(d: &[u8]) -> Vec<(String, usize, usize)> {
     let u16_at = |o: usize| usize::from(u16::from_le_bytes([d[o], d[o + 1]]));
