@@ -12,11 +12,15 @@ use aya_ebpf::{
 };
 use aya_log_ebpf::debug;
 use tracer_common::{
-    counter, CtTuple, DropEvent, EventKind, KernelOffsets, DROP_DATA_MASK, MAX_DROP_DATA,
-    SKB_WINDOW,
+    counter,
+    proto::{
+        IPPROTO_DSTOPTS, IPPROTO_FRAGMENT, IPPROTO_HOPOPTS, IPPROTO_ROUTING, IPPROTO_TCP,
+        IPPROTO_UDP, IPV4_MIN_HEADER_LEN, IPV6_HEADER_LEN,
+    },
+    CtTuple, DropEvent, EventKind, KernelOffsets, DROP_DATA_MASK, MAX_DROP_DATA, SKB_WINDOW,
 };
 
-use crate::{count, packet, wakeup_flag, wanted, EVENTS, KERNEL_OFFSETS, LOG_TARGET};
+use crate::{count, packet, wakeup_flag, wanted, watched, EVENTS, KERNEL_OFFSETS, LOG_TARGET};
 
 /// The skb of the `__nf_conntrack_confirm` call in progress on this CPU (netfilter hooks
 /// run with bottom halves off: entry and return are on the same CPU, not nested).
@@ -220,7 +224,11 @@ fn try_kfree_skb(ctx: &BtfTracePointContext, reason: u32) -> Result<(), ()> {
                         buf: buf as *const u8,
                         len: n as usize,
                     };
-                    drop_wanted(&copied).ok()
+                    if plainly_unwanted(&copied) {
+                        Some(false)
+                    } else {
+                        drop_wanted(&copied).ok()
+                    }
                 } else {
                     None
                 }
@@ -329,6 +337,61 @@ fn try_kfree_skb(ctx: &BtfTracePointContext, reason: u32) -> Result<(), ()> {
         entry.submit(wakeup_flag(core::mem::size_of::<DropEvent>() as u64));
     }
     Ok(())
+}
+
+/// The decision for what most freed packets are, from aligned loads of their copied
+/// headers: true for an IPv4 packet, or an IPv6 packet without extension headers, that is not
+/// UDP/TCP, or is UDP/TCP (not a later fragment) on no watched port — what [`drop_wanted`]
+/// would decide, without its dependent loads; and for what is not IP at all. false: let
+/// `drop_wanted` decide (every packet it may want, and every one this cannot read whole:
+/// short copies, bad headers, later fragments, extension headers).
+#[inline(always)]
+fn plainly_unwanted(c: &packet::Copied) -> bool {
+    // RFC 791 §3.1 / RFC 8200 §3: the first 12 bytes hold version, IHL, flags and fragment
+    // offset, protocol; the IPv6 next header is byte 6.
+    if c.len < IPV4_MIN_HEADER_LEN {
+        return false;
+    }
+    let w = c.buf as *const u32;
+    // SAFETY: `buf` is 8-aligned (DropScratch) with PEEK_BUF bytes, of which `len` (≥ 20)
+    // were copied; every load below is of copied bytes at an aligned offset.
+    unsafe {
+        let w0 = u32::from_be(*w);
+        let w1 = u32::from_be(*w.add(1));
+        match w0 >> 28 {
+            4 => {
+                let ihl = ((w0 >> 24) & 0x0f) as usize * 4;
+                if ihl < IPV4_MIN_HEADER_LEN {
+                    return false;
+                }
+                let proto = (u32::from_be(*w.add(2)) >> 16) as u8;
+                if proto != IPPROTO_UDP && proto != IPPROTO_TCP {
+                    return true;
+                }
+                // A later fragment has no ports (FRAGS), and the ports must have been copied.
+                if w1 & 0x1fff != 0 || ihl + 4 > c.len {
+                    return false;
+                }
+                // `ihl` ≤ 60 (a 4-bit field times 4): the verifier bounds the load by it.
+                let ports = u32::from_be(*(c.buf.add(ihl) as *const u32));
+                !watched((ports >> 16) as u16) && !watched(ports as u16)
+            }
+            6 => {
+                let next = (w1 >> 8) as u8;
+                match next {
+                    IPPROTO_UDP | IPPROTO_TCP if c.len >= IPV6_HEADER_LEN + 4 => {
+                        let ports = u32::from_be(*w.add(IPV6_HEADER_LEN / 4));
+                        !watched((ports >> 16) as u16) && !watched(ports as u16)
+                    }
+                    IPPROTO_UDP | IPPROTO_TCP | IPPROTO_HOPOPTS | IPPROTO_ROUTING
+                    | IPPROTO_DSTOPTS | IPPROTO_FRAGMENT => false,
+                    _ => true,
+                }
+            }
+            // Not IP: `drop_wanted` finds no transport header either.
+            _ => true,
+        }
+    }
 }
 
 /// Whether a freed packet (`p` starts at its network header) is one to report: on a watched
