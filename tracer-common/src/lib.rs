@@ -318,9 +318,9 @@ pub struct KernelOffsets {
 
 /// Bytes of `struct sk_buff` the kfree_skb program copies to decide a drop (a power of two:
 /// the program masks an offset inside it with `SKB_WINDOW - size`). From an 8-aligned start,
-/// `network_header` to the end of `head` takes 24 bytes on 5.10–6.18, 32 with CONFIG_KCOV's
-/// `kcov_handle` between `mac_header` and `tail`; a kernel that puts more there has
-/// `has_skb_window` 0.
+/// `network_header` to the end of `head` takes 24 bytes on Debian's 5.10, 6.1 and 6.12 and on
+/// 6.18 (their BTF), 32 with CONFIG_KCOV's `kcov_handle` between `mac_header` and `tail`; a
+/// kernel that puts more there has `has_skb_window` 0.
 pub const SKB_WINDOW: usize = 32;
 
 impl KernelOffsets {
