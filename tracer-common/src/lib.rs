@@ -304,7 +304,24 @@ pub struct KernelOffsets {
     /// 1: `net_cookie` is the offset of `net->ns.inum` (a `u32`), the namespace id userspace
     /// uses on kernels without `SO_NETNS_COOKIE` (< 5.14); 0: of `net->net_cookie` (a `u64`).
     pub net_id_is_inum: u32,
+    /// 1: `skb->network_header`, `tail` and `head` lie in the [`SKB_WINDOW`] bytes of
+    /// `sk_buff` from `skb_window`, and the kfree_skb program reads them with one copy of
+    /// those bytes; 0: with one read each (`skb_network_header`, `skb_tail`, `skb_head`).
+    pub has_skb_window: u32,
+    /// Offset in `sk_buff` of the window's first byte (8-aligned).
+    pub skb_window: u32,
+    /// Offsets inside the window, each aligned to its field's size.
+    pub window_network_header: u32,
+    pub window_tail: u32,
+    pub window_head: u32,
 }
+
+/// Bytes of `struct sk_buff` the kfree_skb program copies to decide a drop (a power of two:
+/// the program masks an offset inside it with `SKB_WINDOW - size`). From an 8-aligned start,
+/// `network_header` to the end of `head` takes 24 bytes on Debian's 5.10, 6.1 and 6.12 and on
+/// 6.18 (their BTF), 32 with CONFIG_KCOV's `kcov_handle` between `mac_header` and `tail`; a
+/// kernel that puts more there has `has_skb_window` 0.
+pub const SKB_WINDOW: usize = 32;
 
 impl KernelOffsets {
     /// All offsets zero: the kfree_skb program reports nothing until userspace fills them in.
@@ -328,6 +345,11 @@ impl KernelOffsets {
         tuplehash_tuple: 0,
         has_nfct: 0,
         net_id_is_inum: 0,
+        has_skb_window: 0,
+        skb_window: 0,
+        window_network_header: 0,
+        window_tail: 0,
+        window_head: 0,
     };
 }
 
@@ -497,7 +519,7 @@ mod tests {
         assert_eq!(core::mem::offset_of!(PacketEvent, data), PACKET_HEADER_LEN);
         assert_eq!(size_of::<PacketEvent>() % align_of::<PacketEvent>(), 0);
         assert_eq!(size_of::<DropEvent>(), 144 + MAX_DROP_DATA);
-        assert_eq!(size_of::<KernelOffsets>(), 19 * 4);
+        assert_eq!(size_of::<KernelOffsets>(), 24 * 4);
         assert_eq!(size_of::<FragKey>(), 16 + 16 + 4 + 1 + 1 + 2);
     }
 }

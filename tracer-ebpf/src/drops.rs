@@ -1,6 +1,6 @@
 //! The drop program (`tp_btf/kfree_skb`) and the optional conntrack-confirm kprobe pair
 //! whose verdict it reports.
-use core::{ffi::c_void, ptr::read_volatile};
+use core::{ffi::c_void, mem::size_of, ptr::read_volatile};
 
 use aya_ebpf::{
     helpers::{
@@ -11,9 +11,16 @@ use aya_ebpf::{
     programs::{BtfTracePointContext, ProbeContext, RetProbeContext},
 };
 use aya_log_ebpf::debug;
-use tracer_common::{counter, CtTuple, DropEvent, EventKind, DROP_DATA_MASK, MAX_DROP_DATA};
+use tracer_common::{
+    counter,
+    proto::{
+        IPPROTO_DSTOPTS, IPPROTO_FRAGMENT, IPPROTO_HOPOPTS, IPPROTO_ROUTING, IPPROTO_TCP,
+        IPPROTO_UDP, IPV4_MIN_HEADER_LEN, IPV6_HEADER_LEN,
+    },
+    CtTuple, DropEvent, EventKind, KernelOffsets, DROP_DATA_MASK, MAX_DROP_DATA, SKB_WINDOW,
+};
 
-use crate::{count, packet, wakeup_flag, wanted, EVENTS, KERNEL_OFFSETS, LOG_TARGET};
+use crate::{count, packet, wakeup_flag, wanted, watched, EVENTS, KERNEL_OFFSETS, LOG_TARGET};
 
 /// The skb of the `__nf_conntrack_confirm` call in progress on this CPU (netfilter hooks
 /// run with bottom halves off: entry and return are on the same CPU, not nested).
@@ -24,10 +31,23 @@ static CONFIRM_SKB: PerCpuArray<u64> = PerCpuArray::with_max_entries(1, 0);
 #[map]
 static CONFIRM_FAILED: LruHashMap<u64, u64> = LruHashMap::with_max_entries(1024, 0);
 
-/// Per-CPU buffer where the drop program copies the start of a freed packet's headers
-/// ([`packet::Copied`]). Tracing programs do not nest on a CPU.
+/// Where the drop program copies what it decides a freed packet by. Map memory, not stack:
+/// it reads them at offsets known only at run time, which 5.10's verifier refuses on the
+/// stack.
+#[repr(C)]
+struct DropScratch {
+    /// [`SKB_WINDOW`] bytes of the `sk_buff` (`KernelOffsets::skb_window`); `u64`s, so that
+    /// each field read at its aligned offset is an aligned load.
+    skb: [u64; SKB_WINDOW / 8],
+    /// The start of the packet's headers ([`packet::Copied`]).
+    peek: [u8; packet::PEEK_BUF],
+}
+
+const _: () = assert!(core::mem::offset_of!(DropScratch, peek) % 8 == 0);
+
+/// One [`DropScratch`] per CPU: tracing programs do not nest on a CPU.
 #[map]
-static DROP_PEEK: PerCpuArray<[u8; packet::PEEK_BUF]> = PerCpuArray::with_max_entries(1, 0);
+static DROP_SCRATCH: PerCpuArray<DropScratch> = PerCpuArray::with_max_entries(1, 0);
 
 /// Drops of packets on a watched port, and of later IP fragments of datagrams whose first
 /// fragment was on one (`FRAGS`), with the drop reason.
@@ -110,25 +130,78 @@ unsafe fn kread<T>(base: u64, off: u32) -> Result<T, ()> {
     unsafe { bpf_probe_read_kernel((base + off as u64) as *const T).map_err(|_| ()) }
 }
 
+/// The field of type `T` (`u16`, `u32` or `u64`) at `off` in the copy of the `sk_buff`
+/// window at `w`; userspace aligned `off` to the field's size (`SkbWindow`).
+///
+/// # Safety
+/// `w` points at [`SKB_WINDOW`] readable, 8-aligned bytes.
+#[inline(always)]
+unsafe fn window_field<T: Copy>(w: *const u8, off: u32) -> T {
+    // The mask is what the verifier bounds the read by (inside the window) and keeps the
+    // load aligned; LLVM cannot see the offset (KERNEL_OFFSETS is read through an opaque
+    // pointer), so it keeps the mask.
+    let off = off as usize & (SKB_WINDOW - size_of::<T>());
+    // SAFETY: `off + size_of::<T>() <= SKB_WINDOW`, and `off` is a multiple of the size.
+    unsafe { core::ptr::read(w.add(off) as *const T) }
+}
+
+/// `skb->head`, `skb->network_header` and `skb->tail`: from one copy of the window of
+/// `sk_buff` that holds them where userspace found one, else with a read each.
+#[inline(always)]
+fn skb_headers(
+    o: &KernelOffsets,
+    skb: u64,
+    scratch: Option<*mut DropScratch>,
+) -> Result<(u64, u16, u32), ()> {
+    // SAFETY: every read of kernel memory goes through bpf_probe_read_kernel.
+    unsafe {
+        match scratch {
+            Some(s) if o.has_skb_window != 0 => {
+                let w = (*s).skb.as_mut_ptr() as *mut c_void;
+                if gen::bpf_probe_read_kernel(
+                    w,
+                    SKB_WINDOW as u32,
+                    (skb + o.skb_window as u64) as *const c_void,
+                ) != 0
+                {
+                    return Err(());
+                }
+                let w = w as *const u8;
+                Ok((
+                    window_field::<u64>(w, o.window_head),
+                    window_field::<u16>(w, o.window_network_header),
+                    window_field::<u32>(w, o.window_tail),
+                ))
+            }
+            _ => Ok((
+                kread(skb, o.skb_head)?,
+                kread(skb, o.skb_network_header)?,
+                kread(skb, o.skb_tail)?,
+            )),
+        }
+    }
+}
+
 #[inline(always)]
 fn try_kfree_skb(ctx: &BtfTracePointContext, reason: u32) -> Result<(), ()> {
     let skb: u64 = ctx.arg(0);
-    let location: u64 = ctx.arg(1);
-    // SAFETY: plain global set by userspace before load.
-    let o = unsafe { read_volatile(&KERNEL_OFFSETS) };
+    // A volatile read of the address hides KERNEL_OFFSETS' initializer (UNSET), which LLVM
+    // would otherwise fold into the program; each field is then loaded where it is used,
+    // not all of them before the decision.
+    // SAFETY: a read of a local holding the address of a plain global set before load.
+    let o: &KernelOffsets = unsafe { &*read_volatile(&(&raw const KERNEL_OFFSETS)) };
     if o.skb_head == 0 || skb == 0 {
         return Ok(());
     }
-    // SAFETY: every read goes through bpf_probe_read_kernel.
+    let scratch = DROP_SCRATCH.get_ptr_mut(0);
+    let (head, nh, tail) = skb_headers(o, skb, scratch)?;
+    if head == 0 || nh == 0xffff {
+        return Ok(());
+    }
+    // SAFETY: every read of kernel memory goes through bpf_probe_read_kernel.
     unsafe {
-        let head: u64 = kread(skb, o.skb_head)?;
-        let nh: u16 = kread(skb, o.skb_network_header)?;
-        if head == 0 || nh == 0xffff {
-            return Ok(());
-        }
         // `tail` is an offset from `head` on 64-bit kernels (NET_SKBUFF_DATA_USES_OFFSET):
         // the linear bytes from the network header on are the ones the walker may read.
-        let tail: u32 = kread(skb, o.skb_tail)?;
         let linear = (tail as u64).saturating_sub(nh as u64);
         let pkt = packet::KernelPacket {
             base: head + nh as u64,
@@ -136,8 +209,9 @@ fn try_kfree_skb(ctx: &BtfTracePointContext, reason: u32) -> Result<(), ()> {
         };
         // Most freed packets of a node are not DNS: one copy of their first bytes decides
         // them; headers further in are read from the packet itself.
-        let decided = match DROP_PEEK.get_ptr_mut(0) {
-            Some(buf) if linear > 0 => {
+        let decided = match scratch {
+            Some(s) if linear > 0 => {
+                let buf = (*s).peek.as_mut_ptr();
                 let n = if linear < packet::PEEK as u64 {
                     linear as u32
                 } else {
@@ -150,7 +224,11 @@ fn try_kfree_skb(ctx: &BtfTracePointContext, reason: u32) -> Result<(), ()> {
                         buf: buf as *const u8,
                         len: n as usize,
                     };
-                    drop_wanted(&copied).ok()
+                    if plainly_unwanted(&copied) {
+                        Some(false)
+                    } else {
+                        drop_wanted(&copied).ok()
+                    }
                 } else {
                     None
                 }
@@ -164,6 +242,7 @@ fn try_kfree_skb(ctx: &BtfTracePointContext, reason: u32) -> Result<(), ()> {
         if !want {
             return Ok(());
         }
+        let location: u64 = ctx.arg(1);
         count(counter::DROPS_MATCHED);
 
         let len: u32 = kread(skb, o.skb_len)?;
@@ -258,6 +337,61 @@ fn try_kfree_skb(ctx: &BtfTracePointContext, reason: u32) -> Result<(), ()> {
         entry.submit(wakeup_flag(core::mem::size_of::<DropEvent>() as u64));
     }
     Ok(())
+}
+
+/// The decision for what most freed packets are, from aligned loads of their copied
+/// headers: true for an IPv4 packet, or an IPv6 packet without extension headers, that is not
+/// UDP/TCP, or is UDP/TCP (not a later fragment) on no watched port — what [`drop_wanted`]
+/// would decide, without its dependent loads; and for what is not IP at all. false: let
+/// `drop_wanted` decide (every packet it may want, and every one this cannot read whole:
+/// short copies, bad headers, later fragments, extension headers).
+#[inline(always)]
+fn plainly_unwanted(c: &packet::Copied) -> bool {
+    // RFC 791 §3.1 / RFC 8200 §3: the first 12 bytes hold version, IHL, flags and fragment
+    // offset, protocol; the IPv6 next header is byte 6.
+    if c.len < IPV4_MIN_HEADER_LEN {
+        return false;
+    }
+    let w = c.buf as *const u32;
+    // SAFETY: `buf` is 8-aligned (DropScratch) with PEEK_BUF bytes, of which `len` (≥ 20)
+    // were copied; every load below is of copied bytes at an aligned offset.
+    unsafe {
+        let w0 = u32::from_be(*w);
+        let w1 = u32::from_be(*w.add(1));
+        match w0 >> 28 {
+            4 => {
+                let ihl = ((w0 >> 24) & 0x0f) as usize * 4;
+                if ihl < IPV4_MIN_HEADER_LEN {
+                    return false;
+                }
+                let proto = (u32::from_be(*w.add(2)) >> 16) as u8;
+                if proto != IPPROTO_UDP && proto != IPPROTO_TCP {
+                    return true;
+                }
+                // A later fragment has no ports (FRAGS), and the ports must have been copied.
+                if w1 & 0x1fff != 0 || ihl + 4 > c.len {
+                    return false;
+                }
+                // `ihl` ≤ 60 (a 4-bit field times 4): the verifier bounds the load by it.
+                let ports = u32::from_be(*(c.buf.add(ihl) as *const u32));
+                !watched((ports >> 16) as u16) && !watched(ports as u16)
+            }
+            6 => {
+                let next = (w1 >> 8) as u8;
+                match next {
+                    IPPROTO_UDP | IPPROTO_TCP if c.len >= IPV6_HEADER_LEN + 4 => {
+                        let ports = u32::from_be(*w.add(IPV6_HEADER_LEN / 4));
+                        !watched((ports >> 16) as u16) && !watched(ports as u16)
+                    }
+                    IPPROTO_UDP | IPPROTO_TCP | IPPROTO_HOPOPTS | IPPROTO_ROUTING
+                    | IPPROTO_DSTOPTS | IPPROTO_FRAGMENT => false,
+                    _ => true,
+                }
+            }
+            // Not IP: `drop_wanted` finds no transport header either.
+            _ => true,
+        }
+    }
 }
 
 /// Whether a freed packet (`p` starts at its network header) is one to report: on a watched

@@ -76,9 +76,11 @@ impl PacketRead for Linear {
     }
 }
 
-/// Bytes of [`Copied`]'s buffer the drop program fills: an IPv4 header with options and
-/// the ports, or an IPv6 header with a few extension headers.
-pub const PEEK: usize = 128;
+/// Bytes of [`Copied`]'s buffer the drop program fills: an IPv4 header with any options
+/// and the ports (≤ 64), an IPv6 header and the ports (44) or with an 8-byte extension
+/// header (52). 64 rather than 128: on 1,000-byte datagrams the copy of 128 cost 4–5 ns more
+/// per drop; packets whose headers reach further are walked in the packet itself.
+pub const PEEK: usize = 64;
 /// [`Copied`]'s buffer: twice [`PEEK`], so that any read at a masked offset stays inside.
 pub const PEEK_BUF: usize = 2 * PEEK;
 

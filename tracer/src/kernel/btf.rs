@@ -6,7 +6,7 @@
 use std::{collections::HashMap, path::Path};
 
 use btf_rs::{Btf, Type};
-use tracer_common::KernelOffsets;
+use tracer_common::{KernelOffsets, SKB_WINDOW};
 
 use super::KernelError;
 
@@ -126,6 +126,18 @@ impl KernelBtf {
             ),
             ..KernelOffsets::UNSET
         };
+        if let Some(w) = SkbWindow::new(
+            o.skb_network_header,
+            o.skb_tail,
+            o.skb_head,
+            self.size_of("sk_buff")?,
+        ) {
+            o.has_skb_window = 1;
+            o.skb_window = w.start;
+            o.window_network_header = w.network_header;
+            o.window_tail = w.tail;
+            o.window_head = w.head;
+        }
         if let (Ok(nfct), Ok(status), Ok(th), Ok(th_size), Ok(tuple)) = (
             self.offset("sk_buff", "_nfct"),
             self.offset("nf_conn", "status"),
@@ -163,6 +175,41 @@ impl KernelBtf {
     }
 }
 
+/// The [`SKB_WINDOW`] bytes of `struct sk_buff` from which the kfree_skb program takes
+/// `network_header` (`u16`), `tail` (`u32`, an offset from `head` on 64-bit kernels) and
+/// `head` (a pointer) with one `bpf_probe_read_kernel`, and where each lies in them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SkbWindow {
+    /// Offset of the window in `sk_buff`: 8-aligned, and the window ends inside the struct
+    /// (the copy must not reach the next slab object, nor a KFENCE guard page after it).
+    pub start: u32,
+    pub network_header: u32,
+    pub tail: u32,
+    pub head: u32,
+}
+
+impl SkbWindow {
+    /// `None` if the three fields (at these offsets of an `skb_size`-byte `sk_buff`) do not
+    /// fit one window, or one is not aligned to its size (the program reads each at its
+    /// offset masked to that alignment): the program then reads them one by one.
+    pub fn new(network_header: u32, tail: u32, head: u32, skb_size: u32) -> Option<Self> {
+        let window = SKB_WINDOW as u32;
+        let fields = [(network_header, 2), (tail, 4), (head, 8)];
+        let first = fields.iter().map(|&(off, _)| off).min()?;
+        let last = fields.iter().map(|&(off, size)| off + size).max()?;
+        let start = (first & !7).min(skb_size.checked_sub(window)? & !7);
+        if last > start + window || fields.iter().any(|&(off, size)| off % size != 0) {
+            return None;
+        }
+        Some(Self {
+            start,
+            network_header: network_header - start,
+            tail: tail - start,
+            head: head - start,
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -178,7 +225,74 @@ mod tests {
         assert!(o.skb_head > 64 && o.skb_data > o.skb_head);
         assert!(o.skb_dev > 0 && o.skb_dev < o.skb_head);
         assert_eq!(o.tuplehash_size % 8, 0);
+        // Every kernel this runs on has them in one window.
+        assert_eq!(o.has_skb_window, 1, "{o:?}");
+        assert_eq!(o.skb_window + o.window_head, o.skb_head);
+        assert_eq!(o.skb_window + o.window_tail, o.skb_tail);
+        assert_eq!(o.skb_window + o.window_network_header, o.skb_network_header);
         let reasons = btf.drop_reasons();
         assert!(reasons.values().any(|n| n == "NETFILTER_DROP"));
+    }
+}
+
+#[cfg(test)]
+mod window_tests {
+    use super::SkbWindow;
+
+    /// `sk_buff` offsets (network_header, tail, head) and size of Debian's kernels, read from
+    /// their BTF: 5.10.0-46 (also 6.18 here) and 6.1.0-57 / 6.12.117.
+    #[test]
+    fn debian_kernels_fit_one_window() {
+        assert_eq!(
+            SkbWindow::new(180, 184, 192, 224),
+            Some(SkbWindow {
+                start: 176,
+                network_header: 4,
+                tail: 8,
+                head: 16
+            })
+        );
+        assert_eq!(
+            SkbWindow::new(184, 188, 200, 232),
+            Some(SkbWindow {
+                start: 184,
+                network_header: 0,
+                tail: 4,
+                head: 16
+            })
+        );
+    }
+
+    /// CONFIG_KCOV's `u64 kcov_handle` after `mac_header` still fits, to the window's last
+    /// byte.
+    #[test]
+    fn kcov_handle_still_fits() {
+        let w = SkbWindow::new(180, 192, 200, 232).unwrap();
+        assert_eq!((w.start, w.head + 8), (176, 32));
+    }
+
+    #[test]
+    fn fields_too_far_apart_take_the_separate_reads() {
+        // head 40 bytes after network_header.
+        assert_eq!(SkbWindow::new(180, 200, 216, 256), None);
+        // head before network_header, far away.
+        assert_eq!(SkbWindow::new(180, 184, 64, 224), None);
+    }
+
+    /// A window that would run past the struct is moved back to end at its last byte.
+    #[test]
+    fn window_stays_inside_the_struct() {
+        let w = SkbWindow::new(200, 204, 208, 216).unwrap();
+        assert_eq!(w.start, 184);
+        assert_eq!((w.network_header, w.tail, w.head), (16, 20, 24));
+        assert_eq!(SkbWindow::new(0, 4, 8, 24), None);
+    }
+
+    /// The program reads each field at its offset masked to the field's alignment.
+    #[test]
+    fn misaligned_fields_take_the_separate_reads() {
+        assert_eq!(SkbWindow::new(181, 184, 192, 224), None);
+        assert_eq!(SkbWindow::new(180, 186, 192, 224), None);
+        assert_eq!(SkbWindow::new(180, 184, 196, 224), None);
     }
 }

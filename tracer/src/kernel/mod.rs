@@ -20,7 +20,7 @@ use aya::{
     util::KernelVersion,
     Ebpf, EbpfLoader,
 };
-use tracer_common::{counter, CaptureConfig, KernelOffsets, MAX_SNAPLEN};
+use tracer_common::{counter, CaptureConfig, KernelOffsets, MAX_SNAPLEN, SKB_WINDOW};
 
 use crate::{ebpf::OBJECT, event::KernelSetup};
 pub use error::KernelError;
@@ -181,6 +181,15 @@ impl Probes {
     }
 
     pub fn load(opts: &ProbeOptions) -> Result<Self, KernelError> {
+        Self::load_adjusted(opts, |_| {})
+    }
+
+    /// As [`Probes::load`], with the offsets read from BTF changed by `adjust` before the
+    /// programs see them (tests take the kfree_skb program's other paths with it).
+    fn load_adjusted(
+        opts: &ProbeOptions,
+        adjust: impl FnOnce(&mut KernelOffsets),
+    ) -> Result<Self, KernelError> {
         if nix::unistd::geteuid().as_raw() != 0 {
             return Err(KernelError::Permission(format!(
                 "running as uid {}",
@@ -205,6 +214,15 @@ impl Probes {
             match btf::KernelBtf::load().and_then(|b| Ok((b.kernel_offsets()?, b.drop_reasons()))) {
                 Ok((o, reasons)) => (offsets, drop_reasons) = (o, reasons),
                 Err(e) => setup.degraded.push(format!("kernel drops not traced: {e}")),
+            }
+            adjust(&mut offsets);
+            if offsets.skb_head != 0 && offsets.has_skb_window == 0 {
+                setup.degraded.push(format!(
+                    "kfree_skb reads skb->network_header, tail and head one by one (at {}, {}, {}: \
+                     not in one {SKB_WINDOW}-byte window of sk_buff): every freed packet costs \
+                     two more helper calls",
+                    offsets.skb_network_header, offsets.skb_tail, offsets.skb_head
+                ));
             }
             crate::memory::release_freed();
         }

@@ -1,3 +1,5 @@
+use std::collections::BTreeSet;
+
 use super::error::verifier_reason;
 use super::*;
 
@@ -50,6 +52,179 @@ fn programs_pass_the_verifier() {
     assert!(probes.drops_enabled);
     let c = probes.counters().unwrap();
     assert_eq!(c.len(), counter::COUNT as usize);
+}
+
+/// A free UDP port on loopback, IPv4 and IPv6 alike (nothing listens on it once this returns).
+fn closed_udp_port() -> u16 {
+    loop {
+        let v4 = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        let port = v4.local_addr().unwrap().port();
+        if std::net::UdpSocket::bind(("::1", port)).is_ok() {
+            return port;
+        }
+    }
+}
+
+/// The drops the ring buffer holds within a second whose UDP destination port is `port`.
+fn drops_to(ring: &mut RingBuf<MapData>, port: u16, want: usize) -> Vec<crate::event::KernelDrop> {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(1);
+    let mut out = Vec::new();
+    while out.len() < want && std::time::Instant::now() < deadline {
+        while let Some(r) = ring.next() {
+            if let crate::event::SourceEvent::Drop(d) = crate::source::live::parse_record(&r) {
+                let l4 = match d.data.first().map(|b| b >> 4) {
+                    Some(4) => usize::from(d.data[0] & 0x0f) * 4,
+                    Some(6) => 40,
+                    _ => continue,
+                };
+                if d.data.get(l4 + 2..l4 + 4) == Some(&port.to_be_bytes()[..]) {
+                    out.push(d);
+                }
+            }
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    out
+}
+
+/// Sends `packet` (an IPv4 header and what follows) to 127.0.0.1 through a raw socket,
+/// which takes the header as given (IPPROTO_RAW implies IP_HDRINCL); the kernel fills in
+/// the checksum.
+fn send_raw_ipv4(packet: &[u8]) {
+    // SAFETY: plain socket calls on a descriptor this function owns.
+    unsafe {
+        let fd = libc::socket(libc::AF_INET, libc::SOCK_RAW, libc::IPPROTO_RAW);
+        assert!(fd >= 0, "raw socket: {}", std::io::Error::last_os_error());
+        let to = libc::sockaddr_in {
+            sin_family: libc::AF_INET as libc::sa_family_t,
+            sin_port: 0,
+            sin_addr: libc::in_addr {
+                s_addr: u32::from_ne_bytes([127, 0, 0, 1]),
+            },
+            sin_zero: [0; 8],
+        };
+        let sent = libc::sendto(
+            fd,
+            packet.as_ptr().cast(),
+            packet.len(),
+            0,
+            std::ptr::addr_of!(to).cast(),
+            std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t,
+        );
+        let err = std::io::Error::last_os_error();
+        libc::close(fd);
+        assert_eq!(sent, packet.len() as isize, "raw sendto: {err}");
+    }
+}
+
+/// 127.0.0.1 → 127.0.0.1, UDP from port 40000 to `dport`, with `option_words` words of NOP
+/// options (RFC 791 §3.1, option type 1).
+fn ipv4_udp_with_options(option_words: usize, dport: u16, payload: &[u8]) -> Vec<u8> {
+    let ihl = 5 + option_words;
+    let total = ihl * 4 + 8 + payload.len();
+    let mut p = vec![0x40 | ihl as u8, 0];
+    p.extend_from_slice(&(total as u16).to_be_bytes());
+    p.extend_from_slice(&[0, 0, 0x40, 0, 64, libc::IPPROTO_UDP as u8, 0, 0]);
+    p.extend_from_slice(&[127, 0, 0, 1, 127, 0, 0, 1]);
+    p.extend(std::iter::repeat_n(1u8, option_words * 4));
+    p.extend_from_slice(&40000u16.to_be_bytes());
+    p.extend_from_slice(&dport.to_be_bytes());
+    p.extend_from_slice(&((8 + payload.len()) as u16).to_be_bytes());
+    // UDP checksum 0: none (RFC 768), accepted over IPv4.
+    p.extend_from_slice(&[0, 0]);
+    p.extend_from_slice(payload);
+    p
+}
+
+/// Packets to a closed watched port on loopback are freed (`NO_SOCKET`) and reported — UDP
+/// over IPv4 and IPv6, IPv4 with options, a TCP SYN — whether the kfree_skb program takes
+/// `network_header`, `tail` and `head` from one copy of their window of `sk_buff` or reads
+/// them one by one (kernels where they do not fit one); the same packets to a port not
+/// watched are not.
+#[test]
+fn drops_are_reported_with_and_without_the_skb_window() {
+    if !crate::test_support::root_or_skip("loading eBPF programs") {
+        return;
+    }
+    for window in [true, false] {
+        let port = closed_udp_port();
+        let other = closed_udp_port();
+        let mut probes = Probes::load_adjusted(
+            &ProbeOptions {
+                ports: vec![port],
+                snaplen: 512,
+                drops: true,
+                kernel_log: false,
+            },
+            |o| {
+                assert_eq!(o.has_skb_window, 1, "this kernel has the window: {o:?}");
+                if !window {
+                    o.has_skb_window = 0;
+                }
+            },
+        )
+        .unwrap();
+        assert!(probes.drops_enabled);
+        let said = probes
+            .setup
+            .degraded
+            .iter()
+            .any(|d| d.contains("one by one"));
+        assert_eq!(said, !window, "{:?}", probes.setup.degraded);
+        let mut ring = probes.take_events().unwrap();
+        let before = probes.counters().unwrap();
+        let v4 = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        let v6 = std::net::UdpSocket::bind("[::1]:0").unwrap();
+        let payload = [0u8; 300];
+        for dport in [other, port] {
+            v4.send_to(&payload, ("127.0.0.1", dport)).unwrap();
+            v6.send_to(&payload, ("::1", dport)).unwrap();
+            send_raw_ipv4(&ipv4_udp_with_options(3, dport, &payload));
+            let refused = std::net::TcpStream::connect(("127.0.0.1", dport));
+            assert!(refused.is_err(), "nothing listens on {dport}");
+        }
+        let drops = drops_to(&mut ring, port, 4);
+        let kinds: BTreeSet<(u8, usize, u8)> = drops
+            .iter()
+            .map(|d| {
+                let ihl = usize::from(d.data[0] & 0x0f) * 4;
+                match d.data[0] >> 4 {
+                    4 => (4, ihl, d.data[9]),
+                    _ => (6, 40, d.data[6]),
+                }
+            })
+            .collect();
+        let (udp, tcp) = (libc::IPPROTO_UDP as u8, libc::IPPROTO_TCP as u8);
+        assert_eq!(
+            kinds,
+            BTreeSet::from([(4, 20, udp), (6, 40, udp), (4, 32, udp), (4, 20, tcp)]),
+            "window {window}"
+        );
+        for d in &drops {
+            let (l3, ip_udp_len) = match d.data[0] >> 4 {
+                4 => (usize::from(d.data[0] & 0x0f) * 4, 8 + 300),
+                _ => (40, 8 + 300),
+            };
+            if d.data[if d.data[0] >> 4 == 4 { 9 } else { 6 }] == udp {
+                assert_eq!(d.orig_len as usize, l3 + ip_udp_len, "{d:?}");
+            }
+            assert_eq!(
+                d.data.len(),
+                d.orig_len as usize,
+                "linear, under MAX_DROP_DATA"
+            );
+            if probes.setup.drop_reason {
+                assert_eq!(
+                    probes.drop_reasons.get(&d.reason).map(String::as_str),
+                    Some("NO_SOCKET")
+                );
+            }
+        }
+        assert!(drops_to(&mut ring, other, 1).is_empty());
+        let after = probes.counters().unwrap();
+        let i = counter::DROPS_READ_FAILED as usize;
+        assert_eq!(after[i], before[i], "drops_read_failed");
+    }
 }
 
 /// The sections of a little-endian ELF64 object, by name: (file offset, size).
