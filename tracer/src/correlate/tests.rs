@@ -1252,6 +1252,39 @@ fn an_answer_lost_on_the_way_is_dropped_not_answered() {
     }
 }
 
+/// A hop's message in the tests below: the one every hop of the packet shares (as the
+/// decode stage hands them over), or a copy of its own.
+fn hop_message(shared: bool, m: &Arc<DnsMessage>) -> Arc<DnsMessage> {
+    if shared {
+        Arc::clone(m)
+    } else {
+        Arc::new((**m).clone())
+    }
+}
+
+fn udp_flow(s: &str, d: &str) -> CtFlow {
+    CtFlow {
+        src: s.parse().unwrap(),
+        dst: d.parse().unwrap(),
+        proto: UDP,
+    }
+}
+
+/// A reported leg: its client, outcome, hop count and join.
+type JoinedLeg = (SocketAddr, LegOutcome, usize, Join);
+
+/// Everything reported by the end: how many transactions; each leg's client, outcome, hop
+/// count and join; the orphan responses.
+fn joined(f: &mut Feed) -> (usize, Vec<JoinedLeg>, u64) {
+    let txs = f.txs(100_000 * MS);
+    let legs = txs
+        .iter()
+        .flat_map(|t| &t.legs)
+        .map(|l| (l.client, l.outcome, l.hops.len(), l.join))
+        .collect();
+    (txs.len(), legs, f.c.stats().orphan_responses)
+}
+
 /// One packet at both ends of each veth, as the decode stage hands it over (one decoded
 /// message shared by every hop that carried the same bytes), joins exactly as when every
 /// hop's message is its own — with conntrack learning the DNAT between two hops, an answer
@@ -1272,23 +1305,15 @@ fn hops_sharing_one_message_join_as_hops_with_their_own() {
             &["10.0.0.1"],
             false,
         ));
-        let m = |x: &Arc<DnsMessage>| {
-            if shared {
-                Arc::clone(x)
-            } else {
-                Arc::new((**x).clone())
-            }
-        };
+        let m = |x: &Arc<DnsMessage>| hop_message(shared, x);
         let (c, vip, pod) = ("10.244.1.2:4000", "10.96.0.10:53", "10.244.1.3:53");
-        let flow = |s: &str, d: &str| CtFlow {
-            src: s.parse().unwrap(),
-            dst: d.parse().unwrap(),
-            proto: UDP,
-        };
         let ingress = Direction::Ingress;
         let egress = Direction::Egress;
+        let answer_at_client = |f: &mut Feed, ts: u64| {
+            f.see(ts, at(2, 1, ingress), "client", "eth0", UDP, vip, c, m(&a));
+        };
         // A stray copy of the answer first: an orphan, at the client's end of its veth.
-        f.see(MS, at(2, 1, ingress), "client", "eth0", UDP, vip, c, m(&a));
+        answer_at_client(&mut f, MS);
         for round in 0..2u64 {
             let t0 = 10 * MS + round * 20_000 * MS;
             f.see(t0, at(2, 1, egress), "client", "eth0", UDP, c, vip, m(&q));
@@ -1299,8 +1324,8 @@ fn hops_sharing_one_message_join_as_hops_with_their_own() {
                 change: CtChange::New,
                 status: 0x1b0,
                 zone: 0,
-                orig: flow(c, vip),
-                reply: flow(pod, c),
+                orig: udp_flow(c, vip),
+                reply: udp_flow(pod, c),
             });
             f.see(
                 t0 + 5_000,
@@ -1362,53 +1387,15 @@ fn hops_sharing_one_message_join_as_hops_with_their_own() {
                 c,
                 m(&a),
             );
-            f.see(
-                t0 + 99_000,
-                at(2, 1, ingress),
-                "client",
-                "eth0",
-                UDP,
-                vip,
-                c,
-                m(&a),
-            );
+            answer_at_client(&mut f, t0 + 99_000);
             // The same answer delivered twice at the last hop.
-            f.see(
-                t0 + 99_500,
-                at(2, 1, ingress),
-                "client",
-                "eth0",
-                UDP,
-                vip,
-                c,
-                m(&a),
-            );
+            answer_at_client(&mut f, t0 + 99_500);
             f.c.tick(t0 + 10_000 * MS, &mut f.out);
             // Once more after its transaction was reported: an orphan now.
             let late = t0 + 10_001 * MS;
-            f.see(
-                late,
-                at(2, 1, ingress),
-                "client",
-                "eth0",
-                UDP,
-                vip,
-                c,
-                m(&a),
-            );
+            answer_at_client(&mut f, late);
         }
-        let txs = f.txs(100_000 * MS);
-        let legs: Vec<_> = txs
-            .iter()
-            .flat_map(|t| &t.legs)
-            .map(|l| (l.id, l.outcome, l.hops.len(), l.join))
-            .collect();
-        let shown: Vec<String> = f
-            .out
-            .iter()
-            .map(|r| serde_json::to_string(r).unwrap())
-            .collect();
-        (txs.len(), legs, f.c.stats().orphan_responses, shown)
+        joined(&mut f)
     };
     let (own, shared) = (run(false), run(true));
     assert_eq!(own.0, 2, "two transactions: {own:?}");
@@ -1429,18 +1416,7 @@ fn a_shared_message_joins_afresh_once_conntrack_learns_its_flow() {
         let mut f = Feed::new();
         let q = Arc::new(msg(9, false, "x.test.", "A", "NOERROR", &[], false));
         let a = Arc::new(msg(9, true, "x.test.", "A", "NXDOMAIN", &[], false));
-        let m = |x: &Arc<DnsMessage>| {
-            if shared {
-                Arc::clone(x)
-            } else {
-                Arc::new((**x).clone())
-            }
-        };
-        let flow = |s: &str, d: &str| CtFlow {
-            src: s.parse().unwrap(),
-            dst: d.parse().unwrap(),
-            proto: UDP,
-        };
+        let m = |x: &Arc<DnsMessage>| hop_message(shared, x);
         let (pod, pod53, vip, snat) = (
             "10.244.1.3:4000",
             "10.244.1.3:53",
@@ -1467,8 +1443,8 @@ fn a_shared_message_joins_afresh_once_conntrack_learns_its_flow() {
             change: CtChange::New,
             status: 0x1b0,
             zone: 0,
-            orig: flow(pod, vip),
-            reply: flow(pod53, snat),
+            orig: udp_flow(pod, vip),
+            reply: udp_flow(pod53, snat),
         });
         f.see(
             101 * MS,
@@ -1510,13 +1486,7 @@ fn a_shared_message_joins_afresh_once_conntrack_learns_its_flow() {
             pod,
             m(&a),
         );
-        let txs = f.txs(100_000 * MS);
-        let legs: Vec<_> = txs
-            .iter()
-            .flat_map(|t| &t.legs)
-            .map(|l| (l.client, l.outcome, l.hops.len(), l.join))
-            .collect();
-        (txs.len(), legs, f.c.stats().orphan_responses)
+        joined(&mut f)
     };
     let (own, shared) = (run(false), run(true));
     assert!(
