@@ -59,13 +59,10 @@ impl Correlator {
         }
         let (qr, dns_id) = (o.msg.qr, o.msg.id);
         let generation = (self.legs.generation(), self.ct.generation());
-        let memo = self.join_memo.as_ref().filter(|m| {
-            m.generation == generation
-                && m.proto == o.proto
-                && m.src == o.src
-                && m.dst == o.dst
-                && Arc::ptr_eq(&m.msg, &o.msg)
-        });
+        let memo = self
+            .join_memo
+            .as_ref()
+            .filter(|m| m.generation == generation && m.is_for(&o));
         let (client, by_ct, memo_leg) = match memo {
             Some(m) => (m.client, m.by_ct, Some(m.leg)),
             None => {
@@ -279,10 +276,7 @@ impl Correlator {
         self.legs.insert(leg);
         // The key now names the new leg: so does the memo, for the next end of the veth.
         let generation = (self.legs.generation(), self.ct.generation());
-        let this = |m: &&mut JoinMemo| {
-            m.proto == o.proto && m.src == o.src && m.dst == o.dst && Arc::ptr_eq(&m.msg, &o.msg)
-        };
-        if let Some(m) = self.join_memo.as_mut().filter(this) {
+        if let Some(m) = self.join_memo.as_mut().filter(|m| m.is_for(&o)) {
             m.leg = Some(id);
             m.generation = generation;
         }

@@ -223,6 +223,16 @@ struct JoinMemo {
     leg: Option<u64>,
 }
 
+impl JoinMemo {
+    /// The same packet as the one it was made for (at another point).
+    fn is_for(&self, o: &Observation) -> bool {
+        self.proto == o.proto
+            && self.src == o.src
+            && self.dst == o.dst
+            && Arc::ptr_eq(&self.msg, &o.msg)
+    }
+}
+
 /// Question keys of the last [`KEYS`] messages, by the message's allocation: the next hop
 /// of a message reuses its key (lowercased name, digest) instead of making it again. Each
 /// entry holds its message, so an address is never reused while it is here.
