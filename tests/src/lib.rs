@@ -27,6 +27,7 @@ pub mod hole;
 pub mod image;
 pub mod kube_proxy;
 pub mod kubelet;
+pub mod node_cache;
 mod process;
 pub mod race;
 mod ready;

@@ -738,3 +738,75 @@ fn later_fragments_dropped_by_a_firewall_rule_name_their_query() {
     assert_eq!(s["correlate"]["drops_attached"], 1, "{s}");
     assert_accounted(s);
 }
+
+/// The same answer's last fragment dropped by a rule in the client pod's own namespace
+/// (`ip6tables -A INPUT … -m frag --fraglast -j DROP`: a sidecar's firewall). dnspath's TC
+/// program on the pod's `eth0` saw every fragment, so the answer was whole at the client's
+/// interface — and still never reached dig's socket: the transaction is `dropped` there,
+/// never `answered`.
+#[test]
+fn later_fragments_dropped_in_the_clients_namespace_are_not_an_answer() {
+    let Some((lab, server)) = lab(&["dnsmasq", "dig", "ip6tables"]) else {
+        return;
+    };
+    let (client, up, node) = (lab.client_ns(), lab.upstream_ns(), lab.node_ns());
+    let up6 = lab.ip6_of(Pod::Upstream).to_string();
+    let rule = [
+        "ip6tables",
+        "-w",
+        "-A",
+        "INPUT",
+        "-s",
+        &up6,
+        "-m",
+        "frag",
+        "--fraglast",
+        "-j",
+        "DROP",
+    ];
+    let out = lab.exec(client, &rule);
+    assert!(out.status.success(), "{rule:?}: {out:?}");
+    let t = Tracer::start(
+        &lab,
+        node,
+        &[
+            "trace", "-o", "json", "--port", PORT, "--netns", client, "--netns", up,
+        ],
+    )
+    .unwrap();
+    let out = dig_big(&lab, &up6);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        !text.contains(&format!("ANSWER: {STRINGS}")),
+        "answered through the rule: {text}"
+    );
+    thread::sleep(Duration::from_millis(2500));
+    let recs = t.stop().records();
+    stop_server(server);
+
+    let src = format!("[{up6}]:{PORT}");
+    // Whole at the client's interface: the case is the one meant.
+    let answers = big_answers(&recs);
+    assert!(
+        answers
+            .iter()
+            .any(|a| a.0 == client && a.2 == "ingress" && a.3 == src),
+        "{answers:?}"
+    );
+    let drops = fragment_drops(&recs);
+    let d = drops
+        .iter()
+        .find(|d| d["netns"] == client && d["src"] == src.as_str())
+        .unwrap_or_else(|| panic!("no drop of a fragment in {client}: {drops:?}"));
+    assert_answer_fragment_drop(d);
+    let txs: Vec<_> = of_type(&recs, "transaction")
+        .into_iter()
+        .filter(|t| t["question"]["name"] == NAME)
+        .collect();
+    let [t] = &txs[..] else {
+        panic!("one transaction expected: {txs:?}")
+    };
+    assert_dropped_at(t, client, d["ifname"].as_str().unwrap(), &d["reason"]);
+    assert_eq!(t["latency_ns"], Value::Null, "{t}");
+    assert_accounted(last_stats(&recs));
+}

@@ -8,10 +8,11 @@
 use std::time::Duration;
 
 use lab::{
-    hole::Hole,
+    hole::{Hole, SLOW_ADDR},
+    node_cache::NodeCache,
     tracer::Tracer,
     tracer::{lab_or_skip, ndjson},
-    Lab, LabConfig, Pod,
+    DnsPodConfig, DnsServerKind, Lab, LabConfig, Pod,
 };
 
 use serde_json::Value;
@@ -228,4 +229,311 @@ fn answer_cut_by_the_snaplen_still_answers() {
     assert_eq!(stats["type"], "stats");
     assert_eq!(stats["malformed"], 0, "{stats}");
     assert_eq!(stats["capture_truncated"], cut_packets, "{stats}");
+}
+
+/// `dnspath trace -o json` over every namespace of this lab and the extra ones (not
+/// `--all-netns`: other labs may share the machine), with a 3 s correlation timeout.
+fn trace_lab(lab: &Lab, extra_ns: &[&str]) -> Tracer {
+    let mut args = vec![
+        "trace",
+        "-o",
+        "json",
+        "--view",
+        "transactions",
+        "--timeout",
+        "3",
+    ];
+    for ns in lab
+        .namespaces()
+        .into_iter()
+        .skip(1)
+        .chain(extra_ns.iter().copied())
+    {
+        args.extend(["--netns", ns]);
+    }
+    Tracer::start(lab, lab.node_ns(), &args).unwrap()
+}
+
+fn the_one<'a>(txs: &'a [Value], name: &str) -> &'a Value {
+    let ours: Vec<&Value> = txs
+        .iter()
+        .filter(|t| t["question"]["name"] == name)
+        .collect();
+    assert_eq!(ours.len(), 1, "one transaction of {name}: {txs:#?}");
+    ours[0]
+}
+
+/// The upstream answers after 1.6 s, the client waits 1 s: dig says "no servers could be
+/// reached", the kernel drops the answer for want of a socket, and dnspath must say the
+/// answer was late — never `answered`. The same server with a client that waits 3 s is
+/// answered.
+#[test]
+fn an_answer_after_the_client_gave_up_is_late_not_answered() {
+    let Some(lab) = lab() else { return };
+    let slow = Hole::slow(&lab, Duration::from_millis(1600), 1).unwrap();
+    let t = trace_lab(&lab, &[slow.ns()]);
+    let at = format!("@{SLOW_ADDR}");
+    let o = lab.dig(&["+time=1", "+tries=1", &at, "late.lab.test.", "A"]);
+    assert!(!o.status.success(), "dig must give up: {o:?}");
+    let o = lab.dig(&["+time=3", "+tries=1", &at, "patient.lab.test.", "A"]);
+    assert!(o.status.success(), "{o:?}");
+    std::thread::sleep(Duration::from_millis(1500));
+    let out = t.stop();
+    assert!(out.status.success(), "{}", out.stderr);
+    let txs = transactions(&out.stdout);
+
+    let late = the_one(&txs, "late.lab.test.");
+    assert_eq!(late["outcome"], "late", "{late:#}");
+    assert_eq!(late["latency_ns"], Value::Null, "{late:#}");
+    let answer_ns = late["late_answer_ns"].as_u64().unwrap();
+    assert!(
+        (1_500_000_000..2_500_000_000).contains(&answer_ns),
+        "{late:#}"
+    );
+    let summary = late["summary"].as_str().unwrap();
+    assert!(
+        summary.contains("after the client had given up"),
+        "{summary}"
+    );
+    assert!(summary.contains("__udp4_lib_rcv"), "{summary}");
+    let leg = &late["legs"][0];
+    assert_eq!(leg["outcome"], "late", "{late:#}");
+    assert_eq!(leg["drop"]["netns"], lab.client_ns(), "{late:#}");
+    assert_eq!(leg["drop"]["response"], true, "{late:#}");
+
+    let patient = the_one(&txs, "patient.lab.test.");
+    assert_eq!(patient["outcome"], "answered", "{patient:#}");
+    assert!(
+        patient["latency_ns"].as_u64().unwrap() >= 1_500_000_000,
+        "{patient:#}"
+    );
+}
+
+/// The same through a real forwarder: the client asks the ClusterIP, the "CoreDNS" pods
+/// (dnsdist) forward to the slow server, get its answer after 1.6 s and pass it on to a
+/// client that left after 1 s. The forwarder's own leg is answered; the client's is late.
+#[test]
+fn a_forwarders_late_answer_to_a_client_that_gave_up_is_late() {
+    let Some(mut lab) = lab() else { return };
+    let slow = Hole::slow(&lab, Duration::from_millis(1600), 1).unwrap();
+    let to_slow = DnsPodConfig::new(DnsServerKind::Dnsdist)
+        .forwarding_to(format!("{SLOW_ADDR}:53").parse().unwrap());
+    for i in 0..lab.dns_pod_count() {
+        lab.reconfigure_dns_pod(i, to_slow.clone()).unwrap();
+    }
+    let t = trace_lab(&lab, &[slow.ns()]);
+    let o = lab.dig(&["+time=1", "+tries=1", "late.lab.test.", "A"]);
+    assert!(!o.status.success(), "dig must give up: {o:?}");
+    std::thread::sleep(Duration::from_millis(2000));
+    let out = t.stop();
+    assert!(out.status.success(), "{}", out.stderr);
+    let txs = transactions(&out.stdout);
+    let late = the_one(&txs, "late.lab.test.");
+    assert_eq!(late["outcome"], "late", "{late:#}");
+    let legs = late["legs"].as_array().unwrap();
+    assert_eq!(legs[0]["outcome"], "late", "{late:#}");
+    let forward = legs
+        .iter()
+        .find(|l| l["role"] == "forward")
+        .unwrap_or_else(|| panic!("the forwarder's query: {late:#}"));
+    assert_eq!(forward["outcome"], "answered", "{late:#}");
+    assert_eq!(forward["server"], format!("{SLOW_ADDR}:53"), "{late:#}");
+}
+
+/// An answer that reached the client pod's interface and was dropped by a rule in the pod's
+/// own namespace (a sidecar's iptables) never reached dig: `dropped`, with that drop.
+#[test]
+fn an_answer_dropped_in_the_clients_namespace_is_dropped() {
+    let Some(lab) = lab() else { return };
+    let t = trace_lab(&lab, &[]);
+    let rule = ["INPUT", "-p", "udp", "--sport", "53", "-j", "DROP"];
+    let added = lab.iptables_rule(lab.client_ns(), "-I", &rule);
+    assert!(added.status.success(), "{added:?}");
+    let o = lab.dig(&["+time=1", "+tries=1", "www.lab.test.", "A"]);
+    assert!(
+        !o.status.success(),
+        "the rule must keep the answer from dig: {o:?}"
+    );
+    let removed = lab.iptables_rule(lab.client_ns(), "-D", &rule);
+    assert!(removed.status.success(), "{removed:?}");
+    std::thread::sleep(Duration::from_millis(800));
+    let out = t.stop();
+    assert!(out.status.success(), "{}", out.stderr);
+    let txs = transactions(&out.stdout);
+    let t = the_one(&txs, "www.lab.test.");
+    assert_eq!(t["outcome"], "dropped", "{t:#}");
+    assert_eq!(t["latency_ns"], Value::Null, "{t:#}");
+    assert_eq!(t["legs"][0]["outcome"], "dropped", "{t:#}");
+    assert_eq!(t["legs"][0]["drop"]["netns"], lab.client_ns(), "{t:#}");
+    let summary = t["summary"].as_str().unwrap();
+    assert!(summary.contains("dropped by the kernel"), "{summary}");
+}
+
+/// A server that answers twice: dig takes the first copy and closes its socket, the kernel
+/// drops the second for want of a socket. The client got its answer: `answered`.
+#[test]
+fn a_duplicate_answer_after_the_first_was_delivered_stays_answered() {
+    let Some(lab) = lab() else { return };
+    let slow = Hole::slow(&lab, Duration::from_millis(20), 2).unwrap();
+    let t = trace_lab(&lab, &[slow.ns()]);
+    let at = format!("@{SLOW_ADDR}");
+    let o = lab.dig(&["+time=2", "+tries=1", &at, "twice.lab.test.", "A"]);
+    assert!(o.status.success(), "{o:?}");
+    std::thread::sleep(Duration::from_millis(800));
+    let out = t.stop();
+    assert!(out.status.success(), "{}", out.stderr);
+    let recs = ndjson(&out.stdout);
+    let txs = transactions(&out.stdout);
+    let t = the_one(&txs, "twice.lab.test.");
+    assert_eq!(t["outcome"], "answered", "{t:#}");
+    assert_eq!(t["legs"][0]["outcome"], "answered", "{t:#}");
+    // The second copy did come, and the kernel did drop it: the case is the one meant.
+    let client_hops = t["legs"][0]["hops"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|h| h["qr"] == true && h["netns"] == lab.client_ns())
+        .count();
+    assert_eq!(client_hops, 2, "{t:#}");
+    assert!(
+        recs.iter().any(|r| r["type"] == "drop"
+            && r["netns"] == lab.client_ns()
+            && r["dns"]["id"].is_u64()),
+        "the duplicate's drop: {recs:#?}"
+    );
+}
+
+/// NodeLocal DNSCache's real shape: the client asks the cluster DNS address, which the
+/// node's cache answers on (NOTRACK'd); a miss goes over TCP to kube-dns-upstream, DNAT'd to
+/// a "CoreDNS" pod, and on to the upstream. Each question is one tree from the client to
+/// the upstream, its first leg labelled `miss`; asked again, `hit` with no child; over TCP
+/// from the client the same; a client asking the CoreDNS pod itself is a `bypass`.
+#[test]
+fn node_local_dns_cache_hits_misses_and_bypass_are_one_tree_each() {
+    let Some(lab) = lab() else { return };
+    let _cache = NodeCache::start(&lab).unwrap();
+    let t = trace_lab(&lab, &[]);
+    let dig = |args: &[&str]| {
+        let o = lab.dig(args);
+        assert!(o.status.success(), "{args:?}: {o:?}");
+    };
+    dig(&["+time=2", "+tries=1", "www.lab.test.", "A"]);
+    dig(&["+time=2", "+tries=1", "www.lab.test.", "A"]);
+    dig(&["+tcp", "+time=2", "+tries=1", "txt.lab.test.", "TXT"]);
+    dig(&["+tcp", "+time=2", "+tries=1", "txt.lab.test.", "TXT"]);
+    let coredns = format!("@{}", lab.ip_of(Pod::Dns(0)));
+    dig(&["+time=2", "+tries=1", &coredns, "ns.lab.test.", "A"]);
+    std::thread::sleep(Duration::from_millis(800));
+    let out = t.stop();
+    assert!(out.status.success(), "{}", out.stderr);
+    let txs = transactions(&out.stdout);
+    let of = |name: &str| -> Vec<&Value> {
+        txs.iter()
+            .filter(|t| t["question"]["name"] == name && t["client_netns"] == lab.client_ns())
+            .collect()
+    };
+    for (name, proto) in [("www.lab.test.", "udp"), ("txt.lab.test.", "tcp")] {
+        let both = of(name);
+        assert_eq!(both.len(), 2, "{name}: a miss and a hit: {txs:#?}");
+        let (miss, hit) = (both[0], both[1]);
+        for t in [miss, hit] {
+            assert_eq!(t["outcome"], "answered", "{t:#}");
+            assert_eq!(t["legs"][0]["proto"], proto, "{t:#}");
+            assert_eq!(
+                t["legs"][0]["server"],
+                format!("{}:53", lab.cluster_ip()),
+                "{t:#}"
+            );
+        }
+        let legs = miss["legs"].as_array().unwrap();
+        assert_eq!(legs[0]["node_cache"], "miss", "{miss:#}");
+        // The cache's own query: TCP to kube-dns-upstream, from the node's address (the
+        // DNAT in the node's `nat OUTPUT` comes before any TC hook: its first hop already
+        // has the pod's address).
+        let to_coredns = legs
+            .iter()
+            .find(|l| l["parent"] == 0)
+            .unwrap_or_else(|| panic!("the cache's query is the client's child: {miss:#}"));
+        assert_eq!(to_coredns["proto"], "tcp", "{miss:#}");
+        assert_eq!(to_coredns["role"], "forward", "{miss:#}");
+        assert_eq!(
+            to_coredns["backend"],
+            format!("{}:53", lab.ip_of(Pod::Dns(0))),
+            "{miss:#}"
+        );
+        assert_ne!(
+            to_coredns["client"].as_str().unwrap().split(':').next(),
+            Some("10.244.1.2")
+        );
+        let to_upstream = legs
+            .iter()
+            .find(|l| l["parent"] == 1)
+            .unwrap_or_else(|| panic!("CoreDNS's query to the upstream: {miss:#}"));
+        assert_eq!(to_upstream["server"], "10.250.0.53:53", "{miss:#}");
+        assert_eq!(hit["legs"].as_array().unwrap().len(), 1, "{hit:#}");
+        assert_eq!(hit["legs"][0]["node_cache"], "hit", "{hit:#}");
+    }
+    let bypass = of("ns.lab.test.");
+    assert_eq!(bypass.len(), 1, "{txs:#?}");
+    assert_eq!(
+        bypass[0]["legs"][0]["node_cache"], "bypass",
+        "{:#}",
+        bypass[0]
+    );
+}
+
+/// Dual-stack: the client asks an IPv6 ClusterIP (an ip6tables DNAT on the node, as
+/// kube-proxy writes for an IPv6 Service) that leads to a "CoreDNS" pod, which forwards over
+/// IPv4. One tree: the pod's IPv4 query is the child of the IPv6 question it received.
+#[test]
+fn a_question_asked_over_ipv6_and_forwarded_over_ipv4_is_one_tree() {
+    let Some(lab) = lab() else { return };
+    lab::tracer::require_tools(&["ip6tables"]);
+    const SERVICE6: &str = "fd00:96::10";
+    let pod6 = format!("[{}]:53", lab.ip6_of(Pod::Dns(0)));
+    let rule = [
+        "ip6tables",
+        "-w",
+        "-t",
+        "nat",
+        "-A",
+        "PREROUTING",
+        "-d",
+        SERVICE6,
+        "-p",
+        "udp",
+        "--dport",
+        "53",
+        "-j",
+        "DNAT",
+        "--to-destination",
+        &pod6,
+    ];
+    let added = lab.exec(lab.node_ns(), &rule);
+    assert!(added.status.success(), "{rule:?}: {added:?}");
+    let t = trace_lab(&lab, &[]);
+    let at = format!("@{SERVICE6}");
+    let o = lab.dig(&["+time=2", "+tries=1", &at, "www.lab.test.", "A"]);
+    assert!(o.status.success(), "{o:?}");
+    std::thread::sleep(Duration::from_millis(800));
+    let out = t.stop();
+    assert!(out.status.success(), "{}", out.stderr);
+    let txs = transactions(&out.stdout);
+    let t = the_one(&txs, "www.lab.test.");
+    assert_eq!(t["outcome"], "answered", "{t:#}");
+    let legs = t["legs"].as_array().unwrap();
+    assert_eq!(legs[0]["server"], format!("[{SERVICE6}]:53"), "{t:#}");
+    assert_eq!(legs[0]["backend"], pod6, "{t:#}");
+    let forward = legs
+        .iter()
+        .find(|l| l["parent"] == 0)
+        .unwrap_or_else(|| panic!("the pod's IPv4 query is the question's child: {t:#}"));
+    assert_eq!(forward["server"], "10.250.0.53:53", "{t:#}");
+    assert_eq!(forward["role"], "forward", "{t:#}");
+    // No second transaction for the pod's own query.
+    assert!(
+        !txs.iter().any(|x| x["question"]["name"] == "www.lab.test."
+            && x["client"].as_str().unwrap().starts_with("10.244.1.3")),
+        "{txs:#?}"
+    );
 }

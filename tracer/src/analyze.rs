@@ -240,6 +240,7 @@ pub fn analyze(
             timeout_ns: u64::try_from(opts.timeout.as_nanos()).unwrap_or(u64::MAX),
             // A file is not read at line rate: every packet is decoded.
             shed_loops: false,
+            node_netns: None,
         },
         clock,
     );

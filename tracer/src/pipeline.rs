@@ -30,6 +30,9 @@ pub struct PipelineConfig {
     /// instead of decoding them (live: a loop runs at hundreds of thousands of packets per
     /// second); decode them again when it ends.
     pub shed_loops: bool,
+    /// The node's own network namespace (live: the one dnspath runs in): a DNS server
+    /// there is a node cache (NodeLocal DNSCache). `None` offline.
+    pub node_netns: Option<u64>,
 }
 
 pub struct Pipeline {
@@ -50,6 +53,7 @@ impl Pipeline {
             Correlator::new(
                 CorrelateConfig {
                     timeout_ns: cfg.timeout_ns,
+                    node_netns: cfg.node_netns,
                     ..Default::default()
                 },
                 clock,

@@ -352,7 +352,10 @@ impl Events {
     }
 
     fn fold_transaction(&mut self, t: &TransactionRecord) {
-        let unanswered = matches!(t.outcome, Outcome::Unanswered | Outcome::Dropped);
+        let unanswered = matches!(
+            t.outcome,
+            Outcome::Unanswered | Outcome::Dropped | Outcome::Late
+        );
         let servfail = t.rcode.as_deref() == Some("SERVFAIL");
         if !unanswered && !servfail {
             return;

@@ -66,6 +66,7 @@ pub fn leg(
         latency_ns: rcode.and(latency_ns),
         retransmits: 0,
         drop: None,
+        node_cache: None,
         hops: Vec::new(),
     }
 }

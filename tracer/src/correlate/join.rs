@@ -1,6 +1,7 @@
 //! Joining: each observation finds its leg (across NAT, by conntrack or the fallback
 //! method), its transaction (parent forwards, retries, TCP fallback) and its lookup.
 use super::*;
+use crate::event::Direction;
 
 impl Correlator {
     pub fn on_conntrack(&mut self, ev: &ConntrackEvent) {
@@ -174,6 +175,7 @@ impl Correlator {
                     }
                     if o.ts_ns >= leg.last_ts {
                         leg.delivered_ns = o.netns.clone();
+                        leg.delivered_at = o.at;
                     }
                     leg.last_ts = leg.last_ts.max(o.ts_ns);
                     let tx = leg.tx;
@@ -253,6 +255,7 @@ impl Correlator {
             backend: seen_server,
             backend_at: Some((o.at, o.netns.clone())),
             delivered_ns: o.netns.clone(),
+            delivered_at: o.at,
             client_netns: o.netns.clone(),
             client_point: o.at,
             // Room for the answer's hop and a few more without growing.
@@ -265,6 +268,8 @@ impl Correlator {
             response: None,
             drop: None,
             race: None,
+            client_drop: None,
+            client_drop_ts: Vec::new(),
             timed_out: false,
             cut_short: false,
         };
@@ -311,10 +316,23 @@ impl Correlator {
                 let from_server = backend_ip == from
                     || server_ip == from
                     || ((backend_ip.is_loopback() || from.is_loopback())
-                        && l.delivered_ns == o.netns);
+                        && l.delivered_ns == o.netns)
+                    || Self::asked_again_from(l, o);
                 from_server && !Self::peer_client(l, from, &o.netns)
             })
             .map(|l| l.id)
+    }
+
+    /// A forwarder whose own query leaves with another address than the one it was asked on
+    /// (a node cache asking CoreDNS from the node's address, a pod asked over IPv6 asking
+    /// over IPv4): `l`'s query was last seen coming into a namespace, so a socket there got
+    /// it, and this query is first seen leaving that same namespace. A query only passing
+    /// through the namespace (the node between a pod and a DNAT'd Service) is seen leaving
+    /// it within microseconds, and then no longer counts as delivered there.
+    pub(super) fn asked_again_from(l: &Leg, o: &Observation) -> bool {
+        l.delivered_at.dir == Direction::Ingress
+            && o.at.dir == Direction::Egress
+            && l.delivered_at.netns == o.at.netns
     }
 
     /// Could a new query from `from` (seen in namespace `ns`) just as well come from a
@@ -403,16 +421,27 @@ impl Correlator {
             let backend = d.ct.as_ref().map(|ct| ct.reply.src).unwrap_or(leg.backend);
             leg.race = Some((d.cpu, d.netns_cookie, d.ts_ns, backend, d.confirm_failed));
         }
+        let drop = LegDrop {
+            pod: Default::default(),
+            ts_ns: d.ts_ns,
+            netns: d.netns,
+            ifname: d.ifname,
+            reason: d.reason,
+            location: d.location,
+            response: msg.qr,
+        };
+        // The answer was at the client's interface and the client's own namespace dropped
+        // it on the way to the socket (a closed socket, a rule, a full buffer).
+        if msg.qr && d.netns_cookie == leg.client_point.netns && leg.reached_client() {
+            if leg.client_drop_ts.len() < MAX_CLIENT_DROPS {
+                leg.client_drop_ts.push(d.ts_ns);
+            }
+            if leg.client_drop.is_none() {
+                leg.client_drop = Some(drop.clone());
+            }
+        }
         if leg.drop.is_none() {
-            leg.drop = Some(LegDrop {
-                pod: Default::default(),
-                ts_ns: d.ts_ns,
-                netns: d.netns,
-                ifname: d.ifname,
-                reason: d.reason,
-                location: d.location,
-                response: msg.qr,
-            });
+            leg.drop = Some(drop);
             self.stats.drops_attached += 1;
         }
         let tx = leg.tx;

@@ -53,8 +53,8 @@ use model::*;
 pub use model::{LegRole, QKey};
 use race::{CtSamples, RaceNetns, RaceQuery, RaceRecord, RaceVerdict};
 use record::{
-    Answered, HopRecord, Join, LegDrop, LegOutcome, LegRecord, LookupRef, Outcome, QuestionRecord,
-    Summary, TransactionRecord,
+    Answered, HopRecord, Join, LegDrop, LegOutcome, LegRecord, LookupRef, NodeCache, Outcome,
+    QuestionRecord, Summary, TransactionRecord,
 };
 
 /// What the correlate and detect stages report, in the order they decide it; the pipeline
@@ -108,6 +108,9 @@ pub struct CorrelateConfig {
     pub max_hops_per_leg: usize,
     /// Legs kept per transaction (a loop grows its tree without end).
     pub max_legs_per_transaction: usize,
+    /// The node's own network namespace: a server there is a node cache (see
+    /// [`record::NodeCache`]).
+    pub node_netns: Option<u64>,
 }
 
 impl Default for CorrelateConfig {
@@ -131,6 +134,7 @@ impl Default for CorrelateConfig {
             max_ct_entries: 262_144,
             max_hops_per_leg: 64,
             max_legs_per_transaction: 64,
+            node_netns: None,
         }
     }
 }
@@ -203,7 +207,13 @@ pub struct Correlator {
     keys: KeyCache,
     /// How the last message observation joined (see [`JoinMemo`]).
     join_memo: Option<JoinMemo>,
+    /// Where the node cache sends its misses (servers and backends; at most
+    /// [`MAX_CACHE_UPSTREAMS`]): a client asking one of them directly bypasses the cache.
+    cache_upstreams: std::collections::HashSet<IpAddr>,
 }
+
+/// Addresses kept of the node cache's upstreams.
+const MAX_CACHE_UPSTREAMS: usize = 64;
 
 /// The join of the last message observation: the next end of a veth sees the same packet
 /// (the same decoded message, transport and addresses), and joins it the same way as long
@@ -286,6 +296,7 @@ impl Correlator {
             race_out: Vec::new(),
             keys: KeyCache::default(),
             join_memo: None,
+            cache_upstreams: Default::default(),
         }
     }
 

@@ -1,5 +1,6 @@
 //! The correlator's model: questions, hops, legs, transactions, lookups.
 use super::*;
+use crate::event::Direction;
 
 /// A question as the correlator matches it (name in lower case), shared by its legs,
 /// indexes and records.
@@ -112,6 +113,10 @@ pub(super) struct Leg {
     pub(super) backend_at: Option<(ObservationPoint, Arc<str>)>,
     /// Namespace of the latest query hop: where the query was delivered, as far as seen.
     pub(super) delivered_ns: Arc<str>,
+    /// Where the latest query hop was seen (its namespace's cookie, interface and
+    /// direction): a query last seen coming into a namespace was delivered to a socket
+    /// there.
+    pub(super) delivered_at: ObservationPoint,
     pub(super) client_netns: Arc<str>,
     pub(super) client_point: ObservationPoint,
     pub(super) hops: Vec<Hop>,
@@ -121,6 +126,12 @@ pub(super) struct Leg {
     /// The drop was a failed conntrack confirm: (cpu, netns cookie, ts, backend it was
     /// DNAT'd to).
     pub(super) race: Option<(u32, u64, u64, SocketAddr, Option<bool>)>,
+    /// Kernel drops of this leg's answer in the client's own namespace after the answer
+    /// was seen at the client's point (between the interface and the asking socket): the
+    /// first one, and the times of at most [`MAX_CLIENT_DROPS`] (see
+    /// [`Leg::delivered_at`]).
+    pub(super) client_drop: Option<LegDrop>,
+    pub(super) client_drop_ts: Vec<u64>,
     pub(super) timed_out: bool,
     /// Still waiting when the input ended (trace stopped before the timeout).
     pub(super) cut_short: bool,
@@ -146,6 +157,53 @@ impl Leg {
             && !self.reached_client()
     }
 
+    /// When the answer reached the asking socket, as far as the kernel said: the first
+    /// arrival of the response at the client's point (ingress) that no drop in the client's
+    /// namespace followed before the next arrival. `None` without a response, when it was
+    /// lost before the client's point, or when every copy of it was dropped after it.
+    pub(super) fn delivered_at(&self) -> Option<u64> {
+        let r = self.response.as_ref()?;
+        if self.answer_lost() {
+            return None;
+        }
+        let arrivals = |ingress_only: bool| {
+            let mut ts: Vec<u64> = self
+                .hops
+                .iter()
+                .filter(|h| h.qr && same_iface(h.at, self.client_point))
+                .filter(|h| !ingress_only || h.at.dir == Direction::Ingress)
+                .map(|h| h.ts_ns)
+                .collect();
+            ts.sort_unstable();
+            ts
+        };
+        // On `lo` an answer passes the client's point twice (egress, then ingress): the
+        // socket is after the ingress.
+        let mut seen = arrivals(true);
+        if seen.is_empty() {
+            seen = arrivals(false);
+        }
+        if seen.is_empty() {
+            // Seen on the way but not at the client's point (not watched there), and not
+            // lost: the answer is as far as dnspath can tell.
+            return Some(r.ts_ns);
+        }
+        seen.iter().enumerate().find_map(|(i, &a)| {
+            let next = seen.get(i + 1).copied().unwrap_or(u64::MAX);
+            let dropped = self.client_drop_ts.iter().any(|&d| d >= a && d < next);
+            (!dropped).then_some(a)
+        })
+    }
+
+    /// The response reached the client's point and every copy of it was dropped after
+    /// that, before the asking socket: the first such drop.
+    pub(super) fn undelivered_drop(&self) -> Option<&LegDrop> {
+        if self.response.is_none() || self.answer_lost() || self.delivered_at().is_some() {
+            return None;
+        }
+        self.client_drop.as_ref()
+    }
+
     /// A root leg whose response has not reached the client yet: until when to wait for it
     /// (or for news of its loss), `grace_ns` ([`CorrelateConfig::answer_grace_ns`]) after it
     /// was seen on the way.
@@ -159,6 +217,22 @@ impl Leg {
             _ => None,
         }
     }
+}
+
+/// How many drop times of one leg's answer in the client's namespace are kept (a
+/// duplicate answer per retransmit at most; more are the same story).
+pub(super) const MAX_CLIENT_DROPS: usize = 8;
+
+/// The drop says the asking socket was gone when the answer came: the client had given up
+/// (closed its socket). NO_SOCKET (Linux ≥ 5.17) at the UDP or TCP receive path; older
+/// kernels give no reason, so the receive function says it.
+pub(super) fn socket_closed(d: &LegDrop) -> bool {
+    let function = d.location.split('+').next().unwrap_or("");
+    let receive = matches!(
+        function,
+        "__udp4_lib_rcv" | "__udp6_lib_rcv" | "tcp_v4_rcv" | "tcp_v6_rcv"
+    );
+    d.reason == "NO_SOCKET" || (receive && d.reason == crate::decode::decoder::UNKNOWN_REASON)
 }
 
 #[derive(Clone, Debug)]

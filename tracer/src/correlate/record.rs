@@ -57,6 +57,9 @@ pub enum LegOutcome {
     /// Answered with TC set.
     Truncated,
     Dropped,
+    /// The answer came after the client had given up: its socket was closed when the
+    /// answer reached the client's namespace.
+    Late,
     /// No answer yet when the input ended.
     Pending,
     Unanswered,
@@ -65,11 +68,27 @@ pub enum LegOutcome {
 /// What became of a client's question.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Outcome {
+    /// The answer could reach the asking socket.
     Answered,
+    /// The kernel dropped the query or its answer (also after the answer reached the
+    /// client's interface, before its socket).
     Dropped,
+    /// The answer came after the client had given up on it (its socket was closed).
+    Late,
     /// No answer yet when the input ended.
     Pending,
     Unanswered,
+}
+
+/// A leg and a cache in the node's own network namespace (NodeLocal DNSCache).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum NodeCache {
+    /// The node cache answered without asking anyone.
+    Hit,
+    /// The node cache asked on (its query is this leg's child).
+    Miss,
+    /// A client's query to a server the node cache forwards to, around the cache.
+    Bypass,
 }
 
 /// One query and its response between a client socket and a server.
@@ -99,6 +118,8 @@ pub struct LegRecord {
     /// The same query re-sent from the same socket with the same id.
     pub retransmits: u32,
     pub drop: Option<LegDrop>,
+    /// Served by the node cache (hit or miss), or a client query around it.
+    pub node_cache: Option<NodeCache>,
     pub hops: Vec<HopRecord>,
 }
 
@@ -226,6 +247,17 @@ pub enum Summary {
     },
     /// The kernel dropped the query or its answer.
     Dropped {
+        reason: String,
+        location: String,
+        retried: bool,
+    },
+    /// The answer reached the client's namespace `answer_ns` after the first query, but the
+    /// client had stopped waiting: the kernel dropped it for want of a socket (`reason` at
+    /// `location`). `gave_up_ns`: the client's own timeout, where its retry shows it
+    /// (first query → the next attempt).
+    Late {
+        answer_ns: u64,
+        gave_up_ns: Option<u64>,
         reason: String,
         location: String,
         retried: bool,

@@ -113,6 +113,9 @@ impl Correlator {
                 self.render(&t, legs)
             };
             if let Some(rec) = rendered {
+                if self.cfg.node_netns.is_some() {
+                    self.learn_cache_upstreams(&rec);
+                }
                 out.push(CorrelateReport::Transaction(rec).into());
                 self.stats.transactions += 1;
             }
@@ -299,6 +302,44 @@ impl Correlator {
         }
     }
 
+    /// Whether `l` was served by a DNS cache in the node's own namespace (its query was
+    /// last seen coming into that namespace: a socket there took it), and hit or missed;
+    /// or is a client's query to where that cache sends its misses, around it.
+    fn node_cache_of(&self, l: &Leg, has_child: bool) -> Option<NodeCache> {
+        let node = self.cfg.node_netns?;
+        let into_node =
+            l.delivered_at.netns == node && l.delivered_at.dir == crate::event::Direction::Ingress;
+        if into_node {
+            return match (has_child, &l.response) {
+                (true, _) => Some(NodeCache::Miss),
+                (false, Some(_)) => Some(NodeCache::Hit),
+                (false, None) => None,
+            };
+        }
+        let around = l.parent.is_none()
+            && l.client_point.netns != node
+            && (self.cache_upstreams.contains(&l.backend.ip())
+                || self.cache_upstreams.contains(&l.server.ip()));
+        around.then_some(NodeCache::Bypass)
+    }
+
+    /// Remembers where the node cache of a finished transaction sent its misses.
+    pub(super) fn learn_cache_upstreams(&mut self, t: &TransactionRecord) {
+        for l in &t.legs {
+            let from_cache = l
+                .parent
+                .and_then(|p| t.legs.get(p))
+                .is_some_and(|p| p.node_cache == Some(NodeCache::Miss));
+            if from_cache {
+                for ip in [l.server.ip(), l.backend.ip()] {
+                    if self.cache_upstreams.len() < MAX_CACHE_UPSTREAMS {
+                        self.cache_upstreams.insert(ip);
+                    }
+                }
+            }
+        }
+    }
+
     /// The record of a finished transaction, from its legs (in the transaction's order),
     /// which it takes apart: names and answers move into the record rather than copied.
     pub(super) fn render(&self, t: &Transaction, mut legs: Vec<Leg>) -> Option<TransactionRecord> {
@@ -306,30 +347,74 @@ impl Correlator {
 
         // Outcome of the whole transaction: the answer the client got, at its first point.
         let roots: Vec<&Leg> = legs.iter().filter(|l| l.parent.is_none()).collect();
+        // The last attempt whose answer the client's socket could get; else the last one
+        // answered at all (the answer may have been lost on the way).
+        let full_answer = |l: &&&Leg| l.response.as_ref().is_some_and(|r| !r.tc);
         let final_root = roots
             .iter()
             .rev()
-            .find(|l| l.response.as_ref().is_some_and(|r| !r.tc))
+            .filter(full_answer)
+            .find(|l| l.delivered_at().is_some())
+            .or_else(|| roots.iter().rev().find(full_answer))
             .or(roots.last());
         let final_root = *final_root?;
         let retried = roots.iter().any(|l| l.role == LegRole::Retry) || root.retransmits > 0;
         let tcp = roots.iter().any(|l| l.role == LegRole::TcpFallback);
-        let end_ts = final_root.response.as_ref().map(|r| {
-            final_root
-                .hops
-                .iter()
-                .filter(|h| h.qr && same_iface(h.at, final_root.client_point))
-                .map(|h| h.ts_ns)
-                .min()
-                .unwrap_or(r.ts_ns)
+        let delivered = final_root.delivered_at();
+        let end_ts = delivered.or_else(|| {
+            // Not delivered: when the answer came anyway (where it was first seen).
+            final_root.response.as_ref().map(|r| {
+                final_root
+                    .hops
+                    .iter()
+                    .filter(|h| h.qr && same_iface(h.at, final_root.client_point))
+                    .map(|h| h.ts_ns)
+                    .min()
+                    .unwrap_or(r.ts_ns)
+            })
         });
         let latency = end_ts.and_then(|e| e.checked_sub(t.first_ts));
         let dropped = legs.iter().find_map(|l| l.drop.as_ref());
+        let undelivered = final_root.undelivered_drop();
+        let not_delivered = undelivered.is_some();
         let (outcome, summary) = match (&final_root.response, latency) {
+            (Some(_), Some(answer_ns)) if undelivered.is_some_and(socket_closed) => {
+                let d = undelivered.map(|d| (d.reason.clone(), d.location.clone()));
+                let (reason, location) = d.unwrap_or_default();
+                // The client's own timeout shows where it tried again: first query → next
+                // attempt.
+                let gave_up_ns = roots
+                    .iter()
+                    .map(|l| l.first_ts)
+                    .find(|&ts| ts > t.first_ts)
+                    .map(|ts| ts - t.first_ts);
+                (
+                    Outcome::Late,
+                    Summary::Late {
+                        answer_ns,
+                        gave_up_ns,
+                        reason,
+                        location,
+                        retried,
+                    },
+                )
+            }
+            (Some(_), Some(_)) if undelivered.is_some() => {
+                let d = undelivered.map(|d| (d.reason.clone(), d.location.clone()));
+                let (reason, location) = d.unwrap_or_default();
+                (
+                    Outcome::Dropped,
+                    Summary::Dropped {
+                        reason,
+                        location,
+                        retried,
+                    },
+                )
+            }
             (Some(_), Some(_)) if !final_root.answer_lost() => {
-                let first_timed_out = roots
-                    .first()
-                    .is_some_and(|l| l.timed_out || l.response.is_none());
+                let first_timed_out = roots.first().is_some_and(|l| {
+                    l.timed_out || l.response.is_none() || l.delivered_at().is_none()
+                });
                 let how = if tcp {
                     Answered::OverTcp
                 } else if retried && first_timed_out {
@@ -385,6 +470,7 @@ impl Correlator {
         let answer_cut = final_root.response.as_ref().and_then(|r| r.cut);
         let client = root.client;
         let ids: Vec<u64> = legs.iter().map(|l| l.id).collect();
+        let parents: Vec<u64> = legs.iter().filter_map(|l| l.parent).collect();
         let index_of = |id: u64| ids.iter().position(|&l| l == id);
         let (client_netns, q) = match legs.first_mut() {
             Some(root) => (std::mem::take(&mut root.client_netns), root.key.q.clone()),
@@ -411,8 +497,14 @@ impl Correlator {
                         .map(|h| h.ts_ns)
                         .min()
                 };
+                let node_cache = self.node_cache_of(&l, parents.contains(&l.id));
+                // The drop that kept the answer from the socket says more than an earlier
+                // one (a dropped first copy of the query, say).
+                let undelivered = l.undelivered_drop().cloned();
                 let outcome = match (&l.response, &l.drop) {
                     _ if l.answer_lost() => LegOutcome::Dropped,
+                    _ if undelivered.as_ref().is_some_and(socket_closed) => LegOutcome::Late,
+                    _ if undelivered.is_some() => LegOutcome::Dropped,
                     (Some(r), _) if r.tc => LegOutcome::Truncated,
                     (Some(_), _) => LegOutcome::Answered,
                     (None, Some(_)) => LegOutcome::Dropped,
@@ -467,7 +559,8 @@ impl Correlator {
                     answer_cut,
                     latency_ns: latency,
                     retransmits: l.retransmits,
-                    drop: l.drop,
+                    drop: undelivered.or(l.drop),
+                    node_cache,
                     hops: hop_records,
                 }
             })
@@ -490,7 +583,8 @@ impl Correlator {
             rcode,
             answers,
             answer_cut,
-            latency_ns: latency,
+            // What the client's socket got, when: nothing, when the answer never reached it.
+            latency_ns: if not_delivered { None } else { latency },
             summary,
             legs: leg_records,
         })

@@ -1495,3 +1495,725 @@ fn a_shared_message_joins_afresh_once_conntrack_learns_its_flow() {
     );
     assert_eq!(own, shared);
 }
+
+/// A client pod (namespace 2, `eth0` = ifindex 2) asking 10.96.0.10 from `cport` with `id`
+/// at `ts`, and the answer reaching its `eth0` at `answer_ts` (if any).
+fn pod_query(f: &mut Feed, ts: u64, cport: u16, id: u16, answer_ts: Option<u64>) {
+    let client = format!("10.244.1.2:{cport}");
+    f.see(
+        ts,
+        at(2, 2, Direction::Egress),
+        "client",
+        "eth0",
+        UDP,
+        &client,
+        "10.96.0.10:53",
+        msg(id, false, "late.lab.test.", "A", "NOERROR", &[], false),
+    );
+    if let Some(a) = answer_ts {
+        f.see(
+            a,
+            at(2, 2, Direction::Ingress),
+            "client",
+            "eth0",
+            UDP,
+            "10.96.0.10:53",
+            &client,
+            msg(
+                id,
+                true,
+                "late.lab.test.",
+                "A",
+                "NOERROR",
+                &["10.250.0.80"],
+                false,
+            ),
+        );
+    }
+}
+
+/// The kernel dropping the answer to `cport`/`id` in the client's namespace at `ts`.
+fn answer_drop_at_client(f: &mut Feed, ts: u64, cport: u16, id: u16, reason: &str, location: &str) {
+    f.c.on_observed(Observed::Drop(Box::new(DropObservation {
+        ts_ns: ts,
+        cpu: 0,
+        netns_cookie: 2,
+        netns: "client".into(),
+        ifname: "eth0".into(),
+        reason: reason.into(),
+        location: location.into(),
+        function: location.split('+').next().unwrap_or("").into(),
+        benign: false,
+        proto: UDP,
+        src: "10.96.0.10:53".parse().unwrap(),
+        dst: format!("10.244.1.2:{cport}").parse().unwrap(),
+        confirm_failed: None,
+        ct: None,
+        msg: Some(
+            msg(
+                id,
+                true,
+                "late.lab.test.",
+                "A",
+                "NOERROR",
+                &["10.250.0.80"],
+                false,
+            )
+            .into(),
+        ),
+    })));
+}
+
+#[test]
+fn an_answer_after_the_client_closed_its_socket_is_late_not_answered() {
+    let mut f = Feed::new();
+    pod_query(&mut f, MS, 40000, 7, Some(1_601 * MS));
+    answer_drop_at_client(
+        &mut f,
+        1_601 * MS + 20_000,
+        40000,
+        7,
+        "NO_SOCKET",
+        "__udp4_lib_rcv+0x5c8",
+    );
+    let txs = f.txs(20_000 * MS);
+    assert_eq!(txs.len(), 1);
+    let t = &txs[0];
+    assert_eq!(t.outcome, Outcome::Late, "{}", summary(t));
+    assert_eq!(t.legs[0].outcome, LegOutcome::Late);
+    assert_eq!(t.latency_ns, None, "the client got nothing");
+    assert!(
+        matches!(&t.summary, Summary::Late { answer_ns, gave_up_ns: None, reason, .. }
+            if *answer_ns == 1_600 * MS && reason == "NO_SOCKET"),
+        "{:?}",
+        t.summary
+    );
+    let s = summary(t);
+    assert!(s.contains("after the client had given up"), "{s}");
+    assert!(s.contains("unanswered for the client"), "{s}");
+    let json = serde_json::to_value(t).unwrap();
+    assert_eq!(json["outcome"], "late");
+    assert_eq!(json["late_answer_ns"], 1_600 * MS);
+    assert_eq!(json["legs"][0]["outcome"], "late");
+    assert_eq!(json["legs"][0]["drop"]["reason"], "NO_SOCKET");
+}
+
+#[test]
+fn on_kernels_without_drop_reasons_the_receive_function_says_the_socket_was_gone() {
+    let mut f = Feed::new();
+    pod_query(&mut f, MS, 40000, 7, Some(1_601 * MS));
+    answer_drop_at_client(
+        &mut f,
+        1_601 * MS + 20_000,
+        40000,
+        7,
+        "UNKNOWN",
+        "__udp4_lib_rcv+0x5c8",
+    );
+    let txs = f.txs(20_000 * MS);
+    assert_eq!(txs[0].outcome, Outcome::Late, "{}", summary(&txs[0]));
+}
+
+#[test]
+fn a_late_answer_after_the_retry_names_the_clients_timeout() {
+    let mut f = Feed::new();
+    // First query at +1 ms, the client's retry (new id, same socket) at +1001 ms, never
+    // answered; the first query's answer comes at +1601 ms to a socket already closed.
+    pod_query(&mut f, MS, 40000, 7, Some(1_601 * MS));
+    pod_query(&mut f, 1_001 * MS, 40000, 8, None);
+    answer_drop_at_client(
+        &mut f,
+        1_601 * MS + 20_000,
+        40000,
+        7,
+        "NO_SOCKET",
+        "__udp4_lib_rcv+0x5c8",
+    );
+    let txs = f.txs(30_000 * MS);
+    assert_eq!(txs.len(), 1, "{txs:?}");
+    let t = &txs[0];
+    assert_eq!(t.outcome, Outcome::Late, "{}", summary(t));
+    assert!(
+        matches!(&t.summary, Summary::Late { gave_up_ns: Some(g), retried: true, .. } if *g == 1_000 * MS),
+        "{:?}",
+        t.summary
+    );
+    let s = summary(t);
+    assert!(s.contains("after its own 1.00 s timeout"), "{s}");
+}
+
+#[test]
+fn a_late_first_answer_does_not_hide_an_answered_retry() {
+    let mut f = Feed::new();
+    pod_query(&mut f, MS, 40000, 7, Some(1_601 * MS));
+    pod_query(&mut f, 1_001 * MS, 40001, 7, Some(1_003 * MS));
+    answer_drop_at_client(
+        &mut f,
+        1_601 * MS + 20_000,
+        40000,
+        7,
+        "NO_SOCKET",
+        "__udp4_lib_rcv+0x5c8",
+    );
+    let txs = f.txs(30_000 * MS);
+    assert_eq!(txs.len(), 1, "{txs:?}");
+    let t = &txs[0];
+    assert_eq!(t.outcome, Outcome::Answered, "{}", summary(t));
+    assert_eq!(t.latency_ns, Some(1_002 * MS));
+    assert_eq!(t.legs[0].outcome, LegOutcome::Late);
+    assert_eq!(t.legs[1].outcome, LegOutcome::Answered);
+    assert!(
+        matches!(t.summary, Summary::Answered(Answered::AfterTimeout { .. })),
+        "{:?}",
+        t.summary
+    );
+}
+
+#[test]
+fn a_duplicate_answer_dropped_after_the_first_was_delivered_stays_answered() {
+    let mut f = Feed::new();
+    pod_query(&mut f, MS, 40000, 7, Some(3 * MS));
+    // The same answer again (a forwarder's retransmit answered twice): the socket is gone.
+    f.see(
+        5 * MS,
+        at(2, 2, Direction::Ingress),
+        "client",
+        "eth0",
+        UDP,
+        "10.96.0.10:53",
+        "10.244.1.2:40000",
+        msg(
+            7,
+            true,
+            "late.lab.test.",
+            "A",
+            "NOERROR",
+            &["10.250.0.80"],
+            false,
+        ),
+    );
+    answer_drop_at_client(
+        &mut f,
+        5 * MS + 20_000,
+        40000,
+        7,
+        "NO_SOCKET",
+        "__udp4_lib_rcv+0x5c8",
+    );
+    let txs = f.txs(20_000 * MS);
+    assert_eq!(txs.len(), 1);
+    assert_eq!(txs[0].outcome, Outcome::Answered, "{}", summary(&txs[0]));
+    assert_eq!(txs[0].legs[0].outcome, LegOutcome::Answered);
+    assert_eq!(txs[0].latency_ns, Some(2 * MS));
+}
+
+#[test]
+fn an_answer_in_time_stays_answered() {
+    let mut f = Feed::new();
+    pod_query(&mut f, MS, 40000, 7, Some(3 * MS));
+    let txs = f.txs(20_000 * MS);
+    assert_eq!(txs[0].outcome, Outcome::Answered);
+    assert_eq!(txs[0].latency_ns, Some(2 * MS));
+}
+
+#[test]
+fn an_answer_dropped_in_the_clients_namespace_is_dropped_not_answered() {
+    let mut f = Feed::new();
+    pod_query(&mut f, MS, 40000, 7, Some(3 * MS));
+    answer_drop_at_client(
+        &mut f,
+        3 * MS + 20_000,
+        40000,
+        7,
+        "NETFILTER_DROP",
+        "nft_do_chain+0x3e8",
+    );
+    let txs = f.txs(20_000 * MS);
+    assert_eq!(txs.len(), 1);
+    let t = &txs[0];
+    assert_eq!(t.outcome, Outcome::Dropped, "{}", summary(t));
+    assert_eq!(t.legs[0].outcome, LegOutcome::Dropped);
+    assert_eq!(t.latency_ns, None);
+    assert!(
+        summary(t).contains("NETFILTER_DROP at nft_do_chain"),
+        "{}",
+        summary(t)
+    );
+}
+
+#[test]
+fn a_drop_in_another_namespace_after_the_answer_arrived_is_not_the_clients() {
+    let mut f = Feed::new();
+    pod_query(&mut f, MS, 40000, 7, Some(3 * MS));
+    // The node's copy of a late duplicate, dropped on the node: not in the client's namespace.
+    f.c.on_observed(Observed::Drop(Box::new(DropObservation {
+        ts_ns: 4 * MS,
+        cpu: 0,
+        netns_cookie: 1,
+        netns: "node".into(),
+        ifname: "vclient".into(),
+        reason: "NETFILTER_DROP".into(),
+        location: "nft_do_chain+0x3e8".into(),
+        function: "nft_do_chain".into(),
+        benign: false,
+        proto: UDP,
+        src: "10.96.0.10:53".parse().unwrap(),
+        dst: "10.244.1.2:40000".parse().unwrap(),
+        confirm_failed: None,
+        ct: None,
+        msg: Some(
+            msg(
+                7,
+                true,
+                "late.lab.test.",
+                "A",
+                "NOERROR",
+                &["10.250.0.80"],
+                false,
+            )
+            .into(),
+        ),
+    })));
+    let txs = f.txs(20_000 * MS);
+    assert_eq!(txs[0].outcome, Outcome::Answered, "{}", summary(&txs[0]));
+}
+
+/// NodeLocal DNSCache's shape: the client asks the cluster DNS address, which the node's
+/// cache answers on (NOTRACK'd, no DNAT); on a miss the cache asks CoreDNS over TCP from the
+/// node's own address, and CoreDNS asks its upstream. One tree from the client to the
+/// upstream, though the cache's query leaves with an address the client never asked.
+#[test]
+fn a_node_cache_miss_is_one_tree_from_the_client_to_the_upstream() {
+    let mut f = Feed {
+        c: Correlator::new(
+            CorrelateConfig {
+                node_netns: Some(1),
+                ..Default::default()
+            },
+            Clock::Epoch,
+        ),
+        out: vec![],
+    };
+    let q = |id| msg(id, false, "nl.lab.test.", "A", "NOERROR", &[], false);
+    let a = |id| {
+        msg(
+            id,
+            true,
+            "nl.lab.test.",
+            "A",
+            "NOERROR",
+            &["10.250.0.80"],
+            false,
+        )
+    };
+    let client = "10.244.1.2:40000";
+    let (cache_sock, coredns) = ("169.254.1.1:45000", "10.244.1.3:53");
+    let (fwd_sock, upstream) = ("10.244.1.3:50000", "10.250.0.53:53");
+    f.see(
+        MS,
+        at(2, 2, Direction::Egress),
+        "client",
+        "eth0",
+        UDP,
+        client,
+        "10.96.0.10:53",
+        q(7),
+    );
+    f.see(
+        MS + 10_000,
+        at(1, 10, Direction::Ingress),
+        "node",
+        "vclient",
+        UDP,
+        client,
+        "10.96.0.10:53",
+        q(7),
+    );
+    // The cache's miss, over TCP to the CoreDNS Service, DNAT'd in the node's OUTPUT.
+    f.see(
+        MS + 200_000,
+        at(1, 11, Direction::Egress),
+        "node",
+        "vdnsa",
+        TCP,
+        cache_sock,
+        coredns,
+        q(9),
+    );
+    f.see(
+        MS + 210_000,
+        at(3, 2, Direction::Ingress),
+        "dnsa",
+        "eth0",
+        TCP,
+        cache_sock,
+        coredns,
+        q(9),
+    );
+    f.see(
+        MS + 300_000,
+        at(3, 2, Direction::Egress),
+        "dnsa",
+        "eth0",
+        UDP,
+        fwd_sock,
+        upstream,
+        q(512),
+    );
+    f.see(
+        2 * MS,
+        at(3, 2, Direction::Ingress),
+        "dnsa",
+        "eth0",
+        UDP,
+        upstream,
+        fwd_sock,
+        a(512),
+    );
+    f.see(
+        2 * MS + 100_000,
+        at(3, 2, Direction::Egress),
+        "dnsa",
+        "eth0",
+        TCP,
+        coredns,
+        cache_sock,
+        a(9),
+    );
+    f.see(
+        2 * MS + 110_000,
+        at(1, 11, Direction::Ingress),
+        "node",
+        "vdnsa",
+        TCP,
+        coredns,
+        cache_sock,
+        a(9),
+    );
+    f.see(
+        2 * MS + 200_000,
+        at(1, 10, Direction::Egress),
+        "node",
+        "vclient",
+        UDP,
+        "10.96.0.10:53",
+        client,
+        a(7),
+    );
+    f.see(
+        2 * MS + 210_000,
+        at(2, 2, Direction::Ingress),
+        "client",
+        "eth0",
+        UDP,
+        "10.96.0.10:53",
+        client,
+        a(7),
+    );
+    let txs = f.txs(20_000 * MS);
+    assert_eq!(txs.len(), 1, "{txs:#?}");
+    let t = &txs[0];
+    assert_eq!(t.outcome, Outcome::Answered);
+    assert_eq!(t.legs.len(), 3, "{t:#?}");
+    assert_eq!(t.legs[1].proto, TCP);
+    assert_eq!(t.legs[1].parent, Some(0));
+    assert_eq!(t.legs[1].role, LegRole::Forward);
+    assert_eq!(t.legs[2].parent, Some(1));
+    assert_eq!(t.legs[0].node_cache, Some(NodeCache::Miss));
+    assert_eq!(t.legs[1].node_cache, None, "CoreDNS is no node cache");
+    assert_eq!(t.legs[2].node_cache, None);
+
+    // The same question again: the cache answers from memory.
+    let t0 = 30_000 * MS;
+    f.see(
+        t0,
+        at(2, 2, Direction::Egress),
+        "client",
+        "eth0",
+        UDP,
+        "10.244.1.2:40001",
+        "10.96.0.10:53",
+        q(11),
+    );
+    f.see(
+        t0 + 10_000,
+        at(1, 10, Direction::Ingress),
+        "node",
+        "vclient",
+        UDP,
+        "10.244.1.2:40001",
+        "10.96.0.10:53",
+        q(11),
+    );
+    f.see(
+        t0 + 50_000,
+        at(1, 10, Direction::Egress),
+        "node",
+        "vclient",
+        UDP,
+        "10.96.0.10:53",
+        "10.244.1.2:40001",
+        a(11),
+    );
+    f.see(
+        t0 + 60_000,
+        at(2, 2, Direction::Ingress),
+        "client",
+        "eth0",
+        UDP,
+        "10.96.0.10:53",
+        "10.244.1.2:40001",
+        a(11),
+    );
+    // A client asking CoreDNS's pod directly, around the cache.
+    let t1 = 31_000 * MS;
+    let direct = "10.244.1.2:40002";
+    f.see(
+        t1,
+        at(2, 2, Direction::Egress),
+        "client",
+        "eth0",
+        UDP,
+        direct,
+        coredns,
+        q(12),
+    );
+    f.see(
+        t1 + 10_000,
+        at(1, 10, Direction::Ingress),
+        "node",
+        "vclient",
+        UDP,
+        direct,
+        coredns,
+        q(12),
+    );
+    f.see(
+        t1 + 20_000,
+        at(1, 11, Direction::Egress),
+        "node",
+        "vdnsa",
+        UDP,
+        direct,
+        coredns,
+        q(12),
+    );
+    f.see(
+        t1 + 30_000,
+        at(3, 2, Direction::Ingress),
+        "dnsa",
+        "eth0",
+        UDP,
+        direct,
+        coredns,
+        q(12),
+    );
+    f.see(
+        t1 + 90_000,
+        at(3, 2, Direction::Egress),
+        "dnsa",
+        "eth0",
+        UDP,
+        coredns,
+        direct,
+        a(12),
+    );
+    f.see(
+        t1 + 100_000,
+        at(1, 11, Direction::Ingress),
+        "node",
+        "vdnsa",
+        UDP,
+        coredns,
+        direct,
+        a(12),
+    );
+    f.see(
+        t1 + 110_000,
+        at(1, 10, Direction::Egress),
+        "node",
+        "vclient",
+        UDP,
+        coredns,
+        direct,
+        a(12),
+    );
+    f.see(
+        t1 + 120_000,
+        at(2, 2, Direction::Ingress),
+        "client",
+        "eth0",
+        UDP,
+        coredns,
+        direct,
+        a(12),
+    );
+    let txs = f.txs(60_000 * MS);
+    assert_eq!(txs.len(), 2, "{txs:#?}");
+    assert_eq!(txs[0].legs.len(), 1);
+    assert_eq!(txs[0].legs[0].node_cache, Some(NodeCache::Hit));
+    assert_eq!(txs[1].legs[0].node_cache, Some(NodeCache::Bypass));
+    let json = serde_json::to_value(&txs[0]).unwrap();
+    assert_eq!(json["legs"][0]["node_cache"], "hit");
+}
+
+/// A client asking a CoreDNS-like pod over IPv6 (through a DNAT'd ClusterIP), the pod
+/// forwarding over IPv4: one tree.
+#[test]
+fn a_question_asked_over_ipv6_and_forwarded_over_ipv4_is_one_tree() {
+    let mut f = Feed::new();
+    let q = |id| msg(id, false, "ds.lab.test.", "AAAA", "NOERROR", &[], false);
+    let a = |id| {
+        msg(
+            id,
+            true,
+            "ds.lab.test.",
+            "AAAA",
+            "NOERROR",
+            &["fd00::80"],
+            false,
+        )
+    };
+    let (client, svc, pod) = (
+        "[fd00:244::2]:40000",
+        "[fd00:96::10]:53",
+        "[fd00:244::3]:53",
+    );
+    let (fwd_sock, upstream) = ("10.244.1.3:50000", "10.250.0.53:53");
+    f.see(
+        MS,
+        at(2, 2, Direction::Egress),
+        "client",
+        "eth0",
+        UDP,
+        client,
+        svc,
+        q(7),
+    );
+    f.see(
+        MS + 10_000,
+        at(1, 10, Direction::Ingress),
+        "node",
+        "vclient",
+        UDP,
+        client,
+        svc,
+        q(7),
+    );
+    f.see(
+        MS + 20_000,
+        at(1, 11, Direction::Egress),
+        "node",
+        "vdnsa",
+        UDP,
+        client,
+        pod,
+        q(7),
+    );
+    f.see(
+        MS + 30_000,
+        at(3, 2, Direction::Ingress),
+        "dnsa",
+        "eth0",
+        UDP,
+        client,
+        pod,
+        q(7),
+    );
+    f.see(
+        MS + 300_000,
+        at(3, 2, Direction::Egress),
+        "dnsa",
+        "eth0",
+        UDP,
+        fwd_sock,
+        upstream,
+        q(512),
+    );
+    f.see(
+        2 * MS,
+        at(3, 2, Direction::Ingress),
+        "dnsa",
+        "eth0",
+        UDP,
+        upstream,
+        fwd_sock,
+        a(512),
+    );
+    f.see(
+        2 * MS + 100_000,
+        at(3, 2, Direction::Egress),
+        "dnsa",
+        "eth0",
+        UDP,
+        pod,
+        client,
+        a(7),
+    );
+    f.see(
+        2 * MS + 110_000,
+        at(1, 11, Direction::Ingress),
+        "node",
+        "vdnsa",
+        UDP,
+        pod,
+        client,
+        a(7),
+    );
+    f.see(
+        2 * MS + 120_000,
+        at(1, 10, Direction::Egress),
+        "node",
+        "vclient",
+        UDP,
+        svc,
+        client,
+        a(7),
+    );
+    f.see(
+        2 * MS + 130_000,
+        at(2, 2, Direction::Ingress),
+        "client",
+        "eth0",
+        UDP,
+        svc,
+        client,
+        a(7),
+    );
+    let txs = f.txs(20_000 * MS);
+    assert_eq!(txs.len(), 1, "{txs:#?}");
+    assert_eq!(txs[0].legs.len(), 2, "{:#?}", txs[0]);
+    assert_eq!(txs[0].legs[1].parent, Some(0));
+    assert_eq!(txs[0].legs[1].server, upstream.parse().unwrap());
+}
+
+/// Two clients asking the same question, traced on the node only (pods not watched): the
+/// second client's query comes *into* the node, so it is nobody's forward, even while the
+/// first client's query is still on its way.
+#[test]
+fn a_second_client_passing_through_the_node_is_not_a_forward() {
+    let mut f = Feed::new();
+    let q = |id| msg(id, false, "two.lab.test.", "A", "NOERROR", &[], false);
+    f.see(
+        MS,
+        at(1, 10, Direction::Ingress),
+        "node",
+        "vclient",
+        UDP,
+        "10.244.1.2:40000",
+        "10.96.0.10:53",
+        q(7),
+    );
+    f.see(
+        MS + 5_000,
+        at(1, 12, Direction::Ingress),
+        "node",
+        "vclient2",
+        UDP,
+        "10.244.1.5:41000",
+        "10.96.0.10:53",
+        q(8),
+    );
+    let txs = f.txs(20_000 * MS);
+    assert_eq!(txs.len(), 2, "{txs:#?}");
+}

@@ -25,6 +25,7 @@ use crate::{
     correlate::{
         loops::{LoopRecord, LoopState},
         race::{RaceRecord, RaceVerdict},
+        record::LegOutcome,
     },
     decode::ip::{parse_ip, Transport},
     event::{CapturedPacket, KernelDrop, ObservationPoint},
@@ -257,10 +258,17 @@ impl Annotator {
             };
             let role = super::report::role_name(leg.role);
             let n = leg.hops.len();
+            // An answer that never reached the asking socket says so on every copy of it.
+            let fate = match leg.outcome {
+                LegOutcome::Late => " outcome=late",
+                LegOutcome::Dropped if leg.rcode.is_some() => " outcome=dropped",
+                _ => "",
+            };
             for (hi, hop) in leg.hops.iter().enumerate() {
                 let msg = if hop.qr { "response" } else { "query" };
+                let fate = if hop.qr { fate } else { "" };
                 let note = format!(
-                    "txn={} leg={li} hop={}/{n} role={role} msg={msg}{dnat} ",
+                    "txn={} leg={li} hop={}/{n} role={role} msg={msg}{dnat}{fate} ",
                     t.id,
                     hi + 1
                 );

@@ -235,9 +235,12 @@ impl Filter {
                     .map(String::as_str);
                 let failed = t.outcome != Outcome::Answered
                     || rcodes.clone().any(|rc| FAILED_RCODES.contains(&rc))
-                    || t.legs
-                        .iter()
-                        .any(|l| matches!(l.outcome, LegOutcome::Dropped | LegOutcome::Unanswered));
+                    || t.legs.iter().any(|l| {
+                        matches!(
+                            l.outcome,
+                            LegOutcome::Dropped | LegOutcome::Unanswered | LegOutcome::Late
+                        )
+                    });
                 let slow = |limit: u64| {
                     t.latency_ns.is_none_or(|l| l > limit)
                         || t.legs
@@ -410,6 +413,7 @@ mod tests {
                 latency_ns: None,
                 retransmits: 0,
                 drop: None,
+                node_cache: None,
                 hops: vec![hop.clone(), hop],
             }],
         }

@@ -8,7 +8,9 @@ use crate::{
     correlate::{
         loops::{LoopHop, LoopRecord},
         race::{CounterDeltas, RaceQuery, RaceRecord},
-        record::{HopRecord, LegDrop, LegRecord, LookupRef, QuestionRecord, TransactionRecord},
+        record::{
+            HopRecord, LegDrop, LegRecord, LookupRef, QuestionRecord, Summary, TransactionRecord,
+        },
     },
     decode::{dns::Cut, ip::Addr, record::PodRef},
     event::Direction,
@@ -130,6 +132,8 @@ struct LegJson<'a> {
     latency_ns: Option<u64>,
     retransmits: u32,
     drop: Option<&'a LegDrop>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    node_cache: Option<&'static str>,
     hops: &'a [HopRecord],
 }
 
@@ -152,6 +156,7 @@ impl Serialize for LegRecord {
             latency_ns: self.latency_ns,
             retransmits: self.retransmits,
             drop: self.drop.as_ref(),
+            node_cache: self.node_cache.map(report::node_cache_name),
             hops: &self.hops,
         }
         .serialize(s)
@@ -175,6 +180,12 @@ struct TransactionJson<'a> {
     #[serde(skip_serializing_if = "Option::is_none")]
     answer_cut: Option<&'a Cut>,
     latency_ns: Option<u64>,
+    /// `late`: when the answer came (first query → the client's namespace), and the
+    /// client's own timeout where its retry shows it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    late_answer_ns: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    client_timeout_ns: Option<u64>,
     summary: String,
     #[serde(skip_serializing_if = "Option::is_none")]
     evidence: Option<&'a str>,
@@ -197,6 +208,14 @@ impl Serialize for TransactionRecord {
             answers: &self.answers,
             answer_cut: self.answer_cut.as_ref(),
             latency_ns: self.latency_ns,
+            late_answer_ns: match &self.summary {
+                Summary::Late { answer_ns, .. } => Some(*answer_ns),
+                _ => None,
+            },
+            client_timeout_ns: match &self.summary {
+                Summary::Late { gave_up_ns, .. } => *gave_up_ns,
+                _ => None,
+            },
             summary: report::transaction_summary(self),
             evidence: self.evidence.as_deref(),
             legs: &self.legs,

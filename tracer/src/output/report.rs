@@ -10,7 +10,7 @@ use crate::{
     correlate::{
         loops::{LoopHop, LoopKind, LoopRecord, LoopState, Peer},
         race::{RaceNetns, RaceRecord, RaceVerdict},
-        record::{Answered, Join, LegOutcome, Outcome, Summary, TransactionRecord},
+        record::{Answered, Join, LegOutcome, NodeCache, Outcome, Summary, TransactionRecord},
         LegRole,
     },
     decode::dns::Cut,
@@ -53,8 +53,17 @@ pub fn leg_outcome_name(outcome: LegOutcome) -> &'static str {
         LegOutcome::Answered => "answered",
         LegOutcome::Truncated => "truncated",
         LegOutcome::Dropped => "dropped",
+        LegOutcome::Late => "late",
         LegOutcome::Pending => "pending",
         LegOutcome::Unanswered => "unanswered",
+    }
+}
+
+pub fn node_cache_name(c: NodeCache) -> &'static str {
+    match c {
+        NodeCache::Hit => "hit",
+        NodeCache::Miss => "miss",
+        NodeCache::Bypass => "bypass",
     }
 }
 
@@ -62,6 +71,7 @@ pub fn outcome_name(outcome: Outcome) -> &'static str {
     match outcome {
         Outcome::Answered => "answered",
         Outcome::Dropped => "dropped",
+        Outcome::Late => "late",
         Outcome::Pending => "pending",
         Outcome::Unanswered => "unanswered",
     }
@@ -163,6 +173,30 @@ pub fn transaction_summary(t: &TransactionRecord) -> String {
             "dropped by the kernel ({reason} at {location}), unanswered{}",
             retried_note(*retried)
         ),
+        Summary::Late {
+            answer_ns,
+            gave_up_ns,
+            reason,
+            location,
+            retried,
+        } => {
+            let rcode = t.rcode.as_deref().unwrap_or("");
+            let mut s = format!(
+                "answer {rcode} came at +{} after the client had given up (socket closed: {reason} at {location})",
+                dur(*answer_ns)
+            );
+            if let Some(g) = gave_up_ns {
+                let _ = write!(
+                    s,
+                    ", {} after its own {} timeout",
+                    dur(answer_ns.saturating_sub(*g)),
+                    dur(*g)
+                );
+            }
+            s.push_str(", unanswered for the client");
+            s.push_str(retried_note(*retried));
+            s
+        }
         Summary::Pending => "no answer yet when the input ended".to_string(),
         Summary::Unanswered {
             timeout_ns,

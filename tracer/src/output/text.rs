@@ -171,6 +171,16 @@ fn leg_line(l: &LegRecord) -> String {
             None => esc(rc).into_owned(),
         },
         (LegOutcome::Truncated, Some(rc)) => format!("{} truncated", esc(rc)),
+        (LegOutcome::Late, rc) => match &l.drop {
+            Some(d) => format!(
+                "LATE {} after the client gave up ({} at {}, {})",
+                esc(rc.as_deref().unwrap_or("")),
+                esc(&d.reason),
+                esc(&d.location),
+                at(&d.netns, &d.ifname, &d.pod)
+            ),
+            None => "LATE".to_string(),
+        },
         (LegOutcome::Dropped, _) => match &l.drop {
             Some(d) => format!(
                 "DROPPED {} at {} ({})",
@@ -191,13 +201,17 @@ fn leg_line(l: &LegRecord) -> String {
     } else {
         String::new()
     };
+    let cache = match l.node_cache {
+        Some(c) => format!(", node cache {}", report::node_cache_name(c)),
+        None => String::new(),
+    };
     let role = match l.role {
         crate::correlate::LegRole::Retry => "retry: ",
         crate::correlate::LegRole::TcpFallback => "tcp retry: ",
         _ => "",
     };
     format!(
-        "{role}{} {} → {}{nat} id {}: {result}{lat} [{} join, {} hops{retx}]",
+        "{role}{} {} → {}{nat} id {}: {result}{lat} [{} join, {} hops{retx}{cache}]",
         report::proto_name(l.proto),
         l.client,
         l.server,

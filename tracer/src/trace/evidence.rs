@@ -198,6 +198,8 @@ fn incident(rec: &mut Recorder, r: &mut Record, now_ns: u64) {
         Record::Transaction(t) => {
             let kind = if t.outcome == Outcome::Unanswered {
                 "unanswered"
+            } else if t.outcome == Outcome::Late {
+                "late"
             } else if t.rcode.as_deref() == Some("SERVFAIL") {
                 "servfail"
             } else {

@@ -261,6 +261,8 @@ pub async fn run_live(
             transactions: opts.view.transactions(),
             timeout_ns,
             shed_loops: true,
+            // dnspath runs in the node's namespace (DaemonSet, `kubectl debug node`).
+            node_netns: crate::kernel::netns::current_netns_cookie().ok(),
         },
         clock,
     );

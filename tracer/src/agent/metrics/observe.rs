@@ -158,6 +158,7 @@ impl Metrics {
         let outcome = match t.outcome {
             Outcome::Answered => "answered",
             Outcome::Dropped => "dropped",
+            Outcome::Late => "late",
             Outcome::Unanswered => "unanswered",
             Outcome::Pending => "pending",
         };
@@ -237,7 +238,7 @@ impl Metrics {
                         .observe(ns as f64 / 1e9);
                 }
             }
-            (LegOutcome::Unanswered | LegOutcome::Dropped, _) => {
+            (LegOutcome::Unanswered | LegOutcome::Dropped | LegOutcome::Late, _) => {
                 self.unanswered
                     .get_or_create(&QueryLabels {
                         leg: l,

@@ -42,6 +42,11 @@ fn leg(id: u64, client: &str, name: &str, dns_id: u16, parent: Option<u64>) -> L
         backend: server,
         backend_at: None,
         delivered_ns: "ns".into(),
+        delivered_at: ObservationPoint {
+            netns: 1,
+            ifindex: 1,
+            dir: crate::event::Direction::Egress,
+        },
         client_netns: "ns".into(),
         client_point: at,
         hops: vec![Hop {
@@ -59,6 +64,8 @@ fn leg(id: u64, client: &str, name: &str, dns_id: u16, parent: Option<u64>) -> L
         response: None,
         drop: None,
         race: None,
+        client_drop: None,
+        client_drop_ts: Vec::new(),
         timed_out: false,
         cut_short: false,
     }

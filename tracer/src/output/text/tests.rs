@@ -264,6 +264,7 @@ fn hostile_transaction_fields_are_escaped() {
             location: evil(),
             response: false,
         }),
+        node_cache: None,
         hops: vec![
             hop.clone(),
             HopRecord {
