@@ -1,7 +1,7 @@
 //! Builds the eBPF programs of `tracer-ebpf` and leaves the object in OUT_DIR, where
 //! `src/ebpf.rs` embeds it (aya-template layout).
 //!
-//! Toolchain choice (shared/TOOLCHAIN.md): a rustup `nightly` with `rust-src` builds the usual
+//! Toolchain choice (docs/toolchain.md): a rustup `nightly` with `rust-src` builds the usual
 //! way (`-Z build-std=core`); otherwise the `debian-bpf` toolchain (Debian's rustc-web with a
 //! prebuilt `core` for bpfel, linked by `cargo xtask setup`) builds without build-std.
 use std::{path::Path, process::Command};

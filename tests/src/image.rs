@@ -6,7 +6,7 @@
 //! podman and buildah run with a `containers.conf` of our own (`CONTAINERS_CONF`), never
 //! the machine's: `default_ulimits = []` because raising rlimits fails without
 //! CAP_SYS_RESOURCE, and runc because crun refuses the hybrid cgroup layout
-//! (shared/LAB.md, "Containers on these machines").
+//! (docs/lab.md, "Containers on these machines").
 use std::{
     path::{Path, PathBuf},
     process::{Command, Output, Stdio},

@@ -1,4 +1,4 @@
-//! NodeLocal DNSCache's shape in the lab's node namespace (shared/LAB.md, "Cluster shapes"):
+//! NodeLocal DNSCache's shape in the lab's node namespace (docs/lab.md, "Cluster shapes"):
 //! a cache (dnsdist with a packet cache) listening on the link-local address
 //! [`NODE_CACHE_ADDR`] and on the cluster DNS ClusterIP, both on the node's `lo`, with `raw`
 //! NOTRACK rules for both so kube-proxy's DNAT never sees them; misses go over TCP to a

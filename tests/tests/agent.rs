@@ -310,7 +310,7 @@ fn a_loop_born_at_runtime_moves_the_gauge_and_writes_one_event() {
     );
 }
 
-/// shared/LAB.md's deterministic race (the A query held in NFQUEUE after DNAT while the AAAA
+/// docs/lab.md's deterministic race (the A query held in NFQUEUE after DNAT while the AAAA
 /// of the same socket passes): the race counter grows by exactly the drops conntrack counted.
 #[test]
 fn forced_race_drops_count_exactly_in_the_race_metric() {

@@ -44,7 +44,7 @@ fn trace(lab: &Lab) -> Tracer {
     Tracer::transactions(lab, &["--timeout", "1"]).unwrap()
 }
 
-/// shared/LAB.md's deterministic race: the A query is held in NFQUEUE after DNAT, the AAAA
+/// docs/lab.md's deterministic race: the A query is held in NFQUEUE after DNAT, the AAAA
 /// from the same socket goes straight to the pods; on release the A fails to confirm.
 #[test]
 fn forced_races_are_each_reported_with_query_and_socket() {
@@ -108,7 +108,7 @@ fn forced_races_are_each_reported_with_query_and_socket() {
     }
 }
 
-/// shared/LAB.md's natural race: two threads pinned to two CPUs send A (to the ClusterIP)
+/// docs/lab.md's natural race: two threads pinned to two CPUs send A (to the ClusterIP)
 /// and AAAA (straight to both pods) from one socket. Every drop the kernel counts must be
 /// attributed to its query; resolved clashes are counted.
 #[test]

@@ -28,7 +28,7 @@ mod vm;
 type Result<T> = std::result::Result<T, String>;
 
 /// Debian packages: Rust for bpfel with a prebuilt core, LLVM 22 for bpf-linker
-/// (shared/TOOLCHAIN.md), and the lab's real servers and clients (shared/LAB.md).
+/// (docs/toolchain.md), and the lab's real servers and clients (docs/lab.md).
 const PACKAGES: &[&str] = &[
     "rustc-web",
     "cargo-web",

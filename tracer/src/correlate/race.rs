@@ -215,7 +215,7 @@ mod tests {
         }
     }
 
-    /// shared/LAB.md's table of what the kernel shows for each kind of drop.
+    /// docs/lab.md's table of what the kernel shows for each kind of drop.
     #[test]
     fn races_and_rule_drops_tell_apart() {
         assert!(is_race_candidate(
