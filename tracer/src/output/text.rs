@@ -197,13 +197,14 @@ fn leg_line(l: &LegRecord) -> String {
         _ => "",
     };
     format!(
-        "{role}{} {} → {}{nat} id {}: {result}{lat} [{} join, {} hops{retx}]",
+        "{role}{} {} → {}{nat} id {}: {result}{lat} [{} join, {} hop{}{retx}]",
         report::proto_name(l.proto),
         l.client,
         l.server,
         l.dns_id,
         report::join_name(l.join),
-        l.hops.len()
+        l.hops.len(),
+        if l.hops.len() == 1 { "" } else { "s" }
     )
 }
 
