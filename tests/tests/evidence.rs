@@ -780,6 +780,39 @@ const NOT_COMPARABLE: &[(&str, &str)] = &[
     ),
 ];
 
+/// What of a live `race` record `analyze` cannot give, and why (besides [`NOT_COMPARABLE`]).
+const RACE_NOT_COMPARABLE: &[(&str, &str)] = &[
+    (
+        "counters",
+        "the per-CPU conntrack statistics around the drop are sampled live over ctnetlink; a \
+         file has none",
+    ),
+    (
+        "counter_confirmed",
+        "whether those statistics grew (insert_failed, drop): nothing to read offline",
+    ),
+];
+
+/// `ns` (a record's namespace) is one of this lab's: `--all-netns` also sees the other labs
+/// running on the machine, which are not this test's to compare.
+fn ours(ns: &Value, prefix: &str) -> bool {
+    ns.as_str().is_some_and(|n| n.starts_with(prefix))
+}
+
+/// This lab's race records of a run, comparable (but for [`RACE_NOT_COMPARABLE`]), in order.
+fn comparable_races(recs: &[Value], prefix: &str) -> Vec<Value> {
+    recs.iter()
+        .filter(|r| r["type"] == "race" && ours(&r["client_netns"], prefix))
+        .map(|r| {
+            let mut r = comparable(r, r["ts_ns"].as_u64().unwrap());
+            if let Value::Object(m) = &mut r {
+                m.retain(|k, _| !RACE_NOT_COMPARABLE.iter().any(|(n, _)| n == k));
+            }
+            r
+        })
+        .collect()
+}
+
 /// `v` with every `ts_ns` made an offset from `base` and the other [`NOT_COMPARABLE`]
 /// fields taken out.
 fn comparable(v: &Value, base: u64) -> Value {
@@ -801,30 +834,35 @@ fn comparable(v: &Value, base: u64) -> Value {
     }
 }
 
-/// The transactions of a run, comparable, sorted by question and client.
-fn comparable_transactions(recs: &[Value]) -> Vec<Value> {
+/// This lab's transactions of a run, comparable, sorted by question and client.
+fn comparable_transactions(recs: &[Value], prefix: &str) -> Vec<Value> {
     let mut v: Vec<Value> = recs
         .iter()
-        .filter(|r| r["type"] == "transaction")
+        .filter(|r| r["type"] == "transaction" && ours(&r["client_netns"], prefix))
         .map(|t| comparable(t, t["ts_ns"].as_u64().unwrap()))
         .collect();
     v.sort_by_key(|t| format!("{} {} {}", t["question"], t["client"], t["id"]));
     v
 }
 
-/// The drop records of a run, comparable, in the order they came.
-fn comparable_drops(recs: &[Value]) -> Vec<Value> {
-    let drops: Vec<&Value> = recs.iter().filter(|r| r["type"] == "drop").collect();
+/// This lab's drop records of a run, comparable, in the order they came.
+fn comparable_drops(recs: &[Value], prefix: &str) -> Vec<Value> {
+    let drops: Vec<&Value> = recs
+        .iter()
+        .filter(|r| r["type"] == "drop" && ours(&r["netns"], prefix))
+        .collect();
     let base = drops.first().map_or(0, |d| d["ts_ns"].as_u64().unwrap());
     drops.iter().map(|d| comparable(d, base)).collect()
 }
 
 /// The issue's test: a live `trace --all-netns -o json -w FILE` of a query an iptables rule
-/// DROPs (a kernel drop, `NETFILTER_DROP`) and of answered queries over UDP and TCP, then
+/// DROPs (a kernel drop, `NETFILTER_DROP`), a query lost to a forced conntrack race, and
+/// answered queries over UDP and TCP, then
 /// `analyze FILE -o json`: its transactions are the live run's field by field (outcome,
 /// summary, rcode, answers, latencies, every leg's outcome, hops and drop with reason and
 /// location), and its drop records too (reason, code, location, cpu, namespace, interface,
-/// ids, conntrack entry, DNS message) — but for [`NOT_COMPARABLE`].
+/// ids, conntrack entry, DNS message) and its race records — but for [`NOT_COMPARABLE`] (and
+/// [`RACE_NOT_COMPARABLE`]).
 #[test]
 fn analyze_of_a_trace_w_file_reads_kernel_drops_back_as_drops() {
     let Some(lab) = lab(&[]) else {
@@ -858,6 +896,11 @@ fn analyze_of_a_trace_w_file_reads_kernel_drops_back_as_drops() {
         !dropped.status.success(),
         "the query should have been dropped"
     );
+    // A conntrack race (races.rs): the A query lost to an unresolvable clash.
+    let rig = race::RaceRig::install(&lab, 300).unwrap();
+    let shot = race::force_race(&lab, "raced.lab.test").unwrap();
+    rig.remove().unwrap();
+    assert!(!shot.a_answered, "{shot:?}");
     thread::sleep(Duration::from_millis(1500));
     for name in ["www.lab.test.", "alias.lab.test.", "nxdomain.lab.test."] {
         let _ = lab.dig(&["+time=2", "+tries=1", name, "A"]);
@@ -877,7 +920,7 @@ fn analyze_of_a_trace_w_file_reads_kernel_drops_back_as_drops() {
     let offline = ndjson(&String::from_utf8_lossy(&a.stdout));
 
     // What the comparison must contain to mean anything.
-    let txs = comparable_transactions(&live);
+    let txs = comparable_transactions(&live, lab.prefix());
     let dropped_tx: Vec<&Value> = txs
         .iter()
         .filter(|t| t["question"]["name"] == "dropped.lab.test.")
@@ -901,7 +944,7 @@ fn analyze_of_a_trace_w_file_reads_kernel_drops_back_as_drops() {
         txs.iter().any(|t| t["legs"][0]["proto"] == "tcp"),
         "no TCP transaction: {txs:#?}"
     );
-    let drops = comparable_drops(&live);
+    let drops = comparable_drops(&live, lab.prefix());
     let ours = drops
         .iter()
         .find(|d| d["dns"]["questions"][0]["name"] == "dropped.lab.test.")
@@ -915,15 +958,27 @@ fn analyze_of_a_trace_w_file_reads_kernel_drops_back_as_drops() {
         "{ours}"
     );
 
+    let races = comparable_races(&live, lab.prefix());
+    assert!(
+        races.iter().any(|r| r["verdict"] == "race-drop"
+            && r["dropped"]["question"]["name"] == "raced.lab.test."),
+        "{races:#?}"
+    );
+
     // Field by field.
     assert_eq!(
+        races,
+        comparable_races(&offline, lab.prefix()),
+        "live and analyze of the -w file disagree on races"
+    );
+    assert_eq!(
         txs,
-        comparable_transactions(&offline),
+        comparable_transactions(&offline, lab.prefix()),
         "live and analyze of the -w file disagree on transactions"
     );
     assert_eq!(
         drops,
-        comparable_drops(&offline),
+        comparable_drops(&offline, lab.prefix()),
         "live and analyze of the -w file disagree on drop records"
     );
     let live_drops = stats(&live)["drops"].as_u64().unwrap();
