@@ -763,3 +763,230 @@ fn a_race_drop_leaves_one_recorder_file_with_its_packets_explained() {
         "{frames:#?}"
     );
 }
+
+/// What of a live run's records `analyze` of its `-w` file cannot give, and why: those
+/// fields are taken out (or made relative) before the two are compared; everything else
+/// must be equal.
+const NOT_COMPARABLE: &[(&str, &str)] = &[
+    (
+        "ts_ns",
+        "live stamps are CLOCK_BOOTTIME, the file's Unix time: compared as offsets from the \
+         record's own first time (a transaction's ts_ns, the first drop's)",
+    ),
+    (
+        "join",
+        "live joins a leg's hops across DNAT through conntrack; a file has no conntrack, so \
+         analyze joins them by (client port, DNS id, question)",
+    ),
+];
+
+/// What of a live `race` record `analyze` cannot give, and why (besides [`NOT_COMPARABLE`]).
+const RACE_NOT_COMPARABLE: &[(&str, &str)] = &[
+    (
+        "counters",
+        "the per-CPU conntrack statistics around the drop are sampled live over ctnetlink; a \
+         file has none",
+    ),
+    (
+        "counter_confirmed",
+        "whether those statistics grew (insert_failed, drop): nothing to read offline",
+    ),
+];
+
+/// `ns` (a record's namespace) is one of this lab's: `--all-netns` also sees the other labs
+/// running on the machine, which are not this test's to compare.
+fn ours(ns: &Value, prefix: &str) -> bool {
+    ns.as_str().is_some_and(|n| n.starts_with(prefix))
+}
+
+/// This lab's race records of a run, comparable (but for [`RACE_NOT_COMPARABLE`]), in order.
+fn comparable_races(recs: &[Value], prefix: &str) -> Vec<Value> {
+    recs.iter()
+        .filter(|r| r["type"] == "race" && ours(&r["client_netns"], prefix))
+        .map(|r| {
+            let mut r = comparable(r, r["ts_ns"].as_u64().unwrap());
+            if let Value::Object(m) = &mut r {
+                m.retain(|k, _| !RACE_NOT_COMPARABLE.iter().any(|(n, _)| n == k));
+            }
+            r
+        })
+        .collect()
+}
+
+/// `v` with every `ts_ns` made an offset from `base` and the other [`NOT_COMPARABLE`]
+/// fields taken out.
+fn comparable(v: &Value, base: u64) -> Value {
+    match v {
+        Value::Object(m) => Value::Object(
+            m.iter()
+                .filter(|(k, _)| *k == "ts_ns" || !NOT_COMPARABLE.iter().any(|(n, _)| n == k))
+                .map(|(k, x)| {
+                    let x = match (k.as_str(), x.as_u64()) {
+                        ("ts_ns", Some(ts)) => Value::from(ts as i64 - base as i64),
+                        _ => comparable(x, base),
+                    };
+                    (k.clone(), x)
+                })
+                .collect(),
+        ),
+        Value::Array(a) => Value::Array(a.iter().map(|x| comparable(x, base)).collect()),
+        other => other.clone(),
+    }
+}
+
+/// This lab's transactions of a run, comparable, sorted by question and client.
+fn comparable_transactions(recs: &[Value], prefix: &str) -> Vec<Value> {
+    let mut v: Vec<Value> = recs
+        .iter()
+        .filter(|r| r["type"] == "transaction" && ours(&r["client_netns"], prefix))
+        .map(|t| comparable(t, t["ts_ns"].as_u64().unwrap()))
+        .collect();
+    v.sort_by_key(|t| format!("{} {} {}", t["question"], t["client"], t["id"]));
+    v
+}
+
+/// This lab's drop records of a run, comparable, in the order they came.
+fn comparable_drops(recs: &[Value], prefix: &str) -> Vec<Value> {
+    let drops: Vec<&Value> = recs
+        .iter()
+        .filter(|r| r["type"] == "drop" && ours(&r["netns"], prefix))
+        .collect();
+    let base = drops.first().map_or(0, |d| d["ts_ns"].as_u64().unwrap());
+    drops.iter().map(|d| comparable(d, base)).collect()
+}
+
+/// The issue's test: a live `trace --all-netns -o json -w FILE` of a query an iptables rule
+/// DROPs (a kernel drop, `NETFILTER_DROP`), a query lost to a forced conntrack race, and
+/// answered queries over UDP and TCP, then
+/// `analyze FILE -o json`: its transactions are the live run's field by field (outcome,
+/// summary, rcode, answers, latencies, every leg's outcome, hops and drop with reason and
+/// location), and its drop records too (reason, code, location, cpu, namespace, interface,
+/// ids, conntrack entry, DNS message) and its race records — but for [`NOT_COMPARABLE`] (and
+/// [`RACE_NOT_COMPARABLE`]).
+#[test]
+fn analyze_of_a_trace_w_file_reads_kernel_drops_back_as_drops() {
+    let Some(lab) = lab(&[]) else {
+        return;
+    };
+    let scratch = Scratch::new("drops");
+    let file = scratch.path("drops.pcapng");
+    let t = Tracer::start(
+        &lab,
+        lab.node_ns(),
+        &[
+            "trace",
+            "--all-netns",
+            "-o",
+            "json",
+            "--timeout",
+            "1",
+            "-w",
+            &file,
+        ],
+    )
+    .unwrap();
+    // The dropped query first, so that its timeout is over in the file's time before it
+    // ends (offline, time moves with the packets).
+    let o = lab.pod_dns_drop("-I");
+    assert!(o.status.success(), "{o:?}");
+    let dropped = lab.dig(&["+time=1", "+tries=1", "dropped.lab.test.", "A"]);
+    let o = lab.pod_dns_drop("-D");
+    assert!(o.status.success(), "{o:?}");
+    assert!(
+        !dropped.status.success(),
+        "the query should have been dropped"
+    );
+    // A conntrack race (races.rs): the A query lost to an unresolvable clash.
+    let rig = race::RaceRig::install(&lab, 300).unwrap();
+    let shot = race::force_race(&lab, "raced.lab.test").unwrap();
+    rig.remove().unwrap();
+    assert!(!shot.a_answered, "{shot:?}");
+    thread::sleep(Duration::from_millis(1500));
+    for name in ["www.lab.test.", "alias.lab.test.", "nxdomain.lab.test."] {
+        let _ = lab.dig(&["+time=2", "+tries=1", name, "A"]);
+    }
+    let _ = lab.dig(&["+tcp", "+time=2", "+tries=1", "www.lab.test.", "AAAA"]);
+    thread::sleep(Duration::from_millis(700));
+    let out = t.stop();
+    assert!(out.status.success(), "{}", out.stderr);
+    let live = ndjson(&out.stdout);
+
+    let a = Command::new(lab::tracer::dnspath_bin())
+        .args(["analyze", "-o", "json", "--timeout", "1", &file])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&a.stderr);
+    assert!(a.status.success(), "{stderr}");
+    let offline = ndjson(&String::from_utf8_lossy(&a.stdout));
+
+    // What the comparison must contain to mean anything.
+    let txs = comparable_transactions(&live, lab.prefix());
+    let dropped_tx: Vec<&Value> = txs
+        .iter()
+        .filter(|t| t["question"]["name"] == "dropped.lab.test.")
+        .collect();
+    assert_eq!(dropped_tx.len(), 1, "{txs:#?}");
+    assert_eq!(dropped_tx[0]["outcome"], "dropped", "{:#}", dropped_tx[0]);
+    let leg_drop = dropped_tx[0]["legs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find_map(|l| l["drop"].as_object())
+        .unwrap_or_else(|| panic!("no leg drop: {:#}", dropped_tx[0]));
+    assert_eq!(leg_drop["reason"], "NETFILTER_DROP");
+    assert!(
+        leg_drop["location"].as_str().unwrap().contains('+'),
+        "{leg_drop:?}"
+    );
+    let answered = txs.iter().filter(|t| t["outcome"] == "answered").count();
+    assert!(answered >= 4, "{txs:#?}");
+    assert!(
+        txs.iter().any(|t| t["legs"][0]["proto"] == "tcp"),
+        "no TCP transaction: {txs:#?}"
+    );
+    let drops = comparable_drops(&live, lab.prefix());
+    let ours = drops
+        .iter()
+        .find(|d| d["dns"]["questions"][0]["name"] == "dropped.lab.test.")
+        .unwrap_or_else(|| panic!("no drop record of the query: {drops:#?}"));
+    assert_eq!(
+        ours["ct"]["orig"]["dst"],
+        format!("{}:53", lab.cluster_ip())
+    );
+    assert!(
+        ours["cpu"].is_u64() && ours["ifindex"].as_u64().unwrap() > 0,
+        "{ours}"
+    );
+
+    let races = comparable_races(&live, lab.prefix());
+    assert!(
+        races.iter().any(|r| r["verdict"] == "race-drop"
+            && r["dropped"]["question"]["name"] == "raced.lab.test."),
+        "{races:#?}"
+    );
+
+    // Field by field.
+    assert_eq!(
+        races,
+        comparable_races(&offline, lab.prefix()),
+        "live and analyze of the -w file disagree on races"
+    );
+    assert_eq!(
+        txs,
+        comparable_transactions(&offline, lab.prefix()),
+        "live and analyze of the -w file disagree on transactions"
+    );
+    assert_eq!(
+        drops,
+        comparable_drops(&offline, lab.prefix()),
+        "live and analyze of the -w file disagree on drop records"
+    );
+    let live_drops = stats(&live)["drops"].as_u64().unwrap();
+    assert_eq!(stats(&offline)["drops"], live_drops);
+    assert!(
+        stderr.contains(&format!(
+            "{live_drops} kernel drops recorded by dnspath trace -w read back as drops"
+        )) && !stderr.contains("warning"),
+        "{stderr}"
+    );
+}

@@ -85,6 +85,10 @@ pub struct AnalyzeReport {
     /// pcapng blocks read without some of their optional fields (lossily or ignored), and
     /// the first of them.
     pub repaired_blocks: (u64, Option<String>),
+    /// Kernel drops read back from a file of `trace -w` (interface `dnspath/drops`).
+    pub drops: u64,
+    /// The first of those whose comment could not be read, and why.
+    pub first_unreadable_drop: Option<String>,
     /// What ended reading before the end of the file; everything before it was decoded.
     pub stopped_by: Option<FileError>,
 }
@@ -110,11 +114,19 @@ impl AnalyzeReport {
         reason(s.link.unsupported_link, "of an unsupported link type");
         reason(s.link.bad_block, "in unreadable pcapng blocks");
         reason(
-            s.link.dnspath_drops,
-            "kernel drops recorded by dnspath trace -w (not hops)",
+            s.link.unreadable_drops,
+            "kernel drops recorded by dnspath trace -w whose comment could not be read",
         );
+        let drops = if self.drops > 0 {
+            format!(
+                ", {} kernel drops recorded by dnspath trace -w read back as drops",
+                self.drops
+            )
+        } else {
+            String::new()
+        };
         let mut lines = vec![format!(
-            "{name} ({}): {} packets read, {} decoded as DNS traffic, {} skipped{}",
+            "{name} ({}): {} packets read, {} decoded as DNS traffic{drops}, {} skipped{}",
             self.format,
             self.progress.packets,
             self.stats.decode.packets,
@@ -134,6 +146,12 @@ impl AnalyzeReport {
             lines.push(format!(
                 "warning: {} unreadable packet block(s) skipped; the first: {first}",
                 s.link.bad_block
+            ));
+        }
+        if let Some(first) = &self.first_unreadable_drop {
+            lines.push(format!(
+                "warning: {} kernel drop(s) with an unreadable comment skipped; the first: {first}",
+                s.link.unreadable_drops
             ));
         }
         if let (n, Some(first)) = &self.repaired_blocks {
@@ -286,16 +304,21 @@ pub fn analyze(
     let mut now: u64 = 0;
     let mut last_tick: u64 = 0;
     loop {
-        let packet = match source.next_packet(&mut keep) {
-            Ok(Some(p)) => p,
+        let event = match source.next_event(&mut keep) {
+            Ok(Some(e)) => e,
             Ok(None) => break,
             Err(e) => {
                 stopped_by = Some(e);
                 break;
             }
         };
-        now = now.max(packet.ts_ns);
-        pipeline.push(SourceEvent::Packet(packet), &mut records);
+        let ts_ns = match &event {
+            SourceEvent::Packet(p) => p.ts_ns,
+            SourceEvent::Drop(d) => d.ts_ns,
+            _ => now,
+        };
+        now = now.max(ts_ns);
+        pipeline.push(event, &mut records);
         if now.saturating_sub(last_tick) >= TICK_NS {
             pipeline.tick(now, &mut records);
             last_tick = now;
@@ -320,6 +343,8 @@ pub fn analyze(
             let (n, first) = source.repaired_blocks();
             (n, first.map(str::to_string))
         },
+        drops: source.drops(),
+        first_unreadable_drop: source.first_unreadable_drop().map(str::to_string),
         stopped_by,
     })
 }

@@ -111,6 +111,30 @@ pub struct KernelDrop {
     pub data: Bytes,
     /// The optional kprobe pair saw `__nf_conntrack_confirm` return `NF_DROP` for this skb.
     pub confirm_failed: bool,
+    /// A drop read back from a file dnspath wrote (`trace -w`): the live run's names of its
+    /// reason and location, which the decoder takes instead of naming `reason` and
+    /// `location` itself (those are 0 then). `None` live.
+    pub named: Option<Box<NamedDrop>>,
+}
+
+/// A kernel drop as the live run named it, from its packet comment in a pcapng file
+/// (`source::file::drops`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NamedDrop {
+    /// The drop reason's name (`NETFILTER_DROP`, `UNKNOWN` before Linux 5.17).
+    pub reason: String,
+    /// `enum skb_drop_reason` value, when the live kernel had one.
+    pub reason_code: Option<u32>,
+    /// `symbol+0xoff`, or the bare address.
+    pub location: String,
+    /// The symbol of `location` (empty for a bare address).
+    pub function: String,
+    /// The conntrack-confirm hook's word, when it was loaded.
+    pub confirm_failed: Option<bool>,
+    /// The live run's namespace cookie and ifindex of the place (the file's own ids place
+    /// the drop: [`KernelDrop::netns`], [`KernelDrop::ifindex`]).
+    pub netns_cookie: Option<u64>,
+    pub ifindex: Option<u32>,
 }
 
 /// A looping question whose UDP packets the kernel should only count (live storm shedding,

@@ -33,6 +33,7 @@ use crate::{
         escape,
         record::{DropRecord, PacketRecord, Record, TransactionRecord},
     },
+    source::file::drops::DropDetails,
 };
 
 /// Where a packet goes in a pcapng file.
@@ -191,6 +192,16 @@ impl Annotator {
             clean(&r.ifname),
             packet_id(&d.data)
         );
+        // What else the drop record says, for `analyze` to read the drop back.
+        DropDetails {
+            cpu: r.cpu,
+            netns_cookie: r.netns_cookie,
+            ifindex: r.ifindex,
+            reason_code: r.reason_code,
+            confirm_failed: r.confirm_failed,
+            ct: d.ct,
+        }
+        .write(&mut comment);
         if let Some(b) = r.benign {
             comment.push_str(&format!(" benign=[{b}]"));
         }

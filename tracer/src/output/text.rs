@@ -211,13 +211,14 @@ fn leg_line(l: &LegRecord) -> String {
         _ => "",
     };
     format!(
-        "{role}{} {} → {}{nat} id {}: {result}{lat} [{} join, {} hops{retx}{cache}]",
+        "{role}{} {} → {}{nat} id {}: {result}{lat} [{} join, {} hop{}{retx}{cache}]",
         report::proto_name(l.proto),
         l.client,
         l.server,
         l.dns_id,
         report::join_name(l.join),
-        l.hops.len()
+        l.hops.len(),
+        if l.hops.len() == 1 { "" } else { "s" }
     )
 }
 

@@ -59,6 +59,7 @@ pub fn parse_record(bytes: &[u8]) -> SourceEvent {
                 orig_len: ev.orig_len,
                 data: Bytes::copy_from_slice(data),
                 confirm_failed: ev.confirm_failed != 0,
+                named: None,
             })
         }
         Err(why) => SourceEvent::Garbled {

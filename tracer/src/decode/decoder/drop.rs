@@ -82,6 +82,32 @@ impl Decoder {
         }
         self.stats.drops += 1;
         let (netns, ifname) = self.place(d.netns, d.ifindex);
+        // Named by this run (live), or as the live run named it (a file of `trace -w`).
+        let (reason, reason_code, location, function, confirm_failed) = match d.named.as_deref() {
+            Some(n) => (
+                n.reason.clone(),
+                n.reason_code,
+                n.location.clone(),
+                n.function.clone(),
+                n.confirm_failed,
+            ),
+            // No `enum skb_drop_reason` in the kernel's BTF: a kernel before 5.17, whose
+            // tracepoint has no reason at all.
+            None => (
+                if self.reasons.is_empty() {
+                    UNKNOWN_REASON.to_string()
+                } else {
+                    self.reasons
+                        .get(&d.reason)
+                        .cloned()
+                        .unwrap_or_else(|| format!("REASON{}", d.reason))
+                },
+                (!self.reasons.is_empty()).then_some(d.reason),
+                self.kallsyms.symbolize(d.location),
+                self.kallsyms.function(d.location).unwrap_or("").to_string(),
+                self.confirm_hook.then_some(d.confirm_failed),
+            ),
+        };
         let mut r = DropRecord {
             evidence: None,
             pod: None,
@@ -89,22 +115,22 @@ impl Decoder {
             time: self.clock.wall(d.ts_ns),
             cpu: d.cpu,
             netns,
-            netns_cookie: d.netns,
+            // A file's drop: the live run's ids, as its record said (the file's own place it).
+            netns_cookie: d
+                .named
+                .as_ref()
+                .and_then(|n| n.netns_cookie)
+                .unwrap_or(d.netns),
             ifname,
-            ifindex: d.ifindex,
-            // No `enum skb_drop_reason` in the kernel's BTF: a kernel before 5.17, whose
-            // tracepoint has no reason at all.
-            reason: if self.reasons.is_empty() {
-                UNKNOWN_REASON.to_string()
-            } else {
-                self.reasons
-                    .get(&d.reason)
-                    .cloned()
-                    .unwrap_or_else(|| format!("REASON{}", d.reason))
-            },
-            reason_code: (!self.reasons.is_empty()).then_some(d.reason),
-            confirm_failed: self.confirm_hook.then_some(d.confirm_failed),
-            location: self.kallsyms.symbolize(d.location),
+            ifindex: d
+                .named
+                .as_ref()
+                .and_then(|n| n.ifindex)
+                .unwrap_or(d.ifindex),
+            reason,
+            reason_code,
+            confirm_failed,
+            location,
             proto: "ip",
             src: String::new(),
             dst: String::new(),
@@ -120,7 +146,6 @@ impl Decoder {
             }),
             benign: None,
         };
-        let function = self.kallsyms.function(d.location).unwrap_or("");
         let mut tcp_flags = None;
         // Protocol and ports of a UDP or TCP packet, for the correlate stage.
         let mut endpoints = None;
@@ -220,7 +245,7 @@ impl Decoder {
             },
             Err(e) => r.malformed = Some(format!("IP: {e}")),
         }
-        r.benign = benign_drop(&r.reason, function, tcp_flags);
+        r.benign = benign_drop(&r.reason, &function, tcp_flags);
         if r.benign.is_some() {
             self.stats.drops_benign += 1;
         }
@@ -234,13 +259,13 @@ impl Decoder {
                     ifname: r.ifname.clone(),
                     reason: r.reason.clone(),
                     location: r.location.clone(),
-                    function: function.to_string(),
+                    function,
                     benign: r.benign.is_some(),
                     proto,
                     src,
                     dst,
                     ct: d.ct,
-                    confirm_failed: self.confirm_hook.then_some(d.confirm_failed),
+                    confirm_failed,
                     msg: r.dns.clone(),
                 })));
             }

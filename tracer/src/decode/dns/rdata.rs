@@ -103,10 +103,15 @@ pub(super) fn rdata_summary(
                 rest = tail.get(usize::from(len)..).unwrap_or_default();
             }
         }
-        // SVCB, HTTPS, CAA, NAPTR, HINFO, SSHFP, TLSA: hickory knows their presentation form.
+        // SVCB, HTTPS: RFC 9460's presentation format (hickory's leaves trailing commas).
+        64 | 65 => match super::svcb::svcb_summary(names, start, rdata, rtype) {
+            Ok(Some(text)) => s = text,
+            Ok(None) | Err(_) => push_generic(&mut s, rdata),
+        },
+        // CAA, NAPTR, HINFO, SSHFP, TLSA: hickory knows their presentation form.
         // Framing is already safe (rdlength checked), so if hickory rejects the contents the
         // record is still shown, generically.
-        64 | 65 | 257 | 35 | 13 | 44 | 52 => {
+        257 | 35 | 13 | 44 | 52 => {
             let mut dec = BinDecoder::new(names.msg());
             let parsed = dec.read_slice(start).and_then(|_| {
                 let len = Restrict::new(u16::try_from(rdata.len()).unwrap_or(u16::MAX));
@@ -163,6 +168,12 @@ impl<'a> RdataReader<'a> {
             .read_u32()
             .map(Restrict::unverified)
             .map_err(|e| self.fail(e))
+    }
+
+    /// How far into the rdata (which starts at `start` in the message) the fields read so
+    /// far reach.
+    pub(super) fn offset_in(&self, start: usize) -> usize {
+        self.dec.index().saturating_sub(start)
     }
 
     /// The fields must fill the rdata exactly; anything else means the record is misframed.

@@ -478,6 +478,7 @@ fn a_dropped_later_fragment_is_tied_to_its_query() {
         orig_len: data.len() as u32,
         data: data.to_vec().into(),
         confirm_failed: false,
+        named: None,
     };
     let msg = big_answer(16);
     let v4 = ipv4_fragments(&udp(&msg), 1480, 0x1a2b);

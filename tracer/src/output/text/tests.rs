@@ -493,3 +493,43 @@ fn json_keeps_lossy_names_and_escapes_controls() {
     let text = packet_line(&p);
     assert!(text.contains("/eth\u{fffd}0 out "), "{text}");
 }
+
+#[test]
+fn a_leg_of_one_hop_says_hop() {
+    let hop = HopRecord {
+        pod: Default::default(),
+        ts_ns: 1,
+        netns: "node".into(),
+        ifname: "eth0".into(),
+        dir: Direction::Egress,
+        src: "10.0.0.1:5000".parse().unwrap(),
+        dst: "10.0.0.2:53".parse().unwrap(),
+        dns_id: 1,
+        qr: false,
+        latency_ns: None,
+    };
+    let mut leg = LegRecord {
+        id: 1,
+        parent: None,
+        role: LegRole::Query,
+        proto: tracer_common::proto::IPPROTO_UDP,
+        client: "10.0.0.1:5000".parse().unwrap(),
+        server: "10.0.0.2:53".parse().unwrap(),
+        backend: "10.0.0.2:53".parse().unwrap(),
+        dns_id: 1,
+        join: Join::SameTuple,
+        outcome: LegOutcome::Pending,
+        rcode: None,
+        answers: Vec::new(),
+        answer_cut: None,
+        latency_ns: None,
+        retransmits: 0,
+        drop: None,
+        hops: vec![hop.clone()],
+    };
+    let line = super::leg_line(&leg);
+    assert!(line.ends_with("[same-tuple join, 1 hop]"), "{line}");
+    leg.hops.push(hop);
+    let line = super::leg_line(&leg);
+    assert!(line.ends_with("[same-tuple join, 2 hops]"), "{line}");
+}

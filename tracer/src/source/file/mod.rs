@@ -31,7 +31,7 @@ use pcap_file::{
 };
 
 use crate::{
-    event::{CapturedPacket, Direction, ObservationPoint},
+    event::{CapturedPacket, Direction, KernelDrop, ObservationPoint, SourceEvent},
     names::SharedNames,
 };
 
@@ -54,6 +54,10 @@ const PCAPNG_PB: u32 = 2;
 const PCAPNG_SPB: u32 = 3;
 const PCAPNG_EPB: u32 = 6;
 const PCAPNG_BYTE_ORDER_MAGIC: u32 = 0x1A2B_3C4D;
+
+/// The first ifindex given to a place where a dnspath-written file has a drop but no
+/// interface block (pcapng interface ids count from 0).
+const DROP_PLACES: u32 = 1 << 30;
 
 /// Network-namespace cookie every packet from a file gets; interfaces are told apart by
 /// their ifindex (pcapng interface id, or the SLL2 header's interface index).
@@ -127,14 +131,20 @@ pub struct LinkSkips {
     pub bad_block: u64,
     /// Left out by the caller's filter (see [`FileSource::next_packet`]).
     pub filtered: u64,
-    /// Kernel drops in a file dnspath wrote (`trace -w`: interface `dnspath/drops`): the
-    /// dropped packets, which were no hop; not decoded as packets.
-    pub dnspath_drops: u64,
+    /// Kernel drops in a file dnspath wrote (`trace -w`: interface `dnspath/drops`) whose
+    /// comment could not be read (see [`drops::parse_drop_comment`]): not decoded at all
+    /// (they were no hop, and what the drop was is unknown).
+    pub unreadable_drops: u64,
 }
 
 impl LinkSkips {
     pub fn total(&self) -> u64 {
-        self.not_ip + self.link_truncated + self.unsupported_link + self.bad_block + self.filtered
+        self.not_ip
+            + self.link_truncated
+            + self.unsupported_link
+            + self.bad_block
+            + self.filtered
+            + self.unreadable_drops
     }
 }
 
@@ -190,6 +200,7 @@ struct Interface {
     ts_offset_s: i64,
 }
 
+pub mod drops;
 mod input;
 mod link;
 mod pcap;
@@ -212,6 +223,8 @@ struct Frame {
     dir: Option<Direction>,
     /// Where the frame's captured bytes are in `Input::avail()`.
     data: Range<usize>,
+    /// Where its (first) pcapng comment is in `Input::avail()`.
+    comment: Option<Range<usize>>,
 }
 
 /// What one record or block was.
@@ -285,6 +298,13 @@ pub struct FileSource<R> {
     iface_netns: HashMap<u32, u64>,
     /// Interfaces holding kernel drops in a dnspath-written file.
     drops_ifaces: HashSet<u32>,
+    /// A dnspath-written file's interfaces by `if_name` (`netns/ifname`): namespace id and
+    /// ifindex, where its drops are placed.
+    ifaces_by_name: HashMap<String, (u64, u32)>,
+    /// Kernel drops read back from their comments.
+    drops: u64,
+    /// The first drop whose comment could not be read, and why.
+    first_unreadable_drop: Option<String>,
     /// The current pcapng section was written by dnspath (`trace -w`).
     by_dnspath: bool,
 }
@@ -423,6 +443,9 @@ impl<R: Read> FileSource<R> {
             netns_ids: HashMap::new(),
             iface_netns: HashMap::new(),
             drops_ifaces: HashSet::new(),
+            ifaces_by_name: HashMap::new(),
+            drops: 0,
+            first_unreadable_drop: None,
             by_dnspath: false,
         };
         if let Format::PcapNg { parser, .. } = &src.format {
@@ -463,6 +486,16 @@ impl<R: Read> FileSource<R> {
         self.first_bad_block.as_deref()
     }
 
+    /// Kernel drops read back from a dnspath-written file (their packets are no hops).
+    pub fn drops(&self) -> u64 {
+        self.drops
+    }
+
+    /// The first kernel drop whose comment could not be read (block, offset and why).
+    pub fn first_unreadable_drop(&self) -> Option<&str> {
+        self.first_unreadable_drop.as_deref()
+    }
+
     /// How many blocks were read without some of their optional fields (a name that is not
     /// UTF-8, read lossily; an option of the wrong length, ignored), and the first of them.
     pub fn repaired_blocks(&self) -> (u64, Option<&str>) {
@@ -485,18 +518,94 @@ impl<R: Read> FileSource<R> {
             self.drops_ifaces.insert(ifindex);
             return;
         }
+        let _ = self
+            .ifaces_by_name
+            .insert(ifname.to_string(), (FILE_NETNS, ifindex));
         let (cookie, ns, ifname) = match ifname.split_once('/') {
-            Some((ns, name)) if !ns.is_empty() && !name.is_empty() => {
-                let next = u64::try_from(self.netns_ids.len()).unwrap_or(u64::MAX) + 1;
-                let cookie = *self.netns_ids.entry(ns.to_string()).or_insert(next);
-                (cookie, ns, name)
-            }
+            Some((ns, name)) if !ns.is_empty() && !name.is_empty() => (self.netns_id(ns), ns, name),
             _ => (FILE_NETNS, self.netns_name.as_str(), ifname),
         };
         self.iface_netns.insert(ifindex, cookie);
+        if let Some(place) = self.ifaces_by_name.get_mut(&format!("{ns}/{ifname}")) {
+            place.0 = cookie;
+        }
         if let Ok(mut names) = self.names.write() {
             names.learn(cookie, ns, ifindex, ifname);
         }
+    }
+
+    /// Where a drop's comment says it happened: the namespace id and ifindex the file's
+    /// interface block of that name got, or, for a place no packet was written at, new ones
+    /// (ifindexes from [`DROP_PLACES`] up, clear of the file's interface ids).
+    fn drop_place(&mut self, netns: &str, ifname: &str) -> (u64, u32) {
+        let name = format!("{netns}/{ifname}");
+        if let Some(&place) = self.ifaces_by_name.get(&name) {
+            return place;
+        }
+        let ifindex = DROP_PLACES.saturating_add(
+            u32::try_from(self.ifaces_by_name.len()).unwrap_or(u32::MAX - DROP_PLACES),
+        );
+        let cookie = self.netns_id(netns);
+        self.iface_netns.insert(ifindex, cookie);
+        let _ = self.ifaces_by_name.insert(name, (cookie, ifindex));
+        // An empty ifname (a drop with no device, e.g. a socket's queue purged) stays empty.
+        if let Ok(mut names) = self.names.write() {
+            names.learn(cookie, netns, ifindex, ifname);
+        }
+        (cookie, ifindex)
+    }
+
+    /// The id of the namespace named `ns` in a dnspath-written file (from 1; 0 is
+    /// [`FILE_NETNS`]).
+    fn netns_id(&mut self, ns: &str) -> u64 {
+        let next = u64::try_from(self.netns_ids.len()).unwrap_or(u64::MAX) + 1;
+        *self.netns_ids.entry(ns.to_string()).or_insert(next)
+    }
+
+    /// A packet on the drops interface: the drop its comment describes, or `None` (counted,
+    /// the first remembered) when the comment cannot be read.
+    fn drop_of(&mut self, frame: &Frame, ip: Range<usize>, offset: usize) -> Option<KernelDrop> {
+        let comment = frame
+            .comment
+            .clone()
+            .and_then(|r| self.input.avail().get(r))
+            .map(String::from_utf8_lossy);
+        let parsed = match comment.as_deref() {
+            Some(c) => drops::parse_drop_comment(c),
+            None => Err(drops::DropCommentError::NoComment),
+        };
+        let d = match parsed {
+            Ok(d) => d,
+            Err(e) => {
+                self.skips.unreadable_drops += 1;
+                if self.first_unreadable_drop.is_none() {
+                    self.first_unreadable_drop = Some(format!(
+                        "block {} at byte offset {}: {e}",
+                        self.progress.records,
+                        self.input.offset()
+                    ));
+                }
+                return None;
+            }
+        };
+        let data = bytes::Bytes::copy_from_slice(self.input.avail().get(ip).unwrap_or(&[]));
+        let (netns, ifindex) = self.drop_place(&d.netns, &d.ifname);
+        self.drops += 1;
+        Some(KernelDrop {
+            ts_ns: frame.ts_ns,
+            cpu: d.cpu,
+            netns,
+            ifindex,
+            reason: 0,
+            location: 0,
+            ct: d.ct,
+            orig_len: frame
+                .wire_len
+                .saturating_sub(u32::try_from(offset).unwrap_or(u32::MAX)),
+            data,
+            confirm_failed: d.named.confirm_failed.unwrap_or(false),
+            named: Some(Box::new(d.named)),
+        })
     }
 
     fn note_linktype(&mut self, linktype: u32) {
@@ -507,11 +616,28 @@ impl<R: Read> FileSource<R> {
 
     /// The next IP packet for which `keep(bytes from the IP header on)` is true; the others
     /// are counted in [`LinkSkips::filtered`] without being copied. `Ok(None)` at the end of
-    /// the file, and after an error.
+    /// the file, and after an error. Kernel drops of a dnspath-written file are counted
+    /// ([`FileSource::drops`]) and passed over: [`FileSource::next_event`] hands them out.
     pub fn next_packet(
         &mut self,
         mut keep: impl FnMut(&[u8]) -> bool,
     ) -> Result<Option<CapturedPacket>, FileError> {
+        loop {
+            match self.next_event(&mut keep)? {
+                Some(SourceEvent::Packet(p)) => return Ok(Some(p)),
+                Some(_) => continue,
+                None => return Ok(None),
+            }
+        }
+    }
+
+    /// As [`FileSource::next_packet`], and the kernel drops of a file dnspath wrote (`trace
+    /// -w`), each as the drop the live source produced ([`SourceEvent::Drop`], named as the
+    /// live run named it).
+    pub fn next_event(
+        &mut self,
+        mut keep: impl FnMut(&[u8]) -> bool,
+    ) -> Result<Option<SourceEvent>, FileError> {
         loop {
             let frame = match self.next_frame() {
                 Ok(Some(f)) => f,
@@ -549,15 +675,18 @@ impl<R: Read> FileSource<R> {
                 self.skips.link_truncated += 1;
                 continue;
             };
-            if self.drops_ifaces.contains(&frame.iface) {
-                self.skips.dnspath_drops += 1;
-                continue;
-            }
             if !keep(ip) {
                 self.skips.filtered += 1;
                 continue;
             }
-            return Ok(Some(CapturedPacket {
+            if self.drops_ifaces.contains(&frame.iface) {
+                let ip = frame.data.start.saturating_add(offset)..frame.data.end;
+                match self.drop_of(&frame, ip, offset) {
+                    Some(d) => return Ok(Some(SourceEvent::Drop(d))),
+                    None => continue,
+                }
+            }
+            return Ok(Some(SourceEvent::Packet(CapturedPacket {
                 ts_ns: frame.ts_ns,
                 cpu: None,
                 at: ObservationPoint {
@@ -572,7 +701,7 @@ impl<R: Read> FileSource<R> {
                 vlan,
                 orig_len: frame.wire_len.saturating_sub(offset as u32),
                 data: bytes::Bytes::copy_from_slice(ip),
-            }));
+            })));
         }
     }
 

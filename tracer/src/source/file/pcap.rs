@@ -39,6 +39,7 @@ pub(super) fn pcap_record<R: Read>(
         wire_len: raw.orig_len.max(raw.incl_len),
         dir: None,
         data: PCAP_RECORD_HEADER_LEN..len,
+        comment: None,
     };
     Ok((len, Step::Packet(frame)))
 }

@@ -184,12 +184,16 @@ pub(super) fn epb_lossy(
         return (Step::BadBlock(error.to_string()), None);
     };
     let mut flags = None;
+    let mut comment = None;
     let mut notes = Vec::new();
     for (code, v) in opts {
         match (code, v.len()) {
             (2, 4) => flags = u32_at(v, 0, endian),
             (2, n) => notes.push(format!("epb_flags has a bad length {n}, ignored")),
-            (1, _) => notes.extend(lossy_note("comment", v)),
+            (1, _) => {
+                notes.extend(lossy_note("comment", v));
+                comment = comment.or_else(|| range_in(avail, v));
+            }
             _ => {}
         }
     }
@@ -197,7 +201,7 @@ pub(super) fn epb_lossy(
         notes.push(format!("{error}; its options ignored"));
     }
     let raw = (u64::from(hi) << 32) | u64::from(lo);
-    let step = packet_step(interfaces, avail, id, raw, orig, data, flags);
+    let step = packet_step(interfaces, avail, id, raw, orig, data, flags, comment);
     (step, Some(notes.join("; ")))
 }
 
@@ -291,6 +295,11 @@ pub(super) fn pcapng_block<R: Read>(
                 EnhancedPacketOption::Flags(f) => Some(*f),
                 _ => None,
             });
+            // The first comment, where it lies in the block (read only for dnspath's drops).
+            let comment = epb.options.iter().find_map(|o| match o {
+                EnhancedPacketOption::Comment(c) => range_in(avail, c.as_bytes()),
+                _ => None,
+            });
             // `timestamp` holds the raw 64-bit count of if_tsresol units.
             let raw = u64::try_from(epb.timestamp.as_nanos()).unwrap_or(u64::MAX);
             packet_step(
@@ -301,6 +310,7 @@ pub(super) fn pcapng_block<R: Read>(
                 epb.original_len,
                 &epb.data,
                 flags,
+                comment,
             )
         }
         Block::Packet(pb) => {
@@ -322,6 +332,7 @@ pub(super) fn pcapng_block<R: Read>(
                 pb.original_len,
                 &pb.data,
                 flags,
+                None,
             )
         }
         Block::SimplePacket(spb) => {
@@ -338,6 +349,7 @@ pub(super) fn pcapng_block<R: Read>(
                     wire_len: spb.original_len,
                     dir: None,
                     data,
+                    comment: None,
                 }),
                 (None, _) => {
                     Step::BadBlock("simple packet block before any interface description".into())
@@ -350,6 +362,7 @@ pub(super) fn pcapng_block<R: Read>(
     Ok((len, step))
 }
 
+#[allow(clippy::too_many_arguments, reason = "the fields of a packet block")]
 pub(super) fn packet_step(
     interfaces: &[Interface],
     avail: &[u8],
@@ -358,6 +371,7 @@ pub(super) fn packet_step(
     original_len: u32,
     data: &[u8],
     flags: Option<u32>,
+    comment: Option<Range<usize>>,
 ) -> Step {
     let Some(iface) = interfaces.get(id as usize) else {
         return Step::BadBlock(format!(
@@ -386,5 +400,6 @@ pub(super) fn packet_step(
         wire_len: original_len.max(data.len() as u32),
         dir: flags.and_then(flags_dir),
         data: range,
+        comment,
     })
 }
