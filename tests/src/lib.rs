@@ -23,6 +23,7 @@ mod cmd;
 mod config;
 mod error;
 pub mod frames;
+pub mod golden;
 pub mod hole;
 pub mod image;
 pub mod kube_proxy;

@@ -6,6 +6,8 @@
 //!   cargo xtask image    setup, build, then the container image localhost/dnspath (buildah)
 //!   cargo xtask demo     setup, build, start the lab, trace a few queries through it
 //!   cargo xtask test     setup, then every test (as root: lab tests included), then vm-test
+//!   cargo xtask bless    build, then rewrite the golden outputs under tests/golden/ from it
+//!   cargo xtask captures [NAME...]  make the golden captures again (lab ones as root), bless
 //!   cargo xtask vm-test [SERIES|host...]  the kernel_matrix lab test on each kernel nodes
 //!                        run (in VMs) and on the host
 //!   cargo xtask bench    setup (and tshark), build, time `dnspath analyze` against tshark,
@@ -19,6 +21,7 @@ use std::{
 
 mod bench;
 mod demo;
+mod golden;
 mod image;
 #[cfg(test)]
 mod layout;
@@ -258,12 +261,16 @@ fn main() -> ExitCode {
             .and_then(|()| build_release())
             .and_then(|bin| vm::run_matrix(&bin, rest)),
         "image" => setup().and_then(|()| image::run()),
+        "bless" => build_release().and_then(|bin| golden::bless(&bin)),
+        "captures" => setup()
+            .and_then(|()| build_release())
+            .and_then(|bin| golden::captures(&bin, rest)),
         "bench" => setup()
             .and_then(|()| install_packages(&["tshark"]))
             .and_then(|()| build_release())
             .and_then(|bin| bench::run(&bin, rest)),
         _ => {
-            eprintln!("usage: cargo xtask <setup|build|image|demo|test [cargo test args]|vm-test [5.10|6.1|6.12|host...]|bench [--only offline,kernel,live,storm] [--packets N] [--runs N] [--keep FILE] [--rates QPS,...] [--seconds N] [--storm-seconds N]>");
+            eprintln!("usage: cargo xtask <setup|build|image|demo|test [cargo test args]|bless|captures [NAME...]|vm-test [5.10|6.1|6.12|host...]|bench [--only offline,kernel,live,storm] [--packets N] [--runs N] [--keep FILE] [--rates QPS,...] [--seconds N] [--storm-seconds N]>");
             return ExitCode::from(2);
         }
     };

@@ -29,7 +29,12 @@ fn ipv4_checksum(h: &[u8]) -> u16 {
 }
 
 /// Ethernet + IPv4 + UDP frame around `payload`.
-fn frame(src: ([u8; 4], u16), dst: ([u8; 4], u16), ip_id: u16, payload: &[u8]) -> Vec<u8> {
+pub(crate) fn frame(
+    src: ([u8; 4], u16),
+    dst: ([u8; 4], u16),
+    ip_id: u16,
+    payload: &[u8],
+) -> Vec<u8> {
     let mut f = Vec::with_capacity(42 + payload.len());
     f.extend_from_slice(&[0x02, 0, 0, 0, 0, 0x02]); // dst MAC
     f.extend_from_slice(&[0x02, 0, 0, 0, 0, 0x01]); // src MAC
@@ -56,7 +61,7 @@ fn frame(src: ([u8; 4], u16), dst: ([u8; 4], u16), ip_id: u16, payload: &[u8]) -
 }
 
 /// A little-endian microsecond Ethernet pcap at `path`, written by pcap-file.
-fn pcap_writer(path: &Path) -> crate::Result<PcapWriter<BufWriter<File>>> {
+pub(crate) fn pcap_writer(path: &Path) -> crate::Result<PcapWriter<BufWriter<File>>> {
     let file = File::create(path).map_err(|e| format!("{}: {e}", path.display()))?;
     let header = PcapHeader {
         snaplen: 262_144,
@@ -69,7 +74,7 @@ fn pcap_writer(path: &Path) -> crate::Result<PcapWriter<BufWriter<File>>> {
 }
 
 /// One whole frame seen at `ts_us` (µs since the epoch).
-fn write_frame(
+pub(crate) fn write_frame(
     w: &mut PcapWriter<BufWriter<File>>,
     ts_us: u64,
     frame: &[u8],

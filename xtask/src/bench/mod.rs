@@ -13,7 +13,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-mod capture;
+pub(crate) mod capture;
 mod dns;
 
 use capture::{write_capture, write_repeats_capture};
