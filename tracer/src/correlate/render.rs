@@ -445,6 +445,7 @@ impl Correlator {
                         } else {
                             None
                         },
+                        tunnel: h.tunnel.clone(),
                     })
                     .collect();
                 let (rcode, answers, answer_cut) = match l.response {

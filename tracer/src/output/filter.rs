@@ -318,6 +318,7 @@ mod tests {
             len: 60,
             caplen: 60,
             vlan: None,
+            tunnel: None,
             dns: Some(
                 DnsMessage {
                     id: 1,
@@ -372,6 +373,7 @@ mod tests {
             dns_id: 1,
             qr: false,
             latency_ns: None,
+            tunnel: None,
         };
         TransactionRecord {
             evidence: None,
