@@ -7,7 +7,7 @@ use std::process::ExitCode;
 
 use aya::maps::{MapData, RingBuf};
 use dnspath::kernel::{ProbeOptions, Probes, TC_PROGRAMS};
-use lab::frames::{dns_query, eth, ext_opts, ipv4, ipv6, tcp, udp};
+use lab::frames::{dns_query, eth, ext_opts, gre, ipv4, ipv6, tcp, udp, vxlan};
 
 /// Runs per measurement for frames that are not copied.
 const REPEAT_OTHER: u32 = 1_000_000;
@@ -66,6 +66,68 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
                 &[(0x8100, 7)],
                 0x86dd,
                 &ipv6(&[ext_opts(0)], 17, &udp(40000, 53, &dns_query(0))),
+            ),
+        ),
+        (
+            "dns-vxlan-ipv4-udp",
+            true,
+            eth(
+                &[],
+                0x0800,
+                &ipv4(
+                    17,
+                    0,
+                    0,
+                    &udp(
+                        51000,
+                        8472,
+                        &vxlan(
+                            1,
+                            &eth(&[], 0x0800, &ipv4(17, 0, 0, &udp(40000, 53, &dns_query(0)))),
+                        ),
+                    ),
+                ),
+            ),
+        ),
+        (
+            "dns-gre-key-ipv4-udp",
+            true,
+            eth(
+                &[],
+                0x0800,
+                &ipv4(
+                    47,
+                    0,
+                    0,
+                    &gre(
+                        false,
+                        Some(1),
+                        None,
+                        0x0800,
+                        &ipv4(17, 0, 0, &udp(40000, 53, &dns_query(0))),
+                    ),
+                ),
+            ),
+        ),
+        (
+            "other-vxlan-ipv4-tcp",
+            false,
+            eth(
+                &[],
+                0x0800,
+                &ipv4(
+                    17,
+                    0,
+                    0,
+                    &udp(
+                        51000,
+                        8472,
+                        &vxlan(
+                            1,
+                            &eth(&[], 0x0800, &ipv4(6, 0, 0, &tcp(40000, 443, 3, &[0; 200]))),
+                        ),
+                    ),
+                ),
             ),
         ),
         (

@@ -1,6 +1,7 @@
 //! Crafted frames for the kernel programs' `BPF_PROG_TEST_RUN` tests and cost benchmark:
 //! Ethernet (with VLAN tags), IPv4 (with options, fragments), IPv6 (with extension headers),
-//! UDP and TCP (with options) around a small DNS query.
+//! UDP and TCP (with options) around a small DNS query, and the tunnels (VXLAN, Geneve, GRE)
+//! around those.
 
 /// A DNS query: id 0x1234, RD, one question "a.test. A IN", then `extra` bytes of padding
 /// (as if an EDNS answer followed).
@@ -103,4 +104,50 @@ pub fn eth(tags: &[(u16, u16)], ethertype: u16, payload: &[u8]) -> Vec<u8> {
     f.extend_from_slice(&ethertype.to_be_bytes());
     f.extend_from_slice(payload);
     f
+}
+
+/// A VXLAN header (I flag, `vni`) and the Ethernet `frame` it carries: a UDP payload for
+/// port 4789 or 8472.
+pub fn vxlan(vni: u32, frame: &[u8]) -> Vec<u8> {
+    let mut v = vec![0x08, 0, 0, 0];
+    v.extend_from_slice(&(vni << 8).to_be_bytes());
+    v.extend_from_slice(frame);
+    v
+}
+
+/// A Geneve header with `option_words` 32-bit words of options (one option, its class 0x0102),
+/// protocol type `proto` (0x6558: Ethernet; 0x0800, 0x86dd) and `vni`, then `inner`: a UDP
+/// payload for port 6081.
+pub fn geneve(option_words: u8, proto: u16, vni: u32, inner: &[u8]) -> Vec<u8> {
+    let mut g = vec![option_words & 0x3f, 0];
+    g.extend_from_slice(&proto.to_be_bytes());
+    g.extend_from_slice(&(vni << 8).to_be_bytes());
+    if option_words > 0 {
+        // Class, type, length of the data in words (not counting this 4-byte header).
+        g.extend_from_slice(&[0x01, 0x02, 0x80, option_words - 1]);
+        g.extend(std::iter::repeat_n(0x5a, usize::from(option_words - 1) * 4));
+    }
+    g.extend_from_slice(inner);
+    g
+}
+
+/// A GRE header (version 0) with a checksum when `csum`, the `key` and the sequence number
+/// `seq` when given, protocol type `proto`, then `inner`: an IP payload for protocol 47.
+pub fn gre(csum: bool, key: Option<u32>, seq: Option<u32>, proto: u16, inner: &[u8]) -> Vec<u8> {
+    let flags: u16 = (u16::from(csum) << 15)
+        | (u16::from(key.is_some()) << 13)
+        | (u16::from(seq.is_some()) << 12);
+    let mut g = flags.to_be_bytes().to_vec();
+    g.extend_from_slice(&proto.to_be_bytes());
+    if csum {
+        g.extend_from_slice(&[0xbe, 0xef, 0, 0]);
+    }
+    if let Some(k) = key {
+        g.extend_from_slice(&k.to_be_bytes());
+    }
+    if let Some(s) = seq {
+        g.extend_from_slice(&s.to_be_bytes());
+    }
+    g.extend_from_slice(inner);
+    g
 }

@@ -9,12 +9,15 @@
 //! leaves (or does not). Root only; `cargo xtask vm-test` runs this on every kernel of the
 //! matrix too.
 use aya::maps::{MapData, RingBuf};
+use dnspath::decode::tunnel::{decapsulate, Decap, TunnelKind};
 use dnspath::{
     event::{Direction, SourceEvent},
     kernel::{ProbeOptions, Probes, TC_PROGRAMS},
     source::live::parse_record,
 };
-use lab::frames::{dns_query, eth, ext_frag, ext_frag_id, ext_opts, ipv4, ipv6, tcp, udp};
+use lab::frames::{
+    dns_query, eth, ext_frag, ext_frag_id, ext_opts, geneve, gre, ipv4, ipv6, tcp, udp, vxlan,
+};
 use tracer_common::counter;
 
 const ETH_INGRESS: usize = 0;
@@ -375,13 +378,17 @@ fn take_logged() -> Vec<String> {
 }
 
 /// `-vv`: the programs say why a packet was not parsed and which encapsulation they did not
-/// enter; loaded without it, the same frames say nothing (the verifier removed the logging).
+/// enter (VLAN tags beyond two, MPLS); loaded without it, the same frames say nothing (the verifier removed the logging).
 #[test]
 fn kernel_diagnostics_only_when_asked() {
     if log::set_logger(&Collect).is_ok() {
         log::set_max_level(log::LevelFilter::Trace);
     }
-    let gre = eth(&[], 0x0800, &ipv4(47, 0, 0, &[0u8; 24]));
+    let three_tags = eth(
+        &[(0x88a8, 1), (0x8100, 2), (0x8100, 3)],
+        0x0800,
+        &ipv4(17, 0, 0, &udp(40000, 53, &dns_query(0))),
+    );
     let mpls = eth(&[], 0x8847, &[0u8; 40]);
     let mut bad_ihl = ipv4(17, 0, 0, &udp(40000, 53, &dns_query(0)));
     bad_ihl[0] = 0x43;
@@ -392,7 +399,7 @@ fn kernel_diagnostics_only_when_asked() {
             return;
         };
         take_logged();
-        for frame in [&gre, &mpls, &bad_ihl, &plain_tcp] {
+        for frame in [&three_tags, &mpls, &bad_ihl, &plain_tcp] {
             rig.run(ETH_INGRESS, frame);
         }
         rig.probes.flush_kernel_log();
@@ -407,7 +414,7 @@ fn kernel_diagnostics_only_when_asked() {
         assert_eq!(logged.len(), 3, "{logged:?}");
         assert!(
             logged[0].starts_with("TRACE dnspath::kernel: ")
-                && logged[0].ends_with("ethertype 800: GRE not inspected"),
+                && logged[0].ends_with("ethertype 88a8: VLAN tags beyond two not inspected"),
             "{logged:?}"
         );
         assert!(
@@ -421,4 +428,222 @@ fn kernel_diagnostics_only_when_asked() {
             "{logged:?}"
         );
     }
+}
+
+/// The DNS query every tunnel test carries: 10.244.1.2:40000 > 10.96.0.10:53.
+fn inner_query() -> Vec<u8> {
+    ipv4(17, 0, 0, &udp(40000, 53, &dns_query(0)))
+}
+
+/// The record of `frame` (an Ethernet frame around `outer`, an IP packet carrying a tunnel)
+/// holds `outer` whole, from its IP header on; userspace finds in it the tunnel `kind` and
+/// the query to port 53.
+fn tunnelled(rig: &mut Rig, what: &str, outer: &[u8], frame: &[u8], kind: TunnelKind) {
+    let (ev, grew) = rig.run(ETH_INGRESS, frame);
+    let p = one_packet(&ev);
+    assert_eq!(p.data, outer, "{what}: copied from the outer IP header on");
+    assert_eq!(p.orig_len as usize, outer.len(), "{what}");
+    assert_eq!(grew[counter::PACKETS_MATCHED as usize], 1, "{what}");
+    assert_eq!(grew[counter::PARSE_FAILED as usize], 0, "{what}");
+    let Ok(Decap::Inner { tunnel, offset }) = decapsulate(&p.data) else {
+        panic!("{what}: {:?}", decapsulate(&p.data));
+    };
+    assert_eq!(tunnel.kind, kind, "{what}");
+    let ip = dnspath::decode::parse_ip(&p.data[offset..]).unwrap();
+    assert!(
+        matches!(
+            ip.transport,
+            dnspath::decode::Transport::Udp { dport: 53, .. }
+        ),
+        "{what}: {ip:?}"
+    );
+}
+
+/// One level of VXLAN (both ports, a VLAN tag inside), Geneve (with options; Ethernet or IP
+/// inside), GRE (checksum, key, sequence number; IPv4, IPv6, Ethernet inside) and IP-in-IP
+/// (4 and 41, in IPv4 and IPv6, behind an extension header) is entered: a DNS packet inside is
+/// copied from the outer IP header on; what is not DNS inside, or not a tunnel, is not.
+#[test]
+fn tunnels_are_entered_one_level() {
+    let Some(mut rig) = rig() else { return };
+    let q = inner_query();
+    let q6 = ipv6(&[], 17, &udp(40000, 53, &dns_query(0)));
+    let in_eth = eth(&[], 0x0800, &q);
+    let mut cases: Vec<(&str, Vec<u8>, u16, TunnelKind)> = vec![
+        (
+            "vxlan 4789",
+            ipv4(17, 0, 0, &udp(51000, 4789, &vxlan(1, &in_eth))),
+            0x0800,
+            TunnelKind::Vxlan,
+        ),
+        (
+            "vxlan 8472, VLAN tag inside",
+            ipv4(
+                17,
+                0,
+                0,
+                &udp(51000, 8472, &vxlan(1, &eth(&[(0x8100, 5)], 0x0800, &q))),
+            ),
+            0x0800,
+            TunnelKind::Vxlan,
+        ),
+        (
+            "vxlan over IPv6",
+            ipv6(
+                &[],
+                17,
+                &udp(51000, 4789, &vxlan(7, &eth(&[], 0x86dd, &q6))),
+            ),
+            0x86dd,
+            TunnelKind::Vxlan,
+        ),
+        (
+            "geneve, 5 words of options, Ethernet",
+            ipv4(17, 0, 0, &udp(51000, 6081, &geneve(5, 0x6558, 9, &in_eth))),
+            0x0800,
+            TunnelKind::Geneve,
+        ),
+        (
+            "geneve, IPv4",
+            ipv4(17, 0, 0, &udp(51000, 6081, &geneve(0, 0x0800, 9, &q))),
+            0x0800,
+            TunnelKind::Geneve,
+        ),
+        (
+            "gre key+seq IPv4",
+            ipv4(47, 0, 0, &gre(false, Some(42), Some(1), 0x0800, &q)),
+            0x0800,
+            TunnelKind::Gre,
+        ),
+        (
+            "gre csum+key+seq TEB",
+            ipv4(47, 0, 0, &gre(true, Some(42), Some(1), 0x6558, &in_eth)),
+            0x0800,
+            TunnelKind::Gre,
+        ),
+        (
+            "gre IPv6 in IPv6 options",
+            ipv6(&[ext_opts(60)], 47, &gre(false, None, None, 0x86dd, &q6)),
+            0x86dd,
+            TunnelKind::Gre,
+        ),
+        ("ipip", ipv4(4, 0, 0, &q), 0x0800, TunnelKind::Ipip),
+        (
+            "ipip, outer options",
+            ipv4(4, 3, 0, &q),
+            0x0800,
+            TunnelKind::Ipip,
+        ),
+        ("ip6 in ip", ipv4(41, 0, 0, &q6), 0x0800, TunnelKind::Ip6in4),
+        ("ip in ip6", ipv6(&[], 4, &q), 0x86dd, TunnelKind::Ip4in6),
+        (
+            "ip6 in ip6",
+            ipv6(&[ext_opts(60)], 41, &q6),
+            0x86dd,
+            TunnelKind::Ip6in6,
+        ),
+    ];
+    for (what, outer, ethertype, kind) in cases.drain(..) {
+        let frame = eth(&[], ethertype, &outer);
+        tunnelled(&mut rig, what, &outer, &frame, kind);
+        // Behind two VLAN tags of the uplink as well.
+        let tagged = eth(&[(0x88a8, 3), (0x8100, 4)], ethertype, &outer);
+        tunnelled(&mut rig, what, &outer, &tagged, kind);
+    }
+
+    // The snaplen counts from the inner transport header.
+    let big = ipv4(17, 0, 0, &udp(53, 40000, &dns_query(500)));
+    let outer = ipv4(
+        17,
+        0,
+        0,
+        &udp(51000, 4789, &vxlan(1, &eth(&[], 0x0800, &big))),
+    );
+    let (ev, _) = rig.run(ETH_EGRESS, &eth(&[], 0x0800, &outer));
+    let p = one_packet(&ev);
+    assert_eq!(p.data.len(), 20 + 8 + 8 + 14 + 20 + 8 + SNAPLEN as usize);
+    assert_eq!(p.orig_len as usize, outer.len());
+
+    // Not DNS inside, not IP inside, not a tunnel's header, a tunnel in a tunnel, a GRE
+    // version or routing bit not read: nothing, and nothing counted as unreadable.
+    let web = ipv4(6, 0, 0, &tcp(40000, 443, 0, b"x"));
+    let mut no_i_flag = vxlan(1, &in_eth);
+    no_i_flag[0] = 0;
+    let mut gre_v1 = gre(false, Some(1), None, 0x880b, &q);
+    gre_v1[1] = 1;
+    let mut gre_routing = gre(false, None, None, 0x0800, &q);
+    gre_routing[0] = 0x40;
+    let nested = ipv4(4, 0, 0, &ipv4(4, 0, 0, &q));
+    let quiet: Vec<(&str, Vec<u8>)> = vec![
+        (
+            "tcp 443 in vxlan",
+            ipv4(
+                17,
+                0,
+                0,
+                &udp(51000, 4789, &vxlan(1, &eth(&[], 0x0800, &web))),
+            ),
+        ),
+        (
+            "arp in vxlan",
+            ipv4(
+                17,
+                0,
+                0,
+                &udp(51000, 4789, &vxlan(1, &eth(&[], 0x0806, &[0; 28]))),
+            ),
+        ),
+        ("no I flag", ipv4(17, 0, 0, &udp(51000, 4789, &no_i_flag))),
+        (
+            "geneve version 1",
+            ipv4(
+                17,
+                0,
+                0,
+                &udp(51000, 6081, &{
+                    let mut g = geneve(0, 0x0800, 1, &q);
+                    g[0] = 0x40;
+                    g
+                }),
+            ),
+        ),
+        ("gre version 1", ipv4(47, 0, 0, &gre_v1)),
+        ("gre routing", ipv4(47, 0, 0, &gre_routing)),
+        ("ipip in ipip", nested),
+        ("tcp 443 in ipip", ipv4(4, 0, 0, &web)),
+    ];
+    for (what, outer) in quiet {
+        let (ev, grew) = rig.run(ETH_INGRESS, &eth(&[], 0x0800, &outer));
+        assert!(ev.is_empty(), "{what}: {ev:?}");
+        assert_eq!(grew[counter::PACKETS_MATCHED as usize], 0, "{what}");
+        assert_eq!(grew[counter::PARSE_FAILED as usize], 0, "{what}");
+    }
+
+    // An inner header cut short: counted as unreadable, not reported.
+    let cut = ipv4(17, 0, 0, &udp(51000, 4789, &vxlan(1, &in_eth[..14 + 22])));
+    let (ev, grew) = rig.run(ETH_INGRESS, &eth(&[], 0x0800, &cut));
+    assert!(ev.is_empty(), "{ev:?}");
+    assert_eq!(grew[counter::PARSE_FAILED as usize], 1);
+}
+
+/// The inner datagram's later fragments, each in a tunnel packet of its own, follow its first
+/// fragment (on port 53) as they do outside tunnels.
+#[test]
+fn inner_fragments_in_a_tunnel_are_followed() {
+    let Some(mut rig) = rig() else { return };
+    let wrap = |inner: &[u8]| ipv4(47, 0, 0, &gre(false, Some(5), None, 0x0800, inner));
+    let mut later_ip = ipv4(17, 0, 100, &[0xcd; 60]);
+    later_ip[4..6].copy_from_slice(&[0x55, 0x66]);
+    let mut first_ip = ipv4(17, 0, 0x2000, &udp(53, 40000, &dns_query(40)));
+    first_ip[4..6].copy_from_slice(&[0x55, 0x66]);
+    let (first, later) = (wrap(&first_ip), wrap(&later_ip));
+    let (ev, _) = rig.run(ETH_INGRESS, &eth(&[], 0x0800, &first));
+    assert_eq!(one_packet(&ev).data, first);
+    let (ev, _) = rig.run(ETH_INGRESS, &eth(&[], 0x0800, &later));
+    assert_eq!(one_packet(&ev).data, later, "later inner fragment copied");
+    // Another datagram's later fragment (other id) is not.
+    let mut other = later_ip.clone();
+    other[4..6].copy_from_slice(&[0x77, 0x88]);
+    let (ev, _) = rig.run(ETH_INGRESS, &eth(&[], 0x0800, &wrap(&other)));
+    assert!(ev.is_empty(), "{ev:?}");
 }

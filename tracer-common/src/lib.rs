@@ -46,7 +46,7 @@ pub const L3_IPV4: u8 = 4;
 pub const L3_IPV6: u8 = 6;
 
 /// Numbers of the protocols and headers both sides walk (Ethernet, VLAN tags, IPv4, IPv6
-/// and its extension headers, UDP, TCP), defined once for the kernel programs, the capture
+/// and its extension headers, UDP, TCP, the tunnels), defined once for the kernel programs, the capture
 /// decoder and the conntrack reader.
 pub mod proto {
     /// Ethertypes (include/uapi/linux/if_ether.h).
@@ -58,6 +58,17 @@ pub mod proto {
     pub const ETH_P_8021AD: u16 = 0x88A8;
     /// Pre-standard QinQ outer tag some switches still use.
     pub const ETH_P_QINQ1: u16 = 0x9100;
+    /// Transparent Ethernet Bridging: an Ethernet frame inside GRE or Geneve.
+    pub const ETH_P_TEB: u16 = 0x6558;
+
+    /// Tunnels entered (one level): IP-in-IP (IPv4 and IPv6 inside), GRE, and the UDP
+    /// ports of VXLAN (IANA's, and flannel's/Linux's old default) and Geneve.
+    pub const IPPROTO_IPIP: u8 = 4;
+    pub const IPPROTO_IPV6: u8 = 41;
+    pub const IPPROTO_GRE: u8 = 47;
+    pub const VXLAN_PORT: u16 = 4789;
+    pub const VXLAN_LINUX_PORT: u16 = 8472;
+    pub const GENEVE_PORT: u16 = 6081;
 
     /// IP protocol numbers (IANA; include/uapi/linux/in.h and in6.h): the transports…
     pub const IPPROTO_TCP: u8 = 6;

@@ -23,10 +23,7 @@ use aya_log_ebpf::{debug, trace};
 use packet::PacketRead as _;
 use tracer_common::{
     counter,
-    proto::{
-        ETH_P_8021AD, ETH_P_8021Q, ETH_P_IP, ETH_P_IPV6, ETH_P_QINQ1, IPPROTO_TCP, IPPROTO_UDP,
-        UDP_HEADER_LEN,
-    },
+    proto::{ETH_P_8021AD, ETH_P_8021Q, ETH_P_QINQ1, IPPROTO_TCP, IPPROTO_UDP, UDP_HEADER_LEN},
     CaptureConfig, Dir, EventKind, FragKey, KernelOffsets, PacketEvent, PacketHeader,
     FRAG_KEY_LIFETIME_NS, MAX_FRAG_KEYS, MAX_PACKET_DATA, MAX_SNAPLEN, PACKET_DATA_MASK,
     PACKET_HEADER_LEN,
@@ -207,8 +204,8 @@ const LOG_TARGET: &str = "dnspath::kernel";
 
 /// Says (at trace level, `-vv`) why a packet the linear walk left alone was not inspected,
 /// when the reason is an encapsulation the walker does not enter: MPLS, PPPoE, VLAN tags
-/// beyond two, IP-in-IP or GRE (right after an untagged Ethernet header), or a VXLAN/Geneve
-/// tunnel (UDP over IPv4). A few plain loads, no second walk: with logging on, the programs
+/// beyond two. (One level of VXLAN, Geneve, GRE and IP-in-IP is entered; a tunnel inside a
+/// tunnel is not, and not said.) A few plain loads, no second walk: with logging on, the programs
 /// stay cheap enough to verify on a slow machine. Nothing runs unless trace logging was
 /// enabled at load.
 #[inline(always)]
@@ -235,28 +232,6 @@ fn explain_skip(ctx: &TcContext, p: &packet::Linear, has_eth: bool, skb_protocol
             {
                 "VLAN tags beyond two"
             }
-            _ => return,
-        },
-        ETH_P_IP => match p.ptr_at::<[u8; 24]>(l3) {
-            Ok(h) => {
-                let ihl = ((h[0] & 0x0f) as usize) * 4;
-                match h[9] {
-                    4 | 41 => "IP-in-IP",
-                    47 => "GRE",
-                    IPPROTO_UDP
-                        if ihl == 20
-                            && matches!(u16::from_be_bytes([h[22], h[23]]), 4789 | 6081 | 8472) =>
-                    {
-                        "a VXLAN or Geneve tunnel"
-                    }
-                    _ => return,
-                }
-            }
-            Err(()) => return,
-        },
-        ETH_P_IPV6 => match p.ptr_at::<u8>(l3 + 6) {
-            Ok(4) | Ok(41) => "IP-in-IP",
-            Ok(47) => "GRE",
             _ => return,
         },
         _ => return,
@@ -333,7 +308,14 @@ fn try_tc(ctx: &TcContext, has_eth: bool, dir: u8) -> Result<(), ()> {
     } as usize;
     let want = (t.l4_off - t.l3_off) + l4_hdr + snaplen;
     let cap = if want < pkt_len { want } else { pkt_len };
-    if cap == 0 || cap > MAX_PACKET_DATA {
+    // Only a tunnel's headers reach past MAX_PACKET_DATA's room for them: its payload is
+    // then cut a little shorter (and said so by userspace), not lost.
+    let cap = if cap > MAX_PACKET_DATA {
+        MAX_PACKET_DATA
+    } else {
+        cap
+    };
+    if cap == 0 {
         count(counter::PACKETS_LOST_COPY);
         return Ok(());
     }
@@ -417,14 +399,80 @@ fn walk<P: packet::PacketRead>(
     } else {
         (u16::from_be(skb_protocol as u16), 0usize, 0)
     };
-    let Some(t) = packet::transport(p, ethertype, l3_off)? else {
+    let Some(n) = packet::network(p, ethertype, l3_off)? else {
+        return Ok(None);
+    };
+    if let Some(t) = packet::ports(p, &n, l3_off)? {
+        if wanted(p, &t, true)? {
+            return Ok(Some(Found {
+                l3_off: t.l3_off,
+                l4_off: t.l4_off,
+                proto: t.proto,
+                frag: t.frag,
+                tci,
+            }));
+        }
+    }
+    let Some((inner_type, inner_off)) = packet::tunnel(p, &n)? else {
+        return Ok(None);
+    };
+    tunnelled(p, l3_off, tci, inner_type, inner_off)
+}
+
+/// Where [`tunnelled`] passes its arguments through memory (four u32s before `FOUND_ARG`).
+const TUNNEL_ARG: usize = FOUND_ARG - 16;
+const _: () = assert!(TUNNEL_ARG >= MAX_PACKET_DATA);
+
+/// Largest offset of a tunnel's inner IP header walked (outer IPv6 with extension headers,
+/// Geneve with options, VLAN tags inside): a mask the verifier bounds it by.
+const INNER_OFF_MASK: u32 = 511;
+/// Largest offset of the outer IP header (after two VLAN tags): a mask.
+const OUTER_OFF_MASK: u32 = 63;
+
+/// The packet inside one level of tunnel, its inner IP header at `inner_off`: copied (from
+/// the outer IP header `l3_off` on, encapsulation and all; userspace walks it again) when
+/// its own ports, or its fragment key, are watched. The arguments go through this CPU's
+/// scratch event, so the verifier walks the inner headers once for every outer layout
+/// (VLAN tags, IPv4 options, IPv6 extension headers, Geneve options), not once per layout.
+#[inline(always)]
+fn tunnelled<P: packet::PacketRead>(
+    p: &P,
+    l3_off: usize,
+    tci: u32,
+    inner_type: u16,
+    inner_off: usize,
+) -> Result<Option<Found>, ()> {
+    let Some(ev) = SCRATCH.get_ptr_mut(0) else {
+        return Ok(None);
+    };
+    // SAFETY: TUNNEL_ARG..TUNNEL_ARG + 16 is inside `data`, past MAX_PACKET_DATA (asserted);
+    // `ev` is this CPU's scratch event.
+    let (l3_off, tci, inner_type, inner_off) = unsafe {
+        let arg = (*ev).data.as_mut_ptr().add(TUNNEL_ARG) as *mut u32;
+        core::ptr::write_volatile(arg, l3_off as u32);
+        core::ptr::write_volatile(arg.add(1), tci);
+        core::ptr::write_volatile(arg.add(2), inner_type as u32);
+        core::ptr::write_volatile(arg.add(3), inner_off as u32);
+        (
+            core::ptr::read_volatile(arg),
+            core::ptr::read_volatile(arg.add(1)),
+            core::ptr::read_volatile(arg.add(2)) as u16,
+            core::ptr::read_volatile(arg.add(3)),
+        )
+    };
+    if inner_off > INNER_OFF_MASK || l3_off > OUTER_OFF_MASK {
+        return Ok(None);
+    }
+    let inner_off = (inner_off & INNER_OFF_MASK) as usize;
+    let l3_off = (l3_off & OUTER_OFF_MASK) as usize;
+    let Some(t) = packet::transport(p, inner_type, inner_off)? else {
         return Ok(None);
     };
     if !wanted(p, &t, true)? {
         return Ok(None);
     }
     Ok(Some(Found {
-        l3_off: t.l3_off,
+        l3_off,
         l4_off: t.l4_off,
         proto: t.proto,
         frag: t.frag,

@@ -1,5 +1,5 @@
 //! The one packet walker: Ethernet/VLAN → IPv4 (with options) or IPv6 (with extension
-//! headers) → UDP/TCP ports. The TC programs read through `bpf_skb_load_bytes`, the drop
+//! headers) → UDP/TCP ports, and (TC only) one level of tunnel to the same walk again. The TC programs read through `bpf_skb_load_bytes`, the drop
 //! program through `bpf_probe_read_kernel`; both walk the same headers the same way, so a
 //! packet TC traces is a packet whose drop is reported.
 use core::mem::size_of;
@@ -7,9 +7,10 @@ use core::mem::size_of;
 use aya_ebpf::{helpers::bpf_probe_read_kernel, programs::TcContext};
 use tracer_common::{
     proto::{
-        ETH_P_8021AD, ETH_P_8021Q, ETH_P_IP, ETH_P_IPV6, IPPROTO_DSTOPTS, IPPROTO_FRAGMENT,
-        IPPROTO_HOPOPTS, IPPROTO_ROUTING, IPPROTO_TCP, IPPROTO_UDP, IPV4_MIN_HEADER_LEN,
-        IPV6_HEADER_LEN,
+        ETH_P_8021AD, ETH_P_8021Q, ETH_P_IP, ETH_P_IPV6, ETH_P_TEB, GENEVE_PORT, IPPROTO_DSTOPTS,
+        IPPROTO_FRAGMENT, IPPROTO_GRE, IPPROTO_HOPOPTS, IPPROTO_IPIP, IPPROTO_IPV6,
+        IPPROTO_ROUTING, IPPROTO_TCP, IPPROTO_UDP, IPV4_MIN_HEADER_LEN, IPV6_HEADER_LEN,
+        UDP_HEADER_LEN, VXLAN_LINUX_PORT, VXLAN_PORT,
     },
     FragKey, L3_IPV4, L3_IPV6,
 };
@@ -131,20 +132,26 @@ pub struct Transport {
 }
 
 /// IP header fields the walk found: version, transport offset, protocol, fragment kind, id.
-struct Network {
-    l3: u8,
-    l4_off: usize,
-    proto: u8,
-    frag: u8,
-    frag_id: u32,
+pub struct Network {
+    pub l3: u8,
+    pub l4_off: usize,
+    pub proto: u8,
+    pub frag: u8,
+    pub frag_id: u32,
 }
 
 /// The link layer of an Ethernet frame: the ethertype after up to two in-packet tags
 /// (802.1ad outer + 802.1Q inner), the offset of the network header, and the innermost TCI.
 #[inline(always)]
 pub fn ethernet<P: PacketRead>(p: &P) -> Result<(u16, usize, Option<u16>), ()> {
-    let mut proto = u16::from_be(p.ptr_at::<u16>(12)?);
-    let mut off = 14usize;
+    ethernet_at(p, 0)
+}
+
+/// [`ethernet`] of the frame at `base` (a tunnel's inner frame).
+#[inline(always)]
+fn ethernet_at<P: PacketRead>(p: &P, base: usize) -> Result<(u16, usize, Option<u16>), ()> {
+    let mut proto = u16::from_be(p.ptr_at::<u16>(base + 12)?);
+    let mut off = base + 14;
     let mut tci = None;
     let mut i = 0;
     while i < 2 {
@@ -167,14 +174,26 @@ pub fn transport<P: PacketRead>(
     ethertype: u16,
     l3_off: usize,
 ) -> Result<Option<Transport>, ()> {
-    let found = match ethertype {
-        ETH_P_IP => ipv4(p, l3_off)?,
-        ETH_P_IPV6 => ipv6(p, l3_off)?,
-        _ => None,
-    };
-    let Some(n) = found else {
+    let Some(n) = network(p, ethertype, l3_off)? else {
         return Ok(None);
     };
+    ports(p, &n, l3_off)
+}
+
+/// The IP header at `l3_off` whose ethertype is `ethertype`; `Ok(None)` for other ethertypes.
+#[inline(always)]
+pub fn network<P: PacketRead>(p: &P, ethertype: u16, l3_off: usize) -> Result<Option<Network>, ()> {
+    match ethertype {
+        ETH_P_IP => ipv4(p, l3_off),
+        ETH_P_IPV6 => ipv6(p, l3_off),
+        _ => Ok(None),
+    }
+}
+
+/// The UDP or TCP header after the IP header `n` (at `l3_off`); `Ok(None)` for other
+/// protocols.
+#[inline(always)]
+pub fn ports<P: PacketRead>(p: &P, n: &Network, l3_off: usize) -> Result<Option<Transport>, ()> {
     if n.proto != IPPROTO_UDP && n.proto != IPPROTO_TCP {
         return Ok(None);
     }
@@ -193,6 +212,65 @@ pub fn transport<P: PacketRead>(
         frag: n.frag,
         frag_id: n.frag_id,
     }))
+}
+
+/// The inner packet of one level of tunnel after the IP header `n`: its ethertype and the
+/// offset of its IP header. VXLAN (UDP 4789 and flannel's 8472, I flag set; an Ethernet
+/// frame inside), Geneve (UDP 6081, version 0; past its options; Ethernet, IPv4 or IPv6
+/// inside), GRE (version 0 without routing; past its checksum, key and sequence number;
+/// IPv4, IPv6 or Transparent Ethernet Bridging inside), IP-in-IP (protocol 4 and 41).
+/// `Ok(None)` for anything else, and for an outer packet that is a fragment. The same rules
+/// as userspace's `decode::tunnel`, which reads the copied bytes again.
+#[inline(always)]
+pub fn tunnel<P: PacketRead>(p: &P, n: &Network) -> Result<Option<(u16, usize)>, ()> {
+    if n.frag != FRAG_NONE {
+        return Ok(None);
+    }
+    let l4 = n.l4_off;
+    let (proto, off) = match n.proto {
+        IPPROTO_UDP => {
+            let dport = u16::from_be(p.ptr_at::<u16>(l4 + 2)?);
+            if dport != VXLAN_PORT && dport != VXLAN_LINUX_PORT && dport != GENEVE_PORT {
+                return Ok(None);
+            }
+            // The tunnel header: flags (VXLAN) or version and option length (Geneve),
+            // then Geneve's protocol type.
+            let h = p.ptr_at::<[u8; 4]>(l4 + UDP_HEADER_LEN)?;
+            if dport == GENEVE_PORT {
+                if h[0] >> 6 != 0 {
+                    return Ok(None);
+                }
+                (
+                    u16::from_be_bytes([h[2], h[3]]),
+                    l4 + UDP_HEADER_LEN + 8 + ((h[0] & 0x3f) as usize) * 4,
+                )
+            } else if h[0] & 0x08 != 0 {
+                (ETH_P_TEB, l4 + UDP_HEADER_LEN + 8)
+            } else {
+                return Ok(None);
+            }
+        }
+        IPPROTO_GRE => {
+            let h = p.ptr_at::<[u8; 4]>(l4)?;
+            // Version 0, no routing (RFC 1701); C, K, S each add 4 bytes.
+            if h[1] & 0x07 != 0 || h[0] & 0x40 != 0 {
+                return Ok(None);
+            }
+            let words = ((h[0] >> 7) & 1) + ((h[0] >> 5) & 1) + ((h[0] >> 4) & 1);
+            (
+                u16::from_be_bytes([h[2], h[3]]),
+                l4 + 4 + (words as usize) * 4,
+            )
+        }
+        IPPROTO_IPIP => (ETH_P_IP, l4),
+        IPPROTO_IPV6 => (ETH_P_IPV6, l4),
+        _ => return Ok(None),
+    };
+    if proto == ETH_P_TEB {
+        let (ethertype, l3, _) = ethernet_at(p, off)?;
+        return Ok(Some((ethertype, l3)));
+    }
+    Ok(Some((proto, off)))
 }
 
 /// The key of the datagram a fragment belongs to: addresses from the IP header at

@@ -11,7 +11,13 @@ use std::{
 };
 
 use crate::{
-    decode::{decoder::Decoder, frag::WatchedDatagrams, parse_ip, Transport},
+    decode::{
+        decoder::Decoder,
+        frag::WatchedDatagrams,
+        parse_ip,
+        tunnel::{decapsulate, Decap},
+        Transport,
+    },
     event::SourceEvent,
     kallsyms::Kallsyms,
     names::Names,
@@ -61,7 +67,7 @@ pub struct Skipped {
     pub other_port: u64,
     /// IP but neither UDP nor TCP (ICMP, ...), or a non-first IP fragment.
     pub not_udp_tcp: u64,
-    /// IP or UDP/TCP headers cut short or invalid, so the ports are unknown.
+    /// IP or UDP/TCP headers (or a tunnel's) cut short or invalid, so the ports are unknown.
     pub unreadable_ip: u64,
 }
 
@@ -273,6 +279,19 @@ pub fn analyze(
     let mut keep = |ip: &[u8]| -> bool {
         let Some(bits) = &ports.0 else {
             return true;
+        };
+        // A tunnel's packet is kept for the ports of the packet inside it.
+        let ip = match decapsulate(ip) {
+            Ok(Decap::Plain) => ip,
+            Ok(Decap::Inner { offset, .. }) => ip.get(offset..).unwrap_or_default(),
+            Ok(Decap::NotIp(_)) => {
+                skipped.not_udp_tcp += 1;
+                return false;
+            }
+            Err(_) => {
+                skipped.unreadable_ip += 1;
+                return false;
+            }
         };
         match parse_ip(ip) {
             Ok(p) => match p.transport {

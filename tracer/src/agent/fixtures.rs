@@ -268,6 +268,7 @@ pub fn malformed_packet(reason: &str) -> PacketRecord {
         len: 40,
         caplen: 40,
         vlan: None,
+        tunnel: None,
         dns: None,
         malformed: Some(reason.to_string()),
         capture_truncated: false,

@@ -88,6 +88,7 @@ impl Correlator {
             dns_id,
             qr,
             via,
+            tunnel: o.tunnel.clone(),
         };
         let existing = match memo_leg {
             Some(leg) => leg,

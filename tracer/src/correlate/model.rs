@@ -47,6 +47,8 @@ pub(super) struct Hop {
     pub(super) dns_id: u16,
     pub(super) qr: bool,
     pub(super) via: Via,
+    /// The tunnel the observation was in (its outer addresses, kind, VNI or key).
+    pub(super) tunnel: Option<Arc<crate::decode::tunnel::Tunnel>>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -24,6 +24,8 @@ pub struct HopRecord {
     pub qr: bool,
     /// For a response: time since the query was seen at this same point.
     pub latency_ns: Option<u64>,
+    /// The tunnel it was seen in: kind, VNI or key, the outer addresses.
+    pub tunnel: Option<Arc<crate::decode::tunnel::Tunnel>>,
 }
 
 /// The kernel drop that ended a leg.

@@ -537,6 +537,7 @@ impl Correlator {
                         } else {
                             None
                         },
+                        tunnel: h.tunnel.clone(),
                     })
                     .collect();
                 let (rcode, answers, answer_cut) = match l.response {

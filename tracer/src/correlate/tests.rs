@@ -102,6 +102,7 @@ impl Feed {
             src: src.parse().unwrap(),
             dst: dst.parse().unwrap(),
             msg: m.into(),
+            tunnel: None,
         }));
     }
     fn txs(&mut self, now: u64) -> Vec<TransactionRecord> {
@@ -614,6 +615,7 @@ fn a_flood_of_unanswered_queries_stays_bounded() {
                 false,
             )
             .into(),
+            tunnel: None,
         }));
         if i % 100 == 0 {
             c.tick(u64::from(i) * 1000, &mut out);
@@ -2216,4 +2218,187 @@ fn a_second_client_passing_through_the_node_is_not_a_forward() {
     );
     let txs = f.txs(20_000 * MS);
     assert_eq!(txs.len(), 2, "{txs:#?}");
+}
+
+/// A query from a pod on node A to a DNS pod on node B through the ClusterIP, carried
+/// between the nodes in VXLAN: seen at the client pod, DNAT'd on node A, on node A's
+/// `flannel.1` (inner), on node A's and node B's `eth0` (encapsulated), on node B's
+/// `flannel.1` and at the server pod; and the answer back the same way. The encapsulated
+/// copies are hops of the one leg, not legs of their own, and keep their tunnel.
+#[test]
+fn a_packet_inside_and_outside_a_tunnel_is_one_leg() {
+    use crate::decode::tunnel::{Tunnel, TunnelKind};
+    let mut f = Feed::new();
+    let t0 = 1_000 * MS;
+    let vxlan = |src: [u8; 4], dst: [u8; 4]| {
+        Some(Arc::new(Tunnel {
+            kind: TunnelKind::Vxlan,
+            id: Some(1),
+            src: src.into(),
+            dst: dst.into(),
+        }))
+    };
+    let (a, b) = ([10, 200, 0, 1], [10, 200, 0, 2]);
+    let client = "10.244.1.2:40000";
+    let svc = "10.96.0.10:53";
+    let pod = "10.244.2.3:53";
+    // (netns cookie, ifindex, dir, namespace, interface, src, dst, tunnel)
+    type Step<'a> = (
+        u64,
+        u32,
+        Direction,
+        &'a str,
+        &'a str,
+        &'a str,
+        &'a str,
+        Option<Arc<Tunnel>>,
+    );
+    let query: Vec<Step> = vec![
+        (5, 2, Direction::Egress, "client", "eth0", client, svc, None),
+        (
+            1,
+            10,
+            Direction::Ingress,
+            "node-a",
+            "vclient",
+            client,
+            svc,
+            None,
+        ),
+        (
+            1,
+            3,
+            Direction::Egress,
+            "node-a",
+            "flannel.1",
+            client,
+            pod,
+            None,
+        ),
+        (
+            1,
+            2,
+            Direction::Egress,
+            "node-a",
+            "eth0",
+            client,
+            pod,
+            vxlan(a, b),
+        ),
+        (
+            2,
+            2,
+            Direction::Ingress,
+            "node-b",
+            "eth0",
+            client,
+            pod,
+            vxlan(a, b),
+        ),
+        (
+            2,
+            3,
+            Direction::Ingress,
+            "node-b",
+            "flannel.1",
+            client,
+            pod,
+            None,
+        ),
+        (
+            2,
+            11,
+            Direction::Egress,
+            "node-b",
+            "vdns",
+            client,
+            pod,
+            None,
+        ),
+        (6, 2, Direction::Ingress, "dns", "eth0", client, pod, None),
+    ];
+    let mut ts = t0;
+    for (netns, ifindex, dir, ns, ifn, src, dst, tunnel) in query.iter().cloned() {
+        ts += 10_000;
+        f.c.on_observed(Observed::Message(Observation {
+            ts_ns: ts,
+            at: at(netns, ifindex, dir),
+            netns: ns.into(),
+            ifname: ifn.into(),
+            proto: UDP,
+            src: src.parse().unwrap(),
+            dst: dst.parse().unwrap(),
+            msg: Arc::new(msg(9, false, "www.lab.test.", "A", "NOERROR", &[], false)),
+            tunnel,
+        }));
+    }
+    // The answer: the same places backwards, directions and addresses reversed.
+    let flip = |d: Direction| match d {
+        Direction::Ingress => Direction::Egress,
+        _ => Direction::Ingress,
+    };
+    for (netns, ifindex, dir, ns, ifn, src, dst, tunnel) in query.iter().rev().cloned() {
+        ts += 10_000;
+        let tunnel = tunnel.map(|t| {
+            Arc::new(Tunnel {
+                src: t.dst,
+                dst: t.src,
+                ..*t
+            })
+        });
+        f.c.on_observed(Observed::Message(Observation {
+            ts_ns: ts,
+            at: at(netns, ifindex, flip(dir)),
+            netns: ns.into(),
+            ifname: ifn.into(),
+            proto: UDP,
+            src: dst.parse().unwrap(),
+            dst: src.parse().unwrap(),
+            msg: Arc::new(msg(
+                9,
+                true,
+                "www.lab.test.",
+                "A",
+                "NOERROR",
+                &["10.250.0.80"],
+                false,
+            )),
+            tunnel,
+        }));
+    }
+    let txs = f.txs(t0 + 3_000 * MS);
+    assert_eq!(txs.len(), 1);
+    let t = &txs[0];
+    assert_eq!(t.outcome, Outcome::Answered);
+    assert_eq!(t.legs.len(), 1, "{:#?}", t.legs);
+    let leg = &t.legs[0];
+    assert_eq!(leg.hops.len(), 16);
+    assert_eq!(leg.backend.to_string(), pod);
+    let tunnelled: Vec<String> = leg
+        .hops
+        .iter()
+        .filter_map(|h| Some(format!("{}/{} {}", h.netns, h.ifname, h.tunnel.as_ref()?)))
+        .collect();
+    assert_eq!(
+        tunnelled,
+        [
+            "node-a/eth0 vxlan vni=1 10.200.0.1 > 10.200.0.2",
+            "node-b/eth0 vxlan vni=1 10.200.0.1 > 10.200.0.2",
+            "node-b/eth0 vxlan vni=1 10.200.0.2 > 10.200.0.1",
+            "node-a/eth0 vxlan vni=1 10.200.0.2 > 10.200.0.1",
+        ]
+    );
+    // Written: the hop names its tunnel in text and JSON.
+    let text = crate::output::text::transaction_block(t);
+    assert!(
+        text.contains("node-a/eth0 vxlan vni=1 10.200.0.1 > 10.200.0.2 out +"),
+        "{text}"
+    );
+    let json = serde_json::to_value(&t.legs[0].hops[3]).unwrap();
+    assert_eq!(json["tunnel"]["vni"], 1);
+    assert_eq!(json["tunnel"]["src"], "10.200.0.1");
+    assert!(serde_json::to_value(&t.legs[0].hops[2])
+        .unwrap()
+        .get("tunnel")
+        .is_none());
 }

@@ -172,6 +172,7 @@ impl Decoder {
                 src,
                 dst,
                 msg: Arc::clone(msg),
+                tunnel: r.tunnel.clone(),
             }));
         }
     }

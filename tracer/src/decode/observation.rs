@@ -3,7 +3,7 @@
 use std::{net::SocketAddr, sync::Arc};
 
 use crate::{
-    decode::dns::DnsMessage,
+    decode::{dns::DnsMessage, tunnel::Tunnel},
     event::{CtSnapshot, ObservationPoint},
 };
 
@@ -27,6 +27,8 @@ pub struct Observation {
     /// The message as decoded, shared with the packet's record (and with every other hop
     /// that carried the same bytes).
     pub msg: Arc<DnsMessage>,
+    /// The tunnel it was seen in, shared with the packet's record.
+    pub tunnel: Option<Arc<Tunnel>>,
 }
 
 /// A kernel drop of a DNS packet (decode → correlate).

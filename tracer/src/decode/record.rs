@@ -7,7 +7,7 @@ use tracer_common::proto::{IPPROTO_TCP, IPPROTO_UDP};
 
 pub use crate::names::PodRef;
 use crate::{
-    decode::{dns::DnsMessage, ip::Endpoint},
+    decode::{dns::DnsMessage, ip::Endpoint, tunnel::Tunnel},
     event::{KernelCounters, KernelSetup},
     time::WallTime,
 };
@@ -39,6 +39,10 @@ pub struct PacketRecord {
     pub caplen: u32,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub vlan: Option<u16>,
+    /// The tunnel the packet was captured in (VXLAN, Geneve, GRE, IP-in-IP): its kind, VNI or
+    /// key, and the outer addresses; `src`/`dst` are then the inner packet's.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tunnel: Option<Arc<Tunnel>>,
     pub dns: Option<Arc<DnsMessage>>,
     /// Why `dns` is missing.
     #[serde(skip_serializing_if = "Option::is_none")]

@@ -403,6 +403,13 @@ impl Annotator {
 /// addresses and ports: its IPv4 id, protocol and transport payload. (IPv6 has no id: two
 /// sends of the same bytes from one socket share it there.)
 pub fn packet_id(data: &[u8]) -> u64 {
+    // A tunnel's copy of a packet is the packet inside it.
+    let data = match crate::decode::tunnel::decapsulate(data) {
+        Ok(crate::decode::tunnel::Decap::Inner { offset, .. }) => {
+            data.get(offset..).unwrap_or_default()
+        }
+        _ => data,
+    };
     let mut h = std::collections::hash_map::DefaultHasher::new();
     if data.first().is_some_and(|b| b >> 4 == 4) {
         data.get(4..6).hash(&mut h);

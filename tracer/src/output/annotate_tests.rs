@@ -60,6 +60,7 @@ fn hop(r: &PacketRecord) -> HopRecord {
         dns_id: 1,
         qr: false,
         latency_ns: None,
+        tunnel: None,
     }
 }
 

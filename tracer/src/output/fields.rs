@@ -83,6 +83,13 @@ fn records() -> Vec<Record> {
     packet.vlan = Some(10);
     packet.capture_truncated = true;
     packet.dns = Some(cut.into());
+    let tunnel = std::sync::Arc::new(crate::decode::tunnel::Tunnel {
+        kind: crate::decode::tunnel::TunnelKind::Vxlan,
+        id: Some(1),
+        src: [10, 200, 0, 1].into(),
+        dst: [10, 200, 0, 2].into(),
+    });
+    packet.tunnel = Some(tunnel.clone());
     let mut drop = fixtures::drop_record("NETFILTER_DROP", Some("normal socket life"));
     drop.confirm_failed = Some(true);
     drop.capture_truncated = true;
@@ -107,7 +114,42 @@ fn records() -> Vec<Record> {
         },
     });
     drop.evidence = Some("DIR/dnspath-x-drop.pcapng".into());
-    let mut transaction = fixtures::transaction("www.lab.test.", "A", "10.244.1.2:1", None, vec![]);
+    // A leg with a hop seen inside a tunnel (and its GRE sibling's `key`).
+    let mut leg = fixtures::leg(
+        crate::correlate::LegRole::Query,
+        "10.244.1.2:1",
+        "10.96.0.10:53",
+        "10.244.2.3:53",
+        None,
+        None,
+    );
+    let hop = crate::correlate::record::HopRecord {
+        ts_ns: 1,
+        netns: "node".into(),
+        ifname: "eth0".into(),
+        pod: Default::default(),
+        dir: crate::event::Direction::Egress,
+        src: fixtures::addr("10.244.1.2:1"),
+        dst: fixtures::addr("10.244.2.3:53"),
+        dns_id: 1,
+        qr: false,
+        latency_ns: Some(1),
+        tunnel: Some(tunnel.clone()),
+    };
+    let gre = crate::decode::tunnel::Tunnel {
+        kind: crate::decode::tunnel::TunnelKind::Gre,
+        id: Some(7),
+        ..*tunnel
+    };
+    leg.hops = vec![
+        hop.clone(),
+        crate::correlate::record::HopRecord {
+            tunnel: Some(std::sync::Arc::new(gre)),
+            ..hop
+        },
+    ];
+    let mut transaction =
+        fixtures::transaction("www.lab.test.", "A", "10.244.1.2:1", None, vec![leg]);
     transaction.evidence = Some("DIR/dnspath-x-unanswered.pcapng".into());
     let mut lp = fixtures::loop_record(1, LoopState::Detected, 1);
     lp.evidence = Some("DIR/dnspath-x-loop.pcapng".into());
@@ -179,4 +221,8 @@ fn every_json_field_is_documented() {
         .iter()
         .any(|(_, p)| p == "stats.evidence.record.not_written"));
     assert!(all.iter().any(|(_, p)| p == "race.evidence"));
+    assert!(all.iter().any(|(_, p)| p == "packet.tunnel.vni"));
+    assert!(all
+        .iter()
+        .any(|(_, p)| p == "transaction.legs[].hops[].tunnel.key"));
 }

@@ -321,6 +321,7 @@ mod tests {
             len: 60,
             caplen: 60,
             vlan: None,
+            tunnel: None,
             dns: Some(
                 DnsMessage {
                     id: 1,
@@ -375,6 +376,7 @@ mod tests {
             dns_id: 1,
             qr: false,
             latency_ns: None,
+            tunnel: None,
         };
         TransactionRecord {
             evidence: None,

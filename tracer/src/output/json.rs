@@ -66,6 +66,8 @@ struct HopJson<'a> {
     qr: bool,
     #[serde(skip_serializing_if = "Option::is_none")]
     latency_ns: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tunnel: Option<&'a crate::decode::tunnel::Tunnel>,
 }
 
 impl Serialize for HopRecord {
@@ -81,6 +83,7 @@ impl Serialize for HopRecord {
             dns_id: self.dns_id,
             qr: self.qr,
             latency_ns: self.latency_ns,
+            tunnel: self.tunnel.as_deref(),
         }
         .serialize(s)
     }

@@ -67,6 +67,12 @@ fn at(netns: &str, ifname: &str, pod: &PodRef) -> String {
     }
 }
 
+/// ` vxlan vni=1 10.200.0.1 > 10.200.0.2` after a place seen inside a tunnel (numbers and
+/// addresses only: nothing to escape).
+fn tunnel(t: Option<&crate::decode::tunnel::Tunnel>) -> String {
+    t.map(|t| format!(" {t}")).unwrap_or_default()
+}
+
 pub fn packet_line(p: &PacketRecord) -> String {
     let what = match (&p.dns, &p.malformed) {
         (Some(m), _) => esc(&m.summary_line()).into_owned(),
@@ -78,10 +84,11 @@ pub fn packet_line(p: &PacketRecord) -> String {
     };
     let vlan = p.vlan.map(|v| format!(" vlan {v}")).unwrap_or_default();
     format!(
-        "{} {}{} {} {} {} > {} {} ({})",
+        "{} {}{}{} {} {} {} > {} {} ({})",
         record_clock(p.time),
         at(&p.netns, &p.ifname, p.pod_ref()),
         vlan,
+        tunnel(p.tunnel.as_deref()),
         short_dir(p.dir),
         p.proto,
         p.src,
@@ -238,8 +245,9 @@ fn hops_line(l: &LegRecord) -> String {
             crate::event::Direction::Unknown => "",
         };
         parts.push(format!(
-            "{arrow}{} {dir} +{}",
+            "{arrow}{}{} {dir} +{}",
             at(&h.netns, &h.ifname, &h.pod),
+            tunnel(h.tunnel.as_deref()),
             dur(h.ts_ns.saturating_sub(start))
         ));
     }

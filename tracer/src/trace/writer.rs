@@ -205,6 +205,7 @@ mod tests {
             len: 60,
             caplen: 60,
             vlan: None,
+            tunnel: None,
             dns: None,
             malformed: None,
             capture_truncated: false,

@@ -59,6 +59,7 @@ fn leg(id: u64, client: &str, name: &str, dns_id: u16, parent: Option<u64>) -> L
             dns_id,
             qr: false,
             via: Via::Same,
+            tunnel: None,
         }],
         retransmits: 0,
         response: None,

@@ -1,6 +1,7 @@
 //! Captured packets: reassembled, framed (TCP), decoded, counted, and reported, with each
 //! DNS message handed to the correlate stage.
 use super::{cache::MessageCache, *};
+use crate::decode::tunnel::{self, Decap};
 
 /// What became of one DNS message's bytes.
 pub(super) enum Decoded {
@@ -79,6 +80,7 @@ fn packet_record(
         len: 0,
         caplen: 0,
         vlan: None,
+        tunnel: None,
         dns: None,
         malformed: None,
         capture_truncated: false,
@@ -111,6 +113,7 @@ impl Decoder {
                             src,
                             dst,
                             msg: m,
+                            tunnel: r.tunnel,
                         }));
                     }
                     return;
@@ -135,6 +138,42 @@ impl Decoder {
     pub fn on_packet(&mut self, p: CapturedPacket, out: &mut Vec<impl From<DecodeReport>>) {
         self.stats.packets += 1;
         self.tick(p.ts_ns, out);
+        // A packet inside a tunnel is the inner packet from here on (its fragments
+        // reassembled per hop like any other's); its record keeps the outer lengths and the
+        // tunnel.
+        let (p, tunnel, outer_len) = match tunnel::decapsulate(&p.data) {
+            Ok(Decap::Plain) => (p, None, None),
+            Ok(Decap::Inner { tunnel, offset }) => {
+                let outer_len = (p.orig_len, p.data.len() as u32);
+                let inner = CapturedPacket {
+                    orig_len: p.orig_len.saturating_sub(offset as u32),
+                    data: p.data.slice(offset..),
+                    ..p
+                };
+                (inner, Some(Arc::new(tunnel)), Some(outer_len))
+            }
+            Ok(Decap::NotIp(_)) => {
+                self.stats.other += 1;
+                return;
+            }
+            Err(e) => {
+                self.stats.malformed += 1;
+                let (src, dst) = parse_ip(&p.data)
+                    .map(|ip| (Endpoint::Ip(ip.src), Endpoint::Ip(ip.dst)))
+                    .unwrap_or_default();
+                let place = self.place(p.at.netns, p.at.ifindex);
+                let r = PacketRecord {
+                    cpu: p.cpu,
+                    len: p.orig_len,
+                    caplen: p.data.len() as u32,
+                    vlan: p.vlan,
+                    malformed: Some(format!("tunnel: {e}")),
+                    ..packet_record(&self.clock, p.ts_ns, p.at, place, "ip", src, dst)
+                };
+                out.push(DecodeReport::Packet(r).into());
+                return;
+            }
+        };
         let (p, rejected) = match self.frag.push(p) {
             Pushed::Unfragmented(p) | Pushed::Complete(p) => (p, None),
             Pushed::Held => return,
@@ -143,11 +182,13 @@ impl Decoder {
         let (netns, ifname) = self.place(p.at.netns, p.at.ifindex);
         let clock = self.clock;
         // The place's names go into the record (a UDP packet's one record takes them).
+        let (len, caplen) = outer_len.unwrap_or((p.orig_len, p.data.len() as u32));
         let base = |proto: &'static str, src: Endpoint, dst: Endpoint, place: Place| PacketRecord {
             cpu: p.cpu,
-            len: p.orig_len,
-            caplen: p.data.len() as u32,
+            len,
+            caplen,
             vlan: p.vlan,
+            tunnel: tunnel.clone(),
             ..packet_record(&clock, p.ts_ns, p.at, place, proto, src, dst)
         };
         let ip = match (parse_ip(&p.data), rejected) {

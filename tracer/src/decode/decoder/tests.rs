@@ -445,3 +445,97 @@ fn unusual_packets_only_still_decodes_counts_and_observes_every_packet() {
     assert!(Arc::ptr_eq(msgs[0], msgs[1]), "one decode for both hops");
     assert_eq!(msgs[0].answers.len(), 8);
 }
+
+/// The decoder on tunnel packets: GRE with key and sequence number, Geneve with options,
+/// IP-in-IP and IPv6 in IPv4 around a TXT answer: each decoded as the packet inside, with
+/// its tunnel on the record and the observation; a cut snaplen inside the tunnel still cuts
+/// the message; hostile tunnel headers are malformed records, counted; ARP in VXLAN is other.
+#[test]
+fn tunnelled_packets_are_decoded_inside_their_tunnel() {
+    use crate::decode::tunnel::TunnelKind;
+    let inner = udp(&txt_response());
+    let outer = |proto: u8, body: &[u8]| {
+        let mut p = ipv4(proto, body);
+        p[12..20].copy_from_slice(&[10, 200, 0, 1, 10, 200, 0, 2]);
+        p
+    };
+    let mut gre = vec![0x30, 0, 0x08, 0, 0, 0, 0, 42, 0, 0, 0, 7];
+    gre.extend_from_slice(&inner);
+    // UDP to 6081; Geneve with two words of options, Ethernet inside, VNI 9.
+    let mut geneve = vec![
+        0xc3, 0x50, 0x17, 0xc1, 0, 0, 0, 0, 2, 0, 0x65, 0x58, 0, 0, 9, 0,
+    ];
+    geneve.extend_from_slice(&[1, 2, 0x80, 1, 0xaa, 0xbb, 0xcc, 0xdd]);
+    geneve.extend_from_slice(&[2, 0, 0, 0, 0, 2, 2, 0, 0, 0, 0, 1, 0x08, 0]);
+    geneve.extend_from_slice(&inner);
+    let mut ip6 = vec![0x60, 0, 0, 0, 0, 0, 17, 64];
+    ip6.extend_from_slice(&[0xfd, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1]);
+    ip6.extend_from_slice(&[0xfd, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 2]);
+    ip6.extend_from_slice(&inner[20..]);
+    let l = (inner.len() - 20) as u16;
+    ip6[4..6].copy_from_slice(&l.to_be_bytes());
+    let cases = [
+        (
+            outer(47, &gre),
+            TunnelKind::Gre,
+            Some(42),
+            "10.244.1.2:40000",
+        ),
+        (
+            outer(17, &geneve),
+            TunnelKind::Geneve,
+            Some(9),
+            "10.244.1.2:40000",
+        ),
+        (outer(4, &inner), TunnelKind::Ipip, None, "10.244.1.2:40000"),
+        (outer(41, &ip6), TunnelKind::Ip6in4, None, "[fd00::2]:40000"),
+    ];
+    for (packet, kind, id, dst) in cases {
+        let mut d = decoder();
+        let r = feed(&mut d, &packet, packet.len(), packet.len());
+        assert!(r.malformed.is_none(), "{kind:?}: {:?}", r.malformed);
+        assert_eq!(r.dns.as_ref().unwrap().id, 77, "{kind:?}");
+        assert_eq!(r.dst.to_string(), dst, "{kind:?}");
+        assert_eq!(r.len as usize, packet.len(), "the outer length");
+        let t = r.tunnel.as_deref().unwrap();
+        assert_eq!((t.kind, t.id), (kind, id));
+        assert_eq!(t.src.to_string(), "10.200.0.1");
+        let mut obs = Vec::new();
+        d.take_observed(&mut obs);
+        match &obs[..] {
+            [crate::decode::observation::Observed::Message(o)] => {
+                assert_eq!(o.tunnel.as_deref(), Some(t));
+            }
+            other => panic!("{other:?}"),
+        }
+        // Cut by a snaplen inside the tunnel: the message is cut, not malformed.
+        let mut d = decoder();
+        let r = feed(&mut d, &packet, packet.len() - 300, packet.len());
+        assert!(r.capture_truncated, "{kind:?}: {:?}", r.malformed);
+        assert!(r.tunnel.is_some());
+    }
+    // Hostile: GRE routing bit, Geneve options past the end, a cut inner header.
+    let mut d = decoder();
+    let mut routing = gre.clone();
+    routing[0] = 0x40;
+    let mut long_opts = geneve.clone();
+    long_opts[8] = 0x3f;
+    long_opts.truncate(40);
+    for packet in [outer(47, &routing), outer(17, &long_opts), outer(4, &ip6)] {
+        let r = feed(&mut d, &packet, packet.len(), packet.len());
+        let why = r.malformed.unwrap();
+        assert!(why.starts_with("tunnel: "), "{why}");
+        assert_eq!(r.src.to_string(), "10.200.0.1");
+        assert!(r.tunnel.is_none() && r.dns.is_none());
+    }
+    assert_eq!(d.stats.malformed, 3);
+    // ARP in VXLAN: counted as other, no record.
+    let mut vxlan = vec![0xc8, 0, 0x21, 0x18, 0, 0, 0, 0, 8, 0, 0, 0, 0, 0, 1, 0];
+    vxlan.extend_from_slice(&[2, 0, 0, 0, 0, 2, 2, 0, 0, 0, 0, 1, 0x08, 0x06]);
+    vxlan.extend_from_slice(&[0; 28]);
+    let mut out: Vec<Record> = Vec::new();
+    d.on_packet(captured(1, &outer(17, &vxlan), 70), &mut out);
+    assert!(out.is_empty());
+    assert_eq!(d.stats.other, 1);
+    assert!(accounted(&d.stats));
+}

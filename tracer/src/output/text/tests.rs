@@ -87,6 +87,7 @@ fn hostile_packet_fields_are_escaped() {
         len: 60,
         caplen: 60,
         vlan: None,
+        tunnel: None,
         dns: None,
         malformed: Some(evil()),
         capture_truncated: false,
@@ -158,6 +159,7 @@ fn pods_replace_netns_names_and_are_escaped() {
             len: 60,
             caplen: 60,
             vlan: None,
+            tunnel: None,
             dns: None,
             malformed: None,
             capture_truncated: false,
@@ -238,6 +240,7 @@ fn hostile_transaction_fields_are_escaped() {
         dns_id: 1,
         qr: false,
         latency_ns: None,
+        tunnel: None,
     };
     let leg = |parent, role, outcome| LegRecord {
         id: 1,
@@ -478,6 +481,7 @@ fn json_keeps_lossy_names_and_escapes_controls() {
         len: 60,
         caplen: 60,
         vlan: None,
+        tunnel: None,
         dns: None,
         malformed: None,
         capture_truncated: false,
