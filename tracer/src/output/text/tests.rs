@@ -511,6 +511,7 @@ fn a_leg_of_one_hop_says_hop() {
         dns_id: 1,
         qr: false,
         latency_ns: None,
+        tunnel: None,
     };
     let mut leg = LegRecord {
         id: 1,
@@ -529,6 +530,7 @@ fn a_leg_of_one_hop_says_hop() {
         latency_ns: None,
         retransmits: 0,
         drop: None,
+        node_cache: None,
         hops: vec![hop.clone()],
     };
     let line = super::leg_line(&leg);
