@@ -423,6 +423,11 @@ impl<W: Write> EventSink<W> {
         &self.events
     }
 
+    /// Where the lines go.
+    pub fn out(&mut self) -> &mut W {
+        &mut self.out
+    }
+
     /// The `agent` `start` line.
     pub fn start(&mut self, now_ns: u64, detail: Option<String>) -> Result<(), EventsError> {
         let e = self.events.agent("start", now_ns, detail);

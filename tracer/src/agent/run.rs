@@ -18,7 +18,10 @@ use super::{
 };
 use crate::{
     event::KernelSetup,
-    output::record::{Record, StatsRecord},
+    output::{
+        queue::{self, QueuedLines},
+        record::{Record, StatsRecord},
+    },
     time::Clock,
     trace::{self, LiveSink, TraceError, TraceOptions, TraceSummary},
 };
@@ -42,19 +45,24 @@ pub struct AgentOptions {
     pub metrics: MetricsConfig,
 }
 
-/// The agent's sink: every record counted in the metrics and offered to the event stream.
-struct AgentSink<W: Write> {
+/// Event lines the stream's queue holds while stdout's reader is slow.
+const EVENT_LINES: usize = 4_096;
+
+/// The agent's sink: every record counted in the metrics and offered to the event stream,
+/// whose lines a thread writes behind a bounded queue (a slow log reader costs lines,
+/// counted in `dnspath_sink_dropped_total{sink="events"}`, never packets).
+struct AgentSink {
     metrics: Arc<Metrics>,
     health: Arc<Health>,
-    events: EventSink<W>,
+    events: EventSink<QueuedLines>,
     /// The first event-stream failure (stdout gone): the agent goes on serving metrics.
     events_failed: Option<EventsError>,
     /// Written by the namespace scans: processes whose namespace they could not read.
     netns_unreadable: Arc<AtomicU64>,
 }
 
-impl<W: Write> AgentSink<W> {
-    fn events(&mut self, f: impl FnOnce(&mut EventSink<W>) -> Result<(), EventsError>) {
+impl AgentSink {
+    fn events(&mut self, f: impl FnOnce(&mut EventSink<QueuedLines>) -> Result<(), EventsError>) {
         if self.events_failed.is_none() {
             if let Err(e) = f(&mut self.events) {
                 log::warn!("event stream: {e}; metrics go on");
@@ -64,7 +72,7 @@ impl<W: Write> AgentSink<W> {
     }
 }
 
-impl<W: Write> LiveSink for AgentSink<W> {
+impl LiveSink for AgentSink {
     fn started(&mut self, setup: &KernelSetup, now_ns: u64) {
         self.health.set_attached(true);
         self.health.mark_read();
@@ -103,6 +111,8 @@ impl<W: Write> LiveSink for AgentSink<W> {
         self.events(|e| e.observe(&Record::Stats(Box::new(stats.clone())), now_ns));
         self.events(|e| e.tick(now_ns));
         self.metrics.observe_events(self.events.events());
+        let sinks = [self.events.out().queue().stats()];
+        self.metrics.observe_sinks(&sinks);
     }
 
     fn finish(&mut self, stats: &StatsRecord, now_ns: u64) -> std::io::Result<()> {
@@ -110,13 +120,21 @@ impl<W: Write> LiveSink for AgentSink<W> {
         self.health.set_attached(false);
         let detail = stats.stopped_by.clone();
         self.events(|e| e.stop(now_ns, detail));
+        let (events, result) = self.events.out().queue().finish(queue::DRAIN_WAIT);
+        self.metrics.observe_sinks(&[events]);
+        if let (Err(e), None) = (result, &self.events_failed) {
+            log::warn!("event stream: {e}");
+        }
         Ok(())
     }
 }
 
 /// Binds the listener (a taken port is an error before anything is loaded), serves the
 /// endpoints, and runs the live pipeline until a signal; then stops the server.
-pub async fn run(mut opts: AgentOptions, out: impl Write) -> Result<TraceSummary, AgentError> {
+pub async fn run(
+    mut opts: AgentOptions,
+    out: impl Write + Send + 'static,
+) -> Result<TraceSummary, AgentError> {
     opts.trace.attach.all_netns = true;
     opts.trace.view = crate::output::View::Transactions;
     opts.trace.count = None;
@@ -135,7 +153,11 @@ pub async fn run(mut opts: AgentOptions, out: impl Write) -> Result<TraceSummary
     let mut sink = AgentSink {
         metrics: Arc::clone(&state.metrics),
         health: Arc::clone(&state.health),
-        events: EventSink::new(EventsConfig::default(), Clock::boot(), out),
+        events: EventSink::new(
+            EventsConfig::default(),
+            Clock::boot(),
+            QueuedLines::spawn("events", EVENT_LINES, out).map_err(EventsError::from)?,
+        ),
         events_failed: None,
         netns_unreadable: Arc::clone(&opts.trace.attach.netns_unreadable),
     };

@@ -184,6 +184,11 @@ fn records() -> Vec<Record> {
         },
         correlate: Some(CorrelateStats::default()),
         stopped_by: Some("SIGINT".into()),
+        sinks: vec![crate::output::queue::SinkStats {
+            name: "output",
+            written: 1,
+            dropped: 1,
+        }],
         ..StatsRecord::default()
     };
     vec![

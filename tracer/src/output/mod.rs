@@ -5,6 +5,7 @@ pub mod filter;
 mod json;
 pub mod pcapng;
 pub mod pods;
+pub mod queue;
 pub mod record;
 pub mod recorder;
 pub mod report;
@@ -84,6 +85,11 @@ pub fn escape(s: &str) -> Cow<'_, str> {
 /// Where records go.
 pub trait Sink {
     fn write(&mut self, record: &Record) -> io::Result<()>;
+    /// [`Sink::write`] of a record the caller is done with: a sink that keeps records (a
+    /// [`queue::QueuedSink`]) takes it without a copy.
+    fn write_owned(&mut self, record: Record) -> io::Result<()> {
+        self.write(&record)
+    }
     fn flush(&mut self) -> io::Result<()>;
 }
 

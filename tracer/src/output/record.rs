@@ -52,6 +52,10 @@ pub struct StatsRecord {
     /// Live, with `-w` or `--record`: what went into pcapng files.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub evidence: Option<crate::output::annotate::EvidenceStats>,
+    /// Live: each output behind its bounded queue (`output/queue.rs`): records written, and
+    /// dropped because its reader did not keep up.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub sinks: Vec<crate::output::queue::SinkStats>,
 }
 
 impl From<DecodeReport> for Record {

@@ -430,6 +430,12 @@ pub fn stats_line(s: &StatsRecord) -> String {
             s.not_written
         ));
     }
+    for q in s.sinks.iter().filter(|q| q.dropped > 0) {
+        line.push_str(&format!(
+            ", {} records dropped at {} (its reader did not keep up)",
+            q.dropped, q.name
+        ));
+    }
     if s.unread > 0 {
         line.push_str(&format!(
             ", {} matched by the kernel but still queued at the stop (not read)",

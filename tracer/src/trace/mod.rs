@@ -156,7 +156,7 @@ pub async fn run(
     opts: TraceOptions,
     out: Box<dyn Write + Send>,
 ) -> Result<TraceSummary, TraceError> {
-    let mut sink = TraceWriter::new(&opts, out);
+    let mut sink = TraceWriter::new(&opts, out)?;
     run_live(opts, &mut sink).await
 }
 

@@ -1,12 +1,18 @@
 //! Where a live run's records go: the [`LiveSink`] trait, and `trace`'s own sink that writes
 //! them as text or NDJSON and applies `--count` and `--until loop`.
-use std::io::Write;
+use std::{io::Write, time::Instant};
 
 use super::TraceOptions;
 use crate::{
     correlate::loops::LoopState,
     event::KernelSetup,
-    output::{self, filter::Filter, record::StatsRecord, Record},
+    output::{
+        self,
+        filter::Filter,
+        queue::{self, QueuedSink},
+        record::StatsRecord,
+        Record,
+    },
 };
 
 /// Where a live run's records go: `trace` writes them ([`TraceWriter`]), the agent counts
@@ -36,28 +42,38 @@ pub trait LiveSink {
     }
 }
 
-/// `trace`'s sink: records written as text or NDJSON, `--count` and `--until loop` applied.
+/// `trace`'s sink: records written as text or NDJSON by a thread of their own behind a
+/// bounded queue (a slow reader costs records, counted in `stats.sinks`, never packets),
+/// `--count` and `--until loop` applied to the records before the queue.
 pub struct TraceWriter {
     writer: BatchWriter,
-    sink: Box<dyn output::Sink + Send>,
+    sink: QueuedSink,
 }
 
 impl TraceWriter {
-    pub fn new(opts: &TraceOptions, out: Box<dyn Write + Send>) -> Self {
-        Self {
+    pub fn new(opts: &TraceOptions, out: Box<dyn Write + Send>) -> std::io::Result<Self> {
+        Ok(Self {
             writer: BatchWriter::new(opts),
-            sink: output::sink(opts.format, out),
-        }
+            sink: QueuedSink::spawn("output", queue::RECORDS, output::sink(opts.format, out))?,
+        })
     }
 }
 
 impl LiveSink for TraceWriter {
     fn batch(&mut self, records: &mut Vec<Record>, _now_ns: u64) -> std::io::Result<bool> {
-        self.writer.write(records, self.sink.as_mut())
+        self.writer.write(records, &mut self.sink)
     }
+    /// Waits (at most [`queue::DRAIN_WAIT`] in all) for what is queued to be written, so the
+    /// `stats` record counts it, then for the `stats` record itself.
     fn finish(&mut self, stats: &StatsRecord, _now_ns: u64) -> std::io::Result<()> {
-        self.sink.write(&Record::Stats(Box::new(stats.clone())))?;
-        self.sink.flush()
+        let deadline = Instant::now() + queue::DRAIN_WAIT;
+        let q = self.sink.queue();
+        q.wait_written(queue::DRAIN_WAIT);
+        let mut stats = stats.clone();
+        stats.sinks = vec![q.stats()];
+        q.push_last(Record::Stats(Box::new(stats)))?;
+        let (_, result) = q.finish(deadline.saturating_duration_since(Instant::now()));
+        result
     }
     fn count_reached(&self) -> bool {
         self.writer.count_reached()
@@ -108,7 +124,7 @@ impl BatchWriter {
     fn write(
         &mut self,
         records: &mut Vec<Record>,
-        sink: &mut (dyn output::Sink + Send),
+        sink: &mut dyn output::Sink,
     ) -> std::io::Result<bool> {
         for r in records.drain(..) {
             if matches!(r, Record::Packet(_)) {
@@ -127,7 +143,7 @@ impl BatchWriter {
             if !self.filter.keep(&r) {
                 continue;
             }
-            sink.write(&r)?;
+            sink.write_owned(r)?;
         }
         sink.flush()?;
         Ok(self.count_reached() || (self.until_loop && self.loop_found))

@@ -230,6 +230,18 @@ fn measure(s: &Setup, mode: Mode, rate: u32, o: &LiveOptions) -> crate::Result<R
             row.captured = n("packets");
             row.lost = n("lost");
             row.summarised = n("summarised").zip(n("shed")).map(|(a, b)| a + b);
+            // Records its output's queue dropped because this reader did not keep up.
+            for s in stats
+                .iter()
+                .flat_map(|s| s["sinks"].as_array().cloned().unwrap_or_default())
+            {
+                eprintln!(
+                    "bench: dnspath trace's {} wrote {} records and dropped {}",
+                    s["name"].as_str().unwrap_or("?"),
+                    s["written"],
+                    s["dropped"]
+                );
+            }
             if stats.is_none() {
                 eprintln!(
                     "bench: dnspath trace printed no stats record: {}",

@@ -227,6 +227,11 @@ pub(super) struct EventLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(super) struct SinkLabels {
+    pub(super) sink: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub(super) struct ReasonLabels {
     pub(super) reason: &'static str,
 }

@@ -21,7 +21,7 @@ use prometheus_client::{
 
 use labels::{
     latency_family, BuildLabels, CauseLabels, DropLabels, EventLabels, KindLabels, LegLabels,
-    QtypeLabels, QueryLabels, ReasonLabels, ResponseLabels, SearchLabels, TableLabels,
+    QtypeLabels, QueryLabels, ReasonLabels, ResponseLabels, SearchLabels, SinkLabels, TableLabels,
     TransactionLabels,
 };
 
@@ -72,6 +72,7 @@ pub struct Metrics {
     loops_detected: Family<KindLabels, Counter>,
     loops_active: Gauge,
     events_lost: Family<EventLabels, Counter>,
+    sink_dropped: Family<SinkLabels, Counter>,
     malformed: Family<ReasonLabels, Counter>,
     summarised: Counter,
     packets: Counter,
@@ -113,6 +114,7 @@ impl Metrics {
             loops_detected: Family::default(),
             loops_active: Gauge::default(),
             events_lost: Family::default(),
+            sink_dropped: Family::default(),
             malformed: Family::default(),
             summarised: Counter::default(),
             fragment_losses: Counter::default(),
@@ -209,6 +211,11 @@ impl Metrics {
             m.events_lost.clone(),
         );
         r.register(
+            "sink_dropped",
+            "Lines an output of the agent dropped because its reader did not keep up (sink=events: the event stream on stdout)",
+            m.sink_dropped.clone(),
+        );
+        r.register(
             "malformed_messages",
             "Packets or TCP-framed messages that could not be decoded, by reason",
             m.malformed.clone(),
@@ -261,6 +268,20 @@ impl Metrics {
     pub fn set_netns_unreadable(&self, n: u64) {
         self.netns_unreadable
             .set(i64::try_from(n).unwrap_or(i64::MAX));
+    }
+
+    /// What the agent's queued outputs dropped (`dnspath_sink_dropped_total{sink}`): call
+    /// it now and then with their running totals.
+    pub fn observe_sinks(&self, sinks: &[crate::output::queue::SinkStats]) {
+        for s in sinks {
+            let c = self
+                .sink_dropped
+                .get_or_create(&SinkLabels { sink: s.name });
+            let was = c.get();
+            if s.dropped > was {
+                c.inc_by(s.dropped - was);
+            }
+        }
     }
 
     fn memory(&self) -> MutexGuard<'_, Memory> {

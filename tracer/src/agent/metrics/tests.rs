@@ -912,3 +912,23 @@ fn every_metric_is_documented_in_docs_and_readme() {
         assert_eq!(listed, registered, "{doc}'s metric table");
     }
 }
+
+/// The event stream's queue reports running totals; the counter follows them.
+#[test]
+fn sink_drops_follow_the_queues_totals() {
+    use crate::output::queue::SinkStats;
+    let m = Metrics::new();
+    let events = |dropped| SinkStats {
+        name: "events",
+        written: 10,
+        dropped,
+    };
+    m.observe_sinks(&[events(0)]);
+    m.observe_sinks(&[events(7)]);
+    m.observe_sinks(&[events(7)]);
+    m.observe_sinks(&[events(12)]);
+    assert_eq!(
+        value(&m.encode(), r#"dnspath_sink_dropped_total{sink="events"}"#),
+        Some(12.0)
+    );
+}

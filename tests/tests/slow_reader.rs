@@ -1,0 +1,121 @@
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "integration tests fail at the line that broke"
+)]
+//! A slow reader of `dnspath trace`'s output costs records at the output, counted, and never
+//! packets: the run loop hands records to a bounded queue and goes on reading the ring
+//! buffer. Run as root with `--test-threads=1` (`cargo xtask test`).
+use std::time::Duration;
+
+use lab::{
+    tracer::{lab_or_skip, last_stats, require_tools, Tracer},
+    DnsPodConfig, DnsServerKind, Lab, LabConfig,
+};
+
+/// Names the lab's dnsmasq pods answer from their cache.
+const QUERIES: &str = "www.lab.test A\nwww.lab.test AAAA\nalias.lab.test A\ntxt.lab.test TXT\n\
+ns.lab.test A\nns.lab.test AAAA\n";
+
+/// dnsperf in the client pod to the ClusterIP; returns the queries it sent.
+fn dnsperf(lab: &Lab, queries: &str, rate: u32, seconds: u32) -> u64 {
+    let server = lab.cluster_ip().to_string();
+    let (rate, seconds) = (rate.to_string(), seconds.to_string());
+    let o = lab.exec(
+        lab.client_ns(),
+        &[
+            "dnsperf", "-s", &server, "-d", queries, "-Q", &rate, "-l", &seconds, "-c", "8", "-q",
+            "1000", "-t", "2",
+        ],
+    );
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success(), "dnsperf failed: {out}");
+    out.lines()
+        .find_map(|l| l.trim().strip_prefix("Queries sent:"))
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no `Queries sent` in {out}"))
+}
+
+/// 18,000 queries in 6 s under `trace --all-netns -o json` (some 180,000 records, ~25 MB of
+/// ring-buffer records: more than its 16 MiB) into a pipe nobody reads for 8 s, then read at
+/// once: the output's queue fills and drops records,
+/// counted in `stats.sinks` with one warning; the ring buffer loses nothing, every question
+/// is still a transaction, and a clean stop writes everything that was queued (the records
+/// on stdout are exactly the `written` ones, then `stats`).
+#[test]
+fn a_slow_reader_costs_records_at_the_sink_not_packets() {
+    require_tools(&["dnsperf"]);
+    let Some(lab) = lab_or_skip(LabConfig {
+        dns_pods: vec![DnsPodConfig::new(DnsServerKind::Dnsmasq); 2],
+        ..LabConfig::default()
+    }) else {
+        return;
+    };
+    let queries = lab.temp_dir().join("queries.txt");
+    std::fs::write(&queries, QUERIES).unwrap();
+    let queries = queries.to_string_lossy().into_owned();
+    // Both pods' caches warm before the trace.
+    dnsperf(&lab, &queries, 500, 1);
+    let tracer = Tracer::start_under(
+        &lab,
+        lab.node_ns(),
+        &["sh", "-c", r#""$@" | (sleep 8; cat)"#, "sh"],
+        &[
+            "trace",
+            "--all-netns",
+            "-o",
+            "json",
+            "--view",
+            "both",
+            "--duration",
+            "10",
+        ],
+        true,
+        Duration::from_secs(30),
+    )
+    .unwrap();
+    let sent = dnsperf(&lab, &queries, 3_000, 6);
+    let out = tracer.wait();
+    let recs = out.records();
+    let stats = last_stats(&recs);
+    assert_eq!(stats["stopped_by"], "duration", "{stats}");
+    // Nothing lost in the ring buffer: the run loop never waited for the reader.
+    assert_eq!(stats["lost"], 0, "{stats}");
+    assert_eq!(stats["kernel"]["packets_lost_ringbuf"], 0, "{stats}");
+    // The output dropped records, counted, and said so once.
+    let sinks = stats["sinks"].as_array().expect("stats.sinks");
+    assert_eq!(sinks.len(), 1, "{stats}");
+    let output = &sinks[0];
+    assert_eq!(output["name"], "output", "{stats}");
+    let dropped = output["dropped"].as_u64().unwrap();
+    assert!(dropped > 0, "nothing dropped at the output: {stats}");
+    assert_eq!(
+        out.stderr.matches("its reader is not keeping up").count(),
+        1,
+        "{}",
+        out.stderr
+    );
+    // What was queued at the stop was written: every record before `stats` is a written one.
+    assert_eq!(
+        output["written"].as_u64().unwrap(),
+        recs.len() as u64 - 1,
+        "{stats}"
+    );
+    assert_eq!(recs.last().unwrap()["type"], "stats");
+    // Detection saw every packet: every question dnsperf sent is a transaction.
+    let transactions = stats["correlate"]["transactions"].as_u64().unwrap();
+    assert!(
+        transactions >= sent,
+        "{transactions} transactions for {sent} queries: {stats}"
+    );
+    // Each query made a packet record at every hop (about ten) and a transaction: written
+    // or dropped, each was counted.
+    assert!(
+        dropped + output["written"].as_u64().unwrap() >= 4 * sent,
+        "{stats}"
+    );
+    eprintln!(
+        "slow reader: {sent} queries, {transactions} transactions, {} written, {dropped} dropped, {} packets, 0 lost",
+        output["written"], stats["packets"]
+    );
+}
