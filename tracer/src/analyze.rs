@@ -20,7 +20,7 @@ use crate::{
     },
     event::SourceEvent,
     kallsyms::Kallsyms,
-    names::Names,
+    names::{Names, SharedNames},
     output::{
         filter::Filter, record::StatsRecord, text::TextSink, Format, JsonSink, Record, Sink, View,
     },
@@ -248,7 +248,18 @@ pub fn analyze(
     out: Box<dyn Write + Send>,
 ) -> Result<AnalyzeReport, AnalyzeError> {
     let names = Arc::new(RwLock::new(Names::default()));
-    let mut source = FileSource::open(&opts.path, Arc::clone(&names))?;
+    let source = FileSource::open(&opts.path, Arc::clone(&names))?;
+    analyze_source(source, names, opts, out)
+}
+
+/// [`analyze`] of a capture already opened (`opts.path` is not read): the fuzz targets
+/// hand it bytes from memory.
+pub fn analyze_source<R: std::io::Read>(
+    mut source: FileSource<R>,
+    names: SharedNames,
+    opts: &AnalyzeOptions,
+    out: Box<dyn Write + Send>,
+) -> Result<AnalyzeReport, AnalyzeError> {
     let clock = Clock::Epoch;
     let decoder = Decoder::new(
         clock,

@@ -8,6 +8,8 @@
 //!   cargo xtask test     setup, then every test (as root: lab tests included), then vm-test
 //!   cargo xtask bless    build, then rewrite the golden outputs under tests/golden/ from it
 //!   cargo xtask captures [NAME...]  make the golden captures again (lab ones as root), bless
+//!   cargo xtask fuzz [--seconds N] [TARGET...]  the fuzz targets of fuzz/ (cargo fuzz,
+//!                        nightly), N seconds each (default 60); `test` runs a short campaign
 //!   cargo xtask vm-test [SERIES|host...]  the kernel_matrix lab test on each kernel nodes
 //!                        run (in VMs) and on the host
 //!   cargo xtask bench    setup (and tshark), build, time `dnspath analyze` against tshark,
@@ -21,6 +23,7 @@ use std::{
 
 mod bench;
 mod demo;
+mod fuzz;
 mod golden;
 mod image;
 #[cfg(test)]
@@ -262,6 +265,7 @@ fn main() -> ExitCode {
             .and_then(|bin| vm::run_matrix(&bin, rest)),
         "image" => setup().and_then(|()| image::run()),
         "bless" => build_release().and_then(|bin| golden::bless(&bin)),
+        "fuzz" => setup().and_then(|()| fuzz::run_targets(rest)),
         "captures" => setup()
             .and_then(|()| build_release())
             .and_then(|bin| golden::captures(&bin, rest)),
@@ -270,7 +274,7 @@ fn main() -> ExitCode {
             .and_then(|()| build_release())
             .and_then(|bin| bench::run(&bin, rest)),
         _ => {
-            eprintln!("usage: cargo xtask <setup|build|image|demo|test [cargo test args]|bless|captures [NAME...]|vm-test [5.10|6.1|6.12|host...]|bench [--only offline,kernel,live,storm] [--packets N] [--runs N] [--keep FILE] [--rates QPS,...] [--seconds N] [--storm-seconds N]>");
+            eprintln!("usage: cargo xtask <setup|build|image|demo|test [cargo test args]|bless|captures [NAME...]|fuzz [--seconds N] [TARGET...]|vm-test [5.10|6.1|6.12|host...]|bench [--only offline,kernel,live,storm] [--packets N] [--runs N] [--keep FILE] [--rates QPS,...] [--seconds N] [--storm-seconds N]>");
             return ExitCode::from(2);
         }
     };

@@ -1,0 +1,66 @@
+//! `cargo xtask fuzz [--seconds N] [TARGET...]`: the coverage-guided fuzz targets of
+//! `fuzz/` (libFuzzer through `cargo fuzz`, on the rustup `nightly` these machines have:
+//! sanitizers need no `rust-src`), each for N seconds (default 60), seeded with the golden
+//! captures. A crash fails the run; its input is left in `fuzz/artifacts/TARGET/`, to become
+//! a regression test.
+use std::{path::Path, process::Command};
+
+use crate::{run, workspace_root, Result};
+
+/// The targets, with what seeds them (a folder of the repository, or none).
+const TARGETS: &[(&str, Option<&str>)] = &[("capture", Some("tests/golden")), ("dns_message", None)];
+
+/// cargo-fuzz, pinned.
+const CARGO_FUZZ: &str = "cargo-fuzz@0.13.2";
+
+fn ensure_cargo_fuzz() -> Result<()> {
+    let have = Command::new("cargo")
+        .args(["fuzz", "--version"])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !have {
+        eprintln!("xtask: installing {CARGO_FUZZ}");
+        run(Command::new("cargo").args(["install", CARGO_FUZZ, "--locked"]))?;
+    }
+    Ok(())
+}
+
+pub fn run_targets(args: &[String]) -> Result<()> {
+    let mut seconds = 60u64;
+    let mut only: Vec<&str> = Vec::new();
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        match a.as_str() {
+            "--seconds" => {
+                seconds = it
+                    .next()
+                    .and_then(|s| s.parse().ok())
+                    .ok_or("--seconds takes a whole number")?;
+            }
+            t if TARGETS.iter().any(|(n, _)| *n == t) => only.push(t),
+            other => return Err(format!("fuzz: unknown argument or target {other:?}")),
+        }
+    }
+    ensure_cargo_fuzz()?;
+    let root = workspace_root();
+    for &(target, seeds) in TARGETS {
+        if !only.is_empty() && !only.contains(&target) {
+            continue;
+        }
+        let corpus = root.join("fuzz/corpus").join(target);
+        std::fs::create_dir_all(&corpus).map_err(|e| format!("{}: {e}", corpus.display()))?;
+        let mut cmd = Command::new("cargo");
+        cmd.current_dir(&root)
+            .args(["+nightly", "fuzz", "run", "--release", target])
+            .arg(&corpus);
+        if let Some(dir) = seeds {
+            cmd.arg(Path::new(&root).join(dir));
+        }
+        cmd.arg("--").arg(format!("-max_total_time={seconds}"));
+        // Captures of a few packets say as much as big ones, and run 100× faster.
+        cmd.arg("-max_len=65536");
+        eprintln!("xtask: fuzzing {target} for {seconds} s");
+        run(&mut cmd).map_err(|e| format!("fuzz target {target}: {e} (inputs in fuzz/artifacts/{target}/)"))?;
+    }
+    Ok(())
+}
