@@ -35,6 +35,8 @@ const LAYERS: &[(&str, &[&str])] = &[
         &["conntrack", "event", "kallsyms", "names", "time"],
     ),
     ("correlate", &["conntrack", "decode", "event", "time"]),
+    // Findings: folded from decode/correlate records and the node's files.
+    ("detect", &["correlate", "decode", "host", "kube"]),
     (
         "output",
         &[
@@ -74,6 +76,10 @@ const LAYERS: &[(&str, &[&str])] = &[
             "source",
             "time",
         ],
+    ),
+    (
+        "doctor",
+        &["detect", "event", "output", "trace"],
     ),
     (
         "agent",
