@@ -98,16 +98,17 @@ fn a_server_forwarding_to_its_own_service_is_found_before_a_query_and_at_runtime
     let to_svc = || DnsPodConfig::new(DnsServerKind::Dnsdist).forwarding_to_cluster_ip();
     lab.reconfigure_dns_pod(0, to_svc()).unwrap();
     lab.reconfigure_dns_pod(1, to_svc()).unwrap();
-    let mut t = doctor(&lab, 6);
-    // Found from the files, before any query was sent.
-    t.wait_for_stderr("StaticForwardingLoop", Duration::from_secs(1))
-        .unwrap();
+    let t = doctor(&lab, 6);
     let _ = lab.dig(&["+time=1", "+tries=1", "storm.lab.test.", "A"]);
     let out = t.wait();
     lab.reconfigure_dns_pod(0, DnsPodConfig::new(DnsServerKind::Dnsdist))
         .unwrap();
     lab.reconfigure_dns_pod(1, DnsPodConfig::new(DnsServerKind::Dnsdist))
         .unwrap();
+    // Found from the files, said before tracing started (so before any query was sent).
+    let said = out.stderr.find("critical StaticForwardingLoop").expect(&out.stderr);
+    let tracing = out.stderr.find("dnspath: tracing").expect(&out.stderr);
+    assert!(said < tracing, "{}", out.stderr);
     let r = report(&out);
     assert_eq!(out.status.code(), Some(2), "{r:#}");
     assert_eq!(r["worst"], "critical");
