@@ -22,7 +22,12 @@ fn lab() -> Option<Lab> {
 /// `dnspath doctor -o json --duration SECS` in the node namespace, once it is tracing.
 fn doctor(lab: &Lab, secs: u32) -> Tracer {
     let d = format!("{secs}s");
-    Tracer::start(lab, lab.node_ns(), &["doctor", "-o", "json", "--duration", &d]).unwrap()
+    Tracer::start(
+        lab,
+        lab.node_ns(),
+        &["doctor", "-o", "json", "--duration", &d],
+    )
+    .unwrap()
 }
 
 /// The report, its exit status checked against its own `exit_status`.
@@ -63,15 +68,14 @@ fn healthy_lab_under_load_has_no_finding() {
     // Many clients, one name, retries allowed.
     let workers: Vec<_> = (0..8)
         .map(|_| {
-            let mut c = lab
-                .command_in(
-                    lab.client_ns(),
-                    &[
-                        "sh",
-                        "-c",
-                        "for i in $(seq 25); do dig +time=2 +tries=3 www.lab.test. A >/dev/null; done",
-                    ],
-                );
+            let mut c = lab.command_in(
+                lab.client_ns(),
+                &[
+                    "sh",
+                    "-c",
+                    "for i in $(seq 25); do dig +time=2 +tries=3 www.lab.test. A >/dev/null; done",
+                ],
+            );
             lab.spawn(&mut c).unwrap()
         })
         .collect();
@@ -83,7 +87,10 @@ fn healthy_lab_under_load_has_no_finding() {
     assert_eq!(kinds(&r), Vec::<&str>::new(), "{r:#}");
     assert_eq!(r["worst"], "none");
     assert_eq!(out.status.code(), Some(0));
-    assert!(r["checked"]["transactions"].as_u64().unwrap() >= 100, "{r:#}");
+    assert!(
+        r["checked"]["transactions"].as_u64().unwrap() >= 100,
+        "{r:#}"
+    );
     assert!(
         r["checked"]["dns_servers"].as_array().unwrap().len() >= 2,
         "the two dnsdist pods are found: {r:#}"
@@ -106,7 +113,10 @@ fn a_server_forwarding_to_its_own_service_is_found_before_a_query_and_at_runtime
     lab.reconfigure_dns_pod(1, DnsPodConfig::new(DnsServerKind::Dnsdist))
         .unwrap();
     // Found from the files, said before tracing started (so before any query was sent).
-    let said = out.stderr.find("critical StaticForwardingLoop").expect(&out.stderr);
+    let said = out
+        .stderr
+        .find("critical StaticForwardingLoop")
+        .expect(&out.stderr);
     let tracing = out.stderr.find("dnspath: tracing").expect(&out.stderr);
     assert!(said < tracing, "{}", out.stderr);
     let r = report(&out);
@@ -117,15 +127,24 @@ fn a_server_forwarding_to_its_own_service_is_found_before_a_query_and_at_runtime
     let f = finding(&r, "static_forwarding_loop");
     let cluster_ip = lab.cluster_ip().to_string();
     let line = f["config"]["text"].as_str().unwrap();
-    assert!(line.contains("newServer") && line.contains(&cluster_ip), "{f:#}");
     assert!(
-        f["config"]["file"].as_str().unwrap().ends_with("dnsdist.conf"),
+        line.contains("newServer") && line.contains(&cluster_ip),
+        "{f:#}"
+    );
+    assert!(
+        f["config"]["file"]
+            .as_str()
+            .unwrap()
+            .ends_with("dnsdist.conf"),
         "{f:#}"
     );
     assert!(f["evidence"][0].as_str().unwrap().contains("DNAT"), "{f:#}");
     let rt = finding(&r, "runtime_loop");
     assert_eq!(rt["severity"], "critical");
-    assert!(rt["seen"].as_str().unwrap().contains("storm.lab.test."), "{rt:#}");
+    assert!(
+        rt["seen"].as_str().unwrap().contains("storm.lab.test."),
+        "{rt:#}"
+    );
 }
 
 #[test]
@@ -143,9 +162,15 @@ fn a_drop_of_port_53_names_the_client_namespace() {
     assert_eq!(kinds(&r)[0], "kernel_drops", "{r:#}");
     let f = finding(&r, "kernel_drops");
     assert!(f["count"].as_u64().unwrap() >= 3, "{f:#}");
-    assert!(f["seen"].as_str().unwrap().contains("NETFILTER_DROP"), "{f:#}");
+    assert!(
+        f["seen"].as_str().unwrap().contains("NETFILTER_DROP"),
+        "{f:#}"
+    );
     let text = f.to_string();
-    assert!(text.contains(lab.client_ns()), "names the client's namespace: {f:#}");
+    assert!(
+        text.contains(lab.client_ns()),
+        "names the client's namespace: {f:#}"
+    );
 }
 
 #[test]

@@ -77,10 +77,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "time",
         ],
     ),
-    (
-        "doctor",
-        &["detect", "event", "output", "trace"],
-    ),
+    ("doctor", &["detect", "event", "output", "trace"]),
     (
         "agent",
         &[

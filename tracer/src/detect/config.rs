@@ -102,9 +102,10 @@ pub fn parse_resolv_conf(text: &str) -> ResolvConf {
             "nameserver" => match words.next().map(|w| w.split('%').next().unwrap_or(w)) {
                 Some(w) => match w.parse::<IpAddr>() {
                     Ok(ip) => r.nameservers.push(ip),
-                    Err(_) => r
-                        .problems
-                        .push(format!("line {}: nameserver {w:?} is not an address", i + 1)),
+                    Err(_) => r.problems.push(format!(
+                        "line {}: nameserver {w:?} is not an address",
+                        i + 1
+                    )),
                 },
                 None => r
                     .problems
@@ -146,10 +147,7 @@ pub fn parse_addr(s: &str, default_port: u16) -> Option<SocketAddr> {
 /// `ADDR` with its port after `sep` (dnsmasq `#`, unbound `@`).
 fn parse_addr_sep(s: &str, sep: char) -> Option<SocketAddr> {
     match s.split_once(sep) {
-        Some((ip, port)) => Some(SocketAddr::new(
-            ip.parse().ok()?,
-            port.parse().ok()?,
-        )),
+        Some((ip, port)) => Some(SocketAddr::new(ip.parse().ok()?, port.parse().ok()?)),
         None => parse_addr(s, 53),
     }
 }

@@ -52,10 +52,10 @@ fn no_parser_panics_on_hostile_input() {
         let _ = unbound_forwards("u.conf", &h);
         let mut c = DnsmasqConf::default();
         let _ = dnsmasq_conf("m.conf", &h, &mut c);
-        let _ = dnsmasq_args(&[h.clone()]);
+        let _ = dnsmasq_args(std::slice::from_ref(&h));
         let _ = dnsmasq_args(&["-S".into()]);
         let _ = dnsmasq_args(&["--server".into()]);
-        let _ = arg_value(&[h.clone()], &["-C", "--config"]);
+        let _ = arg_value(std::slice::from_ref(&h), &["-C", "--config"]);
     }
 }
 
@@ -130,7 +130,14 @@ fn dnsmasq_args_and_conf() {
     assert!(c.no_resolv);
     assert_eq!(c.conf_files, ["/dev/null"]);
     let t: Vec<_> = c.targets("argv").into_iter().map(|f| f.target).collect();
-    assert_eq!(t, [addr("10.96.0.10:53"), addr("10.0.0.9:53"), addr("1.1.1.1:53")]);
+    assert_eq!(
+        t,
+        [
+            addr("10.96.0.10:53"),
+            addr("10.0.0.9:53"),
+            addr("1.1.1.1:53")
+        ]
+    );
 
     let mut c = DnsmasqConf::default();
     dnsmasq_conf(
@@ -142,7 +149,10 @@ fn dnsmasq_args_and_conf() {
     let t: Vec<_> = c.targets("m").into_iter().map(|f| f.target).collect();
     assert_eq!(
         t,
-        [addr("127.0.0.53:53"), Target::ResolvConf("/run/r.conf".into())]
+        [
+            addr("127.0.0.53:53"),
+            Target::ResolvConf("/run/r.conf".into())
+        ]
     );
     assert_eq!(c.forwards[0].at.line, 2);
     assert!(dnsmasq_args(&["--server=banana".into()]).is_err());
@@ -158,7 +168,11 @@ fn dnsdist_new_server() {
     let t: Vec<_> = f.iter().map(|f| f.target.clone()).collect();
     assert_eq!(
         t,
-        [addr("10.96.0.10:53"), addr("8.8.8.8:53"), addr("[fd00::1]:5353")]
+        [
+            addr("10.96.0.10:53"),
+            addr("8.8.8.8:53"),
+            addr("[fd00::1]:5353")
+        ]
     );
     assert_eq!(f[0].at.line, 3);
     let e = dnsdist_forwards("d", "newServer({address='nope'})").unwrap_err();
@@ -179,11 +193,20 @@ fn unbound_forward_addr() {
 
 #[test]
 fn arg_values() {
-    let a: Vec<String> = ["--supervised", "-C", "/a.conf"].iter().map(|s| s.to_string()).collect();
+    let a: Vec<String> = ["--supervised", "-C", "/a.conf"]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
     assert_eq!(arg_value(&a, &["-C", "--config"]), Some("/a.conf"));
     let a: Vec<String> = ["--config=/b.conf"].iter().map(|s| s.to_string()).collect();
     assert_eq!(arg_value(&a, &["-C", "--config"]), Some("/b.conf"));
-    let a: Vec<String> = ["-conf", "/etc/coredns/Corefile"].iter().map(|s| s.to_string()).collect();
+    let a: Vec<String> = ["-conf", "/etc/coredns/Corefile"]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
     assert_eq!(arg_value(&a, &["-conf"]), Some("/etc/coredns/Corefile"));
-    assert_eq!(ServerKind::from_program("/usr/sbin/dnsdist"), Some(ServerKind::Dnsdist));
+    assert_eq!(
+        ServerKind::from_program("/usr/sbin/dnsdist"),
+        Some(ServerKind::Dnsdist)
+    );
 }

@@ -7,3 +7,6 @@ pub mod config;
 pub mod finding;
 pub mod node;
 pub mod traffic;
+
+#[cfg(test)]
+mod fields;

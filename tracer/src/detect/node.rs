@@ -99,7 +99,12 @@ fn read_in_process(pid: u32, p: &str) -> Result<String, ConfigError> {
 /// state, TCP listening).
 fn port53_inodes(pid: u32) -> HashSet<u64> {
     let mut out = HashSet::new();
-    for (file, tcp) in [("udp", false), ("udp6", false), ("tcp", true), ("tcp6", true)] {
+    for (file, tcp) in [
+        ("udp", false),
+        ("udp6", false),
+        ("tcp", true),
+        ("tcp6", true),
+    ] {
         let Ok(text) = read_small(&host::path(&format!("/proc/{pid}/net/{file}"))) else {
             continue;
         };
@@ -174,8 +179,8 @@ pub fn server_forwards(
 ) -> Result<Vec<Forward>, ConfigError> {
     match kind {
         ServerKind::Dnsdist => {
-            let f = config::arg_value(args, &["-C", "--config"])
-                .unwrap_or("/etc/dnsdist/dnsdist.conf");
+            let f =
+                config::arg_value(args, &["-C", "--config"]).unwrap_or("/etc/dnsdist/dnsdist.conf");
             config::dnsdist_forwards(f, &read_in_process(pid, f)?)
         }
         ServerKind::CoreDns => {
@@ -240,10 +245,7 @@ pub fn parse_iptables_nat(text: &str) -> Vec<Service> {
             }
             continue;
         }
-        jumps
-            .entry(chain.clone())
-            .or_default()
-            .push(target.clone());
+        jumps.entry(chain.clone()).or_default().push(target.clone());
         if chain == "KUBE-SERVICES" {
             let dst = val("-d").and_then(|d| d.split('/').next()?.parse::<IpAddr>().ok());
             let port = val("--dport").and_then(|p| p.parse::<u16>().ok());
@@ -452,7 +454,10 @@ fn reach(
         if a.ip().is_loopback() {
             for (i, o) in view.servers.iter().enumerate() {
                 if o.netns == server.netns && a.port() == 53 {
-                    out.push((i, format!("{prefix}{a} is the loopback of its own namespace")));
+                    out.push((
+                        i,
+                        format!("{prefix}{a} is the loopback of its own namespace"),
+                    ));
                 }
             }
             continue;

@@ -29,7 +29,10 @@ fn kube_proxy_rules_give_the_service_backends() {
     );
     assert_eq!(
         s[0].backends,
-        ["10.244.1.3:53".parse().unwrap(), "10.244.1.4:53".parse().unwrap()] as [SocketAddr; 2]
+        [
+            "10.244.1.3:53".parse().unwrap(),
+            "10.244.1.4:53".parse().unwrap()
+        ] as [SocketAddr; 2]
     );
 }
 
@@ -132,7 +135,10 @@ fn resolv_conf_leading_to_a_stub_that_forwards_to_the_service_is_a_loop() {
         12,
         "10.244.1.3",
         1,
-        vec![fwd(Target::Addr("10.96.0.10:53".parse().unwrap()), "server=10.96.0.10")],
+        vec![fwd(
+            Target::Addr("10.96.0.10:53".parse().unwrap()),
+            "server=10.96.0.10",
+        )],
     );
     let view = NodeView {
         servers: vec![core, stub],
@@ -149,5 +155,9 @@ fn resolv_conf_leading_to_a_stub_that_forwards_to_the_service_is_a_loop() {
         f[0].config.as_ref().unwrap().text,
         "forward . /etc/resolv.conf"
     );
-    assert!(f[0].evidence.iter().any(|e| e.contains("127.0.0.53")), "{:#?}", f[0].evidence);
+    assert!(
+        f[0].evidence.iter().any(|e| e.contains("127.0.0.53")),
+        "{:#?}",
+        f[0].evidence
+    );
 }

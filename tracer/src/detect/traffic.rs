@@ -103,7 +103,10 @@ impl TrafficFolder {
         let e = self.races.entry(who).or_default();
         e.0 += 1;
         if let Some(q) = &r.dropped {
-            add_example(&mut e.1, &format!("{} {}", q.question.name, q.question.qtype));
+            add_example(
+                &mut e.1,
+                &format!("{} {}", q.question.name, q.question.qtype),
+            );
         }
     }
 
@@ -218,7 +221,10 @@ impl TrafficFolder {
                 let mut f = Finding::new(
                     FindingKind::Servfail,
                     server.to_string(),
-                    format!("{server} answered SERVFAIL to {} of {} queries", s.servfail, s.queries),
+                    format!(
+                        "{server} answered SERVFAIL to {} of {} queries",
+                        s.servfail, s.queries
+                    ),
                 );
                 f.count = s.servfail;
                 f.why = "SERVFAIL is a failed lookup: the server could not get an answer from its upstream.".into();
@@ -268,7 +274,9 @@ impl TrafficFolder {
             let mut f = Finding::new(
                 FindingKind::NdotsAmplification,
                 who.clone(),
-                format!("{n} lookups of {who} went through {nx} NXDOMAINs of the search list first"),
+                format!(
+                    "{n} lookups of {who} went through {nx} NXDOMAINs of the search list first"
+                ),
             );
             f.count = n;
             f.why = "With `ndots:5` every name with fewer than 5 dots is tried with each search domain first: 3–4 extra queries (×2 for A and AAAA) per external lookup, load on CoreDNS and latency.".into();
@@ -280,57 +288,81 @@ impl TrafficFolder {
     }
 
     fn loop_findings(&self, out: &mut Vec<Finding>) {
+        let peer = |p: &Peer| match p {
+            Peer::Socket(s) => s.to_string(),
+            Peer::Host(h) => h.to_string(),
+        };
+        // One finding per cycle: each question that entered it is one loop record.
+        let mut by_cycle: BTreeMap<Vec<String>, Vec<&LoopRecord>> = BTreeMap::new();
         for l in self.loops.values() {
-            let peer = |p: &Peer| match p {
-                Peer::Socket(s) => s.to_string(),
-                Peer::Host(h) => h.to_string(),
-            };
             let path: Vec<String> = l
                 .cycle
                 .iter()
                 .map(|h| {
-                    let at = h.pod.pod.clone().or_else(|| h.at.as_ref().map(|a| a.0.clone()));
+                    let at = h
+                        .pod
+                        .pod
+                        .clone()
+                        .or_else(|| h.at.as_ref().map(|a| a.0.clone()));
                     match at {
                         Some(at) => format!("{} ({at})", peer(&h.backend)),
                         None => peer(&h.backend),
                     }
                 })
                 .collect();
-            let subject = path.first().cloned().unwrap_or_default();
-            let what = match l.kind {
+            by_cycle.entry(path).or_default().push(l);
+        }
+        for (path, loops) in by_cycle {
+            let Some(first) = loops.first() else { continue };
+            let packets: u64 = loops.iter().map(|l| l.packets).sum();
+            let questions: Vec<String> = loops
+                .iter()
+                .take(EXAMPLES)
+                .map(|l| format!("{} {}", l.question.name, l.question.qtype))
+                .collect();
+            let what = match first.kind {
                 LoopKind::Cycle => "a forwarding loop",
                 LoopKind::Amplification => "an amplification storm",
             };
             let mut f = Finding::new(
                 FindingKind::RuntimeLoop,
-                subject,
+                path.first().cloned().unwrap_or_default(),
                 format!(
-                    "{what}: {} {} went round {} for {} packets",
-                    l.question.name,
-                    l.question.qtype,
+                    "{what}: {} question(s) ({}) went round {} for {packets} packets",
+                    loops.len(),
+                    questions.join(", "),
                     path.join(" → "),
-                    l.packets
                 ),
             );
-            f.count = l.packets;
+            f.count = packets;
             f.why = "A question that comes back to the server that forwarded it is forwarded again without end: the servers burn CPU, their upstream never sees it, and every client of them times out. CoreDNS's loop plugin exits on it (CrashLoopBackOff).".into();
-            f.evidence = vec![
-                format!("cycle: {}", path.join(" → ")),
-                format!(
-                    "{} hops, {} packets/s at the last count",
-                    l.hop_count, l.rate_pps
-                ),
-            ];
-            if !l.clients.is_empty() {
-                let c: Vec<String> = l.clients.iter().take(EXAMPLES).map(ToString::to_string).collect();
-                f.evidence.push(format!("clients that entered it: {}", c.join(", ")));
-            }
-            if l.loop_plugin_probe {
-                f.evidence
-                    .push("the question is CoreDNS's loop plugin probe (HINFO)".into());
-            }
-            if let Some(e) = &l.evidence {
-                f.evidence.push(format!("packets: {e}"));
+            f.evidence = vec![format!("cycle: {}", path.join(" → "))];
+            for l in loops.iter().take(EXAMPLES) {
+                let c: Vec<String> = l
+                    .clients
+                    .iter()
+                    .take(EXAMPLES)
+                    .map(ToString::to_string)
+                    .collect();
+                f.evidence.push(format!(
+                    "{} {}: {} hops, {} packets/s at the last count, clients {}",
+                    l.question.name,
+                    l.question.qtype,
+                    l.hop_count,
+                    l.rate_pps,
+                    if c.is_empty() {
+                        "-".to_owned()
+                    } else {
+                        c.join(", ")
+                    }
+                ));
+                if l.loop_plugin_probe {
+                    f.evidence
+                        .push("the question is CoreDNS's loop plugin probe (HINFO)".into());
+                }
+                if let Some(e) = &l.evidence {
+                    f.evidence.push(format!("packets: {e}"));
+                }
             }
             f.fix = "Make the servers of the cycle forward to a real upstream: not the cluster DNS Service, not 127.0.0.53, not a resolv.conf that leads back (see the static finding for the config line).".into();
             out.push(f);
@@ -361,7 +393,8 @@ impl TrafficFolder {
             f.count = d.packets;
             f.why = "A dropped query is a lookup that times out: a firewall or NetworkPolicy rule on port 53 (NETFILTER_DROP at nft_do_chain/nf_hook_slow is its signature) cuts those clients off DNS.".into();
             f.evidence = d.srcs.iter().map(|s| format!("dropped: {s}")).collect();
-            f.evidence.extend(d.names.iter().map(|n| format!("question: {n}")));
+            f.evidence
+                .extend(d.names.iter().map(|n| format!("question: {n}")));
             f.evidence.push(format!("network namespace: {netns}"));
             for c in &dropped_clients {
                 f.evidence.push(format!("client namespace: {c}"));

@@ -76,11 +76,32 @@ fn tx(
 fn healthy_load_is_no_finding() {
     let mut f = TrafficFolder::default();
     for i in 0..1000 {
-        f.transaction(&tx(i, i, "www.lab.test.", Outcome::Answered, Some("NOERROR"), LegOutcome::Answered));
+        f.transaction(&tx(
+            i,
+            i,
+            "www.lab.test.",
+            Outcome::Answered,
+            Some("NOERROR"),
+            LegOutcome::Answered,
+        ));
     }
     // One lost datagram among a thousand, and a couple of unanswered: under the thresholds.
-    f.transaction(&tx(2000, 2000, "x.lab.test.", Outcome::Unanswered, None, LegOutcome::Unanswered));
-    f.transaction(&tx(2001, 2001, "y.lab.test.", Outcome::Unanswered, None, LegOutcome::Unanswered));
+    f.transaction(&tx(
+        2000,
+        2000,
+        "x.lab.test.",
+        Outcome::Unanswered,
+        None,
+        LegOutcome::Unanswered,
+    ));
+    f.transaction(&tx(
+        2001,
+        2001,
+        "y.lab.test.",
+        Outcome::Unanswered,
+        None,
+        LegOutcome::Unanswered,
+    ));
     assert!(f.findings().is_empty(), "{:#?}", f.findings());
 }
 
@@ -88,7 +109,14 @@ fn healthy_load_is_no_finding() {
 fn unanswered_over_threshold_is_a_finding() {
     let mut f = TrafficFolder::default();
     for i in 0..10 {
-        f.transaction(&tx(i, i, "x.lab.test.", Outcome::Unanswered, None, LegOutcome::Unanswered));
+        f.transaction(&tx(
+            i,
+            i,
+            "x.lab.test.",
+            Outcome::Unanswered,
+            None,
+            LegOutcome::Unanswered,
+        ));
     }
     let found = f.findings();
     assert_eq!(found.len(), 1, "{found:#?}");
@@ -100,13 +128,26 @@ fn unanswered_over_threshold_is_a_finding() {
 #[test]
 fn a_late_answer_is_a_finding_with_its_times() {
     let mut f = TrafficFolder::default();
-    f.transaction(&tx(1, 1, "late.lab.test.", Outcome::Late, Some("NOERROR"), LegOutcome::Late));
+    f.transaction(&tx(
+        1,
+        1,
+        "late.lab.test.",
+        Outcome::Late,
+        Some("NOERROR"),
+        LegOutcome::Late,
+    ));
     let found = f.findings();
     assert_eq!(found.len(), 1, "{found:#?}");
     assert_eq!(found[0].kind, FindingKind::LateAnswers);
     assert_eq!(found[0].subject, "lab-client");
-    assert!(found[0].evidence.iter().any(|e| e == "answer came at +1.60 s"));
-    assert!(found[0].evidence.iter().any(|e| e == "client's own timeout 1.00 s"));
+    assert!(found[0]
+        .evidence
+        .iter()
+        .any(|e| e == "answer came at +1.60 s"));
+    assert!(found[0]
+        .evidence
+        .iter()
+        .any(|e| e == "client's own timeout 1.00 s"));
 }
 
 #[test]
@@ -114,12 +155,30 @@ fn ndots_amplification_needs_many_lookups() {
     let mut f = TrafficFolder::default();
     let mut id = 0;
     for lookup in 0..NDOTS_MIN_LOOKUPS {
-        for suffix in ["default.svc.cluster.local.", "svc.cluster.local.", "cluster.local."] {
+        for suffix in [
+            "default.svc.cluster.local.",
+            "svc.cluster.local.",
+            "cluster.local.",
+        ] {
             id += 1;
-            f.transaction(&tx(id, lookup, &format!("api.example.com.{suffix}"), Outcome::Answered, Some("NXDOMAIN"), LegOutcome::Answered));
+            f.transaction(&tx(
+                id,
+                lookup,
+                &format!("api.example.com.{suffix}"),
+                Outcome::Answered,
+                Some("NXDOMAIN"),
+                LegOutcome::Answered,
+            ));
         }
         id += 1;
-        f.transaction(&tx(id, lookup, "api.example.com.", Outcome::Answered, Some("NOERROR"), LegOutcome::Answered));
+        f.transaction(&tx(
+            id,
+            lookup,
+            "api.example.com.",
+            Outcome::Answered,
+            Some("NOERROR"),
+            LegOutcome::Answered,
+        ));
         if lookup == 0 {
             assert!(f.findings().is_empty());
         }

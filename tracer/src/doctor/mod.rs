@@ -11,7 +11,8 @@ use serde::Serialize;
 use crate::{
     detect::{
         finding::{rank, Finding, Severity},
-        node, traffic::TrafficFolder,
+        node,
+        traffic::TrafficFolder,
     },
     event::KernelSetup,
     output::{self, record::StatsRecord, Format, Record},
@@ -246,9 +247,93 @@ pub fn write_text(r: &Report, out: &mut dyn Write) -> std::io::Result<()> {
             writeln!(out, "   {label:<9} {}", e(ev))?;
         }
         if let Some(cl) = &f.config {
-            writeln!(out, "   config:   {}:{}: {}", e(&cl.file), cl.line, e(&cl.text))?;
+            writeln!(
+                out,
+                "   config:   {}:{}: {}",
+                e(&cl.file),
+                cl.line,
+                e(&cl.text)
+            )?;
         }
         writeln!(out, "   fix:      {}", e(&f.fix))?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::detect::finding::{Finding, FindingKind};
+
+    fn report() -> Report {
+        let mut f = Finding::new(
+            FindingKind::StaticForwardingLoop,
+            "kube-system/coredns-a",
+            "coredns forwards to 10.96.0.10:53\u{1b}[31m",
+        );
+        f.evidence = vec!["e".into()];
+        f.config = Some(crate::detect::finding::ConfigLine {
+            file: "/etc/coredns/Corefile".into(),
+            line: 3,
+            text: "forward . 10.96.0.10".into(),
+        });
+        Report {
+            version: REPORT_VERSION,
+            duration_s: 30.0,
+            worst: "critical",
+            exit_status: 2,
+            checked: Checked {
+                dns_servers: vec!["x".into()],
+                node_nameservers: vec!["y".into()],
+                ..Default::default()
+            },
+            findings: vec![f],
+        }
+    }
+
+    #[test]
+    fn every_report_field_is_documented() {
+        let doc = include_str!("../../../docs/doctor.md");
+        let v = serde_json::to_value(report()).unwrap();
+        let serde_json::Value::Object(m) = &v else {
+            panic!("{v}")
+        };
+        for (k, val) in m {
+            assert!(
+                doc.contains(&format!("`{k}`")),
+                "`{k}` not in docs/doctor.md"
+            );
+            if k == "checked" {
+                for k in val.as_object().unwrap().keys() {
+                    assert!(
+                        doc.contains(&format!("`{k}`")),
+                        "`{k}` not in docs/doctor.md"
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn text_escapes_host_strings_and_healthy_says_so() {
+        let mut out = Vec::new();
+        write_text(&report(), &mut out).unwrap();
+        let s = String::from_utf8(out).unwrap();
+        assert!(!s.contains('\u{1b}'), "{s}");
+        assert!(
+            s.contains("1. CRITICAL static_forwarding_loop — kube-system/coredns-a"),
+            "{s}"
+        );
+        assert!(
+            s.contains("config:   /etc/coredns/Corefile:3: forward . 10.96.0.10"),
+            "{s}"
+        );
+        let mut healthy = report();
+        healthy.findings.clear();
+        let mut out = Vec::new();
+        write_text(&healthy, &mut out).unwrap();
+        assert!(String::from_utf8(out)
+            .unwrap()
+            .starts_with("dnspath doctor: no findings."));
+    }
 }
