@@ -39,6 +39,8 @@ struct ServerAgg {
 #[derive(Default)]
 struct DropAgg {
     packets: u64,
+    /// `--record`: a flight-recorder file holding some of them.
+    evidence: Option<String>,
     srcs: BTreeSet<String>,
     names: BTreeSet<String>,
     pod: Option<String>,
@@ -47,6 +49,7 @@ struct DropAgg {
 #[derive(Default)]
 struct LateAgg {
     count: u64,
+    evidence: Option<String>,
     servers: BTreeSet<SocketAddr>,
     names: BTreeSet<String>,
     answer_ns: Vec<u64>,
@@ -125,6 +128,9 @@ impl TrafficFolder {
         if e.pod.is_none() {
             e.pod = d.pod.as_ref().and_then(|p| p.pod.clone());
         }
+        if e.evidence.is_none() {
+            e.evidence.clone_from(&d.evidence);
+        }
     }
 
     pub fn transaction(&mut self, t: &TransactionRecord) {
@@ -148,6 +154,9 @@ impl TrafficFolder {
         if t.outcome == Outcome::Late {
             let e = self.late.entry(client.clone()).or_default();
             e.count += 1;
+            if e.evidence.is_none() {
+                e.evidence.clone_from(&t.evidence);
+            }
             if let Some(l) = t.legs.first() {
                 e.servers.insert(l.server);
             }
@@ -254,6 +263,9 @@ impl TrafficFolder {
             }
             if let Some(g) = l.gave_up_ns {
                 f.evidence.push(format!("client's own timeout {}", secs(g)));
+            }
+            if let Some(e) = &l.evidence {
+                f.evidence.push(format!("packets: {e}"));
             }
             f.fix = "Find why the upstream is slow (its own upstream, load, packet loss); raise the client's `options timeout:` only as a stopgap.".into();
             out.push(f);
@@ -396,6 +408,9 @@ impl TrafficFolder {
             f.evidence
                 .extend(d.names.iter().map(|n| format!("question: {n}")));
             f.evidence.push(format!("network namespace: {netns}"));
+            if let Some(e) = &d.evidence {
+                f.evidence.push(format!("packets: {e}"));
+            }
             for c in &dropped_clients {
                 f.evidence.push(format!("client namespace: {c}"));
             }
