@@ -194,3 +194,34 @@ fn an_answer_after_the_client_gave_up_is_a_late_answer_finding() {
     assert!(ev.contains("late.lab.test."), "{f:#}");
     assert!(ev.contains("answer came at +1.6"), "{f:#}");
 }
+
+/// dnsmasq told (by its command line) to forward to 127.0.0.53, where it listens itself: the
+/// loop over the pod's own loopback, found from `/proc/PID/cmdline` before a query.
+#[test]
+fn a_server_forwarding_to_its_own_loopback_is_a_static_loop() {
+    let Some(mut lab) = lab() else { return };
+    let stub: std::net::SocketAddr = "127.0.0.53:53".parse().unwrap();
+    lab.reconfigure_dns_pod(
+        0,
+        DnsPodConfig::new(DnsServerKind::Dnsmasq).forwarding_to(stub),
+    )
+    .unwrap();
+    let t = doctor(&lab, 2);
+    let out = t.wait();
+    lab.reconfigure_dns_pod(0, DnsPodConfig::new(DnsServerKind::Dnsdist))
+        .unwrap();
+    let r = report(&out);
+    assert_eq!(out.status.code(), Some(2), "{r:#}");
+    assert_eq!(kinds(&r), ["static_forwarding_loop"], "{r:#}");
+    let f = finding(&r, "static_forwarding_loop");
+    assert_eq!(f["config"]["file"], "argv", "{f:#}");
+    assert_eq!(f["config"]["text"], "--server=127.0.0.53#53", "{f:#}");
+    assert!(
+        f["evidence"][0]
+            .as_str()
+            .unwrap()
+            .contains("loopback of its own namespace"),
+        "{f:#}"
+    );
+    assert!(f["subject"].as_str().unwrap().contains("dnsmasq"), "{f:#}");
+}
