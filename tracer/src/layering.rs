@@ -35,6 +35,8 @@ const LAYERS: &[(&str, &[&str])] = &[
         &["conntrack", "event", "kallsyms", "names", "time"],
     ),
     ("correlate", &["conntrack", "decode", "event", "time"]),
+    // Findings: folded from decode/correlate records and the node's files.
+    ("detect", &["correlate", "decode", "host", "kube"]),
     (
         "output",
         &[
@@ -75,6 +77,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "time",
         ],
     ),
+    ("doctor", &["detect", "event", "output", "trace"]),
     (
         "agent",
         &[

@@ -3,6 +3,8 @@ pub mod analyze;
 pub mod conntrack;
 pub mod correlate;
 pub mod decode;
+pub mod detect;
+pub mod doctor;
 pub mod ebpf;
 pub mod event;
 pub mod host;

@@ -70,7 +70,21 @@ enum Command {
     ///   dnspath agent --namespace-label             # per-query metrics by pod namespace
     #[command(verbatim_doc_comment)]
     Agent(AgentArgs),
+    /// Triage DNS on this node: read its files (DNS servers' forward targets, kube-proxy's
+    /// rules, resolv.conf), watch the traffic, print findings ranked by severity with what
+    /// was seen, why it matters, the evidence and the fix. Exit status: 0 no finding (or
+    /// only info), 1 warnings, 2 critical, 4 doctor could not run (docs/doctor.md).
+    ///
+    /// Examples:
+    ///   dnspath doctor                                  # on a node, as root
+    ///   dnspath doctor --host-root /host --duration 60s  # kubectl debug node/N --profile=sysadmin
+    ///   dnspath doctor -o json
+    #[command(verbatim_doc_comment)]
+    Doctor(doctor_cli::DoctorArgs),
 }
+
+#[path = "main/doctor.rs"]
+mod doctor_cli;
 
 #[derive(Args)]
 struct AgentArgs {
@@ -104,7 +118,7 @@ struct AgentArgs {
 
 /// The flight recorder, for `trace` and `agent`.
 #[derive(Args)]
-struct RecordArgs {
+pub(crate) struct RecordArgs {
     /// Flight recorder: keep the last packets in memory and, at each incident (a loop
     /// detected, a race drop, a kernel drop of a DNS packet, an unanswered query, a
     /// SERVFAIL), write the packets around it to a pcapng file in DIR named by the time and
@@ -132,7 +146,9 @@ struct RecordArgs {
 }
 
 impl RecordArgs {
-    fn config(&self) -> anyhow::Result<Option<dnspath::output::recorder::RecorderConfig>> {
+    pub(crate) fn config(
+        &self,
+    ) -> anyhow::Result<Option<dnspath::output::recorder::RecorderConfig>> {
         let Some(dir) = &self.record else {
             return Ok(None);
         };
@@ -532,6 +548,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             rt.block_on(dnspath::agent::run::run(opts, out))?;
             Ok(ExitCode::SUCCESS)
         }
+        Command::Doctor(a) => doctor_cli::run(a, cli_kernel_log),
         Command::Analyze(a) => {
             let opts = AnalyzeOptions {
                 path: a.file,

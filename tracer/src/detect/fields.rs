@@ -1,0 +1,58 @@
+//! docs/doctor.md documents every JSON field of a finding: each key a filled-in finding
+//! serialises to must be named there, and every finding kind and severity too.
+use serde_json::Value;
+
+use super::finding::{ConfigLine, Finding, FindingKind};
+
+const DOC: &str = include_str!("../../../docs/doctor.md");
+
+const KINDS: &[FindingKind] = &[
+    FindingKind::StaticForwardingLoop,
+    FindingKind::RuntimeLoop,
+    FindingKind::KernelDrops,
+    FindingKind::ConntrackRace,
+    FindingKind::UnansweredQueries,
+    FindingKind::Servfail,
+    FindingKind::LateAnswers,
+    FindingKind::NdotsAmplification,
+    FindingKind::ResolvConf,
+    FindingKind::NodeResolverToClusterDns,
+    FindingKind::ConfigUnreadable,
+];
+
+fn documented(key: &str) -> bool {
+    DOC.contains(&format!("`{key}`"))
+        || DOC.lines().filter(|l| l.contains('{')).any(|l| {
+            l.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+                .any(|w| w == key)
+        })
+}
+
+#[test]
+fn every_finding_field_kind_and_severity_is_documented() {
+    for kind in KINDS {
+        let mut f = Finding::new(*kind, "s", "seen");
+        f.config = Some(ConfigLine {
+            file: "f".into(),
+            line: 1,
+            text: "t".into(),
+        });
+        f.evidence = vec!["e".into()];
+        let v = serde_json::to_value(&f).unwrap();
+        let Value::Object(m) = &v else { panic!("{v}") };
+        for (k, val) in m {
+            assert!(documented(k), "finding field `{k}` not in docs/doctor.md");
+            if let Value::Object(inner) = val {
+                for k in inner.keys() {
+                    assert!(documented(k), "field `{k}` not in docs/doctor.md");
+                }
+            }
+        }
+        let name = v["kind"].as_str().unwrap();
+        let sev = v["severity"].as_str().unwrap();
+        assert!(
+            DOC.contains(&format!("| `{name}` | {sev} |")),
+            "kind `{name}` with severity {sev} not in docs/doctor.md's table"
+        );
+    }
+}

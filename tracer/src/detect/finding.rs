@@ -1,0 +1,174 @@
+//! A finding: one thing wrong on the node, how bad it is, what was seen, why it matters,
+//! the evidence and the runbooks' fix. Serialized as documented in docs/doctor.md.
+use serde::Serialize;
+
+/// How bad a finding is. Ordered: `Critical` is the greatest.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Severity {
+    /// Worth knowing; not failing anything now (exit status 0).
+    Info,
+    /// Some lookups fail or are slow (exit status 1).
+    Warning,
+    /// DNS is broken, or will break as soon as it is asked (exit status 2).
+    Critical,
+}
+
+impl Severity {
+    /// `dnspath doctor`'s exit status for a run whose worst finding is this.
+    pub fn exit_status(worst: Option<Severity>) -> u8 {
+        match worst {
+            None | Some(Severity::Info) => 0,
+            Some(Severity::Warning) => 1,
+            Some(Severity::Critical) => 2,
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Severity::Info => "info",
+            Severity::Warning => "warning",
+            Severity::Critical => "critical",
+        }
+    }
+}
+
+/// Every kind of finding, with its severity.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FindingKind {
+    /// A DNS server's configuration forwards, through the node's rules and resolvers, back
+    /// to itself: found from the files, before a packet is sent.
+    StaticForwardingLoop,
+    /// A forwarding loop seen in the traffic (`loop` records).
+    RuntimeLoop,
+    /// The kernel dropped DNS packets (not races, not late answers): a NetworkPolicy or
+    /// firewall rule on port 53.
+    KernelDrops,
+    /// Queries lost to the conntrack A/AAAA insert race (`race` records).
+    ConntrackRace,
+    /// A server left queries unanswered.
+    UnansweredQueries,
+    /// A server answered SERVFAIL.
+    Servfail,
+    /// Answers came after the client had given up (transaction outcome `late`).
+    LateAnswers,
+    /// Lookups that went through several NXDOMAINs of the search list first (`ndots`).
+    NdotsAmplification,
+    /// A pod's or the node's resolv.conf is unusable or beyond the resolver's limits.
+    ResolvConf,
+    /// The node's resolver leads to cluster DNS: any DNS pod with `dnsPolicy: Default`
+    /// forwarding to it would loop.
+    NodeResolverToClusterDns,
+    /// A DNS server's configuration could not be read or parsed: its forwarding was not
+    /// checked.
+    ConfigUnreadable,
+}
+
+impl FindingKind {
+    pub fn severity(self) -> Severity {
+        match self {
+            FindingKind::StaticForwardingLoop
+            | FindingKind::RuntimeLoop
+            | FindingKind::KernelDrops => Severity::Critical,
+            FindingKind::ConntrackRace
+            | FindingKind::UnansweredQueries
+            | FindingKind::Servfail
+            | FindingKind::LateAnswers
+            | FindingKind::ResolvConf
+            | FindingKind::NodeResolverToClusterDns => Severity::Warning,
+            FindingKind::NdotsAmplification | FindingKind::ConfigUnreadable => Severity::Info,
+        }
+    }
+}
+
+/// The configuration line a finding is about.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct ConfigLine {
+    /// The file as the server sees it (inside its own root), or `argv` for a command-line
+    /// argument.
+    pub file: String,
+    /// 1-based; 0 for a command-line argument.
+    pub line: usize,
+    pub text: String,
+}
+
+/// One finding.
+#[derive(Clone, Debug, Serialize)]
+pub struct Finding {
+    pub kind: FindingKind,
+    pub severity: Severity,
+    /// Where: a pod (`namespace/name`), a network namespace, a server address, or `node`.
+    pub subject: String,
+    /// What was seen, one sentence.
+    pub seen: String,
+    /// Why it matters.
+    pub why: String,
+    /// The facts behind it, one a line.
+    pub evidence: Vec<String>,
+    /// What to do, in the runbooks' words.
+    pub fix: String,
+    /// The configuration line that causes it, where one does.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub config: Option<ConfigLine>,
+    /// How many times it was seen (packets, queries, lookups; 1 for a static finding).
+    pub count: u64,
+}
+
+impl Finding {
+    pub fn new(kind: FindingKind, subject: impl Into<String>, seen: impl Into<String>) -> Self {
+        Finding {
+            kind,
+            severity: kind.severity(),
+            subject: subject.into(),
+            seen: seen.into(),
+            why: String::new(),
+            evidence: Vec::new(),
+            fix: String::new(),
+            config: None,
+            count: 1,
+        }
+    }
+}
+
+/// Most severe first; within a severity, static loops before runtime ones, then the most
+/// frequent.
+pub fn rank(findings: &mut [Finding]) {
+    findings.sort_by(|a, b| {
+        b.severity
+            .cmp(&a.severity)
+            .then(a.kind.cmp(&b.kind))
+            .then(b.count.cmp(&a.count))
+            .then(a.subject.cmp(&b.subject))
+    });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ranks_by_severity_then_kind() {
+        let mut f = vec![
+            Finding::new(FindingKind::NdotsAmplification, "a", "x"),
+            Finding::new(FindingKind::LateAnswers, "b", "x"),
+            Finding::new(FindingKind::RuntimeLoop, "c", "x"),
+            Finding::new(FindingKind::StaticForwardingLoop, "d", "x"),
+        ];
+        rank(&mut f);
+        let kinds: Vec<_> = f.iter().map(|f| f.kind).collect();
+        assert_eq!(
+            kinds,
+            [
+                FindingKind::StaticForwardingLoop,
+                FindingKind::RuntimeLoop,
+                FindingKind::LateAnswers,
+                FindingKind::NdotsAmplification
+            ]
+        );
+        assert_eq!(Severity::exit_status(None), 0);
+        assert_eq!(Severity::exit_status(Some(Severity::Info)), 0);
+        assert_eq!(Severity::exit_status(Some(Severity::Warning)), 1);
+        assert_eq!(Severity::exit_status(Some(Severity::Critical)), 2);
+    }
+}

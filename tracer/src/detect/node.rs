@@ -1,0 +1,642 @@
+//! The node's own files, read through `--host-root` and each process's `/proc/PID/root`:
+//! the DNS servers of pod namespaces (processes with a socket on port 53), their forward
+//! targets, kube-proxy's Service DNAT rules, the node's and the pods' resolv.conf. From
+//! them, static findings: a forwarding loop found before a packet is sent, with the config
+//! line that causes it; resolv.conf files beyond the resolver's limits.
+use std::{
+    collections::{BTreeSet, HashMap, HashSet},
+    fs::{self, File},
+    io::Read,
+    net::{IpAddr, SocketAddr},
+    path::{Path, PathBuf},
+};
+
+use super::{
+    config::{self, ConfigError, Forward, ResolvConf, ServerKind, Target},
+    finding::{Finding, FindingKind},
+};
+use crate::{
+    host,
+    kube::resolver::{ns_key, NsKey, PodResolver},
+};
+
+/// A process serving DNS (a socket on port 53) in a pod's network namespace.
+#[derive(Debug)]
+pub struct DnsServer {
+    pub pid: u32,
+    pub kind: Option<ServerKind>,
+    pub program: String,
+    pub args: Vec<String>,
+    pub netns: NsKey,
+    /// The namespace's local addresses.
+    pub addrs: Vec<IpAddr>,
+    /// `namespace/name` of its pod, where known.
+    pub pod: Option<String>,
+    pub forwards: Result<Vec<Forward>, ConfigError>,
+}
+
+impl DnsServer {
+    /// How a person knows it: its pod, and the process.
+    pub fn name(&self) -> String {
+        let prog: &str = match self.kind {
+            Some(k) => k.as_str(),
+            None => &self.program,
+        };
+        match &self.pod {
+            Some(p) => format!("{p} ({prog} pid {})", self.pid),
+            None => format!("{prog} pid {}", self.pid),
+        }
+    }
+}
+
+/// A Service port and the pod addresses its DNAT rules send to.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Service {
+    pub ip: IpAddr,
+    pub port: u16,
+    /// kube-proxy's comment, e.g. `kube-system/kube-dns:dns cluster IP`.
+    pub name: Option<String>,
+    pub backends: Vec<SocketAddr>,
+}
+
+/// What the node's files say.
+#[derive(Debug, Default)]
+pub struct NodeView {
+    pub servers: Vec<DnsServer>,
+    pub services: Vec<Service>,
+    /// Pod namespaces whose resolv.conf was read: (who, file, parsed).
+    pub pod_resolv: Vec<(String, String, ResolvConf)>,
+    /// The node's own nameservers, a stub followed (127.0.0.53 → systemd-resolved's).
+    pub node_nameservers: Vec<(IpAddr, String)>,
+}
+
+/// At most this much of a `/proc` or config file.
+fn read_small(path: &Path) -> std::io::Result<String> {
+    let mut buf = Vec::new();
+    File::open(path)?
+        .take(config::MAX_CONFIG_BYTES)
+        .read_to_end(&mut buf)?;
+    Ok(String::from_utf8_lossy(&buf).into_owned())
+}
+
+/// `p` as process `pid` sees it: under its root if absolute, its working directory if not.
+fn in_process(pid: u32, p: &str) -> PathBuf {
+    if p.starts_with('/') {
+        host::path(&format!("/proc/{pid}/root{p}"))
+    } else {
+        host::path(&format!("/proc/{pid}/cwd/{p}"))
+    }
+}
+
+fn read_in_process(pid: u32, p: &str) -> Result<String, ConfigError> {
+    read_small(&in_process(pid, p)).map_err(|e| ConfigError::File {
+        file: p.to_owned(),
+        what: e.to_string(),
+    })
+}
+
+/// Socket inodes bound to local port 53 in `/proc/PID/net/{udp,udp6,tcp,tcp6}` (UDP any
+/// state, TCP listening).
+fn port53_inodes(pid: u32) -> HashSet<u64> {
+    let mut out = HashSet::new();
+    for (file, tcp) in [
+        ("udp", false),
+        ("udp6", false),
+        ("tcp", true),
+        ("tcp6", true),
+    ] {
+        let Ok(text) = read_small(&host::path(&format!("/proc/{pid}/net/{file}"))) else {
+            continue;
+        };
+        for line in text.lines().skip(1) {
+            let f: Vec<&str> = line.split_whitespace().collect();
+            let (Some(local), Some(state), Some(inode)) = (f.get(1), f.get(3), f.get(9)) else {
+                continue;
+            };
+            let port = local.rsplit(':').next().unwrap_or_default();
+            if port != "0035" || (tcp && *state != "0A") {
+                continue;
+            }
+            if let Ok(i) = inode.parse::<u64>() {
+                if i != 0 {
+                    out.insert(i);
+                }
+            }
+        }
+    }
+    out
+}
+
+/// The namespace's local IPv4 addresses (`/proc/PID/net/fib_trie`, `/32 host LOCAL`) and
+/// IPv6 ones (`if_inet6`).
+fn local_addrs(pid: u32) -> Vec<IpAddr> {
+    let mut out = BTreeSet::new();
+    if let Ok(text) = read_small(&host::path(&format!("/proc/{pid}/net/fib_trie"))) {
+        let mut last: Option<IpAddr> = None;
+        for line in text.lines() {
+            let t = line.trim_start_matches([' ', '|', '+', '-', '`']);
+            if let Ok(ip) = t.trim().parse::<IpAddr>() {
+                last = Some(ip);
+            } else if t.contains("host LOCAL") {
+                if let Some(ip) = last {
+                    out.insert(ip);
+                }
+            }
+        }
+    }
+    if let Ok(text) = read_small(&host::path(&format!("/proc/{pid}/net/if_inet6"))) {
+        for line in text.lines() {
+            let Some(hex) = line.split_whitespace().next() else {
+                continue;
+            };
+            if hex.len() == 32 {
+                if let Ok(v) = u128::from_str_radix(hex, 16) {
+                    out.insert(IpAddr::from(std::net::Ipv6Addr::from(v)));
+                }
+            }
+        }
+    }
+    out.into_iter().collect()
+}
+
+fn cmdline(pid: u32) -> Vec<String> {
+    read_small(&host::path(&format!("/proc/{pid}/cmdline")))
+        .map(|s| {
+            s.split('\0')
+                .filter(|a| !a.is_empty())
+                .map(str::to_owned)
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// A server's forward targets, from its command line and its config files read through
+/// its own root.
+pub fn server_forwards(
+    pid: u32,
+    kind: ServerKind,
+    args: &[String],
+) -> Result<Vec<Forward>, ConfigError> {
+    match kind {
+        ServerKind::Dnsdist => {
+            let f =
+                config::arg_value(args, &["-C", "--config"]).unwrap_or("/etc/dnsdist/dnsdist.conf");
+            config::dnsdist_forwards(f, &read_in_process(pid, f)?)
+        }
+        ServerKind::CoreDns => {
+            let f = config::arg_value(args, &["-conf", "--conf"]).unwrap_or("Corefile");
+            config::corefile_forwards(f, &read_in_process(pid, f)?)
+        }
+        ServerKind::Unbound => {
+            let f = config::arg_value(args, &["-c"]).unwrap_or("/etc/unbound/unbound.conf");
+            config::unbound_forwards(f, &read_in_process(pid, f)?)
+        }
+        ServerKind::Dnsmasq => {
+            let mut c = config::dnsmasq_args(args)?;
+            let files = if c.conf_files.is_empty() {
+                let default = "/etc/dnsmasq.conf";
+                if in_process(pid, default).exists() {
+                    vec![default.to_owned()]
+                } else {
+                    Vec::new()
+                }
+            } else {
+                c.conf_files.clone()
+            };
+            for f in files {
+                let text = read_in_process(pid, &f)?;
+                config::dnsmasq_conf(&f, &text, &mut c)?;
+            }
+            Ok(c.targets("argv"))
+        }
+        ServerKind::SystemdResolved => {
+            let f = "/run/systemd/resolve/resolv.conf";
+            Ok(vec![Forward {
+                target: Target::ResolvConf(f.to_owned()),
+                at: super::finding::ConfigLine {
+                    file: f.to_owned(),
+                    line: 0,
+                    text: "(systemd-resolved's upstream servers)".to_owned(),
+                },
+            }])
+        }
+    }
+}
+
+/// kube-proxy's iptables `nat` rules (`iptables-save -t nat`): each `KUBE-SERVICES` rule
+/// with a destination address and port, and the DNAT targets its chains reach.
+pub fn parse_iptables_nat(text: &str) -> Vec<Service> {
+    let mut jumps: HashMap<String, Vec<String>> = HashMap::new();
+    let mut dnat: HashMap<String, Vec<SocketAddr>> = HashMap::new();
+    let mut entries: Vec<(IpAddr, u16, Option<String>, String)> = Vec::new();
+    for line in text.lines() {
+        let w = words(line);
+        if w.first().map(String::as_str) != Some("-A") {
+            continue;
+        }
+        let Some(chain) = w.get(1) else { continue };
+        let val = |flag: &str| -> Option<&String> {
+            w.iter().position(|x| x == flag).and_then(|i| w.get(i + 1))
+        };
+        let Some(target) = val("-j") else { continue };
+        if target == "DNAT" {
+            if let Some(to) = val("--to-destination").and_then(|t| config::parse_addr(t, 0)) {
+                dnat.entry(chain.clone()).or_default().push(to);
+            }
+            continue;
+        }
+        jumps.entry(chain.clone()).or_default().push(target.clone());
+        if chain == "KUBE-SERVICES" {
+            let dst = val("-d").and_then(|d| d.split('/').next()?.parse::<IpAddr>().ok());
+            let port = val("--dport").and_then(|p| p.parse::<u16>().ok());
+            if let (Some(ip), Some(port)) = (dst, port) {
+                entries.push((ip, port, val("--comment").cloned(), target.clone()));
+            }
+        }
+    }
+    let mut out: Vec<Service> = Vec::new();
+    for (ip, port, name, chain) in entries {
+        let mut backends = BTreeSet::new();
+        let mut stack = vec![(chain, 0)];
+        let mut seen = HashSet::new();
+        while let Some((c, depth)) = stack.pop() {
+            if depth > 8 || !seen.insert(c.clone()) {
+                continue;
+            }
+            for d in dnat.get(&c).into_iter().flatten() {
+                let port = if d.port() == 0 { port } else { d.port() };
+                backends.insert(SocketAddr::new(d.ip(), port));
+            }
+            for j in jumps.get(&c).into_iter().flatten() {
+                stack.push((j.clone(), depth + 1));
+            }
+        }
+        match out.iter_mut().find(|s| s.ip == ip && s.port == port) {
+            Some(s) => s.backends.extend(backends),
+            None => out.push(Service {
+                ip,
+                port,
+                name,
+                backends: backends.into_iter().collect(),
+            }),
+        }
+    }
+    out
+}
+
+/// Shell-like words of an `iptables-save` line (double quotes group).
+fn words(line: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut cur = String::new();
+    let mut quoted = false;
+    let mut any = false;
+    for c in line.chars() {
+        match c {
+            '"' => {
+                quoted = !quoted;
+                any = true;
+            }
+            c if c.is_whitespace() && !quoted => {
+                if any {
+                    out.push(std::mem::take(&mut cur));
+                    any = false;
+                }
+            }
+            c => {
+                cur.push(c);
+                any = true;
+            }
+        }
+    }
+    if any {
+        out.push(cur);
+    }
+    out
+}
+
+/// Reads the node: every process's namespace and sockets, the servers' configs, the pods'
+/// resolv.conf, the node's resolver. `nat_rules`: `iptables-save -t nat` of the node.
+pub fn read_node(nat_rules: &str) -> NodeView {
+    let own = ns_key(Path::new("/proc/self/ns/net"));
+    let host_ns = ns_key(&host::path("/proc/1/ns/net"));
+    let not_pods: HashSet<NsKey> = own.into_iter().chain(host_ns).collect();
+    let pods = PodResolver::new(host::root()).refresh(&not_pods);
+    let mut by_netns: HashMap<NsKey, Vec<u32>> = HashMap::new();
+    if let Ok(dir) = fs::read_dir(host::path("/proc")) {
+        for e in dir.flatten() {
+            let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
+                continue;
+            };
+            let Some(ns) = ns_key(&e.path().join("ns/net")) else {
+                continue;
+            };
+            if not_pods.contains(&ns) {
+                continue;
+            }
+            by_netns.entry(ns).or_default().push(pid);
+        }
+    }
+    let mut view = NodeView {
+        services: parse_iptables_nat(nat_rules),
+        ..Default::default()
+    };
+    let mut netns_sorted: Vec<_> = by_netns.into_iter().collect();
+    netns_sorted.sort();
+    for (ns, mut pids) in netns_sorted {
+        pids.sort_unstable();
+        let pod = pods
+            .get(&ns)
+            .map(|p| p.pod.label.clone().unwrap_or_else(|| p.pod.uid.clone()));
+        let Some(&first) = pids.first() else { continue };
+        let inodes = port53_inodes(first);
+        let mut addrs = None;
+        for &pid in &pids {
+            if !inodes.is_empty() && holds_socket(pid, &inodes) {
+                let args = cmdline(pid);
+                let program = args.first().cloned().unwrap_or_default();
+                let kind = ServerKind::from_program(&program);
+                let forwards = match kind {
+                    Some(k) => server_forwards(pid, k, args.get(1..).unwrap_or_default()),
+                    None => Ok(Vec::new()),
+                };
+                view.servers.push(DnsServer {
+                    pid,
+                    kind,
+                    program,
+                    args,
+                    netns: ns,
+                    addrs: addrs.get_or_insert_with(|| local_addrs(first)).clone(),
+                    pod: pod.clone(),
+                    forwards,
+                });
+            }
+        }
+        // The pod's resolv.conf, as its first process sees it.
+        if let Some(p) = &pod {
+            if let Ok(text) = read_small(&in_process(first, "/etc/resolv.conf")) {
+                view.pod_resolv.push((
+                    p.clone(),
+                    "/etc/resolv.conf".to_owned(),
+                    config::parse_resolv_conf(&text),
+                ));
+            }
+        }
+    }
+    if let Ok(text) = read_small(&host::path("/etc/resolv.conf")) {
+        for ns in config::parse_resolv_conf(&text).nameservers {
+            if ns == IpAddr::from([127, 0, 0, 53]) {
+                let stub = "/run/systemd/resolve/resolv.conf";
+                if let Ok(t) = read_small(&host::path(stub)) {
+                    for up in config::parse_resolv_conf(&t).nameservers {
+                        view.node_nameservers
+                            .push((up, format!("/etc/resolv.conf → 127.0.0.53 → {stub}")));
+                    }
+                    continue;
+                }
+            }
+            view.node_nameservers
+                .push((ns, "/etc/resolv.conf".to_owned()));
+        }
+    }
+    view
+}
+
+fn holds_socket(pid: u32, inodes: &HashSet<u64>) -> bool {
+    let Ok(dir) = fs::read_dir(host::path(&format!("/proc/{pid}/fd"))) else {
+        return false;
+    };
+    dir.flatten().any(|e| {
+        fs::read_link(e.path())
+            .ok()
+            .and_then(|l| {
+                l.to_str()?
+                    .strip_prefix("socket:[")?
+                    .strip_suffix(']')?
+                    .parse::<u64>()
+                    .ok()
+            })
+            .is_some_and(|i| inodes.contains(&i))
+    })
+}
+
+/// One step of a forwarding path: server `from` sends to `to` by `forward`'s line, `via` how.
+#[derive(Clone, Debug)]
+struct Step {
+    from: usize,
+    forward: Forward,
+    via: String,
+    to: usize,
+}
+
+/// Where `target` of server `s` goes: the servers it reaches, each with how.
+fn reach(
+    view: &NodeView,
+    s: usize,
+    target: &Target,
+    read: &dyn Fn(u32, &str) -> Result<String, ConfigError>,
+) -> Vec<(usize, String)> {
+    let Some(server) = view.servers.get(s) else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    let addrs: Vec<(SocketAddr, String)> = match target {
+        Target::Addr(a) => vec![(*a, String::new())],
+        Target::ResolvConf(p) => match read(server.pid, p) {
+            Ok(text) => config::parse_resolv_conf(&text)
+                .nameservers
+                .into_iter()
+                .map(|ip| (SocketAddr::new(ip, 53), format!("{p}: nameserver {ip}; ")))
+                .collect(),
+            Err(_) => Vec::new(),
+        },
+    };
+    for (a, prefix) in addrs {
+        if a.ip().is_loopback() {
+            for (i, o) in view.servers.iter().enumerate() {
+                if o.netns == server.netns && a.port() == 53 {
+                    out.push((
+                        i,
+                        format!("{prefix}{a} is the loopback of its own namespace"),
+                    ));
+                }
+            }
+            continue;
+        }
+        if let Some(svc) = view
+            .services
+            .iter()
+            .find(|v| v.ip == a.ip() && v.port == a.port())
+        {
+            for b in &svc.backends {
+                for (i, o) in view.servers.iter().enumerate() {
+                    if o.addrs.contains(&b.ip()) {
+                        out.push((
+                            i,
+                            format!(
+                                "{prefix}{a} is Service {} whose DNAT rule sends to {b}",
+                                svc.name.as_deref().unwrap_or("ClusterIP")
+                            ),
+                        ));
+                    }
+                }
+            }
+            continue;
+        }
+        for (i, o) in view.servers.iter().enumerate() {
+            if o.addrs.contains(&a.ip()) && a.port() == 53 {
+                out.push((i, format!("{prefix}{a} is its address")));
+            }
+        }
+    }
+    out
+}
+
+/// Forwarding loops from the configs: a path of forward lines from a server back to
+/// itself. One finding per server whose own config closes a cycle.
+pub fn static_loops(view: &NodeView) -> Vec<Finding> {
+    static_loops_with(view, &read_in_process)
+}
+
+fn static_loops_with(
+    view: &NodeView,
+    read: &dyn Fn(u32, &str) -> Result<String, ConfigError>,
+) -> Vec<Finding> {
+    let mut out = Vec::new();
+    for start in 0..view.servers.len() {
+        let Some(path) = find_cycle(view, start, read) else {
+            continue;
+        };
+        let first = &path[0];
+        let s = &view.servers[start];
+        let mut f = Finding::new(
+            FindingKind::StaticForwardingLoop,
+            s.name(),
+            format!(
+                "{} forwards to {}, which leads back to itself: a forwarding loop as soon as a query it cannot answer arrives",
+                s.name(),
+                first.forward.target
+            ),
+        );
+        f.why = "Every query the server forwards comes back to it and is forwarded again: CoreDNS's loop plugin makes the pod exit (CrashLoopBackOff, `plugin/loop: Loop (…) detected`); without it the question circulates at CPU speed and every lookup of the cluster through this server fails.".into();
+        for st in &path {
+            let from = &view.servers[st.from];
+            let to = &view.servers[st.to];
+            f.evidence.push(format!(
+                "{} {}:{}: `{}` → {} → {}",
+                from.name(),
+                st.forward.at.file,
+                st.forward.at.line,
+                st.forward.at.text,
+                st.via,
+                to.name()
+            ));
+        }
+        f.fix = "Forward to a real upstream, not to the cluster DNS Service, the pod's own loopback, or a resolv.conf that leads back to cluster DNS: in the Corefile replace `forward . /etc/resolv.conf` (or the ClusterIP) with the upstream resolvers' addresses, or set kubelet's `resolvConf` to the real upstreams (`/run/systemd/resolve/resolv.conf` on systemd-resolved nodes).".into();
+        f.config = Some(first.forward.at.clone());
+        out.push(f);
+    }
+    out
+}
+
+/// A path of steps from `start` back to `start`, depth first, at most 8 steps.
+fn find_cycle(
+    view: &NodeView,
+    start: usize,
+    read: &dyn Fn(u32, &str) -> Result<String, ConfigError>,
+) -> Option<Vec<Step>> {
+    let mut stack: Vec<(usize, Vec<Step>)> = vec![(start, Vec::new())];
+    let mut visited = HashSet::new();
+    while let Some((s, path)) = stack.pop() {
+        if path.len() >= 8 || !visited.insert(s) && s != start {
+            continue;
+        }
+        let Some(Ok(forwards)) = view.servers.get(s).map(|x| x.forwards.as_ref()) else {
+            continue;
+        };
+        for fw in forwards {
+            for (to, via) in reach(view, s, &fw.target, read) {
+                let mut p = path.clone();
+                p.push(Step {
+                    from: s,
+                    forward: fw.clone(),
+                    via,
+                    to,
+                });
+                if to == start {
+                    return Some(p);
+                }
+                stack.push((to, p));
+            }
+        }
+    }
+    None
+}
+
+/// Findings on resolv.conf files: the pods' and the node's.
+pub fn resolv_findings(view: &NodeView) -> Vec<Finding> {
+    let mut out = Vec::new();
+    for (who, file, r) in &view.pod_resolv {
+        let mut problems = r.problems.clone();
+        if r.nameservers.is_empty() {
+            problems.push("no nameserver: every lookup goes to 127.0.0.1".into());
+        }
+        let search_len: usize = r.search.iter().map(|s| s.len() + 1).sum();
+        if r.search.len() > 32 || search_len > 2048 {
+            problems.push(format!(
+                "search list of {} domains, {search_len} characters: beyond kubelet's limits (32 domains, 2048 characters), the rest is dropped",
+                r.search.len()
+            ));
+        }
+        if problems.is_empty() {
+            continue;
+        }
+        let mut f = Finding::new(
+            FindingKind::ResolvConf,
+            who.clone(),
+            format!("{who}'s {file}: {}", problems.join("; ")),
+        );
+        f.why = "The pod's resolver works from this file: lines it cannot read are ignored, and lookups fail or go where nobody answers.".into();
+        f.evidence = problems;
+        f.fix = "Fix the pod's `dnsConfig`/`dnsPolicy` (or kubelet's `resolvConf`), then restart the pod.".into();
+        out.push(f);
+    }
+    for (ns, how) in &view.node_nameservers {
+        if let Some(svc) = view.services.iter().find(|s| s.ip == *ns && s.port == 53) {
+            let mut f = Finding::new(
+                FindingKind::NodeResolverToClusterDns,
+                "node",
+                format!(
+                    "the node's resolver ({how}) sends to {ns}, the cluster DNS Service {}",
+                    svc.name.as_deref().unwrap_or("")
+                ),
+            );
+            f.why = "Pods with `dnsPolicy: Default` — CoreDNS among them — get the node's resolv.conf: a CoreDNS that forwards to it forwards to itself.".into();
+            f.evidence = vec![format!("{how}: nameserver {ns}")];
+            f.fix = "Point the node's resolver at the real upstream resolvers, not at cluster DNS; or set kubelet's `resolvConf` to a file that does.".into();
+            out.push(f);
+        }
+    }
+    out
+}
+
+/// Servers whose config could not be read or parsed.
+pub fn config_findings(view: &NodeView) -> Vec<Finding> {
+    view.servers
+        .iter()
+        .filter_map(|s| {
+            let e = s.forwards.as_ref().err()?;
+            let mut f = Finding::new(
+                FindingKind::ConfigUnreadable,
+                s.name(),
+                format!("{}'s configuration could not be read: {e}", s.name()),
+            );
+            f.why = "Its forwarding was not checked for loops.".into();
+            f.fix = "Check the file named; run doctor with --host-root at the node's root.".into();
+            Some(f)
+        })
+        .collect()
+}
+
+#[cfg(test)]
+#[path = "node_tests.rs"]
+mod tests;

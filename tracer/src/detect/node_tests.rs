@@ -1,0 +1,163 @@
+use super::*;
+use crate::detect::finding::ConfigLine;
+
+/// The lab's rules (tests/src/kube_proxy.rs), as `iptables-save -t nat` prints them.
+const LAB_NAT: &str = r#"*nat
+:PREROUTING ACCEPT [0:0]
+:KUBE-SERVICES - [0:0]
+:KUBE-SVC-DNS-UDP - [0:0]
+-A PREROUTING -m comment --comment "kubernetes service portals" -j KUBE-SERVICES
+-A KUBE-MARK-MASQ -j MARK --set-xmark 0x4000/0x4000
+-A KUBE-SERVICES -d 10.96.0.10/32 -p udp -m comment --comment "kube-system/kube-dns:dns cluster IP" -m udp --dport 53 -j KUBE-SVC-DNS-UDP
+-A KUBE-SVC-DNS-UDP -m statistic --mode random --probability 0.50000000000 -j KUBE-SEP-DNS-UDP-A
+-A KUBE-SVC-DNS-UDP -j KUBE-SEP-DNS-UDP-B
+-A KUBE-SEP-DNS-UDP-A -s 10.244.1.3/32 -j KUBE-MARK-MASQ
+-A KUBE-SEP-DNS-UDP-A -p udp -m udp -j DNAT --to-destination 10.244.1.3:53
+-A KUBE-SEP-DNS-UDP-B -p udp -m udp -j DNAT --to-destination 10.244.1.4:53
+COMMIT
+"#;
+
+#[test]
+fn kube_proxy_rules_give_the_service_backends() {
+    let s = parse_iptables_nat(LAB_NAT);
+    assert_eq!(s.len(), 1, "{s:?}");
+    assert_eq!(s[0].ip, "10.96.0.10".parse::<IpAddr>().unwrap());
+    assert_eq!(s[0].port, 53);
+    assert_eq!(
+        s[0].name.as_deref(),
+        Some("kube-system/kube-dns:dns cluster IP")
+    );
+    assert_eq!(
+        s[0].backends,
+        [
+            "10.244.1.3:53".parse().unwrap(),
+            "10.244.1.4:53".parse().unwrap()
+        ] as [SocketAddr; 2]
+    );
+}
+
+#[test]
+fn hostile_iptables_text_does_not_panic() {
+    for t in [
+        "",
+        "-A",
+        "-A X -j",
+        "-A KUBE-SERVICES -d -j",
+        "-A KUBE-SERVICES -d 1.2.3.4/32 --dport 99999 -j X",
+        "-A X -j X\n-A KUBE-SERVICES -d 1.1.1.1/32 --dport 53 -j X",
+        "-A X -j DNAT --to-destination",
+        "\"\"\"",
+    ] {
+        let _ = parse_iptables_nat(t);
+    }
+}
+
+fn server(pid: u32, addr: &str, ns: u64, forwards: Vec<Forward>) -> DnsServer {
+    DnsServer {
+        pid,
+        kind: Some(ServerKind::Dnsdist),
+        program: "dnsdist".into(),
+        args: Vec::new(),
+        netns: (1, ns),
+        addrs: vec![addr.parse().unwrap()],
+        pod: Some(format!("kube-system/coredns-{pid}")),
+        forwards: Ok(forwards),
+    }
+}
+
+fn fwd(target: Target, text: &str) -> Forward {
+    Forward {
+        target,
+        at: ConfigLine {
+            file: "/etc/dnsdist.conf".into(),
+            line: 6,
+            text: text.into(),
+        },
+    }
+}
+
+fn no_files(_: u32, p: &str) -> Result<String, ConfigError> {
+    Err(ConfigError::File {
+        file: p.into(),
+        what: "absent".into(),
+    })
+}
+
+#[test]
+fn forwarding_to_its_own_cluster_ip_is_a_static_loop() {
+    let line = "newServer({address='10.96.0.10:53'}):setUp()";
+    let to_svc = || vec![fwd(Target::Addr("10.96.0.10:53".parse().unwrap()), line)];
+    let view = NodeView {
+        servers: vec![
+            server(10, "10.244.1.3", 1, to_svc()),
+            server(11, "10.244.1.4", 2, to_svc()),
+        ],
+        services: parse_iptables_nat(LAB_NAT),
+        ..Default::default()
+    };
+    let f = static_loops_with(&view, &no_files);
+    assert_eq!(f.len(), 2, "{f:#?}");
+    assert_eq!(f[0].kind, FindingKind::StaticForwardingLoop);
+    assert_eq!(f[0].config.as_ref().unwrap().text, line);
+    assert!(f[0].evidence[0].contains("kube-dns"), "{:?}", f[0].evidence);
+}
+
+#[test]
+fn forwarding_upstream_is_no_loop() {
+    let view = NodeView {
+        servers: vec![server(
+            10,
+            "10.244.1.3",
+            1,
+            vec![fwd(Target::Addr("10.250.0.53:53".parse().unwrap()), "x")],
+        )],
+        services: parse_iptables_nat(LAB_NAT),
+        ..Default::default()
+    };
+    assert!(static_loops_with(&view, &no_files).is_empty());
+}
+
+#[test]
+fn resolv_conf_leading_to_a_stub_that_forwards_to_the_service_is_a_loop() {
+    // CoreDNS: forward . /etc/resolv.conf; its resolv.conf (the node's) says 127.0.0.53,
+    // where a stub in the same namespace forwards to the ClusterIP, backed by CoreDNS.
+    let mut core = server(
+        10,
+        "10.244.1.3",
+        1,
+        vec![fwd(
+            Target::ResolvConf("/etc/resolv.conf".into()),
+            "forward . /etc/resolv.conf",
+        )],
+    );
+    core.kind = Some(ServerKind::CoreDns);
+    let stub = server(
+        12,
+        "10.244.1.3",
+        1,
+        vec![fwd(
+            Target::Addr("10.96.0.10:53".parse().unwrap()),
+            "server=10.96.0.10",
+        )],
+    );
+    let view = NodeView {
+        servers: vec![core, stub],
+        services: parse_iptables_nat(LAB_NAT),
+        ..Default::default()
+    };
+    let read = |_: u32, p: &str| -> Result<String, ConfigError> {
+        assert_eq!(p, "/etc/resolv.conf");
+        Ok("nameserver 127.0.0.53\n".into())
+    };
+    let f = static_loops_with(&view, &read);
+    assert!(!f.is_empty());
+    assert_eq!(
+        f[0].config.as_ref().unwrap().text,
+        "forward . /etc/resolv.conf"
+    );
+    assert!(
+        f[0].evidence.iter().any(|e| e.contains("127.0.0.53")),
+        "{:#?}",
+        f[0].evidence
+    );
+}

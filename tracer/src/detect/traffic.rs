@@ -1,0 +1,425 @@
+//! The pipeline's own records folded into findings: runtime loops, race drops, kernel drops
+//! of DNS by namespace and reason, unanswered and SERVFAIL per server, answers after the
+//! client gave up, and ndots amplification (NXDOMAINs per search-list lookup). Thresholds
+//! keep a healthy node under load quiet: a single lost datagram is no finding.
+use std::{
+    collections::{BTreeMap, BTreeSet, HashMap},
+    net::SocketAddr,
+};
+
+use super::finding::{Finding, FindingKind};
+use crate::{
+    correlate::{
+        loops::{LoopKind, LoopRecord, Peer},
+        race::{RaceRecord, RaceVerdict},
+        record::{LegOutcome, Outcome, Summary, TransactionRecord},
+    },
+    decode::record::DropRecord,
+};
+
+/// A server with fewer unanswered queries is not reported.
+pub const MIN_UNANSWERED: u64 = 3;
+/// … nor one with fewer than this share of its queries unanswered (percent).
+pub const MIN_UNANSWERED_PCT: u64 = 5;
+/// Lookups with at least this many NXDOMAINs before their answer are amplified…
+pub const NDOTS_NXDOMAINS: u64 = 2;
+/// … and a client with at least this many such lookups is reported.
+pub const NDOTS_MIN_LOOKUPS: u64 = 10;
+/// Names kept per group as examples.
+const EXAMPLES: usize = 3;
+
+#[derive(Default)]
+struct ServerAgg {
+    queries: u64,
+    unanswered: u64,
+    servfail: u64,
+    names: BTreeSet<String>,
+}
+
+#[derive(Default)]
+struct DropAgg {
+    packets: u64,
+    /// `--record`: a flight-recorder file holding some of them.
+    evidence: Option<String>,
+    srcs: BTreeSet<String>,
+    names: BTreeSet<String>,
+    pod: Option<String>,
+}
+
+#[derive(Default)]
+struct LateAgg {
+    count: u64,
+    evidence: Option<String>,
+    servers: BTreeSet<SocketAddr>,
+    names: BTreeSet<String>,
+    answer_ns: Vec<u64>,
+    gave_up_ns: Option<u64>,
+}
+
+#[derive(Default)]
+struct ClientAgg {
+    pod: Option<String>,
+    dropped: u64,
+    /// lookup id → (NXDOMAINs, answered with data).
+    lookups: HashMap<u64, (u64, bool)>,
+    names: BTreeSet<String>,
+}
+
+/// Folds records as they come; [`TrafficFolder::findings`] at the end.
+#[derive(Default)]
+pub struct TrafficFolder {
+    loops: BTreeMap<u64, LoopRecord>,
+    races: BTreeMap<String, (u64, BTreeSet<String>)>,
+    drops: BTreeMap<(String, String, String), DropAgg>,
+    servers: BTreeMap<SocketAddr, ServerAgg>,
+    late: BTreeMap<String, LateAgg>,
+    clients: BTreeMap<String, ClientAgg>,
+    pub transactions: u64,
+}
+
+fn add_example(set: &mut BTreeSet<String>, name: &str) {
+    if set.len() < EXAMPLES {
+        set.insert(name.to_owned());
+    }
+}
+
+fn secs(ns: u64) -> String {
+    format!("{:.2} s", ns as f64 / 1e9)
+}
+
+impl TrafficFolder {
+    pub fn loop_record(&mut self, l: &LoopRecord) {
+        let keep = self
+            .loops
+            .get(&l.id)
+            .is_none_or(|old| l.packets >= old.packets);
+        if keep {
+            self.loops.insert(l.id, l.clone());
+        }
+    }
+
+    pub fn race(&mut self, r: &RaceRecord) {
+        if r.verdict != RaceVerdict::RaceDrop {
+            return;
+        }
+        let who = r.pod.pod.clone().unwrap_or_else(|| r.client_netns.clone());
+        let e = self.races.entry(who).or_default();
+        e.0 += 1;
+        if let Some(q) = &r.dropped {
+            add_example(
+                &mut e.1,
+                &format!("{} {}", q.question.name, q.question.qtype),
+            );
+        }
+    }
+
+    pub fn drop(&mut self, d: &DropRecord) {
+        // Normal socket life, and answers to a closed socket (reported as late answers).
+        if d.benign.is_some() || d.reason == "NO_SOCKET" {
+            return;
+        }
+        let key = (d.netns.to_string(), d.reason.clone(), d.location.clone());
+        let e = self.drops.entry(key).or_default();
+        e.packets += 1;
+        add_example(&mut e.srcs, &format!("{} > {}", d.src, d.dst));
+        if let Some(q) = d.dns.as_ref().and_then(|m| m.questions.first()) {
+            add_example(&mut e.names, &q.name);
+        }
+        if e.pod.is_none() {
+            e.pod = d.pod.as_ref().and_then(|p| p.pod.clone());
+        }
+        if e.evidence.is_none() {
+            e.evidence.clone_from(&d.evidence);
+        }
+    }
+
+    pub fn transaction(&mut self, t: &TransactionRecord) {
+        self.transactions += 1;
+        for leg in &t.legs {
+            let s = self.servers.entry(leg.server).or_default();
+            s.queries += 1;
+            match leg.outcome {
+                LegOutcome::Unanswered => {
+                    s.unanswered += 1;
+                    add_example(&mut s.names, &t.question.name);
+                }
+                _ if leg.rcode.as_deref() == Some("SERVFAIL") => {
+                    s.servfail += 1;
+                    add_example(&mut s.names, &t.question.name);
+                }
+                _ => {}
+            }
+        }
+        let client = t.client_netns.to_string();
+        if t.outcome == Outcome::Late {
+            let e = self.late.entry(client.clone()).or_default();
+            e.count += 1;
+            if e.evidence.is_none() {
+                e.evidence.clone_from(&t.evidence);
+            }
+            if let Some(l) = t.legs.first() {
+                e.servers.insert(l.server);
+            }
+            add_example(&mut e.names, &t.question.name);
+            if let Summary::Late {
+                answer_ns,
+                gave_up_ns,
+                ..
+            } = &t.summary
+            {
+                e.answer_ns.push(*answer_ns);
+                e.gave_up_ns = e.gave_up_ns.or(*gave_up_ns);
+            }
+        }
+        let c = self.clients.entry(client).or_default();
+        if c.pod.is_none() {
+            c.pod = t.pod.pod.clone();
+        }
+        if t.outcome == Outcome::Dropped {
+            c.dropped += 1;
+        }
+        {
+            let l = c.lookups.entry(t.lookup.id).or_default();
+            match t.rcode.as_deref() {
+                Some("NXDOMAIN") => {
+                    l.0 += 1;
+                    add_example(&mut c.names, &t.question.name);
+                }
+                Some("NOERROR") if !t.answers.is_empty() => l.1 = true,
+                _ => {}
+            }
+        }
+    }
+
+    pub fn findings(&self) -> Vec<Finding> {
+        let mut out = Vec::new();
+        self.loop_findings(&mut out);
+        self.drop_findings(&mut out);
+        for (who, (n, names)) in &self.races {
+            let mut f = Finding::new(
+                FindingKind::ConntrackRace,
+                who.clone(),
+                format!("{n} queries of {who} were dropped by the conntrack A/AAAA insert race"),
+            );
+            f.count = *n;
+            f.why = "Each costs the client a 5 s timeout and a retry: the classic \"DNS takes 5 seconds\".".into();
+            f.evidence = names.iter().map(|q| format!("dropped: {q}")).collect();
+            f.fix = "Add `options single-request-reopen` (glibc) to the pod's dnsConfig, run NodeLocal DNSCache (no DNAT for pod queries), or use a kernel ≥ 5.6 whose clash resolution keeps both.".into();
+            out.push(f);
+        }
+        for (server, s) in &self.servers {
+            let pct = s.unanswered * 100 / s.queries.max(1);
+            if s.unanswered >= MIN_UNANSWERED && pct >= MIN_UNANSWERED_PCT {
+                let mut f = Finding::new(
+                    FindingKind::UnansweredQueries,
+                    server.to_string(),
+                    format!(
+                        "{server} left {} of {} queries unanswered ({pct}%)",
+                        s.unanswered, s.queries
+                    ),
+                );
+                f.count = s.unanswered;
+                f.why = "Clients wait their whole timeout (5 s by default) and retry; lookups fail when every try does.".into();
+                f.evidence = s.names.iter().map(|n| format!("unanswered: {n}")).collect();
+                f.fix = "Check the server is up and reachable (its pod, its Service endpoints, NetworkPolicies on port 53), and its own upstream.".into();
+                out.push(f);
+            }
+            if s.servfail >= MIN_UNANSWERED
+                && s.servfail * 100 / s.queries.max(1) >= MIN_UNANSWERED_PCT
+            {
+                let mut f = Finding::new(
+                    FindingKind::Servfail,
+                    server.to_string(),
+                    format!(
+                        "{server} answered SERVFAIL to {} of {} queries",
+                        s.servfail, s.queries
+                    ),
+                );
+                f.count = s.servfail;
+                f.why = "SERVFAIL is a failed lookup: the server could not get an answer from its upstream.".into();
+                f.evidence = s.names.iter().map(|n| format!("SERVFAIL: {n}")).collect();
+                f.fix = "Look at the server's upstream (its `forward` targets) and its logs (`kubectl logs`, the errors plugin).".into();
+                out.push(f);
+            }
+        }
+        for (client, l) in &self.late {
+            let servers: Vec<String> = l.servers.iter().map(ToString::to_string).collect();
+            let mut f = Finding::new(
+                FindingKind::LateAnswers,
+                client.clone(),
+                format!(
+                    "{} answers to {client} came after the client had given up (from {})",
+                    l.count,
+                    servers.join(", ")
+                ),
+            );
+            f.count = l.count;
+            f.why = "The server did answer, but slower than the client waits: the client retries or fails although the server works — the upstream is slow, not down.".into();
+            for n in &l.names {
+                f.evidence.push(format!("late: {n}"));
+            }
+            if let Some(max) = l.answer_ns.iter().max() {
+                f.evidence.push(format!("answer came at +{}", secs(*max)));
+            }
+            if let Some(g) = l.gave_up_ns {
+                f.evidence.push(format!("client's own timeout {}", secs(g)));
+            }
+            if let Some(e) = &l.evidence {
+                f.evidence.push(format!("packets: {e}"));
+            }
+            f.fix = "Find why the upstream is slow (its own upstream, load, packet loss); raise the client's `options timeout:` only as a stopgap.".into();
+            out.push(f);
+        }
+        for (client, c) in &self.clients {
+            let amplified: Vec<u64> = c
+                .lookups
+                .values()
+                .filter(|(nx, _)| *nx >= NDOTS_NXDOMAINS)
+                .map(|(nx, _)| *nx)
+                .collect();
+            let n = amplified.len() as u64;
+            if n < NDOTS_MIN_LOOKUPS {
+                continue;
+            }
+            let nx: u64 = amplified.iter().sum();
+            let who = c.pod.clone().unwrap_or_else(|| client.clone());
+            let mut f = Finding::new(
+                FindingKind::NdotsAmplification,
+                who.clone(),
+                format!(
+                    "{n} lookups of {who} went through {nx} NXDOMAINs of the search list first"
+                ),
+            );
+            f.count = n;
+            f.why = "With `ndots:5` every name with fewer than 5 dots is tried with each search domain first: 3–4 extra queries (×2 for A and AAAA) per external lookup, load on CoreDNS and latency.".into();
+            f.evidence = c.names.iter().map(|n| format!("NXDOMAIN: {n}")).collect();
+            f.fix = "Use fully qualified names with a trailing dot (`api.example.com.`), or set `dnsConfig.options: [{name: ndots, value: \"2\"}]` on the pod.".into();
+            out.push(f);
+        }
+        out
+    }
+
+    fn loop_findings(&self, out: &mut Vec<Finding>) {
+        let peer = |p: &Peer| match p {
+            Peer::Socket(s) => s.to_string(),
+            Peer::Host(h) => h.to_string(),
+        };
+        // One finding per cycle: each question that entered it is one loop record.
+        let mut by_cycle: BTreeMap<Vec<String>, Vec<&LoopRecord>> = BTreeMap::new();
+        for l in self.loops.values() {
+            let path: Vec<String> = l
+                .cycle
+                .iter()
+                .map(|h| {
+                    let at = h
+                        .pod
+                        .pod
+                        .clone()
+                        .or_else(|| h.at.as_ref().map(|a| a.0.clone()));
+                    match at {
+                        Some(at) => format!("{} ({at})", peer(&h.backend)),
+                        None => peer(&h.backend),
+                    }
+                })
+                .collect();
+            by_cycle.entry(path).or_default().push(l);
+        }
+        for (path, loops) in by_cycle {
+            let Some(first) = loops.first() else { continue };
+            let packets: u64 = loops.iter().map(|l| l.packets).sum();
+            let questions: Vec<String> = loops
+                .iter()
+                .take(EXAMPLES)
+                .map(|l| format!("{} {}", l.question.name, l.question.qtype))
+                .collect();
+            let what = match first.kind {
+                LoopKind::Cycle => "a forwarding loop",
+                LoopKind::Amplification => "an amplification storm",
+            };
+            let mut f = Finding::new(
+                FindingKind::RuntimeLoop,
+                path.first().cloned().unwrap_or_default(),
+                format!(
+                    "{what}: {} question(s) ({}) went round {} for {packets} packets",
+                    loops.len(),
+                    questions.join(", "),
+                    path.join(" → "),
+                ),
+            );
+            f.count = packets;
+            f.why = "A question that comes back to the server that forwarded it is forwarded again without end: the servers burn CPU, their upstream never sees it, and every client of them times out. CoreDNS's loop plugin exits on it (CrashLoopBackOff).".into();
+            f.evidence = vec![format!("cycle: {}", path.join(" → "))];
+            for l in loops.iter().take(EXAMPLES) {
+                let c: Vec<String> = l
+                    .clients
+                    .iter()
+                    .take(EXAMPLES)
+                    .map(ToString::to_string)
+                    .collect();
+                f.evidence.push(format!(
+                    "{} {}: {} hops, {} packets/s at the last count, clients {}",
+                    l.question.name,
+                    l.question.qtype,
+                    l.hop_count,
+                    l.rate_pps,
+                    if c.is_empty() {
+                        "-".to_owned()
+                    } else {
+                        c.join(", ")
+                    }
+                ));
+                if l.loop_plugin_probe {
+                    f.evidence
+                        .push("the question is CoreDNS's loop plugin probe (HINFO)".into());
+                }
+                if let Some(e) = &l.evidence {
+                    f.evidence.push(format!("packets: {e}"));
+                }
+            }
+            f.fix = "Make the servers of the cycle forward to a real upstream: not the cluster DNS Service, not 127.0.0.53, not a resolv.conf that leads back (see the static finding for the config line).".into();
+            out.push(f);
+        }
+    }
+
+    fn drop_findings(&self, out: &mut Vec<Finding>) {
+        let mut dropped_clients: Vec<String> = self
+            .clients
+            .iter()
+            .filter(|(_, c)| c.dropped > 0)
+            .map(|(ns, c)| match &c.pod {
+                Some(p) => format!("{ns} ({p}): {} lookups", c.dropped),
+                None => format!("{ns}: {} lookups", c.dropped),
+            })
+            .collect();
+        dropped_clients.truncate(10);
+        for ((netns, reason, location), d) in &self.drops {
+            let place = d.pod.clone().unwrap_or_else(|| netns.clone());
+            let mut f = Finding::new(
+                FindingKind::KernelDrops,
+                place.clone(),
+                format!(
+                    "the kernel dropped {} DNS packets in {place} ({reason} at {location})",
+                    d.packets
+                ),
+            );
+            f.count = d.packets;
+            f.why = "A dropped query is a lookup that times out: a firewall or NetworkPolicy rule on port 53 (NETFILTER_DROP at nft_do_chain/nf_hook_slow is its signature) cuts those clients off DNS.".into();
+            f.evidence = d.srcs.iter().map(|s| format!("dropped: {s}")).collect();
+            f.evidence
+                .extend(d.names.iter().map(|n| format!("question: {n}")));
+            f.evidence.push(format!("network namespace: {netns}"));
+            if let Some(e) = &d.evidence {
+                f.evidence.push(format!("packets: {e}"));
+            }
+            for c in &dropped_clients {
+                f.evidence.push(format!("client namespace: {c}"));
+            }
+            f.fix = "Allow DNS: a NetworkPolicy egress rule to kube-dns on UDP and TCP 53 for the client namespace (and ingress to CoreDNS); check `iptables-save`/`nft list ruleset` for DROP/REJECT on port 53.".into();
+            out.push(f);
+        }
+    }
+}
+
+#[cfg(test)]
+#[path = "traffic_tests.rs"]
+mod tests;

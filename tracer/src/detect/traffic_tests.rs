@@ -1,0 +1,190 @@
+use super::*;
+use crate::correlate::{
+    record::{Join, LegRecord, LookupRef, QuestionRecord},
+    LegRole,
+};
+
+fn addr(s: &str) -> SocketAddr {
+    s.parse().unwrap()
+}
+
+fn tx(
+    id: u64,
+    lookup: u64,
+    name: &str,
+    outcome: Outcome,
+    rcode: Option<&str>,
+    leg: LegOutcome,
+) -> TransactionRecord {
+    TransactionRecord {
+        evidence: None,
+        pod: Default::default(),
+        id,
+        lookup: LookupRef {
+            id: lookup,
+            step: 0,
+        },
+        ts_ns: 1,
+        wall_ns: 1,
+        client: addr("10.244.1.2:1000"),
+        client_netns: "lab-client".into(),
+        question: QuestionRecord::new(name, "A", "IN"),
+        outcome,
+        rcode: rcode.map(str::to_owned),
+        answers: if rcode == Some("NOERROR") {
+            vec!["A 10.0.0.1".into()]
+        } else {
+            Vec::new()
+        },
+        answer_cut: None,
+        latency_ns: None,
+        summary: if outcome == Outcome::Late {
+            Summary::Late {
+                answer_ns: 1_600_000_000,
+                gave_up_ns: Some(1_000_000_000),
+                reason: "NO_SOCKET".into(),
+                location: "__udp4_lib_rcv".into(),
+                retried: false,
+            }
+        } else {
+            Summary::Pending
+        },
+        legs: vec![LegRecord {
+            id,
+            parent: None,
+            role: LegRole::Query,
+            proto: 17,
+            client: addr("10.244.1.2:1000"),
+            server: addr("10.96.0.10:53"),
+            backend: addr("10.244.1.3:53"),
+            dns_id: 1,
+            join: Join::SameTuple,
+            outcome: leg,
+            rcode: rcode.map(str::to_owned),
+            answers: Vec::new(),
+            answer_cut: None,
+            latency_ns: None,
+            retransmits: 0,
+            drop: None,
+            node_cache: None,
+            hops: Vec::new(),
+        }],
+    }
+}
+
+#[test]
+fn healthy_load_is_no_finding() {
+    let mut f = TrafficFolder::default();
+    for i in 0..1000 {
+        f.transaction(&tx(
+            i,
+            i,
+            "www.lab.test.",
+            Outcome::Answered,
+            Some("NOERROR"),
+            LegOutcome::Answered,
+        ));
+    }
+    // One lost datagram among a thousand, and a couple of unanswered: under the thresholds.
+    f.transaction(&tx(
+        2000,
+        2000,
+        "x.lab.test.",
+        Outcome::Unanswered,
+        None,
+        LegOutcome::Unanswered,
+    ));
+    f.transaction(&tx(
+        2001,
+        2001,
+        "y.lab.test.",
+        Outcome::Unanswered,
+        None,
+        LegOutcome::Unanswered,
+    ));
+    assert!(f.findings().is_empty(), "{:#?}", f.findings());
+}
+
+#[test]
+fn unanswered_over_threshold_is_a_finding() {
+    let mut f = TrafficFolder::default();
+    for i in 0..10 {
+        f.transaction(&tx(
+            i,
+            i,
+            "x.lab.test.",
+            Outcome::Unanswered,
+            None,
+            LegOutcome::Unanswered,
+        ));
+    }
+    let found = f.findings();
+    assert_eq!(found.len(), 1, "{found:#?}");
+    assert_eq!(found[0].kind, FindingKind::UnansweredQueries);
+    assert_eq!(found[0].subject, "10.96.0.10:53");
+    assert_eq!(found[0].count, 10);
+}
+
+#[test]
+fn a_late_answer_is_a_finding_with_its_times() {
+    let mut f = TrafficFolder::default();
+    f.transaction(&tx(
+        1,
+        1,
+        "late.lab.test.",
+        Outcome::Late,
+        Some("NOERROR"),
+        LegOutcome::Late,
+    ));
+    let found = f.findings();
+    assert_eq!(found.len(), 1, "{found:#?}");
+    assert_eq!(found[0].kind, FindingKind::LateAnswers);
+    assert_eq!(found[0].subject, "lab-client");
+    assert!(found[0]
+        .evidence
+        .iter()
+        .any(|e| e == "answer came at +1.60 s"));
+    assert!(found[0]
+        .evidence
+        .iter()
+        .any(|e| e == "client's own timeout 1.00 s"));
+}
+
+#[test]
+fn ndots_amplification_needs_many_lookups() {
+    let mut f = TrafficFolder::default();
+    let mut id = 0;
+    for lookup in 0..NDOTS_MIN_LOOKUPS {
+        for suffix in [
+            "default.svc.cluster.local.",
+            "svc.cluster.local.",
+            "cluster.local.",
+        ] {
+            id += 1;
+            f.transaction(&tx(
+                id,
+                lookup,
+                &format!("api.example.com.{suffix}"),
+                Outcome::Answered,
+                Some("NXDOMAIN"),
+                LegOutcome::Answered,
+            ));
+        }
+        id += 1;
+        f.transaction(&tx(
+            id,
+            lookup,
+            "api.example.com.",
+            Outcome::Answered,
+            Some("NOERROR"),
+            LegOutcome::Answered,
+        ));
+        if lookup == 0 {
+            assert!(f.findings().is_empty());
+        }
+    }
+    let found = f.findings();
+    assert_eq!(found.len(), 1, "{found:#?}");
+    assert_eq!(found[0].kind, FindingKind::NdotsAmplification);
+    assert_eq!(found[0].count, NDOTS_MIN_LOOKUPS);
+}

@@ -1,0 +1,339 @@
+//! `dnspath doctor`: the runbooks' triage from one node. Reads the node's files (the detect
+//! stage's [`node`](crate::detect::node) checks: static forwarding loops, resolv.conf),
+//! watches the traffic for `--duration` through the live pipeline with a sink that folds
+//! loops, races, drops and transactions into findings, then prints them ranked by
+//! severity. Exit status by the worst finding ([`Severity::exit_status`]). Schema of `-o
+//! json`: docs/doctor.md.
+use std::{io::Write, process::Command, time::Duration};
+
+use serde::Serialize;
+
+use crate::{
+    detect::{
+        finding::{rank, Finding, Severity},
+        node,
+        traffic::TrafficFolder,
+    },
+    event::KernelSetup,
+    output::{self, record::StatsRecord, Format, Record},
+    trace::{self, LiveSink, TraceError, TraceOptions},
+};
+
+#[derive(Debug, thiserror::Error)]
+pub enum DoctorError {
+    #[error(transparent)]
+    Trace(#[from] TraceError),
+    #[error("writing the report: {0}")]
+    Io(#[from] std::io::Error),
+    #[error("encoding the report: {0}")]
+    Json(#[from] serde_json::Error),
+}
+
+pub struct DoctorOptions {
+    /// The live run (`duration` set; every namespace).
+    pub trace: TraceOptions,
+    pub format: Format,
+    pub duration: Duration,
+    /// A progress line on stderr (it is a terminal).
+    pub progress: bool,
+}
+
+/// What was looked at, so "no finding" says how much was checked.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct Checked {
+    /// DNS server processes of pod namespaces (a socket on port 53).
+    pub dns_servers: Vec<String>,
+    /// Of them, those whose forwarding was followed from their config.
+    pub configs_read: usize,
+    /// Service ports from kube-proxy's rules.
+    pub services: usize,
+    pub pod_resolv_conf: usize,
+    /// The node's nameservers (a stub followed).
+    pub node_nameservers: Vec<String>,
+    pub transactions: u64,
+    pub packets: u64,
+    pub drops: u64,
+}
+
+/// `-o json`: one document.
+#[derive(Clone, Debug, Serialize)]
+pub struct Report {
+    pub version: u32,
+    pub duration_s: f64,
+    /// `none`, `info`, `warning`, `critical`.
+    pub worst: &'static str,
+    pub exit_status: u8,
+    pub checked: Checked,
+    pub findings: Vec<Finding>,
+}
+
+/// JSON schema version of [`Report`].
+pub const REPORT_VERSION: u32 = 1;
+
+/// kube-proxy's `nat` rules of this namespace, from whichever iptables flavour has them.
+fn nat_rules() -> String {
+    let mut all = String::new();
+    for prog in ["iptables-nft-save", "iptables-legacy-save", "iptables-save"] {
+        if let Ok(o) = Command::new(prog).args(["-t", "nat"]).output() {
+            if o.status.success() {
+                all.push_str(&String::from_utf8_lossy(&o.stdout));
+            }
+        }
+    }
+    all
+}
+
+/// The static half: the node's files, before a packet is traced.
+pub fn static_findings() -> (Vec<Finding>, Checked) {
+    let view = node::read_node(&nat_rules());
+    let mut f = node::static_loops(&view);
+    f.extend(node::resolv_findings(&view));
+    f.extend(node::config_findings(&view));
+    let checked = Checked {
+        dns_servers: view.servers.iter().map(node::DnsServer::name).collect(),
+        configs_read: view
+            .servers
+            .iter()
+            .filter(|s| s.kind.is_some() && s.forwards.is_ok())
+            .count(),
+        services: view.services.len(),
+        pod_resolv_conf: view.pod_resolv.len(),
+        node_nameservers: view
+            .node_nameservers
+            .iter()
+            .map(|(ip, how)| format!("{ip} ({how})"))
+            .collect(),
+        ..Default::default()
+    };
+    (f, checked)
+}
+
+/// The live half's sink: folds records, shows progress.
+struct DoctorSink {
+    folder: TrafficFolder,
+    stats: Option<StatsRecord>,
+    progress: bool,
+    started_ns: u64,
+    duration: Duration,
+}
+
+impl LiveSink for DoctorSink {
+    fn started(&mut self, _setup: &KernelSetup, now_ns: u64) {
+        self.started_ns = now_ns;
+    }
+    fn batch(&mut self, records: &mut Vec<Record>, _now_ns: u64) -> std::io::Result<bool> {
+        for r in records.drain(..) {
+            match r {
+                Record::Loop(l) => self.folder.loop_record(&l),
+                Record::Race(r) => self.folder.race(&r),
+                Record::Drop(d) => self.folder.drop(&d),
+                Record::Transaction(t) => self.folder.transaction(&t),
+                _ => {}
+            }
+        }
+        Ok(false)
+    }
+    fn periodic(&mut self, _stats: &StatsRecord, now_ns: u64) {
+        if self.progress {
+            let s = now_ns.saturating_sub(self.started_ns) / 1_000_000_000;
+            eprint!(
+                "\rdnspath doctor: watching {s}/{} s, {} transactions",
+                self.duration.as_secs(),
+                self.folder.transactions
+            );
+        }
+    }
+    fn finish(&mut self, stats: &StatsRecord, _now_ns: u64) -> std::io::Result<()> {
+        if self.progress {
+            eprintln!();
+        }
+        self.stats = Some(stats.clone());
+        Ok(())
+    }
+}
+
+/// Runs the checks, writes the report to `out`; returns the exit status.
+pub async fn run(opts: DoctorOptions, out: &mut dyn Write) -> Result<u8, DoctorError> {
+    let (mut findings, mut checked) = static_findings();
+    // Said before any packet is traced: a static loop is known before a query is sent.
+    eprintln!(
+        "dnspath doctor: {} DNS server(s) in pod namespaces, {} config(s) followed, {} finding(s) from the node's files",
+        checked.dns_servers.len(),
+        checked.configs_read,
+        findings.len()
+    );
+    for f in &findings {
+        eprintln!(
+            "dnspath doctor: {} {:?}: {}",
+            f.severity.as_str(),
+            f.kind,
+            output::escape(&f.seen)
+        );
+    }
+    let mut sink = DoctorSink {
+        folder: TrafficFolder::default(),
+        stats: None,
+        progress: opts.progress,
+        started_ns: 0,
+        duration: opts.duration,
+    };
+    let summary = trace::run_live(opts.trace, &mut sink).await?;
+    findings.extend(sink.folder.findings());
+    rank(&mut findings);
+    checked.transactions = sink.folder.transactions;
+    let stats = sink.stats.unwrap_or(summary.stats);
+    checked.packets = stats.decode.packets;
+    checked.drops = stats.decode.drops;
+    let worst = findings.iter().map(|f| f.severity).max();
+    let report = Report {
+        version: REPORT_VERSION,
+        duration_s: opts.duration.as_secs_f64(),
+        worst: worst.map_or("none", Severity::as_str),
+        exit_status: Severity::exit_status(worst),
+        checked,
+        findings,
+    };
+    match opts.format {
+        Format::Json => {
+            serde_json::to_writer_pretty(&mut *out, &report)?;
+            writeln!(out)?;
+        }
+        Format::Text => write_text(&report, out)?,
+    }
+    out.flush()?;
+    Ok(report.exit_status)
+}
+
+/// The report for a person; every string from the host or the wire escaped.
+pub fn write_text(r: &Report, out: &mut dyn Write) -> std::io::Result<()> {
+    let e = |s: &str| output::escape(s).into_owned();
+    let c = &r.checked;
+    let looked = format!(
+        "{} DNS server(s), {} Service port(s), {} pod resolv.conf, {} transaction(s) in {:.0} s",
+        c.dns_servers.len(),
+        c.services,
+        c.pod_resolv_conf,
+        c.transactions,
+        r.duration_s
+    );
+    if r.findings.is_empty() {
+        writeln!(out, "dnspath doctor: no findings. Checked {looked}.")?;
+        return Ok(());
+    }
+    writeln!(
+        out,
+        "dnspath doctor: {} finding(s), worst {} (exit {}). Checked {looked}.",
+        r.findings.len(),
+        r.worst,
+        r.exit_status
+    )?;
+    for (i, f) in r.findings.iter().enumerate() {
+        writeln!(out)?;
+        let kind = serde_json::to_value(f.kind)
+            .ok()
+            .and_then(|v| v.as_str().map(str::to_owned))
+            .unwrap_or_default();
+        writeln!(
+            out,
+            "{}. {} {kind} — {}",
+            i + 1,
+            f.severity.as_str().to_uppercase(),
+            e(&f.subject)
+        )?;
+        writeln!(out, "   seen:     {}", e(&f.seen))?;
+        writeln!(out, "   why:      {}", e(&f.why))?;
+        for (j, ev) in f.evidence.iter().enumerate() {
+            let label = if j == 0 { "evidence:" } else { "" };
+            writeln!(out, "   {label:<9} {}", e(ev))?;
+        }
+        if let Some(cl) = &f.config {
+            writeln!(
+                out,
+                "   config:   {}:{}: {}",
+                e(&cl.file),
+                cl.line,
+                e(&cl.text)
+            )?;
+        }
+        writeln!(out, "   fix:      {}", e(&f.fix))?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::detect::finding::{Finding, FindingKind};
+
+    fn report() -> Report {
+        let mut f = Finding::new(
+            FindingKind::StaticForwardingLoop,
+            "kube-system/coredns-a",
+            "coredns forwards to 10.96.0.10:53\u{1b}[31m",
+        );
+        f.evidence = vec!["e".into()];
+        f.config = Some(crate::detect::finding::ConfigLine {
+            file: "/etc/coredns/Corefile".into(),
+            line: 3,
+            text: "forward . 10.96.0.10".into(),
+        });
+        Report {
+            version: REPORT_VERSION,
+            duration_s: 30.0,
+            worst: "critical",
+            exit_status: 2,
+            checked: Checked {
+                dns_servers: vec!["x".into()],
+                node_nameservers: vec!["y".into()],
+                ..Default::default()
+            },
+            findings: vec![f],
+        }
+    }
+
+    #[test]
+    fn every_report_field_is_documented() {
+        let doc = include_str!("../../../docs/doctor.md");
+        let v = serde_json::to_value(report()).unwrap();
+        let serde_json::Value::Object(m) = &v else {
+            panic!("{v}")
+        };
+        for (k, val) in m {
+            assert!(
+                doc.contains(&format!("`{k}`")),
+                "`{k}` not in docs/doctor.md"
+            );
+            if k == "checked" {
+                for k in val.as_object().unwrap().keys() {
+                    assert!(
+                        doc.contains(&format!("`{k}`")),
+                        "`{k}` not in docs/doctor.md"
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn text_escapes_host_strings_and_healthy_says_so() {
+        let mut out = Vec::new();
+        write_text(&report(), &mut out).unwrap();
+        let s = String::from_utf8(out).unwrap();
+        assert!(!s.contains('\u{1b}'), "{s}");
+        assert!(
+            s.contains("1. CRITICAL static_forwarding_loop — kube-system/coredns-a"),
+            "{s}"
+        );
+        assert!(
+            s.contains("config:   /etc/coredns/Corefile:3: forward . 10.96.0.10"),
+            "{s}"
+        );
+        let mut healthy = report();
+        healthy.findings.clear();
+        let mut out = Vec::new();
+        write_text(&healthy, &mut out).unwrap();
+        assert!(String::from_utf8(out)
+            .unwrap()
+            .starts_with("dnspath doctor: no findings."));
+    }
+}
