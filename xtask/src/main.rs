@@ -5,7 +5,8 @@
 //!   cargo xtask build    setup, then build the release binary
 //!   cargo xtask image    setup, build, then the container image localhost/dnspath (buildah)
 //!   cargo xtask demo     setup, build, start the lab, trace a few queries through it
-//!   cargo xtask test     setup, then every test (as root: lab tests included), then vm-test
+//!   cargo xtask test     setup, then every test (as root: lab tests included), then vm-test,
+//!                        then 30 s of each fuzz target
 //!   cargo xtask bless    build, then rewrite the golden outputs under tests/golden/ from it
 //!   cargo xtask captures [NAME...]  make the golden captures again (lab ones as root), bless
 //!   cargo xtask fuzz [--seconds N] [TARGET...]  the fuzz targets of fuzz/ (cargo fuzz,
@@ -239,10 +240,16 @@ fn test(extra: &[String]) -> Result<()> {
         .args(["--", "--test-threads=1"]));
     // The kernels nodes run, whatever the tests above said.
     let matrix = vm::run_matrix(&bin, &[]);
-    match (tests, matrix) {
-        (Ok(()), Ok(())) => Ok(()),
-        (Err(e), Ok(())) | (Ok(()), Err(e)) => Err(e),
-        (Err(a), Err(b)) => Err(format!("{a}; {b}")),
+    // A short fuzz campaign of every target (the long ones are recorded in README).
+    let fuzz = fuzz::run_targets(&["--seconds".to_string(), "30".to_string()]);
+    let failed: Vec<String> = [tests, matrix, fuzz]
+        .into_iter()
+        .filter_map(|r| r.err())
+        .collect();
+    if failed.is_empty() {
+        Ok(())
+    } else {
+        Err(failed.join("; "))
     }
 }
 
