@@ -525,6 +525,7 @@ fn a_leg_of_one_hop_says_hop() {
         latency_ns: None,
         retransmits: 0,
         drop: None,
+        node_cache: None,
         hops: vec![hop.clone()],
     };
     let line = super::leg_line(&leg);
