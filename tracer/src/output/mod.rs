@@ -3,6 +3,7 @@ pub mod annotate;
 pub mod files;
 pub mod filter;
 mod json;
+pub mod otlp;
 pub mod pcapng;
 pub mod pods;
 pub mod record;
