@@ -142,6 +142,7 @@ fn records() -> Vec<Record> {
         },
         correlate: Some(CorrelateStats::default()),
         stopped_by: Some("SIGINT".into()),
+        otlp: Some(Default::default()),
         ..StatsRecord::default()
     };
     vec![

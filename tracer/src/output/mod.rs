@@ -108,6 +108,7 @@ impl<W: Write> Sink for JsonSink<W> {
     fn write(&mut self, record: &Record) -> io::Result<()> {
         self.line.clear();
         serde_json::to_writer(&mut self.line, record)?;
+        otlp::extend_json(record, &mut self.line);
         self.line.push(b'\n');
         self.out.write_all(&self.line)
     }

@@ -52,6 +52,9 @@ pub struct StatsRecord {
     /// Live, with `-w` or `--record`: what went into pcapng files.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub evidence: Option<crate::output::annotate::EvidenceStats>,
+    /// Live, with `--otlp`: what the exporter sent and lost.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub otlp: Option<crate::output::otlp::OtlpStats>,
 }
 
 impl From<DecodeReport> for Record {
