@@ -287,13 +287,23 @@ fn hop_event(h: &HopRecord, index: usize, wall: &Wall, node: Option<&str>) -> Ev
     }
 }
 
-/// Whether the client's query was first seen leaving a namespace of this node (the client
-/// is here), rather than arriving from elsewhere (another node's client: this node has only
-/// the served half; the root and the client span are the other node's).
+/// Whether the client is on this node (the root and the client spans are this node's),
+/// rather than on another one (this node has only the served half; the root and the client
+/// span are the other node's, and its server span names that client span as parent).
+///
+/// The query came from another node when its first hop here is an arrival (ingress) that
+/// is not from a pod's veth, already addressed to the backend (a Service's DNAT is done on
+/// the client's node), from a client no pod of this node is known as. Anything else — seen
+/// leaving a namespace, arriving from a pod's veth, still addressed to a Service, a known
+/// client pod, a capture with no direction — is a client of this node.
 fn client_is_local(tx: &TransactionRecord) -> bool {
-    first_leg(tx)
-        .and_then(|l| l.hops.first())
-        .is_none_or(|h| h.dir != Direction::Ingress)
+    let Some(leg) = first_leg(tx) else {
+        return true;
+    };
+    let Some(h) = leg.hops.first() else {
+        return true;
+    };
+    h.dir != Direction::Ingress || h.pod.pod_veth || h.dst != leg.backend || tx.pod.pod.is_some()
 }
 
 fn leg_error(l: &LegRecord) -> Option<String> {
@@ -659,14 +669,16 @@ pub fn build(cfg: &SpanConfig, tx: &TransactionRecord) -> (TraceIds, Vec<PlacedS
 }
 
 /// The hop where a leg's query was delivered to its server on this node: the leg's last
-/// query hop, arriving (ingress) at the backend (after DNAT). A query whose last hop here
-/// leaves the node has no server span on this node.
+/// query hop, addressed to the backend (after DNAT), arriving in the server's namespace
+/// (ingress), or handed to the server pod's veth (egress on the node's end, when only the
+/// node's namespace is traced). A query whose last hop here leaves the node otherwise has
+/// no server span on this node.
 fn delivery(l: &LegRecord) -> Option<&HopRecord> {
     l.hops
         .iter()
         .filter(|h| !h.qr)
         .next_back()
-        .filter(|h| h.dst == l.backend && h.dir != Direction::Egress)
+        .filter(|h| h.dst == l.backend && (h.dir != Direction::Egress || h.pod.pod_veth))
 }
 
 #[cfg(test)]

@@ -32,7 +32,12 @@ fn tx(client_dir: Direction) -> TransactionRecord {
     use Direction::{Egress, Ingress};
     let c = "10.244.1.2:40005";
     t.legs[0].hops = vec![
-        hop(1_000, "client", client_dir, c, "10.96.0.10:53", false),
+        // From another node (ingress), the Service's DNAT was done there.
+        if client_dir == Direction::Ingress {
+            hop(1_000, "node", client_dir, c, "10.244.1.3:53", false)
+        } else {
+            hop(1_000, "client", client_dir, c, "10.96.0.10:53", false)
+        },
         hop(2_000, "node", Egress, c, "10.244.1.3:53", false),
         hop(3_000, "coredns", Ingress, c, "10.244.1.3:53", false),
         hop(400_000, "coredns", Egress, "10.244.1.3:53", c, true),
@@ -239,6 +244,29 @@ fn redaction_leaves_no_name() {
     let (_, open) = build(&SpanConfig::default(), &t);
     let bytes: Vec<u8> = open.iter().flat_map(|p| p.span.encode_to_vec()).collect();
     assert!(String::from_utf8_lossy(&bytes).contains("secret.lab.test."));
+}
+
+/// Traced in the node's namespace only: the client's query arrives from its pod's veth
+/// (ingress, still to the Service) and is handed to CoreDNS's veth (egress): a client of this
+/// node, served here.
+#[test]
+fn node_namespace_only_is_still_a_local_client() {
+    let mut t = tx(Direction::Egress);
+    t.legs[0].hops[0].dir = Direction::Ingress;
+    t.legs[0].hops[1].pod.pod_veth = true;
+    t.legs[0].hops.remove(2);
+    let (_, spans) = build(&SpanConfig::default(), &t);
+    let root = by_name(&spans, "DNS A");
+    let query = by_name(&spans, "query A");
+    assert_eq!(query.parent_span_id, root.span_id);
+    assert!(spans
+        .iter()
+        .any(|p| p.span.name == "serve A" && p.span.parent_span_id == query.span_id));
+    // A direct query to a pod address, arriving from a pod's veth: local too.
+    let mut t = tx(Direction::Ingress);
+    t.legs[0].hops[0].pod.pod_veth = true;
+    let (_, spans) = build(&SpanConfig::default(), &t);
+    assert!(spans.iter().any(|p| p.span.name == "DNS A"));
 }
 
 #[test]
