@@ -290,7 +290,9 @@ mod tests {
     #[test]
     fn two_nodes_agree() {
         let a_key = IdKey::from_secret(b"s");
-        let b_key = IdKey::from_secret(&b"s".to_vec());
+        // Another node: its own copy of the secret.
+        let secret_b: Vec<u8> = vec![b's'];
+        let b_key = IdKey::from_secret(&secret_b);
         let name_b = String::from("WWW.Lab.Test.");
         let a = trace_id(
             &a_key,

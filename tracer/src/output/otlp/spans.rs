@@ -676,8 +676,7 @@ pub fn build(cfg: &SpanConfig, tx: &TransactionRecord) -> (TraceIds, Vec<PlacedS
 fn delivery(l: &LegRecord) -> Option<&HopRecord> {
     l.hops
         .iter()
-        .filter(|h| !h.qr)
-        .next_back()
+        .rfind(|h| !h.qr)
         .filter(|h| h.dst == l.backend && (h.dir != Direction::Egress || h.pod.pod_veth))
 }
 
