@@ -89,3 +89,45 @@ impl OtlpMetrics {
         *last = now.clone();
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::{
+        agent::metrics::Metrics,
+        output::{otlp::OtlpStats, record::StatsRecord},
+    };
+
+    /// The exporter's running totals become counters that grow by what was added.
+    #[test]
+    fn exporter_totals_are_counters() {
+        let m = Metrics::new();
+        let mut s = StatsRecord {
+            otlp: Some(OtlpStats {
+                transactions_exported: 10,
+                spans_exported: 40,
+                dropped_queue_full: 2,
+                requests: 3,
+                request_failures: 1,
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        m.observe_stats(&s);
+        if let Some(o) = s.otlp.as_mut() {
+            o.transactions_exported = 15;
+            o.dropped_at_exit = 1;
+        }
+        m.observe_stats(&s);
+        let text = m.encode();
+        for line in [
+            "dnspath_otlp_transactions_exported_total 15",
+            "dnspath_otlp_spans_exported_total 40",
+            r#"dnspath_otlp_transactions_dropped_total{reason="queue_full"} 2"#,
+            r#"dnspath_otlp_transactions_dropped_total{reason="at_exit"} 1"#,
+            r#"dnspath_otlp_export_requests_total{result="ok"} 2"#,
+            r#"dnspath_otlp_export_requests_total{result="failed"} 1"#,
+        ] {
+            assert!(text.contains(line), "{line} not in\n{text}");
+        }
+    }
+}
