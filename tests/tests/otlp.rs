@@ -167,14 +167,22 @@ fn transactions_are_traces_in_a_real_receiver() {
         return;
     };
     let phoenix = Phoenix::start(&lab);
-    let _hole = Hole::new(&lab).unwrap();
+    let hole = Hole::new(&lab).unwrap();
     let url = format!("http://127.0.0.1:{}", phoenix.http);
+    // Every namespace of this lab (not `--all-netns`: other labs may share the machine).
+    let traced = |lab: &Lab, extra: &[&str]| {
+        let mut args: Vec<&str> = extra.to_vec();
+        for ns in lab.namespaces().into_iter().skip(1) {
+            args.extend(["--netns", ns]);
+        }
+        args.extend(["--netns", hole.ns()]);
+        Tracer::transactions(lab, &args)
+    };
 
     // 1. OTLP/HTTP: an answered query, an unanswered one, one the kernel drops.
-    let t = Tracer::transactions(
+    let t = traced(
         &lab,
         &[
-            "--all-netns",
             "--otlp",
             &url,
             "--node-name",
@@ -275,10 +283,9 @@ fn transactions_are_traces_in_a_real_receiver() {
 
     // 2. OTLP/gRPC with --otlp-redact-names: no name in what the receiver stored.
     let grpc = format!("http://127.0.0.1:{}", phoenix.grpc);
-    let t = Tracer::transactions(
+    let t = traced(
         &lab,
         &[
-            "--all-netns",
             "--otlp",
             &grpc,
             "--otlp-protocol",
@@ -308,17 +315,7 @@ fn transactions_are_traces_in_a_real_receiver() {
 
     // 3. A receiver that is down: tracing loses nothing; the loss is counted.
     let closed = format!("http://127.0.0.1:{}", phoenix.grpc + 1);
-    let t = Tracer::transactions(
-        &lab,
-        &[
-            "--all-netns",
-            "--otlp",
-            &closed,
-            "--otlp-flush-timeout",
-            "2",
-        ],
-    )
-    .unwrap();
+    let t = traced(&lab, &["--otlp", &closed, "--otlp-flush-timeout", "2"]).unwrap();
     for i in 0..5 {
         let o = lab.dig(&["+time=2", "+tries=1", &format!("down{i}.lab.test."), "A"]);
         assert!(o.status.success());
@@ -349,4 +346,76 @@ fn transactions_are_traces_in_a_real_receiver() {
         "every transaction counted as lost: {o}"
     );
     assert!(o["request_failures"].as_u64().unwrap() >= 1, "{o}");
+
+    // 4. The agent: the same sink; its metrics count what the receiver accepted, and
+    // SIGTERM flushes within the bound.
+    let listen = format!("127.0.0.1:{}", phoenix.grpc + 2);
+    let agent = Tracer::start(
+        &lab,
+        lab.node_ns(),
+        &[
+            "agent",
+            "--listen",
+            &listen,
+            "--otlp",
+            &url,
+            "--node-name",
+            "lab-node-a",
+        ],
+    )
+    .unwrap();
+    let metrics = || {
+        let o = lab.exec(
+            lab.node_ns(),
+            &[
+                "curl",
+                "-sf",
+                "--max-time",
+                "5",
+                &format!("http://{listen}/metrics"),
+            ],
+        );
+        String::from_utf8_lossy(&o.stdout).into_owned()
+    };
+    let value = |text: &str, name: &str| -> f64 {
+        text.lines()
+            .find_map(|l| l.strip_prefix(name).and_then(|v| v.trim().parse().ok()))
+            .unwrap_or(0.0)
+    };
+    let t0 = Instant::now();
+    while !metrics().contains("dnspath_packets_total") {
+        assert!(
+            t0.elapsed() < Duration::from_secs(15),
+            "agent never served metrics"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    for i in 0..3 {
+        let o = lab.dig(&["+time=2", "+tries=1", &format!("agent{i}.lab.test."), "A"]);
+        assert!(o.status.success());
+    }
+    let t0 = Instant::now();
+    loop {
+        let m = metrics();
+        if value(&m, "dnspath_otlp_transactions_exported_total ") >= 3.0 {
+            assert!(
+                value(&m, "dnspath_otlp_spans_exported_total ") >= 3.0 * 5.0,
+                "{m}"
+            );
+            break;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(20),
+            "nothing exported:\n{m}"
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    // SAFETY: kill(2) on our own child's PID, not yet reaped.
+    unsafe {
+        libc::kill(agent.pid() as libc::pid_t, libc::SIGTERM);
+    }
+    let t0 = Instant::now();
+    let out = agent.wait();
+    assert!(out.status.success(), "{}", out.stderr);
+    assert!(t0.elapsed() < Duration::from_secs(10), "{:?}", t0.elapsed());
 }
