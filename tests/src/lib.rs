@@ -33,6 +33,7 @@ pub mod race;
 mod ready;
 mod servers;
 pub mod tracer;
+pub mod tunnel;
 pub mod watch;
 
 use std::fs;

@@ -23,6 +23,8 @@ const PHOENIX: &str = "/var/cache/dnspath-lab/phoenix/bin/phoenix";
 /// Phoenix in the lab's node namespace; stopped by its PID when dropped.
 struct Phoenix {
     child: Child,
+    /// `ip netns exec NS`, or nothing (this namespace).
+    prefix: Vec<String>,
     http: u16,
     grpc: u16,
     dir: std::path::PathBuf,
@@ -30,18 +32,26 @@ struct Phoenix {
 
 impl Phoenix {
     fn start(lab: &Lab) -> Phoenix {
+        Self::start_in(Some(lab.node_ns()))
+    }
+
+    /// Phoenix in namespace `ns` (or this one), on 127.0.0.1.
+    fn start_in(ns: Option<&str>) -> Phoenix {
         assert!(
             std::path::Path::new(PHOENIX).exists(),
             "{PHOENIX} missing: run `cargo xtask setup` (installs Arize Phoenix for these tests)"
         );
-        // Ports of this process's own: the node namespace is the lab's, but be unique anyway.
+        // Ports of this process's own (another test's Phoenix may run in this namespace).
         let base = 20_000 + (std::process::id() % 20_000) as u16;
         let (http, grpc) = (base, base + 1);
         let dir = std::env::temp_dir().join(format!("dnspath-phoenix-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
         let log = std::fs::File::create(dir.join("phoenix.log")).unwrap();
-        let mut cmd = lab.command_in(lab.node_ns(), &[PHOENIX, "serve"]);
+        let prefix: Vec<String> = ns.map_or(Vec::new(), |ns| {
+            ["ip", "netns", "exec", ns].map(str::to_string).to_vec()
+        });
+        let mut cmd = Self::command(&prefix, &[PHOENIX, "serve"]);
         cmd.env("PHOENIX_WORKING_DIR", &dir)
             .env("PHOENIX_HOST", "127.0.0.1")
             .env("PHOENIX_PORT", http.to_string())
@@ -50,15 +60,16 @@ impl Phoenix {
             .stdin(Stdio::null())
             .stdout(log.try_clone().unwrap())
             .stderr(log);
-        let child = lab.spawn(&mut cmd).unwrap();
+        let child = cmd.spawn().unwrap();
         let p = Phoenix {
             child,
+            prefix,
             http,
             grpc,
             dir,
         };
         let t0 = Instant::now();
-        while p.get(lab, "/v1/projects").is_none() {
+        while p.get("/v1/projects").is_none() {
             assert!(
                 t0.elapsed() < Duration::from_secs(180),
                 "Phoenix did not start: {}",
@@ -70,9 +81,20 @@ impl Phoenix {
         p
     }
 
-    fn get(&self, lab: &Lab, path: &str) -> Option<Value> {
+    fn command(prefix: &[String], args: &[&str]) -> Command {
+        let mut all: Vec<&str> = prefix.iter().map(String::as_str).collect();
+        all.extend_from_slice(args);
+        let mut c = Command::new(all[0]);
+        c.args(&all[1..]);
+        c
+    }
+
+    fn get(&self, path: &str) -> Option<Value> {
         let url = format!("http://127.0.0.1:{}{path}", self.http);
-        let o = lab.exec(lab.node_ns(), &["curl", "-sf", "--max-time", "10", &url]);
+        let o = Self::command(&self.prefix, &["curl", "-sf", "--max-time", "10", &url])
+            .stdin(Stdio::null())
+            .output()
+            .ok()?;
         if !o.status.success() {
             return None;
         }
@@ -80,14 +102,13 @@ impl Phoenix {
     }
 
     /// The spans of trace `id`, waiting up to 30 s for `want` of them to be stored.
-    fn spans(&self, lab: &Lab, id: &str, want: usize) -> Vec<Value> {
+    fn spans(&self, id: &str, want: usize) -> Vec<Value> {
         let t0 = Instant::now();
         loop {
             let got = self
-                .get(
-                    lab,
-                    &format!("/v1/projects/default/spans/otlpv1?trace_id={id}&limit=100"),
-                )
+                .get(&format!(
+                    "/v1/projects/default/spans/otlpv1?trace_id={id}&limit=100"
+                ))
                 .and_then(|v| v["data"].as_array().cloned())
                 .unwrap_or_default();
             if got.len() >= want || t0.elapsed() > Duration::from_secs(30) {
@@ -223,7 +244,7 @@ fn transactions_are_traces_in_a_real_receiver() {
     assert_eq!(ok["node"], "lab-node-a");
     let id = ok["trace_id"].as_str().unwrap();
     assert_eq!(id.len(), 32);
-    let spans = phoenix.spans(&lab, id, 5);
+    let spans = phoenix.spans(id, 5);
     eprintln!("answered: {} spans, first {:#}", spans.len(), spans[0]);
     assert!(spans.len() >= 5, "{spans:#?}");
     let root = named(&spans, "DNS A");
@@ -260,7 +281,7 @@ fn transactions_are_traces_in_a_real_receiver() {
 
     // Unanswered: its trace says so.
     let void = tx_named(&recs, "void.lab.test.");
-    let spans = phoenix.spans(&lab, void["trace_id"].as_str().unwrap(), 2);
+    let spans = phoenix.spans(void["trace_id"].as_str().unwrap(), 2);
     let root = named(&spans, "DNS A")[0];
     assert!(is_error(root), "{root:#}");
     assert!(named(&spans, "query A").iter().all(|q| is_error(q)));
@@ -268,7 +289,7 @@ fn transactions_are_traces_in_a_real_receiver() {
     // Dropped: the drop is an event of the client leg's span, which is an error.
     let dropped = tx_named(&recs, "dropped.lab.test.");
     assert_eq!(dropped["outcome"], "dropped", "{dropped:#}");
-    let spans = phoenix.spans(&lab, dropped["trace_id"].as_str().unwrap(), 2);
+    let spans = phoenix.spans(dropped["trace_id"].as_str().unwrap(), 2);
     let q = named(&spans, "query A");
     assert!(!q.is_empty(), "{spans:#?}");
     assert!(events(q[0], "kernel drop") == 1, "{:#}", q[0]);
@@ -301,7 +322,7 @@ fn transactions_are_traces_in_a_real_receiver() {
     std::thread::sleep(Duration::from_millis(1500));
     let recs = t.stop().records();
     let red = tx_named(&recs, "www.lab.test.");
-    let spans = phoenix.spans(&lab, red["trace_id"].as_str().unwrap(), 5);
+    let spans = phoenix.spans(red["trace_id"].as_str().unwrap(), 5);
     assert!(spans.len() >= 5, "gRPC export: {spans:#?}");
     let stored = serde_json::to_string(&spans).unwrap();
     assert!(
@@ -418,4 +439,121 @@ fn transactions_are_traces_in_a_real_receiver() {
     let out = agent.wait();
     assert!(out.status.success(), "{}", out.stderr);
     assert!(t0.elapsed() < Duration::from_secs(10), "{:?}", t0.elapsed());
+}
+
+/// `dnspath trace` run by this test in its namespace, watching `netns`; output to files.
+struct Node {
+    child: Child,
+    out: std::path::PathBuf,
+    err: std::path::PathBuf,
+}
+
+impl Node {
+    fn start(dir: &std::path::Path, name: &str, netns: &[&str], url: &str) -> Node {
+        let out = dir.join(format!("{name}.ndjson"));
+        let err = dir.join(format!("{name}.stderr"));
+        let mut args = vec!["trace", "-o", "json", "--view", "transactions"];
+        for ns in netns {
+            args.extend(["--netns", ns]);
+        }
+        args.extend(["--otlp", url, "--node-name", name]);
+        let child = Command::new(lab::tracer::dnspath_bin())
+            .args(&args)
+            .stdin(Stdio::null())
+            .stdout(std::fs::File::create(&out).unwrap())
+            .stderr(std::fs::File::create(&err).unwrap())
+            .env("RUST_LOG", "warn")
+            .spawn()
+            .unwrap();
+        let t0 = Instant::now();
+        while !std::fs::read_to_string(&err)
+            .unwrap_or_default()
+            .contains("dnspath: tracing")
+        {
+            assert!(
+                t0.elapsed() < Duration::from_secs(30),
+                "{name}: {}",
+                std::fs::read_to_string(&err).unwrap_or_default()
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        Node { child, out, err }
+    }
+
+    fn stop(mut self) -> Vec<Value> {
+        // SAFETY: kill(2) on our own child's PID, not yet reaped.
+        unsafe {
+            libc::kill(self.child.id() as libc::pid_t, libc::SIGINT);
+        }
+        let status = self.child.wait().unwrap();
+        assert!(
+            status.success(),
+            "{}",
+            std::fs::read_to_string(&self.err).unwrap_or_default()
+        );
+        lab::tracer::ndjson(&std::fs::read_to_string(&self.out).unwrap())
+    }
+}
+
+fn hop_nodes(span: &Value) -> std::collections::BTreeSet<String> {
+    span["events"]
+        .as_array()
+        .map(|e| e.iter().filter_map(|e| attr(e, "k8s.node.name")).collect())
+        .unwrap_or_default()
+}
+
+/// Two nodes joined by VXLAN (flannel's shape), one dnspath per node seeing only that
+/// node's namespaces: the client's query to the DNS pod on the other node is one trace, the
+/// client node's root and client span, the serving node's server span under that client
+/// span, each with its own node's hops — joined by the ids alone.
+#[test]
+fn a_query_across_nodes_is_one_trace_with_both_nodes_spans() {
+    if !lab::tracer::root_or_skip("two nodes joined by VXLAN") {
+        return;
+    }
+    let nodes = lab::tunnel::VxlanNodes::start().unwrap();
+    let phoenix = Phoenix::start_in(None);
+    let url = format!("http://127.0.0.1:{}", phoenix.http);
+    let a = Node::start(&nodes.dir, "node-a", &[&nodes.node_a, &nodes.client], &url);
+    let b = Node::start(&nodes.dir, "node-b", &[&nodes.node_b, &nodes.dns], &url);
+    for i in 0..3 {
+        assert_eq!(
+            nodes.dig(&format!("q{i}.tunnel.test.")),
+            lab::tunnel::ANSWER.to_string()
+        );
+    }
+    std::thread::sleep(Duration::from_millis(1500));
+    let (ra, rb) = (a.stop(), b.stop());
+    for i in 0..3 {
+        let name = format!("q{i}.tunnel.test.");
+        let find = |recs: &[Value]| -> Value {
+            recs.iter()
+                .find(|r| r["type"] == "transaction" && r["question"]["name"] == name.as_str())
+                .cloned()
+                .unwrap_or_else(|| panic!("no transaction for {name}: {recs:#?}"))
+        };
+        let (ta, tb) = (find(&ra), find(&rb));
+        assert_eq!(ta["node"], "node-a");
+        assert_eq!(tb["node"], "node-b");
+        assert_eq!(
+            ta["trace_id"], tb["trace_id"],
+            "the two nodes agree: {ta:#}\n{tb:#}"
+        );
+        let spans = phoenix.spans(ta["trace_id"].as_str().unwrap(), 3);
+        eprintln!("{name}: {} spans", spans.len());
+        let root = named(&spans, "DNS A");
+        assert_eq!(root.len(), 1, "one root, node A's: {spans:#?}");
+        let query = named(&spans, "query A");
+        assert_eq!(query.len(), 1, "{spans:#?}");
+        assert_eq!(query[0]["parent_span_id"], root[0]["span_id"]);
+        assert_eq!(hop_nodes(query[0]), ["node-a".to_string()].into());
+        let serve = named(&spans, "serve A");
+        assert_eq!(serve.len(), 1, "node B's server span: {spans:#?}");
+        assert_eq!(
+            serve[0]["parent_span_id"], query[0]["span_id"],
+            "node B's server span under node A's client span"
+        );
+        assert_eq!(hop_nodes(serve[0]), ["node-b".to_string()].into());
+        assert!(!is_error(root[0]) && !is_error(serve[0]));
+    }
 }
