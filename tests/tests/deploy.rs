@@ -151,6 +151,22 @@ fn pod_from_daemonset(name: &str, edit: impl FnOnce(&mut Value)) -> String {
         assert_eq!(c[probe]["httpGet"]["port"], "metrics");
         c[probe]["httpGet"]["port"] = port.clone();
     }
+    // podman plays no downward API or Secret references: the node's name is given, the
+    // OTLP secret and endpoint left out (no Collector here; tests/tests/otlp.rs tests export).
+    if let Some(env) = c["env"].as_sequence_mut() {
+        env.retain(|e| {
+            e["valueFrom"]["secretKeyRef"].is_null()
+                && !e["name"].as_str().unwrap_or_default().starts_with("OTEL_")
+        });
+        for e in env.iter_mut() {
+            if !e["valueFrom"]["fieldRef"].is_null() {
+                if let Some(m) = e.as_mapping_mut() {
+                    m.remove("valueFrom");
+                }
+                e["value"] = Value::from("lab-node");
+            }
+        }
+    }
     edit(&mut spec);
     let mut metadata = template["metadata"].clone();
     metadata["name"] = Value::from(name);

@@ -114,6 +114,106 @@ struct AgentArgs {
     namespace_label: Option<u64>,
     #[command(flatten)]
     record: RecordArgs,
+    #[command(flatten)]
+    otlp: OtlpArgs,
+}
+
+/// OTLP export, for `trace` and `agent` (docs/otlp.md).
+#[derive(Args)]
+struct OtlpArgs {
+    /// Export each decided transaction as OpenTelemetry spans to URL (`http://HOST:PORT`:
+    /// OTLP/HTTP protobuf, `/v1/traces` added to a bare host; gRPC with `--otlp-protocol
+    /// grpc`). Without it, `OTEL_EXPORTER_OTLP_{,TRACES_}ENDPOINT` turn export on;
+    /// `OTEL_EXPORTER_OTLP_{,TRACES_}{PROTOCOL,HEADERS,TIMEOUT,COMPRESSION}` apply.
+    #[arg(long, value_name = "URL")]
+    otlp: Option<String>,
+    /// `http/protobuf` or `grpc` (over OTEL_EXPORTER_OTLP_PROTOCOL).
+    #[arg(long, value_name = "PROTOCOL")]
+    otlp_protocol: Option<String>,
+    /// Ratio of traces exported, decided from the trace id (every node keeps the same);
+    /// failing and slow transactions are exported regardless.
+    #[arg(long, value_name = "RATIO", default_value_t = 1.0)]
+    otlp_sample: f64,
+    /// Transactions at least this slow (seconds) are exported regardless of sampling.
+    #[arg(long, value_name = "SECS", default_value_t = 1.0)]
+    otlp_slow: f64,
+    /// No query name or answer leaves the node in spans.
+    #[arg(long)]
+    otlp_redact_names: bool,
+    /// The cluster secret the trace and span ids are keyed with (the same file on every
+    /// node); else `DNSPATH_OTLP_SECRET`, else none (ids then reveal nothing a guess of the
+    /// query could not confirm, but can be confirmed).
+    #[arg(long, value_name = "FILE")]
+    otlp_secret_file: Option<PathBuf>,
+    /// Transactions waiting for the exporter; beyond, new ones are dropped and counted.
+    #[arg(long, value_name = "N", default_value_t = 8192,
+          value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
+    otlp_queue: u64,
+    /// Seconds the exporter may take at exit to send what is queued.
+    #[arg(long, value_name = "SECS", default_value_t = 5.0)]
+    otlp_flush_timeout: f64,
+    /// This node's name (a DaemonSet: the downward API's `spec.nodeName`): `k8s.node.name`
+    /// on every span and `node` on every NDJSON record.
+    #[arg(long, value_name = "NAME")]
+    node_name: Option<String>,
+}
+
+impl OtlpArgs {
+    /// The id key and node name for NDJSON, and the exporter's settings if export is on.
+    fn config(&self) -> anyhow::Result<Option<dnspath::output::otlp::OtlpConfig>> {
+        use dnspath::output::otlp::{ids::IdKey, OtlpConfig, Protocol, SpanConfig};
+        let secret = match &self.otlp_secret_file {
+            Some(f) => std::fs::read(f)
+                .map_err(|e| anyhow::anyhow!("--otlp-secret-file {}: {e}", f.display()))?
+                .trim_ascii()
+                .to_vec(),
+            None => std::env::var("DNSPATH_OTLP_SECRET")
+                .unwrap_or_default()
+                .into_bytes(),
+        };
+        let key = IdKey::from_secret(&secret);
+        if let Some(n) = &self.node_name {
+            if n.is_empty() || n.chars().any(char::is_control) {
+                anyhow::bail!("--node-name: give the node's name (no control characters)");
+            }
+        }
+        dnspath::output::otlp::set_identity(key.clone(), self.node_name.as_deref());
+        if !(0.0..=1.0).contains(&self.otlp_sample) {
+            anyhow::bail!("--otlp-sample {}: a ratio from 0 to 1", self.otlp_sample);
+        }
+        let protocol = match self.otlp_protocol.as_deref() {
+            None => None,
+            Some("grpc") => Some(Protocol::Grpc),
+            Some("http/protobuf") => Some(Protocol::HttpProtobuf),
+            Some(p) => anyhow::bail!("--otlp-protocol {p}: `http/protobuf` or `grpc`"),
+        };
+        let Some(mut cfg) =
+            OtlpConfig::from_env(self.otlp.as_deref(), protocol, |k| std::env::var(k).ok())?
+        else {
+            return Ok(None);
+        };
+        cfg.sample = self.otlp_sample;
+        cfg.slow_ns = positive_secs(self.otlp_slow, "--otlp-slow")?
+            .as_nanos()
+            .try_into()
+            .unwrap_or(u64::MAX);
+        cfg.flush_timeout = positive_secs(self.otlp_flush_timeout, "--otlp-flush-timeout")?;
+        cfg.queue = usize::try_from(self.otlp_queue).unwrap_or(usize::MAX);
+        cfg.spans = SpanConfig {
+            key,
+            node: self.node_name.clone(),
+            redact_names: self.otlp_redact_names,
+        };
+        eprintln!(
+            "dnspath: exporting transactions as OTLP spans to {} ({})",
+            dnspath::output::escape(&cfg.endpoint),
+            match cfg.protocol {
+                Protocol::Grpc => "grpc",
+                Protocol::HttpProtobuf => "http/protobuf",
+            }
+        );
+        Ok(Some(cfg))
+    }
 }
 
 /// The flight recorder, for `trace` and `agent`.
@@ -326,6 +426,8 @@ struct TraceArgs {
     host_root: PathBuf,
     #[command(flatten)]
     filter: FilterArgs,
+    #[command(flatten)]
+    otlp: OtlpArgs,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -488,8 +590,17 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 } else {
                     Box::new(BufWriter::new(std::io::stdout()))
                 };
-            // Every way out of `run` has detached and removed the pinned maps by now.
-            let summary = rt.block_on(trace::run(opts, out))?;
+            let otlp = a.otlp.config()?;
+            let mut writer = trace::TraceWriter::new(&opts, out);
+            // Every way out of `run_live` has detached and removed the pinned maps by now.
+            let summary = match otlp {
+                Some(cfg) => {
+                    let exporter = dnspath::output::otlp::Exporter::start(cfg)?;
+                    let mut sink = trace::OtlpSink::new(&mut writer, exporter);
+                    rt.block_on(trace::run_live(opts, &mut sink))?
+                }
+                None => rt.block_on(trace::run_live(opts, &mut writer))?,
+            };
             // `dnspath trace | head` (`summary.output_closed`): the reader has what it
             // wanted, which is no error.
             if until_loop && summary.loop_found {
@@ -534,6 +645,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                     every_packet: false,
                 },
                 listen: a.listen,
+                otlp: a.otlp.config()?,
                 metrics: dnspath::agent::metrics::MetricsConfig {
                     namespace_label: a
                         .namespace_label

@@ -60,6 +60,8 @@ const PACKAGES: &[&str] = &[
     "gcc",
     "libnetfilter-queue-dev",
     "python3",
+    // the venv of the OTLP receiver the lab tests use (Arize Phoenix, `install_phoenix`)
+    "python3-venv",
     // promtool: `check metrics` on the agent's exposition, `check rules`/`test rules` on
     // deploy/alerts.yaml
     "prometheus",
@@ -115,6 +117,46 @@ fn install_pip_packages(packages: &[PipPackage]) -> Result<()> {
     }
     Ok(())
 }
+/// Arize Phoenix, the OTLP receiver the lab tests send spans to (tests/tests/otlp.rs):
+/// a venv of its own under the lab's cache directory, reused by later runs.
+pub const PHOENIX_VENV: &str = "/var/cache/dnspath-lab/phoenix";
+const PHOENIX_VERSION: &str = "20.26.1";
+
+/// Installs Phoenix into [`PHOENIX_VENV`] unless that version is there (a marker file
+/// written after a complete install; a partial venv is made again).
+fn install_phoenix() -> Result<()> {
+    let venv = Path::new(PHOENIX_VENV);
+    let marker = venv.join(format!(".dnspath-arize-phoenix-{PHOENIX_VERSION}"));
+    if marker.exists() {
+        return Ok(());
+    }
+    eprintln!("xtask: installing arize-phoenix {PHOENIX_VERSION} into {PHOENIX_VENV} (pip, ~850 MB, once)");
+    let sudo: &[&str] = if is_root() { &[] } else { &["sudo"] };
+    let as_root = |args: &[&str]| {
+        let mut c = Command::new(sudo.first().copied().unwrap_or(args[0]));
+        if !sudo.is_empty() {
+            c.arg(args[0]);
+        }
+        c.args(&args[1..]);
+        c
+    };
+    if venv.exists() {
+        run(&mut as_root(&["rm", "-rf", PHOENIX_VENV]))?;
+    }
+    run(&mut as_root(&["mkdir", "-p", "/var/cache/dnspath-lab"]))?;
+    run(&mut as_root(&["python3", "-m", "venv", PHOENIX_VENV]))?;
+    let pip = venv.join("bin/pip");
+    let spec = format!("arize-phoenix=={PHOENIX_VERSION}");
+    run(&mut as_root(&[
+        &pip.to_string_lossy(),
+        "install",
+        "-q",
+        &spec,
+    ]))?;
+    run(&mut as_root(&["touch", &marker.to_string_lossy()]))?;
+    Ok(())
+}
+
 const BPF_LINKER_VERSION: &str = "0.13.0";
 const EBPF_TOOLCHAIN: &str = "debian-bpf";
 
@@ -177,6 +219,7 @@ fn install_packages(packages: &[&'static str]) -> Result<()> {
 fn setup() -> Result<()> {
     install_packages(PACKAGES)?;
     install_pip_packages(PIP_PACKAGES)?;
+    install_phoenix()?;
     let toolchains =
         output_ok(Command::new("rustup").args(["toolchain", "list"])).unwrap_or_default();
     if !toolchains.lines().any(|l| l.starts_with(EBPF_TOOLCHAIN)) {

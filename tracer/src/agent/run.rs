@@ -43,6 +43,8 @@ pub struct AgentOptions {
     /// `/metrics`, `/healthz`, `/readyz`.
     pub listen: SocketAddr,
     pub metrics: MetricsConfig,
+    /// `--otlp`: transactions also exported as spans (docs/otlp.md).
+    pub otlp: Option<crate::output::otlp::OtlpConfig>,
 }
 
 /// Event lines the stream's queue holds while stdout's reader is slow.
@@ -161,7 +163,19 @@ pub async fn run(
         events_failed: None,
         netns_unreadable: Arc::clone(&opts.trace.attach.netns_unreadable),
     };
-    let result = trace::run_live(opts.trace, &mut sink).await;
+    let result = match opts.otlp {
+        Some(cfg) => match crate::output::otlp::Exporter::start(cfg) {
+            Ok(exporter) => {
+                let mut otlp = trace::OtlpSink::new(&mut sink, exporter);
+                trace::run_live(opts.trace, &mut otlp).await
+            }
+            Err(e) => {
+                log::warn!("{e}; the agent runs without export");
+                trace::run_live(opts.trace, &mut sink).await
+            }
+        },
+        None => trace::run_live(opts.trace, &mut sink).await,
+    };
     let _ = stop_tx.send(());
     match server.await {
         Ok(Err(e)) => log::warn!("{e}"),

@@ -189,6 +189,7 @@ fn records() -> Vec<Record> {
             written: 1,
             dropped: 1,
         }],
+        otlp: Some(Default::default()),
         ..StatsRecord::default()
     };
     vec![

@@ -3,6 +3,7 @@ pub mod annotate;
 pub mod files;
 pub mod filter;
 mod json;
+pub mod otlp;
 pub mod pcapng;
 pub mod pods;
 pub mod queue;
@@ -113,6 +114,7 @@ impl<W: Write> Sink for JsonSink<W> {
     fn write(&mut self, record: &Record) -> io::Result<()> {
         self.line.clear();
         serde_json::to_writer(&mut self.line, record)?;
+        otlp::extend_json(record, &mut self.line);
         self.line.push(b'\n');
         self.out.write_all(&self.line)
     }

@@ -56,6 +56,9 @@ pub struct StatsRecord {
     /// dropped because its reader did not keep up.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub sinks: Vec<crate::output::queue::SinkStats>,
+    /// Live, with `--otlp`: what the exporter sent and lost.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub otlp: Option<crate::output::otlp::OtlpStats>,
 }
 
 impl From<DecodeReport> for Record {

@@ -11,10 +11,12 @@ use std::{
 use tokio::signal::unix::{signal, SignalKind};
 
 mod evidence;
+mod otlp;
 mod writer;
 
 use evidence::Evidence;
 pub use evidence::EvidenceOptions;
+pub use otlp::OtlpSink;
 pub use writer::{LiveSink, TraceWriter};
 
 use crate::{

@@ -8,6 +8,7 @@
 //! in docs/metrics.md.
 mod labels;
 mod observe;
+mod otlp;
 
 use std::sync::{Mutex, MutexGuard};
 
@@ -80,6 +81,7 @@ pub struct Metrics {
     table_entries: Family<TableLabels, Gauge>,
     netns_unreadable: Gauge,
     fragment_losses: Counter,
+    otlp: otlp::OtlpMetrics,
 }
 
 impl Default for Metrics {
@@ -122,6 +124,7 @@ impl Metrics {
             evictions: Family::default(),
             table_entries: Family::default(),
             netns_unreadable: Gauge::default(),
+            otlp: otlp::OtlpMetrics::default(),
         };
         let r = &mut registry;
         // A gauge rather than an OpenMetrics `info`: Prometheus' classic text format (what
@@ -259,6 +262,31 @@ impl Metrics {
             "netns_unreadable_processes",
             "Processes whose network namespace the latest scan could not read (permission denied: CAP_SYS_PTRACE missing); their namespaces are not traced",
             m.netns_unreadable.clone(),
+        );
+        r.register(
+            "otlp_spans_exported",
+            "Spans the OTLP backend accepted (--otlp)",
+            m.otlp.spans_exported.clone(),
+        );
+        r.register(
+            "otlp_transactions_exported",
+            "Transactions whose spans the OTLP backend accepted",
+            m.otlp.transactions_exported.clone(),
+        );
+        r.register(
+            "otlp_transactions_dropped",
+            "Transactions not exported: queue full (backend slow or down), every attempt failed, or still queued at exit",
+            m.otlp.dropped.clone(),
+        );
+        r.register(
+            "otlp_transactions_sampled_out",
+            "Transactions left out by --otlp-sample (neither failing nor slow)",
+            m.otlp.sampled_out.clone(),
+        );
+        r.register(
+            "otlp_export_requests",
+            "Export requests (each attempt) by result",
+            m.otlp.requests.clone(),
         );
         Metrics { registry, ..m }
     }

@@ -463,6 +463,9 @@ impl Metrics {
     /// packets. Totals that go down (a new pipeline) start counting again from there.
     pub fn observe_stats(&self, s: &StatsRecord) {
         self.settle_pending();
+        if let Some(o) = &s.otlp {
+            self.otlp.observe(o);
+        }
         let correlate = s.correlate.as_ref();
         let now = SeenTotals {
             lost: s.decode.lost,

@@ -1,0 +1,623 @@
+//! The exporter: a thread of its own with a bounded queue of decided transactions, which it
+//! turns into spans, batches and sends over OTLP/HTTP (protobuf) or OTLP/gRPC, retrying with
+//! backoff. The tracing side only offers: a full queue or a backend that is down loses spans,
+//! counted, never time (docs/otlp.md, "Exporter").
+use std::{
+    collections::HashMap,
+    sync::{
+        atomic::{AtomicU64, Ordering},
+        Arc,
+    },
+    thread::JoinHandle,
+    time::{Duration, Instant},
+};
+
+use bytes::Bytes;
+use opentelemetry_proto::tonic::{
+    collector::trace::v1::{trace_service_client::TraceServiceClient, ExportTraceServiceRequest},
+    common::v1::InstrumentationScope,
+    resource::v1::Resource,
+    trace::v1::{ResourceSpans, ScopeSpans},
+};
+use prost::Message;
+use serde::Serialize;
+
+use super::{
+    ids,
+    spans::{self, SpanConfig},
+};
+use crate::output::record::TransactionRecord;
+
+#[derive(Debug, thiserror::Error)]
+pub enum OtlpError {
+    #[error("OTLP endpoint {0:?}: {1}")]
+    Endpoint(String, String),
+    #[error("{0}: {1}")]
+    Setting(&'static str, String),
+    #[error("OTLP exporter: {0}")]
+    Start(#[from] std::io::Error),
+}
+
+/// How spans are sent.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Protocol {
+    /// `http/protobuf`: POST to `…/v1/traces`.
+    HttpProtobuf,
+    /// `grpc`: `opentelemetry.proto.collector.trace.v1.TraceService/Export`.
+    Grpc,
+}
+
+/// Where and how to export, and what.
+#[derive(Clone, Debug)]
+pub struct OtlpConfig {
+    /// The full URL: for HTTP the `/v1/traces` URL, for gRPC the server's.
+    pub endpoint: String,
+    pub protocol: Protocol,
+    pub headers: Vec<(String, String)>,
+    /// Per request.
+    pub timeout: Duration,
+    pub gzip: bool,
+    /// Ratio of traces kept (by trace id); failing and slow ones are always kept.
+    pub sample: f64,
+    /// Transactions at least this slow are always kept.
+    pub slow_ns: u64,
+    pub spans: SpanConfig,
+    /// Transactions waiting to be exported; beyond, new ones are dropped and counted.
+    pub queue: usize,
+    /// Transactions per request (at most; a request also goes after [`BATCH_DELAY`]).
+    pub batch: usize,
+    /// At the end of the run, how long the exporter may take to send what is queued.
+    pub flush_timeout: Duration,
+}
+
+/// A batch goes at the latest this long after its first transaction.
+pub const BATCH_DELAY: Duration = Duration::from_secs(1);
+/// Attempts per request (the first and the retries).
+const ATTEMPTS: u32 = 4;
+const BACKOFF_START: Duration = Duration::from_millis(250);
+
+impl OtlpConfig {
+    /// From `--otlp URL` and the standard `OTEL_EXPORTER_OTLP_*` variables (`env`), the
+    /// `TRACES_` form first. `None`: no endpoint anywhere, no export.
+    pub fn from_env(
+        url: Option<&str>,
+        protocol: Option<Protocol>,
+        env: impl Fn(&str) -> Option<String>,
+    ) -> Result<Option<Self>, OtlpError> {
+        let var = |name: &str| {
+            env(&format!("OTEL_EXPORTER_OTLP_TRACES_{name}"))
+                .or_else(|| env(&format!("OTEL_EXPORTER_OTLP_{name}")))
+                .filter(|v| !v.trim().is_empty())
+        };
+        let protocol = match var("PROTOCOL").as_deref().map(str::trim) {
+            _ if protocol.is_some() => protocol.unwrap_or(Protocol::HttpProtobuf),
+            None | Some("http/protobuf") => Protocol::HttpProtobuf,
+            Some("grpc") => Protocol::Grpc,
+            Some(p) => {
+                return Err(OtlpError::Setting(
+                    "OTEL_EXPORTER_OTLP_PROTOCOL",
+                    format!("{p:?}: dnspath sends `http/protobuf` or `grpc`"),
+                ))
+            }
+        };
+        // `--otlp` and `…_TRACES_ENDPOINT` are used as given (HTTP: a bare host gets
+        // `/v1/traces`); `OTEL_EXPORTER_OTLP_ENDPOINT` is a base URL (HTTP: `/v1/traces`
+        // appended), as the specification says.
+        let endpoint = match (
+            url,
+            env("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT").filter(|v| !v.is_empty()),
+            env("OTEL_EXPORTER_OTLP_ENDPOINT").filter(|v| !v.is_empty()),
+        ) {
+            (Some(u), _, _) => signal_url(u, protocol, false)?,
+            (None, Some(u), _) => signal_url(&u, protocol, false)?,
+            (None, None, Some(u)) => signal_url(&u, protocol, true)?,
+            (None, None, None) => return Ok(None),
+        };
+        let headers = match var("HEADERS") {
+            Some(h) => parse_headers(&h)?,
+            None => Vec::new(),
+        };
+        let timeout = match var("TIMEOUT") {
+            Some(t) => Duration::from_millis(t.trim().parse::<u64>().map_err(|e| {
+                OtlpError::Setting("OTEL_EXPORTER_OTLP_TIMEOUT", format!("{t:?}: {e}"))
+            })?),
+            None => Duration::from_secs(10),
+        };
+        let gzip = match var("COMPRESSION").as_deref().map(str::trim) {
+            None | Some("none") => false,
+            Some("gzip") => true,
+            Some(c) => {
+                return Err(OtlpError::Setting(
+                    "OTEL_EXPORTER_OTLP_COMPRESSION",
+                    format!("{c:?}: `gzip` or `none`"),
+                ))
+            }
+        };
+        Ok(Some(Self {
+            endpoint,
+            protocol,
+            headers,
+            timeout,
+            gzip,
+            sample: 1.0,
+            slow_ns: 1_000_000_000,
+            spans: SpanConfig::default(),
+            queue: 8192,
+            batch: 512,
+            flush_timeout: Duration::from_secs(5),
+        }))
+    }
+}
+
+/// The URL spans go to. Only `http://` (no TLS in this build: send to a local Collector).
+fn signal_url(u: &str, protocol: Protocol, base: bool) -> Result<String, OtlpError> {
+    let u = u.trim();
+    let Some(rest) = u.strip_prefix("http://") else {
+        return Err(OtlpError::Endpoint(
+            u.into(),
+            if u.starts_with("https://") {
+                "https is not supported by this build; send to a Collector on the node or in the cluster over http".into()
+            } else {
+                "not an http:// URL".into()
+            },
+        ));
+    };
+    let path = rest.find('/').map_or("", |i| &rest[i..]);
+    let host = rest.find('/').map_or(rest, |i| &rest[..i]);
+    if host.is_empty() {
+        return Err(OtlpError::Endpoint(u.into(), "no host".into()));
+    }
+    Ok(match protocol {
+        Protocol::Grpc => format!("http://{host}"),
+        Protocol::HttpProtobuf if base || path.is_empty() || path == "/" => {
+            format!("http://{host}{}/v1/traces", path.trim_end_matches('/'))
+        }
+        Protocol::HttpProtobuf => u.to_string(),
+    })
+}
+
+/// `k1=v1,k2=v2`, values percent-decoded (W3C baggage form, as the specification says).
+fn parse_headers(s: &str) -> Result<Vec<(String, String)>, OtlpError> {
+    let mut out = Vec::new();
+    for item in s.split(',').map(str::trim).filter(|i| !i.is_empty()) {
+        let Some((k, v)) = item.split_once('=') else {
+            return Err(OtlpError::Setting(
+                "OTEL_EXPORTER_OTLP_HEADERS",
+                format!("{item:?}: not key=value"),
+            ));
+        };
+        out.push((k.trim().to_ascii_lowercase(), percent_decode(v.trim())));
+    }
+    Ok(out)
+}
+
+fn percent_decode(s: &str) -> String {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        let hex = |c: u8| char::from(c).to_digit(16);
+        match (
+            b.get(i),
+            b.get(i + 1).and_then(|c| hex(*c)),
+            b.get(i + 2).and_then(|c| hex(*c)),
+        ) {
+            (Some(b'%'), Some(h), Some(l)) => {
+                out.push(u8::try_from(h * 16 + l).unwrap_or(b'?'));
+                i += 3;
+            }
+            (Some(c), _, _) => {
+                out.push(*c);
+                i += 1;
+            }
+            (None, _, _) => break,
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// What the exporter did, for the final `stats` record (`otlp`) and the agent's metrics.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct OtlpStats {
+    /// Transactions whose spans the backend accepted, and those spans.
+    pub transactions_exported: u64,
+    pub spans_exported: u64,
+    /// Not kept by `--otlp-sample` (neither failing nor slow).
+    pub sampled_out: u64,
+    /// Dropped because the queue was full (the backend slow or down for a while).
+    pub dropped_queue_full: u64,
+    /// Dropped after every attempt to send them failed.
+    pub dropped_export_failed: u64,
+    /// Still queued or being sent when the run's flush time was over.
+    pub dropped_at_exit: u64,
+    /// Requests sent, and those that failed (each attempt counts).
+    pub requests: u64,
+    pub request_failures: u64,
+}
+
+#[derive(Default)]
+struct Counters {
+    queued: AtomicU64,
+    transactions_exported: AtomicU64,
+    spans_exported: AtomicU64,
+    sampled_out: AtomicU64,
+    dropped_queue_full: AtomicU64,
+    dropped_export_failed: AtomicU64,
+    requests: AtomicU64,
+    request_failures: AtomicU64,
+}
+
+impl Counters {
+    fn stats(&self, at_exit: bool) -> OtlpStats {
+        let r = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        let done = r(&self.transactions_exported) + r(&self.dropped_export_failed);
+        OtlpStats {
+            transactions_exported: r(&self.transactions_exported),
+            spans_exported: r(&self.spans_exported),
+            sampled_out: r(&self.sampled_out),
+            dropped_queue_full: r(&self.dropped_queue_full),
+            dropped_export_failed: r(&self.dropped_export_failed),
+            dropped_at_exit: if at_exit {
+                r(&self.queued).saturating_sub(done)
+            } else {
+                0
+            },
+            requests: r(&self.requests),
+            request_failures: r(&self.request_failures),
+        }
+    }
+}
+
+/// The tracing side's handle: [`Exporter::offer`] never blocks.
+pub struct Exporter {
+    queue: Option<tokio::sync::mpsc::Sender<Box<TransactionRecord>>>,
+    counters: Arc<Counters>,
+    done: std::sync::mpsc::Receiver<()>,
+    thread: Option<JoinHandle<()>>,
+    sample: f64,
+    slow_ns: u64,
+    key: ids::IdKey,
+    flush_timeout: Duration,
+}
+
+impl Exporter {
+    /// Starts the exporter's thread (its own single-threaded runtime).
+    pub fn start(cfg: OtlpConfig) -> Result<Self, OtlpError> {
+        let (tx, rx) = tokio::sync::mpsc::channel(cfg.queue.max(1));
+        let counters = Arc::new(Counters::default());
+        let (done_tx, done) = std::sync::mpsc::channel();
+        let c = Arc::clone(&counters);
+        let sample = cfg.sample;
+        let slow_ns = cfg.slow_ns;
+        let key = cfg.spans.key.clone();
+        let flush_timeout = cfg.flush_timeout;
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?;
+        let thread = std::thread::Builder::new()
+            .name("otlp-export".into())
+            .spawn(move || {
+                rt.block_on(drain(cfg, rx, &c));
+                let _ = done_tx.send(());
+            })?;
+        Ok(Self {
+            queue: Some(tx),
+            counters,
+            done,
+            thread: Some(thread),
+            sample,
+            slow_ns,
+            key,
+            flush_timeout,
+        })
+    }
+
+    /// Queues a decided transaction if it is sampled (its trace id against the ratio) or
+    /// failing or slow; a full queue drops it, counted. O(1) but for the record's copy.
+    pub fn offer(&self, tx: &TransactionRecord) {
+        let Some(q) = &self.queue else { return };
+        let keep = spans::failing(tx)
+            || tx.latency_ns.is_some_and(|l| l >= self.slow_ns)
+            || ids::sampled(&spans::trace_ids(&self.key, tx).trace, self.sample);
+        if !keep {
+            self.counters.sampled_out.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+        match q.try_send(Box::new(tx.clone())) {
+            Ok(()) => {
+                self.counters.queued.fetch_add(1, Ordering::Relaxed);
+            }
+            Err(_) => {
+                self.counters
+                    .dropped_queue_full
+                    .fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
+
+    /// The counts so far.
+    pub fn stats(&self) -> OtlpStats {
+        self.counters.stats(false)
+    }
+
+    /// Closes the queue and gives the exporter up to the flush time to send what it holds;
+    /// what is left then is counted as dropped at exit (the thread is left to the process's
+    /// end).
+    pub fn finish(mut self) -> OtlpStats {
+        self.queue = None;
+        if self.done.recv_timeout(self.flush_timeout).is_ok() {
+            if let Some(t) = self.thread.take() {
+                let _ = t.join();
+            }
+        }
+        self.counters.stats(true)
+    }
+}
+
+/// The exporter thread: batches of transactions into requests until the queue is closed
+/// and empty.
+async fn drain(
+    cfg: OtlpConfig,
+    mut rx: tokio::sync::mpsc::Receiver<Box<TransactionRecord>>,
+    counters: &Counters,
+) {
+    let mut client = match Client::new(&cfg) {
+        Ok(c) => c,
+        Err(e) => {
+            log::warn!("{e}; no spans will be exported");
+            while let Some(_t) = rx.recv().await {
+                counters
+                    .dropped_export_failed
+                    .fetch_add(1, Ordering::Relaxed);
+            }
+            return;
+        }
+    };
+    let batch = cfg.batch.max(1);
+    let mut buf: Vec<Box<TransactionRecord>> = Vec::with_capacity(batch);
+    let mut first: Option<Instant> = None;
+    loop {
+        let wait = first.map_or(BATCH_DELAY, |f| BATCH_DELAY.saturating_sub(f.elapsed()));
+        let closed = match tokio::time::timeout(wait, rx.recv_many(&mut buf, batch)).await {
+            Ok(0) => true,
+            Ok(_) => {
+                first.get_or_insert_with(Instant::now);
+                false
+            }
+            Err(_) => false,
+        };
+        let due = first.is_some_and(|f| f.elapsed() >= BATCH_DELAY);
+        if !buf.is_empty() && (closed || due || buf.len() >= batch) {
+            let n = buf.len() as u64;
+            let (request, spans) = request(&cfg.spans, buf.drain(..));
+            first = None;
+            if client.send(request, counters).await {
+                counters
+                    .transactions_exported
+                    .fetch_add(n, Ordering::Relaxed);
+                counters.spans_exported.fetch_add(spans, Ordering::Relaxed);
+            } else {
+                counters
+                    .dropped_export_failed
+                    .fetch_add(n, Ordering::Relaxed);
+            }
+        }
+        if closed {
+            return;
+        }
+    }
+}
+
+/// The spans of `txs` as one request, grouped by resource; and how many spans.
+pub fn request(
+    cfg: &SpanConfig,
+    txs: impl Iterator<Item = Box<TransactionRecord>>,
+) -> (ExportTraceServiceRequest, u64) {
+    let mut groups: Vec<(Resource, Vec<opentelemetry_proto::tonic::trace::v1::Span>)> = Vec::new();
+    let mut index: HashMap<Vec<u8>, usize> = HashMap::new();
+    let mut count = 0;
+    for tx in txs {
+        let (_, placed) = spans::build(cfg, &tx);
+        for p in placed {
+            count += 1;
+            let k = p.resource.encode_to_vec();
+            let i = *index.entry(k).or_insert_with(|| {
+                groups.push((p.resource.clone(), Vec::new()));
+                groups.len() - 1
+            });
+            if let Some((_, spans)) = groups.get_mut(i) {
+                spans.push(p.span);
+            }
+        }
+    }
+    let scope = InstrumentationScope {
+        name: "dnspath".into(),
+        version: env!("CARGO_PKG_VERSION").into(),
+        ..Default::default()
+    };
+    let resource_spans = groups
+        .into_iter()
+        .map(|(resource, spans)| ResourceSpans {
+            resource: Some(resource),
+            scope_spans: vec![ScopeSpans {
+                scope: Some(scope.clone()),
+                spans,
+                schema_url: String::new(),
+            }],
+            schema_url: String::new(),
+        })
+        .collect();
+    (ExportTraceServiceRequest { resource_spans }, count)
+}
+
+type HttpClient = hyper_util::client::legacy::Client<
+    hyper_util::client::legacy::connect::HttpConnector,
+    http_body_util::Full<Bytes>,
+>;
+
+enum Transport {
+    Http(HttpClient),
+    Grpc(TraceServiceClient<tonic::transport::Channel>),
+}
+
+struct Client {
+    transport: Transport,
+    cfg: OtlpConfig,
+}
+
+/// Whether a failed attempt may succeed if repeated.
+enum Attempt {
+    Ok,
+    Retry(String),
+    Fail(String),
+}
+
+impl Client {
+    fn new(cfg: &OtlpConfig) -> Result<Self, OtlpError> {
+        let transport = match cfg.protocol {
+            Protocol::HttpProtobuf => Transport::Http(
+                hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+                    .build_http(),
+            ),
+            Protocol::Grpc => {
+                let ep = tonic::transport::Endpoint::from_shared(cfg.endpoint.clone())
+                    .map_err(|e| OtlpError::Endpoint(cfg.endpoint.clone(), e.to_string()))?
+                    .timeout(cfg.timeout)
+                    .connect_timeout(cfg.timeout);
+                let mut c = TraceServiceClient::new(ep.connect_lazy());
+                if cfg.gzip {
+                    c = c.send_compressed(tonic::codec::CompressionEncoding::Gzip);
+                }
+                Transport::Grpc(c)
+            }
+        };
+        Ok(Self {
+            transport,
+            cfg: cfg.clone(),
+        })
+    }
+
+    /// Sends with retries and backoff; whether the backend took it.
+    async fn send(&mut self, request: ExportTraceServiceRequest, counters: &Counters) -> bool {
+        let body = match self.transport {
+            Transport::Http(_) => Some(self.http_body(&request)),
+            Transport::Grpc(_) => None,
+        };
+        let mut backoff = BACKOFF_START;
+        for attempt in 1..=ATTEMPTS {
+            counters.requests.fetch_add(1, Ordering::Relaxed);
+            let r = match &mut self.transport {
+                Transport::Http(c) => {
+                    http_attempt(c, &self.cfg, body.clone().unwrap_or_default()).await
+                }
+                Transport::Grpc(c) => grpc_attempt(c, &self.cfg, request.clone()).await,
+            };
+            match r {
+                Attempt::Ok => return true,
+                Attempt::Fail(e) => {
+                    counters.request_failures.fetch_add(1, Ordering::Relaxed);
+                    log::warn!("OTLP export to {}: {e}; spans dropped", self.cfg.endpoint);
+                    return false;
+                }
+                Attempt::Retry(e) => {
+                    counters.request_failures.fetch_add(1, Ordering::Relaxed);
+                    if attempt == ATTEMPTS {
+                        log::warn!(
+                            "OTLP export to {}: {e} ({ATTEMPTS} attempts); spans dropped",
+                            self.cfg.endpoint
+                        );
+                        return false;
+                    }
+                    log::debug!("OTLP export to {}: {e}; retrying", self.cfg.endpoint);
+                    tokio::time::sleep(backoff).await;
+                    backoff = (backoff * 2).min(Duration::from_secs(4));
+                }
+            }
+        }
+        false
+    }
+
+    fn http_body(&self, request: &ExportTraceServiceRequest) -> Bytes {
+        let raw = request.encode_to_vec();
+        if !self.cfg.gzip {
+            return Bytes::from(raw);
+        }
+        use std::io::Write;
+        let mut gz = flate2::write::GzEncoder::new(
+            Vec::with_capacity(raw.len() / 4),
+            flate2::Compression::fast(),
+        );
+        match gz.write_all(&raw).and_then(|()| gz.finish()) {
+            Ok(z) => Bytes::from(z),
+            Err(_) => Bytes::from(raw),
+        }
+    }
+}
+
+async fn http_attempt(c: &HttpClient, cfg: &OtlpConfig, body: Bytes) -> Attempt {
+    let zipped = cfg.gzip && body.starts_with(&[0x1f, 0x8b]);
+    let mut req = hyper::Request::post(cfg.endpoint.as_str())
+        .header("content-type", "application/x-protobuf")
+        .header("user-agent", concat!("dnspath/", env!("CARGO_PKG_VERSION")));
+    if zipped {
+        req = req.header("content-encoding", "gzip");
+    }
+    for (k, v) in &cfg.headers {
+        req = req.header(k.as_str(), v.as_str());
+    }
+    let req = match req.body(http_body_util::Full::new(body)) {
+        Ok(r) => r,
+        Err(e) => return Attempt::Fail(format!("request: {e}")),
+    };
+    let resp = match tokio::time::timeout(cfg.timeout, c.request(req)).await {
+        Err(_) => return Attempt::Retry(format!("no response in {:?}", cfg.timeout)),
+        Ok(Err(e)) => return Attempt::Retry(e.to_string()),
+        Ok(Ok(r)) => r,
+    };
+    let status = resp.status();
+    // Read the body, so that the connection can be kept.
+    let _ = tokio::time::timeout(
+        cfg.timeout,
+        http_body_util::BodyExt::collect(resp.into_body()),
+    )
+    .await;
+    if status.is_success() {
+        Attempt::Ok
+    } else if matches!(status.as_u16(), 429 | 502 | 503 | 504) {
+        Attempt::Retry(format!("HTTP {status}"))
+    } else {
+        Attempt::Fail(format!("HTTP {status}"))
+    }
+}
+
+async fn grpc_attempt(
+    c: &mut TraceServiceClient<tonic::transport::Channel>,
+    cfg: &OtlpConfig,
+    request: ExportTraceServiceRequest,
+) -> Attempt {
+    let mut req = tonic::Request::new(request);
+    for (k, v) in &cfg.headers {
+        if let (Ok(k), Ok(v)) = (
+            tonic::metadata::MetadataKey::from_bytes(k.as_bytes()),
+            tonic::metadata::MetadataValue::try_from(v.as_str()),
+        ) {
+            req.metadata_mut().insert(k, v);
+        }
+    }
+    match tokio::time::timeout(cfg.timeout, c.export(req)).await {
+        Err(_) => Attempt::Retry(format!("no response in {:?}", cfg.timeout)),
+        Ok(Ok(_)) => Attempt::Ok,
+        Ok(Err(s)) => match s.code() {
+            tonic::Code::Unavailable
+            | tonic::Code::ResourceExhausted
+            | tonic::Code::DeadlineExceeded
+            | tonic::Code::Aborted
+            | tonic::Code::Cancelled => Attempt::Retry(format!("gRPC {s}")),
+            _ => Attempt::Fail(format!("gRPC {s}")),
+        },
+    }
+}
+
+#[cfg(test)]
+#[path = "export_tests.rs"]
+mod tests;

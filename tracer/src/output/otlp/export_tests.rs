@@ -1,0 +1,236 @@
+use std::{
+    io::{Read, Write},
+    net::TcpListener,
+};
+
+use super::*;
+use crate::agent::fixtures;
+
+fn env<'a>(vars: &'a [(&'a str, &'a str)]) -> impl Fn(&str) -> Option<String> + 'a {
+    move |k| {
+        vars.iter()
+            .find(|(n, _)| *n == k)
+            .map(|(_, v)| v.to_string())
+    }
+}
+
+#[test]
+fn settings_from_flag_and_environment() {
+    assert!(OtlpConfig::from_env(None, None, env(&[]))
+        .unwrap()
+        .is_none());
+    let c = OtlpConfig::from_env(Some("http://127.0.0.1:6006"), None, env(&[]))
+        .unwrap()
+        .unwrap();
+    assert_eq!(c.endpoint, "http://127.0.0.1:6006/v1/traces");
+    assert_eq!(c.protocol, Protocol::HttpProtobuf);
+    let c = OtlpConfig::from_env(
+        None,
+        None,
+        env(&[
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://collector:4318/base/"),
+            (
+                "OTEL_EXPORTER_OTLP_HEADERS",
+                "x-a=1,Authorization=Bearer%20t",
+            ),
+            ("OTEL_EXPORTER_OTLP_TRACES_TIMEOUT", "2500"),
+            ("OTEL_EXPORTER_OTLP_COMPRESSION", "gzip"),
+        ]),
+    )
+    .unwrap()
+    .unwrap();
+    assert_eq!(c.endpoint, "http://collector:4318/base/v1/traces");
+    assert_eq!(
+        c.headers,
+        [
+            ("x-a".to_string(), "1".to_string()),
+            ("authorization".to_string(), "Bearer t".to_string())
+        ]
+    );
+    assert_eq!(c.timeout, Duration::from_millis(2500));
+    assert!(c.gzip);
+    let c = OtlpConfig::from_env(
+        None,
+        None,
+        env(&[
+            ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "http://c:4318/custom"),
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://other:1"),
+        ]),
+    )
+    .unwrap()
+    .unwrap();
+    assert_eq!(c.endpoint, "http://c:4318/custom");
+    let c = OtlpConfig::from_env(
+        Some("http://c:4317"),
+        None,
+        env(&[("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc")]),
+    )
+    .unwrap()
+    .unwrap();
+    assert_eq!(
+        (c.protocol, c.endpoint.as_str()),
+        (Protocol::Grpc, "http://c:4317")
+    );
+    let c = OtlpConfig::from_env(Some("http://c:4317/"), Some(Protocol::Grpc), env(&[]))
+        .unwrap()
+        .unwrap();
+    assert_eq!(c.endpoint, "http://c:4317");
+    assert!(OtlpConfig::from_env(Some("https://c"), None, env(&[])).is_err());
+    assert!(OtlpConfig::from_env(
+        Some("http://c"),
+        None,
+        env(&[("OTEL_EXPORTER_OTLP_PROTOCOL", "http/json")])
+    )
+    .is_err());
+}
+
+fn failing_tx(port: u16) -> TransactionRecord {
+    let client = format!("10.244.1.2:{port}");
+    fixtures::transaction(
+        "www.lab.test.",
+        "A",
+        &client,
+        None,
+        vec![fixtures::leg(
+            crate::correlate::LegRole::Query,
+            &client,
+            "10.96.0.10:53",
+            "10.244.1.3:53",
+            None,
+            None,
+        )],
+    )
+}
+
+/// A one-request-per-connection HTTP receiver: each request's decoded body.
+fn receiver() -> (
+    String,
+    std::sync::mpsc::Receiver<(String, ExportTraceServiceRequest)>,
+) {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}", l.local_addr().unwrap());
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for s in l.incoming() {
+            let mut s = s.unwrap();
+            let mut buf = Vec::new();
+            let mut chunk = [0u8; 4096];
+            let head_end = loop {
+                let n = s.read(&mut chunk).unwrap();
+                if n == 0 {
+                    return;
+                }
+                buf.extend_from_slice(&chunk[..n]);
+                if let Some(i) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+                    break i + 4;
+                }
+            };
+            let head = String::from_utf8_lossy(&buf[..head_end]).to_ascii_lowercase();
+            let len: usize = head
+                .lines()
+                .find_map(|l| l.strip_prefix("content-length:"))
+                .unwrap()
+                .trim()
+                .parse()
+                .unwrap();
+            while buf.len() < head_end + len {
+                let n = s.read(&mut chunk).unwrap();
+                buf.extend_from_slice(&chunk[..n]);
+            }
+            let mut body = buf[head_end..head_end + len].to_vec();
+            if head.contains("content-encoding: gzip") {
+                let mut out = Vec::new();
+                flate2::read::GzDecoder::new(&body[..])
+                    .read_to_end(&mut out)
+                    .unwrap();
+                body = out;
+            }
+            let req = ExportTraceServiceRequest::decode(&body[..]).unwrap();
+            s.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\nconnection: close\r\n\r\n")
+                .unwrap();
+            let _ = tx.send((head, req));
+        }
+    });
+    (url, rx)
+}
+
+fn config(url: &str) -> OtlpConfig {
+    let mut c = OtlpConfig::from_env(Some(url), None, env(&[]))
+        .unwrap()
+        .unwrap();
+    c.flush_timeout = Duration::from_secs(4);
+    c
+}
+
+#[test]
+fn spans_reach_an_http_receiver_gzipped_with_headers() {
+    let (url, rx) = receiver();
+    let mut c = config(&url);
+    c.gzip = true;
+    c.headers = vec![("x-project-name".into(), "p".into())];
+    let e = Exporter::start(c).unwrap();
+    for port in 0..3 {
+        e.offer(&failing_tx(40000 + port));
+    }
+    let stats = e.finish();
+    assert_eq!(stats.transactions_exported, 3, "{stats:?}");
+    assert_eq!(stats.spans_exported, 6, "a root and a client span each");
+    let (head, req) = rx.recv_timeout(Duration::from_secs(5)).unwrap();
+    assert!(head.starts_with("post /v1/traces "), "{head}");
+    assert!(head.contains("content-type: application/x-protobuf"));
+    assert!(head.contains("x-project-name: p"));
+    let spans: usize = req
+        .resource_spans
+        .iter()
+        .flat_map(|r| &r.scope_spans)
+        .map(|s| s.spans.len())
+        .sum();
+    assert_eq!(spans, 6);
+}
+
+/// A receiver that is down: offering never waits, every transaction is counted as lost.
+#[test]
+fn a_receiver_down_loses_spans_counted_never_time() {
+    let port = {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let mut c = config(&format!("http://127.0.0.1:{port}"));
+    c.queue = 4;
+    let e = Exporter::start(c).unwrap();
+    let t0 = Instant::now();
+    for p in 0..100 {
+        e.offer(&failing_tx(40000 + p));
+    }
+    assert!(
+        t0.elapsed() < Duration::from_millis(500),
+        "{:?}",
+        t0.elapsed()
+    );
+    let s = e.finish();
+    assert_eq!(s.transactions_exported, 0);
+    assert_eq!(
+        s.dropped_queue_full + s.dropped_export_failed + s.dropped_at_exit,
+        100,
+        "{s:?}"
+    );
+    assert!(s.dropped_queue_full > 0);
+    assert!(s.request_failures > 0);
+}
+
+#[test]
+fn sampling_keeps_failures_and_drops_the_rest_by_id() {
+    let (url, _rx) = receiver();
+    let mut c = config(&url);
+    c.sample = 0.0;
+    let e = Exporter::start(c).unwrap();
+    let crate::output::record::Record::Transaction(ok) =
+        fixtures::service_transaction("www.lab.test.", "A", 40005, "NOERROR")
+    else {
+        unreachable!()
+    };
+    e.offer(&ok);
+    e.offer(&failing_tx(40001));
+    let s = e.finish();
+    assert_eq!((s.sampled_out, s.transactions_exported), (1, 1), "{s:?}");
+}

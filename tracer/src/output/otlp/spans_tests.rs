@@ -1,0 +1,278 @@
+use prost::Message;
+
+use super::*;
+use crate::{
+    agent::fixtures::{self, addr},
+    output::record::{LegDrop, Record},
+};
+
+fn hop(ts_ns: u64, netns: &str, dir: Direction, src: &str, dst: &str, qr: bool) -> HopRecord {
+    HopRecord {
+        ts_ns,
+        netns: netns.into(),
+        ifname: "eth0".into(),
+        pod: Default::default(),
+        dir,
+        src: addr(src),
+        dst: addr(dst),
+        dns_id: 4660,
+        qr,
+        latency_ns: qr.then_some(1000),
+    }
+}
+
+/// The fixture's client → Service → CoreDNS pod → upstream, with the hops of one node.
+fn tx(client_dir: Direction) -> TransactionRecord {
+    let Record::Transaction(t) =
+        fixtures::service_transaction("www.lab.test.", "A", 40005, "NOERROR")
+    else {
+        unreachable!()
+    };
+    let mut t = *t;
+    use Direction::{Egress, Ingress};
+    let c = "10.244.1.2:40005";
+    t.legs[0].hops = vec![
+        // From another node (ingress), the Service's DNAT was done there.
+        if client_dir == Direction::Ingress {
+            hop(1_000, "node", client_dir, c, "10.244.1.3:53", false)
+        } else {
+            hop(1_000, "client", client_dir, c, "10.96.0.10:53", false)
+        },
+        hop(2_000, "node", Egress, c, "10.244.1.3:53", false),
+        hop(3_000, "coredns", Ingress, c, "10.244.1.3:53", false),
+        hop(400_000, "coredns", Egress, "10.244.1.3:53", c, true),
+        hop(631_000, "client", Ingress, "10.96.0.10:53", c, true),
+    ];
+    t.legs[1].hops = vec![
+        hop(
+            5_000,
+            "coredns",
+            Egress,
+            "10.244.1.3:40000",
+            "10.250.0.53:53",
+            false,
+        ),
+        hop(
+            6_000,
+            "upstream",
+            Ingress,
+            "10.244.1.3:40000",
+            "10.250.0.53:53",
+            false,
+        ),
+        hop(
+            270_000,
+            "upstream",
+            Egress,
+            "10.250.0.53:53",
+            "10.244.1.3:40000",
+            true,
+        ),
+        hop(
+            278_000,
+            "coredns",
+            Ingress,
+            "10.250.0.53:53",
+            "10.244.1.3:40000",
+            true,
+        ),
+    ];
+    t
+}
+
+fn by_name<'a>(spans: &'a [PlacedSpan], name: &str) -> &'a Span {
+    &spans
+        .iter()
+        .find(|p| p.span.name == name)
+        .unwrap_or_else(|| panic!("no span {name}"))
+        .span
+}
+
+fn attr<'a>(s: &'a Span, key: &str) -> Option<&'a Value> {
+    s.attributes
+        .iter()
+        .find(|kv| kv.key == key)
+        .and_then(|kv| kv.value.as_ref())
+        .and_then(|v| v.value.as_ref())
+}
+
+#[test]
+fn a_service_query_is_a_tree_of_spans() {
+    let cfg = SpanConfig {
+        node: Some("node-a".into()),
+        ..Default::default()
+    };
+    let t = tx(Direction::Egress);
+    let (ids, spans) = build(&cfg, &t);
+    assert_eq!(spans.len(), 5, "root, 2 client spans, 2 server spans");
+    assert!(spans.iter().all(|p| p.span.trace_id == ids.trace));
+    let root = by_name(&spans, "DNS A");
+    let query = by_name(&spans, "query A");
+    let forward = by_name(&spans, "forward A");
+    let serves: Vec<&Span> = spans
+        .iter()
+        .map(|p| &p.span)
+        .filter(|s| s.name == "serve A")
+        .collect();
+    assert!(root.parent_span_id.is_empty());
+    assert_eq!(root.kind, SpanKind::Internal as i32);
+    assert_eq!(query.parent_span_id, root.span_id);
+    assert_eq!(query.kind, SpanKind::Client as i32);
+    // CoreDNS serves the client's query; its forward is a child of that server span, and
+    // the upstream's server span a child of the forward.
+    let coredns = serves
+        .iter()
+        .find(|s| s.parent_span_id == query.span_id)
+        .expect("coredns server span");
+    assert_eq!(forward.parent_span_id, coredns.span_id);
+    assert!(serves.iter().any(|s| s.parent_span_id == forward.span_id));
+    assert_eq!(query.events.len(), 5);
+    assert!(query.events.iter().all(|e| e.name == "hop"));
+    assert_eq!(
+        query.events[0].time_unix_nano, t.wall_ns,
+        "hop times in wall-clock time"
+    );
+    assert_eq!(root.end_time_unix_nano - root.start_time_unix_nano, 630_000);
+    assert_eq!(
+        coredns.end_time_unix_nano - coredns.start_time_unix_nano,
+        397_000
+    );
+    assert_eq!(
+        attr(root, "dns.question.name"),
+        Some(&Value::StringValue("www.lab.test.".into()))
+    );
+    assert_eq!(
+        attr(root, "dnspath.query_key"),
+        Some(&Value::StringValue(ids::hex(&ids.query_key)))
+    );
+    assert_eq!(
+        root.status.as_ref().map(|s| s.code),
+        Some(StatusCode::Unset as i32)
+    );
+    let res = &spans
+        .iter()
+        .find(|p| p.span.name == "DNS A")
+        .unwrap()
+        .resource;
+    assert!(res.attributes.iter().any(|kv| kv.key == "k8s.node.name"));
+}
+
+/// Node B sees the query arrive from node A's client: no root, no client span of its own,
+/// and its server span's parent is node A's client span, by id alone.
+#[test]
+fn the_serving_node_names_the_client_nodes_span() {
+    let cfg = SpanConfig::default();
+    let (a_ids, a) = build(&cfg, &tx(Direction::Egress));
+    let (b_ids, b) = build(&cfg, &tx(Direction::Ingress));
+    assert_eq!(a_ids, b_ids);
+    assert!(b
+        .iter()
+        .all(|p| p.span.name != "DNS A" && p.span.name != "query A"));
+    let a_query = by_name(&a, "query A");
+    let b_serve = b
+        .iter()
+        .map(|p| &p.span)
+        .find(|s| s.parent_span_id == a_query.span_id)
+        .expect("B's server span under A's client span");
+    assert_eq!(b_serve.name, "serve A");
+    assert_eq!(b_serve.events.len(), 5, "B's hops on its server span");
+}
+
+#[test]
+fn a_drop_is_an_error_event() {
+    let mut t = tx(Direction::Egress);
+    let mut leg = fixtures::dropped(t.legs[0].clone(), "NETFILTER_DROP");
+    leg.hops.truncate(2);
+    leg.drop = Some(LegDrop {
+        ts_ns: 2_500,
+        netns: "node".into(),
+        ifname: "vcoredns".into(),
+        pod: Default::default(),
+        reason: "NETFILTER_DROP".into(),
+        location: "nf_hook_slow+0x9e".into(),
+        response: false,
+    });
+    let t2 = fixtures::transaction("www.lab.test.", "A", "10.244.1.2:40005", None, vec![leg]);
+    t.legs = t2.legs;
+    t.outcome = t2.outcome;
+    t.summary = t2.summary;
+    t.rcode = None;
+    t.latency_ns = None;
+    assert!(failing(&t));
+    let (_, spans) = build(&SpanConfig::default(), &t);
+    let query = by_name(&spans, "query A");
+    let drop = query
+        .events
+        .iter()
+        .find(|e| e.name == "kernel drop")
+        .expect("drop event");
+    assert!(drop
+        .attributes
+        .iter()
+        .any(|kv| kv.key == "dnspath.drop.reason"));
+    assert_eq!(
+        query.status.as_ref().map(|s| s.code),
+        Some(StatusCode::Error as i32)
+    );
+    let root = by_name(&spans, "DNS A");
+    assert_eq!(
+        root.status.as_ref().map(|s| s.code),
+        Some(StatusCode::Error as i32)
+    );
+    assert!(
+        spans.iter().all(|p| p.span.name != "serve A"),
+        "never delivered"
+    );
+}
+
+#[test]
+fn redaction_leaves_no_name() {
+    let mut t = tx(Direction::Egress);
+    t.answers = vec!["A 10.250.0.80".into(), "CNAME secret.lab.test.".into()];
+    t.legs[0].answers = t.answers.clone();
+    let cfg = SpanConfig {
+        redact_names: true,
+        ..Default::default()
+    };
+    let (_, spans) = build(&cfg, &t);
+    for p in &spans {
+        let bytes = p.span.encode_to_vec();
+        let text = String::from_utf8_lossy(&bytes);
+        assert!(!text.contains("lab.test"), "{}", p.span.name);
+        assert!(!text.contains("10.250.0.80"));
+    }
+    let (_, open) = build(&SpanConfig::default(), &t);
+    let bytes: Vec<u8> = open.iter().flat_map(|p| p.span.encode_to_vec()).collect();
+    assert!(String::from_utf8_lossy(&bytes).contains("secret.lab.test."));
+}
+
+/// Traced in the node's namespace only: the client's query arrives from its pod's veth
+/// (ingress, still to the Service) and is handed to CoreDNS's veth (egress): a client of this
+/// node, served here.
+#[test]
+fn node_namespace_only_is_still_a_local_client() {
+    let mut t = tx(Direction::Egress);
+    t.legs[0].hops[0].dir = Direction::Ingress;
+    t.legs[0].hops[1].pod.pod_veth = true;
+    t.legs[0].hops.remove(2);
+    let (_, spans) = build(&SpanConfig::default(), &t);
+    let root = by_name(&spans, "DNS A");
+    let query = by_name(&spans, "query A");
+    assert_eq!(query.parent_span_id, root.span_id);
+    assert!(spans
+        .iter()
+        .any(|p| p.span.name == "serve A" && p.span.parent_span_id == query.span_id));
+    // A direct query to a pod address, arriving from a pod's veth: local too.
+    let mut t = tx(Direction::Ingress);
+    t.legs[0].hops[0].pod.pod_veth = true;
+    let (_, spans) = build(&SpanConfig::default(), &t);
+    assert!(spans.iter().any(|p| p.span.name == "DNS A"));
+}
+
+#[test]
+fn workloads_from_pod_names() {
+    assert_eq!(workload("coredns-5d78c9869d-x7k2p"), "coredns");
+    assert_eq!(workload("node-local-dns-x7k2p"), "node-local-dns");
+    assert_eq!(workload("client"), "client");
+    assert_eq!(workload("web-0"), "web-0");
+}
