@@ -591,7 +591,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                     Box::new(BufWriter::new(std::io::stdout()))
                 };
             let otlp = a.otlp.config()?;
-            let mut writer = trace::TraceWriter::new(&opts, out);
+            let mut writer = trace::TraceWriter::new(&opts, out)?;
             // Every way out of `run_live` has detached and removed the pinned maps by now.
             let summary = match otlp {
                 Some(cfg) => {

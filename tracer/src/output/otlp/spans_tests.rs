@@ -18,6 +18,7 @@ fn hop(ts_ns: u64, netns: &str, dir: Direction, src: &str, dst: &str, qr: bool) 
         dns_id: 4660,
         qr,
         latency_ns: qr.then_some(1000),
+        tunnel: None,
     }
 }
 
