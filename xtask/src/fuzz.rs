@@ -8,7 +8,8 @@ use std::{path::Path, process::Command};
 use crate::{run, workspace_root, Result};
 
 /// The targets, with what seeds them (a folder of the repository, or none).
-const TARGETS: &[(&str, Option<&str>)] = &[("capture", Some("tests/golden")), ("dns_message", None)];
+const TARGETS: &[(&str, Option<&str>)] =
+    &[("capture", Some("tests/golden")), ("dns_message", None)];
 
 /// cargo-fuzz, pinned.
 const CARGO_FUZZ: &str = "cargo-fuzz@0.13.2";
@@ -60,7 +61,9 @@ pub fn run_targets(args: &[String]) -> Result<()> {
         // Captures of a few packets say as much as big ones, and run 100× faster.
         cmd.arg("-max_len=65536");
         eprintln!("xtask: fuzzing {target} for {seconds} s");
-        run(&mut cmd).map_err(|e| format!("fuzz target {target}: {e} (inputs in fuzz/artifacts/{target}/)"))?;
+        run(&mut cmd).map_err(|e| {
+            format!("fuzz target {target}: {e} (inputs in fuzz/artifacts/{target}/)")
+        })?;
     }
     Ok(())
 }
