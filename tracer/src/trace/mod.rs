@@ -1,6 +1,5 @@
 //! `dnspath trace`: the live run: load, attach, read, decode, write, detach.
 use std::{
-    io::Write,
     sync::{
         atomic::{AtomicBool, Ordering},
         Arc, Mutex, RwLock,
@@ -151,15 +150,6 @@ pub struct TraceSummary {
 
 fn is_broken_pipe(e: &std::io::Error) -> bool {
     e.kind() == std::io::ErrorKind::BrokenPipe
-}
-
-/// [`run_live`] with records written to `out` as `opts` says.
-pub async fn run(
-    opts: TraceOptions,
-    out: Box<dyn Write + Send>,
-) -> Result<TraceSummary, TraceError> {
-    let mut sink = TraceWriter::new(&opts, out)?;
-    run_live(opts, &mut sink).await
 }
 
 /// Runs until a signal (SIGINT, SIGTERM, SIGHUP), `duration`, the sink's stop (`--count`,
