@@ -622,6 +622,48 @@ fn later_fragments_dropped_on_a_hop_are_a_fragment_loss_there() {
     assert_accounted(s);
 }
 
+/// `ip6tables -A CHAIN -s UPSTREAM6 -m frag --fraglast -j DROP` in namespace `ns`, then the
+/// big answer asked over IPv6 under `dnspath trace` (node, client and upstream namespaces):
+/// dig must not get it whole. Waits past the 2 s reassembly timeout, so the hops after the
+/// rule report their loss; stops the server. The trace's records.
+fn dig_big_through_fraglast_drop(lab: &Lab, server: Child, ns: &str, chain: &str) -> Vec<Value> {
+    let (client, up, node) = (lab.client_ns(), lab.upstream_ns(), lab.node_ns());
+    let up6 = lab.ip6_of(Pod::Upstream).to_string();
+    let rule = [
+        "ip6tables",
+        "-w",
+        "-A",
+        chain,
+        "-s",
+        &up6,
+        "-m",
+        "frag",
+        "--fraglast",
+        "-j",
+        "DROP",
+    ];
+    let out = lab.exec(ns, &rule);
+    assert!(out.status.success(), "{rule:?}: {out:?}");
+    let t = Tracer::start(
+        lab,
+        node,
+        &[
+            "trace", "-o", "json", "--port", PORT, "--netns", client, "--netns", up,
+        ],
+    )
+    .unwrap();
+    let out = dig_big(lab, &up6);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        !text.contains(&format!("ANSWER: {STRINGS}")),
+        "answered through the rule: {text}"
+    );
+    thread::sleep(Duration::from_millis(2500));
+    let recs = t.stop().records();
+    stop_server(server);
+    recs
+}
+
 /// A firewall rule dropping IPv6 fragments where the node forwards them: `ip6tables -m frag
 /// --fraglast -j DROP` in the node's FORWARD chain (the node has no IPv6 conntrack, so its
 /// netfilter sees each fragment; its IPv4 conntrack reassembles before any iptables chain,
@@ -634,42 +676,10 @@ fn later_fragments_dropped_by_a_firewall_rule_name_their_query() {
     let Some((lab, server)) = lab(&["dnsmasq", "dig", "ip6tables"]) else {
         return;
     };
-    let (client, up, node) = (lab.client_ns(), lab.upstream_ns(), lab.node_ns());
+    let (client, node) = (lab.client_ns(), lab.node_ns());
     let (vup, vclient) = (lab.veth_of(Pod::Upstream), lab.veth_of(Pod::Client));
     let up6 = lab.ip6_of(Pod::Upstream).to_string();
-    let rule = [
-        "ip6tables",
-        "-w",
-        "-A",
-        "FORWARD",
-        "-s",
-        &up6,
-        "-m",
-        "frag",
-        "--fraglast",
-        "-j",
-        "DROP",
-    ];
-    let out = lab.exec(node, &rule);
-    assert!(out.status.success(), "{rule:?}: {out:?}");
-    let t = Tracer::start(
-        &lab,
-        node,
-        &[
-            "trace", "-o", "json", "--port", PORT, "--netns", client, "--netns", up,
-        ],
-    )
-    .unwrap();
-    let out = dig_big(&lab, &up6);
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        !text.contains(&format!("ANSWER: {STRINGS}")),
-        "answered through the rule: {text}"
-    );
-    // Past the 2 s reassembly timeout, so the hops after the rule report their loss.
-    thread::sleep(Duration::from_millis(2500));
-    let recs = t.stop().records();
-    stop_server(server);
+    let recs = dig_big_through_fraglast_drop(&lab, server, node, "FORWARD");
     let counted = lab.exec(
         node,
         &["ip6tables", "-w", "-L", "FORWARD", "-v", "-x", "-n"],
@@ -749,40 +759,9 @@ fn later_fragments_dropped_in_the_clients_namespace_are_not_an_answer() {
     let Some((lab, server)) = lab(&["dnsmasq", "dig", "ip6tables"]) else {
         return;
     };
-    let (client, up, node) = (lab.client_ns(), lab.upstream_ns(), lab.node_ns());
+    let client = lab.client_ns();
     let up6 = lab.ip6_of(Pod::Upstream).to_string();
-    let rule = [
-        "ip6tables",
-        "-w",
-        "-A",
-        "INPUT",
-        "-s",
-        &up6,
-        "-m",
-        "frag",
-        "--fraglast",
-        "-j",
-        "DROP",
-    ];
-    let out = lab.exec(client, &rule);
-    assert!(out.status.success(), "{rule:?}: {out:?}");
-    let t = Tracer::start(
-        &lab,
-        node,
-        &[
-            "trace", "-o", "json", "--port", PORT, "--netns", client, "--netns", up,
-        ],
-    )
-    .unwrap();
-    let out = dig_big(&lab, &up6);
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        !text.contains(&format!("ANSWER: {STRINGS}")),
-        "answered through the rule: {text}"
-    );
-    thread::sleep(Duration::from_millis(2500));
-    let recs = t.stop().records();
-    stop_server(server);
+    let recs = dig_big_through_fraglast_drop(&lab, server, client, "INPUT");
 
     let src = format!("[{up6}]:{PORT}");
     // Whole at the client's interface: the case is the one meant.
