@@ -788,5 +788,5 @@ fn kernel_matrix() {
 
 /// The TC programs on crafted frames (`BPF_PROG_TEST_RUN`) run in this binary too, so that
 /// every kernel of the VM matrix verifies and exercises them.
-#[path = "prog_test_run.rs"]
+#[path = "lab/prog_test_run.rs"]
 mod prog_test_run;

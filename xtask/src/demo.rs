@@ -1,5 +1,6 @@
 //! `cargo xtask demo`: a node-like lab with real DNS servers, and dnspath following queries
 //! through every hop of it.
+use anyhow::anyhow;
 use std::{path::Path, thread, time::Duration};
 
 use lab::{tracer::Tracer, DnsPodConfig, DnsServerKind, Lab, LabConfig, Pod};
@@ -12,7 +13,7 @@ fn step(title: &str) {
 pub fn run(bin: &Path) -> crate::Result<()> {
     // SAFETY: setting a variable before any thread is started.
     unsafe { std::env::set_var("DNSPATH_BIN", bin) };
-    let mut lab = Lab::start(LabConfig::default()).map_err(|e| format!("lab: {e}"))?;
+    let mut lab = Lab::start(LabConfig::default()).map_err(|e| anyhow!("lab: {e}"))?;
     eprintln!(
         "lab {}: client {} ({}), CoreDNS-like dnsdist pods {} and {} behind ClusterIP {}, \
          upstream bind9 {} ({}), kube-proxy iptables DNAT in {}",
@@ -33,7 +34,7 @@ pub fn run(bin: &Path) -> crate::Result<()> {
         args.extend(["--netns", ns]);
     }
     let tracer = Tracer::start_with(&lab, lab.node_ns(), &args, false)
-        .map_err(|e| format!("dnspath: {e}"))?;
+        .map_err(|e| anyhow!("dnspath: {e}"))?;
 
     step(
         "dig www.lab.test A via the ClusterIP (UDP): client → DNAT → CoreDNS pod → upstream → back",
@@ -75,23 +76,24 @@ pub fn run(bin: &Path) -> crate::Result<()> {
     let healthy = DnsPodConfig::new(DnsServerKind::Dnsdist);
     for i in 0..2 {
         lab.reconfigure_dns_pod(i, to_service.clone())
-            .map_err(|e| format!("lab: {e}"))?;
+            .map_err(|e| anyhow!("lab: {e}"))?;
     }
     let _ = lab.dig(&["+time=1", "+tries=1", "+short", "loop.lab.test."]);
     thread::sleep(Duration::from_secs(2));
     step("pods fixed again: the loop ends");
     for i in 0..2 {
         lab.reconfigure_dns_pod(i, healthy.clone())
-            .map_err(|e| format!("lab: {e}"))?;
+            .map_err(|e| anyhow!("lab: {e}"))?;
     }
     thread::sleep(Duration::from_secs(3));
 
     step("stopping dnspath (Ctrl-C); its totals:");
     let out = tracer.stop();
     if !out.status.success() {
-        return Err(format!(
+        return Err(anyhow!(
             "dnspath exited with {}:\n{}",
-            out.status, out.stderr
+            out.status,
+            out.stderr
         ));
     }
     eprintln!("\nlab torn down; try it on a node: dnspath trace --all-netns");

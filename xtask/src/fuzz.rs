@@ -3,6 +3,7 @@
 //! sanitizers need no `rust-src`), each for N seconds (default 60), seeded with the golden
 //! captures. A crash fails the run; its input is left in `fuzz/artifacts/TARGET/`, to become
 //! a regression test.
+use anyhow::anyhow;
 use std::{path::Path, process::Command};
 
 use crate::{run, workspace_root, Result};
@@ -26,30 +27,18 @@ fn ensure_cargo_fuzz() -> Result<()> {
     Ok(())
 }
 
-pub fn run_targets(args: &[String]) -> Result<()> {
-    let mut seconds = 60u64;
-    let mut only: Vec<&str> = Vec::new();
-    let mut it = args.iter();
-    while let Some(a) = it.next() {
-        match a.as_str() {
-            "--seconds" => {
-                seconds = it
-                    .next()
-                    .and_then(|s| s.parse().ok())
-                    .ok_or("--seconds takes a whole number")?;
-            }
-            t if TARGETS.iter().any(|(n, _)| *n == t) => only.push(t),
-            other => return Err(format!("fuzz: unknown argument or target {other:?}")),
-        }
+pub fn run_targets(seconds: u64, only: &[String]) -> Result<()> {
+    if let Some(other) = only.iter().find(|t| !TARGETS.iter().any(|(n, _)| n == t)) {
+        return Err(anyhow!("fuzz: unknown argument or target {other:?}"));
     }
     ensure_cargo_fuzz()?;
     let root = workspace_root();
     for &(target, seeds) in TARGETS {
-        if !only.is_empty() && !only.contains(&target) {
+        if !only.is_empty() && !only.iter().any(|t| t == target) {
             continue;
         }
         let corpus = root.join("fuzz/corpus").join(target);
-        std::fs::create_dir_all(&corpus).map_err(|e| format!("{}: {e}", corpus.display()))?;
+        std::fs::create_dir_all(&corpus).map_err(|e| anyhow!("{}: {e}", corpus.display()))?;
         let mut cmd = Command::new("cargo");
         cmd.current_dir(&root)
             .args(["+nightly", "fuzz", "run", "--release", target])
@@ -62,7 +51,7 @@ pub fn run_targets(args: &[String]) -> Result<()> {
         cmd.arg("-max_len=65536");
         eprintln!("xtask: fuzzing {target} for {seconds} s");
         run(&mut cmd).map_err(|e| {
-            format!("fuzz target {target}: {e} (inputs in fuzz/artifacts/{target}/)")
+            anyhow!("fuzz target {target}: {e:#} (inputs in fuzz/artifacts/{target}/)")
         })?;
     }
     Ok(())

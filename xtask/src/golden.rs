@@ -6,6 +6,7 @@
 //!   (below), the others (root) by `dnspath trace -w` of the real lab doing what each
 //!   scenario says — then blesses. Captures differ from run to run (times, ports, ids, the
 //!   lab's prefix): the expected files of the ones remade change with them.
+use anyhow::anyhow;
 use std::{
     collections::BTreeMap,
     fs,
@@ -28,18 +29,18 @@ use crate::bench::capture::{frame, pcap_writer, write_frame};
 /// Rewrites every expected output from the release binary `bin`; prints which changed.
 pub fn bless(bin: &Path) -> crate::Result<()> {
     let dir = golden::dir();
-    let captures = golden::captures(&dir).map_err(|e| e.to_string())?;
+    let captures = golden::captures(&dir).map_err(|e| anyhow!("{e}"))?;
     let (mut changed, mut same) = (Vec::new(), 0);
     for capture in &captures {
         for (output, flags) in golden::OUTPUTS {
             let path = golden::expected(capture, output);
-            let actual = golden::run(bin, capture, flags).map_err(|e| e.to_string())?;
+            let actual = golden::run(bin, capture, flags).map_err(|e| anyhow!("{e}"))?;
             let old = fs::read(&path).ok();
             if old.as_deref() == Some(actual.as_slice()) {
                 same += 1;
                 continue;
             }
-            fs::write(&path, &actual).map_err(|e| format!("{}: {e}", path.display()))?;
+            fs::write(&path, &actual).map_err(|e| anyhow!("{}: {e}", path.display()))?;
             let name = file_name(&path);
             match old {
                 None => changed.push(format!("{name} (new)")),
@@ -54,8 +55,8 @@ pub fn bless(bin: &Path) -> crate::Result<()> {
             }
         }
     }
-    for entry in fs::read_dir(&dir).map_err(|e| format!("{}: {e}", dir.display()))? {
-        let path = entry.map_err(|e| e.to_string())?.path();
+    for entry in fs::read_dir(&dir).map_err(|e| anyhow!("{}: {e}", dir.display()))? {
+        let path = entry.map_err(|e| anyhow!("{e}"))?.path();
         let ours = captures.iter().any(|c| {
             golden::OUTPUTS
                 .iter()
@@ -101,7 +102,7 @@ pub fn captures(bin: &Path, only: &[String]) -> crate::Result<()> {
     let lab_ones: Vec<&str> = LAB_SCENARIOS.into_iter().filter(|n| wanted(n)).collect();
     if !lab_ones.is_empty() {
         if !is_root() {
-            return Err(format!(
+            return Err(anyhow!(
                 "captures {lab_ones:?} are made in the lab, which needs root"
             ));
         }
@@ -110,7 +111,7 @@ pub fn captures(bin: &Path, only: &[String]) -> crate::Result<()> {
         for name in lab_ones {
             // A fresh lab for each: one scenario's leftovers (a loop's last packets, a
             // reconfigured pod) stay out of the next one's capture.
-            let mut lab = Lab::start(LabConfig::default()).map_err(|e| format!("lab: {e}"))?;
+            let mut lab = Lab::start(LabConfig::default()).map_err(|e| anyhow!("lab: {e}"))?;
             let out = dir.join(format!("{name}.pcapng"));
             scenario(&mut lab, name, &out)?;
             let size = fs::metadata(&out).map(|m| m.len()).unwrap_or(0);
@@ -144,7 +145,7 @@ fn scenario(lab: &mut Lab, name: &str, out: &Path) -> crate::Result<()> {
     // What must exist before the tracer attaches.
     match name {
         "late" => {
-            let h = Hole::slow(lab, Duration::from_millis(1600), 1).map_err(|e| e.to_string())?;
+            let h = Hole::slow(lab, Duration::from_millis(1600), 1).map_err(|e| anyhow!("{e}"))?;
             extra_ns.push(h.ns().to_string());
             hole = Some(h);
         }
@@ -176,7 +177,7 @@ fn scenario(lab: &mut Lab, name: &str, out: &Path) -> crate::Result<()> {
     for ns in &namespaces {
         args.extend(["--netns", ns.as_str()]);
     }
-    let tracer = Tracer::start(lab, lab.node_ns(), &args).map_err(|e| format!("dnspath: {e}"))?;
+    let tracer = Tracer::start(lab, lab.node_ns(), &args).map_err(|e| anyhow!("dnspath: {e}"))?;
     match name {
         // Through the ClusterIP's DNAT to a "CoreDNS" pod and its upstream: A, AAAA, NXDOMAIN,
         // and AAAA over IPv6 straight to the upstream.
@@ -209,13 +210,13 @@ fn scenario(lab: &mut Lab, name: &str, out: &Path) -> crate::Result<()> {
             let to_service = DnsPodConfig::new(DnsServerKind::Dnsdist).forwarding_to_cluster_ip();
             for i in 0..lab.dns_pod_count() {
                 lab.reconfigure_dns_pod(i, to_service.clone())
-                    .map_err(|e| format!("lab: {e}"))?;
+                    .map_err(|e| anyhow!("lab: {e}"))?;
             }
             dig(lab, &["+time=1", "+tries=1", "loop.lab.test.", "A"]);
             let healthy = DnsPodConfig::new(DnsServerKind::Dnsdist);
             for i in 0..lab.dns_pod_count() {
                 lab.reconfigure_dns_pod(i, healthy.clone())
-                    .map_err(|e| format!("lab: {e}"))?;
+                    .map_err(|e| anyhow!("lab: {e}"))?;
             }
         }
         // A server answering after 1.6 s: dig (1 s) has given up, the answer is late and
@@ -250,15 +251,16 @@ fn scenario(lab: &mut Lab, name: &str, out: &Path) -> crate::Result<()> {
                 );
             }
         }
-        other => return Err(format!("no lab scenario {other:?}")),
+        other => return Err(anyhow!("no lab scenario {other:?}")),
     }
     // Let the last transactions be decided (the timeout is 2 s) before stopping.
     thread::sleep(Duration::from_millis(3000));
     let done = tracer.stop();
     if !done.status.success() {
-        return Err(format!(
+        return Err(anyhow!(
             "dnspath exited with {}:\n{}",
-            done.status, done.stderr
+            done.status,
+            done.stderr
         ));
     }
     if let Some(mut s) = server {
@@ -269,13 +271,13 @@ fn scenario(lab: &mut Lab, name: &str, out: &Path) -> crate::Result<()> {
     if name == "loop" {
         cut_loop(&tmp, out)?;
     } else {
-        fs::copy(&tmp, out).map_err(|e| format!("{} → {}: {e}", tmp.display(), out.display()))?;
+        fs::copy(&tmp, out).map_err(|e| anyhow!("{} → {}: {e}", tmp.display(), out.display()))?;
     }
     fs::set_permissions(out, fs::Permissions::from_mode(0o644))
-        .map_err(|e| format!("{}: {e}", out.display()))?;
+        .map_err(|e| anyhow!("{}: {e}", out.display()))?;
     if name == "fragments" {
         fs::write(out.with_file_name("fragments.args"), "--port\n5353\n")
-            .map_err(|e| format!("fragments.args: {e}"))?;
+            .map_err(|e| anyhow!("fragments.args: {e}"))?;
     }
     Ok(())
 }
@@ -290,7 +292,7 @@ fn cut_loop(from: &Path, to: &Path) -> crate::Result<()> {
         .arg(from)
         .args(["-T", "fields", "-e", "frame.interface_name"])
         .output()
-        .map_err(|e| format!("tshark: {e}"))?;
+        .map_err(|e| anyhow!("tshark: {e}"))?;
     let mut counts: BTreeMap<String, u64> = BTreeMap::new();
     for l in String::from_utf8_lossy(&o.stdout).lines() {
         *counts.entry(l.to_string()).or_default() += 1;
@@ -312,7 +314,7 @@ fn cut_loop(from: &Path, to: &Path) -> crate::Result<()> {
             .args(["-Y", &filter, "-F", "pcapng", "-w"])
             .arg(to)
             .output()
-            .map_err(|e| format!("tshark: {e}"))?,
+            .map_err(|e| anyhow!("tshark: {e}"))?,
     )
 }
 
@@ -320,14 +322,14 @@ fn run_ok(o: std::process::Output) -> crate::Result<()> {
     if o.status.success() {
         Ok(())
     } else {
-        Err(String::from_utf8_lossy(&o.stderr).trim().to_string())
+        Err(anyhow!("{}", String::from_utf8_lossy(&o.stderr).trim()))
     }
 }
 
 const FRAG_NAME: &str = "big.frag.test.";
 
 /// dnsmasq on port 5353 in the upstream pod answering [`FRAG_NAME`] TXT with 16 strings of
-/// 200 bytes, the pod's MTU 1280 (as tests/tests/fragments.rs does).
+/// 200 bytes, the pod's MTU 1280 (as tests/tests/lab/fragments.rs does).
 fn frag_server(lab: &Lab) -> crate::Result<std::process::Child> {
     let up = lab.upstream_ns();
     run_ok(lab.exec(up, &["ip", "link", "set", "dev", "eth0", "mtu", "1280"]))?;
@@ -358,7 +360,7 @@ fn frag_server(lab: &Lab) -> crate::Result<std::process::Child> {
         ));
     }
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    let server = lab.spawn_in(up, &args).map_err(|e| e.to_string())?;
+    let server = lab.spawn_in(up, &args).map_err(|e| anyhow!("{e}"))?;
     let at = format!("@{}", lab.ip_of(Pod::Upstream));
     for _ in 0..100 {
         let o = lab.exec(
@@ -372,7 +374,7 @@ fn frag_server(lab: &Lab) -> crate::Result<std::process::Child> {
         }
         thread::sleep(Duration::from_millis(100));
     }
-    Err("dnsmasq on port 5353 did not answer".into())
+    Err(anyhow!("dnsmasq on port 5353 did not answer"))
 }
 
 // --- hostile.pcap: crafted messages no real server sends ---
@@ -527,7 +529,7 @@ fn hostile_messages() -> Vec<(Vec<u8>, Option<Vec<u8>>)> {
 /// later, a pair every 10 ms from 2026-01-01T00:00:00Z.
 fn write_hostile(path: &Path) -> crate::Result<()> {
     let mut w = pcap_writer(path)?;
-    let io = |e: pcap_file::PcapError| format!("{}: {e}", path.display());
+    let io = |e: pcap_file::PcapError| anyhow!("{}: {e}", path.display());
     let client = [10, 244, 1, 2];
     let server = ([10, 96, 0, 10], 53);
     let mut t_us: u64 = 1_767_225_600_000_000;
@@ -546,6 +548,6 @@ fn write_hostile(path: &Path) -> crate::Result<()> {
     }
     w.into_writer()
         .into_inner()
-        .map_err(|e| format!("{}: {e}", path.display()))?;
+        .map_err(|e| anyhow!("{}: {e}", path.display()))?;
     Ok(())
 }

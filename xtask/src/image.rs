@@ -2,10 +2,11 @@
 //! buildah (`lab::image`, shared with the deploy tests): `localhost/dnspath:<version>` and
 //! `:latest`. Rebuilt only when the binary changed.
 use crate::Result;
+use anyhow::anyhow;
 
 pub fn run() -> Result<()> {
     let bin = crate::build_release()?;
-    let image = lab::image::ensure(&bin).map_err(|e| e.to_string())?;
+    let image = lab::image::ensure(&bin).map_err(|e| anyhow!("{e}"))?;
     eprintln!(
         "xtask: {} (and {}:latest) {}, binary sha256 {}",
         image.reference,

@@ -15,9 +15,10 @@
 //!                        run (in VMs) and on the host
 //!   cargo xtask bench    setup (and tshark), build, time `dnspath analyze` against tshark,
 //!                        then dnspath live (CPU per query, loss, bpf_stats) and in a storm
+use anyhow::anyhow;
+use clap::{Parser, Subcommand};
 use lab::tracer::is_root;
 use std::{
-    env,
     path::{Path, PathBuf},
     process::{Command, ExitCode},
 };
@@ -32,7 +33,7 @@ mod layout;
 mod live;
 mod vm;
 
-type Result<T> = std::result::Result<T, String>;
+type Result<T> = anyhow::Result<T>;
 
 /// Debian packages: Rust for bpfel with a prebuilt core, LLVM 22 for bpf-linker
 /// (docs/toolchain.md), and the lab's real servers and clients (docs/lab.md).
@@ -117,7 +118,7 @@ fn install_pip_packages(packages: &[PipPackage]) -> Result<()> {
     }
     Ok(())
 }
-/// Arize Phoenix, the OTLP receiver the lab tests send spans to (tests/tests/otlp.rs):
+/// Arize Phoenix, the OTLP receiver the lab tests send spans to (tests/tests/lab/otlp.rs):
 /// a venv of its own under the lab's cache directory, reused by later runs.
 pub const PHOENIX_VENV: &str = "/var/cache/dnspath-lab/phoenix";
 const PHOENIX_VERSION: &str = "20.26.1";
@@ -168,11 +169,11 @@ fn workspace_root() -> PathBuf {
 }
 
 pub fn run(cmd: &mut Command) -> Result<()> {
-    let status = cmd.status().map_err(|e| format!("{cmd:?}: {e}"))?;
+    let status = cmd.status().map_err(|e| anyhow!("{cmd:?}: {e}"))?;
     if status.success() {
         Ok(())
     } else {
-        Err(format!("{cmd:?} failed: {status}"))
+        Err(anyhow!("{cmd:?} failed: {status}"))
     }
 }
 
@@ -284,55 +285,150 @@ fn test(extra: &[String]) -> Result<()> {
     // The kernels nodes run, whatever the tests above said.
     let matrix = vm::run_matrix(&bin, &[]);
     // A short fuzz campaign of every target (the long ones are recorded in README).
-    let fuzz = fuzz::run_targets(&["--seconds".to_string(), "30".to_string()]);
+    let fuzz = fuzz::run_targets(30, &[]);
     let failed: Vec<String> = [tests, matrix, fuzz]
         .into_iter()
         .filter_map(|r| r.err())
+        .map(|e| format!("{e:#}"))
         .collect();
     if failed.is_empty() {
         Ok(())
     } else {
-        Err(failed.join("; "))
+        Err(anyhow!(failed.join("; ")))
     }
 }
 
+#[derive(Parser)]
+#[command(
+    name = "cargo xtask",
+    bin_name = "cargo xtask",
+    about = "dnspath's orchestration: setup, build, demo, tests, bench"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Install toolchain pieces and lab packages (idempotent), and the VM kernels.
+    Setup,
+    /// Setup, then build the release binary.
+    Build,
+    /// Setup, build, then the container image localhost/dnspath (buildah).
+    Image,
+    /// Setup, build, start the lab, trace a few queries through it.
+    Demo,
+    /// Setup, then every test (as root: lab tests included), then vm-test, then 30 s of
+    /// each fuzz target.
+    Test {
+        /// Passed to `cargo test` (before its `--`), e.g. `-p tracer`.
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
+    /// Build, then rewrite the golden outputs under tests/golden/ from it.
+    Bless,
+    /// Make the golden captures again (lab ones as root), then bless.
+    Captures {
+        /// Only these captures (default: all).
+        #[arg(value_name = "NAME")]
+        names: Vec<String>,
+    },
+    /// The fuzz targets of fuzz/ (cargo fuzz, nightly), N seconds each.
+    Fuzz {
+        /// Seconds of each target.
+        #[arg(long, value_name = "N", default_value_t = 60)]
+        seconds: u64,
+        /// Only these targets (default: all).
+        #[arg(value_name = "TARGET")]
+        targets: Vec<String>,
+    },
+    /// The kernel_matrix lab test on each kernel nodes run (in VMs) and on the host.
+    VmTest {
+        /// Only these: a kernel series (5.10, 6.1, 6.12) or `host` (default: all).
+        #[arg(value_name = "SERIES|host")]
+        only: Vec<String>,
+    },
+    /// Setup (and tshark), build, time `dnspath analyze` against tshark, then dnspath live
+    /// (CPU per query, loss, bpf_stats) and in a storm.
+    Bench(bench::BenchArgs),
+}
+
 fn main() -> ExitCode {
-    let args: Vec<String> = env::args().skip(1).collect();
-    let (cmd, rest) = match args.split_first() {
-        Some((c, r)) => (c.as_str(), r),
-        None => ("help", &[][..]),
-    };
-    let result = match cmd {
-        "setup" => setup().and_then(|()| vm::setup()),
-        "build" => setup().and_then(|()| build_release().map(|_| ())),
-        "demo" => setup()
+    // A usage error exits 2, as it always did; `--help` 0.
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Cmd::Setup => setup().and_then(|()| vm::setup()),
+        Cmd::Build => setup().and_then(|()| build_release().map(|_| ())),
+        Cmd::Demo => setup()
             .and_then(|()| build_release())
             .and_then(|bin| demo::run(&bin)),
-        "test" => setup().and_then(|()| vm::setup()).and_then(|()| test(rest)),
-        "vm-test" => setup()
+        Cmd::Test { args } => setup()
+            .and_then(|()| vm::setup())
+            .and_then(|()| test(&args)),
+        Cmd::VmTest { only } => setup()
             .and_then(|()| vm::setup())
             .and_then(|()| build_release())
-            .and_then(|bin| vm::run_matrix(&bin, rest)),
-        "image" => setup().and_then(|()| image::run()),
-        "bless" => build_release().and_then(|bin| golden::bless(&bin)),
-        "fuzz" => setup().and_then(|()| fuzz::run_targets(rest)),
-        "captures" => setup()
-            .and_then(|()| build_release())
-            .and_then(|bin| golden::captures(&bin, rest)),
-        "bench" => setup()
-            .and_then(|()| install_packages(&["tshark"]))
-            .and_then(|()| build_release())
-            .and_then(|bin| bench::run(&bin, rest)),
-        _ => {
-            eprintln!("usage: cargo xtask <setup|build|image|demo|test [cargo test args]|bless|captures [NAME...]|fuzz [--seconds N] [TARGET...]|vm-test [5.10|6.1|6.12|host...]|bench [--only offline,kernel,live,storm] [--packets N] [--runs N] [--keep FILE] [--rates QPS,...] [--seconds N] [--storm-seconds N]>");
-            return ExitCode::from(2);
+            .and_then(|bin| vm::run_matrix(&bin, &only)),
+        Cmd::Image => setup().and_then(|()| image::run()),
+        Cmd::Bless => build_release().and_then(|bin| golden::bless(&bin)),
+        Cmd::Fuzz { seconds, targets } => {
+            setup().and_then(|()| fuzz::run_targets(seconds, &targets))
         }
+        Cmd::Captures { names } => setup()
+            .and_then(|()| build_release())
+            .and_then(|bin| golden::captures(&bin, &names)),
+        Cmd::Bench(args) => bench::options(args).and_then(|o| {
+            setup()
+                .and_then(|()| install_packages(&["tshark"]))
+                .and_then(|()| build_release())
+                .and_then(|bin| bench::run(&bin, &o))
+        }),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("xtask: {e}");
+            eprintln!("xtask: {e:#}");
             ExitCode::FAILURE
         }
+    }
+}
+
+#[cfg(test)]
+mod cli_tests {
+    use clap::{CommandFactory, Parser};
+
+    use super::{Cli, Cmd};
+
+    #[test]
+    fn the_command_line_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn subcommands_take_their_arguments_as_before() {
+        let parse = |args: &[&str]| Cli::try_parse_from(["xtask"].iter().chain(args));
+        let Cmd::Test { args } = parse(&["test", "-p", "tracer", "--lib"]).unwrap().command else {
+            panic!("not test")
+        };
+        assert_eq!(args, ["-p", "tracer", "--lib"]);
+        let Cmd::Fuzz { seconds, targets } = parse(&["fuzz", "--seconds", "5", "dns_message"])
+            .unwrap()
+            .command
+        else {
+            panic!("not fuzz")
+        };
+        assert_eq!(
+            (seconds, targets.as_slice()),
+            (5, &["dns_message".to_owned()][..])
+        );
+        let Cmd::VmTest { only } = parse(&["vm-test", "6.1", "host"]).unwrap().command else {
+            panic!("not vm-test")
+        };
+        assert_eq!(only, ["6.1", "host"]);
+        assert!(parse(&["bench", "--only", "offline,kernel", "--rates", "100,200"]).is_ok());
+        assert!(parse(&["bench", "--packets", "x"]).is_err());
+        assert!(parse(&["frobnicate"]).is_err());
+        assert!(parse(&[]).is_err());
     }
 }

@@ -1,5 +1,5 @@
 //! `dnspath doctor`'s command line, kept apart from main.rs's other commands.
-use std::{io::IsTerminal, path::PathBuf, process::ExitCode, time::Duration};
+use std::{io::IsTerminal, process::ExitCode};
 
 use clap::Args;
 use dnspath::{
@@ -9,26 +9,28 @@ use dnspath::{
     trace::TraceOptions,
 };
 
+use crate::{
+    args::{HostRootArgs, RecordArgs, TimeoutArgs},
+    units::{parse_secs, Secs},
+};
+
 /// Exit status when doctor could not run at all (no root, no BPF, a bad flag value).
 pub const EXIT_DOCTOR_FAILED: u8 = 4;
 
 #[derive(Args)]
 pub struct DoctorArgs {
-    /// Where the node's root file system is mounted (`/host` in `kubectl debug node/N
-    /// --profile=sysadmin`): processes, resolv.conf and kubelet's files are read under it.
-    #[arg(long, value_name = "DIR", default_value = "/")]
-    host_root: PathBuf,
-    /// How long to watch the traffic, e.g. `30s`, `2m`.
-    #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = humantime::parse_duration)]
-    duration: Duration,
+    #[command(flatten)]
+    host_root: HostRootArgs,
+    /// How long to watch the traffic, e.g. `30s`, `2m`, or seconds.
+    #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = parse_secs)]
+    duration: Secs,
     /// Output format: a report for a person, or one JSON document (docs/doctor.md).
     #[arg(short, long, value_enum, default_value_t = Format::Text)]
     output: Format,
-    /// Seconds after which an unanswered query counts as timed out.
-    #[arg(long, value_name = "SECS", default_value_t = 5.0)]
-    timeout: f64,
     #[command(flatten)]
-    record: super::RecordArgs,
+    timeout: TimeoutArgs,
+    #[command(flatten)]
+    record: RecordArgs,
 }
 
 pub fn run(a: DoctorArgs, kernel_log: bool) -> anyhow::Result<ExitCode> {
@@ -42,16 +44,20 @@ pub fn run(a: DoctorArgs, kernel_log: bool) -> anyhow::Result<ExitCode> {
 }
 
 fn run_inner(a: DoctorArgs, kernel_log: bool) -> anyhow::Result<u8> {
-    if !a.host_root.is_dir() {
-        anyhow::bail!("--host-root {}: not a directory", a.host_root.display());
-    }
-    if a.duration.is_zero() {
-        anyhow::bail!("--duration must be longer than 0");
-    }
-    if !(a.timeout.is_finite() && a.timeout > 0.0 && a.timeout < 1e6) {
-        anyhow::bail!("--timeout must be a positive number of seconds");
-    }
-    dnspath::host::set_root(a.host_root.clone());
+    a.host_root.apply()?;
+    let duration = a
+        .duration
+        .non_negative("--duration")
+        .ok()
+        .filter(|d| !d.is_zero())
+        .ok_or_else(|| anyhow::anyhow!("--duration must be longer than 0"))?;
+    let timeout = a
+        .timeout
+        .timeout
+        .positive("--timeout")
+        .ok()
+        .filter(|t| t.as_secs_f64() < 1e6)
+        .ok_or_else(|| anyhow::anyhow!("--timeout must be a positive number of seconds"))?;
     let opts = DoctorOptions {
         trace: TraceOptions {
             attach: AttachSpec {
@@ -64,8 +70,8 @@ fn run_inner(a: DoctorArgs, kernel_log: bool) -> anyhow::Result<u8> {
             snaplen: 2048,
             format: Format::Json,
             view: View::Transactions,
-            timeout: Duration::from_secs_f64(a.timeout),
-            duration: Some(a.duration),
+            timeout,
+            duration: Some(duration),
             count: None,
             drops: true,
             kernel_log,
@@ -79,7 +85,7 @@ fn run_inner(a: DoctorArgs, kernel_log: bool) -> anyhow::Result<u8> {
             every_packet: false,
         },
         format: a.output,
-        duration: a.duration,
+        duration,
         progress: std::io::stderr().is_terminal(),
     };
     let rt = tokio::runtime::Builder::new_current_thread()

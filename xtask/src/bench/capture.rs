@@ -1,5 +1,6 @@
 //! The bench's captures: Ethernet + IPv4 + UDP frames of the scenarios' messages, written
 //! as pcap.
+use anyhow::anyhow;
 use std::{
     cmp::Reverse,
     collections::BinaryHeap,
@@ -62,7 +63,7 @@ pub(crate) fn frame(
 
 /// A little-endian microsecond Ethernet pcap at `path`, written by pcap-file.
 pub(crate) fn pcap_writer(path: &Path) -> crate::Result<PcapWriter<BufWriter<File>>> {
-    let file = File::create(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let file = File::create(path).map_err(|e| anyhow!("{}: {e}", path.display()))?;
     let header = PcapHeader {
         snaplen: 262_144,
         datalink: DataLink::ETHERNET,
@@ -70,7 +71,7 @@ pub(crate) fn pcap_writer(path: &Path) -> crate::Result<PcapWriter<BufWriter<Fil
         ..PcapHeader::default()
     };
     PcapWriter::with_header(BufWriter::with_capacity(1 << 20, file), header)
-        .map_err(|e| format!("{}: {e}", path.display()))
+        .map_err(|e| anyhow!("{}: {e}", path.display()))
 }
 
 /// One whole frame seen at `ts_us` (µs since the epoch).
@@ -88,7 +89,7 @@ pub(crate) fn write_frame(
 /// responses) to `path`; returns its size.
 pub(super) fn write_capture(path: &Path, packets: u64) -> crate::Result<u64> {
     let mut w = pcap_writer(path)?;
-    let io = |e: pcap_file::PcapError| format!("{}: {e}", path.display());
+    let io = |e: pcap_file::PcapError| anyhow!("{}: {e}", path.display());
 
     let scenarios = scenarios();
     let server = ([10, 96, 0, 10], 53u16);
@@ -132,10 +133,10 @@ pub(super) fn write_capture(path: &Path, packets: u64) -> crate::Result<u64> {
     }
     w.into_writer()
         .flush()
-        .map_err(|e| format!("{}: {e}", path.display()))?;
+        .map_err(|e| anyhow!("{}: {e}", path.display()))?;
     std::fs::metadata(path)
         .map(|m| m.len())
-        .map_err(|e| format!("{}: {e}", path.display()))
+        .map_err(|e| anyhow!("{}: {e}", path.display()))
 }
 
 /// Writes a pcap of `packets` unanswered `A? same.lab.test.` queries, 20 µs apart: the first
@@ -143,7 +144,7 @@ pub(super) fn write_capture(path: &Path, packets: u64) -> crate::Result<u64> {
 /// that once made correlate quadratic). Returns its size.
 pub(super) fn write_repeats_capture(path: &Path, packets: u64) -> crate::Result<u64> {
     let mut w = pcap_writer(path)?;
-    let io = |e: pcap_file::PcapError| format!("{}: {e}", path.display());
+    let io = |e: pcap_file::PcapError| anyhow!("{}: {e}", path.display());
     let s = Scenario {
         qname: "same.lab.test.",
         qtype: T_A,
@@ -174,8 +175,8 @@ pub(super) fn write_repeats_capture(path: &Path, packets: u64) -> crate::Result<
     }
     w.into_writer()
         .flush()
-        .map_err(|e| format!("{}: {e}", path.display()))?;
+        .map_err(|e| anyhow!("{}: {e}", path.display()))?;
     std::fs::metadata(path)
         .map(|m| m.len())
-        .map_err(|e| format!("{}: {e}", path.display()))
+        .map_err(|e| anyhow!("{}: {e}", path.display()))
 }

@@ -6,6 +6,7 @@
 //! names and types, EDNS, NXDOMAIN, CNAME chains) straight from Rust, so no network is
 //! needed, then times `dnspath analyze FILE -o json` and
 //! `tshark -r FILE -Y dns -T fields -e dns.qry.name -e dns.id`, both to /dev/null.
+use anyhow::anyhow;
 use std::{
     fs::File,
     path::{Path, PathBuf},
@@ -22,7 +23,7 @@ const DEFAULT_PACKETS: u64 = 1_000_000;
 /// One run by default, so that the whole bench (offline, live, storm) stays under ~5 minutes.
 const DEFAULT_RUNS: u32 = 1;
 
-struct Options {
+pub struct Options {
     packets: u64,
     runs: u32,
     keep: Option<PathBuf>,
@@ -33,71 +34,62 @@ struct Options {
     lab: crate::live::LiveOptions,
 }
 
-const USAGE: &str =
-    "usage: cargo xtask bench [--only offline,kernel,live,storm] [--packets N] [--runs N] \
-[--keep FILE] [--rates QPS,QPS...] [--seconds N] [--storm-seconds N]";
-
-fn number<T: std::str::FromStr>(flag: &str, v: &str) -> crate::Result<T>
-where
-    T::Err: std::fmt::Display,
-{
-    v.parse().map_err(|e| format!("{flag} {v}: {e}"))
+/// `cargo xtask bench`'s flags.
+#[derive(clap::Args)]
+pub struct BenchArgs {
+    /// Sections to run, comma-separated: offline, kernel, live, storm [default: all].
+    #[arg(long, value_name = "SECTIONS", value_delimiter = ',',
+          value_parser = ["offline", "kernel", "live", "storm"])]
+    only: Vec<String>,
+    /// Packets of the offline bench's capture.
+    #[arg(long, value_name = "N", default_value_t = DEFAULT_PACKETS)]
+    packets: u64,
+    /// Runs of each measurement (the median is reported).
+    #[arg(long, value_name = "N", default_value_t = DEFAULT_RUNS)]
+    runs: u32,
+    /// Keep the offline bench's capture in FILE.
+    #[arg(long, value_name = "FILE")]
+    keep: Option<PathBuf>,
+    /// Query rates of the live section, comma-separated.
+    #[arg(long, value_name = "QPS,...", value_delimiter = ',')]
+    rates: Option<Vec<u32>>,
+    /// Seconds of each live rate.
+    #[arg(long, value_name = "N")]
+    seconds: Option<u64>,
+    /// Seconds of the storm.
+    #[arg(long, value_name = "N")]
+    storm_seconds: Option<u64>,
 }
 
-fn parse_args(args: &[String]) -> crate::Result<Options> {
+/// The bench's options from its flags, checked before anything is set up.
+pub fn options(a: BenchArgs) -> crate::Result<Options> {
+    let section = |s: &str| a.only.is_empty() || a.only.iter().any(|o| o == s);
     let mut o = Options {
-        packets: DEFAULT_PACKETS,
-        runs: DEFAULT_RUNS,
-        keep: None,
-        offline: true,
-        kernel: true,
-        live: true,
-        storm: true,
+        packets: a.packets,
+        runs: a.runs,
+        keep: a.keep,
+        offline: section("offline"),
+        kernel: section("kernel"),
+        live: section("live"),
+        storm: section("storm"),
         lab: crate::live::LiveOptions::default(),
     };
-    let mut it = args.iter();
-    while let Some(a) = it.next() {
-        let mut value = |what: &str| {
-            it.next()
-                .cloned()
-                .ok_or_else(|| format!("{a} needs {what}"))
-        };
-        match a.as_str() {
-            "--packets" => o.packets = number(a, &value("a number")?)?,
-            "--runs" => o.runs = number(a, &value("a number")?)?,
-            "--keep" => o.keep = Some(PathBuf::from(value("a file name")?)),
-            "--rates" => {
-                o.lab.rates = value("rates")?
-                    .split(',')
-                    .map(|r| number(a, r.trim()))
-                    .collect::<crate::Result<_>>()?
-            }
-            "--seconds" => o.lab.seconds = number(a, &value("a number")?)?,
-            "--storm-seconds" => o.lab.storm_seconds = number(a, &value("a number")?)?,
-            "--only" => {
-                let v = value("sections")?;
-                let parts: Vec<&str> = v.split(',').map(str::trim).collect();
-                if let Some(bad) = parts
-                    .iter()
-                    .find(|p| !["offline", "kernel", "live", "storm"].contains(p))
-                {
-                    return Err(format!("bench: --only: unknown section {bad}; {USAGE}"));
-                }
-                o.offline = parts.contains(&"offline");
-                o.kernel = parts.contains(&"kernel");
-                o.live = parts.contains(&"live");
-                o.storm = parts.contains(&"storm");
-            }
-            other => return Err(format!("bench: unknown argument {other}; {USAGE}")),
-        }
+    if let Some(rates) = a.rates {
+        o.lab.rates = rates;
+    }
+    if let Some(s) = a.seconds {
+        o.lab.seconds = s;
+    }
+    if let Some(s) = a.storm_seconds {
+        o.lab.storm_seconds = s;
     }
     if o.packets == 0 || o.runs == 0 || o.lab.seconds == 0 || o.lab.storm_seconds == 0 {
-        return Err(
-            "bench: --packets, --runs, --seconds and --storm-seconds must be at least 1".into(),
-        );
+        return Err(anyhow!(
+            "bench: --packets, --runs, --seconds and --storm-seconds must be at least 1"
+        ));
     }
     if o.lab.rates.is_empty() || o.lab.rates.contains(&0) {
-        return Err("bench: --rates must be positive".into());
+        return Err(anyhow!("bench: --rates must be positive"));
     }
     Ok(o)
 }
@@ -121,7 +113,7 @@ fn measure_repeats(dnspath: &Path, o: &Options) -> crate::Result<()> {
             );
             let want = format!("{REPEATS} packets read, {REPEATS} decoded");
             if !stderr.contains(&want) {
-                return Err(format!(
+                return Err(anyhow!(
                     "repeats: not every packet decoded (expected \"{want}\"): {stderr}"
                 ));
             }
@@ -142,14 +134,14 @@ fn measure_repeats(dnspath: &Path, o: &Options) -> crate::Result<()> {
 
 /// Runs `cmd` with stdout to /dev/null; returns the wall time and stderr.
 fn time_it(cmd: &mut Command) -> crate::Result<(Duration, String)> {
-    let null = File::create("/dev/null").map_err(|e| format!("/dev/null: {e}"))?;
+    let null = File::create("/dev/null").map_err(|e| anyhow!("/dev/null: {e}"))?;
     cmd.stdin(Stdio::null()).stdout(null).stderr(Stdio::piped());
     let start = Instant::now();
-    let out = cmd.output().map_err(|e| format!("{cmd:?}: {e}"))?;
+    let out = cmd.output().map_err(|e| anyhow!("{cmd:?}: {e}"))?;
     let took = start.elapsed();
     let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
     if !out.status.success() {
-        return Err(format!("{cmd:?} failed ({}): {stderr}", out.status));
+        return Err(anyhow!("{cmd:?} failed ({}): {stderr}", out.status));
     }
     Ok((took, stderr))
 }
@@ -187,11 +179,10 @@ fn machine() -> String {
     )
 }
 
-pub fn run(dnspath: &Path, args: &[String]) -> crate::Result<()> {
-    let o = parse_args(args)?;
+pub fn run(dnspath: &Path, o: &Options) -> crate::Result<()> {
     println!("bench on {}", machine());
     if o.offline {
-        run_offline(dnspath, &o)?;
+        run_offline(dnspath, o)?;
     }
     if o.kernel {
         run_kernel()?;
@@ -210,9 +201,9 @@ fn run_kernel() -> crate::Result<()> {
     let mut cmd = Command::new(env!("CARGO"));
     cmd.args(["bench", "-p", "dnspath-tests", "--bench", "kernel_cost"])
         .stderr(Stdio::inherit());
-    let out = cmd.output().map_err(|e| format!("{cmd:?}: {e}"))?;
+    let out = cmd.output().map_err(|e| anyhow!("{cmd:?}: {e}"))?;
     if !out.status.success() {
-        return Err(format!("{cmd:?} failed: {}", out.status));
+        return Err(anyhow!("{cmd:?} failed: {}", out.status));
     }
     let out = String::from_utf8_lossy(&out.stdout);
     println!("\nkernel (BPF_PROG_TEST_RUN ns/run; kfree_skb ns/run on non-DNS drops; verifier instructions):");
@@ -228,7 +219,7 @@ fn run_kernel() -> crate::Result<()> {
 fn run_offline(dnspath: &Path, o: &Options) -> crate::Result<()> {
     let tshark = crate::output_ok(Command::new("tshark").arg("--version"))
         .and_then(|v| v.lines().next().map(str::to_string))
-        .ok_or("tshark does not run")?;
+        .ok_or_else(|| anyhow!("tshark does not run"))?;
     let path = o.keep.clone().unwrap_or_else(|| {
         std::env::temp_dir().join(format!("dnspath-bench-{}.pcap", std::process::id()))
     });
@@ -285,7 +276,7 @@ fn measure(dnspath: &Path, path: &Path, o: &Options, size: u64, tshark: &str) ->
             if *program == dnspath {
                 let want = format!("{} packets read, {} decoded", o.packets, o.packets);
                 if !stderr.contains(&want) {
-                    return Err(format!(
+                    return Err(anyhow!(
                         "{label} did not decode every packet (expected \"{want}\"): {stderr}"
                     ));
                 }

@@ -1,4 +1,5 @@
 //! dnsperf: the load, and its figures.
+use anyhow::anyhow;
 use std::path::Path;
 
 use lab::Lab;
@@ -84,7 +85,7 @@ pub(super) fn dnsperf(
     let out = String::from_utf8_lossy(&o.stdout);
     match parse_dnsperf(&out) {
         Some(d) if o.status.success() => Ok(d),
-        _ => Err(format!(
+        _ => Err(anyhow!(
             "dnsperf failed ({}): {out}{}",
             o.status,
             String::from_utf8_lossy(&o.stderr)

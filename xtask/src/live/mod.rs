@@ -8,7 +8,7 @@
 //! the same window (utime+stime from /proc/PID/stat), dnsperf's figures, packets captured
 //! and lost, peak RSS (VmHWM) and bpf_stats ns/run of each program of the tool.
 //!
-//! Storm: the ping-pong forwarding loop of tests/tests/loops.rs (both dnsdist pods forward
+//! Storm: the ping-pong forwarding loop of tests/tests/lab/loops.rs (both dnsdist pods forward
 //! to their own Service) with `dnspath trace` running, and healthy queries meanwhile.
 //!
 //! Figures only: nothing is asserted on timing.

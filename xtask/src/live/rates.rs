@@ -1,5 +1,6 @@
 //! The live section: dnsperf at fixed rates under nothing, `dnspath trace`, `dnspath agent`
 //! and tcpdump + tshark, and the eBPF programs' cost on packets that are not DNS.
+use anyhow::anyhow;
 use std::{
     fs,
     path::{Path, PathBuf},
@@ -160,7 +161,7 @@ fn measure(s: &Setup, mode: Mode, rate: u32, o: &LiveOptions) -> crate::Result<R
             while curl(lab, "/readyz").is_none() {
                 if Instant::now() > deadline {
                     let s = t.stop(libc::SIGTERM);
-                    return Err(format!("agent never ready: {}", s.stderr));
+                    return Err(anyhow!("agent never ready: {}", s.stderr));
                 }
                 thread::sleep(Duration::from_millis(100));
             }
@@ -276,7 +277,7 @@ fn measure(s: &Setup, mode: Mode, rate: u32, o: &LiveOptions) -> crate::Result<R
 fn tshark(file: &Path) -> crate::Result<(f64, f64)> {
     let before = cpu_children_self();
     let start = Instant::now();
-    let null = fs::File::create("/dev/null").map_err(|e| format!("/dev/null: {e}"))?;
+    let null = fs::File::create("/dev/null").map_err(|e| anyhow!("/dev/null: {e}"))?;
     let out = std::process::Command::new("tshark")
         .arg("-r")
         .arg(file)
@@ -294,10 +295,10 @@ fn tshark(file: &Path) -> crate::Result<(f64, f64)> {
         .stdout(null)
         .stderr(Stdio::piped())
         .output()
-        .map_err(|e| format!("tshark: {e}"))?;
+        .map_err(|e| anyhow!("tshark: {e}"))?;
     let wall = start.elapsed().as_secs_f64();
     if !out.status.success() {
-        return Err(format!(
+        return Err(anyhow!(
             "tshark failed: {}",
             String::from_utf8_lossy(&out.stderr)
         ));
@@ -403,9 +404,9 @@ pub(super) fn run_live(dnspath: &Path, o: &LiveOptions) -> crate::Result<()> {
         dns_pods: vec![DnsPodConfig::new(DnsServerKind::Dnsmasq); 2],
         ..LabConfig::default()
     };
-    let lab = Lab::start(cfg).map_err(|e| format!("lab: {e}"))?;
+    let lab = Lab::start(cfg).map_err(|e| anyhow!("lab: {e}"))?;
     let queries = lab.temp_dir().join("queries.txt");
-    fs::write(&queries, QUERIES).map_err(|e| format!("{}: {e}", queries.display()))?;
+    fs::write(&queries, QUERIES).map_err(|e| anyhow!("{}: {e}", queries.display()))?;
     let servers: Vec<String> = (0..lab.dns_pod_count())
         .filter_map(|i| lab.server_pid(Pod::Dns(i)))
         .map(|p| p.to_string())
@@ -458,7 +459,7 @@ fn non_dns(lab: &Lab, dnspath: &str) -> crate::Result<()> {
     let after = progs(t.pid());
     let stopped = t.stop(libc::SIGINT);
     if !o.status.success() {
-        return Err(format!(
+        return Err(anyhow!(
             "non-DNS burst: {}",
             String::from_utf8_lossy(&o.stderr)
         ));

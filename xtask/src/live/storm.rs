@@ -1,5 +1,6 @@
 //! The storm section: a forwarding loop under `dnspath trace`, with healthy queries
 //! meanwhile.
+use anyhow::anyhow;
 use std::{
     collections::BTreeSet,
     path::Path,
@@ -25,7 +26,7 @@ fn keep_storm(line: &str) -> bool {
 }
 
 pub(super) fn run_storm(dnspath: &Path, o: &LiveOptions) -> crate::Result<()> {
-    let mut lab = Lab::start(LabConfig::default()).map_err(|e| format!("lab: {e}"))?;
+    let mut lab = Lab::start(LabConfig::default()).map_err(|e| anyhow!("lab: {e}"))?;
     let dnspath = dnspath.to_string_lossy().into_owned();
     let node = lab.node_ns().to_owned();
     let t = Tool::start(
@@ -41,7 +42,7 @@ pub(super) fn run_storm(dnspath: &Path, o: &LiveOptions) -> crate::Result<()> {
     let result = (|| -> crate::Result<(f64, f64, ProgCosts, u64, u64)> {
         for i in 0..2 {
             lab.reconfigure_dns_pod(i, looping.clone())
-                .map_err(|e| format!("lab: {e}"))?;
+                .map_err(|e| anyhow!("lab: {e}"))?;
         }
         let cpu0 = cpu_s(&pid, false).unwrap_or(0.0);
         let progs0 = progs(t.pid());
@@ -64,7 +65,7 @@ pub(super) fn run_storm(dnspath: &Path, o: &LiveOptions) -> crate::Result<()> {
         let progs1 = progs(t.pid());
         for i in 0..2 {
             lab.reconfigure_dns_pod(i, healthy.clone())
-                .map_err(|e| format!("lab: {e}"))?;
+                .map_err(|e| anyhow!("lab: {e}"))?;
         }
         // The loop ends 2 s after its last packet.
         thread::sleep(Duration::from_secs(3));
@@ -82,7 +83,7 @@ pub(super) fn run_storm(dnspath: &Path, o: &LiveOptions) -> crate::Result<()> {
         .iter()
         .rev()
         .find(|r| r["type"] == "stats")
-        .ok_or_else(|| format!("storm: no stats record; stderr: {}", stopped.stderr))?;
+        .ok_or_else(|| anyhow!("storm: no stats record; stderr: {}", stopped.stderr))?;
     let loops = |state: &str| -> Vec<&Value> {
         recs.iter()
             .filter(|r| r["type"] == "loop" && r["state"] == state)

@@ -1,4 +1,5 @@
 //! The tools measured: started in a lab namespace, watched until ready, stopped by a signal.
+use anyhow::anyhow;
 use std::{process::Stdio, time::Duration};
 
 use lab::{
@@ -26,7 +27,7 @@ impl Tool {
             .env("RUST_LOG", "warn");
         let child = lab
             .spawn(&mut cmd)
-            .map_err(|e| format!("{}: {e}", args.join(" ")))?;
+            .map_err(|e| anyhow!("{}: {e}", args.join(" ")))?;
         let mut t = Tool(Watched::new(
             child,
             format!("`{}`", args.join(" ")),
@@ -34,7 +35,7 @@ impl Tool {
         ));
         if let Err(e) = t.0.wait_for_stderr(ready, Duration::from_secs(30)) {
             let _ = t.stop(libc::SIGKILL);
-            return Err(e.to_string());
+            return Err(anyhow!("{e}"));
         }
         Ok(t)
     }

@@ -4,6 +4,7 @@
 //! packet it sends), counts UDP packets from or to port 53; a packet forwarded by the node
 //! is counted there twice, as it is seen on two interfaces, which is what a capture on every
 //! interface (dnspath's TC programs, tcpdump -i any) sees.
+use anyhow::anyhow;
 use lab::Lab;
 
 /// The counting chain, in the mangle table of every lab namespace.
@@ -39,7 +40,7 @@ impl<'a> Truth<'a> {
             for rule in steps {
                 let o = lab.iptables_rule(ns, rule[0], &rule[1..]);
                 if !o.status.success() {
-                    return Err(format!(
+                    return Err(anyhow!(
                         "bench: counting rule {rule:?} in {ns}: {}",
                         String::from_utf8_lossy(&o.stderr)
                     ));

@@ -1,5 +1,6 @@
 //! One run of the `kernel_matrix` test: in a VM booted with virtme-ng, or on the host, each
 //! writing its report, exit code and logs into a directory of its own.
+use anyhow::anyhow;
 use std::{
     fs,
     path::Path,
@@ -88,7 +89,7 @@ fn fresh_dir(dir: &Path) -> Result<()> {
     for f in ["report", "rc", "started", "test.log", "vng.log", "guest.sh"] {
         let _ = fs::remove_file(dir.join(f));
     }
-    fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))
+    fs::create_dir_all(dir).map_err(|e| anyhow!("{}: {e}", dir.display()))
 }
 
 fn rc_of(dir: &Path) -> Option<i32> {
@@ -116,12 +117,12 @@ pub(super) fn in_vm(
     fresh_dir(&dir)?;
     let script = dir.join("guest.sh");
     fs::write(&script, guest_script(test_bin, bin, &dir))
-        .map_err(|e| format!("{}: {e}", script.display()))?;
+        .map_err(|e| anyhow!("{}: {e}", script.display()))?;
     let log = dir.join("vng.log");
-    let log_file = fs::File::create(&log).map_err(|e| format!("{}: {e}", log.display()))?;
+    let log_file = fs::File::create(&log).map_err(|e| anyhow!("{}: {e}", log.display()))?;
     let log_err = log_file
         .try_clone()
-        .map_err(|e| format!("{}: {e}", log.display()))?;
+        .map_err(|e| anyhow!("{}: {e}", log.display()))?;
     eprintln!(
         "xtask: booting {release} (TCG, 2 CPUs; log {})",
         log.display()
@@ -151,7 +152,7 @@ pub(super) fn in_vm(
             .stderr(log_err)
             .process_group(0)
             .spawn()
-            .map_err(|e| format!("vng: {e} (run `cargo xtask setup`)"))?
+            .map_err(|e| anyhow!("vng: {e} (run `cargo xtask setup`)"))?
     };
     let mut booted: Option<Duration> = None;
     let status = loop {
@@ -165,7 +166,7 @@ pub(super) fn in_vm(
                 break None;
             }
             Ok(None) => thread::sleep(Duration::from_millis(250)),
-            Err(e) => return Err(format!("waiting for vng: {e}")),
+            Err(e) => return Err(anyhow!("waiting for vng: {e}")),
         }
     };
     let total = started.elapsed();
@@ -220,10 +221,10 @@ pub(super) fn on_host(test_bin: &Path, bin: &Path, out: &Path) -> Result<Row> {
     let dir = out.join(format!("host-{release}"));
     fresh_dir(&dir)?;
     let log = dir.join("test.log");
-    let log_file = fs::File::create(&log).map_err(|e| format!("{}: {e}", log.display()))?;
+    let log_file = fs::File::create(&log).map_err(|e| anyhow!("{}: {e}", log.display()))?;
     let log_err = log_file
         .try_clone()
-        .map_err(|e| format!("{}: {e}", log.display()))?;
+        .map_err(|e| anyhow!("{}: {e}", log.display()))?;
     eprintln!("xtask: host kernel {release}");
     let started = Instant::now();
     let mut child = {
@@ -238,7 +239,7 @@ pub(super) fn on_host(test_bin: &Path, bin: &Path, out: &Path) -> Result<Row> {
             .stderr(log_err)
             .process_group(0)
             .spawn()
-            .map_err(|e| format!("{}: {e}", test_bin.display()))?
+            .map_err(|e| anyhow!("{}: {e}", test_bin.display()))?
     };
     let status = loop {
         match child.try_wait() {
@@ -248,7 +249,7 @@ pub(super) fn on_host(test_bin: &Path, bin: &Path, out: &Path) -> Result<Row> {
                 break None;
             }
             Ok(None) => thread::sleep(Duration::from_millis(100)),
-            Err(e) => return Err(format!("waiting for the test: {e}")),
+            Err(e) => return Err(anyhow!("waiting for the test: {e}")),
         }
     };
     let report = read_report(&dir.join("report"));

@@ -3,6 +3,7 @@
 //! runs the `kernel_matrix` lab test (tests/tests/kernel_matrix.rs) there; then the same test
 //! runs on the host kernel. One line per kernel: release, attach mode, hooks, PASS/FAIL.
 //! Logs and reports go to `target/vm/<release>/`.
+use anyhow::anyhow;
 use std::{
     fs,
     path::{Path, PathBuf},
@@ -67,7 +68,7 @@ fn build_test_binary() -> Result<PathBuf> {
         ])
         .stderr(Stdio::inherit())
         .output()
-        .map_err(|e| format!("cargo test --no-run: {e}"))?;
+        .map_err(|e| anyhow!("cargo test --no-run: {e}"))?;
     if !out.status.success() {
         // The JSON messages hide the compiler's errors: show them.
         let _ = Command::new("cargo")
@@ -82,7 +83,7 @@ fn build_test_binary() -> Result<PathBuf> {
                 "--no-run",
             ])
             .status();
-        return Err(format!(
+        return Err(anyhow!(
             "building the kernel_matrix test failed: {}",
             out.status
         ));
@@ -95,7 +96,7 @@ fn build_test_binary() -> Result<PathBuf> {
             let rest = l.split("\"executable\":\"").nth(1)?;
             rest.split('"').next().map(PathBuf::from)
         })
-        .ok_or_else(|| "cargo did not name the kernel_matrix test executable".to_owned())
+        .ok_or_else(|| anyhow!("cargo did not name the kernel_matrix test executable"))
 }
 
 /// Where the guests write their results: `target/vm`, unless the workspace lies under
@@ -127,10 +128,10 @@ pub fn run_matrix(bin: &Path, only: &[String]) -> Result<()> {
     let out = out_dir();
     // Copies, so that a rebuild while the VMs run does not change what they test.
     let snap = out.join("bin");
-    fs::create_dir_all(&snap).map_err(|e| format!("{}: {e}", snap.display()))?;
+    fs::create_dir_all(&snap).map_err(|e| anyhow!("{}: {e}", snap.display()))?;
     let copy = |from: &Path, name: &str| -> Result<PathBuf> {
         let to = snap.join(name);
-        fs::copy(from, &to).map_err(|e| format!("copying {}: {e}", from.display()))?;
+        fs::copy(from, &to).map_err(|e| anyhow!("copying {}: {e}", from.display()))?;
         Ok(to)
     };
     let test_bin = copy(&build_test_binary()?, "kernel_matrix")?;
@@ -217,7 +218,7 @@ pub fn run_matrix(bin: &Path, only: &[String]) -> Result<()> {
     if failed.is_empty() {
         Ok(())
     } else {
-        Err(format!(
+        Err(anyhow!(
             "kernel matrix: {} of {} kernels failed",
             failed.len(),
             rows.len()

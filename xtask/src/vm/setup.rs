@@ -1,5 +1,6 @@
 //! What the VMs need: QEMU, virtme-ng, and the kernels of [`KERNELS`] from Debian's
 //! archive (through a private apt source list).
+use anyhow::anyhow;
 use std::{
     fs,
     path::{Path, PathBuf},
@@ -102,16 +103,16 @@ pub fn setup() -> Result<()> {
     tee.arg(&list).stdout(Stdio::null()).stdin(Stdio::piped());
     let mut child = tee
         .spawn()
-        .map_err(|e| format!("tee {}: {e}", list.display()))?;
+        .map_err(|e| anyhow!("tee {}: {e}", list.display()))?;
     if let Some(mut stdin) = child.stdin.take() {
         use std::io::Write;
         stdin
             .write_all(sources.as_bytes())
-            .map_err(|e| format!("writing {}: {e}", list.display()))?;
+            .map_err(|e| anyhow!("writing {}: {e}", list.display()))?;
     }
-    let status = child.wait().map_err(|e| format!("tee: {e}"))?;
+    let status = child.wait().map_err(|e| anyhow!("tee: {e}"))?;
     if !status.success() {
-        return Err(format!("writing {} failed: {status}", list.display()));
+        return Err(anyhow!("writing {} failed: {status}", list.display()));
     }
     let opts = [
         "-o".to_owned(),
@@ -144,9 +145,10 @@ pub fn setup() -> Result<()> {
         match newest {
             Some(p) => packages.push(p.to_owned()),
             None => {
-                return Err(format!(
+                return Err(anyhow!(
                     "no linux-image-{}.*-{arch} in {} (apt lists in {APT_DIR})",
-                    k.series, k.suite
+                    k.series,
+                    k.suite
                 ))
             }
         }

@@ -19,14 +19,12 @@ use lab::{
 };
 use serde_json::Value;
 
+use crate::shared::dnsdist_to_cluster_ip;
+
 fn loops<'a>(recs: &'a [Value], state: &str) -> Vec<&'a Value> {
     recs.iter()
         .filter(|r| r["type"] == "loop" && r["state"] == state)
         .collect()
-}
-
-fn dnsdist_to_cluster_ip() -> DnsPodConfig {
-    DnsPodConfig::new(DnsServerKind::Dnsdist).forwarding_to_cluster_ip()
 }
 
 #[test]

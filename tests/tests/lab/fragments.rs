@@ -34,6 +34,8 @@ use lab::{
 };
 use serde_json::Value;
 
+use crate::shared::of_type;
+
 const PORT: &str = "5353";
 const NAME: &str = "big.frag.test.";
 /// TXT strings in the answer, 200 bytes each: a ~3.5 KB message.
@@ -119,10 +121,6 @@ fn dig_big(lab: &Lab, server: &str) -> std::process::Output {
         NAME,
         "TXT",
     ])
-}
-
-fn of_type<'a>(recs: &'a [Value], t: &str) -> Vec<&'a Value> {
-    recs.iter().filter(|r| r["type"] == t).collect()
 }
 
 /// Answers to the big question, decoded whole: `(netns, ifname, dir, src)` of each.

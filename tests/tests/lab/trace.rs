@@ -7,32 +7,14 @@
 //! Run as root with `--test-threads=1` (`cargo xtask test`).
 use std::{thread, time::Duration};
 
+use lab::tracer::last_stats as stats;
 use lab::{
     tracer::{dnspath_bin, Tracer},
     Lab, LabConfig, Pod,
 };
 use serde_json::Value;
 
-/// Starts a lab, or says why this test cannot run here.
-fn lab(cfg: LabConfig) -> Option<Lab> {
-    if !lab::tracer::root_or_skip("network namespaces, eBPF") {
-        return None;
-    }
-    assert!(
-        dnspath_bin().exists(),
-        "dnspath binary missing at {}; run `cargo xtask test`",
-        dnspath_bin().display()
-    );
-    Some(Lab::start(cfg).unwrap())
-}
-
-fn of_type<'a>(recs: &'a [Value], t: &str) -> Vec<&'a Value> {
-    recs.iter().filter(|r| r["type"] == t).collect()
-}
-
-fn qname(r: &Value) -> Option<&str> {
-    r["dns"]["questions"][0]["name"].as_str()
-}
+use crate::shared::{dig_ok, lab_of as lab, of_type, qname};
 
 /// DNS packets about `name`, at interface `ifname`, direction `dir`, query (`qr` false) or response.
 fn find<'a>(recs: &'a [Value], name: &str, ifname: &str, dir: &str, qr: bool) -> Vec<&'a Value> {
@@ -45,20 +27,6 @@ fn find<'a>(recs: &'a [Value], name: &str, ifname: &str, dir: &str, qr: bool) ->
                 && r["dns"]["qr"] == qr
         })
         .collect()
-}
-
-fn dig_ok(lab: &Lab, args: &[&str]) -> String {
-    let out = lab.dig(args);
-    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-    assert!(out.status.success(), "dig {args:?} failed: {stdout}");
-    stdout
-}
-
-fn stats(recs: &[Value]) -> &Value {
-    of_type(recs, "stats")
-        .last()
-        .copied()
-        .unwrap_or_else(|| panic!("no stats record in {recs:?}"))
 }
 
 /// The query is seen at the client's veth (to the ClusterIP), after DNAT at the chosen

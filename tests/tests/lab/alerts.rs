@@ -7,17 +7,9 @@
     clippy::expect_used,
     reason = "integration tests fail at the line that broke"
 )]
-use std::{
-    path::PathBuf,
-    process::{Command, Output},
-};
+use std::process::{Command, Output};
 
-fn deploy_dir() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .unwrap()
-        .join("deploy")
-}
+use crate::shared::deploy_dir;
 
 fn promtool(args: &[&str]) -> Output {
     match Command::new("promtool")

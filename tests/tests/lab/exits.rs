@@ -15,20 +15,9 @@ use std::{
     time::{Duration, Instant},
 };
 
-use lab::{tracer::dnspath_bin, Lab, LabConfig};
+use lab::{tracer::dnspath_bin, Lab};
 
-/// Starts a lab, or says why this test cannot run here.
-fn lab() -> Option<Lab> {
-    if !lab::tracer::root_or_skip("network namespaces, eBPF") {
-        return None;
-    }
-    assert!(
-        dnspath_bin().exists(),
-        "dnspath binary missing at {}; run `cargo xtask test`",
-        dnspath_bin().display()
-    );
-    Some(Lab::start(LabConfig::default()).unwrap())
-}
+use crate::shared::lab;
 
 /// Where a dnspath of this pid pins its maps (the host's bpffs).
 fn pin_dir(pid: u32) -> PathBuf {

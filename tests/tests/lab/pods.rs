@@ -8,17 +8,15 @@
 //! `--host-root`). Run as root with `--test-threads=1` (`cargo xtask test`).
 use lab::{
     kubelet::{KubeletPods, Node},
-    tracer::{dnspath_bin, lab_or_skip, Tracer},
-    Lab, LabConfig, Pod,
+    tracer::Tracer,
+    Lab, Pod,
 };
 use serde_json::Value;
 
+use crate::shared::qname;
+
 fn setup() -> Option<(Lab, KubeletPods)> {
-    let lab = lab_or_skip(LabConfig::default())?;
-    assert!(
-        dnspath_bin().exists(),
-        "dnspath binary missing: run `cargo xtask test`"
-    );
+    let lab = crate::shared::lab()?;
     let pods = KubeletPods::for_test(&lab, Node::Lab)?;
     Some((lab, pods))
 }
@@ -32,10 +30,6 @@ fn trace_args<'a>(lab: &'a Lab, args: &[&'a str]) -> Vec<&'a str> {
         v.extend(["--netns", ns]);
     }
     v
-}
-
-fn qname(r: &Value) -> Option<&str> {
-    r["dns"]["questions"][0]["name"].as_str()
 }
 
 /// The pod a record at (netns, ifname) must name, and whether by the node side of its veth.

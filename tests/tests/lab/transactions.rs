@@ -10,16 +10,14 @@ use std::time::Duration;
 use lab::{
     hole::{Hole, SLOW_ADDR},
     node_cache::NodeCache,
+    tracer::ndjson,
     tracer::Tracer,
-    tracer::{lab_or_skip, ndjson},
-    DnsPodConfig, DnsServerKind, Lab, LabConfig, Pod,
+    DnsPodConfig, DnsServerKind, Lab, Pod,
 };
 
 use serde_json::Value;
 
-fn lab() -> Option<Lab> {
-    lab_or_skip(LabConfig::default())
-}
+use crate::shared::lab;
 
 fn transactions(stdout: &str) -> Vec<Value> {
     ndjson(stdout)

@@ -20,16 +20,12 @@ use std::{
 use lab::{
     kubelet::{KubeletPods, Node},
     race,
-    tracer::{lab_or_skip, last_stats as stats, ndjson, Tracer},
-    DnsPodConfig, DnsServerKind, Lab, LabConfig, Pod, POD_IFACE,
+    tracer::{last_stats as stats, ndjson, Tracer},
+    DnsPodConfig, DnsServerKind, Lab, Pod, POD_IFACE,
 };
 use serde_json::Value;
 
-fn lab(tools: &[&str]) -> Option<Lab> {
-    let lab = lab_or_skip(LabConfig::default())?;
-    lab::tracer::require_tools(tools);
-    Some(lab)
-}
+use crate::shared::lab_with_tools as lab;
 
 /// A directory of this test's files, removed on drop (also when the test panics).
 struct Scratch(PathBuf);

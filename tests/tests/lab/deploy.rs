@@ -27,11 +27,9 @@ use lab::{
 };
 use serde_yaml_ng::Value;
 
-const METRICS: &str = "http://127.0.0.1:9253";
+use crate::shared::{deploy_dir, dnsdist_to_cluster_ip};
 
-fn deploy_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy")
-}
+const METRICS: &str = "http://127.0.0.1:9253";
 
 /// The YAML documents of `path`.
 fn documents(path: &Path) -> Vec<Value> {
@@ -313,10 +311,6 @@ impl Drop for Remove {
             );
         }
     }
-}
-
-fn dnsdist_to_cluster_ip() -> DnsPodConfig {
-    DnsPodConfig::new(DnsServerKind::Dnsdist).forwarding_to_cluster_ip()
 }
 
 #[test]

@@ -10,14 +10,12 @@ use std::{thread, time::Duration};
 
 use lab::{
     hole::{Hole, SLOW_ADDR},
-    tracer::{lab_or_skip, Tracer, TracerOutput},
-    DnsPodConfig, DnsServerKind, Lab, LabConfig,
+    tracer::{Tracer, TracerOutput},
+    DnsPodConfig, DnsServerKind, Lab,
 };
 use serde_json::Value;
 
-fn lab() -> Option<Lab> {
-    lab_or_skip(LabConfig::default())
-}
+use crate::shared::lab;
 
 /// `dnspath doctor -o json --duration SECS` in the node namespace, once it is tracing.
 fn doctor(lab: &Lab, secs: u32) -> Tracer {

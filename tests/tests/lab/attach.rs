@@ -7,12 +7,10 @@
 //! come and go while it runs. Root only; `--test-threads=1`.
 use std::{process::Command, thread, time::Duration};
 
-use lab::{tracer::lab_or_skip, tracer::ndjson as records, tracer::Tracer, Lab, LabConfig, Pod};
+use lab::{tracer::ndjson as records, tracer::Tracer, Pod};
 use serde_json::Value;
 
-fn lab() -> Option<Lab> {
-    lab_or_skip(LabConfig::default())
-}
+use crate::shared::lab;
 
 fn packets_for<'a>(recs: &'a [Value], name: &str) -> Vec<&'a Value> {
     recs.iter()

@@ -17,18 +17,11 @@ use std::{
 use lab::{
     tracer::{dnspath_bin, ndjson},
     watch::{read_all, Watched},
-    Lab, LabConfig, Pod,
+    Lab, Pod,
 };
 use serde_json::Value;
 
-/// Starts a lab, or says why this test cannot run here.
-fn lab(tools: &[&str]) -> Option<Lab> {
-    if !lab::tracer::root_or_skip("network namespaces, packet capture") {
-        return None;
-    }
-    lab::tracer::require_tools(tools);
-    Some(Lab::start(LabConfig::default()).unwrap())
-}
+use crate::shared::{dig_ok, lab_with_tools as lab};
 
 /// A directory of this test's files, removed on drop (also when the test panics).
 struct Scratch(PathBuf);
@@ -148,15 +141,6 @@ fn stats(recs: &[Value]) -> &Value {
 
 fn packets(recs: &[Value]) -> Vec<&Value> {
     recs.iter().filter(|r| r["type"] == "packet").collect()
-}
-
-fn dig_ok(lab: &Lab, args: &[&str]) {
-    let out = lab.dig(args);
-    assert!(
-        out.status.success(),
-        "dig {args:?}: {}",
-        String::from_utf8_lossy(&out.stdout)
-    );
 }
 
 /// `dig www.lab.test` over UDP and TCP, via the ClusterIP.

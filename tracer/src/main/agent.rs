@@ -1,0 +1,81 @@
+//! `dnspath agent`'s command line: the DaemonSet mode's flags and its run.
+use std::process::ExitCode;
+
+use clap::Args;
+use dnspath::{
+    kernel::attach::AttachSpec,
+    output::{Format, View},
+    trace::TraceOptions,
+};
+
+use crate::args::{CaptureArgs, HostRootArgs, OtlpArgs, RecordArgs, TimeoutArgs};
+
+#[derive(Args)]
+pub struct AgentArgs {
+    /// Address of /metrics, /healthz and /readyz.
+    #[arg(long, value_name = "ADDR:PORT", default_value_t = dnspath::agent::http::DEFAULT_LISTEN)]
+    listen: std::net::SocketAddr,
+    #[command(flatten)]
+    capture: CaptureArgs,
+    #[command(flatten)]
+    timeout: TimeoutArgs,
+    #[command(flatten)]
+    host_root: HostRootArgs,
+    /// Add a `namespace` label (the client pod's Kubernetes namespace) to the per-query
+    /// metrics; at most MAX distinct namespaces (default 100), the rest labelled `other`.
+    #[arg(long, value_name = "MAX", num_args = 0..=1,
+          default_missing_value = "100", value_parser = clap::value_parser!(u64).range(1..=10_000))]
+    namespace_label: Option<u64>,
+    #[command(flatten)]
+    record: RecordArgs,
+    #[command(flatten)]
+    otlp: OtlpArgs,
+}
+
+pub fn run(a: AgentArgs, kernel_log: bool) -> anyhow::Result<ExitCode> {
+    a.capture.check()?;
+    a.host_root.apply()?;
+    let opts = dnspath::agent::run::AgentOptions {
+        trace: TraceOptions {
+            attach: AttachSpec {
+                interfaces: Vec::new(),
+                all_netns: true,
+                netns: Vec::new(),
+                netns_unreadable: Default::default(),
+            },
+            ports: a.capture.ports,
+            snaplen: a.capture.snaplen,
+            format: Format::Json,
+            view: View::Transactions,
+            timeout: a.timeout.timeout.positive("--timeout")?,
+            duration: None,
+            count: None,
+            drops: !a.capture.no_drops,
+            kernel_log,
+            until_loop: false,
+            evidence: dnspath::trace::EvidenceOptions {
+                record: a.record.config()?,
+                buffer_bytes: 64_000_000,
+                ..Default::default()
+            },
+            // The agent counts and reports everything.
+            filter: dnspath::output::filter::Filter::default(),
+            // Its sink writes no packets: it counts them from the stats.
+            every_packet: false,
+        },
+        listen: a.listen,
+        otlp: a.otlp.config()?,
+        metrics: dnspath::agent::metrics::MetricsConfig {
+            namespace_label: a
+                .namespace_label
+                .map(|n| usize::try_from(n).unwrap_or(usize::MAX)),
+            ..Default::default()
+        },
+    };
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let out = std::io::LineWriter::new(std::io::stdout());
+    rt.block_on(dnspath::agent::run::run(opts, out))?;
+    Ok(ExitCode::SUCCESS)
+}
