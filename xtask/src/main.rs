@@ -13,6 +13,8 @@
 //!                        nightly), N seconds each (default 60); `test` runs a short campaign
 //!   cargo xtask vm-test [SERIES|host...]  the kernel_matrix lab test on each kernel nodes
 //!                        run (in VMs) and on the host
+//!   cargo xtask soak [--minutes N] [--qps N] [--memory MIB] [--no-otlp]  setup, build, the
+//!                        agent for N minutes (10) under load and faults (figures only)
 //!   cargo xtask bench    setup (and tshark), build, time `dnspath analyze` against tshark,
 //!                        then dnspath live (CPU per query, loss, bpf_stats) and in a storm
 use anyhow::anyhow;
@@ -352,6 +354,9 @@ enum Cmd {
     /// Setup (and tshark), build, time `dnspath analyze` against tshark, then dnspath live
     /// (CPU per query, loss, bpf_stats) and in a storm.
     Bench(bench::BenchArgs),
+    /// Setup, build, then the agent for minutes under load and faults, as a DaemonSet pod
+    /// lives (a bench: figures, no assertions).
+    Soak(live::soak::SoakOptions),
 }
 
 fn main() -> ExitCode {
@@ -378,6 +383,9 @@ fn main() -> ExitCode {
         Cmd::Captures { names } => setup()
             .and_then(|()| build_release())
             .and_then(|bin| golden::captures(&bin, &names)),
+        Cmd::Soak(o) => setup()
+            .and_then(|()| build_release())
+            .and_then(|bin| live::soak::run(&bin, &o)),
         Cmd::Bench(args) => bench::options(args).and_then(|o| {
             setup()
                 .and_then(|()| install_packages(&["tshark"]))

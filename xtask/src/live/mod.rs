@@ -18,6 +18,7 @@ mod bpf;
 mod dnsperf;
 mod proc;
 mod rates;
+pub mod soak;
 mod storm;
 mod tool;
 mod truth;

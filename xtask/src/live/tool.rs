@@ -20,24 +20,33 @@ impl Tool {
         keep: fn(&str) -> bool,
         ready: &str,
     ) -> crate::Result<Tool> {
-        let mut cmd = lab.command_in(ns, args);
+        Self::start_cmd(lab, lab.command_in(ns, args), &args.join(" "), keep, ready)
+    }
+
+    /// [`Tool::start`] of a command made by the caller (`label` names it in errors).
+    pub(super) fn start_cmd(
+        lab: &Lab,
+        mut cmd: std::process::Command,
+        label: &str,
+        keep: fn(&str) -> bool,
+        ready: &str,
+    ) -> crate::Result<Tool> {
         cmd.stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .env("RUST_LOG", "warn");
-        let child = lab
-            .spawn(&mut cmd)
-            .map_err(|e| anyhow!("{}: {e}", args.join(" ")))?;
-        let mut t = Tool(Watched::new(
-            child,
-            format!("`{}`", args.join(" ")),
-            keep_lines(keep),
-        ));
+        let child = lab.spawn(&mut cmd).map_err(|e| anyhow!("{label}: {e}"))?;
+        let mut t = Tool(Watched::new(child, format!("`{label}`"), keep_lines(keep)));
         if let Err(e) = t.0.wait_for_stderr(ready, Duration::from_secs(30)) {
             let _ = t.stop(libc::SIGKILL);
             return Err(anyhow!("{e}"));
         }
         Ok(t)
+    }
+
+    /// Whether it has exited (polled, no wait).
+    pub(super) fn exited(&mut self) -> bool {
+        self.0.exited_within(Duration::ZERO)
     }
 
     pub(super) fn pid(&self) -> u32 {

@@ -1,0 +1,879 @@
+//! `cargo xtask soak`: the agent for minutes under load and faults, as a DaemonSet pod lives
+//! (issue #28). Figures only, nothing asserted on them: RSS over time under the DaemonSet's
+//! memory limit (a cgroup limit here), CPU per query, every loss next to the fault that
+//! caused it, each loop and race reported once, `/healthz` and `/readyz` through it, and
+//! nothing left behind.
+//!
+//! Load: dnsperf at `--qps` from the client pod to the ClusterIP (two dnsmasq pods) over a
+//! mix of cached names, new names, NXDOMAIN and a large TXT; a second dnsperf over TCP; a
+//! query a second to a server that never answers. Faults, on a schedule scaled to the run:
+//! pod namespaces with veths created and deleted several times a second (all run long), a
+//! forwarding loop started and stopped, forced conntrack races, `nf_conntrack_max` lowered
+//! until the table is full, the flight recorder's directory on a 4 MiB tmpfs, the agent
+//! stopped (SIGSTOP) for 5 s so the ring buffer overflows, the OTLP receiver (Arize Phoenix,
+//! if installed) killed and restarted, and the agent SIGKILLed and started again.
+use std::{
+    fs,
+    path::{Path, PathBuf},
+    process::{Child, Command, Stdio},
+    sync::atomic::{AtomicBool, AtomicU64, Ordering},
+    thread,
+    time::{Duration, Instant},
+};
+
+use anyhow::anyhow;
+use lab::{
+    hole::{Hole, HOLE_ADDR},
+    race::{force_race, RaceRig},
+    DnsPodConfig, DnsServerKind, Lab, LabConfig,
+};
+use serde_json::Value;
+
+use super::{
+    proc::{cpu_s, vm_rss_kib},
+    rates::metric,
+    thousands,
+    tool::Tool,
+};
+
+/// The agent's metrics address, inside the lab's node namespace.
+const LISTEN: &str = "127.0.0.1:9263";
+/// deploy/daemonset.yaml's `resources.limits.memory`.
+const MEMORY_LIMIT: u64 = 256 << 20;
+const PHOENIX: &str = "/var/cache/dnspath-lab/phoenix/bin/phoenix";
+
+#[derive(Debug, Clone, clap::Args)]
+pub struct SoakOptions {
+    /// Minutes of load and faults (at least 3).
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(3..))]
+    pub minutes: u64,
+    /// dnsperf's UDP rate, queries/s (TCP: a fiftieth of it).
+    #[arg(long, default_value_t = 10_000)]
+    pub qps: u32,
+    /// The agent's memory cgroup limit, MiB (deploy/daemonset.yaml's limit by default).
+    #[arg(long = "memory", value_name = "MIB", default_value_t = MEMORY_LIMIT >> 20)]
+    pub memory_mib: u64,
+    /// No OTLP export (else to Arize Phoenix, killed and restarted meanwhile).
+    #[arg(long)]
+    pub no_otlp: bool,
+}
+
+/// A memory cgroup with the DaemonSet's limit (v2 where mounted, else v1's memory
+/// controller); removed on drop once its processes are gone.
+struct Cgroup {
+    dir: PathBuf,
+    v2: bool,
+}
+
+impl Cgroup {
+    fn create(name: &str, limit: u64) -> crate::Result<Cgroup> {
+        let v2 = Path::new("/sys/fs/cgroup/cgroup.controllers").exists();
+        let dir = if v2 {
+            PathBuf::from("/sys/fs/cgroup").join(name)
+        } else {
+            PathBuf::from("/sys/fs/cgroup/memory").join(name)
+        };
+        fs::create_dir_all(&dir).map_err(|e| anyhow!("{}: {e}", dir.display()))?;
+        let cg = Cgroup { dir, v2 };
+        let (file, value) = if v2 {
+            ("memory.max", limit.to_string())
+        } else {
+            ("memory.limit_in_bytes", limit.to_string())
+        };
+        cg.write(file, &value)?;
+        Ok(cg)
+    }
+    fn write(&self, file: &str, value: &str) -> crate::Result<()> {
+        let p = self.dir.join(file);
+        fs::write(&p, value).map_err(|e| anyhow!("{}: {e}", p.display()))
+    }
+    fn procs(&self) -> String {
+        self.dir.join("cgroup.procs").to_string_lossy().into_owned()
+    }
+    fn read_u64(&self, file: &str, key: Option<&str>) -> Option<u64> {
+        let text = fs::read_to_string(self.dir.join(file)).ok()?;
+        match key {
+            None => text.trim().parse().ok(),
+            Some(k) => text.lines().find_map(|l| {
+                let (name, v) = l.split_once(' ')?;
+                (name == k).then(|| v.trim().parse().ok())?
+            }),
+        }
+    }
+    fn oom_kills(&self) -> Option<u64> {
+        if self.v2 {
+            self.read_u64("memory.events", Some("oom_kill"))
+        } else {
+            self.read_u64("memory.oom_control", Some("oom_kill"))
+        }
+    }
+    fn peak(&self) -> Option<u64> {
+        if self.v2 {
+            self.read_u64("memory.peak", None)
+        } else {
+            self.read_u64("memory.max_usage_in_bytes", None)
+        }
+    }
+}
+
+impl Drop for Cgroup {
+    fn drop(&mut self) {
+        for _ in 0..50 {
+            if fs::remove_dir(&self.dir).is_ok() {
+                return;
+            }
+            thread::sleep(Duration::from_millis(100));
+        }
+        eprintln!("soak: {} left behind", self.dir.display());
+    }
+}
+
+/// The event stream's lines the soak reads back.
+fn keep(line: &str) -> bool {
+    [
+        "\"loop\"",
+        "\"race\"",
+        "\"warning\"",
+        "\"agent\"",
+        "\"stats\"",
+    ]
+    .iter()
+    .any(|t| line.contains(&format!("\"type\":{t}")))
+}
+
+fn curl(lab: &Lab, path: &str) -> (bool, String) {
+    let url = format!("http://{LISTEN}{path}");
+    let o = lab.exec(
+        lab.node_ns(),
+        &["curl", "-s", "-m", "2", "-w", "\n%{http_code}", &url],
+    );
+    let text = String::from_utf8_lossy(&o.stdout).into_owned();
+    let code = text.lines().last().unwrap_or("000").to_string();
+    (code == "200", text)
+}
+
+fn start_agent(
+    lab: &Lab,
+    dnspath: &str,
+    cg: &Cgroup,
+    record: &Path,
+    otlp: Option<&str>,
+) -> crate::Result<Tool> {
+    let record = record.to_string_lossy().into_owned();
+    let procs = cg.procs();
+    // Into the cgroup before `ip netns exec`, which mounts a /sys of its own without it.
+    let mut args: Vec<&str> = vec![
+        "-c",
+        "echo $$ > \"$0\" && exec \"$@\"",
+        &procs,
+        "ip",
+        "netns",
+        "exec",
+        lab.node_ns(),
+        dnspath,
+        "agent",
+        "--listen",
+        LISTEN,
+        "--record",
+        &record,
+        "--record-buffer",
+        "16",
+    ];
+    if let Some(url) = otlp {
+        args.extend(["--otlp", url, "--otlp-sample", "0.01"]);
+    }
+    let mut cmd = Command::new("sh");
+    cmd.args(&args);
+    let t = Tool::start_cmd(lab, cmd, "dnspath agent (soak)", keep, "dnspath: tracing")?;
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !curl(lab, "/readyz").0 {
+        if Instant::now() > deadline {
+            let s = t.stop(libc::SIGKILL);
+            return Err(anyhow!("agent never ready: {}", s.stderr));
+        }
+        thread::sleep(Duration::from_millis(100));
+    }
+    Ok(t)
+}
+
+/// Arize Phoenix in the node namespace, as the OTLP receiver.
+struct Receiver {
+    child: Option<Child>,
+    http: u16,
+    dir: PathBuf,
+    ns: String,
+}
+
+impl Receiver {
+    fn start(lab: &Lab) -> Option<Receiver> {
+        if !Path::new(PHOENIX).exists() {
+            eprintln!("soak: {PHOENIX} missing (`cargo xtask setup`): no OTLP receiver");
+            return None;
+        }
+        let dir = lab.temp_dir().join("phoenix");
+        let _ = fs::create_dir_all(&dir);
+        let mut r = Receiver {
+            child: None,
+            http: 20_000 + (std::process::id() % 20_000) as u16,
+            dir,
+            ns: lab.node_ns().to_owned(),
+        };
+        r.restart();
+        Some(r)
+    }
+    fn url(&self) -> String {
+        format!("http://127.0.0.1:{}", self.http)
+    }
+    fn restart(&mut self) {
+        self.kill();
+        let log = fs::File::create(self.dir.join("phoenix.log")).ok();
+        let mut cmd = Command::new("ip");
+        cmd.args(["netns", "exec", &self.ns, PHOENIX, "serve"])
+            .env("PHOENIX_WORKING_DIR", &self.dir)
+            .env("PHOENIX_HOST", "127.0.0.1")
+            .env("PHOENIX_PORT", self.http.to_string())
+            .env("PHOENIX_GRPC_PORT", (self.http + 1).to_string())
+            .env("PHOENIX_TELEMETRY_ENABLED", "false")
+            .stdin(Stdio::null());
+        if let Some(l) = log {
+            if let Ok(l2) = l.try_clone() {
+                cmd.stdout(l).stderr(l2);
+            }
+        }
+        self.child = cmd.spawn().ok();
+    }
+    fn kill(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+impl Drop for Receiver {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// Pod namespaces with a veth into the node, created and deleted several times a second
+/// until `stop`; returns how many were made.
+fn churn(prefix: &str, node: &str, stop: &AtomicBool, made: &AtomicU64) {
+    let mut i: u64 = 0;
+    while !stop.load(Ordering::Relaxed) {
+        let ns = format!("{prefix}-churn{}", i % 4);
+        let host = format!("{prefix}c{}", i % 4);
+        let run = |args: &[&str]| {
+            Command::new("ip")
+                .args(args)
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .status()
+                .map(|s| s.success())
+                .unwrap_or(false)
+        };
+        let _ = run(&["netns", "del", &ns]);
+        if run(&["netns", "add", &ns])
+            && run(&[
+                "-n", node, "link", "add", &host, "type", "veth", "peer", "name", "eth0", "netns",
+                &ns,
+            ])
+        {
+            let _ = run(&["-n", node, "link", "set", &host, "up"]);
+            let _ = run(&["-n", &ns, "link", "set", "eth0", "up"]);
+            made.fetch_add(1, Ordering::Relaxed);
+        }
+        i += 1;
+        thread::sleep(Duration::from_millis(200));
+    }
+    for k in 0..4 {
+        let _ = Command::new("ip")
+            .args(["netns", "del", &format!("{prefix}-churn{k}")])
+            .stderr(Stdio::null())
+            .status();
+    }
+}
+
+/// dnsperf's query mix: cached names, new names (each once per pass), NXDOMAIN, a large TXT.
+fn query_file(dir: &Path) -> crate::Result<(PathBuf, PathBuf)> {
+    let mut q = String::new();
+    for i in 0..20_000 {
+        match i % 10 {
+            0..=4 => q.push_str("www.lab.test A\nwww.lab.test AAAA\n"),
+            5 | 6 => q.push_str(&format!("new{i}.lab.test A\n")),
+            7 | 8 => q.push_str(&format!("nx{i}.nowhere.lab.test AAAA\n")),
+            _ => q.push_str("big.lab.test TXT\n"),
+        }
+    }
+    let udp = dir.join("soak-queries.txt");
+    fs::write(&udp, q).map_err(|e| anyhow!("{}: {e}", udp.display()))?;
+    let tcp = dir.join("soak-tcp.txt");
+    fs::write(
+        &tcp,
+        "www.lab.test A\nbig.lab.test TXT\nmedium.lab.test TXT\n",
+    )
+    .map_err(|e| anyhow!("{}: {e}", tcp.display()))?;
+    Ok((udp, tcp))
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Fault {
+    LoopStart,
+    LoopStop,
+    Race,
+    CtFull,
+    CtRestore,
+    Stop,
+    ReceiverKill,
+    ReceiverStart,
+    Kill,
+}
+
+fn schedule(total_s: u64) -> Vec<(u64, Fault)> {
+    let at = |f: f64| (total_s as f64 * f) as u64;
+    let mut s = Vec::new();
+    // A loop every 5 minutes (at least two), 20 s each.
+    let loops = (total_s / 300).max(2);
+    for k in 0..loops {
+        let t = at(0.12) + k * (at(0.88) - at(0.12)) / loops;
+        s.push((t, Fault::LoopStart));
+        s.push((t + 20, Fault::LoopStop));
+    }
+    s.extend([
+        (at(0.25), Fault::Race),
+        (at(0.72), Fault::Race),
+        (at(0.33), Fault::CtFull),
+        (at(0.33) + 15, Fault::CtRestore),
+        (at(0.42), Fault::Stop),
+        (at(0.84), Fault::Stop),
+        (at(0.28), Fault::ReceiverKill),
+        (at(0.28) + 30, Fault::ReceiverStart),
+        (at(0.6), Fault::Kill),
+    ]);
+    s.sort_by_key(|(t, _)| *t);
+    s
+}
+
+/// One sample of the agent.
+struct Sample {
+    t_s: u64,
+    rss_kib: Option<u64>,
+    cpu_s: f64,
+    healthz: bool,
+    readyz: bool,
+    packets: u64,
+    lost: u64,
+    oom_kills: u64,
+}
+
+fn scrape(lab: &Lab) -> (u64, u64) {
+    let (_, text) = curl(lab, "/metrics");
+    (
+        metric(&text, "dnspath_packets_total", "").unwrap_or(0),
+        metric(&text, "dnspath_events_lost_total", "").unwrap_or(0),
+    )
+}
+
+pub fn run(dnspath: &Path, o: &SoakOptions) -> crate::Result<()> {
+    let cfg = LabConfig {
+        dns_pods: vec![DnsPodConfig::new(DnsServerKind::Dnsmasq); 2],
+        ..LabConfig::default()
+    };
+    let mut lab = Lab::start(cfg).map_err(|e| anyhow!("lab: {e}"))?;
+    let dnspath = dnspath.to_string_lossy().into_owned();
+    let record = lab.temp_dir().join("record");
+    fs::create_dir_all(&record).map_err(|e| anyhow!("{}: {e}", record.display()))?;
+    let rec_s = record.to_string_lossy().into_owned();
+    let mounted = Command::new("mount")
+        .args(["-t", "tmpfs", "-o", "size=4m,mode=0700", "tmpfs", &rec_s])
+        .status()
+        .map(|s| s.success())
+        .unwrap_or(false);
+    let cg = Cgroup::create(
+        &format!("dnspath-soak-{}", std::process::id()),
+        o.memory_mib << 20,
+    )?;
+    let ct_max_path = "/proc/sys/net/netfilter/nf_conntrack_max";
+    let ct_max = fs::read_to_string(ct_max_path).unwrap_or_default();
+    let result = soak(&mut lab, &dnspath, o, &cg, &record, &ct_max);
+    // Whatever happened: the host's conntrack limit back, the tmpfs away.
+    if !ct_max.trim().is_empty() {
+        let _ = fs::write(ct_max_path, ct_max.trim());
+    }
+    if mounted {
+        let _ = Command::new("umount").arg(&rec_s).status();
+    }
+    result
+}
+
+fn soak(
+    lab: &mut Lab,
+    dnspath: &str,
+    o: &SoakOptions,
+    cg: &Cgroup,
+    record: &Path,
+    ct_max: &str,
+) -> crate::Result<()> {
+    let total_s = o.minutes * 60;
+    let (udp_q, tcp_q) = query_file(lab.temp_dir())?;
+    let hole = Hole::new(lab).map_err(|e| anyhow!("hole: {e}"))?;
+    let mut receiver = if !o.no_otlp {
+        Receiver::start(lab)
+    } else {
+        None
+    };
+    let otlp = receiver.as_ref().map(Receiver::url);
+    let mut agent = Some(start_agent(lab, dnspath, cg, record, otlp.as_deref())?);
+    let mut restarts = 0u32;
+    let mut lines: Vec<String> = Vec::new();
+    let (udp_s, tcp_s) = (
+        udp_q.to_string_lossy().into_owned(),
+        tcp_q.to_string_lossy().into_owned(),
+    );
+    let cip = lab.cluster_ip().to_string();
+    let (qps, secs) = (o.qps.to_string(), total_s.to_string());
+    let tcp_qps = (o.qps / 50).max(1).to_string();
+    let spawn_perf = |args: &[&str]| -> crate::Result<Child> {
+        let mut cmd = lab.command_in(lab.client_ns(), args);
+        cmd.stdout(Stdio::piped()).stderr(Stdio::null());
+        lab.spawn(&mut cmd).map_err(|e| anyhow!("dnsperf: {e}"))
+    };
+    let perf_udp = spawn_perf(&[
+        "dnsperf", "-s", &cip, "-d", &udp_s, "-Q", &qps, "-l", &secs, "-c", "8", "-q", "2000",
+        "-t", "2",
+    ])?;
+    let perf_tcp = spawn_perf(&[
+        "dnsperf", "-m", "tcp", "-s", &cip, "-d", &tcp_s, "-Q", &tcp_qps, "-l", &secs, "-c", "2",
+        "-t", "2",
+    ])?;
+    let stop = AtomicBool::new(false);
+    let made = AtomicU64::new(0);
+    let prefix = lab.prefix().to_owned();
+    let node = lab.node_ns().to_owned();
+    let looping = DnsPodConfig::new(DnsServerKind::Dnsdist).forwarding_to_cluster_ip();
+    let healthy = DnsPodConfig::new(DnsServerKind::Dnsmasq);
+    let mut samples: Vec<Sample> = Vec::new();
+    let mut faults_done: Vec<(u64, String)> = Vec::new();
+    let mut races_forced = 0u32;
+    let mut crashes = 0u32;
+    let start = Instant::now();
+    thread::scope(|s| {
+        s.spawn(|| churn(&prefix, &node, &stop, &made));
+        // Faults that fail are reported, not fatal: the churn thread must be told to stop.
+        let mut run = || -> crate::Result<()> {
+            let mut plan = schedule(total_s).into_iter().peekable();
+            let mut next_sample = 0u64;
+            let mut unanswered_sent = 0u64;
+            while start.elapsed().as_secs() < total_s {
+                let now = start.elapsed().as_secs();
+                while let Some((t, f)) = plan.next_if(|(t, _)| *t <= now) {
+                    let what = match f {
+                        Fault::LoopStart => {
+                            for i in 0..2 {
+                                lab.reconfigure_dns_pod(i, looping.clone())
+                                    .map_err(|e| anyhow!("lab: {e}"))?;
+                            }
+                            let _ = lab.dig(&[
+                                "+time=1",
+                                "+tries=1",
+                                &format!("storm{t}.lab.test."),
+                                "A",
+                            ]);
+                            "forwarding loop started".to_string()
+                        }
+                        Fault::LoopStop => {
+                            for i in 0..2 {
+                                lab.reconfigure_dns_pod(i, healthy.clone())
+                                    .map_err(|e| anyhow!("lab: {e}"))?;
+                            }
+                            "forwarding loop stopped".to_string()
+                        }
+                        Fault::Race => match RaceRig::install(lab, 300) {
+                            Ok(rig) => {
+                                let shot = force_race(lab, &format!("race{t}.lab.test."));
+                                let _ = rig.remove();
+                                if shot.as_ref().is_ok_and(|s| !s.a_answered) {
+                                    races_forced += 1;
+                                }
+                                format!(
+                                    "conntrack race forced ({})",
+                                    if shot.is_ok_and(|s| !s.a_answered) {
+                                        "A lost"
+                                    } else {
+                                        "not lost"
+                                    }
+                                )
+                            }
+                            Err(e) => format!("race rig failed: {e}"),
+                        },
+                        Fault::CtFull => {
+                            let count =
+                                fs::read_to_string("/proc/sys/net/netfilter/nf_conntrack_count")
+                                    .ok()
+                                    .and_then(|c| c.trim().parse::<u64>().ok())
+                                    .unwrap_or(0);
+                            let max = (count / 2).max(64);
+                            let _ = fs::write(
+                                "/proc/sys/net/netfilter/nf_conntrack_max",
+                                max.to_string(),
+                            );
+                            format!("nf_conntrack_max {max} (table holds {count}): full for 15 s")
+                        }
+                        Fault::CtRestore => {
+                            let _ = fs::write(
+                                "/proc/sys/net/netfilter/nf_conntrack_max",
+                                ct_max.trim(),
+                            );
+                            "nf_conntrack_max restored".to_string()
+                        }
+                        Fault::Stop => {
+                            if let Some(a) = &agent {
+                                let pid = a.pid() as i32;
+                                // SAFETY: signalling our own child by PID.
+                                unsafe { libc::kill(pid, libc::SIGSTOP) };
+                                thread::sleep(Duration::from_secs(4));
+                                let ready = curl_quick(lab);
+                                // SAFETY: as above.
+                                unsafe { libc::kill(pid, libc::SIGCONT) };
+                                format!(
+                                    "agent SIGSTOPped 5 s (readyz answered while stopped: {ready})"
+                                )
+                            } else {
+                                "no agent".into()
+                            }
+                        }
+                        Fault::ReceiverKill => match receiver.as_mut() {
+                            Some(r) => {
+                                r.kill();
+                                "OTLP receiver killed".into()
+                            }
+                            None => "no OTLP receiver".into(),
+                        },
+                        Fault::ReceiverStart => match receiver.as_mut() {
+                            Some(r) => {
+                                r.restart();
+                                "OTLP receiver restarted".into()
+                            }
+                            None => "no OTLP receiver".into(),
+                        },
+                        Fault::Kill => {
+                            if let Some(a) = agent.take() {
+                                let f = a.stop(libc::SIGKILL);
+                                lines.extend(f.stdout);
+                            }
+                            let t0 = Instant::now();
+                            match start_agent(lab, dnspath, cg, record, otlp.as_deref()) {
+                                Ok(a) => {
+                                    agent = Some(a);
+                                    restarts += 1;
+                                    format!(
+                                        "agent SIGKILLed, started again, ready in {:.1} s",
+                                        t0.elapsed().as_secs_f64()
+                                    )
+                                }
+                                Err(e) => format!("agent SIGKILLed, FAILED to start again: {e}"),
+                            }
+                        }
+                    };
+                    eprintln!("soak: +{now} s: {what}");
+                    faults_done.push((now, what));
+                }
+                // A query a second nobody answers.
+                let _ = lab
+                    .command_in(
+                        lab.client_ns(),
+                        &[
+                            "dig",
+                            "+time=1",
+                            "+tries=1",
+                            &format!("@{HOLE_ADDR}"),
+                            &format!("u{unanswered_sent}.lab.test."),
+                            "A",
+                        ],
+                    )
+                    .stdout(Stdio::null())
+                    .stderr(Stdio::null())
+                    .spawn()
+                    .map(|mut c| {
+                        let _ = c.wait();
+                    });
+                unanswered_sent += 1;
+                // Died (OOM-killed, crashed): restarted as kubelet would.
+                if agent.as_mut().is_some_and(Tool::exited) {
+                    if let Some(a) = agent.take() {
+                        let f = a.stop(libc::SIGKILL);
+                        let why = format!(
+                            "agent DIED ({}; OOM kills so far {}): {}",
+                            f.status.map_or("?".into(), |s| s.to_string()),
+                            cg.oom_kills().unwrap_or(0),
+                            f.stderr
+                                .lines()
+                                .rev()
+                                .take(2)
+                                .collect::<Vec<_>>()
+                                .join(" / ")
+                        );
+                        eprintln!("soak: +{now} s: {why}");
+                        faults_done.push((now, why));
+                        lines.extend(f.stdout);
+                    }
+                    crashes += 1;
+                    if let Ok(a) = start_agent(lab, dnspath, cg, record, otlp.as_deref()) {
+                        agent = Some(a);
+                    }
+                }
+                if now >= next_sample {
+                    next_sample = now + 10;
+                    if let Some(a) = &agent {
+                        let pid = a.pid();
+                        let (healthz, _) = curl(lab, "/healthz");
+                        let (readyz, _) = curl(lab, "/readyz");
+                        let (packets, lost) = scrape(lab);
+                        samples.push(Sample {
+                            t_s: now,
+                            rss_kib: vm_rss_kib(pid),
+                            cpu_s: cpu_s(&pid.to_string(), false).unwrap_or(0.0),
+                            healthz,
+                            readyz,
+                            packets,
+                            lost,
+                            oom_kills: cg.oom_kills().unwrap_or(0),
+                        });
+                    }
+                }
+                thread::sleep(Duration::from_millis(300));
+            }
+            Ok(())
+        };
+        let r = run();
+        stop.store(true, Ordering::Relaxed);
+        r
+    })?;
+    stop.store(true, Ordering::Relaxed);
+    let udp_out = perf_udp
+        .wait_with_output()
+        .map_err(|e| anyhow!("dnsperf: {e}"))?;
+    let tcp_out = perf_tcp
+        .wait_with_output()
+        .map_err(|e| anyhow!("dnsperf: {e}"))?;
+    let pid = agent.as_ref().map(Tool::pid);
+    let (packets_end, lost_end) = scrape(lab);
+    if let Some(a) = agent.take() {
+        let f = a.stop(libc::SIGTERM);
+        lines.extend(f.stdout);
+    }
+    drop(hole);
+    drop(receiver);
+    report(&Report {
+        o,
+        samples: &samples,
+        faults: &faults_done,
+        lines: &lines,
+        cg,
+        restarts,
+        crashes,
+        races_forced,
+        pods_made: made.load(Ordering::Relaxed),
+        udp: &String::from_utf8_lossy(&udp_out.stdout),
+        tcp: &String::from_utf8_lossy(&tcp_out.stdout),
+        end: (packets_end, lost_end),
+        record,
+        leftovers: leftovers(lab, pid),
+    });
+    Ok(())
+}
+
+/// Whether `/readyz` answers within a second (a stopped agent cannot).
+fn curl_quick(lab: &Lab) -> bool {
+    let url = format!("http://{LISTEN}/readyz");
+    lab.exec(lab.node_ns(), &["curl", "-sf", "-m", "1", &url])
+        .status
+        .success()
+}
+
+/// What a stopped agent may have left: TC filters on the lab's veths, pins in bpffs.
+fn leftovers(lab: &Lab, _pid: Option<u32>) -> Vec<String> {
+    let mut left = Vec::new();
+    for dev in lab.veths() {
+        for dir in ["ingress", "egress"] {
+            let o = lab.exec(lab.node_ns(), &["tc", "filter", "show", "dev", dev, dir]);
+            if String::from_utf8_lossy(&o.stdout).contains("dnspath") {
+                left.push(format!("tc filter on {dev} {dir}"));
+            }
+        }
+    }
+    if let Ok(rd) = fs::read_dir("/sys/fs/bpf") {
+        for e in rd.flatten() {
+            let n = e.file_name().to_string_lossy().into_owned();
+            if n.starts_with("dnspath") {
+                left.push(format!("/sys/fs/bpf/{n}"));
+            }
+        }
+    }
+    left
+}
+
+struct Report<'a> {
+    o: &'a SoakOptions,
+    samples: &'a [Sample],
+    faults: &'a [(u64, String)],
+    lines: &'a [String],
+    cg: &'a Cgroup,
+    restarts: u32,
+    crashes: u32,
+    races_forced: u32,
+    pods_made: u64,
+    udp: &'a str,
+    tcp: &'a str,
+    end: (u64, u64),
+    record: &'a Path,
+    leftovers: Vec<String>,
+}
+
+fn field(out: &str, label: &str) -> Option<f64> {
+    out.lines()
+        .find_map(|l| l.trim_start().strip_prefix(label))
+        .and_then(|r| r.split_whitespace().next())
+        .and_then(|v| v.parse().ok())
+}
+
+fn report(r: &Report) {
+    let mib = |k: Option<u64>| k.map_or("-".into(), |k| format!("{:.0}", k as f64 / 1024.0));
+    println!(
+        "\nsoak: {} min, dnsperf {} qps UDP (cached, new, NXDOMAIN, large TXT) + {} qps TCP + 1 qps unanswered, \
+         `dnspath agent --record` (4 MiB tmpfs) under a {} MiB memory cgroup",
+        r.o.minutes,
+        r.o.qps,
+        (r.o.qps / 50).max(1),
+        r.o.memory_mib
+    );
+    println!(
+        "  {:>6} {:>8} {:>8} {:>7} {:>12} {:>10} {:>4}",
+        "t s", "VmRSS", "CPU %", "ready", "packets", "lost", "OOM"
+    );
+    let mut prev: Option<&Sample> = None;
+    for s in r.samples {
+        // CPU per query is the run's (below): dnsperf's own rate varies with the faults.
+        let cpu_pct = match prev {
+            Some(p) if s.t_s > p.t_s && s.cpu_s >= p.cpu_s => {
+                format!(
+                    "{:.0}",
+                    100.0 * (s.cpu_s - p.cpu_s) / (s.t_s - p.t_s) as f64
+                )
+            }
+            _ => "-".into(),
+        };
+        println!(
+            "  {:>6} {:>8} {:>8} {:>7} {:>12} {:>10} {:>4}",
+            s.t_s,
+            mib(s.rss_kib),
+            cpu_pct,
+            format!(
+                "{}/{}",
+                if s.healthz { "h" } else { "-" },
+                if s.readyz { "r" } else { "-" }
+            ),
+            thousands(s.packets),
+            thousands(s.lost),
+            s.oom_kills
+        );
+        prev = Some(s);
+    }
+    let warm = r
+        .samples
+        .iter()
+        .filter(|s| s.t_s >= 120)
+        .filter_map(|s| s.rss_kib);
+    let (lo, hi) = warm.fold((u64::MAX, 0), |(lo, hi), v| (lo.min(v), hi.max(v)));
+    if hi > 0 {
+        println!(
+            "  VmRSS after 2 min of warm-up: {:.0}–{:.0} MiB; cgroup peak {} MiB of {}; OOM kills {}",
+            lo as f64 / 1024.0,
+            hi as f64 / 1024.0,
+            r.cg.peak().map_or("-".into(), |p| (p >> 20).to_string()),
+            r.o.memory_mib,
+            r.cg.oom_kills().map_or("-".into(), |k| k.to_string())
+        );
+    }
+    println!("  faults:");
+    for (t, what) in r.faults {
+        println!("    +{t:>4} s  {what}");
+    }
+    let recs: Vec<Value> = r
+        .lines
+        .iter()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect();
+    let count =
+        |ty: &str, k: &str, v: &str| recs.iter().filter(|x| x["type"] == ty && x[k] == v).count();
+    let loops_started = r
+        .faults
+        .iter()
+        .filter(|(_, w)| w.starts_with("forwarding loop started"))
+        .count();
+    // While the pods forward to their own Service every question asked loops: one loop
+    // per question, each to be reported detected once (per agent life).
+    let mut per_question: std::collections::BTreeMap<&str, usize> = Default::default();
+    for x in recs
+        .iter()
+        .filter(|x| x["type"] == "loop" && x["state"] == "detected")
+    {
+        *per_question
+            .entry(x["question"]["name"].as_str().unwrap_or("?"))
+            .or_default() += 1;
+    }
+    println!(
+        "  loops: {loops_started} started; detected {} (questions {}, detected more than once {}), ended {} \
+         (event stream, across {} SIGKILL restart(s) and {} crash(es))",
+        count("loop", "state", "detected"),
+        per_question.len(),
+        per_question.values().filter(|n| **n > 1).count(),
+        count("loop", "state", "ended"),
+        r.restarts,
+        r.crashes
+    );
+    println!(
+        "  races: {} forced with the A lost; race-drop events {}",
+        r.races_forced,
+        count("race", "verdict", "race-drop")
+    );
+    println!(
+        "  ring-buffer loss: agent's last counter {} (since its last start); warnings in the stream {}",
+        thousands(r.end.1),
+        recs.iter().filter(|x| x["type"] == "warning").count()
+    );
+    println!(
+        "  pod namespaces created and deleted meanwhile: {}",
+        r.pods_made
+    );
+    let files = fs::read_dir(r.record).map(|d| d.count()).unwrap_or(0);
+    println!("  recorder files on the 4 MiB tmpfs at the end: {files}");
+    let queries = field(r.udp, "Queries completed:").unwrap_or(0.0)
+        + field(r.udp, "Queries lost:").unwrap_or(0.0)
+        + field(r.tcp, "Queries completed:").unwrap_or(0.0)
+        + field(r.tcp, "Queries lost:").unwrap_or(0.0);
+    let cpu: f64 = r
+        .samples
+        .windows(2)
+        .map(|w| (w[1].cpu_s - w[0].cpu_s).max(0.0))
+        .sum();
+    println!(
+        "  agent CPU: {cpu:.1} s between samples (restarts excluded) for {queries:.0} queries sent = {:.0} µs/query",
+        cpu * 1e6 / queries.max(1.0)
+    );
+    println!(
+        "  dnsperf UDP: completed {}, lost {}, {} qps; TCP: completed {}, lost {}",
+        field(r.udp, "Queries completed:").unwrap_or(0.0),
+        field(r.udp, "Queries lost:").unwrap_or(0.0),
+        field(r.udp, "Queries per second:").unwrap_or(0.0),
+        field(r.tcp, "Queries completed:").unwrap_or(0.0),
+        field(r.tcp, "Queries lost:").unwrap_or(0.0),
+    );
+    if r.leftovers.is_empty() {
+        println!(
+            "  left behind after SIGTERM: nothing (TC filters on the lab's veths, bpffs pins)"
+        );
+    } else {
+        println!("  LEFT BEHIND: {}", r.leftovers.join(", "));
+    }
+}
