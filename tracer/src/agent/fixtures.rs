@@ -24,7 +24,7 @@ pub fn addr(a: &str) -> SocketAddr {
 const WALL_NS: u64 = 1_796_072_400_000_000_000;
 
 pub fn question(name: &str, qtype: &str) -> QuestionRecord {
-    QuestionRecord::new(name, qtype, "IN")
+    QuestionRecord::new(name, qtype.into(), crate::decode::dns::RrClass::IN)
 }
 
 /// A leg from `client` to `server`, delivered to `backend`, answered with `rcode` in

@@ -14,7 +14,7 @@ use serde::Serialize;
 
 use crate::{
     correlate::record::{QMap, QuestionRecord},
-    decode::record::PodRef,
+    decode::{dns::RrType, record::PodRef},
     time::Clock,
 };
 
@@ -253,7 +253,7 @@ impl LoopTracker {
             ts_ns: ts,
             wall_ns: self.clock.epoch_ns(ts),
             question: q.clone(),
-            loop_plugin_probe: q.qtype == "HINFO",
+            loop_plugin_probe: q.qtype == RrType::HINFO,
             cycle,
             hop_count,
             rate_pps: 0,
@@ -400,9 +400,10 @@ impl LoopTracker {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::decode::dns::RrClass;
 
     fn q(i: u64) -> QKey {
-        QKey::new(format!("q{i}.scan.test."), "A", "IN")
+        QKey::new(format!("q{i}.scan.test."), RrType::A, RrClass::IN)
     }
 
     #[test]

@@ -8,13 +8,13 @@ pub type QKey = QuestionRecord;
 
 impl QuestionRecord {
     /// A question; `name` is lowercased (questions are matched case-insensitively).
-    pub(super) fn asked(name: &str, qtype: &str, class: &str) -> QKey {
+    pub(super) fn asked(name: &str, qtype: RrType, class: RrClass) -> QKey {
         QKey::new(name.to_ascii_lowercase(), qtype, class)
     }
 
     pub(super) fn of(msg: &DnsMessage) -> Option<QKey> {
         let q = msg.questions.first()?;
-        Some(QKey::asked(&q.name, &q.qtype, &q.class))
+        Some(QKey::asked(&q.name, q.qtype, q.class))
     }
 }
 

@@ -5,7 +5,10 @@ use std::{net::SocketAddr, sync::Arc};
 
 use crate::{
     correlate::LegRole,
-    decode::{dns::Cut, record::PodRef},
+    decode::{
+        dns::{Cut, RrClass, RrType},
+        record::PodRef,
+    },
     event::Direction,
 };
 
@@ -151,8 +154,8 @@ struct Hashed {
 #[derive(Debug, PartialEq, Eq, Hash)]
 pub struct Question {
     pub name: String,
-    pub qtype: String,
-    pub class: String,
+    pub qtype: RrType,
+    pub class: RrClass,
 }
 
 /// The key the questions' digests are made with: random, once per process (SipHash, fed
@@ -163,15 +166,11 @@ fn question_hasher() -> &'static super::sip::Sip {
 }
 
 impl QuestionRecord {
-    pub fn new(
-        name: impl Into<String>,
-        qtype: impl Into<String>,
-        class: impl Into<String>,
-    ) -> Self {
+    pub fn new(name: impl Into<String>, qtype: RrType, class: RrClass) -> Self {
         let q = Question {
             name: name.into(),
-            qtype: qtype.into(),
-            class: class.into(),
+            qtype,
+            class,
         };
         let hash = std::hash::BuildHasher::hash_one(question_hasher(), &q);
         Self(Arc::new(Hashed { q, hash }))

@@ -164,8 +164,11 @@ fn races_and_loops_mark_their_packets() {
     let mut race = fixtures::race(RaceVerdict::RaceDrop, "10.0.0.1:5000", 4660, "A");
     race.sibling = race.dropped.clone().map(|mut s| {
         s.dns_id = 4661;
-        s.question =
-            crate::output::record::QuestionRecord::new(s.question.name.clone(), "AAAA", "IN");
+        s.question = crate::output::record::QuestionRecord::new(
+            s.question.name.clone(),
+            "AAAA".into(),
+            "IN".into(),
+        );
         s
     });
     a.records(&[Record::Race(Box::new(race))]);

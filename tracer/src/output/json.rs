@@ -21,16 +21,16 @@ use crate::{
 struct QuestionJson<'a> {
     name: &'a str,
     #[serde(rename = "type")]
-    qtype: &'a str,
-    class: &'a str,
+    qtype: crate::decode::dns::RrType,
+    class: crate::decode::dns::RrClass,
 }
 
 impl Serialize for QuestionRecord {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         QuestionJson {
             name: &self.name,
-            qtype: &self.qtype,
-            class: &self.class,
+            qtype: self.qtype,
+            class: self.class,
         }
         .serialize(s)
     }

@@ -224,10 +224,10 @@ pub fn race_summary(r: &RaceRecord) -> String {
     let (name, qtype, offset) = match &r.dropped {
         Some(q) => (
             q.question.name.as_str(),
-            q.question.qtype.as_str(),
+            q.question.qtype.name(),
             q.offset_ns,
         ),
-        None => ("", "", 0),
+        None => ("", "".into(), 0),
     };
     let what = match r.verdict {
         RaceVerdict::RaceDrop => format!(

@@ -261,7 +261,7 @@ pub fn transaction_block(t: &TransactionRecord) -> String {
         at(&t.client_netns, "", &t.pod),
         t.client,
         esc(&t.question.name),
-        esc(&t.question.qtype),
+        t.question.qtype,
         esc(&report::transaction_summary(t))
     );
     if t.lookup.step > 0 {
@@ -334,7 +334,7 @@ pub fn loop_line(l: &crate::correlate::loops::LoopRecord) -> String {
         "{} {what}: {} {}{probe} zone {}: {} — {} hop(s), {} pkt/s, {} packets ({} summarised) over {}, clients {}",
         wall_clock(l.wall_ns),
         esc(&l.question.name),
-        esc(&l.question.qtype),
+        l.question.qtype,
         esc(report::zone(&l.question.name)),
         loop_path(l),
         l.hop_count,
@@ -370,17 +370,13 @@ pub fn race_line(r: &crate::correlate::race::RaceRecord) -> String {
         if let Some(d) = &r.dropped {
             line.push_str(&format!(
                 "; {} id {} → {}",
-                esc(&d.question.qtype),
-                d.dns_id,
-                d.backend
+                d.question.qtype, d.dns_id, d.backend
             ));
         }
         if let Some(s) = &r.sibling {
             line.push_str(&format!(
                 "; sibling {} id {} → {}",
-                esc(&s.question.qtype),
-                s.dns_id,
-                s.backend
+                s.question.qtype, s.dns_id, s.backend
             ));
         }
         if let Some(cpu) = r.cpu {

@@ -229,7 +229,7 @@ mod tests {
     }
 
     fn question() -> QuestionRecord {
-        QuestionRecord::new("www.lab.test.", "A", "IN")
+        QuestionRecord::new("www.lab.test.", "A".into(), "IN".into())
     }
 
     fn transaction(id: u64) -> Record {

@@ -320,13 +320,13 @@ fn question_keys_match_from_wire_and_text() {
     let wire = question_key(&msg, &mut buf).unwrap().to_vec();
     assert_eq!(
         wire,
-        question_key_of("www.lab.test.", "A", "IN")
+        question_key_of("www.lab.test.", "A".into(), "IN".into())
             .unwrap()
             .to_vec()
     );
     assert_ne!(
         wire,
-        question_key_of("www.lab.test.", "AAAA", "IN")
+        question_key_of("www.lab.test.", "AAAA".into(), "IN".into())
             .unwrap()
             .to_vec()
     );
