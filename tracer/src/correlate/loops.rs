@@ -26,7 +26,9 @@ const STORM_MIN_PER_SEC: u64 = 200;
 const STORM_FACTOR: u64 = 10;
 const MAX_LOOPS: usize = 1024;
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// Written as `cycle`, `amplification`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
 pub enum LoopKind {
     /// The question came back to a server already on its chain.
     Cycle,
@@ -35,7 +37,9 @@ pub enum LoopKind {
     Amplification,
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// Written as `detected`, `ongoing`, `ended`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
 pub enum LoopState {
     Detected,
     Ongoing,

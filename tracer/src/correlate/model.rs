@@ -51,7 +51,9 @@ pub(super) struct Hop {
     pub(super) tunnel: Option<Arc<crate::decode::tunnel::Tunnel>>,
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// Written as `query`, `retry`, `tcp-fallback`, `forward`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
 pub enum LegRole {
     /// The client's first query.
     Query,

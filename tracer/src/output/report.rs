@@ -23,13 +23,7 @@ pub fn wall(wall_ns: u64) -> impl fmt::Display {
     crate::time::WallTime(wall_ns)
 }
 
-pub fn proto_name(proto: u8) -> &'static str {
-    if proto == tracer_common::proto::IPPROTO_TCP {
-        "tcp"
-    } else {
-        "udp"
-    }
-}
+pub use crate::correlate::record::proto_name;
 
 pub fn role_name(role: LegRole) -> &'static str {
     match role {
