@@ -50,11 +50,7 @@ fn hop(r: &PacketRecord) -> HopRecord {
         netns: r.netns.clone(),
         ifname: r.ifname.clone(),
         pod: Default::default(),
-        dir: match r.dir {
-            "ingress" => Direction::Ingress,
-            "egress" => Direction::Egress,
-            _ => Direction::Unknown,
-        },
+        dir: r.dir,
         src: fixtures::addr(&r.src.to_string()),
         dst: fixtures::addr(&r.dst.to_string()),
         dns_id: 1,

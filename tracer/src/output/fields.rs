@@ -252,7 +252,7 @@ fn records() -> Vec<Record> {
         ifname: "eth0".into(),
         ifindex: 2,
         pod: None,
-        dir: "ingress",
+        dir: crate::event::Direction::Ingress,
         proto: "udp".into(),
         src: "10.244.1.3".into(),
         dst: "10.244.1.2".into(),

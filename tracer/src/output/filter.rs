@@ -312,8 +312,8 @@ mod tests {
             netns_cookie: 1,
             ifname: "eth0".into(),
             ifindex: 2,
-            dir: "egress",
-            proto: "udp",
+            dir: crate::event::Direction::Egress,
+            proto: crate::decode::record::Proto::Udp,
             src: "10.0.0.1:1000"
                 .parse::<std::net::SocketAddr>()
                 .unwrap()

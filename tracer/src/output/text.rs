@@ -11,7 +11,7 @@ use super::{
     report::{self, loop_server, peer},
     Record, Sink,
 };
-use crate::time::WallTime;
+use crate::{event::Direction, time::WallTime};
 
 pub struct TextSink<W: Write> {
     out: W,
@@ -39,11 +39,11 @@ fn wall_clock(wall_ns: u64) -> String {
     clock(&t).to_string()
 }
 
-fn short_dir(dir: &str) -> &'static str {
+fn short_dir(dir: Direction) -> &'static str {
     match dir {
-        "ingress" => "in ",
-        "egress" => "out",
-        _ => "   ",
+        Direction::Ingress => "in ",
+        Direction::Egress => "out",
+        Direction::Unknown => "   ",
     }
 }
 
