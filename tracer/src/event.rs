@@ -152,8 +152,9 @@ pub struct ShedQuestion {
     /// `tracer_common::shed` hash of the question's wire form.
     pub hash: u64,
     pub name: String,
-    pub qtype: String,
-    pub class: String,
+    /// The question's type and class codes (mnemonics are made where they are written).
+    pub qtype: u16,
+    pub class: u16,
 }
 
 /// Kernel-side loss and match counters (live only).

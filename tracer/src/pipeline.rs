@@ -7,7 +7,10 @@
 //! passes and [`Pipeline::finish`] once at the end, and writes what comes out.
 use crate::{
     correlate::{loops::LoopState, CorrelateConfig, Correlator, Observed},
-    decode::decoder::{question_hash, Decoder, Summarised},
+    decode::{
+        decoder::{question_hash, Decoder, Summarised},
+        dns::{RrClass, RrType},
+    },
     event::{KernelCounters, ShedChange, ShedQuestion, SourceEvent},
     output::record::{Record, StatsRecord},
     time::Clock,
@@ -141,7 +144,7 @@ impl Pipeline {
         }
         self.decoder.kernel_shed(n);
         if let Some(c) = self.correlator.as_mut() {
-            c.summarised(&q.name, &q.qtype, &q.class, n, ts_ns);
+            c.summarised(&q.name, RrType(q.qtype), RrClass(q.class), n, ts_ns);
         }
     }
 
@@ -167,7 +170,7 @@ impl Pipeline {
         }
         self.decoder.take_summarised(&mut self.summarised);
         for s in self.summarised.drain(..) {
-            c.summarised(&s.name, &s.qtype, &s.class, s.count, s.last_ts);
+            c.summarised(&s.name, s.qtype, s.class, s.count, s.last_ts);
         }
     }
 
@@ -181,21 +184,21 @@ impl Pipeline {
                 let q = &l.question;
                 match l.state {
                     LoopState::Detected => {
-                        self.decoder.summarise_question(&q.name, &q.qtype, &q.class);
-                        if let Some(hash) = question_hash(&q.name, &q.qtype, &q.class)
+                        self.decoder.summarise_question(&q.name, q.qtype, q.class);
+                        if let Some(hash) = question_hash(&q.name, q.qtype, q.class)
                             .filter(|_| self.kernel_shedding)
                         {
                             self.shed_changes.push(ShedChange::Start(ShedQuestion {
                                 hash,
                                 name: q.name.clone(),
-                                qtype: q.qtype.clone(),
-                                class: q.class.clone(),
+                                qtype: q.qtype.0,
+                                class: q.class.0,
                             }));
                         }
                     }
                     LoopState::Ended => {
-                        self.decoder.stop_summarising(&q.name, &q.qtype, &q.class);
-                        if let Some(hash) = question_hash(&q.name, &q.qtype, &q.class)
+                        self.decoder.stop_summarising(&q.name, q.qtype, q.class);
+                        if let Some(hash) = question_hash(&q.name, q.qtype, q.class)
                             .filter(|_| self.kernel_shedding)
                         {
                             self.shed_changes.push(ShedChange::Stop(hash));

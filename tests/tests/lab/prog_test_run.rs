@@ -300,7 +300,12 @@ fn unreadable_headers_are_counted_not_reported() {
 #[test]
 fn shed_questions_are_counted_not_copied() {
     let Some(mut rig) = rig() else { return };
-    let hash = dnspath::decode::decoder::question_hash("a.test.", "A", "IN").unwrap();
+    let hash = dnspath::decode::decoder::question_hash(
+        "a.test.",
+        dnspath::decode::dns::RrType::A,
+        dnspath::decode::dns::RrClass::IN,
+    )
+    .unwrap();
     rig.probes.shed_start(hash, 1).unwrap();
     // DNS 0x20 case randomisation does not hide the question.
     let mut mixed = dns_query(0);

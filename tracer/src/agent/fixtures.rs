@@ -24,7 +24,7 @@ pub fn addr(a: &str) -> SocketAddr {
 const WALL_NS: u64 = 1_796_072_400_000_000_000;
 
 pub fn question(name: &str, qtype: &str) -> QuestionRecord {
-    QuestionRecord::new(name, qtype, "IN")
+    QuestionRecord::new(name, qtype.into(), crate::decode::dns::RrClass::IN)
 }
 
 /// A leg from `client` to `server`, delivered to `backend`, answered with `rcode` in
@@ -238,7 +238,7 @@ pub fn drop_record(reason: &str, benign: Option<&'static str>) -> DropRecord {
         reason_code: Some(12),
         confirm_failed: None,
         location: "nft_do_chain+0x3f".to_string(),
-        proto: "udp",
+        proto: crate::decode::record::Proto::Udp,
         src: "10.244.1.2:5353".to_string(),
         dst: "10.244.1.3:53".to_string(),
         len: 77,
@@ -261,8 +261,8 @@ pub fn malformed_packet(reason: &str) -> PacketRecord {
         netns_cookie: 4096,
         ifname: "vdnsa".into(),
         ifindex: 7,
-        dir: "egress",
-        proto: "udp",
+        dir: crate::event::Direction::Egress,
+        proto: crate::decode::record::Proto::Udp,
         src: addr("10.244.1.2:5353").into(),
         dst: addr("10.244.1.3:53").into(),
         len: 40,

@@ -14,7 +14,7 @@ use serde::Serialize;
 
 use crate::{
     correlate::record::{QMap, QuestionRecord},
-    decode::record::PodRef,
+    decode::{dns::RrType, record::PodRef},
     time::Clock,
 };
 
@@ -26,7 +26,9 @@ const STORM_MIN_PER_SEC: u64 = 200;
 const STORM_FACTOR: u64 = 10;
 const MAX_LOOPS: usize = 1024;
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// Written as `cycle`, `amplification`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
 pub enum LoopKind {
     /// The question came back to a server already on its chain.
     Cycle,
@@ -35,7 +37,9 @@ pub enum LoopKind {
     Amplification,
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// Written as `detected`, `ongoing`, `ended`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
 pub enum LoopState {
     Detected,
     Ongoing,
@@ -253,7 +257,7 @@ impl LoopTracker {
             ts_ns: ts,
             wall_ns: self.clock.epoch_ns(ts),
             question: q.clone(),
-            loop_plugin_probe: q.qtype == "HINFO",
+            loop_plugin_probe: q.qtype == RrType::HINFO,
             cycle,
             hop_count,
             rate_pps: 0,
@@ -400,9 +404,10 @@ impl LoopTracker {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::decode::dns::RrClass;
 
     fn q(i: u64) -> QKey {
-        QKey::new(format!("q{i}.scan.test."), "A", "IN")
+        QKey::new(format!("q{i}.scan.test."), RrType::A, RrClass::IN)
     }
 
     #[test]

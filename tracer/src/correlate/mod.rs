@@ -40,7 +40,7 @@ use serde::Serialize;
 
 pub use crate::decode::observation::{DropObservation, Observation, Observed, FRAGMENT_LOSS};
 use crate::{
-    decode::dns::{Cut, DnsMessage},
+    decode::dns::{Cut, DnsMessage, RrClass, RrType},
     event::{ConntrackEvent, CtStatsSample, ObservationPoint},
     time::Clock,
 };
@@ -395,7 +395,7 @@ impl Correlator {
     }
 
     /// `n` packets of a question in an active loop were only counted (storm shedding).
-    pub fn summarised(&mut self, name: &str, qtype: &str, class: &str, n: u64, last_ts: u64) {
+    pub fn summarised(&mut self, name: &str, qtype: RrType, class: RrClass, n: u64, last_ts: u64) {
         let q = QKey::asked(name, qtype, class);
         self.loops.packets(&q, n, true, last_ts);
     }

@@ -8,13 +8,13 @@ pub type QKey = QuestionRecord;
 
 impl QuestionRecord {
     /// A question; `name` is lowercased (questions are matched case-insensitively).
-    pub(super) fn asked(name: &str, qtype: &str, class: &str) -> QKey {
+    pub(super) fn asked(name: &str, qtype: RrType, class: RrClass) -> QKey {
         QKey::new(name.to_ascii_lowercase(), qtype, class)
     }
 
     pub(super) fn of(msg: &DnsMessage) -> Option<QKey> {
         let q = msg.questions.first()?;
-        Some(QKey::asked(&q.name, &q.qtype, &q.class))
+        Some(QKey::asked(&q.name, q.qtype, q.class))
     }
 }
 
@@ -51,7 +51,9 @@ pub(super) struct Hop {
     pub(super) tunnel: Option<Arc<crate::decode::tunnel::Tunnel>>,
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// Written as `query`, `retry`, `tcp-fallback`, `forward`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
 pub enum LegRole {
     /// The client's first query.
     Query,

@@ -60,7 +60,9 @@ pub fn is_race_candidate(
     }
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// Written as `race-drop`, `resolved-clash`, `suspected`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
 pub enum RaceVerdict {
     /// Kernel evidence: failed confirm of a DNAT'd query (and, when sampled, the counters).
     RaceDrop,
@@ -71,18 +73,19 @@ pub enum RaceVerdict {
     Suspected,
 }
 
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug, Default, Serialize)]
 pub struct CounterDeltas {
     pub insert_failed: u64,
     pub drop: u64,
     pub clash_resolve: u64,
 }
 
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Serialize)]
 pub struct RaceQuery {
     pub dns_id: u16,
     pub question: QuestionRecord,
     /// Where DNAT sent it.
+    #[serde(serialize_with = "crate::decode::ip::serialize_addr")]
     pub backend: SocketAddr,
     /// Time since the pair's first query.
     pub offset_ns: u64,

@@ -1,39 +1,53 @@
 //! What the correlate stage reports of a transaction: its legs and their hops, as facts
 //! (addresses, numbers, enums); the output stage writes them as records and text (field by
-//! field in docs/output.md).
+//! field in docs/output.md). Each type here is its own JSON shape (`Serialize`, names and
+//! order as written); the transaction itself is written by the output stage, whose words
+//! (its summary) it carries.
 use std::{net::SocketAddr, sync::Arc};
+
+use serde::{Serialize, Serializer};
 
 use crate::{
     correlate::LegRole,
-    decode::{dns::Cut, record::PodRef},
+    decode::{
+        dns::{Cut, RrClass, RrType},
+        ip::serialize_addr,
+        record::PodRef,
+    },
     event::Direction,
 };
 
 /// One observation of one message of a leg.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Serialize)]
 pub struct HopRecord {
     pub ts_ns: u64,
     /// Display names of the namespace and interface.
     pub netns: Arc<str>,
     pub ifname: Arc<str>,
+    #[serde(flatten)]
     pub pod: PodRef,
     pub dir: Direction,
+    #[serde(serialize_with = "serialize_addr")]
     pub src: SocketAddr,
+    #[serde(serialize_with = "serialize_addr")]
     pub dst: SocketAddr,
     pub dns_id: u16,
     pub qr: bool,
     /// For a response: time since the query was seen at this same point.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub latency_ns: Option<u64>,
     /// The tunnel it was seen in: kind, VNI or key, the outer addresses.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub tunnel: Option<Arc<crate::decode::tunnel::Tunnel>>,
 }
 
 /// The kernel drop that ended a leg.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Serialize)]
 pub struct LegDrop {
     pub ts_ns: u64,
     pub netns: Arc<str>,
     pub ifname: Arc<str>,
+    #[serde(flatten)]
     pub pod: PodRef,
     pub reason: String,
     pub location: String,
@@ -41,8 +55,9 @@ pub struct LegDrop {
     pub response: bool,
 }
 
-/// How a leg's hops were joined.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// How a leg's hops were joined: written as `same-tuple`, `conntrack`, `fallback`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
 pub enum Join {
     /// Every hop had the addresses of the first.
     SameTuple,
@@ -52,8 +67,9 @@ pub enum Join {
     Fallback,
 }
 
-/// What became of a leg's query.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// What became of a leg's query (written in lower case).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
 pub enum LegOutcome {
     Answered,
     /// Answered with TC set.
@@ -67,8 +83,9 @@ pub enum LegOutcome {
     Unanswered,
 }
 
-/// What became of a client's question.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// What became of a client's question (written in lower case).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
 pub enum Outcome {
     /// The answer could reach the asking socket.
     Answered,
@@ -82,8 +99,10 @@ pub enum Outcome {
     Unanswered,
 }
 
-/// A leg and a cache in the node's own network namespace (NodeLocal DNSCache).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// A leg and a cache in the node's own network namespace (NodeLocal DNSCache); written as
+/// `hit`, `miss`, `bypass`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
 pub enum NodeCache {
     /// The node cache answered without asking anyone.
     Hit,
@@ -94,18 +113,22 @@ pub enum NodeCache {
 }
 
 /// One query and its response between a client socket and a server.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Serialize)]
 pub struct LegRecord {
     pub id: u64,
     /// Index in `legs` of the leg whose server sent this one (forwarding), if any.
     pub parent: Option<usize>,
     pub role: LegRole,
-    /// IPPROTO_UDP or IPPROTO_TCP.
+    /// IPPROTO_UDP or IPPROTO_TCP (written `udp`, `tcp`).
+    #[serde(serialize_with = "serialize_proto")]
     pub proto: u8,
     /// Client and server as seen at the leg's first hop.
+    #[serde(serialize_with = "serialize_addr")]
     pub client: SocketAddr,
+    #[serde(serialize_with = "serialize_addr")]
     pub server: SocketAddr,
     /// Where the query was delivered (after DNAT; equals `server` without NAT).
+    #[serde(serialize_with = "serialize_addr")]
     pub backend: SocketAddr,
     pub dns_id: u16,
     pub join: Join,
@@ -114,6 +137,7 @@ pub struct LegRecord {
     pub answers: Vec<String>,
     /// The response was cut by the capture (snaplen) wherever it was seen: how (as the
     /// packet's `dns.cut`); `answers` are those that fit.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub answer_cut: Option<Cut>,
     /// Query → response at the leg's first point.
     pub latency_ns: Option<u64>,
@@ -121,11 +145,25 @@ pub struct LegRecord {
     pub retransmits: u32,
     pub drop: Option<LegDrop>,
     /// Served by the node cache (hit or miss), or a client query around it.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub node_cache: Option<NodeCache>,
     pub hops: Vec<HopRecord>,
 }
 
-#[derive(Clone, Debug)]
+/// A leg's transport: `tcp` for IPPROTO_TCP, else `udp` (what a DNS leg can be).
+pub fn proto_name(proto: u8) -> &'static str {
+    if proto == tracer_common::proto::IPPROTO_TCP {
+        "tcp"
+    } else {
+        "udp"
+    }
+}
+
+fn serialize_proto<S: Serializer>(proto: &u8, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_str(proto_name(*proto))
+}
+
+#[derive(Clone, Debug, Serialize)]
 pub struct LookupRef {
     pub id: u64,
     /// Index of this transaction's name among the lookup's names (search-list order).
@@ -148,11 +186,12 @@ struct Hashed {
     hash: u64,
 }
 
-#[derive(Debug, PartialEq, Eq, Hash)]
+#[derive(Debug, PartialEq, Eq, Hash, Serialize)]
 pub struct Question {
     pub name: String,
-    pub qtype: String,
-    pub class: String,
+    #[serde(rename = "type")]
+    pub qtype: RrType,
+    pub class: RrClass,
 }
 
 /// The key the questions' digests are made with: random, once per process (SipHash, fed
@@ -163,15 +202,11 @@ fn question_hasher() -> &'static super::sip::Sip {
 }
 
 impl QuestionRecord {
-    pub fn new(
-        name: impl Into<String>,
-        qtype: impl Into<String>,
-        class: impl Into<String>,
-    ) -> Self {
+    pub fn new(name: impl Into<String>, qtype: RrType, class: RrClass) -> Self {
         let q = Question {
             name: name.into(),
-            qtype: qtype.into(),
-            class: class.into(),
+            qtype,
+            class,
         };
         let hash = std::hash::BuildHasher::hash_one(question_hasher(), &q);
         Self(Arc::new(Hashed { q, hash }))
@@ -223,6 +258,13 @@ impl std::ops::Deref for QuestionRecord {
     type Target = Question;
     fn deref(&self) -> &Question {
         &self.0.q
+    }
+}
+
+/// Written as its question.
+impl Serialize for QuestionRecord {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        self.0.q.serialize(s)
     }
 }
 

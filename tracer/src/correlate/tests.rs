@@ -41,7 +41,7 @@ fn msg(
         },
         questions: vec![Question {
             name: name.into(),
-            qtype: qtype.to_owned().into(),
+            qtype: qtype.into(),
             class: "IN".into(),
         }],
         answers: answers
@@ -866,7 +866,7 @@ fn race_drop_with_counters_sibling_and_retry() {
     assert_eq!(
         (
             dropped.dns_id,
-            dropped.question.qtype.as_str(),
+            dropped.question.qtype.name().as_ref(),
             dropped.backend.to_string().as_str()
         ),
         (1, "A", "10.244.1.3:53")
@@ -875,7 +875,7 @@ fn race_drop_with_counters_sibling_and_retry() {
     assert_eq!(
         (
             sibling.dns_id,
-            sibling.question.qtype.as_str(),
+            sibling.question.qtype.name().as_ref(),
             sibling.backend.to_string().as_str()
         ),
         (2, "AAAA", "10.244.1.4:53")

@@ -12,7 +12,7 @@ use crate::{
         ip::Endpoint,
         observation::{DropObservation, Observation, Observed, FRAGMENT_LOSS},
         parse_ip,
-        record::{DecodeReport, DecodeStats, FragmentLossRecord, KernelStats, PacketRecord},
+        record::{DecodeReport, DecodeStats, FragmentLossRecord, KernelStats, PacketRecord, Proto},
         tcp::{FlowKey, TcpLimits, TcpOutput, TcpReassembler},
         Transport,
     },

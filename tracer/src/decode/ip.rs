@@ -93,6 +93,14 @@ impl serde::Serialize for Addr {
     }
 }
 
+/// For `serialize_with`: a socket address written as [`Addr`] writes it.
+pub fn serialize_addr<S: serde::Serializer>(
+    a: &std::net::SocketAddr,
+    s: S,
+) -> Result<S::Ok, S::Error> {
+    serde::Serialize::serialize(&Addr(*a), s)
+}
+
 impl std::fmt::Display for Addr {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self.0 {

@@ -8,9 +8,35 @@ use tracer_common::proto::{IPPROTO_TCP, IPPROTO_UDP};
 pub use crate::names::PodRef;
 use crate::{
     decode::{dns::DnsMessage, ip::Endpoint, tunnel::Tunnel},
-    event::{KernelCounters, KernelSetup},
+    event::{Direction, KernelCounters, KernelSetup},
     time::WallTime,
 };
+
+/// The transport of a packet or drop as written: `udp`, `tcp`, or `ip` for a drop whose
+/// transport is not known (a later fragment no first fragment named).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Proto {
+    Ip,
+    Udp,
+    Tcp,
+}
+
+impl Proto {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Proto::Ip => "ip",
+            Proto::Udp => "udp",
+            Proto::Tcp => "tcp",
+        }
+    }
+}
+
+impl std::fmt::Display for Proto {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
 
 /// One DNS message (or one packet that should have carried one) at one observation point.
 /// Built for every packet, so what is there only to be shown is kept cheap (addresses and
@@ -29,8 +55,8 @@ pub struct PacketRecord {
     /// `None`: no pod known (every pod field left out).
     #[serde(flatten)]
     pub pod: Option<Arc<PodRef>>,
-    pub dir: &'static str,
-    pub proto: &'static str,
+    pub dir: Direction,
+    pub proto: Proto,
     pub src: Endpoint,
     pub dst: Endpoint,
     /// Packet length from the IP header on.
@@ -109,7 +135,7 @@ pub struct FragmentLossRecord {
     /// The pod of the hop where the fragments went missing, where known.
     #[serde(flatten)]
     pub pod: Option<Arc<PodRef>>,
-    pub dir: &'static str,
+    pub dir: Direction,
     pub proto: String,
     pub src: String,
     pub dst: String,
@@ -213,7 +239,7 @@ impl FragmentLossRecord {
             ifname,
             ifindex: l.key.at.ifindex,
             pod: None,
-            dir: l.key.at.dir.as_str(),
+            dir: l.key.at.dir,
             proto,
             src: l.src(),
             dst: l.dst(),
@@ -262,7 +288,7 @@ pub struct DropRecord {
     pub confirm_failed: Option<bool>,
     /// Symbolised kernel location, e.g. `nf_hook_slow+0x9e`.
     pub location: String,
-    pub proto: &'static str,
+    pub proto: Proto,
     pub src: String,
     pub dst: String,
     pub len: u32,

@@ -28,7 +28,7 @@ fn tx(
         wall_ns: 1,
         client: addr("10.244.1.2:1000"),
         client_netns: "lab-client".into(),
-        question: QuestionRecord::new(name, "A", "IN"),
+        question: QuestionRecord::new(name, "A".into(), "IN".into()),
         outcome,
         rcode: rcode.map(str::to_owned),
         answers: if rcode == Some("NOERROR") {

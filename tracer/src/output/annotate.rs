@@ -27,7 +27,10 @@ use crate::{
         race::{RaceRecord, RaceVerdict},
         record::LegOutcome,
     },
-    decode::ip::{parse_ip, Transport},
+    decode::{
+        dns::RrType,
+        ip::{parse_ip, Transport},
+    },
     event::{CapturedPacket, KernelDrop, ObservationPoint},
     output::{
         escape,
@@ -87,7 +90,7 @@ struct Held {
     ifname: std::sync::Arc<str>,
     dir: &'static str,
     /// DNS id and first question (lowercase name, type), for races and loops.
-    question: Option<(u16, String, String)>,
+    question: Option<(u16, String, RrType)>,
     /// What the records said, in the order they came.
     notes: String,
     claimed: bool,
@@ -103,7 +106,7 @@ pub struct Annotator {
     by_ts: HashMap<u64, Vec<u64>>,
     /// Active loops by question (lowercase name, type): their note, for packets that come
     /// while the loop goes on.
-    loops: HashMap<(String, String), String>,
+    loops: HashMap<(String, RrType), String>,
     stats: AnnotateStats,
 }
 
@@ -138,7 +141,7 @@ impl Annotator {
             if let Some(m) = &r.dns {
                 comment.push_str(&format!(" dns=[{}]", escape(&m.summary_line())));
                 if let Some(q) = m.questions.first() {
-                    question = Some((m.id, q.name.to_ascii_lowercase(), q.qtype.to_string()));
+                    question = Some((m.id, q.name.to_ascii_lowercase(), q.qtype));
                 }
             }
             if let Some(why) = &r.malformed {
@@ -157,7 +160,7 @@ impl Annotator {
         // one loop (the common case); with several, it stays unclaimed.
         if !self.loops.is_empty() {
             let note = match &question {
-                Some((_, name, qtype)) => self.loops.get(&(name.clone(), qtype.clone())),
+                Some((_, name, qtype)) => self.loops.get(&(name.clone(), *qtype)),
                 None if self.loops.len() == 1 && records.is_empty() => self.loops.values().next(),
                 None => None,
             };
@@ -209,7 +212,7 @@ impl Annotator {
         if let Some(m) = &r.dns {
             comment.push_str(&format!(" dns=[{}]", escape(&m.summary_line())));
             if let Some(q) = m.questions.first() {
-                question = Some((m.id, q.name.to_ascii_lowercase(), q.qtype.to_string()));
+                question = Some((m.id, q.name.to_ascii_lowercase(), q.qtype));
             }
         }
         self.hold(Held {
@@ -299,10 +302,7 @@ impl Annotator {
     }
 
     fn loop_record(&mut self, l: &LoopRecord) {
-        let key = (
-            l.question.name.to_ascii_lowercase(),
-            l.question.qtype.clone(),
-        );
+        let key = (l.question.name.to_ascii_lowercase(), l.question.qtype);
         match l.state {
             LoopState::Ended => {
                 self.loops.remove(&key);
@@ -339,9 +339,7 @@ impl Annotator {
         let sibling = match &r.sibling {
             Some(s) => format!(
                 " sibling=[{} id={:#06x} ->{}]",
-                escape(&s.question.qtype),
-                s.dns_id,
-                s.backend
+                s.question.qtype, s.dns_id, s.backend
             ),
             None => String::new(),
         };

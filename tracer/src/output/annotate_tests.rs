@@ -50,11 +50,7 @@ fn hop(r: &PacketRecord) -> HopRecord {
         netns: r.netns.clone(),
         ifname: r.ifname.clone(),
         pod: Default::default(),
-        dir: match r.dir {
-            "ingress" => Direction::Ingress,
-            "egress" => Direction::Egress,
-            _ => Direction::Unknown,
-        },
+        dir: r.dir,
         src: fixtures::addr(&r.src.to_string()),
         dst: fixtures::addr(&r.dst.to_string()),
         dns_id: 1,
@@ -164,8 +160,11 @@ fn races_and_loops_mark_their_packets() {
     let mut race = fixtures::race(RaceVerdict::RaceDrop, "10.0.0.1:5000", 4660, "A");
     race.sibling = race.dropped.clone().map(|mut s| {
         s.dns_id = 4661;
-        s.question =
-            crate::output::record::QuestionRecord::new(s.question.name.clone(), "AAAA", "IN");
+        s.question = crate::output::record::QuestionRecord::new(
+            s.question.name.clone(),
+            "AAAA".into(),
+            "IN".into(),
+        );
         s
     });
     a.records(&[Record::Race(Box::new(race))]);

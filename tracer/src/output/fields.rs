@@ -1,6 +1,7 @@
-//! docs/output.md documents every JSON field: this test serialises each record type with
-//! its optional parts filled in and fails on a key the document does not name, so the
-//! reference cannot drift from the code.
+//! docs/output.md documents every JSON field, and documents no field that is not written:
+//! these tests serialise each record type with its optional parts filled in and fail on a
+//! key the document does not name, and on a key its tables list that no record has, so the
+//! reference cannot drift from the code either way.
 use std::collections::BTreeSet;
 
 use serde_json::Value;
@@ -25,6 +26,36 @@ fn documented(key: &str) -> bool {
             .any(|w| w == key)
     })
 }
+
+/// The keys the document's field tables list (the first column's `` `key` ``s; of a dotted
+/// `tunnel.kind`, `kind`), in the sections about JSON records: not those about the text
+/// form, the filters, the pcapng comments (`## Evidence`) or capture files (`## Offline`).
+fn table_keys() -> BTreeSet<String> {
+    let mut out = BTreeSet::new();
+    let mut records = false;
+    for line in DOC.lines() {
+        if let Some(h) = line.strip_prefix("## ") {
+            records = !["Text", "Filters", "Evidence", "Offline"]
+                .iter()
+                .any(|s| h.starts_with(s));
+            continue;
+        }
+        if !records || !line.starts_with("| `") {
+            continue;
+        }
+        let first = line.split('|').nth(1).unwrap_or("");
+        for key in first.split('`').skip(1).step_by(2) {
+            out.insert(key.rsplit('.').next().unwrap_or(key).to_string());
+        }
+    }
+    out
+}
+
+/// Keys the NDJSON sink splices into lines after serialising a record (output/otlp): a
+/// transaction's `trace_id` (seen here through [`super::otlp::extend_json`]) and, with
+/// `--node-name`, every record's `node` (the run's identity is set once per process, so
+/// not here).
+const SPLICED: [&str; 1] = ["node"];
 
 fn keys(v: &Value, path: &str, out: &mut BTreeSet<(String, String)>) {
     match v {
@@ -148,9 +179,28 @@ fn records() -> Vec<Record> {
             ..hop
         },
     ];
+    // Served by the node cache; its answer cut by the capture.
+    leg.node_cache = Some(crate::correlate::record::NodeCache::Hit);
+    leg.answer_cut = Some(dns::Cut::default());
     let mut transaction =
         fixtures::transaction("www.lab.test.", "A", "10.244.1.2:1", None, vec![leg]);
     transaction.evidence = Some("DIR/dnspath-x-unanswered.pcapng".into());
+    // A late answer (its times), cut by the capture, to a pod known in full.
+    transaction.summary = crate::correlate::record::Summary::Late {
+        answer_ns: 2,
+        gave_up_ns: Some(1),
+        reason: "NO_SOCKET".into(),
+        location: "x".into(),
+        retried: false,
+    };
+    transaction.answer_cut = Some(dns::Cut::default());
+    transaction.pod = crate::decode::record::PodRef {
+        pod: Some("ns/client".into()),
+        pod_uid: Some("uid".into()),
+        container: Some("c".into()),
+        container_id: Some("containerd://x".into()),
+        pod_veth: true,
+    };
     let mut lp = fixtures::loop_record(1, LoopState::Detected, 1);
     lp.evidence = Some("DIR/dnspath-x-loop.pcapng".into());
     let mut race = fixtures::race(RaceVerdict::RaceDrop, "10.244.1.2:1", 1, "A");
@@ -192,8 +242,39 @@ fn records() -> Vec<Record> {
         otlp: Some(Default::default()),
         ..StatsRecord::default()
     };
+    let (whole_again, _) = messages();
+    let loss = crate::decode::record::FragmentLossRecord {
+        ts_ns: 2,
+        time: crate::time::WallTime(2),
+        first_ts_ns: 1,
+        netns: "node".into(),
+        netns_cookie: 1,
+        ifname: "eth0".into(),
+        ifindex: 2,
+        pod: None,
+        dir: crate::event::Direction::Ingress,
+        proto: "udp".into(),
+        src: "10.244.1.3".into(),
+        dst: "10.244.1.2".into(),
+        ip_id: 7,
+        cause: "timeout",
+        fragments_seen: vec![crate::decode::record::FragmentRange {
+            offset: 0,
+            len: 1232,
+        }],
+        missing: vec![crate::decode::record::MissingRange {
+            start: 1232,
+            end: None,
+        }],
+        total_len: None,
+        fragments: Some(2),
+        missing_fragments: Some(vec![2]),
+        dns: Some(whole_again),
+        summary: "x".into(),
+    };
     vec![
         Record::Packet(packet),
+        Record::FragmentLoss(Box::new(loss)),
         Record::Drop(Box::new(drop)),
         fixtures::service_transaction("www.lab.test.", "A", 40000, "NOERROR"),
         Record::Transaction(Box::new(transaction)),
@@ -203,14 +284,47 @@ fn records() -> Vec<Record> {
     ]
 }
 
-#[test]
-fn every_json_field_is_documented() {
+/// Every key of every record, with its path (`transaction.legs[].hops[].tunnel.key`), as
+/// the NDJSON sink writes them.
+fn written() -> BTreeSet<(String, String)> {
     let mut all = BTreeSet::new();
     for r in records() {
-        let v = serde_json::to_value(&r).unwrap();
+        let mut line = serde_json::to_vec(&r).unwrap();
+        super::otlp::extend_json(&r, &mut line);
+        let v: Value = serde_json::from_slice(&line).unwrap();
         let t = v["type"].as_str().unwrap_or("?").to_string();
         keys(&v, &t, &mut all);
     }
+    all
+}
+
+#[test]
+fn every_documented_field_is_written() {
+    let written: BTreeSet<String> = written().into_iter().map(|(k, _)| k).collect();
+    let table = table_keys();
+    let unwritten: Vec<&String> = table
+        .iter()
+        .filter(|k| !written.contains(*k) && !SPLICED.contains(&k.as_str()))
+        .collect();
+    assert!(
+        unwritten.is_empty(),
+        "docs/output.md lists fields no record has: {unwritten:#?}"
+    );
+    // The test sees the tables it is about.
+    for k in [
+        "netns_cookie",
+        "vni",
+        "missing_fragments",
+        "node_cache",
+        "verdict",
+    ] {
+        assert!(table.contains(k), "{k} not in the tables");
+    }
+}
+
+#[test]
+fn every_json_field_is_documented() {
+    let all = written();
     let missing: Vec<String> = all
         .iter()
         .filter(|(k, _)| !documented(k))

@@ -11,7 +11,10 @@
 use globset::{Glob, GlobBuilder, GlobSet, GlobSetBuilder};
 
 use super::record::{PodRef, Record};
-use crate::correlate::record::{LegOutcome, Outcome};
+use crate::{
+    correlate::record::{LegOutcome, Outcome},
+    decode::dns::RrType,
+};
 
 #[derive(Debug, thiserror::Error)]
 pub enum FilterError {
@@ -42,7 +45,8 @@ pub struct Filter {
     pods: Option<GlobSet>,
     namespaces: Option<GlobSet>,
     names: Option<GlobSet>,
-    qtypes: Vec<String>,
+    /// `--qtype`: the types its words name (a word naming none matches nothing).
+    qtypes: Option<Vec<RrType>>,
     rcodes: Vec<String>,
     failures: bool,
     slower_than_ns: Option<u64>,
@@ -120,7 +124,9 @@ impl Filter {
             )?,
             namespaces: globs("--namespace", &spec.namespaces, str::to_string, false)?,
             names: globs("--name", &spec.names, |p| bare(p).to_string(), true)?,
-            qtypes: list("--qtype", &spec.qtypes)?,
+            qtypes: Some(list("--qtype", &spec.qtypes)?)
+                .filter(|words| !words.is_empty())
+                .map(|words| words.iter().filter_map(|w| RrType::named(w)).collect()),
             rcodes: list("--rcode", &spec.rcodes)?,
             failures: spec.failures,
             slower_than_ns: spec.slower_than_ns,
@@ -132,7 +138,7 @@ impl Filter {
         self.pods.is_some()
             || self.namespaces.is_some()
             || self.names.is_some()
-            || !self.qtypes.is_empty()
+            || self.qtypes.is_some()
             || !self.rcodes.is_empty()
             || self.failures
             || self.slower_than_ns.is_some()
@@ -156,16 +162,16 @@ impl Filter {
 
     fn question_matches<'a>(
         &self,
-        qs: impl IntoIterator<Item = (&'a str, &'a str)> + Clone,
+        qs: impl IntoIterator<Item = (&'a str, RrType)> + Clone,
     ) -> bool {
         let name_ok = self
             .names
             .as_ref()
             .is_none_or(|set| qs.clone().into_iter().any(|(n, _)| set.is_match(bare(n))));
-        let type_ok = self.qtypes.is_empty()
-            || qs
-                .into_iter()
-                .any(|(_, t)| self.qtypes.iter().any(|w| w.eq_ignore_ascii_case(t)));
+        let type_ok = self
+            .qtypes
+            .as_ref()
+            .is_none_or(|types| qs.into_iter().any(|(_, t)| types.contains(&t)));
         name_ok && type_ok
     }
 
@@ -189,7 +195,7 @@ impl Filter {
                 let qs = p
                     .dns
                     .iter()
-                    .flat_map(|m| m.questions.iter().map(|q| (q.name.as_str(), &*q.qtype)));
+                    .flat_map(|m| m.questions.iter().map(|q| (q.name.as_str(), q.qtype)));
                 // A query's rcode field says nothing: only responses have one.
                 let rcode = p.dns.as_ref().filter(|m| m.qr).map(|m| &*m.rcode);
                 let failed = rcode.is_some_and(|rc| FAILED_RCODES.contains(&rc));
@@ -204,7 +210,7 @@ impl Filter {
                 let qs = f
                     .dns
                     .iter()
-                    .flat_map(|m| m.questions.iter().map(|q| (q.name.as_str(), &*q.qtype)));
+                    .flat_map(|m| m.questions.iter().map(|q| (q.name.as_str(), q.qtype)));
                 self.pod_matches([f.pod_ref()])
                     && self.question_matches(qs)
                     && self.rcode_matches(None)
@@ -214,7 +220,7 @@ impl Filter {
                 let qs = d
                     .dns
                     .iter()
-                    .flat_map(|m| m.questions.iter().map(|q| (q.name.as_str(), &*q.qtype)));
+                    .flat_map(|m| m.questions.iter().map(|q| (q.name.as_str(), q.qtype)));
                 let rcode = d.dns.as_ref().filter(|m| m.qr).map(|m| &*m.rcode);
                 self.pod_matches([d.pod_ref()])
                     && self.question_matches(qs)
@@ -248,16 +254,14 @@ impl Filter {
                             .any(|l| l.latency_ns.is_some_and(|l| l > limit))
                 };
                 self.pod_matches(pods)
-                    && self
-                        .question_matches([(t.question.name.as_str(), t.question.qtype.as_str())])
+                    && self.question_matches([(t.question.name.as_str(), t.question.qtype)])
                     && self.rcode_matches(rcodes)
                     && (!self.failures || failed)
                     && self.slower_than_ns.is_none_or(slow)
             }
             Record::Loop(l) => {
                 self.pod_matches(l.cycle.iter().map(|h| &h.pod))
-                    && self
-                        .question_matches([(l.question.name.as_str(), l.question.qtype.as_str())])
+                    && self.question_matches([(l.question.name.as_str(), l.question.qtype)])
                     && self.rcodes.is_empty()
                     && self.slower_than_ns.is_none()
             }
@@ -266,7 +270,7 @@ impl Filter {
                     .dropped
                     .iter()
                     .chain(r.sibling.iter())
-                    .map(|q| (q.question.name.as_str(), q.question.qtype.as_str()));
+                    .map(|q| (q.question.name.as_str(), q.question.qtype));
                 self.pod_matches([&r.pod])
                     && self.question_matches(qs)
                     && self.rcodes.is_empty()
@@ -287,7 +291,7 @@ mod tests {
             record::{Join, Summary},
             LegRole,
         },
-        decode::dns::{DnsMessage, Flags, Question},
+        decode::dns::{DnsMessage, Flags, Question, RrClass},
         output::record::{
             HopRecord, LegRecord, LookupRef, PacketRecord, QuestionRecord, TransactionRecord,
         },
@@ -308,8 +312,8 @@ mod tests {
             netns_cookie: 1,
             ifname: "eth0".into(),
             ifindex: 2,
-            dir: "egress",
-            proto: "udp",
+            dir: crate::event::Direction::Egress,
+            proto: crate::decode::record::Proto::Udp,
             src: "10.0.0.1:1000"
                 .parse::<std::net::SocketAddr>()
                 .unwrap()
@@ -331,7 +335,7 @@ mod tests {
                     flags: Flags::default(),
                     questions: vec![Question {
                         name: name.into(),
-                        qtype: qtype.to_owned().into(),
+                        qtype: qtype.into(),
                         class: "IN".into(),
                     }],
                     answers: Vec::new(),
@@ -387,7 +391,7 @@ mod tests {
             wall_ns: 1,
             client: addr("10.0.0.1:1000"),
             client_netns: "n".into(),
-            question: QuestionRecord::new("www.lab.test.", "A", "IN"),
+            question: QuestionRecord::new("www.lab.test.", RrType::A, RrClass::IN),
             outcome,
             rcode: rcode.clone(),
             answers: Vec::new(),
@@ -608,7 +612,7 @@ mod tests {
             kind: LoopKind::Cycle,
             ts_ns: 1,
             wall_ns: 1,
-            question: QuestionRecord::new("loop.lab.test.", "A", "IN"),
+            question: QuestionRecord::new("loop.lab.test.", RrType::A, RrClass::IN),
             loop_plugin_probe: false,
             cycle: vec![hop(None), hop(Some("kube-system/coredns-b"))],
             hop_count: 2,

@@ -1,170 +1,20 @@
-//! The JSON form of the correlate and detect stages' reports (field by field in
-//! docs/output.md): each report is written through a borrowed view of it in record shape,
-//! with its names, wall-clock time, summary and path in words.
+//! The JSON form of the correlate and detect stages' top-level reports (field by field in
+//! docs/output.md): their parts (questions, legs, hops, drops, race queries, counters) are
+//! their own JSON shape (`#[derive(Serialize)]` where they are defined); a transaction, race
+//! or loop is written through a borrowed view of it that adds what is said in words (its
+//! summary, path and wall-clock time), made by this stage.
 use serde::{Serialize, Serializer};
 
 use super::report;
 use crate::{
     correlate::{
-        loops::{LoopHop, LoopRecord},
-        race::{CounterDeltas, RaceQuery, RaceRecord},
-        record::{
-            HopRecord, LegDrop, LegRecord, LookupRef, QuestionRecord, Summary, TransactionRecord,
-        },
+        loops::{LoopHop, LoopKind, LoopRecord, LoopState},
+        race::{CounterDeltas, RaceQuery, RaceRecord, RaceVerdict},
+        record::{LegRecord, LookupRef, Outcome, QuestionRecord, Summary, TransactionRecord},
     },
     decode::{dns::Cut, ip::Addr, record::PodRef},
-    event::Direction,
     time::WallTime,
 };
-
-#[derive(Serialize)]
-struct QuestionJson<'a> {
-    name: &'a str,
-    #[serde(rename = "type")]
-    qtype: &'a str,
-    class: &'a str,
-}
-
-impl Serialize for QuestionRecord {
-    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        QuestionJson {
-            name: &self.name,
-            qtype: &self.qtype,
-            class: &self.class,
-        }
-        .serialize(s)
-    }
-}
-
-#[derive(Serialize)]
-struct LookupJson {
-    id: u64,
-    step: u32,
-}
-
-impl Serialize for LookupRef {
-    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        LookupJson {
-            id: self.id,
-            step: self.step,
-        }
-        .serialize(s)
-    }
-}
-
-#[derive(Serialize)]
-struct HopJson<'a> {
-    ts_ns: u64,
-    netns: &'a str,
-    ifname: &'a str,
-    #[serde(flatten)]
-    pod: &'a PodRef,
-    dir: Direction,
-    src: Addr,
-    dst: Addr,
-    dns_id: u16,
-    qr: bool,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    latency_ns: Option<u64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    tunnel: Option<&'a crate::decode::tunnel::Tunnel>,
-}
-
-impl Serialize for HopRecord {
-    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        HopJson {
-            ts_ns: self.ts_ns,
-            netns: &self.netns,
-            ifname: &self.ifname,
-            pod: &self.pod,
-            dir: self.dir,
-            src: Addr(self.src),
-            dst: Addr(self.dst),
-            dns_id: self.dns_id,
-            qr: self.qr,
-            latency_ns: self.latency_ns,
-            tunnel: self.tunnel.as_deref(),
-        }
-        .serialize(s)
-    }
-}
-
-#[derive(Serialize)]
-struct LegDropJson<'a> {
-    ts_ns: u64,
-    netns: &'a str,
-    ifname: &'a str,
-    #[serde(flatten)]
-    pod: &'a PodRef,
-    reason: &'a str,
-    location: &'a str,
-    response: bool,
-}
-
-impl Serialize for LegDrop {
-    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        LegDropJson {
-            ts_ns: self.ts_ns,
-            netns: &self.netns,
-            ifname: &self.ifname,
-            pod: &self.pod,
-            reason: &self.reason,
-            location: &self.location,
-            response: self.response,
-        }
-        .serialize(s)
-    }
-}
-
-#[derive(Serialize)]
-struct LegJson<'a> {
-    id: u64,
-    parent: Option<usize>,
-    role: &'static str,
-    proto: &'static str,
-    client: Addr,
-    server: Addr,
-    backend: Addr,
-    dns_id: u16,
-    join: &'static str,
-    outcome: &'static str,
-    rcode: Option<&'a str>,
-    answers: &'a [String],
-    #[serde(skip_serializing_if = "Option::is_none")]
-    answer_cut: Option<&'a Cut>,
-    latency_ns: Option<u64>,
-    retransmits: u32,
-    drop: Option<&'a LegDrop>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    node_cache: Option<&'static str>,
-    hops: &'a [HopRecord],
-}
-
-impl Serialize for LegRecord {
-    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        LegJson {
-            id: self.id,
-            parent: self.parent,
-            role: report::role_name(self.role),
-            proto: report::proto_name(self.proto),
-            client: Addr(self.client),
-            server: Addr(self.server),
-            backend: Addr(self.backend),
-            dns_id: self.dns_id,
-            join: report::join_name(self.join),
-            outcome: report::leg_outcome_name(self.outcome),
-            rcode: self.rcode.as_deref(),
-            answers: &self.answers,
-            answer_cut: self.answer_cut.as_ref(),
-            latency_ns: self.latency_ns,
-            retransmits: self.retransmits,
-            drop: self.drop.as_ref(),
-            node_cache: self.node_cache.map(report::node_cache_name),
-            hops: &self.hops,
-        }
-        .serialize(s)
-    }
-}
 
 #[derive(Serialize)]
 struct TransactionJson<'a> {
@@ -177,7 +27,7 @@ struct TransactionJson<'a> {
     #[serde(flatten)]
     pod: &'a PodRef,
     question: &'a QuestionRecord,
-    outcome: &'static str,
+    outcome: Outcome,
     rcode: Option<&'a str>,
     answers: &'a [String],
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -206,7 +56,7 @@ impl Serialize for TransactionRecord {
             client_netns: &self.client_netns,
             pod: &self.pod,
             question: &self.question,
-            outcome: report::outcome_name(self.outcome),
+            outcome: self.outcome,
             rcode: self.rcode.as_deref(),
             answers: &self.answers,
             answer_cut: self.answer_cut.as_ref(),
@@ -228,46 +78,8 @@ impl Serialize for TransactionRecord {
 }
 
 #[derive(Serialize)]
-struct CountersJson {
-    insert_failed: u64,
-    drop: u64,
-    clash_resolve: u64,
-}
-
-impl Serialize for CounterDeltas {
-    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        CountersJson {
-            insert_failed: self.insert_failed,
-            drop: self.drop,
-            clash_resolve: self.clash_resolve,
-        }
-        .serialize(s)
-    }
-}
-
-#[derive(Serialize)]
-struct RaceQueryJson<'a> {
-    dns_id: u16,
-    question: &'a QuestionRecord,
-    backend: Addr,
-    offset_ns: u64,
-}
-
-impl Serialize for RaceQuery {
-    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        RaceQueryJson {
-            dns_id: self.dns_id,
-            question: &self.question,
-            backend: Addr(self.backend),
-            offset_ns: self.offset_ns,
-        }
-        .serialize(s)
-    }
-}
-
-#[derive(Serialize)]
 struct RaceJson<'a> {
-    verdict: &'static str,
+    verdict: RaceVerdict,
     ts_ns: u64,
     time: WallTime,
     netns: String,
@@ -293,7 +105,7 @@ struct RaceJson<'a> {
 impl Serialize for RaceRecord {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         RaceJson {
-            verdict: report::verdict_name(self.verdict),
+            verdict: self.verdict,
             ts_ns: self.ts_ns,
             time: WallTime(self.wall_ns),
             netns: report::race_netns(&self.netns),
@@ -343,8 +155,8 @@ impl Serialize for LoopHop {
 #[derive(Serialize)]
 struct LoopJson<'a> {
     id: u64,
-    state: &'static str,
-    kind: &'static str,
+    state: LoopState,
+    kind: LoopKind,
     ts_ns: u64,
     time: WallTime,
     question: &'a QuestionRecord,
@@ -368,8 +180,8 @@ impl Serialize for LoopRecord {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         LoopJson {
             id: self.id,
-            state: report::loop_state_name(self.state),
-            kind: report::loop_kind_name(self.kind),
+            state: self.state,
+            kind: self.kind,
             ts_ns: self.ts_ns,
             time: WallTime(self.wall_ns),
             question: &self.question,
@@ -396,6 +208,65 @@ mod tests {
     use std::net::SocketAddr;
 
     use super::*;
+
+    /// The text sink and the agent name the enums with `report`'s words; JSON with their
+    /// own `Serialize`: the same words.
+    #[test]
+    fn enum_names_are_those_of_the_text() {
+        use crate::correlate::{
+            record::{Join, LegOutcome, NodeCache},
+            LegRole,
+        };
+        fn same<T: Serialize + Copy>(all: &[T], name: fn(T) -> &'static str) {
+            for &v in all {
+                let json = serde_json::to_value(v).unwrap();
+                assert_eq!(json.as_str(), Some(name(v)));
+            }
+        }
+        use LegRole as R;
+        same(
+            &[R::Query, R::Retry, R::TcpFallback, R::Forward],
+            report::role_name,
+        );
+        same(
+            &[Join::SameTuple, Join::Conntrack, Join::Fallback],
+            report::join_name,
+        );
+        use LegOutcome as L;
+        same(
+            &[
+                L::Answered,
+                L::Truncated,
+                L::Dropped,
+                L::Late,
+                L::Pending,
+                L::Unanswered,
+            ],
+            report::leg_outcome_name,
+        );
+        same(
+            &[NodeCache::Hit, NodeCache::Miss, NodeCache::Bypass],
+            report::node_cache_name,
+        );
+        use Outcome as O;
+        same(
+            &[O::Answered, O::Dropped, O::Late, O::Pending, O::Unanswered],
+            report::outcome_name,
+        );
+        use RaceVerdict as V;
+        same(
+            &[V::RaceDrop, V::ResolvedClash, V::Suspected],
+            report::verdict_name,
+        );
+        same(
+            &[LoopState::Detected, LoopState::Ongoing, LoopState::Ended],
+            report::loop_state_name,
+        );
+        same(
+            &[LoopKind::Cycle, LoopKind::Amplification],
+            report::loop_kind_name,
+        );
+    }
 
     #[test]
     fn addresses_are_written_as_display_writes_them() {

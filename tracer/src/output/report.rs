@@ -23,13 +23,7 @@ pub fn wall(wall_ns: u64) -> impl fmt::Display {
     crate::time::WallTime(wall_ns)
 }
 
-pub fn proto_name(proto: u8) -> &'static str {
-    if proto == tracer_common::proto::IPPROTO_TCP {
-        "tcp"
-    } else {
-        "udp"
-    }
-}
+pub use crate::correlate::record::proto_name;
 
 pub fn role_name(role: LegRole) -> &'static str {
     match role {
@@ -224,10 +218,10 @@ pub fn race_summary(r: &RaceRecord) -> String {
     let (name, qtype, offset) = match &r.dropped {
         Some(q) => (
             q.question.name.as_str(),
-            q.question.qtype.as_str(),
+            q.question.qtype.name(),
             q.offset_ns,
         ),
-        None => ("", "", 0),
+        None => ("", "".into(), 0),
     };
     let what = match r.verdict {
         RaceVerdict::RaceDrop => format!(

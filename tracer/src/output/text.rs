@@ -11,7 +11,7 @@ use super::{
     report::{self, loop_server, peer},
     Record, Sink,
 };
-use crate::time::WallTime;
+use crate::{event::Direction, time::WallTime};
 
 pub struct TextSink<W: Write> {
     out: W,
@@ -39,11 +39,11 @@ fn wall_clock(wall_ns: u64) -> String {
     clock(&t).to_string()
 }
 
-fn short_dir(dir: &str) -> &'static str {
+fn short_dir(dir: Direction) -> &'static str {
     match dir {
-        "ingress" => "in ",
-        "egress" => "out",
-        _ => "   ",
+        Direction::Ingress => "in ",
+        Direction::Egress => "out",
+        Direction::Unknown => "   ",
     }
 }
 
@@ -261,7 +261,7 @@ pub fn transaction_block(t: &TransactionRecord) -> String {
         at(&t.client_netns, "", &t.pod),
         t.client,
         esc(&t.question.name),
-        esc(&t.question.qtype),
+        t.question.qtype,
         esc(&report::transaction_summary(t))
     );
     if t.lookup.step > 0 {
@@ -334,7 +334,7 @@ pub fn loop_line(l: &crate::correlate::loops::LoopRecord) -> String {
         "{} {what}: {} {}{probe} zone {}: {} — {} hop(s), {} pkt/s, {} packets ({} summarised) over {}, clients {}",
         wall_clock(l.wall_ns),
         esc(&l.question.name),
-        esc(&l.question.qtype),
+        l.question.qtype,
         esc(report::zone(&l.question.name)),
         loop_path(l),
         l.hop_count,
@@ -370,17 +370,13 @@ pub fn race_line(r: &crate::correlate::race::RaceRecord) -> String {
         if let Some(d) = &r.dropped {
             line.push_str(&format!(
                 "; {} id {} → {}",
-                esc(&d.question.qtype),
-                d.dns_id,
-                d.backend
+                d.question.qtype, d.dns_id, d.backend
             ));
         }
         if let Some(s) = &r.sibling {
             line.push_str(&format!(
                 "; sibling {} id {} → {}",
-                esc(&s.question.qtype),
-                s.dns_id,
-                s.backend
+                s.question.qtype, s.dns_id, s.backend
             ));
         }
         if let Some(cpu) = r.cpu {

@@ -208,8 +208,8 @@ mod tests {
             netns_cookie: 1,
             ifname: "eth0".into(),
             ifindex: 2,
-            dir: "ingress",
-            proto: "udp",
+            dir: crate::event::Direction::Ingress,
+            proto: crate::decode::record::Proto::Udp,
             src: "10.0.0.1:5000"
                 .parse::<std::net::SocketAddr>()
                 .unwrap()
@@ -229,7 +229,7 @@ mod tests {
     }
 
     fn question() -> QuestionRecord {
-        QuestionRecord::new("www.lab.test.", "A", "IN")
+        QuestionRecord::new("www.lab.test.", "A".into(), "IN".into())
     }
 
     fn transaction(id: u64) -> Record {
@@ -268,7 +268,7 @@ mod tests {
             reason_code: Some(6),
             confirm_failed: None,
             location: "nf_hook_slow+0x9e".into(),
-            proto: "udp",
+            proto: crate::decode::record::Proto::Udp,
             src: "10.0.0.1:5000".into(),
             dst: "10.0.0.2:53".into(),
             len: 60,

@@ -9,6 +9,7 @@ use prometheus_client::{
 
 use crate::{
     correlate::{loops::LoopKind, LegRole},
+    decode::dns::RrType,
     output::record::LegRecord,
 };
 
@@ -47,13 +48,11 @@ pub const RCODES: [&str; 13] = [
 /// 6.18); beyond this, or for a name that is not an enum identifier, `other`.
 pub const MAX_DROP_REASONS: usize = 256;
 
-pub fn qtype_label(qtype: &str) -> &'static str {
-    if qtype == "*" {
-        return "ANY";
-    }
-    QTYPES
-        .iter()
-        .find(|t| t.eq_ignore_ascii_case(qtype))
+/// A type's label: its mnemonic if it is one of [`QTYPES`], else `other`.
+pub fn qtype_label(qtype: RrType) -> &'static str {
+    qtype
+        .known_name()
+        .and_then(|name| QTYPES.iter().find(|t| **t == name))
         .copied()
         .unwrap_or("other")
 }

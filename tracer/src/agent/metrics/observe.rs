@@ -154,7 +154,7 @@ impl Metrics {
     }
 
     fn observe_transaction(&self, t: &TransactionRecord) {
-        let qtype = qtype_label(&t.question.qtype);
+        let qtype = qtype_label(t.question.qtype);
         let outcome = match t.outcome {
             Outcome::Answered => "answered",
             Outcome::Dropped => "dropped",
@@ -393,7 +393,7 @@ impl Metrics {
         let qtype = r
             .dropped
             .as_ref()
-            .map(|q| qtype_label(&q.question.qtype))
+            .map(|q| qtype_label(q.question.qtype))
             .unwrap_or("other");
         match r.verdict {
             RaceVerdict::RaceDrop => {

@@ -9,7 +9,7 @@ use crate::{
 };
 
 fn q(name: &str) -> QKey {
-    QKey::asked(name, "A", "IN")
+    QKey::asked(name, "A".into(), "IN".into())
 }
 
 fn leg(id: u64, client: &str, name: &str, dns_id: u16, parent: Option<u64>) -> Leg {

@@ -16,7 +16,7 @@ use crate::{
         frag::parse_fragment,
         observation::{DropObservation, Observed},
         parse_ip,
-        record::{CtEndpoints, CtRecord, DecodeReport, DropRecord, DroppedFragment},
+        record::{CtEndpoints, CtRecord, DecodeReport, DropRecord, DroppedFragment, Proto},
         Transport,
     },
     event::{CtSnapshot, KernelDrop},
@@ -131,7 +131,7 @@ impl Decoder {
             reason_code,
             confirm_failed,
             location,
-            proto: "ip",
+            proto: Proto::Ip,
             src: String::new(),
             dst: String::new(),
             len: d.orig_len,
@@ -161,7 +161,7 @@ impl Decoder {
                         SocketAddr::new(ip.dst, dport),
                     );
                     endpoints = Some((IPPROTO_UDP, src, dst));
-                    r.proto = "udp";
+                    r.proto = Proto::Udp;
                     r.src = addr_string(src);
                     r.dst = addr_string(dst);
                     // The first fragment of a datagram holds the start of the message.
@@ -193,7 +193,7 @@ impl Decoder {
                         SocketAddr::new(ip.dst, dport),
                     );
                     endpoints = Some((IPPROTO_TCP, src, dst));
-                    r.proto = "tcp";
+                    r.proto = Proto::Tcp;
                     r.src = addr_string(src);
                     r.dst = addr_string(dst);
                     // A segment starting a message: try to decode it, as far as it was
@@ -223,9 +223,9 @@ impl Decoder {
                 Transport::Other { proto } => match self.frag.first_fragment_of(&d.data, d.ts_ns) {
                     Some(first) => {
                         r.proto = match proto {
-                            IPPROTO_TCP => "tcp",
-                            IPPROTO_UDP => "udp",
-                            _ => "ip",
+                            IPPROTO_TCP => Proto::Tcp,
+                            IPPROTO_UDP => Proto::Udp,
+                            _ => Proto::Ip,
                         };
                         let (src, dst) = (
                             SocketAddr::new(ip.src, first.ports.0),

@@ -60,7 +60,7 @@ fn packet_record(
     ts_ns: u64,
     at: ObservationPoint,
     (netns, ifname): (Arc<str>, Arc<str>),
-    proto: &'static str,
+    proto: Proto,
     src: Endpoint,
     dst: Endpoint,
 ) -> PacketRecord {
@@ -73,7 +73,7 @@ fn packet_record(
         netns_cookie: at.netns,
         ifname,
         ifindex: at.ifindex,
-        dir: at.dir.as_str(),
+        dir: at.dir,
         proto,
         src,
         dst,
@@ -168,7 +168,7 @@ impl Decoder {
                     caplen: p.data.len() as u32,
                     vlan: p.vlan,
                     malformed: Some(format!("tunnel: {e}")),
-                    ..packet_record(&self.clock, p.ts_ns, p.at, place, "ip", src, dst)
+                    ..packet_record(&self.clock, p.ts_ns, p.at, place, Proto::Ip, src, dst)
                 };
                 out.push(DecodeReport::Packet(r).into());
                 return;
@@ -183,7 +183,7 @@ impl Decoder {
         let clock = self.clock;
         // The place's names go into the record (a UDP packet's one record takes them).
         let (len, caplen) = outer_len.unwrap_or((p.orig_len, p.data.len() as u32));
-        let base = |proto: &'static str, src: Endpoint, dst: Endpoint, place: Place| PacketRecord {
+        let base = |proto: Proto, src: Endpoint, dst: Endpoint, place: Place| PacketRecord {
             cpu: p.cpu,
             len,
             caplen,
@@ -200,7 +200,7 @@ impl Decoder {
                     .as_ref()
                     .map(|ip| (Endpoint::Ip(ip.src), Endpoint::Ip(ip.dst)))
                     .unwrap_or_default();
-                let mut r = base("ip", src, dst, (netns, ifname));
+                let mut r = base(Proto::Ip, src, dst, (netns, ifname));
                 r.malformed = Some(match (ip, rejected) {
                     (_, Some(e)) => e.to_string(),
                     (Err(e), None) => format!("IP: {e}"),
@@ -231,7 +231,7 @@ impl Decoder {
                     SocketAddr::new(ip.src, sport),
                     SocketAddr::new(ip.dst, dport),
                 );
-                let r = base("udp", src.into(), dst.into(), (netns, ifname));
+                let r = base(Proto::Udp, src.into(), dst.into(), (netns, ifname));
                 let cut = cut_by_capture(p.orig_len, p.data.len(), ip.missing, payload.len());
                 let decoded = match decode_message(&mut self.messages, payload, cut) {
                     // Short of what its headers say, though nothing was cut on capture.
@@ -282,7 +282,7 @@ impl Decoder {
                 }
                 for item in produced.drain(..) {
                     let r = base(
-                        "tcp",
+                        Proto::Tcp,
                         src.into(),
                         dst.into(),
                         (Arc::clone(&netns), Arc::clone(&ifname)),
@@ -349,7 +349,7 @@ impl Decoder {
                 ts_ns,
                 at,
                 (netns, ifname),
-                "tcp",
+                Proto::Tcp,
                 key.src.into(),
                 key.dst.into(),
             );

@@ -1,13 +1,14 @@
 //! Storm shedding: under a detected forwarding loop, the looping question's UDP packets are
 //! only counted, recognised by the wire form of their question before any decoding.
 use super::*;
+use crate::decode::dns::{RrClass, RrType};
 
 /// Packets of one looping question that were counted instead of decoded.
 #[derive(Clone, Debug)]
 pub struct Summarised {
     pub name: String,
-    pub qtype: String,
-    pub class: String,
+    pub qtype: RrType,
+    pub class: RrClass,
     /// Since the last [`Decoder::take_summarised`].
     pub count: u64,
     pub last_ts: u64,
@@ -43,16 +44,14 @@ pub(super) fn question_key<'b>(payload: &[u8], buf: &'b mut [u8; 264]) -> Option
     buf.get(..n + 4)
 }
 
-/// The kernel's hash of a question (`tracer_common::shed`), from presentation form.
-pub fn question_hash(name: &str, qtype: &str, class: &str) -> Option<u64> {
+/// The kernel's hash of a question (`tracer_common::shed`), from its name in presentation
+/// form and its type and class.
+pub fn question_hash(name: &str, qtype: RrType, class: RrClass) -> Option<u64> {
     question_key_of(name, qtype, class).map(|k| tracer_common::shed::hash(&k))
 }
 
-/// The same key built from presentation form.
-pub(super) fn question_key_of(name: &str, qtype: &str, class: &str) -> Option<Box<[u8]>> {
-    use std::str::FromStr;
-    let rtype = hickory_proto::rr::RecordType::from_str(qtype).ok()?;
-    let class = hickory_proto::rr::DNSClass::from_str(class).ok()?;
+/// The same key built from the name in presentation form.
+pub(super) fn question_key_of(name: &str, qtype: RrType, class: RrClass) -> Option<Box<[u8]>> {
     let mut out = Vec::with_capacity(name.len() + 6);
     for label in name
         .trim_end_matches('.')
@@ -66,19 +65,19 @@ pub(super) fn question_key_of(name: &str, qtype: &str, class: &str) -> Option<Bo
         out.extend(label.bytes().map(|b| b.to_ascii_lowercase()));
     }
     out.push(0);
-    out.extend(u16::from(rtype).to_be_bytes());
-    out.extend(u16::from(class).to_be_bytes());
+    out.extend(qtype.0.to_be_bytes());
+    out.extend(class.0.to_be_bytes());
     Some(out.into_boxed_slice())
 }
 
 impl Decoder {
     /// From now on only count UDP packets of this question (an active loop).
-    pub fn summarise_question(&mut self, name: &str, qtype: &str, class: &str) {
+    pub fn summarise_question(&mut self, name: &str, qtype: RrType, class: RrClass) {
         if let Some(key) = question_key_of(name, qtype, class) {
             self.summarise.entry(key).or_insert_with(|| Summarised {
                 name: name.to_string(),
-                qtype: qtype.to_string(),
-                class: class.to_string(),
+                qtype,
+                class,
                 count: 0,
                 last_ts: 0,
             });
@@ -86,7 +85,7 @@ impl Decoder {
     }
 
     /// Decode this question's packets again (the loop ended).
-    pub fn stop_summarising(&mut self, name: &str, qtype: &str, class: &str) {
+    pub fn stop_summarising(&mut self, name: &str, qtype: RrType, class: RrClass) {
         if let Some(key) = question_key_of(name, qtype, class) {
             self.summarise.remove(&key);
         }

@@ -138,7 +138,10 @@ fn tcp_message_cut_short_by_the_end_of_the_stream_is_malformed_at_finish() {
         why.contains("stream ended 65527 bytes short of a 65535-byte message"),
         "{why}"
     );
-    assert_eq!((r.proto, r.len, r.caplen, r.ts_ns), ("tcp", 0, 0, 2));
+    assert_eq!(
+        (r.proto, r.len, r.caplen, r.ts_ns),
+        (crate::decode::record::Proto::Tcp, 0, 0, 2)
+    );
     let s = d.stats();
     assert_eq!((s.malformed, s.tcp_messages), (1, 1));
     assert!(accounted(&s), "{s:?}");
@@ -320,13 +323,13 @@ fn question_keys_match_from_wire_and_text() {
     let wire = question_key(&msg, &mut buf).unwrap().to_vec();
     assert_eq!(
         wire,
-        question_key_of("www.lab.test.", "A", "IN")
+        question_key_of("www.lab.test.", "A".into(), "IN".into())
             .unwrap()
             .to_vec()
     );
     assert_ne!(
         wire,
-        question_key_of("www.lab.test.", "AAAA", "IN")
+        question_key_of("www.lab.test.", "AAAA".into(), "IN".into())
             .unwrap()
             .to_vec()
     );

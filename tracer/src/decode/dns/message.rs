@@ -166,8 +166,8 @@ pub(super) fn read_question(
     let class = dec.read_u16()?.unverified(/*any u16 is a class*/);
     Ok(Question {
         name,
-        qtype: type_name(qtype),
-        class: class_name(class),
+        qtype: RrType(qtype),
+        class: RrClass(class),
     })
 }
 

@@ -89,8 +89,8 @@ pub struct Question {
     /// FQDN with trailing dot, case as received (DNS 0x20 case randomisation survives).
     pub name: String,
     #[serde(rename = "type")]
-    pub qtype: Text,
-    pub class: Text,
+    pub qtype: RrType,
+    pub class: RrClass,
 }
 
 #[derive(Debug, Clone, Serialize, PartialEq, Eq)]
@@ -209,10 +209,12 @@ mod rdata;
 mod svcb;
 #[cfg(test)]
 mod tests;
+mod types;
 
 use message::*;
 use names::*;
 use rdata::*;
+pub use types::{RrClass, RrType};
 
 impl DnsMessage {
     /// One line in tcpdump's style: `12345+ [1au] A? www.lab.test.` for a query,
@@ -312,10 +314,10 @@ impl Cut {
 }
 
 fn push_question(s: &mut String, q: &Question) {
-    s.push_str(&q.qtype);
-    if q.class != "IN" {
+    s.push_str(&q.qtype.name());
+    if q.class != RrClass::IN {
         s.push(' ');
-        s.push_str(&q.class);
+        s.push_str(&q.class.name());
     }
     s.push_str("? ");
     s.push_str(&q.name);

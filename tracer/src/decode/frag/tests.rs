@@ -502,7 +502,11 @@ fn a_dropped_later_fragment_is_tied_to_its_query() {
     };
     assert_eq!(
         (a.proto, a.src.as_str(), a.dst.as_str()),
-        ("udp", "10.250.0.53:53", "10.244.1.2:40000")
+        (
+            crate::decode::record::Proto::Udp,
+            "10.250.0.53:53",
+            "10.244.1.2:40000"
+        )
     );
     assert_eq!(
         a.fragment,
@@ -552,7 +556,11 @@ fn a_dropped_later_fragment_is_tied_to_its_query() {
     );
     for r in &out {
         let Record::Drop(r) = r else { panic!("{r:?}") };
-        assert_eq!((r.proto, r.src.as_str()), ("ip", "10.250.0.53"), "{r:?}");
+        assert_eq!(
+            (r.proto, r.src.as_str()),
+            (crate::decode::record::Proto::Ip, "10.250.0.53"),
+            "{r:?}"
+        );
         assert!(r.dns.is_none() && r.fragment.is_some(), "{r:?}");
     }
     assert_eq!(out.len(), 2);

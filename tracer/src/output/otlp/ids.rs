@@ -18,6 +18,7 @@
 //! Any change of these bytes is a new version (the `dnspath.id_scheme` attribute).
 use std::{hash::Hasher, net::SocketAddr};
 
+use crate::decode::dns::{RrClass, RrType};
 use siphasher::{
     sip::SipHasher24 as Sip64,
     sip128::{Hasher128, SipHasher24 as Sip128},
@@ -69,8 +70,8 @@ pub struct QueryIdentity<'a> {
     pub proto: u8,
     pub dns_id: u16,
     pub name: &'a str,
-    pub qtype: &'a str,
-    pub class: &'a str,
+    pub qtype: RrType,
+    pub class: RrClass,
 }
 
 fn write_str(h: &mut impl Hasher, s: &str, lower: bool) {
@@ -99,6 +100,11 @@ fn write_socket(h: &mut impl Hasher, a: SocketAddr) {
 
 /// The epoch-free key of a query (`dnspath.query_key`).
 pub fn query_key(key: &IdKey, q: &QueryIdentity<'_>) -> [u8; 16] {
+    // The scheme hashes the type and class as written (their mnemonics).
+    query_key_of(key, q, &q.qtype.name(), &q.class.name())
+}
+
+fn query_key_of(key: &IdKey, q: &QueryIdentity<'_>, qtype: &str, class: &str) -> [u8; 16] {
     let mut h = key.sip128();
     h.write(b"q");
     h.write(&[VERSION]);
@@ -106,8 +112,8 @@ pub fn query_key(key: &IdKey, q: &QueryIdentity<'_>) -> [u8; 16] {
     h.write(&[q.proto]);
     h.write(&q.dns_id.to_be_bytes());
     write_str(&mut h, q.name, true);
-    write_str(&mut h, q.qtype, false);
-    write_str(&mut h, q.class, false);
+    write_str(&mut h, qtype, false);
+    write_str(&mut h, class, false);
     h.finish128().as_bytes()
 }
 
@@ -240,8 +246,8 @@ mod tests {
             proto: 17,
             dns_id: id,
             name,
-            qtype: "A",
-            class: "IN",
+            qtype: RrType::A,
+            class: RrClass::IN,
         }
     }
 
@@ -326,7 +332,7 @@ mod tests {
         assert_ne!(qk, other_name);
         assert_ne!(t, trace_id(&key, &other_name, epoch(T)));
         let aaaa = QueryIdentity {
-            qtype: "AAAA",
+            qtype: RrType::AAAA,
             ..base
         };
         assert_ne!(qk, query_key(&key, &aaaa));
@@ -338,10 +344,9 @@ mod tests {
         // Length prefixes: moving bytes between name and type changes the key.
         let x = QueryIdentity {
             name: "a.lab.test.A",
-            qtype: "",
             ..base
         };
-        assert_ne!(qk, query_key(&key, &x));
+        assert_ne!(qk, query_key_of(&key, &x, "", "IN"));
         // Roles are distinct.
         let c: SocketAddr = "10.0.0.1:5000".parse().unwrap();
         let s: SocketAddr = "10.0.0.3:53".parse().unwrap();

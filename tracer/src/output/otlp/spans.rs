@@ -53,8 +53,8 @@ fn identity(tx: &TransactionRecord) -> QueryIdentity<'_> {
         proto: first.map_or(tracer_common::proto::IPPROTO_UDP, |l| l.proto),
         dns_id: first.map_or(0, |l| l.dns_id),
         name: &tx.question.name,
-        qtype: &tx.question.qtype,
-        class: &tx.question.class,
+        qtype: tx.question.qtype,
+        class: tx.question.class,
     }
 }
 
@@ -369,7 +369,7 @@ pub fn build(cfg: &SpanConfig, tx: &TransactionRecord) -> (TraceIds, Vec<PlacedS
     let wall = Wall {
         offset: i128::from(tx.wall_ns) - i128::from(tx.ts_ns),
     };
-    let qtype = tx.question.qtype.as_str();
+    let qtype = tx.question.qtype.name();
     let local = client_is_local(tx);
     let root_id = ids::span_id(key, &trace, Role::Root);
     let mut out = Vec::with_capacity(1 + 2 * tx.legs.len());
@@ -421,7 +421,7 @@ pub fn build(cfg: &SpanConfig, tx: &TransactionRecord) -> (TraceIds, Vec<PlacedS
         attributes.push(s("network.transport", transport(l.proto)));
         attributes.push(s("dnspath.leg_role", role_word(l.role)));
         attributes.push(i("dnspath.dns_id", i64::from(l.dns_id)));
-        attributes.push(s("dnspath.qtype", qtype));
+        attributes.push(s("dnspath.qtype", &*qtype));
         attributes.push(s("dnspath.outcome", leg_outcome_word(l.outcome)));
         attributes.push(s("dnspath.join", join_word(l.join)));
         if let Some(r) = &l.rcode {
@@ -567,8 +567,8 @@ pub fn build(cfg: &SpanConfig, tx: &TransactionRecord) -> (TraceIds, Vec<PlacedS
             attributes.push(s("network.transport", transport(l.proto)));
             attributes.push(i("dnspath.dns_id", i64::from(l.dns_id)));
         }
-        attributes.push(s("dnspath.qtype", qtype));
-        attributes.push(s("dnspath.qclass", tx.question.class.as_str()));
+        attributes.push(s("dnspath.qtype", &*qtype));
+        attributes.push(s("dnspath.qclass", &*tx.question.class.name()));
         attributes.push(s("dnspath.outcome", outcome_word(tx.outcome)));
         if let Some(r) = &tx.rcode {
             attributes.push(s("dnspath.rcode", r.as_str()));
