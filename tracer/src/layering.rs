@@ -43,9 +43,25 @@ const LAYERS: &[(&str, &[&str])] = &[
             "conntrack",
             "correlate",
             "decode",
+            // For now: `stats.evidence`'s types are still evidence/'s.
+            "evidence",
             "event",
             "kube",
             "names",
+            "source",
+            "time",
+        ],
+    ),
+    // Packets as evidence: pcapng files annotated with the records.
+    (
+        "evidence",
+        &[
+            "correlate",
+            "decode",
+            "event",
+            "kube",
+            "names",
+            "output",
             "source",
             "time",
         ],
@@ -68,6 +84,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "correlate",
             "decode",
             "event",
+            "evidence",
             "kallsyms",
             "kernel",
             "names",

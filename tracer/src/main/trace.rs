@@ -95,7 +95,7 @@ enum Until {
 
 fn evidence_options(a: &TraceArgs) -> anyhow::Result<dnspath::trace::EvidenceOptions> {
     let stdout = a.write.as_deref() == Some(std::path::Path::new("-"));
-    let rotation = dnspath::output::files::Rotation {
+    let rotation = dnspath::evidence::files::Rotation {
         max_bytes: a.file_size,
         every: a
             .rotate_seconds
@@ -110,7 +110,7 @@ fn evidence_options(a: &TraceArgs) -> anyhow::Result<dnspath::trace::EvidenceOpt
     if let Some(w) = &a.write {
         let s = w.to_string_lossy();
         if s.contains('%') {
-            dnspath::output::files::strftime(&s, 0).map_err(|e| anyhow::anyhow!("-w {e}"))?;
+            dnspath::evidence::files::strftime(&s, 0).map_err(|e| anyhow::anyhow!("-w {e}"))?;
         }
     }
     Ok(dnspath::trace::EvidenceOptions {

@@ -1,14 +1,10 @@
 //! Sinks: terminal text and NDJSON.
-pub mod annotate;
-pub mod files;
 pub mod filter;
 mod json;
 pub mod otlp;
-pub mod pcapng;
 pub mod pods;
 pub mod queue;
 pub mod record;
-pub mod recorder;
 pub mod report;
 pub mod text;
 

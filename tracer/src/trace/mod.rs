@@ -9,12 +9,11 @@ use std::{
 
 use tokio::signal::unix::{signal, SignalKind};
 
-mod evidence;
 mod otlp;
 mod writer;
 
-use evidence::Evidence;
-pub use evidence::EvidenceOptions;
+pub use crate::evidence::EvidenceOptions;
+use crate::evidence::Evidence;
 pub use otlp::OtlpSink;
 pub use writer::{LiveSink, TraceWriter};
 

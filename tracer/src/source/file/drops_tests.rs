@@ -266,7 +266,7 @@ fn drops_of_a_file_dnspath_wrote_come_back_as_drops() {
     use crate::{
         event::{Direction, KernelDrop, ObservationPoint, SourceEvent},
         names::Names,
-        output::{
+        evidence::{
             annotate::{EvidencePacket, Place},
             pcapng::PcapngSink,
         },

@@ -267,7 +267,7 @@ impl Annotator {
             } else {
                 String::new()
             };
-            let role = super::report::role_name(leg.role);
+            let role = crate::output::report::role_name(leg.role);
             let n = leg.hops.len();
             // An answer that never reached the asking socket says so on every copy of it.
             let fate = match leg.outcome {
@@ -311,7 +311,7 @@ impl Annotator {
                 let note = format!(
                     "loop={} cycle=[{}] ",
                     l.id,
-                    escape(&super::report::loop_path(l))
+                    escape(&crate::output::report::loop_path(l))
                 );
                 if l.state == LoopState::Detected {
                     // The packets of the question held now: from the client's query on.

@@ -23,7 +23,8 @@ use serde::Serialize;
 
 use crate::{
     names::SharedNames,
-    output::{annotate::EvidencePacket, escape, pcapng::PcapngSink},
+    evidence::{annotate::EvidencePacket, pcapng::PcapngSink},
+    output::escape,
     time::Clock,
 };
 

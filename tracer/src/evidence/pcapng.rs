@@ -30,10 +30,8 @@ use crate::{
     event::Direction,
     kube::Pod,
     names::{place, SharedNames},
-    output::{
-        annotate::{EvidencePacket, Place},
-        escape,
-    },
+    evidence::annotate::{EvidencePacket, Place},
+    output::escape,
     time::Clock,
 };
 

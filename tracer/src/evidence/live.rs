@@ -8,11 +8,13 @@ use crate::{
     correlate::{loops::LoopState, race::RaceVerdict, record::Outcome},
     event::{CapturedPacket, KernelDrop},
     names::SharedNames,
-    output::{
+    evidence::{
         annotate::{AnnotateConfig, Annotator, EvidencePacket, EvidenceStats},
         files::{PcapngFiles, Rotation},
-        record::{DropRecord, PacketRecord},
         recorder::{Recorder, RecorderConfig},
+    },
+    output::{
+        record::{DropRecord, PacketRecord},
         report, Record,
     },
     time::Clock,

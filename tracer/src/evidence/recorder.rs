@@ -24,7 +24,8 @@ use serde::Serialize;
 
 use crate::{
     names::SharedNames,
-    output::{annotate::EvidencePacket, escape, files, pcapng::PcapngSink},
+    evidence::{annotate::EvidencePacket, files, pcapng::PcapngSink},
+    output::escape,
     time::Clock,
 };
 
