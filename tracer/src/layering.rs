@@ -43,8 +43,6 @@ const LAYERS: &[(&str, &[&str])] = &[
             "conntrack",
             "correlate",
             "decode",
-            // For now: `stats.evidence`'s types are still evidence/'s.
-            "evidence",
             "event",
             "kube",
             "names",

@@ -1,4 +1,5 @@
 //! Sinks: terminal text and NDJSON.
+pub mod evidence;
 pub mod filter;
 mod json;
 pub mod otlp;
