@@ -1,21 +1,23 @@
-//! The live run's packet evidence: every packet and drop waits for its annotation
-//! ([`Annotator`]), then goes to the `-w` files ([`PcapngFiles`]) and the flight recorder's
-//! ring ([`Recorder`]); incidents among the records start recorder files, and their records
-//! name the file (`evidence`).
+//! The live run's packet evidence, a sink of the list: every packet and drop of a batch
+//! waits for its annotation ([`Annotator`]), then goes to the `-w` files ([`PcapngFiles`])
+//! and the flight recorder's ring ([`Recorder`]); incidents among the records start
+//! recorder files, and their records name the file (`evidence`, written in
+//! [`Sink::enrich`], before any sink sees them).
 use std::path::PathBuf;
 
 use crate::{
     correlate::{loops::LoopState, race::RaceVerdict, record::Outcome},
-    event::{CapturedPacket, KernelDrop},
-    names::SharedNames,
     evidence::{
         annotate::{AnnotateConfig, Annotator, EvidencePacket, EvidenceStats},
         files::{PcapngFiles, Rotation},
         recorder::{Recorder, RecorderConfig},
     },
+    names::SharedNames,
     output::{
-        record::{DropRecord, PacketRecord},
-        report, Record,
+        record::{PacketRecord, StatsRecord},
+        report,
+        sink::{Batch, Sink, Source},
+        Record,
     },
     time::Clock,
 };
@@ -91,29 +93,8 @@ impl Evidence {
         }
     }
 
-    pub fn packet(&mut self, p: &CapturedPacket, records: &[&PacketRecord]) {
-        self.annotator.packet(p, records);
-    }
-
-    pub fn drop(&mut self, d: &KernelDrop, r: &DropRecord) {
-        self.annotator.drop(d, r);
-    }
-
-    /// The records of one turn: they annotate the packets waiting, incidents among them
-    /// start recorder files (and name them); then what is decided is written.
-    pub fn records(&mut self, records: &mut [Record], now_ns: u64) {
-        self.annotator.records(records);
-        if let Some(rec) = self.recorder.as_mut() {
-            for r in records.iter_mut() {
-                incident(rec, r, now_ns);
-            }
-        }
-        self.release(now_ns, false);
-    }
-
-    /// The end of the run: the last records, then everything still waiting is written.
-    pub fn finish(&mut self, records: &mut [Record], now_ns: u64) {
-        self.records(records, now_ns);
+    /// The end of the run: everything still waiting is written.
+    fn release_all(&mut self, now_ns: u64) {
         self.release(now_ns, true);
         if let Some(rec) = self.recorder.as_mut() {
             rec.finish();
@@ -171,6 +152,64 @@ impl Evidence {
                 crate::output::escape(why)
             ),
         }
+    }
+}
+
+impl Sink for Evidence {
+    fn wants_sources(&self) -> bool {
+        true
+    }
+
+    /// Incidents among the records start recorder files, and name them.
+    fn enrich(&mut self, records: &mut [Record], now_ns: u64) {
+        if let Some(rec) = self.recorder.as_mut() {
+            for r in records.iter_mut() {
+                incident(rec, r, now_ns);
+            }
+        }
+    }
+
+    /// The turn's packets and drops wait with what the decoder made of them, the records
+    /// annotate the packets waiting; then what is decided is written.
+    fn batch(&mut self, batch: Batch<'_>) -> std::io::Result<()> {
+        let mut made: Vec<&PacketRecord> = Vec::new();
+        for s in batch.sources {
+            let records = batch.records_of(s);
+            match &s.source {
+                Source::Packet(p) => {
+                    made.clear();
+                    made.extend(records.iter().filter_map(|r| match r {
+                        Record::Packet(pr) => Some(pr),
+                        _ => None,
+                    }));
+                    self.annotator.packet(p, &made);
+                }
+                Source::Drop(d) => {
+                    // Drops in namespaces not traced make no record and stay out of the file.
+                    if let Some(r) = records.iter().find_map(|r| match r {
+                        Record::Drop(dr) => Some(dr),
+                        _ => None,
+                    }) {
+                        self.annotator.drop(d, r);
+                    }
+                }
+            }
+        }
+        self.annotator.records(batch.records);
+        self.release(batch.now_ns, false);
+        Ok(())
+    }
+
+    /// Everything still waiting is written; `stats.evidence`, and a line on stderr.
+    fn finish(&mut self, stats: &mut StatsRecord, now_ns: u64) -> std::io::Result<()> {
+        self.release_all(now_ns);
+        self.report();
+        stats.evidence = Some(Evidence::stats(self));
+        Ok(())
+    }
+
+    fn abort(&mut self, now_ns: u64) {
+        self.release_all(now_ns);
     }
 }
 

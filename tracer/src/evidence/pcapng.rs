@@ -28,9 +28,9 @@ use pcap_file::{
 
 use crate::{
     event::Direction,
+    evidence::annotate::{EvidencePacket, Place},
     kube::Pod,
     names::{place, SharedNames},
-    evidence::annotate::{EvidencePacket, Place},
     output::escape,
     time::Clock,
 };
