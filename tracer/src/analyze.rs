@@ -22,7 +22,12 @@ use crate::{
     kallsyms::Kallsyms,
     names::{Names, SharedNames},
     output::{
-        filter::Filter, record::StatsRecord, text::TextSink, Format, JsonSink, Record, Sink, View,
+        filter::Filter,
+        record::StatsRecord,
+        sink::{Sink, Sinks},
+        text::TextSink,
+        writer::{RecordsOut, WriterSink},
+        Format, JsonSink, Record, View,
     },
     pipeline::{Pipeline, PipelineConfig, TICK_NS},
     source::file::{CaptureFormat, FileError, FileProgress, FileSource, LinkSkips},
@@ -218,6 +223,9 @@ impl Write for BatchWriter {
     }
 }
 
+/// Records handed to the sinks at a time.
+const RECORDS_A_BATCH: usize = 256;
+
 /// 65536-bit set of ports.
 struct PortSet(Option<Box<[u64; 1024]>>);
 
@@ -279,10 +287,15 @@ pub fn analyze_source<R: std::io::Read>(
         },
         clock,
     );
-    let mut sink: Box<dyn Sink> = match opts.format {
-        Format::Json => Box::new(JsonSink::new(BatchWriter::new(out))),
-        Format::Text => Box::new(TextSink::new(BatchWriter::new(out))),
+    // The one sink: the records shown, as text or NDJSON.
+    let shown = RecordsOut::new(opts.view, opts.filter.clone());
+    let writer: Box<dyn Sink> = match opts.format {
+        Format::Json => Box::new(WriterSink::new(shown, JsonSink::new(BatchWriter::new(out)))),
+        Format::Text => Box::new(WriterSink::new(shown, TextSink::new(BatchWriter::new(out)))),
     };
+    let mut sinks = Sinks::new();
+    sinks.push(writer);
+    let mut sources = Vec::new();
 
     let ports = PortSet::new(&opts.ports);
     let mut skipped = Skipped::default();
@@ -353,13 +366,15 @@ pub fn analyze_source<R: std::io::Read>(
             pipeline.tick(now, &mut records);
             last_tick = now;
         }
-        write_records(&mut records, sink.as_mut(), opts.view, &opts.filter)?;
+        // Handed over in batches: the same output, the list's calls shared by many packets.
+        if records.len() >= RECORDS_A_BATCH {
+            sinks.batch(&mut records, &mut sources, None, now)?;
+        }
     }
     pipeline.finish(now, &mut records);
-    write_records(&mut records, sink.as_mut(), opts.view, &opts.filter)?;
-    let stats = pipeline.stats();
-    sink.write(&Record::Stats(Box::new(stats.clone())))?;
-    sink.flush()?;
+    sinks.batch(&mut records, &mut sources, None, now)?;
+    let mut stats = pipeline.stats();
+    sinks.finish(&mut stats, now)?;
 
     skipped.link = source.skips();
     Ok(AnalyzeReport {
@@ -377,21 +392,6 @@ pub fn analyze_source<R: std::io::Read>(
         first_unreadable_drop: source.first_unreadable_drop().map(str::to_string),
         stopped_by,
     })
-}
-
-fn write_records(
-    records: &mut Vec<Record>,
-    sink: &mut dyn Sink,
-    view: View,
-    filter: &Filter,
-) -> io::Result<()> {
-    for r in records.drain(..) {
-        if matches!(r, Record::Packet(_)) && !view.packets() || !filter.keep(&r) {
-            continue;
-        }
-        sink.write(&r)?;
-    }
-    Ok(())
 }
 
 /// [`analyze`], then the summary and any warning on stderr. A file damaged part-way is not

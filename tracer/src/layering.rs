@@ -1,6 +1,7 @@
 //! The module graph points one way (docs: STYLE.md, "Shape of the userspace pipeline"):
-//! event → decode → correlate (with detect: loops, races) → output → pipeline → the modes,
-//! with shared pieces (time, host, names, kallsyms, kube, conntrack status) below them all.
+//! event → decode → correlate (with detect: loops, races) → output (records, the sink trait)
+//! → evidence (pcapng sinks) and pipeline → the modes, with shared pieces (time, host, names,
+//! kallsyms, kube, conntrack status) below them all.
 //! This test reads `tracer/src` and fails on a `crate::` path that points up, or at a module
 //! not listed here. Test code is left out: a test may look at a record the way a sink shows it.
 use std::{
@@ -50,6 +51,20 @@ const LAYERS: &[(&str, &[&str])] = &[
             "time",
         ],
     ),
+    // Packets as evidence: pcapng files annotated with the records.
+    (
+        "evidence",
+        &[
+            "correlate",
+            "decode",
+            "event",
+            "kube",
+            "names",
+            "output",
+            "source",
+            "time",
+        ],
+    ),
     (
         "pipeline",
         &["correlate", "decode", "event", "output", "time"],
@@ -68,6 +83,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "correlate",
             "decode",
             "event",
+            "evidence",
             "kallsyms",
             "kernel",
             "names",

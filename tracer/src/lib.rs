@@ -7,6 +7,7 @@ pub mod detect;
 pub mod doctor;
 pub mod ebpf;
 pub mod event;
+pub mod evidence;
 pub mod host;
 pub mod kallsyms;
 pub mod kernel;

@@ -12,7 +12,10 @@ use crate::{
         dns::{RrClass, RrType},
     },
     event::{KernelCounters, ShedChange, ShedQuestion, SourceEvent},
-    output::record::{Record, StatsRecord},
+    output::{
+        record::{Record, StatsRecord},
+        sink::{Source, Sourced},
+    },
     time::Clock,
 };
 
@@ -97,6 +100,29 @@ impl Pipeline {
             }
             SourceEvent::Garbled { len, why } => self.decoder.on_garbled(len, why),
         }
+    }
+
+    /// [`Pipeline::push`], keeping a packet or drop in `sources` with the range of `out` the
+    /// decoder made of it, for the sinks that want them
+    /// ([`Sink::wants_sources`](crate::output::sink::Sink::wants_sources)): nothing is
+    /// searched afterwards, and the packet's bytes are shared with the decoder, not copied.
+    pub fn push_keeping(
+        &mut self,
+        ev: SourceEvent,
+        out: &mut Vec<Record>,
+        sources: &mut Vec<Sourced>,
+    ) {
+        let source = match &ev {
+            SourceEvent::Packet(p) => Source::Packet(p.clone()),
+            SourceEvent::Drop(d) => Source::Drop(d.clone()),
+            _ => return self.push(ev, out),
+        };
+        let from = out.len();
+        self.push(ev, out);
+        sources.push(Sourced {
+            source,
+            records: from..out.len(),
+        });
     }
 
     /// Time passed (`now_ns` on the source's clock): transactions, loops and races that are

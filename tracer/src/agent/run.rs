@@ -21,9 +21,10 @@ use crate::{
     output::{
         queue::{self, QueuedLines},
         record::{Record, StatsRecord},
+        sink::{Batch, Sink, Sinks},
     },
     time::Clock,
-    trace::{self, LiveSink, TraceError, TraceOptions, TraceSummary},
+    trace::{self, RunOptions, StopPolicy, TraceError, TraceSummary},
 };
 
 #[derive(Debug, thiserror::Error)]
@@ -37,9 +38,9 @@ pub enum AgentError {
 }
 
 pub struct AgentOptions {
-    /// What to capture; the agent forces `--all-netns`, the transaction view (the metrics
-    /// come from transactions) and no count/until.
-    pub trace: TraceOptions,
+    /// What to capture ([`RunOptions::node_wide`]); the agent forces `--all-netns` and
+    /// transactions (the metrics come from them).
+    pub trace: RunOptions,
     /// `/metrics`, `/healthz`, `/readyz`.
     pub listen: SocketAddr,
     pub metrics: MetricsConfig,
@@ -50,20 +51,58 @@ pub struct AgentOptions {
 /// Event lines the stream's queue holds while stdout's reader is slow.
 const EVENT_LINES: usize = 4_096;
 
-/// The agent's sink: every record counted in the metrics and offered to the event stream,
-/// whose lines a thread writes behind a bounded queue (a slow log reader costs lines,
-/// counted in `dnspath_sink_dropped_total{sink="events"}`, never packets).
-struct AgentSink {
+/// The agent's metrics, a sink of the list: every record counted (borrowed, never
+/// copied), the running totals, health.
+struct MetricsSink {
     metrics: Arc<Metrics>,
     health: Arc<Health>,
-    events: EventSink<QueuedLines>,
-    /// The first event-stream failure (stdout gone): the agent goes on serving metrics.
-    events_failed: Option<EventsError>,
     /// Written by the namespace scans: processes whose namespace they could not read.
     netns_unreadable: Arc<AtomicU64>,
 }
 
-impl AgentSink {
+impl Sink for MetricsSink {
+    fn started(&mut self, _setup: &KernelSetup, _now_ns: u64) {
+        self.health.set_attached(true);
+        self.health.mark_read();
+        self.metrics
+            .set_netns_unreadable(self.netns_unreadable.load(Ordering::Relaxed));
+    }
+
+    fn batch(&mut self, batch: Batch<'_>) -> std::io::Result<()> {
+        self.health.mark_read();
+        for r in batch.records {
+            self.metrics.observe(r);
+        }
+        self.metrics.end_batch();
+        Ok(())
+    }
+
+    fn periodic(&mut self, stats: &StatsRecord, _now_ns: u64) {
+        self.metrics.observe_stats(stats);
+        self.metrics
+            .set_netns_unreadable(self.netns_unreadable.load(Ordering::Relaxed));
+    }
+
+    fn finish(&mut self, stats: &mut StatsRecord, _now_ns: u64) -> std::io::Result<()> {
+        self.metrics.observe_stats(stats);
+        self.health.set_attached(false);
+        Ok(())
+    }
+}
+
+/// The agent's event stream, a sink of the list: the records people act on, whose lines a
+/// thread writes behind a bounded queue (a slow log reader costs lines, counted in
+/// `dnspath_sink_dropped_total{sink="events"}`, never packets). Its own counts go to the
+/// metrics.
+struct EventsSink {
+    metrics: Arc<Metrics>,
+    events: EventSink<QueuedLines>,
+    /// The first event-stream failure (stdout gone): the agent goes on serving metrics.
+    events_failed: Option<EventsError>,
+    netns_unreadable: Arc<AtomicU64>,
+}
+
+impl EventsSink {
     fn events(&mut self, f: impl FnOnce(&mut EventSink<QueuedLines>) -> Result<(), EventsError>) {
         if self.events_failed.is_none() {
             if let Err(e) = f(&mut self.events) {
@@ -74,12 +113,9 @@ impl AgentSink {
     }
 }
 
-impl LiveSink for AgentSink {
+impl Sink for EventsSink {
     fn started(&mut self, setup: &KernelSetup, now_ns: u64) {
-        self.health.set_attached(true);
-        self.health.mark_read();
         let unreadable = self.netns_unreadable.load(Ordering::Relaxed);
-        self.metrics.set_netns_unreadable(unreadable);
         let mut detail = format!(
             "kernel {} tc {} hooks {}",
             setup.release,
@@ -94,22 +130,16 @@ impl LiveSink for AgentSink {
         self.events(|e| e.start(now_ns, Some(detail)));
     }
 
-    fn batch(&mut self, records: &mut Vec<Record>, now_ns: u64) -> std::io::Result<bool> {
-        self.health.mark_read();
-        for r in records.drain(..) {
-            self.metrics.observe(&r);
+    fn batch(&mut self, batch: Batch<'_>) -> std::io::Result<()> {
+        for r in batch.records {
             if !matches!(r, Record::Packet(_)) {
-                self.events(|e| e.observe(&r, now_ns));
+                self.events(|e| e.observe(r, batch.now_ns));
             }
         }
-        self.metrics.end_batch();
-        Ok(false)
+        Ok(())
     }
 
     fn periodic(&mut self, stats: &StatsRecord, now_ns: u64) {
-        self.metrics.observe_stats(stats);
-        self.metrics
-            .set_netns_unreadable(self.netns_unreadable.load(Ordering::Relaxed));
         self.events(|e| e.observe(&Record::Stats(Box::new(stats.clone())), now_ns));
         self.events(|e| e.tick(now_ns));
         self.metrics.observe_events(self.events.events());
@@ -117,9 +147,7 @@ impl LiveSink for AgentSink {
         self.metrics.observe_sinks(&sinks);
     }
 
-    fn finish(&mut self, stats: &StatsRecord, now_ns: u64) -> std::io::Result<()> {
-        self.metrics.observe_stats(stats);
-        self.health.set_attached(false);
+    fn finish(&mut self, stats: &mut StatsRecord, now_ns: u64) -> std::io::Result<()> {
         let detail = stats.stopped_by.clone();
         self.events(|e| e.stop(now_ns, detail));
         let (events, result) = self.events.out().queue().finish(queue::DRAIN_WAIT);
@@ -138,9 +166,7 @@ pub async fn run(
     out: impl Write + Send + 'static,
 ) -> Result<TraceSummary, AgentError> {
     opts.trace.attach.all_netns = true;
-    opts.trace.view = crate::output::View::Transactions;
-    opts.trace.count = None;
-    opts.trace.until_loop = false;
+    opts.trace.transactions = true;
     let listener = http::bind(opts.listen).await?;
     let bound = listener.local_addr().unwrap_or(opts.listen);
     eprintln!("dnspath: agent serving /metrics, /healthz, /readyz on http://{bound}");
@@ -152,30 +178,30 @@ pub async fn run(
     let server = tokio::spawn(http::serve_on(listener, state.clone(), async {
         let _ = stop_rx.await;
     }));
-    let mut sink = AgentSink {
+    let netns_unreadable = Arc::clone(&opts.trace.attach.netns_unreadable);
+    let mut sinks = Sinks::new();
+    if let Some(cfg) = opts.otlp {
+        match crate::output::otlp::Exporter::start(cfg) {
+            Ok(exporter) => sinks.push(Box::new(trace::OtlpSink::new(exporter))),
+            Err(e) => log::warn!("{e}; the agent runs without export"),
+        }
+    }
+    sinks.push(Box::new(MetricsSink {
         metrics: Arc::clone(&state.metrics),
         health: Arc::clone(&state.health),
+        netns_unreadable: Arc::clone(&netns_unreadable),
+    }));
+    sinks.push(Box::new(EventsSink {
+        metrics: Arc::clone(&state.metrics),
         events: EventSink::new(
             EventsConfig::default(),
             Clock::boot(),
             QueuedLines::spawn("events", EVENT_LINES, out).map_err(EventsError::from)?,
         ),
         events_failed: None,
-        netns_unreadable: Arc::clone(&opts.trace.attach.netns_unreadable),
-    };
-    let result = match opts.otlp {
-        Some(cfg) => match crate::output::otlp::Exporter::start(cfg) {
-            Ok(exporter) => {
-                let mut otlp = trace::OtlpSink::new(&mut sink, exporter);
-                trace::run_live(opts.trace, &mut otlp).await
-            }
-            Err(e) => {
-                log::warn!("{e}; the agent runs without export");
-                trace::run_live(opts.trace, &mut sink).await
-            }
-        },
-        None => trace::run_live(opts.trace, &mut sink).await,
-    };
+        netns_unreadable,
+    }));
+    let result = trace::run_live(opts.trace, &mut sinks, &mut StopPolicy::default()).await;
     let _ = stop_tx.send(());
     match server.await {
         Ok(Err(e)) => log::warn!("{e}"),

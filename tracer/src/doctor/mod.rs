@@ -15,8 +15,13 @@ use crate::{
         traffic::TrafficFolder,
     },
     event::KernelSetup,
-    output::{self, record::StatsRecord, Format, Record},
-    trace::{self, LiveSink, TraceError, TraceOptions},
+    output::{
+        self,
+        record::StatsRecord,
+        sink::{Batch, Sink, Sinks},
+        Format, Record,
+    },
+    trace::{self, RunOptions, StopPolicy, TraceError},
 };
 
 #[derive(Debug, thiserror::Error)]
@@ -31,7 +36,7 @@ pub enum DoctorError {
 
 pub struct DoctorOptions {
     /// The live run (`duration` set; every namespace).
-    pub trace: TraceOptions,
+    pub trace: RunOptions,
     pub format: Format,
     pub duration: Duration,
     /// A progress line on stderr (it is a terminal).
@@ -117,21 +122,21 @@ struct DoctorSink {
     duration: Duration,
 }
 
-impl LiveSink for DoctorSink {
+impl Sink for DoctorSink {
     fn started(&mut self, _setup: &KernelSetup, now_ns: u64) {
         self.started_ns = now_ns;
     }
-    fn batch(&mut self, records: &mut Vec<Record>, _now_ns: u64) -> std::io::Result<bool> {
-        for r in records.drain(..) {
+    fn batch(&mut self, batch: Batch<'_>) -> std::io::Result<()> {
+        for r in batch.records {
             match r {
-                Record::Loop(l) => self.folder.loop_record(&l),
-                Record::Race(r) => self.folder.race(&r),
-                Record::Drop(d) => self.folder.drop(&d),
-                Record::Transaction(t) => self.folder.transaction(&t),
+                Record::Loop(l) => self.folder.loop_record(l),
+                Record::Race(r) => self.folder.race(r),
+                Record::Drop(d) => self.folder.drop(d),
+                Record::Transaction(t) => self.folder.transaction(t),
                 _ => {}
             }
         }
-        Ok(false)
+        Ok(())
     }
     fn periodic(&mut self, _stats: &StatsRecord, now_ns: u64) {
         if self.progress {
@@ -143,7 +148,7 @@ impl LiveSink for DoctorSink {
             );
         }
     }
-    fn finish(&mut self, stats: &StatsRecord, _now_ns: u64) -> std::io::Result<()> {
+    fn finish(&mut self, stats: &mut StatsRecord, _now_ns: u64) -> std::io::Result<()> {
         if self.progress {
             eprintln!();
         }
@@ -177,7 +182,10 @@ pub async fn run(opts: DoctorOptions, out: &mut dyn Write) -> Result<u8, DoctorE
         started_ns: 0,
         duration: opts.duration,
     };
-    let summary = trace::run_live(opts.trace, &mut sink).await?;
+    let mut sinks = Sinks::new();
+    sinks.push(Box::new(&mut sink));
+    let summary = trace::run_live(opts.trace, &mut sinks, &mut StopPolicy::default()).await?;
+    drop(sinks);
     findings.extend(sink.folder.findings());
     rank(&mut findings);
     checked.transactions = sink.folder.transactions;

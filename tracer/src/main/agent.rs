@@ -2,11 +2,7 @@
 use std::process::ExitCode;
 
 use clap::Args;
-use dnspath::{
-    kernel::attach::AttachSpec,
-    output::{Format, View},
-    trace::TraceOptions,
-};
+use dnspath::trace::RunOptions;
 
 use crate::args::{CaptureArgs, HostRootArgs, OtlpArgs, RecordArgs, TimeoutArgs};
 
@@ -36,33 +32,14 @@ pub fn run(a: AgentArgs, kernel_log: bool) -> anyhow::Result<ExitCode> {
     a.capture.check()?;
     a.host_root.apply()?;
     let opts = dnspath::agent::run::AgentOptions {
-        trace: TraceOptions {
-            attach: AttachSpec {
-                interfaces: Vec::new(),
-                all_netns: true,
-                netns: Vec::new(),
-                netns_unreadable: Default::default(),
-            },
-            ports: a.capture.ports,
-            snaplen: a.capture.snaplen,
-            format: Format::Json,
-            view: View::Transactions,
-            timeout: a.timeout.timeout.positive("--timeout")?,
-            duration: None,
-            count: None,
-            drops: !a.capture.no_drops,
+        trace: RunOptions::node_wide(
+            a.capture.ports,
+            a.capture.snaplen,
+            a.timeout.timeout.positive("--timeout")?,
+            !a.capture.no_drops,
             kernel_log,
-            until_loop: false,
-            evidence: dnspath::trace::EvidenceOptions {
-                record: a.record.config()?,
-                buffer_bytes: 64_000_000,
-                ..Default::default()
-            },
-            // The agent counts and reports everything.
-            filter: dnspath::output::filter::Filter::default(),
-            // Its sink writes no packets: it counts them from the stats.
-            every_packet: false,
-        },
+            a.record.config()?,
+        ),
         listen: a.listen,
         otlp: a.otlp.config()?,
         metrics: dnspath::agent::metrics::MetricsConfig {

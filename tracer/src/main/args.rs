@@ -200,14 +200,14 @@ pub struct RecordArgs {
 }
 
 impl RecordArgs {
-    pub fn config(&self) -> anyhow::Result<Option<dnspath::output::recorder::RecorderConfig>> {
+    pub fn config(&self) -> anyhow::Result<Option<dnspath::evidence::recorder::RecorderConfig>> {
         let Some(dir) = &self.record else {
             return Ok(None);
         };
         if !dir.is_dir() {
             anyhow::bail!("--record {}: not a directory", dir.display());
         }
-        Ok(Some(dnspath::output::recorder::RecorderConfig {
+        Ok(Some(dnspath::evidence::recorder::RecorderConfig {
             dir: dir.clone(),
             before_ns: self.record_before.positive_ns("--record-before")?,
             after_ns: self.record_after.positive_ns("--record-after")?,

@@ -4,9 +4,8 @@ use std::{io::IsTerminal, process::ExitCode};
 use clap::Args;
 use dnspath::{
     doctor::{self, DoctorOptions},
-    kernel::attach::AttachSpec,
-    output::{Format, View},
-    trace::TraceOptions,
+    output::Format,
+    trace::RunOptions,
 };
 
 use crate::{
@@ -59,30 +58,16 @@ fn run_inner(a: DoctorArgs, kernel_log: bool) -> anyhow::Result<u8> {
         .filter(|t| t.as_secs_f64() < 1e6)
         .ok_or_else(|| anyhow::anyhow!("--timeout must be a positive number of seconds"))?;
     let opts = DoctorOptions {
-        trace: TraceOptions {
-            attach: AttachSpec {
-                interfaces: Vec::new(),
-                all_netns: true,
-                netns: Vec::new(),
-                netns_unreadable: Default::default(),
-            },
-            ports: vec![53],
-            snaplen: 2048,
-            format: Format::Json,
-            view: View::Transactions,
-            timeout,
+        trace: RunOptions {
             duration: Some(duration),
-            count: None,
-            drops: true,
-            kernel_log,
-            until_loop: false,
-            evidence: dnspath::trace::EvidenceOptions {
-                record: a.record.config()?,
-                buffer_bytes: 64_000_000,
-                ..Default::default()
-            },
-            filter: dnspath::output::filter::Filter::default(),
-            every_packet: false,
+            ..RunOptions::node_wide(
+                vec![53],
+                2048,
+                timeout,
+                true,
+                kernel_log,
+                a.record.config()?,
+            )
         },
         format: a.output,
         duration,

@@ -5,7 +5,7 @@ use clap::Args;
 use dnspath::{
     kernel::attach::AttachSpec,
     output::{Format, View},
-    trace::{self, TraceOptions},
+    trace::{self, OutputOptions, RunOptions},
 };
 
 use crate::{
@@ -95,7 +95,7 @@ enum Until {
 
 fn evidence_options(a: &TraceArgs) -> anyhow::Result<dnspath::trace::EvidenceOptions> {
     let stdout = a.write.as_deref() == Some(std::path::Path::new("-"));
-    let rotation = dnspath::output::files::Rotation {
+    let rotation = dnspath::evidence::files::Rotation {
         max_bytes: a.file_size,
         every: a
             .rotate_seconds
@@ -110,7 +110,7 @@ fn evidence_options(a: &TraceArgs) -> anyhow::Result<dnspath::trace::EvidenceOpt
     if let Some(w) = &a.write {
         let s = w.to_string_lossy();
         if s.contains('%') {
-            dnspath::output::files::strftime(&s, 0).map_err(|e| anyhow::anyhow!("-w {e}"))?;
+            dnspath::evidence::files::strftime(&s, 0).map_err(|e| anyhow::anyhow!("-w {e}"))?;
         }
     }
     Ok(dnspath::trace::EvidenceOptions {
@@ -137,12 +137,25 @@ fn check(a: &TraceArgs) -> anyhow::Result<()> {
 }
 
 /// The live run's options, from the flags (checked first: nothing is loaded on a bad one).
-fn options(a: TraceArgs, kernel_log: bool) -> anyhow::Result<(TraceOptions, OtlpArgs)> {
+fn options(
+    a: TraceArgs,
+    kernel_log: bool,
+) -> anyhow::Result<(RunOptions, OutputOptions, OtlpArgs)> {
     check(&a)?;
     let duration = a.duration.map(|s| s.positive("--duration")).transpose()?;
     a.host_root.apply()?;
     let evidence = evidence_options(&a)?;
-    let opts = TraceOptions {
+    let output = OutputOptions {
+        format: a.output,
+        view: a.view.unwrap_or(match a.output {
+            Format::Text => View::Transactions,
+            Format::Json => View::Both,
+        }),
+        count: a.count,
+        until_loop: a.until == Some(Until::Loop),
+        filter: a.filter.filter()?,
+    };
+    let opts = RunOptions {
         attach: AttachSpec {
             interfaces: a.interfaces,
             all_netns: a.all_netns,
@@ -151,30 +164,23 @@ fn options(a: TraceArgs, kernel_log: bool) -> anyhow::Result<(TraceOptions, Otlp
         },
         ports: a.capture.ports,
         snaplen: a.capture.snaplen,
-        format: a.output,
-        view: a.view.unwrap_or(match a.output {
-            Format::Text => View::Transactions,
-            Format::Json => View::Both,
-        }),
+        transactions: output.view.transactions(),
         timeout: a.timeout.timeout.positive("--timeout")?,
         duration,
-        count: a.count,
         drops: !a.capture.no_drops,
         kernel_log,
-        until_loop: a.until == Some(Until::Loop),
         evidence,
-        filter: a.filter.filter()?,
         every_packet: true,
     };
-    Ok((opts, a.otlp))
+    Ok((opts, output, a.otlp))
 }
 
 pub fn run(a: TraceArgs, kernel_log: bool) -> anyhow::Result<ExitCode> {
-    let (opts, otlp) = options(a, kernel_log)?;
+    let (opts, output, otlp) = options(a, kernel_log)?;
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
-    let until_loop = opts.until_loop;
+    let until_loop = output.until_loop;
     // `-w -` puts the pcapng on standard output; the records go to stderr then.
     let out: Box<dyn std::io::Write + Send> =
         if opts.evidence.write.as_deref() == Some(std::path::Path::new("-")) {
@@ -182,17 +188,9 @@ pub fn run(a: TraceArgs, kernel_log: bool) -> anyhow::Result<ExitCode> {
         } else {
             Box::new(BufWriter::new(std::io::stdout()))
         };
-    let otlp = otlp.config()?;
-    let mut writer = trace::TraceWriter::new(&opts, out)?;
+    let (mut sinks, mut stop) = trace::output_sinks(&output, out, otlp.config()?)?;
     // Every way out of `run_live` has detached and removed the pinned maps by now.
-    let summary = match otlp {
-        Some(cfg) => {
-            let exporter = dnspath::output::otlp::Exporter::start(cfg)?;
-            let mut sink = trace::OtlpSink::new(&mut writer, exporter);
-            rt.block_on(trace::run_live(opts, &mut sink))?
-        }
-        None => rt.block_on(trace::run_live(opts, &mut writer))?,
-    };
+    let summary = rt.block_on(trace::run_live(opts, &mut sinks, &mut stop))?;
     // `dnspath trace | head` (`summary.output_closed`): the reader has what it
     // wanted, which is no error.
     if until_loop && summary.loop_found {
@@ -209,7 +207,7 @@ mod tests {
 
     /// The trace flags as clap and [`super::options`] take them (no root needed: nothing
     /// is loaded).
-    fn options(args: &[&str]) -> anyhow::Result<dnspath::trace::TraceOptions> {
+    fn options(args: &[&str]) -> anyhow::Result<dnspath::trace::RunOptions> {
         let cli = Cli::try_parse_from(["dnspath", "trace"].iter().chain(args))?;
         let Command::Trace(a) = cli.command else {
             unreachable!("parsed as trace")

@@ -206,13 +206,13 @@ fn records() -> Vec<Record> {
     let mut race = fixtures::race(RaceVerdict::RaceDrop, "10.244.1.2:1", 1, "A");
     race.evidence = Some("DIR/dnspath-x-race-drop.pcapng".into());
     let stats = StatsRecord {
-        evidence: Some(crate::output::annotate::EvidenceStats {
+        evidence: Some(crate::output::evidence::EvidenceStats {
             annotate: Default::default(),
-            write: Some(crate::output::files::WriteStats {
+            write: Some(crate::output::evidence::WriteStats {
                 failed: Some("x".into()),
                 ..Default::default()
             }),
-            record: Some(crate::output::recorder::RecordStats {
+            record: Some(crate::output::evidence::RecordStats {
                 failed: Some("x".into()),
                 ..Default::default()
             }),

@@ -1,16 +1,16 @@
-//! Sinks: terminal text and NDJSON.
-pub mod annotate;
-pub mod files;
+//! Records and their sinks: the [`sink::Sink`] trait and list every mode writes through,
+//! terminal text and NDJSON.
+pub mod evidence;
 pub mod filter;
 mod json;
 pub mod otlp;
-pub mod pcapng;
 pub mod pods;
 pub mod queue;
 pub mod record;
-pub mod recorder;
 pub mod report;
+pub mod sink;
 pub mod text;
+pub mod writer;
 
 use std::{
     borrow::Cow,
@@ -83,10 +83,11 @@ pub fn escape(s: &str) -> Cow<'_, str> {
     Cow::Owned(out)
 }
 
-/// Where records go.
-pub trait Sink {
+/// Where records are written one at a time: a text or NDJSON formatter, or a queue in front
+/// of one. (What a run's turns go to is a [`sink::Sink`].)
+pub trait RecordWriter {
     fn write(&mut self, record: &Record) -> io::Result<()>;
-    /// [`Sink::write`] of a record the caller is done with: a sink that keeps records (a
+    /// [`RecordWriter::write`] of a record the caller is done with: a writer that keeps records (a
     /// [`queue::QueuedSink`]) takes it without a copy.
     fn write_owned(&mut self, record: Record) -> io::Result<()> {
         self.write(&record)
@@ -110,7 +111,7 @@ impl<W: Write> JsonSink<W> {
     }
 }
 
-impl<W: Write> Sink for JsonSink<W> {
+impl<W: Write> RecordWriter for JsonSink<W> {
     fn write(&mut self, record: &Record) -> io::Result<()> {
         self.line.clear();
         serde_json::to_writer(&mut self.line, record)?;
@@ -123,7 +124,7 @@ impl<W: Write> Sink for JsonSink<W> {
     }
 }
 
-pub fn sink(format: Format, out: Box<dyn Write + Send>) -> Box<dyn Sink + Send> {
+pub fn sink(format: Format, out: Box<dyn Write + Send>) -> Box<dyn RecordWriter + Send> {
     match format {
         Format::Text => Box::new(text::TextSink::new(out)),
         Format::Json => Box::new(JsonSink::new(out)),

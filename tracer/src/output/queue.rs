@@ -3,7 +3,7 @@
 //! stalls the run loop that reads the ring buffer: decode, correlate and detect go on seeing
 //! every packet.
 //!
-//! [`Queued`] is the one mechanism; what it writes is a [`Drain`]: any [`Sink`] of records
+//! [`Queued`] is the one mechanism; what it writes is a [`Drain`]: any [`RecordWriter`]
 //! ([`QueuedSink`]), or any byte stream of whole lines ([`QueuedLines`], e.g. the agent's
 //! event stream). When the queue is full a handed-over item is dropped and counted, with one
 //! warning on stderr; [`Queued::finish`] writes what is queued, waiting at most a bound for a
@@ -21,7 +21,7 @@ use std::{
 
 use serde::Serialize;
 
-use super::{Record, Sink};
+use super::{Record, RecordWriter};
 
 /// Records a live run's text/NDJSON output holds in its queue: ~0.1 s of every packet at
 /// 20k queries/s (about 10 packet records each), some 10–20 MB at most.
@@ -383,10 +383,10 @@ fn write_loop<T: Send>(shared: &Shared<T>, mut drain: impl Drain<T>) {
     }
 }
 
-/// A [`Sink`] of records behind a [`Queued`]: the thread serialises and writes them.
+/// A [`RecordWriter`] behind a [`Queued`]: the thread serialises and writes them.
 pub struct QueuedSink(Queued<Record>);
 
-struct SinkDrain(Box<dyn Sink + Send>);
+struct SinkDrain(Box<dyn RecordWriter + Send>);
 
 impl Drain<Record> for SinkDrain {
     fn write(&mut self, item: Record) -> io::Result<()> {
@@ -401,7 +401,7 @@ impl QueuedSink {
     pub fn spawn(
         name: &'static str,
         capacity: usize,
-        sink: Box<dyn Sink + Send>,
+        sink: Box<dyn RecordWriter + Send>,
     ) -> io::Result<Self> {
         Queued::spawn(name, capacity, SinkDrain(sink)).map(Self)
     }
@@ -411,7 +411,7 @@ impl QueuedSink {
     }
 }
 
-impl Sink for QueuedSink {
+impl RecordWriter for QueuedSink {
     fn write(&mut self, record: &Record) -> io::Result<()> {
         self.0.push(record.clone())
     }

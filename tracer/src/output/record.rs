@@ -51,7 +51,7 @@ pub struct StatsRecord {
     pub stopped_by: Option<String>,
     /// Live, with `-w` or `--record`: what went into pcapng files.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub evidence: Option<crate::output::annotate::EvidenceStats>,
+    pub evidence: Option<crate::output::evidence::EvidenceStats>,
     /// Live: each output behind its bounded queue (`output/queue.rs`): records written, and
     /// dropped because its reader did not keep up.
     #[serde(skip_serializing_if = "Vec::is_empty")]

@@ -9,7 +9,7 @@ use super::{
         TransactionRecord,
     },
     report::{self, loop_server, peer},
-    Record, Sink,
+    Record, RecordWriter,
 };
 use crate::{event::Direction, time::WallTime};
 
@@ -469,7 +469,7 @@ pub fn stats_line(s: &StatsRecord) -> String {
     line
 }
 
-impl<W: Write> Sink for TextSink<W> {
+impl<W: Write> RecordWriter for TextSink<W> {
     fn write(&mut self, record: &Record) -> io::Result<()> {
         let line = match record {
             Record::Packet(p) => packet_line(p),

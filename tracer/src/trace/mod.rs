@@ -9,14 +9,16 @@ use std::{
 
 use tokio::signal::unix::{signal, SignalKind};
 
-mod evidence;
 mod otlp;
+pub mod stop;
 mod writer;
 
-use evidence::Evidence;
-pub use evidence::EvidenceOptions;
+use crate::evidence::recorder::RecorderConfig;
+use crate::evidence::Evidence;
+pub use crate::evidence::EvidenceOptions;
 pub use otlp::OtlpSink;
-pub use writer::{LiveSink, TraceWriter};
+pub use stop::StopPolicy;
+pub use writer::TraceWriter;
 
 use crate::{
     decode::decoder::Decoder,
@@ -28,7 +30,14 @@ use crate::{
         shed::Shedder,
         KernelError, ProbeOptions, Probes,
     },
-    output::{self, filter::Filter, record::StatsRecord, Format, Record, View},
+    output::{
+        self,
+        filter::Filter,
+        otlp::{Exporter, OtlpConfig, OtlpError},
+        record::StatsRecord,
+        sink::{Sinks, Sourced},
+        Format, Record, View,
+    },
     pipeline::{Pipeline, PipelineConfig, TICK},
     source::live::LiveSource,
     time::Clock,
@@ -45,6 +54,8 @@ pub enum TraceError {
     Io(#[from] std::io::Error),
     #[error("-w {0}")]
     Pcapng(String),
+    #[error(transparent)]
+    Otlp(#[from] OtlpError),
 }
 
 impl From<KernelError> for TraceError {
@@ -58,83 +69,116 @@ impl From<KernelError> for TraceError {
     }
 }
 
+/// What a live run captures and how: every live mode (`trace`, the agent, doctor). What
+/// `trace` writes is [`OutputOptions`]'.
 #[derive(Clone, Debug)]
-pub struct TraceOptions {
+pub struct RunOptions {
     pub attach: AttachSpec,
     pub ports: Vec<u16>,
     pub snaplen: u32,
-    pub format: Format,
-    pub view: View,
+    /// Run the correlate and detect stages (transactions, loops, races); without them only
+    /// packet and drop records come out (`trace --view packets`).
+    pub transactions: bool,
     /// Unanswered-query timeout of the correlate stage.
     pub timeout: Duration,
     pub duration: Option<Duration>,
-    /// Stop after this many packet records.
-    pub count: Option<u64>,
     pub drops: bool,
     /// Kernel-side diagnostics (`-vv`), see [`ProbeOptions::kernel_log`].
     pub kernel_log: bool,
-    /// Stop as soon as a forwarding loop is reported.
-    pub until_loop: bool,
     /// `-w FILE` (every captured packet and drop also into pcapng files, `-` for standard
     /// output), its rotation, and the flight recorder `--record DIR`.
     pub evidence: EvidenceOptions,
-    /// What is written (`--pod`, `--name`, …); every stage still sees everything.
-    pub filter: Filter,
-    /// A record for every packet. The agent, whose sink counts packets from the stats and
-    /// writes none, asks for only the malformed and cut ones (unless it writes evidence,
-    /// which annotates every packet).
+    /// A record for every packet. The agent and doctor, whose sinks count packets from the
+    /// stats and write none, ask for only the malformed and cut ones (unless evidence is
+    /// kept, which annotates every packet).
     pub every_packet: bool,
 }
 
-/// Pushes `events` through the pipeline; with a `-w` file, each packet and drop also goes
-/// there, with what the decoder made of it.
+impl RunOptions {
+    /// The node-wide run of the agent and doctor: every network namespace, transactions,
+    /// a record only for the unusual packets, and the flight recorder if `record` is set.
+    /// Not bounded in time: doctor sets `duration`.
+    pub fn node_wide(
+        ports: Vec<u16>,
+        snaplen: u32,
+        timeout: Duration,
+        drops: bool,
+        kernel_log: bool,
+        record: Option<RecorderConfig>,
+    ) -> Self {
+        Self {
+            attach: AttachSpec {
+                all_netns: true,
+                ..Default::default()
+            },
+            ports,
+            snaplen,
+            transactions: true,
+            timeout,
+            duration: None,
+            drops,
+            kernel_log,
+            evidence: EvidenceOptions {
+                record,
+                buffer_bytes: 64_000_000,
+                ..Default::default()
+            },
+            every_packet: false,
+        }
+    }
+}
+
+/// What `trace` writes, and when it stops on its own.
+#[derive(Clone, Debug)]
+pub struct OutputOptions {
+    pub format: Format,
+    pub view: View,
+    /// Stop after this many packet records.
+    pub count: Option<u64>,
+    /// Stop as soon as a forwarding loop is reported.
+    pub until_loop: bool,
+    /// What is written (`--pod`, `--name`, …); every stage still sees everything.
+    pub filter: Filter,
+}
+
+/// Pushes `events` through the pipeline; with `sources` (a sink wants them), each packet
+/// and drop is kept there with the records the decoder made of it.
 fn push_events(
     events: &mut Vec<SourceEvent>,
     pipeline: &mut Pipeline,
     records: &mut Vec<Record>,
-    pcap: &mut Option<Evidence>,
+    sources: Option<&mut Vec<Sourced>>,
 ) {
-    let Some(w) = pcap.as_mut() else {
-        for ev in events.drain(..) {
-            pipeline.push(ev, records);
+    match sources {
+        None => {
+            for ev in events.drain(..) {
+                pipeline.push(ev, records);
+            }
         }
-        return;
-    };
-    for ev in events.drain(..) {
-        let from = records.len();
-        match ev {
-            SourceEvent::Packet(p) => {
-                pipeline.push(SourceEvent::Packet(p.clone()), records);
-                let made: Vec<&output::record::PacketRecord> = records
-                    .get(from..)
-                    .unwrap_or_default()
-                    .iter()
-                    .filter_map(|r| match r {
-                        Record::Packet(pr) => Some(pr),
-                        _ => None,
-                    })
-                    .collect();
-                w.packet(&p, &made);
+        Some(sources) => {
+            for ev in events.drain(..) {
+                pipeline.push_keeping(ev, records, sources);
             }
-            SourceEvent::Drop(d) => {
-                pipeline.push(SourceEvent::Drop(d.clone()), records);
-                // Drops in namespaces not traced make no record and stay out of the file.
-                if let Some(r) =
-                    records
-                        .get(from..)
-                        .unwrap_or_default()
-                        .iter()
-                        .find_map(|r| match r {
-                            Record::Drop(dr) => Some(dr),
-                            _ => None,
-                        })
-                {
-                    w.drop(&d, r);
-                }
-            }
-            ev => pipeline.push(ev, records),
         }
     }
+}
+
+/// `trace`'s sinks from its options: `--otlp`'s exporter if asked, then the text/NDJSON
+/// writer to `out` (last: it takes the records); and its stop policy (`--count`,
+/// `--until loop`). The evidence (`-w`, `--record`) is added by [`run_live`], which has
+/// the run's clock and names.
+pub fn output_sinks(
+    opts: &OutputOptions,
+    out: Box<dyn std::io::Write + Send>,
+    otlp: Option<OtlpConfig>,
+) -> Result<(Sinks<'static>, StopPolicy), TraceError> {
+    let mut sinks = Sinks::new();
+    if let Some(cfg) = otlp {
+        let exporter = Exporter::start(cfg)?;
+        sinks.push(Box::new(OtlpSink::new(exporter)));
+    }
+    sinks.push(Box::new(TraceWriter::new(opts, out)?));
+    Ok((sinks, StopPolicy::new(opts.count, opts.until_loop)))
 }
 
 /// How a trace ended.
@@ -152,12 +196,15 @@ fn is_broken_pipe(e: &std::io::Error) -> bool {
     e.kind() == std::io::ErrorKind::BrokenPipe
 }
 
-/// Runs until a signal (SIGINT, SIGTERM, SIGHUP), `duration`, the sink's stop (`--count`,
-/// `--until loop`), or the output's reader going away; returns the final stats. Every way
-/// out, errors included, detaches and drops the probes (which removes their pin directory).
+/// Runs until a signal (SIGINT, SIGTERM, SIGHUP), `duration`, the stop policy (`--count`,
+/// `--until loop`), or the output's reader going away; returns the final stats. Each turn's
+/// records get their pods' names, then go to `sinks` (with the evidence of
+/// `opts.evidence` put first). Every way out, errors included, detaches and drops the
+/// probes (which removes their pin directory).
 pub async fn run_live(
-    opts: TraceOptions,
-    sink: &mut dyn LiveSink,
+    opts: RunOptions,
+    sinks: &mut Sinks<'_>,
+    policy: &mut StopPolicy,
 ) -> Result<TraceSummary, TraceError> {
     // Handlers first: a signal while loading or attaching must not kill us with the
     // programs pinned; it is seen by the run loop's first turn.
@@ -218,23 +265,23 @@ pub async fn run_live(
 
     let clock = Clock::boot();
     let timeout_ns = u64::try_from(opts.timeout.as_nanos()).unwrap_or(u64::MAX);
-    let mut pcap = opts.evidence.wanted().then(|| {
-        Evidence::new(
+    if opts.evidence.wanted() {
+        sinks.push_front(Box::new(Evidence::new(
             &opts.evidence,
-            opts.view.transactions(),
+            opts.transactions,
             timeout_ns,
             clock,
             opts.snaplen,
             &names,
             clock.now_ns(),
-        )
-    });
-    sink.started(&setup, crate::time::boottime_ns());
+        )));
+    }
+    sinks.started(&setup, crate::time::boottime_ns());
     let stop = Arc::new(AtomicBool::new(false));
     let watcher = attacher.spawn(Arc::clone(&stop));
     // Conntrack of the namespaces where DNAT happens, for joining hops across NAT.
     let (ct_tx, ct_rx) = std::sync::mpsc::channel::<SourceEvent>();
-    let ct_watchers = if opts.view.transactions() {
+    let ct_watchers = if opts.transactions {
         start_conntrack(&opts, &ct_tx, &stop)
     } else {
         Vec::new()
@@ -250,7 +297,7 @@ pub async fn run_live(
     let mut pipeline = Pipeline::new(
         decoder,
         PipelineConfig {
-            transactions: opts.view.transactions(),
+            transactions: opts.transactions,
             timeout_ns,
             shed_loops: true,
             // dnspath runs in the node's namespace (DaemonSet, `kubectl debug node`).
@@ -273,6 +320,8 @@ pub async fn run_live(
 
     let mut events: Vec<SourceEvent> = Vec::new();
     let mut records: Vec<Record> = Vec::new();
+    let mut sources: Vec<Sourced> = Vec::new();
+    let keep_sources = sinks.wants_sources();
     let refresh_counters = |pipeline: &mut Pipeline| {
         if let Ok(p) = probes.lock() {
             if let Ok(c) = p.counters() {
@@ -305,7 +354,7 @@ pub async fn run_live(
                 ticks += 1;
                 if ticks.is_multiple_of(20) {
                     refresh_counters(&mut pipeline);
-                    sink.periodic(&pipeline.stats(), clock.now_ns());
+                    sinks.periodic(&pipeline.stats(), clock.now_ns());
                 }
             }
         }
@@ -313,7 +362,12 @@ pub async fn run_live(
         while let Ok(ev) = ct_rx.try_recv() {
             pipeline.push(ev, &mut records);
         }
-        push_events(&mut events, &mut pipeline, &mut records, &mut pcap);
+        push_events(
+            &mut events,
+            &mut pipeline,
+            &mut records,
+            keep_sources.then_some(&mut sources),
+        );
         pipeline.tick(clock.now_ns(), &mut records);
         pipeline.take_shed_changes(&mut shed_changes);
         if ticked || !shed_changes.is_empty() {
@@ -329,18 +383,13 @@ pub async fn run_live(
         // The whole batch is written even when it ends the run: what it holds was decided
         // before the stop.
         annotate_pods(&mut records, &output_names);
-        if let Some(ev) = pcap.as_mut() {
-            ev.records(&mut records, clock.now_ns());
-        }
-        match sink.batch(&mut records, clock.now_ns()) {
-            Ok(false) => {}
-            Ok(true) => {
-                stopped_by = if sink.count_reached() {
-                    "count"
-                } else {
-                    "loop"
-                };
-                break 'run;
+        let allowed = policy.admit(&records);
+        match sinks.batch(&mut records, &mut sources, allowed, clock.now_ns()) {
+            Ok(()) => {
+                if let Some(why) = policy.stop() {
+                    stopped_by = why;
+                    break 'run;
+                }
             }
             Err(e) if is_broken_pipe(&e) => {
                 output_closed = true;
@@ -372,16 +421,12 @@ pub async fn run_live(
         log::debug!("{w}");
     }
     if let Some(e) = failure {
-        if let Some(ev) = pcap.as_mut() {
-            ev.finish(&mut Vec::new(), clock.now_ns());
-        }
+        sinks.abort(clock.now_ns());
         return Err(e);
     }
-    let loop_found = sink.loop_found();
+    let loop_found = policy.loop_found();
     if output_closed {
-        if let Some(ev) = pcap.as_mut() {
-            ev.finish(&mut Vec::new(), clock.now_ns());
-        }
+        sinks.abort(clock.now_ns());
         return Ok(TraceSummary {
             stats: pipeline.stats(),
             loop_found,
@@ -390,12 +435,17 @@ pub async fn run_live(
     }
     // What arrived before detaching still counts, unless `--count` was reached: then the
     // rest stays unread (counted in `stats.unread`).
-    if !sink.count_reached() {
+    if !policy.count_reached() {
         source.drain(&mut events);
         while let Ok(ev) = ct_rx.try_recv() {
             pipeline.push(ev, &mut records);
         }
-        push_events(&mut events, &mut pipeline, &mut records, &mut pcap);
+        push_events(
+            &mut events,
+            &mut pipeline,
+            &mut records,
+            keep_sources.then_some(&mut sources),
+        );
     }
     if let Ok(mut p) = probes.lock() {
         let now = clock.now_ns();
@@ -403,16 +453,12 @@ pub async fn run_live(
     }
     pipeline.finish(clock.now_ns(), &mut records);
     annotate_pods(&mut records, &output_names);
-    if let Some(ev) = pcap.as_mut() {
-        ev.finish(&mut records, clock.now_ns());
-        ev.report();
-    }
-    let end = sink.batch(&mut records, clock.now_ns());
-    let loop_found = sink.loop_found();
+    let allowed = policy.admit(&records);
+    let end = sinks.batch(&mut records, &mut sources, allowed, clock.now_ns());
+    let loop_found = policy.loop_found();
     refresh_counters(&mut pipeline);
     let mut stats = pipeline.stats();
-    stats.not_written = sink.not_written();
-    stats.evidence = pcap.as_ref().map(Evidence::stats);
+    stats.not_written = policy.not_written();
     stats.stopped_by = Some(stopped_by.to_string());
     if let Some(k) = stats.decode.kernel.as_mut() {
         // Matched by the kernel, neither read nor lost: still queued when the run stopped.
@@ -427,7 +473,10 @@ pub async fn run_live(
         setup.attach_failures = attach_failures;
         k.setup = Some(setup);
     }
-    match end.and_then(|_| sink.finish(&stats, clock.now_ns())) {
+    // Every sink finishes (the evidence files are completed) even when the last batch
+    // failed; the batch's error comes first.
+    let finished = sinks.finish(&mut stats, clock.now_ns());
+    match end.and(finished) {
         Ok(()) => {}
         Err(e) if is_broken_pipe(&e) => output_closed = true,
         Err(e) => return Err(e.into()),
@@ -486,7 +535,7 @@ fn setup_line(s: &KernelSetup) -> String {
 /// namespaces), at most [`MAX_CT_WATCHERS`]. Without conntrack: a warning, and hops across
 /// NAT are joined by the fallback method.
 fn start_conntrack(
-    opts: &TraceOptions,
+    opts: &RunOptions,
     tx: &std::sync::mpsc::Sender<SourceEvent>,
     stop: &Arc<AtomicBool>,
 ) -> Vec<std::thread::JoinHandle<crate::conntrack::WatchSummary>> {

@@ -1,28 +1,23 @@
-//! `--otlp`: the live run's decided transactions offered to the OTLP exporter, in front of
-//! the run's own sink. The exporter has its own thread and bounded queue: this only copies
-//! the transactions it keeps into the queue, never waits (docs/otlp.md).
-use super::LiveSink;
-use crate::{
-    event::KernelSetup,
-    output::{
-        otlp::{Exporter, OtlpStats},
-        record::StatsRecord,
-        Record,
-    },
+//! `--otlp`: the run's decided transactions offered to the OTLP exporter, a sink of the
+//! list. The exporter has its own thread and bounded queue: this only copies the
+//! transactions it keeps into the queue, never waits (docs/otlp.md).
+use crate::output::{
+    otlp::{Exporter, OtlpStats},
+    record::StatsRecord,
+    sink::{Batch, Sink},
+    Record,
 };
 
-/// `inner` with the transactions also exported; the final `stats` record gains `otlp`.
-pub struct OtlpSink<'a> {
-    inner: &'a mut dyn LiveSink,
+/// The transactions exported; the `stats` records of the sinks after it gain `otlp`.
+pub struct OtlpSink {
     exporter: Option<Exporter>,
     /// Set at the end: the exporter's final counts.
-    pub stats: Option<OtlpStats>,
+    stats: Option<OtlpStats>,
 }
 
-impl<'a> OtlpSink<'a> {
-    pub fn new(inner: &'a mut dyn LiveSink, exporter: Exporter) -> Self {
+impl OtlpSink {
+    pub fn new(exporter: Exporter) -> Self {
         Self {
-            inner,
             exporter: Some(exporter),
             stats: None,
         }
@@ -38,41 +33,26 @@ impl<'a> OtlpSink<'a> {
     }
 }
 
-impl LiveSink for OtlpSink<'_> {
-    fn started(&mut self, setup: &KernelSetup, now_ns: u64) {
-        self.inner.started(setup, now_ns);
-    }
-    fn batch(&mut self, records: &mut Vec<Record>, now_ns: u64) -> std::io::Result<bool> {
+impl Sink for OtlpSink {
+    fn batch(&mut self, batch: Batch<'_>) -> std::io::Result<()> {
         if let Some(e) = &self.exporter {
-            for r in records.iter() {
+            for r in batch.records {
                 if let Record::Transaction(t) = r {
                     e.offer(t);
                 }
             }
         }
-        self.inner.batch(records, now_ns)
+        Ok(())
     }
-    fn periodic(&mut self, stats: &StatsRecord, now_ns: u64) {
-        let mut s = stats.clone();
-        s.otlp = Some(self.running());
-        self.inner.periodic(&s, now_ns);
+    fn stats(&self, stats: &mut StatsRecord) {
+        stats.otlp = Some(self.running());
     }
-    fn finish(&mut self, stats: &StatsRecord, now_ns: u64) -> std::io::Result<()> {
+    fn finish(&mut self, stats: &mut StatsRecord, _now_ns: u64) -> std::io::Result<()> {
         // What is queued goes first, within the flush bound (`--otlp-flush-timeout`).
         if let Some(e) = self.exporter.take() {
             self.stats = Some(e.finish());
         }
-        let mut s = stats.clone();
-        s.otlp = self.stats.clone();
-        self.inner.finish(&s, now_ns)
-    }
-    fn count_reached(&self) -> bool {
-        self.inner.count_reached()
-    }
-    fn loop_found(&self) -> bool {
-        self.inner.loop_found()
-    }
-    fn not_written(&self) -> u64 {
-        self.inner.not_written()
+        stats.otlp = self.stats.clone();
+        Ok(())
     }
 }

@@ -1,71 +1,52 @@
-//! Where a live run's records go: the [`LiveSink`] trait, and `trace`'s own sink that writes
-//! them as text or NDJSON and applies `--count` and `--until loop`.
+//! `trace`'s text/NDJSON sink: the records a run shows ([`RecordsOut`]: the view, `--count`'s
+//! packet limit, the filter), written by a thread of their own behind a bounded queue.
 use std::{io::Write, time::Instant};
 
-use super::TraceOptions;
-use crate::{
-    correlate::loops::LoopState,
-    event::KernelSetup,
-    output::{
-        self,
-        filter::Filter,
-        queue::{self, QueuedSink},
-        record::StatsRecord,
-        Record,
-    },
+use super::OutputOptions;
+use crate::output::{
+    self,
+    queue::{self, QueuedSink},
+    record::StatsRecord,
+    sink::{Batch, Sink},
+    writer::RecordsOut,
+    Record, RecordWriter,
 };
 
-/// Where a live run's records go: `trace` writes them ([`TraceWriter`]), the agent counts
-/// them and reports what people act on.
-pub trait LiveSink {
-    /// Attached: what this kernel gave.
-    fn started(&mut self, _setup: &KernelSetup, _now_ns: u64) {}
-    /// Each turn of the run loop (at least every 50 ms): the records decided since the last
-    /// turn, to take. Returns whether the run should stop now.
-    fn batch(&mut self, records: &mut Vec<Record>, now_ns: u64) -> std::io::Result<bool>;
-    /// About once a second: the running totals.
-    fn periodic(&mut self, _stats: &StatsRecord, _now_ns: u64) {}
-    /// The run is over: its last records went to [`LiveSink::batch`]; these are the final
-    /// totals.
-    fn finish(&mut self, stats: &StatsRecord, now_ns: u64) -> std::io::Result<()>;
-    /// `--count` was reached: the ring buffer's rest is left unread.
-    fn count_reached(&self) -> bool {
-        false
-    }
-    /// A forwarding loop was reported (`--until loop`).
-    fn loop_found(&self) -> bool {
-        false
-    }
-    /// Packet records decided after a `--count` stop and not written.
-    fn not_written(&self) -> u64 {
-        0
-    }
-}
-
 /// `trace`'s sink: records written as text or NDJSON by a thread of their own behind a
-/// bounded queue (a slow reader costs records, counted in `stats.sinks`, never packets),
-/// `--count` and `--until loop` applied to the records before the queue.
+/// bounded queue (a slow reader costs records, counted in `stats.sinks`, never packets).
+/// Registered last in the list, it takes the records into the queue without a copy.
 pub struct TraceWriter {
-    writer: BatchWriter,
+    out: RecordsOut,
     sink: QueuedSink,
 }
 
 impl TraceWriter {
-    pub fn new(opts: &TraceOptions, out: Box<dyn Write + Send>) -> std::io::Result<Self> {
+    pub fn new(opts: &OutputOptions, out: Box<dyn Write + Send>) -> std::io::Result<Self> {
         Ok(Self {
-            writer: BatchWriter::new(opts),
+            out: RecordsOut::new(opts.view, opts.filter.clone()),
             sink: QueuedSink::spawn("output", queue::RECORDS, output::sink(opts.format, out))?,
         })
     }
 }
 
-impl LiveSink for TraceWriter {
-    fn batch(&mut self, records: &mut Vec<Record>, _now_ns: u64) -> std::io::Result<bool> {
-        self.writer.write(records, &mut self.sink)
+impl Sink for TraceWriter {
+    /// Not the last of the list: what is written is copied.
+    fn batch(&mut self, batch: Batch<'_>) -> std::io::Result<()> {
+        let mut allowed = batch.packets_allowed;
+        for r in batch.records {
+            if self.out.keep(r, &mut allowed) {
+                self.sink.write(r)?;
+            }
+        }
+        self.sink.flush()
+    }
+    fn batch_owned(&mut self, records: &mut Vec<Record>, batch: Batch<'_>) -> std::io::Result<()> {
+        self.out
+            .write(records, batch.packets_allowed, &mut self.sink)
     }
     /// Waits (at most [`queue::DRAIN_WAIT`] in all) for what is queued to be written, so the
     /// `stats` record counts it, then for the `stats` record itself.
-    fn finish(&mut self, stats: &StatsRecord, _now_ns: u64) -> std::io::Result<()> {
+    fn finish(&mut self, stats: &mut StatsRecord, _now_ns: u64) -> std::io::Result<()> {
         let deadline = Instant::now() + queue::DRAIN_WAIT;
         let q = self.sink.queue();
         q.wait_written(queue::DRAIN_WAIT);
@@ -75,101 +56,26 @@ impl LiveSink for TraceWriter {
         let (_, result) = q.finish(deadline.saturating_duration_since(Instant::now()));
         result
     }
-    fn count_reached(&self) -> bool {
-        self.writer.count_reached()
-    }
-    fn loop_found(&self) -> bool {
-        self.writer.loop_found
-    }
-    fn not_written(&self) -> u64 {
-        self.writer.not_written
-    }
-}
-
-/// Writes each batch of records and decides when the run stops: `--count` limits the packet
-/// records, `--until loop` stops at the first detected loop. A stop ends the run after the
-/// batch it happened in: the transactions, drops, races and loops of that batch (decided
-/// before the stop) are written all the same; only packets beyond `--count` are not.
-struct BatchWriter {
-    count: Option<u64>,
-    until_loop: bool,
-    show_packets: bool,
-    /// Packet records counted against `count` (written, or hidden by the view).
-    packets_out: u64,
-    /// Packet records decided after `count` was reached (in the batch of the stop, or
-    /// unfinished TCP messages reported at the end): counted, not written.
-    not_written: u64,
-    loop_found: bool,
-    filter: Filter,
-}
-
-impl BatchWriter {
-    fn new(opts: &TraceOptions) -> Self {
-        Self {
-            count: opts.count,
-            until_loop: opts.until_loop,
-            show_packets: opts.view.packets(),
-            packets_out: 0,
-            not_written: 0,
-            loop_found: false,
-            filter: opts.filter.clone(),
-        }
-    }
-
-    fn count_reached(&self) -> bool {
-        self.count.is_some_and(|n| self.packets_out >= n)
-    }
-
-    /// Writes (and empties) `records`; returns whether the run should stop now.
-    fn write(
-        &mut self,
-        records: &mut Vec<Record>,
-        sink: &mut dyn output::Sink,
-    ) -> std::io::Result<bool> {
-        for r in records.drain(..) {
-            if matches!(r, Record::Packet(_)) {
-                if self.count_reached() {
-                    self.not_written += 1;
-                    continue;
-                }
-                self.packets_out += 1;
-                if !self.show_packets {
-                    continue;
-                }
-            }
-            if let Record::Loop(l) = &r {
-                self.loop_found |= l.state == LoopState::Detected;
-            }
-            if !self.filter.keep(&r) {
-                continue;
-            }
-            sink.write_owned(r)?;
-        }
-        sink.flush()?;
-        Ok(self.count_reached() || (self.until_loop && self.loop_found))
-    }
 }
 
 #[cfg(test)]
 mod tests {
-    use std::time::Duration;
-
     use super::*;
     use crate::{
         correlate::{
-            loops::{LoopKind, LoopRecord},
+            loops::{LoopKind, LoopRecord, LoopState},
             record::{Answered, Outcome, Summary},
         },
-        kernel::attach::AttachSpec,
         output::record::{DropRecord, LookupRef, PacketRecord, QuestionRecord, TransactionRecord},
-        output::{Format, View},
+        output::{filter::Filter, writer::RecordsOut, Format, View},
+        trace::stop::StopPolicy,
     };
 
     /// Keeps what is written.
     #[derive(Default)]
     struct Collect(Vec<Record>);
 
-    impl output::Sink for Collect {
+    impl output::RecordWriter for Collect {
         fn write(&mut self, record: &Record) -> std::io::Result<()> {
             self.0.push(record.clone());
             Ok(())
@@ -179,22 +85,39 @@ mod tests {
         }
     }
 
-    fn opts(count: Option<u64>, until_loop: bool, view: View) -> TraceOptions {
-        TraceOptions {
-            attach: AttachSpec::default(),
+    /// `trace`'s writing of a batch, as the run loop does it: the stop policy looks at the
+    /// records, the writer writes them; returns whether the run stops.
+    struct BatchWriter {
+        stop: StopPolicy,
+        out: RecordsOut,
+    }
+
+    impl BatchWriter {
+        fn new(opts: &OutputOptions) -> Self {
+            Self {
+                stop: StopPolicy::new(opts.count, opts.until_loop),
+                out: RecordsOut::new(opts.view, opts.filter.clone()),
+            }
+        }
+
+        fn write(
+            &mut self,
+            records: &mut Vec<Record>,
+            sink: &mut dyn RecordWriter,
+        ) -> std::io::Result<bool> {
+            let allowed = self.stop.admit(records);
+            self.out.write(records, allowed, sink)?;
+            Ok(self.stop.stop().is_some())
+        }
+    }
+
+    fn opts(count: Option<u64>, until_loop: bool, view: View) -> OutputOptions {
+        OutputOptions {
             filter: Filter::default(),
-            every_packet: true,
-            ports: vec![53],
-            snaplen: 2048,
             format: Format::Json,
             view,
-            timeout: Duration::from_secs(5),
-            duration: None,
             count,
-            drops: true,
-            kernel_log: false,
             until_loop,
-            evidence: Default::default(),
         }
     }
 
@@ -339,7 +262,7 @@ mod tests {
         let mut last = vec![packet(5), transaction(9), Record::Stats(Box::default())];
         w.write(&mut last, &mut sink).unwrap();
         // Packets 4 and 5 were decided after the stop: counted, not written.
-        assert_eq!(w.not_written, 2);
+        assert_eq!(w.stop.not_written(), 2);
         assert_eq!(
             kinds(&sink.0),
             [
@@ -362,7 +285,7 @@ mod tests {
         let mut batch = vec![packet(1), transaction(1), packet(2), transaction(2)];
         assert!(w.write(&mut batch, &mut sink).unwrap());
         assert_eq!(kinds(&sink.0), ["transaction 1", "transaction 2"]);
-        assert_eq!(w.packets_out, 1);
+        assert_eq!(w.stop.packets(), 1);
     }
 
     /// `--until loop`: the records after the detected loop in its batch are still written.
@@ -377,7 +300,7 @@ mod tests {
             drop_record(4),
         ];
         let stop = w.write(&mut batch, &mut sink).unwrap();
-        assert!(stop && w.loop_found);
+        assert!(stop && w.stop.loop_found());
         assert_eq!(
             kinds(&sink.0),
             ["packet 1", "loop Detected", "transaction 3", "drop 4"]

@@ -265,11 +265,11 @@ impl std::io::Write for Shared {
 fn drops_of_a_file_dnspath_wrote_come_back_as_drops() {
     use crate::{
         event::{Direction, KernelDrop, ObservationPoint, SourceEvent},
-        names::Names,
-        output::{
+        evidence::{
             annotate::{EvidencePacket, Place},
             pcapng::PcapngSink,
         },
+        names::Names,
         source::file::FileSource,
         time::Clock,
     };

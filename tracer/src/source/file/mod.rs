@@ -36,7 +36,7 @@ use crate::{
 };
 
 /// The `if_name` of the interface block holding kernel drops in files dnspath writes
-/// (output/pcapng.rs). Linux interface names cannot hold `/`, so no real `netns/ifname` pair
+/// (evidence/pcapng.rs). Linux interface names cannot hold `/`, so no real `netns/ifname` pair
 /// collides with it.
 pub const DROPS_IFNAME: &str = "dnspath/drops";
 /// Largest pcap record or pcapng block accepted. Real captures stay far below (libpcap's

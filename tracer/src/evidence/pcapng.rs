@@ -28,12 +28,10 @@ use pcap_file::{
 
 use crate::{
     event::Direction,
+    evidence::annotate::{EvidencePacket, Place},
     kube::Pod,
     names::{place, SharedNames},
-    output::{
-        annotate::{EvidencePacket, Place},
-        escape,
-    },
+    output::escape,
     time::Clock,
 };
 

@@ -20,11 +20,11 @@ use std::{
     sync::Arc,
 };
 
-use serde::Serialize;
-
+pub use crate::output::evidence::RecordStats;
 use crate::{
+    evidence::{annotate::EvidencePacket, files, pcapng::PcapngSink},
     names::SharedNames,
-    output::{annotate::EvidencePacket, escape, files, pcapng::PcapngSink},
+    output::escape,
     time::Clock,
 };
 
@@ -45,23 +45,6 @@ pub struct RecorderConfig {
     pub files_per_minute: u32,
     /// How long packets may wait for their annotation before they reach the ring.
     pub delay_ns: u64,
-}
-
-/// What the recorder did (in the `stats` record's `evidence`).
-#[derive(Clone, Debug, Default, Serialize)]
-pub struct RecordStats {
-    pub incidents: u64,
-    /// Files written.
-    pub files: u64,
-    /// Incidents recorded in no file: over the rate limit, or after a write error.
-    pub not_written: u64,
-    /// Files deleted to keep DIR under its size.
-    pub files_deleted: u64,
-    /// Packets left out of a file because it would exceed the ring's size.
-    pub packets_cut: u64,
-    /// The last write error.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub failed: Option<String>,
 }
 
 struct Capture {

@@ -18,9 +18,9 @@ use std::{
     hash::{Hash, Hasher},
 };
 
-use serde::Serialize;
 use tracer_common::proto::{IPPROTO_TCP, IPPROTO_UDP};
 
+pub use crate::output::evidence::{AnnotateStats, EvidenceStats};
 use crate::{
     correlate::{
         loops::{LoopRecord, LoopState},
@@ -68,19 +68,6 @@ pub struct AnnotateConfig {
     pub max_bytes: usize,
     /// Whether transactions are correlated at all: without them nothing is waited for.
     pub transactions: bool,
-}
-
-/// How packets left the wait (in the `stats` record's `evidence`).
-#[derive(Clone, Copy, Debug, Default, Serialize)]
-pub struct AnnotateStats {
-    /// Packets and drops released with a transaction's annotation.
-    pub annotated: u64,
-    /// Released when `max_delay` passed with no transaction claiming them (TCP control
-    /// segments, answers whose query was not seen, …).
-    pub unclaimed: u64,
-    /// Released early because the held packets exceeded the buffer: written without the
-    /// annotation that might still have come.
-    pub early: u64,
 }
 
 struct Held {
@@ -270,7 +257,7 @@ impl Annotator {
             } else {
                 String::new()
             };
-            let role = super::report::role_name(leg.role);
+            let role = crate::output::report::role_name(leg.role);
             let n = leg.hops.len();
             // An answer that never reached the asking socket says so on every copy of it.
             let fate = match leg.outcome {
@@ -311,7 +298,7 @@ impl Annotator {
                 let note = format!(
                     "loop={} cycle=[{}] ",
                     l.id,
-                    escape(&super::report::loop_path(l))
+                    escape(&crate::output::report::loop_path(l))
                 );
                 if l.state == LoopState::Detected {
                     // The packets of the question held now: from the client's query on.
@@ -431,20 +418,6 @@ pub fn packet_id(data: &[u8]) -> u64 {
 /// A name inside a comment field: escaped, no spaces (fields are space-separated).
 fn clean(s: &str) -> String {
     escape(s).replace(' ', "_")
-}
-
-/// What went into pcapng files (the `stats` record's `evidence`; docs/output.md).
-#[derive(Clone, Debug, Default, Serialize)]
-pub struct EvidenceStats {
-    /// How packets left the wait for their annotation.
-    #[serde(flatten)]
-    pub annotate: AnnotateStats,
-    /// `-w`.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub write: Option<super::files::WriteStats>,
-    /// `--record`.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub record: Option<super::recorder::RecordStats>,
 }
 
 #[cfg(test)]

@@ -19,11 +19,11 @@ use std::{
     time::Duration,
 };
 
-use serde::Serialize;
-
+pub use crate::output::evidence::WriteStats;
 use crate::{
+    evidence::{annotate::EvidencePacket, pcapng::PcapngSink},
     names::SharedNames,
-    output::{annotate::EvidencePacket, escape, pcapng::PcapngSink},
+    output::escape,
     time::Clock,
 };
 
@@ -41,20 +41,6 @@ impl Rotation {
     pub fn rotates(&self) -> bool {
         self.max_bytes.is_some() || self.every.is_some() || self.keep.is_some()
     }
-}
-
-/// What `-w` wrote (in the `stats` record's `evidence`).
-#[derive(Clone, Debug, Default, Serialize)]
-pub struct WriteStats {
-    pub packets: u64,
-    pub drops: u64,
-    /// Files created.
-    pub files: u64,
-    /// Files deleted to keep `-W` of them.
-    pub files_deleted: u64,
-    /// Why the files stopped (read-only or full directory, …); the trace went on.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub failed: Option<String>,
 }
 
 pub struct PcapngFiles {

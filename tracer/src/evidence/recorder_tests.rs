@@ -1,5 +1,5 @@
 use super::*;
-use crate::{event::ObservationPoint, output::annotate::Place};
+use crate::{event::ObservationPoint, evidence::annotate::Place};
 
 fn packet(ts_ns: u64) -> EvidencePacket {
     EvidencePacket {

@@ -1,0 +1,79 @@
+//! When a live run stops on its own: `--count` (packet records) and `--until loop` (the
+//! first detected forwarding loop). A policy beside the sinks, not part of any: it looks at
+//! each turn's records before they go out, tells the sinks how many of the turn's packet
+//! records are within `--count`, and the runner stops after the turn it was met in. The
+//! transactions, drops, races and loops of that turn (decided before the stop) go out all
+//! the same; only packets beyond `--count` do not.
+use crate::{correlate::loops::LoopState, output::Record};
+
+#[derive(Clone, Debug, Default)]
+pub struct StopPolicy {
+    count: Option<u64>,
+    until_loop: bool,
+    /// Packet records counted against `count` (written, or hidden by the view).
+    packets: u64,
+    /// Packet records decided after `count` was reached (in the turn of the stop, or
+    /// unfinished TCP messages reported at the end): counted, not written.
+    not_written: u64,
+    loop_found: bool,
+}
+
+impl StopPolicy {
+    /// `count`: stop after this many packet records; `until_loop`: at the first loop.
+    pub fn new(count: Option<u64>, until_loop: bool) -> Self {
+        Self {
+            count,
+            until_loop,
+            ..Default::default()
+        }
+    }
+
+    /// One turn's records, before the sinks: returns how many of their packet records are
+    /// within `--count` (`None`: no count).
+    pub fn admit(&mut self, records: &[Record]) -> Option<u64> {
+        let mut allowed = 0;
+        for r in records {
+            match r {
+                Record::Packet(_) if self.count_reached() => self.not_written += 1,
+                Record::Packet(_) => {
+                    self.packets += 1;
+                    allowed += 1;
+                }
+                Record::Loop(l) => self.loop_found |= l.state == LoopState::Detected,
+                _ => {}
+            }
+        }
+        self.count.map(|_| allowed)
+    }
+
+    /// Why the run should stop now, if it should: `count` or `loop` (`stats.stopped_by`).
+    pub fn stop(&self) -> Option<&'static str> {
+        if self.count_reached() {
+            Some("count")
+        } else if self.until_loop && self.loop_found {
+            Some("loop")
+        } else {
+            None
+        }
+    }
+
+    /// `--count` was reached: the ring buffer's rest is left unread.
+    pub fn count_reached(&self) -> bool {
+        self.count.is_some_and(|n| self.packets >= n)
+    }
+
+    /// A forwarding loop was detected.
+    pub fn loop_found(&self) -> bool {
+        self.loop_found
+    }
+
+    /// Packet records counted against `--count`.
+    pub fn packets(&self) -> u64 {
+        self.packets
+    }
+
+    /// Packet records decided after `--count` was reached, not written (`stats.not_written`).
+    pub fn not_written(&self) -> u64 {
+        self.not_written
+    }
+}
