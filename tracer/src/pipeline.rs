@@ -6,8 +6,9 @@
 //! their sinks: each calls [`Pipeline::push`] per source event, [`Pipeline::tick`] as time
 //! passes and [`Pipeline::finish`] once at the end, and writes what comes out.
 use crate::{
-    correlate::{loops::LoopState, CorrelateConfig, Correlator, Observed},
+    correlate::{CorrelateConfig, Correlator, Observed},
     decode::decoder::{question_hash, Decoder, Summarised},
+    detect::loops::LoopState,
     event::{KernelCounters, ShedChange, ShedQuestion, SourceEvent},
     output::record::{Record, StatsRecord},
     time::Clock,

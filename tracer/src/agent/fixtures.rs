@@ -3,10 +3,12 @@ use std::net::SocketAddr;
 
 use crate::{
     correlate::{
-        loops::{LoopHop, LoopKind, LoopRecord, LoopState, Peer},
-        race::{CounterDeltas, RaceNetns, RaceQuery, RaceRecord, RaceVerdict},
         record::{Answered, Join, LegOutcome, Outcome, Summary},
         LegRole,
+    },
+    detect::{
+        loops::{LoopHop, LoopKind, LoopRecord, LoopState, Peer},
+        race::{CounterDeltas, RaceNetns, RaceQuery, RaceRecord, RaceVerdict},
     },
     output::record::{
         DropRecord, LegDrop, LegRecord, LookupRef, PacketRecord, QuestionRecord, Record,

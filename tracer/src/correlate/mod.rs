@@ -22,13 +22,11 @@ pub mod ctmap;
 mod index;
 mod join;
 mod lookup;
-pub mod loops;
 mod model;
-pub mod race;
 pub mod record;
 mod render;
 mod reorder;
-mod sip;
+pub(crate) mod sip;
 
 use std::{
     collections::{BTreeSet, HashMap, VecDeque},
@@ -41,6 +39,7 @@ use serde::Serialize;
 pub use crate::decode::observation::{DropObservation, Observation, Observed, FRAGMENT_LOSS};
 use crate::{
     decode::dns::{Cut, DnsMessage},
+    detect::{loops, race},
     event::{ConntrackEvent, CtStatsSample, ObservationPoint},
     time::Clock,
 };

@@ -1,12 +1,4 @@
-//! Detect stage, `dnspath doctor`'s half: typed findings ([`finding`]) made from the node's
-//! own files ([`config`] parses DNS server and resolver configs, [`node`] follows each
-//! server's forward targets to where they go) and from the pipeline's records
-//! ([`traffic`] folds loops, races, drops and transactions into findings). The modes
-//! (`doctor`, later the agent) drive it and render what it finds.
-pub mod config;
-pub mod finding;
-pub mod node;
-pub mod traffic;
-
-#[cfg(test)]
-mod fields;
+//! Detect stage: what the correlator's hops, legs and transactions add up to beyond one
+//! transaction — forwarding loops ([`loops`]) and the conntrack DNAT race ([`race`]).
+pub mod loops;
+pub mod race;

@@ -22,12 +22,12 @@ use serde::Serialize;
 use tracer_common::proto::{IPPROTO_TCP, IPPROTO_UDP};
 
 use crate::{
-    correlate::{
+    correlate::record::LegOutcome,
+    decode::ip::{parse_ip, Transport},
+    detect::{
         loops::{LoopRecord, LoopState},
         race::{RaceRecord, RaceVerdict},
-        record::LegOutcome,
     },
-    decode::ip::{parse_ip, Transport},
     event::{CapturedPacket, KernelDrop, ObservationPoint},
     output::{
         escape,

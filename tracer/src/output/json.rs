@@ -5,14 +5,14 @@ use serde::{Serialize, Serializer};
 
 use super::report;
 use crate::{
-    correlate::{
-        loops::{LoopHop, LoopRecord},
-        race::{CounterDeltas, RaceQuery, RaceRecord},
-        record::{
-            HopRecord, LegDrop, LegRecord, LookupRef, QuestionRecord, Summary, TransactionRecord,
-        },
+    correlate::record::{
+        HopRecord, LegDrop, LegRecord, LookupRef, QuestionRecord, Summary, TransactionRecord,
     },
     decode::{dns::Cut, ip::Addr, record::PodRef},
+    detect::{
+        loops::{LoopHop, LoopRecord},
+        race::{CounterDeltas, RaceQuery, RaceRecord},
+    },
     event::Direction,
     time::WallTime,
 };

@@ -11,8 +11,9 @@ pub use crate::{
     },
 };
 use crate::{
-    correlate::{loops::LoopRecord, race::RaceRecord, CorrelateReport, CorrelateStats},
+    correlate::{CorrelateReport, CorrelateStats},
     decode::record::DecodeReport,
+    detect::{loops::LoopRecord, race::RaceRecord},
 };
 
 #[derive(Clone, Debug, Serialize)]

@@ -5,7 +5,8 @@
 use std::path::PathBuf;
 
 use crate::{
-    correlate::{loops::LoopState, race::RaceVerdict, record::Outcome},
+    correlate::record::Outcome,
+    detect::{loops::LoopState, race::RaceVerdict},
     event::{CapturedPacket, KernelDrop},
     names::SharedNames,
     output::{

@@ -4,7 +4,7 @@ use std::{io::Write, time::Instant};
 
 use super::TraceOptions;
 use crate::{
-    correlate::loops::LoopState,
+    detect::loops::LoopState,
     event::KernelSetup,
     output::{
         self,
@@ -156,10 +156,8 @@ mod tests {
 
     use super::*;
     use crate::{
-        correlate::{
-            loops::{LoopKind, LoopRecord},
-            record::{Answered, Outcome, Summary},
-        },
+        correlate::record::{Answered, Outcome, Summary},
+        detect::loops::{LoopKind, LoopRecord},
         kernel::attach::AttachSpec,
         output::record::{DropRecord, LookupRef, PacketRecord, QuestionRecord, TransactionRecord},
         output::{Format, View},

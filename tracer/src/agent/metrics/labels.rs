@@ -7,10 +7,7 @@ use prometheus_client::{
     metrics::{family::Family, histogram::Histogram},
 };
 
-use crate::{
-    correlate::{loops::LoopKind, LegRole},
-    output::record::LegRecord,
-};
+use crate::{correlate::LegRole, detect::loops::LoopKind, output::record::LegRecord};
 
 /// Latency buckets (seconds): 100 µs … 1 ms resolve hops inside a node (a veth, a DNAT, a
 /// node-local cache); 4.5 and 5.5 sit either side of the resolver's 5 s retry (glibc

@@ -20,10 +20,12 @@ use super::{
 use crate::{
     agent::events::Events,
     correlate::{
-        loops::{LoopRecord, LoopState},
-        race::{RaceRecord, RaceVerdict},
         record::{LegOutcome, Outcome},
         LegRole,
+    },
+    detect::{
+        loops::{LoopRecord, LoopState},
+        race::{RaceRecord, RaceVerdict},
     },
     output::record::{DropRecord, LegRecord, PacketRecord, Record, StatsRecord, TransactionRecord},
 };

@@ -6,11 +6,10 @@ use crate::{
         transaction,
     },
     correlate::{
-        loops::LoopState,
-        race::RaceVerdict,
         record::{LegOutcome, Outcome},
         CorrelateStats, LegRole,
     },
+    detect::{loops::LoopState, race::RaceVerdict},
     output::record::{DecodeStats, Record, StatsRecord},
 };
 

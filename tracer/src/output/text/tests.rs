@@ -1,10 +1,12 @@
 use super::*;
 use crate::{
     correlate::{
-        loops::{LoopHop, LoopKind, LoopRecord, LoopState, Peer},
-        race::{CounterDeltas, RaceNetns, RaceQuery, RaceRecord, RaceVerdict},
         record::{Join, LegOutcome, Outcome, Summary},
         LegRole,
+    },
+    detect::{
+        loops::{LoopHop, LoopKind, LoopRecord, LoopState, Peer},
+        race::{CounterDeltas, RaceNetns, RaceQuery, RaceRecord, RaceVerdict},
     },
     event::{Direction, KernelSetup},
     output::record::{

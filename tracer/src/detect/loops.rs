@@ -18,7 +18,7 @@ use crate::{
     time::Clock,
 };
 
-use super::{CorrelateConfig, QKey};
+use crate::correlate::{sip, CorrelateConfig, QKey};
 
 /// Amplification: forwards of one question by one server per second, at least …
 const STORM_MIN_PER_SEC: u64 = 200;
@@ -128,7 +128,7 @@ pub struct LoopTracker {
     /// Which report a question's packets count towards.
     by_question: QMap<(QKey, Vec<Peer>)>,
     /// (server ip, question) → (window start, forwards in window)
-    forwards: HashMap<(IpAddr, QKey), (u64, u64), super::sip::Sip>,
+    forwards: HashMap<(IpAddr, QKey), (u64, u64), sip::Sip>,
     /// question → (window start, client queries in window, in the window before)
     asks: QMap<(u64, u64, u64)>,
     /// Sizes of `forwards` and `asks` at which their stale windows are swept next.
@@ -178,17 +178,17 @@ impl LoopTracker {
     }
 
     /// Is a loop report active for this question (its packets can be summarised)?
-    pub(super) fn active_for(&self, q: &QKey) -> bool {
+    pub(crate) fn active_for(&self, q: &QKey) -> bool {
         self.by_question.contains_key(q)
     }
 
-    pub(super) fn drain(&mut self, out: &mut Vec<LoopRecord>) {
+    pub(crate) fn drain(&mut self, out: &mut Vec<LoopRecord>) {
         out.append(&mut self.out);
     }
 
     /// A cycle closed in a transaction tree.
     #[allow(clippy::too_many_arguments)]
-    pub(super) fn cycle(
+    pub(crate) fn cycle(
         &mut self,
         q: &QKey,
         cycle: Vec<LoopHop>,
@@ -284,7 +284,7 @@ impl LoopTracker {
     }
 
     /// `n` packets of question `q` seen at `ts` (correlated or only counted).
-    pub(super) fn packets(&mut self, q: &QKey, n: u64, summarised: bool, ts: u64) {
+    pub(crate) fn packets(&mut self, q: &QKey, n: u64, summarised: bool, ts: u64) {
         let Some(key) = self.by_question.get(q) else {
             return;
         };
@@ -307,7 +307,7 @@ impl LoopTracker {
     }
 
     /// A client's own query for `q` (not a forward): the baseline for amplification.
-    pub(super) fn client_ask(&mut self, q: &QKey, ts: u64) {
+    pub(crate) fn client_ask(&mut self, q: &QKey, ts: u64) {
         let e = self.asks.entry(q.clone()).or_insert((ts, 0, 0));
         if ts >= e.0 + 1_000_000_000 {
             // The previous window only counts if it was the one just before.
@@ -322,7 +322,7 @@ impl LoopTracker {
 
     /// A server sent `q` onwards; an amplification storm if it does so far faster than
     /// clients ask.
-    pub(super) fn forward(&mut self, server_ip: IpAddr, q: &QKey, ts: u64) {
+    pub(crate) fn forward(&mut self, server_ip: IpAddr, q: &QKey, ts: u64) {
         if self.by_question.contains_key(q) {
             return;
         }
@@ -366,7 +366,7 @@ impl LoopTracker {
     }
 
     /// Updates and ends, as time passes (the pipeline learns of an end from its record).
-    pub(super) fn tick(&mut self, now: u64, all: bool) {
+    pub(crate) fn tick(&mut self, now: u64, all: bool) {
         let mut gone = Vec::new();
         for (key, t) in self.loops.iter_mut() {
             if all || now >= t.rec.last_seen_ns.max(t.rec.first_seen_ns) + self.end_ns {
