@@ -70,6 +70,7 @@ pub fn leg(
         drop: None,
         node_cache: None,
         hops: Vec::new(),
+        race_drop: false,
     }
 }
 

@@ -102,7 +102,6 @@ impl LiveSink for AgentSink {
                 self.events(|e| e.observe(&r, now_ns));
             }
         }
-        self.metrics.end_batch();
         Ok(false)
     }
 

@@ -123,6 +123,10 @@ pub struct LegRecord {
     /// Served by the node cache (hit or miss), or a client query around it.
     pub node_cache: Option<NodeCache>,
     pub hops: Vec<HopRecord>,
+    /// Not in the JSON (a `race` record says it): a client's query that the conntrack race
+    /// dropped, so that what retried it is read here rather than inferred from where the
+    /// race record comes in the output.
+    pub race_drop: bool,
 }
 
 #[derive(Clone, Debug)]

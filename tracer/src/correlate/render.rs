@@ -563,6 +563,8 @@ impl Correlator {
                     drop: undelivered.or(l.drop),
                     node_cache,
                     hops: hop_records,
+                    // What `races_of` reports as a race drop.
+                    race_drop: l.parent.is_none() && l.race.is_some(),
                 }
             })
             .collect();

@@ -417,6 +417,7 @@ mod tests {
                 drop: None,
                 node_cache: None,
                 hops: vec![hop.clone(), hop],
+                race_drop: false,
             }],
         }
     }

@@ -278,6 +278,7 @@ fn hostile_transaction_fields_are_escaped() {
                 ..hop.clone()
             },
         ],
+        race_drop: false,
     };
     let t = TransactionRecord {
         evidence: None,
@@ -534,6 +535,7 @@ fn a_leg_of_one_hop_says_hop() {
         drop: None,
         node_cache: None,
         hops: vec![hop.clone()],
+        race_drop: false,
     };
     let line = super::leg_line(&leg);
     assert!(line.ends_with("[same-tuple join, 1 hop]"), "{line}");
