@@ -34,12 +34,9 @@ const LAYERS: &[(&str, &[&str])] = &[
         "decode",
         &["conntrack", "event", "kallsyms", "names", "time"],
     ),
-    // TODO(detect): correlate still holds the detectors until they move behind a trait.
-    (
-        "correlate",
-        &["conntrack", "decode", "detect", "event", "time"],
-    ),
-    // What the correlator's legs and transactions add up to: loops, races.
+    ("correlate", &["conntrack", "decode", "event", "time"]),
+    // What the correlator's legs and transactions add up to: loops, races (the correlator
+    // calls them through its `Detector` trait).
     (
         "detect",
         &["conntrack", "correlate", "decode", "event", "time"],

@@ -12,13 +12,16 @@ use std::{
 
 use serde::Serialize;
 
+use super::{Control, DetectStats, Detected, Detector};
 use crate::{
-    correlate::record::{QMap, QuestionRecord},
-    decode::record::PodRef,
+    correlate::{
+        detector::LegEvent,
+        record::{QMap, QuestionRecord},
+        sip, CorrelateConfig, QKey,
+    },
+    decode::{decoder::WireQuestion, record::PodRef},
     time::Clock,
 };
-
-use crate::correlate::{sip, CorrelateConfig, QKey};
 
 /// Amplification: forwards of one question by one server per second, at least …
 const STORM_MIN_PER_SEC: u64 = 200;
@@ -180,10 +183,6 @@ impl LoopTracker {
     /// Is a loop report active for this question (its packets can be summarised)?
     pub(crate) fn active_for(&self, q: &QKey) -> bool {
         self.by_question.contains_key(q)
-    }
-
-    pub(crate) fn drain(&mut self, out: &mut Vec<LoopRecord>) {
-        out.append(&mut self.out);
     }
 
     /// A cycle closed in a transaction tree.
@@ -365,8 +364,8 @@ impl LoopTracker {
         sweep(&mut self.forwards, &mut self.forwards_sweep_at, ts, |v| v.0);
     }
 
-    /// Updates and ends, as time passes (the pipeline learns of an end from its record).
-    pub(crate) fn tick(&mut self, now: u64, all: bool) {
+    /// Updates and ends, as time passes.
+    fn advance(&mut self, now: u64, all: bool) {
         let mut gone = Vec::new();
         for (key, t) in self.loops.iter_mut() {
             if all || now >= t.rec.last_seen_ns.max(t.rec.first_seen_ns) + self.end_ns {
@@ -394,6 +393,73 @@ impl LoopTracker {
             }
         }
         self.stats.active = self.loops.len() as u64;
+    }
+}
+
+impl Detector for LoopTracker {
+    type Report = Detected;
+    type Stats = DetectStats;
+
+    /// A message of a question in an active loop is only counted towards it.
+    fn message(&mut self, q: &QKey, ts: u64) -> bool {
+        if !self.active_for(q) {
+            return false;
+        }
+        self.packets(q, 1, false, ts);
+        true
+    }
+
+    fn summarised(&mut self, q: &QKey, n: u64, ts: u64) {
+        self.packets(q, n, true, ts);
+    }
+
+    fn leg(&mut self, ev: &LegEvent<'_>) {
+        match ev {
+            LegEvent::Asked { q, ts } => self.client_ask(q, *ts),
+            LegEvent::Forwarded { server, q, ts } => self.forward(*server, q, *ts),
+            LegEvent::Cycle(c) => {
+                let hops = c
+                    .hops
+                    .iter()
+                    .map(|h| LoopHop {
+                        from: Peer::Socket(h.from),
+                        server: Some(h.server),
+                        backend: Peer::Socket(h.backend),
+                        at: h.at.clone(),
+                        pod: Default::default(),
+                    })
+                    .collect();
+                self.cycle(c.q, hops, c.hop_count, c.client, c.entered_ts, c.ts);
+            }
+        }
+    }
+
+    /// Reports detected, ongoing and ended loops; under a loop only its question's packets
+    /// are counted (decoding them would not keep up), from when it is detected to when it
+    /// ends.
+    fn tick(&mut self, now: u64, all: bool, out: &mut Vec<Detected>, control: &mut Vec<Control>) {
+        self.advance(now, all);
+        for r in self.out.drain(..) {
+            let q = &r.question;
+            match r.state {
+                LoopState::Detected => {
+                    if let Some(w) = WireQuestion::of(&q.name, &q.qtype, &q.class) {
+                        control.push(Control::Shed(w, q.clone()));
+                    }
+                }
+                LoopState::Ended => {
+                    if let Some(w) = WireQuestion::of(&q.name, &q.qtype, &q.class) {
+                        control.push(Control::Unshed(w));
+                    }
+                }
+                LoopState::Ongoing => {}
+            }
+            out.push(Detected::Loop(r));
+        }
+    }
+
+    fn stats(&self, into: &mut DetectStats) {
+        into.loops = self.stats.clone();
     }
 }
 

@@ -376,7 +376,7 @@ impl Metrics {
             let mut mem = self.memory();
             let was = std::mem::replace(&mut mem.totals, now);
             let classified = std::mem::take(&mut mem.malformed_classified);
-            let no_loops = correlate.is_some_and(|c| c.loops.active == 0);
+            let no_loops = correlate.is_some_and(|c| c.detect.loops.active == 0);
             if no_loops {
                 mem.active_loops.clear();
             }
