@@ -3,11 +3,11 @@
 //!
 //! Each detection is a [`Detector`] (the correlator's hooks: messages, legs, conntrack
 //! samples, decided transactions, time) with its record, registered once in
-//! [`Detectors::new`]. A detector that needs the stages before it to act (storm shedding
+//! the `detectors!` list below. A detector that needs the stages before it to act (storm shedding
 //! under a loop) says so with a [`Control`], which the pipeline applies.
 //!
 //! A new detection: its file here (the detector and its record), a variant of [`Detected`]
-//! and a field of [`DetectStats`] if it counts anything, one line in [`Detectors::new`]; then
+//! and a field of [`DetectStats`] if it counts anything, one line in the `detectors!` list; then
 //! the sinks' `Record` and docs/output.md.
 pub mod loops;
 pub mod race;
@@ -42,82 +42,86 @@ pub struct DetectStats {
     pub races: race::RaceStats,
 }
 
-type Boxed = Box<dyn Detector<Report = Detected, Stats = DetectStats> + Send>;
+/// Declares [`Detectors`] from its list: each detector's field, type and constructor
+/// (`fn(Clock, &CorrelateConfig) -> Self`). Every hook calls the detectors in list order,
+/// statically (no indirect call per message).
+macro_rules! detectors {
+    ($($field:ident: $ty:ty),* $(,)?) => {
+        /// Every detector, in the order their hooks run (and so their records come out).
+        pub struct Detectors {
+            $($field: $ty,)*
+        }
 
-/// Every detector, in the order their hooks run (and so their records come out).
-pub struct Detectors(Vec<Boxed>);
+        impl Detectors {
+            pub fn new(cfg: &CorrelateConfig, clock: Clock) -> Self {
+                Self {
+                    $($field: <$ty>::new(clock, cfg),)*
+                }
+            }
+        }
 
-impl Detectors {
-    pub fn new(cfg: &CorrelateConfig, clock: Clock) -> Self {
-        Self(vec![
-            Box::new(loops::LoopTracker::new(clock, cfg)),
-            Box::new(race::RaceDetector::new(clock, cfg)),
-        ])
-    }
+        impl Detector for Detectors {
+            type Report = Detected;
+            type Stats = DetectStats;
+
+            fn message(&mut self, q: &QKey, ts: u64) -> bool {
+                $(self.$field.message(q, ts))||*
+            }
+
+            fn summarised(&mut self, q: &QKey, n: u64, ts: u64) {
+                $(self.$field.summarised(q, n, ts);)*
+            }
+
+            fn leg(&mut self, ev: &LegEvent<'_>) {
+                $(self.$field.leg(ev);)*
+            }
+
+            fn ct_stats(&mut self, s: &CtStatsSample) {
+                $(self.$field.ct_stats(s);)*
+            }
+
+            fn keeps(&self, d: &DropObservation) -> bool {
+                $(self.$field.keeps(d))||*
+            }
+
+            fn holds(&self, e: &DropEvidence, now: u64) -> Option<u64> {
+                [$(self.$field.holds(e, now)),*].into_iter().flatten().max()
+            }
+
+            fn decided(&mut self, t: &Decided<'_>) {
+                $(self.$field.decided(t);)*
+            }
+
+            fn tick(
+                &mut self,
+                now: u64,
+                all: bool,
+                out: &mut Vec<Detected>,
+                control: &mut Vec<Control>,
+            ) {
+                $(self.$field.tick(now, all, out, control);)*
+            }
+
+            fn settle(&mut self, out: &mut Vec<Detected>) {
+                $(self.$field.settle(out);)*
+            }
+
+            fn stats(&self, into: &mut DetectStats) {
+                $(self.$field.stats(into);)*
+            }
+        }
+    };
+}
+
+// The registration: one line a detection.
+detectors! {
+    loops: loops::LoopTracker,
+    races: race::RaceDetector,
 }
 
 impl Correlator<Detectors> {
     /// A correlator showing what it sees to every detector.
     pub fn new(cfg: CorrelateConfig, clock: Clock) -> Self {
         Correlator::with_detector(cfg, clock, Detectors::new(&cfg, clock))
-    }
-}
-
-impl Detector for Detectors {
-    type Report = Detected;
-    type Stats = DetectStats;
-
-    fn message(&mut self, q: &QKey, ts: u64) -> bool {
-        self.0.iter_mut().any(|d| d.message(q, ts))
-    }
-
-    fn summarised(&mut self, q: &QKey, n: u64, ts: u64) {
-        for d in &mut self.0 {
-            d.summarised(q, n, ts);
-        }
-    }
-
-    fn leg(&mut self, ev: &LegEvent<'_>) {
-        for d in &mut self.0 {
-            d.leg(ev);
-        }
-    }
-
-    fn ct_stats(&mut self, s: &CtStatsSample) {
-        for d in &mut self.0 {
-            d.ct_stats(s);
-        }
-    }
-
-    fn keeps(&self, d: &DropObservation) -> bool {
-        self.0.iter().any(|x| x.keeps(d))
-    }
-
-    fn holds(&self, e: &DropEvidence, now: u64) -> Option<u64> {
-        self.0.iter().filter_map(|d| d.holds(e, now)).max()
-    }
-
-    fn decided(&mut self, t: &Decided<'_>) {
-        for d in &mut self.0 {
-            d.decided(t);
-        }
-    }
-
-    fn tick(&mut self, now: u64, all: bool, out: &mut Vec<Detected>, control: &mut Vec<Control>) {
-        for d in &mut self.0 {
-            d.tick(now, all, out, control);
-        }
-    }
-
-    fn settle(&mut self, out: &mut Vec<Detected>) {
-        for d in &mut self.0 {
-            d.settle(out);
-        }
-    }
-
-    fn stats(&self, into: &mut DetectStats) {
-        for d in &self.0 {
-            d.stats(into);
-        }
     }
 }
