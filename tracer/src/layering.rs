@@ -1,5 +1,5 @@
 //! The module graph points one way (docs: STYLE.md, "Shape of the userspace pipeline"):
-//! event → decode → correlate (with detect: loops, races) → output (records, the sink trait)
+//! event → decode → correlate → detect (loops, races) → output (records, the sink trait)
 //! → evidence (pcapng sinks) and pipeline → the modes, with shared pieces (time, host, names,
 //! kallsyms, kube, conntrack status) below them all.
 //! This test reads `tracer/src` and fails on a `crate::` path that points up, or at a module
@@ -36,14 +36,19 @@ const LAYERS: &[(&str, &[&str])] = &[
         &["conntrack", "event", "kallsyms", "names", "time"],
     ),
     ("correlate", &["conntrack", "decode", "event", "time"]),
-    // Findings: folded from decode/correlate records and the node's files.
-    ("detect", &["correlate", "decode", "host", "kube"]),
+    // What the correlator's legs and transactions add up to: loops, races (the correlator
+    // calls them through its `Detector` trait).
+    (
+        "detect",
+        &["conntrack", "correlate", "decode", "event", "time"],
+    ),
     (
         "output",
         &[
             "conntrack",
             "correlate",
             "decode",
+            "detect",
             "event",
             "kube",
             "names",
@@ -57,6 +62,7 @@ const LAYERS: &[(&str, &[&str])] = &[
         &[
             "correlate",
             "decode",
+            "detect",
             "event",
             "kube",
             "names",
@@ -67,7 +73,7 @@ const LAYERS: &[(&str, &[&str])] = &[
     ),
     (
         "pipeline",
-        &["correlate", "decode", "event", "output", "time"],
+        &["correlate", "decode", "detect", "event", "output", "time"],
     ),
     // The modes: what drives the pipeline from a source into sinks.
     (
@@ -82,6 +88,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "conntrack",
             "correlate",
             "decode",
+            "detect",
             "event",
             "evidence",
             "kallsyms",
@@ -93,13 +100,27 @@ const LAYERS: &[(&str, &[&str])] = &[
             "time",
         ],
     ),
-    ("doctor", &["detect", "event", "output", "trace"]),
+    // Findings: folded from the records and the node's files.
+    (
+        "doctor",
+        &[
+            "correlate",
+            "decode",
+            "detect",
+            "event",
+            "host",
+            "kube",
+            "output",
+            "trace",
+        ],
+    ),
     (
         "agent",
         &[
             "conntrack",
             "correlate",
             "decode",
+            "detect",
             "event",
             "kernel",
             "kube",

@@ -1,16 +1,18 @@
 //! The one pipeline every mode drives: source events in, records out.
 //!
 //! **decode** ([`Decoder`]: packets and drops → packet/drop records and typed observations)
-//! → **correlate and detect** ([`Correlator`]: hops, legs, transactions, loops, races) →
-//! records for the sinks. `trace`, `analyze` and the agent differ only in their source and
+//! → **correlate** ([`Correlator`]: hops, legs, transactions) and **detect** ([`Detectors`],
+//! shown what the correlator sees: loops, races) → records for the sinks. What a detector
+//! asks of the stages before it ([`Control`]: shed a looping question) is applied here. `trace`, `analyze` and the agent differ only in their source and
 //! their sinks: each calls [`Pipeline::push`] per source event, [`Pipeline::tick`] as time
 //! passes and [`Pipeline::finish`] once at the end, and writes what comes out.
 use crate::{
-    correlate::{loops::LoopState, CorrelateConfig, Correlator, Observed},
+    correlate::{CorrelateConfig, Correlator, Observed},
     decode::{
-        decoder::{question_hash, Decoder, Summarised},
+        decoder::{Decoder, Summarised},
         dns::{RrClass, RrType},
     },
+    detect::{Control, Detectors},
     event::{KernelCounters, ShedChange, ShedQuestion, SourceEvent},
     output::{
         record::{Record, StatsRecord},
@@ -43,8 +45,9 @@ pub struct PipelineConfig {
 
 pub struct Pipeline {
     decoder: Decoder,
-    correlator: Option<Correlator>,
+    correlator: Option<Correlator<Detectors>>,
     shed_loops: bool,
+    controls: Vec<Control>,
     observed: Vec<Observed>,
     summarised: Vec<Summarised>,
     /// Some source applies [`ShedChange`]s (and takes them every turn).
@@ -69,6 +72,7 @@ impl Pipeline {
             decoder,
             correlator,
             shed_loops: cfg.shed_loops,
+            controls: Vec::new(),
             observed: Vec::new(),
             summarised: Vec::new(),
             kernel_shedding: false,
@@ -133,9 +137,9 @@ impl Pipeline {
         self.decoder.tick(now_ns, out);
         self.hand_over();
         if let Some(c) = self.correlator.as_mut() {
-            let from = out.len();
             c.tick(now_ns, out);
-            self.follow_loops(from, out);
+            c.take_controls(&mut self.controls);
+            self.apply_controls();
         }
     }
 
@@ -200,37 +204,30 @@ impl Pipeline {
         }
     }
 
-    /// Under a loop, only count its packets; when it ends, decode them again.
-    fn follow_loops(&mut self, from: usize, out: &[Record]) {
-        if !self.shed_loops {
-            return;
-        }
-        for r in out.get(from..).unwrap_or_default() {
-            if let Record::Loop(l) = r {
-                let q = &l.question;
-                match l.state {
-                    LoopState::Detected => {
-                        self.decoder.summarise_question(&q.name, q.qtype, q.class);
-                        if let Some(hash) = question_hash(&q.name, q.qtype, q.class)
-                            .filter(|_| self.kernel_shedding)
-                        {
-                            self.shed_changes.push(ShedChange::Start(ShedQuestion {
-                                hash,
-                                name: q.name.clone(),
-                                qtype: q.qtype.0,
-                                class: q.class.0,
-                            }));
-                        }
+    /// What the detectors asked: under a loop, only count its packets (here and, live, in
+    /// the kernel); when it ends, decode them again.
+    fn apply_controls(&mut self) {
+        for c in self.controls.drain(..) {
+            if !self.shed_loops {
+                continue;
+            }
+            match c {
+                Control::Shed(w, q) => {
+                    self.decoder.summarise(&w, &q.name, q.qtype, q.class);
+                    if self.kernel_shedding {
+                        self.shed_changes.push(ShedChange::Start(ShedQuestion {
+                            hash: w.hash(),
+                            name: q.name.clone(),
+                            qtype: q.qtype.0,
+                            class: q.class.0,
+                        }));
                     }
-                    LoopState::Ended => {
-                        self.decoder.stop_summarising(&q.name, q.qtype, q.class);
-                        if let Some(hash) = question_hash(&q.name, q.qtype, q.class)
-                            .filter(|_| self.kernel_shedding)
-                        {
-                            self.shed_changes.push(ShedChange::Stop(hash));
-                        }
+                }
+                Control::Unshed(w) => {
+                    self.decoder.unsummarise(&w);
+                    if self.kernel_shedding {
+                        self.shed_changes.push(ShedChange::Stop(w.hash()));
                     }
-                    LoopState::Ongoing => {}
                 }
             }
         }

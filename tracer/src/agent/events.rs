@@ -18,10 +18,10 @@ use std::{collections::HashMap, io::Write, net::SocketAddr};
 use serde::Serialize;
 
 use crate::{
-    correlate::{
+    correlate::record::Outcome,
+    detect::{
         loops::{LoopRecord, LoopState},
         race::{RaceRecord, RaceVerdict},
-        record::Outcome,
     },
     output::{
         record::{DropRecord, QuestionRecord, Record, StatsRecord, TransactionRecord},

@@ -3,10 +3,12 @@ use std::net::SocketAddr;
 
 use crate::{
     correlate::{
-        loops::{LoopHop, LoopKind, LoopRecord, LoopState, Peer},
-        race::{CounterDeltas, RaceNetns, RaceQuery, RaceRecord, RaceVerdict},
         record::{Answered, Join, LegOutcome, Outcome, Summary},
         LegRole,
+    },
+    detect::{
+        loops::{LoopHop, LoopKind, LoopRecord, LoopState, Peer},
+        race::{CounterDeltas, RaceNetns, RaceQuery, RaceRecord, RaceVerdict},
     },
     output::record::{
         DropRecord, LegDrop, LegRecord, LookupRef, PacketRecord, QuestionRecord, Record,
@@ -68,6 +70,7 @@ pub fn leg(
         drop: None,
         node_cache: None,
         hops: Vec::new(),
+        race_drop: false,
     }
 }
 

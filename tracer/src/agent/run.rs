@@ -73,7 +73,6 @@ impl Sink for MetricsSink {
         for r in batch.records {
             self.metrics.observe(r);
         }
-        self.metrics.end_batch();
         Ok(())
     }
 

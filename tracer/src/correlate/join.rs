@@ -3,7 +3,7 @@
 use super::*;
 use crate::event::Direction;
 
-impl Correlator {
+impl<D: Detector> Correlator<D> {
     pub fn on_conntrack(&mut self, ev: &ConntrackEvent) {
         self.ct.learn(ev);
     }
@@ -53,9 +53,8 @@ impl Correlator {
             self.stats.unkeyed += 1;
             return;
         };
-        if self.loops.active_for(&q) {
+        if self.detect.message(&q, o.ts_ns) {
             self.stats.loop_messages += 1;
-            self.loops.packets(&q, 1, false, o.ts_ns);
             return;
         }
         let (qr, dns_id) = (o.msg.qr, o.msg.id);
@@ -199,7 +198,11 @@ impl Correlator {
                 .is_some_and(|t| t.legs.len() >= self.cfg.max_legs_per_transaction);
             if full {
                 self.stats.legs_not_stored += 1;
-                self.loops.forward(seen_client.ip(), &q, o.ts_ns);
+                self.detect.leg(&LegEvent::Forwarded {
+                    server: seen_client.ip(),
+                    q: &q,
+                    ts: o.ts_ns,
+                });
                 return;
             }
         }
@@ -289,11 +292,15 @@ impl Correlator {
         self.stats.legs += 1;
         match role {
             LegRole::Forward => {
-                self.loops.forward(seen_client.ip(), &q, o.ts_ns);
+                self.detect.leg(&LegEvent::Forwarded {
+                    server: seen_client.ip(),
+                    q: &q,
+                    ts: o.ts_ns,
+                });
                 self.check_cycle(id, o.ts_ns);
             }
             LegRole::Query | LegRole::Retry | LegRole::TcpFallback => {
-                self.loops.client_ask(&q, o.ts_ns)
+                self.detect.leg(&LegEvent::Asked { q: &q, ts: o.ts_ns })
             }
         }
         self.enforce_bounds();
@@ -416,11 +423,15 @@ impl Correlator {
             self.stats.drops_unmatched += 1;
             return;
         };
-        if leg.race.is_none()
-            && race::is_race_candidate(&d.reason, &d.function, d.ct.as_ref(), d.confirm_failed)
-        {
+        if leg.race.is_none() && self.detect.keeps(&d) {
             let backend = d.ct.as_ref().map(|ct| ct.reply.src).unwrap_or(leg.backend);
-            leg.race = Some((d.cpu, d.netns_cookie, d.ts_ns, backend, d.confirm_failed));
+            leg.race = Some(DropEvidence {
+                cpu: d.cpu,
+                netns: d.netns_cookie,
+                ts: d.ts_ns,
+                backend,
+                confirm_failed: d.confirm_failed,
+            });
         }
         let drop = LegDrop {
             pod: Default::default(),

@@ -19,16 +19,15 @@
 //! and the conntrack socket arrive out of order). All state is bounded; what is evicted is
 //! counted.
 pub mod ctmap;
+pub mod detector;
 mod index;
 mod join;
 mod lookup;
-pub mod loops;
 mod model;
-pub mod race;
 pub mod record;
 mod render;
 mod reorder;
-mod sip;
+pub(crate) mod sip;
 
 use std::{
     collections::{BTreeSet, HashMap, VecDeque},
@@ -45,25 +44,28 @@ use crate::{
     time::Clock,
 };
 use ctmap::CtMap;
+use detector::{Attempt, Control, Cycle, CycleHop, Decided, Detector, DropEvidence, LegEvent};
 use index::LegIndex;
 use join::*;
 use lookup::Lookups;
-use loops::{LoopHop, LoopRecord, LoopTracker, Peer};
 use model::*;
 pub use model::{LegRole, QKey};
-use race::{CtSamples, RaceNetns, RaceQuery, RaceRecord, RaceVerdict};
 use record::{
     Answered, HopRecord, Join, LegDrop, LegOutcome, LegRecord, LookupRef, NodeCache, Outcome,
     QuestionRecord, Summary, TransactionRecord,
 };
 
 /// What the correlate and detect stages report, in the order they decide it; the pipeline
-/// hands each on to the sinks as a [`Record`](crate::output::record::Record).
+/// hands each on to the sinks as a [`Record`](crate::output::record::Record). `R`: the
+/// detectors' reports ([`Detector::Report`]).
 #[derive(Clone, Debug)]
-pub enum CorrelateReport {
+#[expect(
+    clippy::large_enum_variant,
+    reason = "made and turned into a Record at once, never stored"
+)]
+pub enum CorrelateReport<R> {
     Transaction(TransactionRecord),
-    Loop(LoopRecord),
-    Race(RaceRecord),
+    Detected(R),
 }
 
 /// Windows and bounds.
@@ -139,9 +141,9 @@ impl Default for CorrelateConfig {
     }
 }
 
-/// Counters of the correlate stage.
+/// Counters of the correlate stage, and of its detectors (`S`: [`Detector::Stats`]).
 #[derive(Clone, Debug, Default, Serialize)]
-pub struct CorrelateStats {
+pub struct CorrelateStats<S> {
     pub transactions: u64,
     pub legs: u64,
     /// Responses whose query was never seen (started before the trace, or evicted).
@@ -162,8 +164,9 @@ pub struct CorrelateStats {
     pub legs_not_stored: u64,
     /// Messages of a question in an active loop: counted towards the loop, not correlated.
     pub loop_messages: u64,
-    pub loops: loops::LoopStats,
-    pub races: race::RaceStats,
+    /// The detectors' own counters, as fields of this object.
+    #[serde(flatten)]
+    pub detect: S,
 }
 
 /// A reported client query: (first ts, dns id, question, backend).
@@ -171,8 +174,9 @@ type RecentQuery = (u64, u16, QKey, SocketAddr);
 
 /// The correlator. Feed it observations and conntrack events; call [`Correlator::tick`]
 /// regularly (live: every 50 ms; offline: as file time advances) and
-/// [`Correlator::flush`] at the end.
-pub struct Correlator {
+/// [`Correlator::flush`] at the end. `D`: the detect stage, shown what the correlator sees
+/// as it happens (`crate::detect::Detectors`).
+pub struct Correlator<D: Detector> {
     cfg: CorrelateConfig,
     clock: Clock,
     ct: CtMap,
@@ -193,15 +197,17 @@ pub struct Correlator {
     timeouts: BTreeSet<(u64, u64)>,
     lookups: Lookups,
     next_id: u64,
-    stats: CorrelateStats,
-    loops: LoopTracker,
-    ct_samples: CtSamples,
+    stats: CorrelateStats<D::Stats>,
+    detect: D,
+    /// The detectors' reports of this turn, before they go out.
+    reports: Vec<D::Report>,
+    /// What the detectors asked of the pipeline, until it takes them.
+    controls: Vec<Control>,
     /// Recent client queries by socket, to find the sibling of a dropped one (A/AAAA pair)
     /// after its own transaction has been reported: (first ts, dns id, question, backend).
     recent: HashMap<SocketAddr, VecDeque<RecentQuery>, sip::Sip>,
     /// `recent`'s entries in insertion order, for pruning the oldest in O(1).
     recent_order: VecDeque<(u64, SocketAddr)>,
-    race_out: Vec<RaceRecord>,
     /// The questions of the last messages seen (the decode stage shares one decoded
     /// message between the hops that carried the same bytes).
     keys: KeyCache,
@@ -273,8 +279,8 @@ impl KeyCache {
     }
 }
 
-impl Correlator {
-    pub fn new(cfg: CorrelateConfig, clock: Clock) -> Self {
+impl<D: Detector> Correlator<D> {
+    pub fn with_detector(cfg: CorrelateConfig, clock: Clock, detect: D) -> Self {
         Self {
             clock,
             ct: CtMap::new(cfg.max_ct_entries),
@@ -289,47 +295,25 @@ impl Correlator {
             lookups: Lookups::new(cfg.lookup_window_ns, cfg.max_legs),
             next_id: 1,
             stats: CorrelateStats::default(),
-            loops: LoopTracker::new(clock, &cfg),
-            ct_samples: CtSamples::default(),
+            detect,
+            reports: Vec::new(),
+            controls: Vec::new(),
             recent: HashMap::default(),
             recent_order: VecDeque::new(),
-            race_out: Vec::new(),
             keys: KeyCache::default(),
             join_memo: None,
             cache_upstreams: Default::default(),
         }
     }
 
-    /// A conntrack statistics sample: kept to confirm races; resolved clashes are reported.
+    /// A conntrack statistics sample: the detectors' (races are confirmed by them).
     pub fn on_ct_stats(&mut self, s: CtStatsSample) {
-        let (ts, netns) = (s.ts_ns, s.netns);
-        for (cpu, n) in self.ct_samples.add(s) {
-            self.stats.races.resolved_clashes += n;
-            self.race_out.push(RaceRecord {
-                evidence: None,
-                pod: Default::default(),
-                verdict: RaceVerdict::ResolvedClash,
-                ts_ns: ts,
-                wall_ns: self.clock.epoch_ns(ts),
-                netns: race::RaceNetns::Cookie(netns),
-                client: None,
-                client_netns: String::new(),
-                dropped: None,
-                sibling: None,
-                cpu: Some(cpu),
-                counters: race::CounterDeltas {
-                    clash_resolve: n,
-                    ..Default::default()
-                },
-                counter_confirmed: true,
-                kernel_confirm_failed: None,
-                drop_reason: None,
-                drop_location: None,
-                retry_ns: None,
-                total_delay_ns: None,
-                drop_offset_ns: None,
-            });
-        }
+        self.detect.ct_stats(&s);
+    }
+
+    /// What the detectors asked of the pipeline since the last call.
+    pub fn take_controls(&mut self, out: &mut Vec<Control>) {
+        out.append(&mut self.controls);
     }
 
     /// Keeps a reported client query for a while: (socket, first ts, id, question, backend).
@@ -387,17 +371,17 @@ impl Correlator {
             .map(|(ts, id, q, backend)| (ts, id, q.clone(), backend))
     }
 
-    pub fn stats(&self) -> CorrelateStats {
+    pub fn stats(&self) -> CorrelateStats<D::Stats> {
         let mut s = self.stats.clone();
         s.ct_entries_evicted = self.ct.evicted;
-        s.loops = self.loops.stats.clone();
+        self.detect.stats(&mut s.detect);
         s
     }
 
     /// `n` packets of a question in an active loop were only counted (storm shedding).
     pub fn summarised(&mut self, name: &str, qtype: RrType, class: RrClass, n: u64, last_ts: u64) {
         let q = QKey::asked(name, qtype, class);
-        self.loops.packets(&q, n, true, last_ts);
+        self.detect.summarised(&q, n, last_ts);
     }
 
     /// Walks from a forwarded leg up its chain; reports a cycle if one of its servers is
@@ -429,10 +413,10 @@ impl Correlator {
         else {
             return;
         };
-        let hop = |l: &Leg| LoopHop {
-            from: Peer::Socket(l.client),
-            server: Some(l.server),
-            backend: Peer::Socket(l.backend),
+        let hop = |l: &Leg| CycleHop {
+            from: l.client,
+            server: l.server,
+            backend: l.backend,
             at: l.backend_at.as_ref().map(|(p, ns)| {
                 let ifname = l
                     .hops
@@ -442,14 +426,20 @@ impl Correlator {
                     .unwrap_or_default();
                 (ns.to_string(), ifname)
             }),
-            pod: Default::default(),
         };
-        let cycle: Vec<LoopHop> = chain[..i].iter().rev().map(|l| hop(l)).collect();
+        let hops: Vec<CycleHop> = chain[..i].iter().rev().map(|l| hop(l)).collect();
         let hop_count = chain.len().saturating_sub(1) as u64;
         let client = chain.last().map(|r| r.client);
         let entered = chain.last().map(|r| r.first_ts).unwrap_or(ts);
         let q = leaf.key.q.clone();
-        self.loops.cycle(&q, cycle, hop_count, client, entered, ts);
+        self.detect.leg(&LegEvent::Cycle(Cycle {
+            q: &q,
+            hops,
+            hop_count,
+            client,
+            entered_ts: entered,
+            ts,
+        }));
     }
 
     /// Open legs and transactions (for memory-bound tests and metrics).

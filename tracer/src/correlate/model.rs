@@ -127,9 +127,9 @@ pub(super) struct Leg {
     pub(super) retransmits: u32,
     pub(super) response: Option<Response>,
     pub(super) drop: Option<LegDrop>,
-    /// The drop was a failed conntrack confirm: (cpu, netns cookie, ts, backend it was
-    /// DNAT'd to).
-    pub(super) race: Option<(u32, u64, u64, SocketAddr, Option<bool>)>,
+    /// A drop's conntrack evidence that a detector keeps (a failed conntrack confirm: the
+    /// race detector's).
+    pub(super) race: Option<super::detector::DropEvidence>,
     /// Kernel drops of this leg's answer in the client's own namespace after the answer
     /// was seen at the client's point (between the interface and the asking socket): the
     /// first one, and the times of at most [`MAX_CLIENT_DROPS`] (see

@@ -148,6 +148,11 @@ pub struct LegRecord {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub node_cache: Option<NodeCache>,
     pub hops: Vec<HopRecord>,
+    /// Not in the JSON (a `race` record says it): a client's query that the conntrack race
+    /// dropped, so that what retried it is read here rather than inferred from where the
+    /// race record comes in the output.
+    #[serde(skip)]
+    pub race_drop: bool,
 }
 
 /// A leg's transport: `tcp` for IPPROTO_TCP, else `udp` (what a DNS leg can be).

@@ -1,10 +1,11 @@
-//! Deciding and reporting: when a transaction is done, its record, and its races.
+//! Deciding and reporting: when a transaction is done, its record, and what the detectors
+//! are shown of it.
 use super::*;
 
-impl Correlator {
+impl<D: Detector> Correlator<D> {
     /// Correlates what the reorder window has released and reports finished transactions.
     /// `now_ns` is in the observations' clock (live: boot time; offline: the file's time).
-    pub fn tick(&mut self, now_ns: u64, out: &mut Vec<impl From<CorrelateReport>>) {
+    pub fn tick(&mut self, now_ns: u64, out: &mut Vec<impl From<CorrelateReport<D::Report>>>) {
         let release = now_ns.saturating_sub(self.cfg.reorder_ns);
         while let Some(o) = self.pending.pop_until(release) {
             self.watermark = self.watermark.max(o.ts());
@@ -14,7 +15,7 @@ impl Correlator {
     }
 
     /// End of input: correlate everything and report every transaction.
-    pub fn flush(&mut self, now_ns: u64, out: &mut Vec<impl From<CorrelateReport>>) {
+    pub fn flush(&mut self, now_ns: u64, out: &mut Vec<impl From<CorrelateReport<D::Report>>>) {
         while let Some(o) = self.pending.pop_first() {
             self.watermark = self.watermark.max(o.ts());
             self.process(o);
@@ -26,15 +27,14 @@ impl Correlator {
         &mut self,
         now: u64,
         all: bool,
-        out: &mut Vec<impl From<CorrelateReport>>,
+        out: &mut Vec<impl From<CorrelateReport<D::Report>>>,
     ) {
-        self.loops.tick(now, all);
-        let mut loop_records = Vec::new();
-        self.loops.drain(&mut loop_records);
+        self.detect
+            .tick(now, all, &mut self.reports, &mut self.controls);
         out.extend(
-            loop_records
-                .into_iter()
-                .map(|l| CorrelateReport::Loop(l).into()),
+            self.reports
+                .drain(..)
+                .map(|r| CorrelateReport::Detected(r).into()),
         );
         // Queries whose time is up: each leg once, when its timeout passes.
         while let Some(&(deadline, id)) = self.timeouts.first() {
@@ -82,8 +82,8 @@ impl Correlator {
                 continue;
             };
             let rendered = if self.race_candidate(&t) {
-                // Races are judged with the legs still indexed (a sibling may be one of
-                // them): render copies of them first.
+                // The attempts are shown with the legs still indexed (a sibling may be one
+                // of them): render copies of them first.
                 let legs = t
                     .legs
                     .iter()
@@ -91,7 +91,12 @@ impl Correlator {
                     .cloned()
                     .collect();
                 let rendered = self.render(&t, legs);
-                self.races_of(&t, rendered.as_ref());
+                let (attempts, retry_ns) = self.attempts(&t);
+                self.detect.decided(&Decided {
+                    record: rendered.as_ref(),
+                    attempts: &attempts,
+                    retry_ns,
+                });
                 for &leg in &t.legs {
                     if let Some(l) = self.take_leg(leg).filter(|l| l.parent.is_none()) {
                         self.remember_query((l.client, l.first_ts, l.key.id, l.key.q, l.backend));
@@ -110,7 +115,13 @@ impl Correlator {
                         legs.push(l);
                     }
                 }
-                self.render(&t, legs)
+                let rendered = self.render(&t, legs);
+                self.detect.decided(&Decided {
+                    record: rendered.as_ref(),
+                    attempts: &[],
+                    retry_ns: None,
+                });
+                rendered
             };
             if let Some(rec) = rendered {
                 if self.cfg.node_netns.is_some() {
@@ -120,114 +131,48 @@ impl Correlator {
                 self.stats.transactions += 1;
             }
         }
+        self.detect.settle(&mut self.reports);
         out.extend(
-            self.race_out
+            self.reports
                 .drain(..)
-                .map(|r| CorrelateReport::Race(r).into()),
+                .map(|r| CorrelateReport::Detected(r).into()),
         );
     }
 
-    /// Race records of a finished transaction: race drops with their evidence, or a
-    /// suspected race (an unanswered query of an A/AAAA pair retried at the timeout).
-    pub(super) fn races_of(&mut self, t: &Transaction, rec: Option<&TransactionRecord>) {
+    /// The client's attempts of a finished transaction whose legs are still indexed, with
+    /// the sibling of each (the other query of an A/AAAA pair), and its first retry.
+    pub(super) fn attempts(&self, t: &Transaction) -> (Vec<Attempt>, Option<u64>) {
         let pair_window_ns = self.cfg.pair_window_ns;
-        // Most transactions have nothing to say here: check before copying anything.
-        if !self.race_candidate(t) {
-            return;
-        }
-        let legs: Vec<Leg> = t
+        let roots = t
             .legs
             .iter()
             .filter_map(|id| self.legs.get(id))
-            .cloned()
-            .collect();
-        let retry = legs
-            .iter()
-            .filter(|l| l.parent.is_none() && l.role == LegRole::Retry)
+            .filter(|l| l.parent.is_none());
+        let retry = roots
+            .clone()
+            .filter(|l| l.role == LegRole::Retry)
             .map(|l| l.first_ts.saturating_sub(t.first_ts))
             .min();
-        let total = rec.and_then(|r| r.latency_ns);
-        for l in legs.iter().filter(|l| l.parent.is_none()) {
-            let sibling = self.sibling_of(l, pair_window_ns);
-            let pair_start = sibling
-                .as_ref()
-                .map(|s| s.0.min(l.first_ts))
-                .unwrap_or(l.first_ts);
-            let sibling_rec = sibling.as_ref().map(|(ts, id, q, backend)| RaceQuery {
-                dns_id: *id,
-                question: q.clone(),
-                backend: *backend,
-                offset_ns: ts.saturating_sub(pair_start),
-            });
-            let (verdict, cpu, counters, confirmed, drop_ts, backend, confirm) = match l.race {
-                Some((cpu, netns, ts, backend, confirm)) => {
-                    let c = self.ct_samples.around(netns, cpu, ts);
-                    let confirmed = c
-                        .as_ref()
-                        .is_some_and(|c| c.insert_failed > 0 || c.drop > 0);
-                    self.stats.races.race_drops += 1;
-                    (
-                        RaceVerdict::RaceDrop,
-                        Some(cpu),
-                        c.unwrap_or_default(),
-                        confirmed,
-                        Some(ts),
-                        backend,
-                        confirm,
-                    )
-                }
-                None if l.drop.is_none()
-                    && l.response.is_none()
-                    && (retry.is_some() || l.retransmits > 0)
-                    && sibling.is_some() =>
-                {
-                    self.stats.races.suspected += 1;
-                    (
-                        RaceVerdict::Suspected,
-                        None,
-                        race::CounterDeltas::default(),
-                        false,
-                        None,
-                        l.backend,
-                        None,
-                    )
-                }
-                None => continue,
-            };
-            self.race_out.push(RaceRecord {
-                evidence: None,
-                pod: Default::default(),
-                verdict,
-                ts_ns: drop_ts.unwrap_or(l.first_ts),
-                wall_ns: self.clock.epoch_ns(drop_ts.unwrap_or(l.first_ts)),
-                netns: match &l.drop {
-                    Some(d) => RaceNetns::Name(d.netns.to_string()),
-                    None => RaceNetns::Unknown,
-                },
-                client: Some(l.client),
-                client_netns: l.client_netns.to_string(),
-                dropped: Some(RaceQuery {
-                    dns_id: l.key.id,
-                    question: l.key.q.clone(),
-                    backend,
-                    offset_ns: l.first_ts.saturating_sub(pair_start),
-                }),
-                sibling: sibling_rec.clone(),
-                cpu,
-                counters,
-                counter_confirmed: confirmed,
-                kernel_confirm_failed: confirm,
-                drop_reason: l.drop.as_ref().map(|d| d.reason.clone()),
-                drop_location: l.drop.as_ref().map(|d| d.location.clone()),
-                retry_ns: retry,
-                total_delay_ns: total,
-                drop_offset_ns: drop_ts.map(|ts| ts.saturating_sub(pair_start)),
-            });
-        }
+        let attempts = roots
+            .map(|l| Attempt {
+                client: l.client,
+                client_netns: l.client_netns.clone(),
+                dns_id: l.key.id,
+                question: l.key.q.clone(),
+                first_ts: l.first_ts,
+                backend: l.backend,
+                drop: l.drop.clone(),
+                answered: l.response.is_some(),
+                retransmits: l.retransmits,
+                evidence: l.race,
+                sibling: self.sibling_of(l, pair_window_ns),
+            })
+            .collect();
+        (attempts, retry)
     }
 
-    /// Could [`Correlator::races_of`] have anything to say of `t`: a race drop, or an
-    /// unanswered client query without a drop?
+    /// Is there anything to show the detectors of `t`'s attempts ([`Correlator::attempts`]):
+    /// drop evidence, or an unanswered client query without a drop?
     pub(super) fn race_candidate(&self, t: &Transaction) -> bool {
         t.legs.iter().filter_map(|id| self.legs.get(id)).any(|l| {
             l.race.is_some() || (l.parent.is_none() && l.response.is_none() && l.drop.is_none())
@@ -243,12 +188,8 @@ impl Correlator {
             if !l.closed() {
                 next = next.max(l.first_ts + self.cfg.timeout_ns);
             }
-            if let Some((_, netns, ts, _, _)) = l.race {
-                let wait_until = ts + self.cfg.counters_wait_ns;
-                if !self.ct_samples.has_after(netns, ts) && now < wait_until {
-                    // Counters come every 200 ms.
-                    next = next.max((now + self.cfg.counters_poll_ns).min(wait_until));
-                }
+            if let Some(at) = l.race.and_then(|e| self.detect.holds(&e, now)) {
+                next = next.max(at);
             }
             if l.parent.is_none() && last_root.is_none_or(|r| l.first_ts >= r.first_ts) {
                 last_root = Some(l);
@@ -273,13 +214,12 @@ impl Correlator {
         if !legs.iter().all(|l| l.closed()) {
             return false;
         }
-        // A race drop is judged with the counters sampled after it (they come every 200 ms).
-        let waiting_for_counters = legs.iter().any(|l| {
-            l.race.is_some_and(|(_, netns, ts, _, _)| {
-                !self.ct_samples.has_after(netns, ts) && now < ts + self.cfg.counters_wait_ns
-            })
-        });
-        if waiting_for_counters {
+        // A detector may wait for more evidence (a race drop: the conntrack counters
+        // sampled after it).
+        let held = legs
+            .iter()
+            .any(|l| l.race.is_some_and(|e| self.detect.holds(&e, now).is_some()));
+        if held {
             return false;
         }
         if legs
@@ -563,6 +503,8 @@ impl Correlator {
                     drop: undelivered.or(l.drop),
                     node_cache,
                     hops: hop_records,
+                    // What `races_of` reports as a race drop.
+                    race_drop: l.parent.is_none() && l.race.is_some(),
                 }
             })
             .collect();

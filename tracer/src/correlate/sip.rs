@@ -12,7 +12,7 @@ const BUF: usize = 64;
 
 /// `std`'s `RandomState` (SipHash, random keys), fed through a buffer.
 #[derive(Clone, Default)]
-pub(super) struct Sip(RandomState);
+pub(crate) struct Sip(RandomState);
 
 impl BuildHasher for Sip {
     type Hasher = Buffered;
@@ -26,7 +26,7 @@ impl BuildHasher for Sip {
     }
 }
 
-pub(super) struct Buffered {
+pub(crate) struct Buffered {
     sip: std::hash::DefaultHasher,
     buf: [u8; BUF],
     len: usize,

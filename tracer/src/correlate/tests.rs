@@ -1,12 +1,16 @@
 use super::*;
 use crate::{
     decode::dns::{Flags, Question, Record as Rr},
+    detect::{race, Detectors},
     event::{CtChange, CtFlow, CtSnapshot, Direction},
     output::{
         record::{Record, TransactionRecord},
         report,
     },
 };
+
+/// The correlator with every detector, as the pipeline runs it.
+type Correlator = super::Correlator<Detectors>;
 
 /// A transaction's summary, as written.
 fn summary(t: &TransactionRecord) -> String {
@@ -882,7 +886,7 @@ fn race_drop_with_counters_sibling_and_retry() {
     );
     assert_eq!(r.retry_ns, Some(5_000 * MS));
     assert!(report::race_summary(r).starts_with("lookup of api.lab.test. took 5.00 s: A dropped by conntrack race at +600 µs, retried at +5.00 s"), "{}", report::race_summary(r));
-    assert_eq!(f.c.stats().races.race_drops, 1);
+    assert_eq!(f.c.stats().detect.races.race_drops, 1);
 }
 
 /// Many clients asking the same name through a forwarder at a high rate is not an

@@ -29,7 +29,7 @@ mod shed;
 
 pub use drop::{benign_drop, UNKNOWN_REASON};
 use shed::question_key;
-pub use shed::{question_hash, Summarised};
+pub use shed::{question_hash, Summarised, WireQuestion};
 
 /// Decode-stage state and counters.
 pub struct Decoder {

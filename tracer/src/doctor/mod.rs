@@ -1,19 +1,25 @@
-//! `dnspath doctor`: the runbooks' triage from one node. Reads the node's files (the detect
-//! stage's [`node`](crate::detect::node) checks: static forwarding loops, resolv.conf),
-//! watches the traffic for `--duration` through the live pipeline with a sink that folds
-//! loops, races, drops and transactions into findings, then prints them ranked by
-//! severity. Exit status by the worst finding ([`Severity::exit_status`]). Schema of `-o
-//! json`: docs/doctor.md.
+//! `dnspath doctor`: the runbooks' triage from one node. Reads the node's files ([`node`]'s
+//! checks: static forwarding loops, resolv.conf; [`config`] parses DNS server and resolver
+//! configs), watches the traffic for `--duration` through the live pipeline with a sink that
+//! folds loops, races, drops and transactions into findings ([`traffic`]), then prints them
+//! ([`finding`]) ranked by severity. Exit status by the worst finding
+//! ([`Severity::exit_status`]). Schema of `-o json`: docs/doctor.md.
 use std::{io::Write, process::Command, time::Duration};
 
 use serde::Serialize;
 
+use finding::{rank, Finding, Severity};
+use traffic::TrafficFolder;
+
+pub mod config;
+pub mod finding;
+pub mod node;
+pub mod traffic;
+
+#[cfg(test)]
+mod fields;
+
 use crate::{
-    detect::{
-        finding::{rank, Finding, Severity},
-        node,
-        traffic::TrafficFolder,
-    },
     event::KernelSetup,
     output::{
         self,
@@ -271,7 +277,7 @@ pub fn write_text(r: &Report, out: &mut dyn Write) -> std::io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::detect::finding::{Finding, FindingKind};
+    use crate::doctor::finding::{Finding, FindingKind};
 
     fn report() -> Report {
         let mut f = Finding::new(
@@ -280,7 +286,7 @@ mod tests {
             "coredns forwards to 10.96.0.10:53\u{1b}[31m",
         );
         f.evidence = vec!["e".into()];
-        f.config = Some(crate::detect::finding::ConfigLine {
+        f.config = Some(crate::doctor::finding::ConfigLine {
             file: "/etc/coredns/Corefile".into(),
             line: 3,
             text: "forward . 10.96.0.10".into(),

@@ -22,14 +22,12 @@ use tracer_common::proto::{IPPROTO_TCP, IPPROTO_UDP};
 
 pub use crate::output::evidence::{AnnotateStats, EvidenceStats};
 use crate::{
-    correlate::{
+    correlate::record::LegOutcome,
+    decode::dns::RrType,
+    decode::ip::{parse_ip, Transport},
+    detect::{
         loops::{LoopRecord, LoopState},
         race::{RaceRecord, RaceVerdict},
-        record::LegOutcome,
-    },
-    decode::{
-        dns::RrType,
-        ip::{parse_ip, Transport},
     },
     event::{CapturedPacket, KernelDrop, ObservationPoint},
     output::{

@@ -6,7 +6,8 @@
 use std::path::PathBuf;
 
 use crate::{
-    correlate::{loops::LoopState, race::RaceVerdict, record::Outcome},
+    correlate::record::Outcome,
+    detect::{loops::LoopState, race::RaceVerdict},
     evidence::{
         annotate::{AnnotateConfig, Annotator, EvidencePacket, EvidenceStats},
         files::{PcapngFiles, Rotation},

@@ -8,8 +8,9 @@ use serde_json::Value;
 
 use crate::{
     agent::fixtures,
-    correlate::{loops::LoopState, race::RaceVerdict, CorrelateStats},
+    correlate::CorrelateStats,
     decode::dns,
+    detect::{loops::LoopState, race::RaceVerdict},
     event::{KernelCounters, KernelSetup},
     output::record::{CtEndpoints, CtRecord, DecodeStats, KernelStats, Record, StatsRecord},
 };

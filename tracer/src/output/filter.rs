@@ -421,6 +421,7 @@ mod tests {
                 drop: None,
                 node_cache: None,
                 hops: vec![hop.clone(), hop],
+                race_drop: false,
             }],
         }
     }
@@ -594,7 +595,7 @@ mod tests {
 
     #[test]
     fn loops_match_by_question_and_cycle_pods() {
-        use crate::correlate::loops::{LoopHop, LoopKind, LoopRecord, LoopState, Peer};
+        use crate::detect::loops::{LoopHop, LoopKind, LoopRecord, LoopState, Peer};
         let hop = |pod: Option<&str>| LoopHop {
             from: Peer::Socket(addr("10.244.1.3:1000")),
             server: Some(addr("10.96.0.10:53")),

@@ -7,12 +7,14 @@ use serde::{Serialize, Serializer};
 
 use super::report;
 use crate::{
-    correlate::{
-        loops::{LoopHop, LoopKind, LoopRecord, LoopState},
-        race::{CounterDeltas, RaceQuery, RaceRecord, RaceVerdict},
-        record::{LegRecord, LookupRef, Outcome, QuestionRecord, Summary, TransactionRecord},
+    correlate::record::{
+        LegRecord, LookupRef, Outcome, QuestionRecord, Summary, TransactionRecord,
     },
     decode::{dns::Cut, ip::Addr, record::PodRef},
+    detect::{
+        loops::{LoopHop, LoopKind, LoopRecord, LoopState},
+        race::{CounterDeltas, RaceQuery, RaceRecord, RaceVerdict},
+    },
     time::WallTime,
 };
 

@@ -11,8 +11,9 @@ pub use crate::{
     },
 };
 use crate::{
-    correlate::{loops::LoopRecord, race::RaceRecord, CorrelateReport, CorrelateStats},
+    correlate::{CorrelateReport, CorrelateStats},
     decode::record::DecodeReport,
+    detect::{loops::LoopRecord, race::RaceRecord, DetectStats, Detected},
 };
 
 #[derive(Clone, Debug, Serialize)]
@@ -37,7 +38,7 @@ pub struct StatsRecord {
     #[serde(flatten)]
     pub decode: DecodeStats,
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub correlate: Option<CorrelateStats>,
+    pub correlate: Option<CorrelateStats<DetectStats>>,
     /// Live: packet records decided after `--count` was reached (in the batch of the stop):
     /// decoded and counted above, not written.
     pub not_written: u64,
@@ -71,12 +72,12 @@ impl From<DecodeReport> for Record {
     }
 }
 
-impl From<CorrelateReport> for Record {
-    fn from(r: CorrelateReport) -> Self {
+impl From<CorrelateReport<Detected>> for Record {
+    fn from(r: CorrelateReport<Detected>) -> Self {
         match r {
             CorrelateReport::Transaction(t) => Record::Transaction(Box::new(t)),
-            CorrelateReport::Loop(l) => Record::Loop(l),
-            CorrelateReport::Race(r) => Record::Race(Box::new(r)),
+            CorrelateReport::Detected(Detected::Loop(l)) => Record::Loop(l),
+            CorrelateReport::Detected(Detected::Race(r)) => Record::Race(Box::new(r)),
         }
     }
 }
@@ -84,7 +85,7 @@ impl From<CorrelateReport> for Record {
 impl StatsRecord {
     /// The decode stage's counters with the correlate stage's, if it ran. The run's own
     /// (`not_written`, `unread`, `stopped_by`, `evidence`) are set by a live run when it ends.
-    pub fn new(decode: DecodeStats, correlate: Option<CorrelateStats>) -> Self {
+    pub fn new(decode: DecodeStats, correlate: Option<CorrelateStats<DetectStats>>) -> Self {
         Self {
             decode,
             correlate,

@@ -8,12 +8,14 @@ use std::{
 
 use crate::{
     correlate::{
-        loops::{LoopHop, LoopKind, LoopRecord, LoopState, Peer},
-        race::{RaceNetns, RaceRecord, RaceVerdict},
         record::{Answered, Join, LegOutcome, NodeCache, Outcome, Summary, TransactionRecord},
         LegRole,
     },
     decode::dns::Cut,
+    detect::{
+        loops::{LoopHop, LoopKind, LoopRecord, LoopState, Peer},
+        race::{RaceNetns, RaceRecord, RaceVerdict},
+    },
     time::format_duration as dur,
 };
 

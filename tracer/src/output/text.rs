@@ -293,7 +293,7 @@ pub fn transaction_block(t: &TransactionRecord) -> String {
 
 /// The loop's cycle in one line (as `path`), with each server's pod in place of its
 /// namespace where known.
-fn loop_path(l: &crate::correlate::loops::LoopRecord) -> String {
+fn loop_path(l: &crate::detect::loops::LoopRecord) -> String {
     let Some(first) = l.cycle.first() else {
         return String::new();
     };
@@ -316,8 +316,8 @@ fn loop_path(l: &crate::correlate::loops::LoopRecord) -> String {
     p
 }
 
-pub fn loop_line(l: &crate::correlate::loops::LoopRecord) -> String {
-    use crate::correlate::loops::{LoopKind, LoopState};
+pub fn loop_line(l: &crate::detect::loops::LoopRecord) -> String {
+    use crate::detect::loops::{LoopKind, LoopState};
     let what = match (l.state, l.kind) {
         (LoopState::Detected, LoopKind::Cycle) => "FORWARDING LOOP detected",
         (LoopState::Detected, LoopKind::Amplification) => "AMPLIFICATION STORM detected",
@@ -350,8 +350,8 @@ pub fn loop_line(l: &crate::correlate::loops::LoopRecord) -> String {
     )
 }
 
-pub fn race_line(r: &crate::correlate::race::RaceRecord) -> String {
-    use crate::correlate::race::RaceVerdict;
+pub fn race_line(r: &crate::detect::race::RaceRecord) -> String {
+    use crate::detect::race::RaceVerdict;
     let tag = match r.verdict {
         RaceVerdict::RaceDrop => "CONNTRACK RACE",
         RaceVerdict::ResolvedClash => "conntrack clash resolved",

@@ -4,7 +4,7 @@
 //! records are within `--count`, and the runner stops after the turn it was met in. The
 //! transactions, drops, races and loops of that turn (decided before the stop) go out all
 //! the same; only packets beyond `--count` do not.
-use crate::{correlate::loops::LoopState, output::Record};
+use crate::{detect::loops::LoopState, output::Record};
 
 #[derive(Clone, Debug, Default)]
 pub struct StopPolicy {

@@ -62,10 +62,8 @@ impl Sink for TraceWriter {
 mod tests {
     use super::*;
     use crate::{
-        correlate::{
-            loops::{LoopKind, LoopRecord, LoopState},
-            record::{Answered, Outcome, Summary},
-        },
+        correlate::record::{Answered, Outcome, Summary},
+        detect::loops::{LoopKind, LoopRecord, LoopState},
         output::record::{DropRecord, LookupRef, PacketRecord, QuestionRecord, TransactionRecord},
         output::{filter::Filter, writer::RecordsOut, Format, View},
         trace::stop::StopPolicy,

@@ -8,9 +8,7 @@ use prometheus_client::{
 };
 
 use crate::{
-    correlate::{loops::LoopKind, LegRole},
-    decode::dns::RrType,
-    output::record::LegRecord,
+    correlate::LegRole, decode::dns::RrType, detect::loops::LoopKind, output::record::LegRecord,
 };
 
 /// Latency buckets (seconds): 100 µs … 1 ms resolve hops inside a node (a veth, a DNAT, a

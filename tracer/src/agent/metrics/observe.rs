@@ -2,7 +2,6 @@
 //! (every part of it capped).
 use std::{
     collections::{HashMap, HashSet},
-    net::SocketAddr,
     sync::Arc,
 };
 
@@ -20,10 +19,12 @@ use super::{
 use crate::{
     agent::events::Events,
     correlate::{
-        loops::{LoopRecord, LoopState},
-        race::{RaceRecord, RaceVerdict},
         record::{LegOutcome, Outcome},
         LegRole,
+    },
+    detect::{
+        loops::{LoopRecord, LoopState},
+        race::{RaceRecord, RaceVerdict},
     },
     output::record::{DropRecord, LegRecord, PacketRecord, Record, StatsRecord, TransactionRecord},
 };
@@ -33,9 +34,6 @@ use crate::{
 const MAX_ACTIVE_LOOPS: usize = 4096;
 /// Search lookups whose latest step was NXDOMAIN, remembered until their next step.
 const MAX_SEARCH_LOOKUPS: usize = 4096;
-/// Retries after a kernel drop, held until the race record of the same batch says whether
-/// the drop was a conntrack race.
-const MAX_PENDING_DROPPED: usize = 256;
 /// The totals of the last `stats` record, to turn its running totals into counter growth.
 #[derive(Clone, Copy, Debug, Default)]
 struct SeenTotals {
@@ -50,14 +48,6 @@ struct SeenTotals {
     tcp_flows_evicted: u64,
 }
 
-/// A query the kernel dropped and that its client retried.
-#[derive(Clone, Debug)]
-struct DroppedRetried {
-    client: SocketAddr,
-    dns_id: u16,
-    retries: u64,
-}
-
 /// What the metrics must remember between records (all of it capped).
 #[derive(Debug, Default)]
 pub(super) struct Memory {
@@ -67,11 +57,8 @@ pub(super) struct Memory {
     active_loops: HashSet<u64>,
     /// (lookup id, qtype) → step of the lookup's latest NXDOMAIN answer.
     search_nxdomain: HashMap<(u64, &'static str), u32>,
-    pending_dropped: Vec<DroppedRetried>,
     /// The event stream's latest [`Events::keys_folded`].
     events_keys_folded: u64,
-    /// The latest record was a race record: a transaction after it starts a new batch.
-    after_race: bool,
     drop_reasons: HashSet<String>,
     /// Namespaces with a `namespace` label of their own (`--namespace-label`).
     namespaces: HashSet<Arc<str>>,
@@ -82,35 +69,13 @@ pub(super) struct Memory {
 impl Metrics {
     /// Counts one record of the pipeline's output.
     pub fn observe(&self, record: &Record) {
-        // The correlator writes a batch's transactions, then its race records: a
-        // transaction after a race record begins the next batch, so the retries still
-        // pending were after drops that were not races.
-        let after_race = std::mem::replace(
-            &mut self.memory().after_race,
-            matches!(record, Record::Race(_)),
-        );
         match record {
-            Record::Transaction(t) => {
-                if after_race {
-                    self.settle_pending();
-                }
-                self.observe_transaction(t);
-            }
+            Record::Transaction(t) => self.observe_transaction(t),
             Record::Race(r) => self.observe_race(r),
-            Record::Packet(p) => {
-                self.settle_pending();
-                self.observe_packet(p);
-            }
-            Record::Drop(d) => {
-                self.settle_pending();
-                self.observe_drop(d);
-            }
-            Record::Loop(l) => {
-                self.settle_pending();
-                self.observe_loop(l);
-            }
+            Record::Packet(p) => self.observe_packet(p),
+            Record::Drop(d) => self.observe_drop(d),
+            Record::Loop(l) => self.observe_loop(l),
             Record::FragmentLoss(_) => {
-                self.settle_pending();
                 self.fragment_losses.inc();
             }
             Record::Stats(s) => self.observe_stats(s),
@@ -253,25 +218,17 @@ impl Metrics {
     }
 
     /// Retries of the client's own queries (legs without a parent). A retry after a query the
-    /// kernel dropped waits for the race record that follows its transaction in the same
-    /// batch: `conntrack_race` if it comes, else `kernel_drop` once the batch is over (the
-    /// next transaction after a race record, any other record, or a `stats` record: see
-    /// [`Self::settle_pending`]).
+    /// kernel dropped counts as `conntrack_race` when the correlator marked that query's leg
+    /// [`LegRecord::race_drop`], else as `kernel_drop`.
     fn count_retries(&self, t: &TransactionRecord) {
-        let mut timeout = 0u64;
-        let mut truncated = 0u64;
-        let mut dropped: Vec<DroppedRetried> = Vec::new();
+        let (mut timeout, mut truncated, mut race, mut kernel) = (0u64, 0u64, 0u64, 0u64);
         let query_dropped = |l: &LegRecord| l.drop.as_ref().is_some_and(|d| !d.response);
-        let mut after_drop = |l: &LegRecord, n: u64| match dropped
-            .iter_mut()
-            .find(|d| d.client == l.client && d.dns_id == l.dns_id)
-        {
-            Some(d) => d.retries += n,
-            None => dropped.push(DroppedRetried {
-                client: l.client,
-                dns_id: l.dns_id,
-                retries: n,
-            }),
+        let mut after_drop = |l: &LegRecord, n: u64| {
+            if l.race_drop {
+                race += n;
+            } else {
+                kernel += n;
+            }
         };
         let mut previous: Option<&LegRecord> = None;
         for leg in t.legs.iter().filter(|l| l.parent.is_none()) {
@@ -292,62 +249,15 @@ impl Metrics {
             }
             previous = Some(leg);
         }
-        if timeout > 0 {
-            self.retries
-                .get_or_create(&CauseLabels { cause: "timeout" })
-                .inc_by(timeout);
-        }
-        if truncated > 0 {
-            self.retries
-                .get_or_create(&CauseLabels { cause: "truncated" })
-                .inc_by(truncated);
-        }
-        if dropped.is_empty() {
-            return;
-        }
-        let mut overflow = 0u64;
-        {
-            let mut mem = self.memory();
-            for d in dropped {
-                if mem.pending_dropped.len() >= MAX_PENDING_DROPPED {
-                    overflow += d.retries;
-                } else {
-                    mem.pending_dropped.push(d);
-                }
+        for (cause, n) in [
+            ("timeout", timeout),
+            ("truncated", truncated),
+            ("conntrack_race", race),
+            ("kernel_drop", kernel),
+        ] {
+            if n > 0 {
+                self.retries.get_or_create(&CauseLabels { cause }).inc_by(n);
             }
-        }
-        if overflow > 0 {
-            self.retries
-                .get_or_create(&CauseLabels {
-                    cause: "kernel_drop",
-                })
-                .inc_by(overflow);
-            self.evict("metrics_pending_retries", overflow);
-        }
-    }
-
-    /// The end of one turn's records. The race records of a transaction come in the same
-    /// turn, right after it (the correlator renders both at once): retries still pending
-    /// were after drops that were not races.
-    pub fn end_batch(&self) {
-        self.settle_pending();
-    }
-
-    /// Retries after a drop that no race record claimed: the drop was not a race.
-    fn settle_pending(&self) {
-        let n: u64 = {
-            let mut mem = self.memory();
-            if mem.pending_dropped.is_empty() {
-                return;
-            }
-            mem.pending_dropped.drain(..).map(|d| d.retries).sum()
-        };
-        if n > 0 {
-            self.retries
-                .get_or_create(&CauseLabels {
-                    cause: "kernel_drop",
-                })
-                .inc_by(n);
         }
     }
 
@@ -398,21 +308,6 @@ impl Metrics {
         match r.verdict {
             RaceVerdict::RaceDrop => {
                 self.race_drops.get_or_create(&QtypeLabels { qtype }).inc();
-                let claimed = r.dropped.as_ref().and_then(|q| {
-                    let mut mem = self.memory();
-                    let i = mem
-                        .pending_dropped
-                        .iter()
-                        .position(|d| Some(d.client) == r.client && d.dns_id == q.dns_id)?;
-                    Some(mem.pending_dropped.swap_remove(i).retries)
-                });
-                if let Some(n) = claimed.filter(|&n| n > 0) {
-                    self.retries
-                        .get_or_create(&CauseLabels {
-                            cause: "conntrack_race",
-                        })
-                        .inc_by(n);
-                }
             }
             RaceVerdict::Suspected => {
                 self.race_suspected
@@ -462,7 +357,6 @@ impl Metrics {
     /// evictions, malformed packets not seen as records (`reason="unclassified"`), summarised
     /// packets. Totals that go down (a new pipeline) start counting again from there.
     pub fn observe_stats(&self, s: &StatsRecord) {
-        self.settle_pending();
         if let Some(o) = &s.otlp {
             self.otlp.observe(o);
         }
@@ -482,7 +376,7 @@ impl Metrics {
             let mut mem = self.memory();
             let was = std::mem::replace(&mut mem.totals, now);
             let classified = std::mem::take(&mut mem.malformed_classified);
-            let no_loops = correlate.is_some_and(|c| c.loops.active == 0);
+            let no_loops = correlate.is_some_and(|c| c.detect.loops.active == 0);
             if no_loops {
                 mem.active_loops.clear();
             }
@@ -560,13 +454,12 @@ impl Metrics {
 
     /// Entries of the agent's own tables now, for `dnspath_table_entries` (with their caps
     /// in [`Self::table_caps`]).
-    pub(super) fn table_sizes(&self) -> [(&'static str, usize); 6] {
+    pub(super) fn table_sizes(&self) -> [(&'static str, usize); 5] {
         let mem = self.memory();
         [
             ("metrics_search_lookups", mem.search_nxdomain.len()),
             ("metrics_active_loops", mem.active_loops.len()),
             ("metrics_drop_reasons", mem.drop_reasons.len()),
-            ("metrics_pending_retries", mem.pending_dropped.len()),
             ("metrics_namespaces", mem.namespaces.len()),
             ("events_servers", mem.events_keys),
         ]
@@ -574,12 +467,11 @@ impl Metrics {
 
     /// The caps of [`Self::table_sizes`]' tables (`metrics_namespaces`: 0 without
     /// `--namespace-label`).
-    pub(super) fn table_caps(&self) -> [(&'static str, usize); 6] {
+    pub(super) fn table_caps(&self) -> [(&'static str, usize); 5] {
         [
             ("metrics_search_lookups", MAX_SEARCH_LOOKUPS),
             ("metrics_active_loops", MAX_ACTIVE_LOOPS),
             ("metrics_drop_reasons", MAX_DROP_REASONS),
-            ("metrics_pending_retries", MAX_PENDING_DROPPED),
             (
                 "metrics_namespaces",
                 self.config.namespace_label.unwrap_or(0),

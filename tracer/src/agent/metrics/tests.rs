@@ -6,11 +6,10 @@ use crate::{
         transaction,
     },
     correlate::{
-        loops::LoopState,
-        race::RaceVerdict,
         record::{LegOutcome, Outcome},
         CorrelateStats, LegRole,
     },
+    detect::{loops::LoopState, race::RaceVerdict},
     output::record::{DecodeStats, Record, StatsRecord},
 };
 
@@ -225,8 +224,9 @@ fn retries_by_cause() {
         Some("NOERROR"),
         vec![tc, tcp],
     ))));
-    // Dropped by a conntrack race, retried: the race record claims the retry.
-    let raced = dropped(first.clone(), "NETFILTER_DROP");
+    // Dropped by a conntrack race, retried: the correlator marks the dropped leg.
+    let mut raced = dropped(first.clone(), "NETFILTER_DROP");
+    raced.race_drop = true;
     m.observe(&Record::Transaction(Box::new(transaction(
         "api.lab.test.",
         "A",
@@ -234,7 +234,7 @@ fn retries_by_cause() {
         Some("NOERROR"),
         vec![raced.clone(), retry.clone()],
     ))));
-    // Dropped by a rule, retried: no race record follows.
+    // Dropped by a rule, retried: not marked.
     let mut ruled = dropped(first, "NETFILTER_DROP");
     ruled.client = fixtures::addr("10.244.1.2:6000");
     m.observe(&Record::Transaction(Box::new(transaction(
@@ -250,12 +250,6 @@ fn retries_by_cause() {
         raced.dns_id,
         "A",
     ))));
-    // Not settled yet: the next batch (a transaction after a race record) settles it.
-    let t = m.encode();
-    assert_eq!(
-        value(&t, r#"dnspath_dns_retries_total{cause="kernel_drop"}"#),
-        None
-    );
     m.observe(&service_transaction("next.lab.test.", "A", 7000, "NOERROR"));
     let t = m.encode();
     let v = |c: &str| value(&t, &format!(r#"dnspath_dns_retries_total{{cause="{c}"}}"#));
@@ -306,10 +300,10 @@ fn a_retry_after_a_drop_is_settled_by_a_record_of_another_kind() {
     );
 }
 
-/// The agent reports no packet records: the end of a turn's records settles what no race
-/// record of that turn claimed.
+/// The agent reports no packet records: a retry after a drop that was not a race counts at
+/// once, whatever comes after it.
 #[test]
-fn a_retry_after_a_drop_is_settled_at_the_end_of_the_batch() {
+fn a_retry_after_a_drop_counts_with_its_transaction() {
     let m = Metrics::new();
     let client = "10.244.1.2:5000";
     let first = leg(
@@ -341,11 +335,14 @@ fn a_retry_after_a_drop_is_settled_at_the_end_of_the_batch() {
             r#"dnspath_dns_retries_total{cause="kernel_drop"}"#,
         )
     };
-    assert_eq!(kernel_drop(&m), None, "pending until the batch ends");
-    m.end_batch();
     assert_eq!(kernel_drop(&m), Some(1.0));
-    m.end_batch();
-    assert_eq!(kernel_drop(&m), Some(1.0), "settled once");
+    m.observe(&Record::Race(Box::new(race(
+        RaceVerdict::RaceDrop,
+        client,
+        4660,
+        "A",
+    ))));
+    assert_eq!(kernel_drop(&m), Some(1.0), "counted once");
 }
 
 #[test]

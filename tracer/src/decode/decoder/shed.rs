@@ -44,8 +44,25 @@ pub(super) fn question_key<'b>(payload: &[u8], buf: &'b mut [u8; 264]) -> Option
     buf.get(..n + 4)
 }
 
-/// The kernel's hash of a question (`tracer_common::shed`), from its name in presentation
-/// form and its type and class.
+/// A question's lowercased wire form (name, type, class): how the decoder and the kernel
+/// recognise a looping question's packets before decoding them.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct WireQuestion(Box<[u8]>);
+
+impl WireQuestion {
+    /// From the name's presentation form; `None` for what has no wire form (an escaped
+    /// label).
+    pub fn of(name: &str, qtype: RrType, class: RrClass) -> Option<Self> {
+        question_key_of(name, qtype, class).map(Self)
+    }
+
+    /// The kernel's hash of it (`tracer_common::shed`).
+    pub fn hash(&self) -> u64 {
+        tracer_common::shed::hash(&self.0)
+    }
+}
+
+/// The kernel's hash of a question (`tracer_common::shed`), from presentation form.
 pub fn question_hash(name: &str, qtype: RrType, class: RrClass) -> Option<u64> {
     question_key_of(name, qtype, class).map(|k| tracer_common::shed::hash(&k))
 }
@@ -82,6 +99,27 @@ impl Decoder {
                 last_ts: 0,
             });
         }
+    }
+
+    /// From now on only count UDP packets of `key`, reported as `name`, `qtype`, `class`.
+    pub fn summarise(&mut self, key: &WireQuestion, name: &str, qtype: RrType, class: RrClass) {
+        if !self.summarise.contains_key(&key.0) {
+            self.summarise.insert(
+                key.0.clone(),
+                Summarised {
+                    name: name.to_string(),
+                    qtype,
+                    class,
+                    count: 0,
+                    last_ts: 0,
+                },
+            );
+        }
+    }
+
+    /// Decode the packets of `key` again.
+    pub fn unsummarise(&mut self, key: &WireQuestion) {
+        self.summarise.remove(&key.0);
     }
 
     /// Decode this question's packets again (the loop ended).

@@ -1,12 +1,14 @@
 use super::*;
 use crate::{
     correlate::{
-        loops::{LoopHop, LoopKind, LoopRecord, LoopState, Peer},
-        race::{CounterDeltas, RaceNetns, RaceQuery, RaceRecord, RaceVerdict},
         record::{Join, LegOutcome, Outcome, Summary},
         LegRole,
     },
     decode::dns::{RrClass, RrType},
+    detect::{
+        loops::{LoopHop, LoopKind, LoopRecord, LoopState, Peer},
+        race::{CounterDeltas, RaceNetns, RaceQuery, RaceRecord, RaceVerdict},
+    },
     event::{Direction, KernelSetup},
     output::record::{
         CtEndpoints, CtRecord, DecodeStats, HopRecord, KernelStats, LegDrop, LookupRef,
@@ -278,6 +280,7 @@ fn hostile_transaction_fields_are_escaped() {
                 ..hop.clone()
             },
         ],
+        race_drop: false,
     };
     let t = TransactionRecord {
         evidence: None,
@@ -537,6 +540,7 @@ fn a_leg_of_one_hop_says_hop() {
         drop: None,
         node_cache: None,
         hops: vec![hop.clone()],
+        race_drop: false,
     };
     let line = super::leg_line(&leg);
     assert!(line.ends_with("[same-tuple join, 1 hop]"), "{line}");

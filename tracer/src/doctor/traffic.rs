@@ -9,12 +9,12 @@ use std::{
 
 use super::finding::{Finding, FindingKind};
 use crate::{
-    correlate::{
+    correlate::record::{LegOutcome, Outcome, Summary, TransactionRecord},
+    decode::record::DropRecord,
+    detect::{
         loops::{LoopKind, LoopRecord, Peer},
         race::{RaceRecord, RaceVerdict},
-        record::{LegOutcome, Outcome, Summary, TransactionRecord},
     },
-    decode::record::DropRecord,
 };
 
 /// A server with fewer unanswered queries is not reported.

@@ -12,13 +12,16 @@ use std::{
 
 use serde::Serialize;
 
+use super::{Control, DetectStats, Detected, Detector};
 use crate::{
-    correlate::record::{QMap, QuestionRecord},
-    decode::{dns::RrType, record::PodRef},
+    correlate::{
+        detector::LegEvent,
+        record::{QMap, QuestionRecord},
+        sip, CorrelateConfig, QKey,
+    },
+    decode::{decoder::WireQuestion, dns::RrType, record::PodRef},
     time::Clock,
 };
-
-use super::{CorrelateConfig, QKey};
 
 /// Amplification: forwards of one question by one server per second, at least …
 const STORM_MIN_PER_SEC: u64 = 200;
@@ -132,7 +135,7 @@ pub struct LoopTracker {
     /// Which report a question's packets count towards.
     by_question: QMap<(QKey, Vec<Peer>)>,
     /// (server ip, question) → (window start, forwards in window)
-    forwards: HashMap<(IpAddr, QKey), (u64, u64), super::sip::Sip>,
+    forwards: HashMap<(IpAddr, QKey), (u64, u64), sip::Sip>,
     /// question → (window start, client queries in window, in the window before)
     asks: QMap<(u64, u64, u64)>,
     /// Sizes of `forwards` and `asks` at which their stale windows are swept next.
@@ -182,17 +185,13 @@ impl LoopTracker {
     }
 
     /// Is a loop report active for this question (its packets can be summarised)?
-    pub(super) fn active_for(&self, q: &QKey) -> bool {
+    pub(crate) fn active_for(&self, q: &QKey) -> bool {
         self.by_question.contains_key(q)
-    }
-
-    pub(super) fn drain(&mut self, out: &mut Vec<LoopRecord>) {
-        out.append(&mut self.out);
     }
 
     /// A cycle closed in a transaction tree.
     #[allow(clippy::too_many_arguments)]
-    pub(super) fn cycle(
+    pub(crate) fn cycle(
         &mut self,
         q: &QKey,
         cycle: Vec<LoopHop>,
@@ -288,7 +287,7 @@ impl LoopTracker {
     }
 
     /// `n` packets of question `q` seen at `ts` (correlated or only counted).
-    pub(super) fn packets(&mut self, q: &QKey, n: u64, summarised: bool, ts: u64) {
+    pub(crate) fn packets(&mut self, q: &QKey, n: u64, summarised: bool, ts: u64) {
         let Some(key) = self.by_question.get(q) else {
             return;
         };
@@ -311,7 +310,7 @@ impl LoopTracker {
     }
 
     /// A client's own query for `q` (not a forward): the baseline for amplification.
-    pub(super) fn client_ask(&mut self, q: &QKey, ts: u64) {
+    pub(crate) fn client_ask(&mut self, q: &QKey, ts: u64) {
         let e = self.asks.entry(q.clone()).or_insert((ts, 0, 0));
         if ts >= e.0 + 1_000_000_000 {
             // The previous window only counts if it was the one just before.
@@ -326,7 +325,7 @@ impl LoopTracker {
 
     /// A server sent `q` onwards; an amplification storm if it does so far faster than
     /// clients ask.
-    pub(super) fn forward(&mut self, server_ip: IpAddr, q: &QKey, ts: u64) {
+    pub(crate) fn forward(&mut self, server_ip: IpAddr, q: &QKey, ts: u64) {
         if self.by_question.contains_key(q) {
             return;
         }
@@ -369,8 +368,8 @@ impl LoopTracker {
         sweep(&mut self.forwards, &mut self.forwards_sweep_at, ts, |v| v.0);
     }
 
-    /// Updates and ends, as time passes (the pipeline learns of an end from its record).
-    pub(super) fn tick(&mut self, now: u64, all: bool) {
+    /// Updates and ends, as time passes.
+    fn advance(&mut self, now: u64, all: bool) {
         let mut gone = Vec::new();
         for (key, t) in self.loops.iter_mut() {
             if all || now >= t.rec.last_seen_ns.max(t.rec.first_seen_ns) + self.end_ns {
@@ -398,6 +397,73 @@ impl LoopTracker {
             }
         }
         self.stats.active = self.loops.len() as u64;
+    }
+}
+
+impl Detector for LoopTracker {
+    type Report = Detected;
+    type Stats = DetectStats;
+
+    /// A message of a question in an active loop is only counted towards it.
+    fn message(&mut self, q: &QKey, ts: u64) -> bool {
+        if !self.active_for(q) {
+            return false;
+        }
+        self.packets(q, 1, false, ts);
+        true
+    }
+
+    fn summarised(&mut self, q: &QKey, n: u64, ts: u64) {
+        self.packets(q, n, true, ts);
+    }
+
+    fn leg(&mut self, ev: &LegEvent<'_>) {
+        match ev {
+            LegEvent::Asked { q, ts } => self.client_ask(q, *ts),
+            LegEvent::Forwarded { server, q, ts } => self.forward(*server, q, *ts),
+            LegEvent::Cycle(c) => {
+                let hops = c
+                    .hops
+                    .iter()
+                    .map(|h| LoopHop {
+                        from: Peer::Socket(h.from),
+                        server: Some(h.server),
+                        backend: Peer::Socket(h.backend),
+                        at: h.at.clone(),
+                        pod: Default::default(),
+                    })
+                    .collect();
+                self.cycle(c.q, hops, c.hop_count, c.client, c.entered_ts, c.ts);
+            }
+        }
+    }
+
+    /// Reports detected, ongoing and ended loops; under a loop only its question's packets
+    /// are counted (decoding them would not keep up), from when it is detected to when it
+    /// ends.
+    fn tick(&mut self, now: u64, all: bool, out: &mut Vec<Detected>, control: &mut Vec<Control>) {
+        self.advance(now, all);
+        for r in self.out.drain(..) {
+            let q = &r.question;
+            match r.state {
+                LoopState::Detected => {
+                    if let Some(w) = WireQuestion::of(&q.name, q.qtype, q.class) {
+                        control.push(Control::Shed(w, q.clone()));
+                    }
+                }
+                LoopState::Ended => {
+                    if let Some(w) = WireQuestion::of(&q.name, q.qtype, q.class) {
+                        control.push(Control::Unshed(w));
+                    }
+                }
+                LoopState::Ongoing => {}
+            }
+            out.push(Detected::Loop(r));
+        }
+    }
+
+    fn stats(&self, into: &mut DetectStats) {
+        into.loops = self.stats.clone();
     }
 }
 

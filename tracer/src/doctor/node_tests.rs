@@ -1,5 +1,5 @@
 use super::*;
-use crate::detect::finding::ConfigLine;
+use crate::doctor::finding::ConfigLine;
 
 /// The lab's rules (tests/src/kube_proxy.rs), as `iptables-save -t nat` prints them.
 const LAB_NAT: &str = r#"*nat

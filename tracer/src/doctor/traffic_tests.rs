@@ -68,6 +68,7 @@ fn tx(
             drop: None,
             node_cache: None,
             hops: Vec::new(),
+            race_drop: false,
         }],
     }
 }

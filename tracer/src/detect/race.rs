@@ -18,11 +18,17 @@ use std::{
 
 use serde::Serialize;
 
+use super::{DetectStats, Detected, Detector};
 use crate::{
     conntrack::CtStatus,
-    correlate::record::QuestionRecord,
+    correlate::{
+        detector::{Decided, DropEvidence},
+        record::QuestionRecord,
+        CorrelateConfig, DropObservation,
+    },
     decode::record::PodRef,
     event::{CtCpuStats, CtSnapshot, CtStatsSample},
+    time::Clock,
 };
 
 const SAMPLES_KEPT: usize = 64;
@@ -197,6 +203,172 @@ impl CtSamples {
         self.by_netns
             .get(&netns)
             .is_some_and(|q| q.back().is_some_and(|s| s.ts_ns > ts))
+    }
+}
+
+/// The race detector: keeps the evidence of failed conntrack confirms, waits for the
+/// counters sampled after them, and reports race drops, suspected races (an unanswered
+/// query of an A/AAAA pair retried at the timeout, no kernel evidence) and resolved clashes.
+pub struct RaceDetector {
+    clock: Clock,
+    /// [`CorrelateConfig::counters_wait_ns`] and [`CorrelateConfig::counters_poll_ns`].
+    counters_wait_ns: u64,
+    counters_poll_ns: u64,
+    samples: CtSamples,
+    stats: RaceStats,
+    /// Reported after the turn's transactions.
+    out: Vec<RaceRecord>,
+}
+
+impl RaceDetector {
+    pub fn new(clock: Clock, cfg: &CorrelateConfig) -> Self {
+        Self {
+            clock,
+            counters_wait_ns: cfg.counters_wait_ns,
+            counters_poll_ns: cfg.counters_poll_ns,
+            samples: CtSamples::default(),
+            stats: RaceStats::default(),
+            out: Vec::new(),
+        }
+    }
+}
+
+impl Detector for RaceDetector {
+    type Report = Detected;
+    type Stats = DetectStats;
+
+    /// Kept to confirm races; resolved clashes are reported.
+    fn ct_stats(&mut self, s: &CtStatsSample) {
+        let (ts, netns) = (s.ts_ns, s.netns);
+        for (cpu, n) in self.samples.add(s.clone()) {
+            self.stats.resolved_clashes += n;
+            self.out.push(RaceRecord {
+                evidence: None,
+                pod: Default::default(),
+                verdict: RaceVerdict::ResolvedClash,
+                ts_ns: ts,
+                wall_ns: self.clock.epoch_ns(ts),
+                netns: RaceNetns::Cookie(netns),
+                client: None,
+                client_netns: String::new(),
+                dropped: None,
+                sibling: None,
+                cpu: Some(cpu),
+                counters: CounterDeltas {
+                    clash_resolve: n,
+                    ..Default::default()
+                },
+                counter_confirmed: true,
+                kernel_confirm_failed: None,
+                drop_reason: None,
+                drop_location: None,
+                retry_ns: None,
+                total_delay_ns: None,
+                drop_offset_ns: None,
+            });
+        }
+    }
+
+    fn keeps(&self, d: &DropObservation) -> bool {
+        is_race_candidate(&d.reason, &d.function, d.ct.as_ref(), d.confirm_failed)
+    }
+
+    /// A race drop is judged with the counters sampled after it (they come every 200 ms).
+    fn holds(&self, e: &DropEvidence, now: u64) -> Option<u64> {
+        let wait_until = e.ts + self.counters_wait_ns;
+        (!self.samples.has_after(e.netns, e.ts) && now < wait_until)
+            .then(|| (now + self.counters_poll_ns).min(wait_until))
+    }
+
+    /// Race records of a finished transaction: race drops with their evidence, or a
+    /// suspected race.
+    fn decided(&mut self, t: &Decided<'_>) {
+        let total = t.record.and_then(|r| r.latency_ns);
+        for l in t.attempts {
+            let pair_start = l
+                .sibling
+                .as_ref()
+                .map(|s| s.0.min(l.first_ts))
+                .unwrap_or(l.first_ts);
+            let sibling_rec = l.sibling.as_ref().map(|(ts, id, q, backend)| RaceQuery {
+                dns_id: *id,
+                question: q.clone(),
+                backend: *backend,
+                offset_ns: ts.saturating_sub(pair_start),
+            });
+            let (verdict, cpu, counters, confirmed, drop_ts, backend, confirm) = match l.evidence {
+                Some(e) => {
+                    let c = self.samples.around(e.netns, e.cpu, e.ts);
+                    let confirmed = c
+                        .as_ref()
+                        .is_some_and(|c| c.insert_failed > 0 || c.drop > 0);
+                    self.stats.race_drops += 1;
+                    (
+                        RaceVerdict::RaceDrop,
+                        Some(e.cpu),
+                        c.unwrap_or_default(),
+                        confirmed,
+                        Some(e.ts),
+                        e.backend,
+                        e.confirm_failed,
+                    )
+                }
+                None if l.drop.is_none()
+                    && !l.answered
+                    && (t.retry_ns.is_some() || l.retransmits > 0)
+                    && l.sibling.is_some() =>
+                {
+                    self.stats.suspected += 1;
+                    (
+                        RaceVerdict::Suspected,
+                        None,
+                        CounterDeltas::default(),
+                        false,
+                        None,
+                        l.backend,
+                        None,
+                    )
+                }
+                None => continue,
+            };
+            self.out.push(RaceRecord {
+                evidence: None,
+                pod: Default::default(),
+                verdict,
+                ts_ns: drop_ts.unwrap_or(l.first_ts),
+                wall_ns: self.clock.epoch_ns(drop_ts.unwrap_or(l.first_ts)),
+                netns: match &l.drop {
+                    Some(d) => RaceNetns::Name(d.netns.to_string()),
+                    None => RaceNetns::Unknown,
+                },
+                client: Some(l.client),
+                client_netns: l.client_netns.to_string(),
+                dropped: Some(RaceQuery {
+                    dns_id: l.dns_id,
+                    question: l.question.clone(),
+                    backend,
+                    offset_ns: l.first_ts.saturating_sub(pair_start),
+                }),
+                sibling: sibling_rec,
+                cpu,
+                counters,
+                counter_confirmed: confirmed,
+                kernel_confirm_failed: confirm,
+                drop_reason: l.drop.as_ref().map(|d| d.reason.clone()),
+                drop_location: l.drop.as_ref().map(|d| d.location.clone()),
+                retry_ns: t.retry_ns,
+                total_delay_ns: total,
+                drop_offset_ns: drop_ts.map(|ts| ts.saturating_sub(pair_start)),
+            });
+        }
+    }
+
+    fn settle(&mut self, out: &mut Vec<Detected>) {
+        out.extend(self.out.drain(..).map(Detected::Race));
+    }
+
+    fn stats(&self, into: &mut DetectStats) {
+        into.races = self.stats.clone();
     }
 }
 
