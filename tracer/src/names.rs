@@ -152,6 +152,12 @@ impl Names {
         self.pod_entry(ns, ifname).map(|((p, _), veth)| (p, veth))
     }
 
+    /// [`Names::pod_at`] in record form, owned (all fields unset where no pod is known).
+    pub fn pod_of(&self, ns: &str, ifname: &str) -> PodRef {
+        self.pod_at(ns, ifname)
+            .map_or_else(PodRef::default, |(p, veth)| PodRef::of(p, veth))
+    }
+
     /// [`Names::pod_at`] in record form, shared.
     pub fn pod_ref_at(&self, ns: &str, ifname: &str) -> Option<&Arc<PodRef>> {
         self.pod_entry(ns, ifname).map(|((_, r), _)| r)

@@ -12,7 +12,7 @@ use crate::{
     decode::{
         dns::{Cut, RrClass, RrType},
         ip::serialize_addr,
-        record::PodRef,
+        record::{Names, PodRef, RecordKind, FAILED_RCODES},
     },
     event::Direction,
 };
@@ -361,4 +361,63 @@ pub struct TransactionRecord {
     /// window is over).
     pub evidence: Option<String>,
     pub legs: Vec<LegRecord>,
+}
+
+/// A transaction matches by any of its legs or hops: its question, any leg's rcode, the
+/// client's or any hop's pod.
+impl RecordKind for TransactionRecord {
+    fn any_pod(&self, f: &mut dyn FnMut(&PodRef) -> bool) -> bool {
+        f(&self.pod)
+            || self.legs.iter().any(|l| {
+                l.hops.iter().any(|h| f(&h.pod)) || l.drop.as_ref().is_some_and(|d| f(&d.pod))
+            })
+    }
+    fn any_question(&self, f: &mut dyn FnMut(&str, RrType) -> bool) -> bool {
+        f(&self.question.name, self.question.qtype)
+    }
+    fn any_rcode(&self, f: &mut dyn FnMut(&str) -> bool) -> bool {
+        self.rcode
+            .iter()
+            .chain(self.legs.iter().filter_map(|l| l.rcode.as_ref()))
+            .any(|rc| f(rc))
+    }
+    fn is_failure(&self) -> bool {
+        self.outcome != Outcome::Answered
+            || self.any_rcode(&mut |rc| FAILED_RCODES.contains(&rc))
+            || self.legs.iter().any(|l| {
+                matches!(
+                    l.outcome,
+                    LegOutcome::Dropped | LegOutcome::Unanswered | LegOutcome::Late
+                )
+            })
+    }
+    /// Unanswered counts as slower than any limit.
+    fn slower_than(&self, limit_ns: u64) -> bool {
+        self.latency_ns.is_none_or(|l| l > limit_ns)
+            || self
+                .legs
+                .iter()
+                .any(|l| l.latency_ns.is_some_and(|l| l > limit_ns))
+    }
+    fn annotate_pods(&mut self, names: &Names) {
+        for leg in &mut self.legs {
+            for h in &mut leg.hops {
+                h.pod = names.pod_of(&h.netns, &h.ifname);
+            }
+            if let Some(d) = &mut leg.drop {
+                d.pod = names.pod_of(&d.netns, &d.ifname);
+            }
+        }
+        self.pod = names.pod_of(&self.client_netns, "");
+        // Traced from the node side only: the client's pod is that of the veth its query
+        // was first seen on.
+        if !self.pod.is_known() {
+            if let Some(h) = self.legs.first().and_then(|l| l.hops.first()) {
+                self.pod = PodRef {
+                    pod_veth: false,
+                    ..h.pod.clone()
+                };
+            }
+        }
+    }
 }

@@ -5,12 +5,62 @@ use std::sync::Arc;
 use serde::Serialize;
 use tracer_common::proto::{IPPROTO_TCP, IPPROTO_UDP};
 
-pub use crate::names::PodRef;
+/// `Names` for the later stages' records to fill in their pods ([`RecordKind::annotate_pods`]):
+/// names sit below every stage, reached like `PodRef` through the records' own module.
+pub use crate::names::{Names, PodRef};
 use crate::{
-    decode::{dns::DnsMessage, ip::Endpoint, tunnel::Tunnel},
+    decode::{
+        dns::{DnsMessage, RrType},
+        ip::Endpoint,
+        tunnel::Tunnel,
+    },
     event::{Direction, KernelCounters, KernelSetup},
     time::WallTime,
 };
+
+/// What the sinks ask of every kind of output record, answered next to the type that
+/// defines it (`output::record::Record::kind` hands it out): a new kind implements this in
+/// its own file, and the filter (`output/filter.rs`) and the pod annotation
+/// (`output/pods.rs`) need no arm for it. The `any_*` methods call `f` on each value until it
+/// returns true and say whether it did, so that the filter looks at a record without
+/// collecting anything.
+pub trait RecordKind {
+    /// Whether the filter flags apply to it at all (the stats record is always written).
+    fn is_filtered(&self) -> bool {
+        true
+    }
+    /// The pods it names (what `--pod` and `--namespace` match).
+    fn any_pod(&self, f: &mut dyn FnMut(&PodRef) -> bool) -> bool;
+    /// Its questions as name and type (what `--name` and `--qtype` match).
+    fn any_question(&self, f: &mut dyn FnMut(&str, RrType) -> bool) -> bool;
+    /// The response codes it carries (what `--rcode` matches); none by default.
+    fn any_rcode(&self, _f: &mut dyn FnMut(&str) -> bool) -> bool {
+        false
+    }
+    /// Whether it shows something failing (what `--failures` keeps).
+    fn is_failure(&self) -> bool;
+    /// Whether it took longer than `limit_ns` (what `--slower-than` keeps); a record with no
+    /// duration never does.
+    fn slower_than(&self, _limit_ns: u64) -> bool {
+        false
+    }
+    /// Fills in its pod fields where `names` knows the pod.
+    fn annotate_pods(&mut self, names: &Names);
+}
+
+/// The response codes `--failures` counts as failed answers.
+pub const FAILED_RCODES: [&str; 2] = ["SERVFAIL", "REFUSED"];
+
+/// The questions of a record's DNS message, if it has one.
+fn any_question_of(dns: Option<&DnsMessage>, f: &mut dyn FnMut(&str, RrType) -> bool) -> bool {
+    dns.is_some_and(|m| m.questions.iter().any(|q| f(&q.name, q.qtype)))
+}
+
+/// The rcode of a record's DNS message when it is a response: a query's rcode field says
+/// nothing.
+fn response_rcode(dns: Option<&DnsMessage>) -> Option<&str> {
+    dns.filter(|m| m.qr).map(|m| &*m.rcode)
+}
 
 /// The transport of a packet or drop as written: `udp`, `tcp`, or `ip` for a drop whose
 /// transport is not known (a later fragment no first fragment named).
@@ -102,6 +152,59 @@ impl FragmentLossRecord {
     /// The pod of the hop (all fields unset where none is known).
     pub fn pod_ref(&self) -> &PodRef {
         pod_or_none(&self.pod)
+    }
+}
+
+impl RecordKind for PacketRecord {
+    fn any_pod(&self, f: &mut dyn FnMut(&PodRef) -> bool) -> bool {
+        f(self.pod_ref())
+    }
+    fn any_question(&self, f: &mut dyn FnMut(&str, RrType) -> bool) -> bool {
+        any_question_of(self.dns.as_deref(), f)
+    }
+    fn any_rcode(&self, f: &mut dyn FnMut(&str) -> bool) -> bool {
+        response_rcode(self.dns.as_deref()).is_some_and(f)
+    }
+    fn is_failure(&self) -> bool {
+        response_rcode(self.dns.as_deref()).is_some_and(|rc| FAILED_RCODES.contains(&rc))
+    }
+    // Per packet: a shared pod, not a copy of its names.
+    fn annotate_pods(&mut self, names: &Names) {
+        self.pod = names.pod_ref_at(&self.netns, &self.ifname).cloned();
+    }
+}
+
+impl RecordKind for DropRecord {
+    fn any_pod(&self, f: &mut dyn FnMut(&PodRef) -> bool) -> bool {
+        f(self.pod_ref())
+    }
+    fn any_question(&self, f: &mut dyn FnMut(&str, RrType) -> bool) -> bool {
+        any_question_of(self.dns.as_deref(), f)
+    }
+    fn any_rcode(&self, f: &mut dyn FnMut(&str) -> bool) -> bool {
+        response_rcode(self.dns.as_deref()).is_some_and(f)
+    }
+    fn is_failure(&self) -> bool {
+        true
+    }
+    fn annotate_pods(&mut self, names: &Names) {
+        self.pod = names.pod_ref_at(&self.netns, &self.ifname).cloned();
+    }
+}
+
+/// A large answer lost on the way: a failure, shown like a drop.
+impl RecordKind for FragmentLossRecord {
+    fn any_pod(&self, f: &mut dyn FnMut(&PodRef) -> bool) -> bool {
+        f(self.pod_ref())
+    }
+    fn any_question(&self, f: &mut dyn FnMut(&str, RrType) -> bool) -> bool {
+        any_question_of(self.dns.as_ref(), f)
+    }
+    fn is_failure(&self) -> bool {
+        true
+    }
+    fn annotate_pods(&mut self, names: &Names) {
+        self.pod = names.pod_ref_at(&self.netns, &self.ifname).cloned();
     }
 }
 

@@ -19,7 +19,11 @@ use crate::{
         record::{QMap, QuestionRecord},
         sip, CorrelateConfig, QKey,
     },
-    decode::{decoder::WireQuestion, dns::RrType, record::PodRef},
+    decode::{
+        decoder::WireQuestion,
+        dns::RrType,
+        record::{Names, PodRef, RecordKind},
+    },
     time::Clock,
 };
 
@@ -104,6 +108,27 @@ pub struct LoopRecord {
     /// window is over).
     pub evidence: Option<String>,
     pub last_seen_ns: u64,
+}
+
+/// A loop matches by its question and its cycle's pods; it is a failure, has no rcode and no
+/// duration.
+impl RecordKind for LoopRecord {
+    fn any_pod(&self, f: &mut dyn FnMut(&PodRef) -> bool) -> bool {
+        self.cycle.iter().any(|h| f(&h.pod))
+    }
+    fn any_question(&self, f: &mut dyn FnMut(&str, RrType) -> bool) -> bool {
+        f(&self.question.name, self.question.qtype)
+    }
+    fn is_failure(&self) -> bool {
+        true
+    }
+    fn annotate_pods(&mut self, names: &Names) {
+        for h in &mut self.cycle {
+            if let Some((ns, ifname)) = &h.at {
+                h.pod = names.pod_of(ns, ifname);
+            }
+        }
+    }
 }
 
 #[derive(Clone, Debug, Default, Serialize)]

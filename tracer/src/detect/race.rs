@@ -26,7 +26,10 @@ use crate::{
         record::QuestionRecord,
         CorrelateConfig, DropObservation,
     },
-    decode::record::PodRef,
+    decode::{
+        dns::RrType,
+        record::{Names, PodRef, RecordKind},
+    },
     event::{CtCpuStats, CtSnapshot, CtStatsSample},
     time::Clock,
 };
@@ -143,6 +146,29 @@ pub struct RaceRecord {
     /// `--record`: the flight-recorder file holding this incident's packets (written once its
     /// window is over).
     pub evidence: Option<String>,
+}
+
+/// A race matches by its queries and its client's pod; it is a failure, has no rcode, and is
+/// slow when its answer came late or never.
+impl RecordKind for RaceRecord {
+    fn any_pod(&self, f: &mut dyn FnMut(&PodRef) -> bool) -> bool {
+        f(&self.pod)
+    }
+    fn any_question(&self, f: &mut dyn FnMut(&str, RrType) -> bool) -> bool {
+        self.dropped
+            .iter()
+            .chain(self.sibling.iter())
+            .any(|q| f(&q.question.name, q.question.qtype))
+    }
+    fn is_failure(&self) -> bool {
+        true
+    }
+    fn slower_than(&self, limit_ns: u64) -> bool {
+        self.total_delay_ns.is_none_or(|d| d > limit_ns)
+    }
+    fn annotate_pods(&mut self, names: &Names) {
+        self.pod = names.pod_of(&self.client_netns, "");
+    }
 }
 
 #[derive(Clone, Debug, Default, Serialize)]

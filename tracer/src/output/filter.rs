@@ -10,11 +10,8 @@
 //! stats record is always written.
 use globset::{Glob, GlobBuilder, GlobSet, GlobSetBuilder};
 
-use super::record::{PodRef, Record};
-use crate::{
-    correlate::record::{LegOutcome, Outcome},
-    decode::dns::RrType,
-};
+use super::record::{Record, RecordKind};
+use crate::decode::dns::RrType;
 
 #[derive(Debug, thiserror::Error)]
 pub enum FilterError {
@@ -104,8 +101,6 @@ fn bare(name: &str) -> &str {
     name.strip_suffix('.').unwrap_or(name)
 }
 
-const FAILED_RCODES: [&str; 2] = ["SERVFAIL", "REFUSED"];
-
 impl Filter {
     pub fn new(spec: &FilterSpec) -> Result<Self, FilterError> {
         Ok(Self {
@@ -144,141 +139,55 @@ impl Filter {
             || self.slower_than_ns.is_some()
     }
 
-    fn pod_matches<'a>(&self, pods: impl IntoIterator<Item = &'a PodRef> + Clone) -> bool {
-        let labels = || pods.clone().into_iter().filter_map(|p| p.pod.as_deref());
+    fn pod_matches(&self, r: &dyn RecordKind) -> bool {
         let pod_ok = self.pods.as_ref().is_none_or(|set| {
-            labels().any(|l| set.is_match(l))
-                || pods
-                    .clone()
-                    .into_iter()
-                    .filter_map(|p| p.pod_uid.as_deref())
-                    .any(|u| set.is_match(format!("*/{u}")) || set.is_match(u))
+            r.any_pod(&mut |p| p.pod.as_deref().is_some_and(|l| set.is_match(l)))
+                || r.any_pod(&mut |p| {
+                    p.pod_uid
+                        .as_deref()
+                        .is_some_and(|u| set.is_match(format!("*/{u}")) || set.is_match(u))
+                })
         });
         let ns_ok = self.namespaces.as_ref().is_none_or(|set| {
-            labels().any(|l| l.split_once('/').is_some_and(|(ns, _)| set.is_match(ns)))
+            r.any_pod(&mut |p| {
+                p.pod
+                    .as_deref()
+                    .and_then(|l| l.split_once('/'))
+                    .is_some_and(|(ns, _)| set.is_match(ns))
+            })
         });
         pod_ok && ns_ok
     }
 
-    fn question_matches<'a>(
-        &self,
-        qs: impl IntoIterator<Item = (&'a str, RrType)> + Clone,
-    ) -> bool {
+    fn question_matches(&self, r: &dyn RecordKind) -> bool {
         let name_ok = self
             .names
             .as_ref()
-            .is_none_or(|set| qs.clone().into_iter().any(|(n, _)| set.is_match(bare(n))));
+            .is_none_or(|set| r.any_question(&mut |n, _| set.is_match(bare(n))));
         let type_ok = self
             .qtypes
             .as_ref()
-            .is_none_or(|types| qs.into_iter().any(|(_, t)| types.contains(&t)));
+            .is_none_or(|types| r.any_question(&mut |_, t| types.contains(&t)));
         name_ok && type_ok
     }
 
-    fn rcode_matches<'a>(&self, rcodes: impl IntoIterator<Item = &'a str>) -> bool {
-        if self.rcodes.is_empty() {
-            return true;
-        }
-        rcodes
-            .into_iter()
-            .any(|rc| self.rcodes.iter().any(|w| w.eq_ignore_ascii_case(rc)))
+    fn rcode_matches(&self, r: &dyn RecordKind) -> bool {
+        self.rcodes.is_empty()
+            || r.any_rcode(&mut |rc| self.rcodes.iter().any(|w| w.eq_ignore_ascii_case(rc)))
     }
 
-    /// Whether `r` is shown.
+    /// Whether `r` is shown. Each kind says what it names ([`RecordKind`], next to its type).
     pub fn keep(&self, r: &Record) -> bool {
         if !self.is_active() {
             return true;
         }
-        match r {
-            Record::Stats(_) => true,
-            Record::Packet(p) => {
-                let qs = p
-                    .dns
-                    .iter()
-                    .flat_map(|m| m.questions.iter().map(|q| (q.name.as_str(), q.qtype)));
-                // A query's rcode field says nothing: only responses have one.
-                let rcode = p.dns.as_ref().filter(|m| m.qr).map(|m| &*m.rcode);
-                let failed = rcode.is_some_and(|rc| FAILED_RCODES.contains(&rc));
-                self.pod_matches([p.pod_ref()])
-                    && self.question_matches(qs)
-                    && self.rcode_matches(rcode)
-                    && (!self.failures || failed)
-                    && self.slower_than_ns.is_none()
-            }
-            // A large answer lost on the way: a failure, shown like a drop.
-            Record::FragmentLoss(f) => {
-                let qs = f
-                    .dns
-                    .iter()
-                    .flat_map(|m| m.questions.iter().map(|q| (q.name.as_str(), q.qtype)));
-                self.pod_matches([f.pod_ref()])
-                    && self.question_matches(qs)
-                    && self.rcode_matches(None)
-                    && self.slower_than_ns.is_none()
-            }
-            Record::Drop(d) => {
-                let qs = d
-                    .dns
-                    .iter()
-                    .flat_map(|m| m.questions.iter().map(|q| (q.name.as_str(), q.qtype)));
-                let rcode = d.dns.as_ref().filter(|m| m.qr).map(|m| &*m.rcode);
-                self.pod_matches([d.pod_ref()])
-                    && self.question_matches(qs)
-                    && self.rcode_matches(rcode)
-                    && self.slower_than_ns.is_none()
-            }
-            Record::Transaction(t) => {
-                let pods = std::iter::once(&t.pod).chain(t.legs.iter().flat_map(|l| {
-                    l.hops
-                        .iter()
-                        .map(|h| &h.pod)
-                        .chain(l.drop.iter().map(|d| &d.pod))
-                }));
-                let rcodes = t
-                    .rcode
-                    .iter()
-                    .chain(t.legs.iter().filter_map(|l| l.rcode.as_ref()))
-                    .map(String::as_str);
-                let failed = t.outcome != Outcome::Answered
-                    || rcodes.clone().any(|rc| FAILED_RCODES.contains(&rc))
-                    || t.legs.iter().any(|l| {
-                        matches!(
-                            l.outcome,
-                            LegOutcome::Dropped | LegOutcome::Unanswered | LegOutcome::Late
-                        )
-                    });
-                let slow = |limit: u64| {
-                    t.latency_ns.is_none_or(|l| l > limit)
-                        || t.legs
-                            .iter()
-                            .any(|l| l.latency_ns.is_some_and(|l| l > limit))
-                };
-                self.pod_matches(pods)
-                    && self.question_matches([(t.question.name.as_str(), t.question.qtype)])
-                    && self.rcode_matches(rcodes)
-                    && (!self.failures || failed)
-                    && self.slower_than_ns.is_none_or(slow)
-            }
-            Record::Loop(l) => {
-                self.pod_matches(l.cycle.iter().map(|h| &h.pod))
-                    && self.question_matches([(l.question.name.as_str(), l.question.qtype)])
-                    && self.rcodes.is_empty()
-                    && self.slower_than_ns.is_none()
-            }
-            Record::Race(r) => {
-                let qs = r
-                    .dropped
-                    .iter()
-                    .chain(r.sibling.iter())
-                    .map(|q| (q.question.name.as_str(), q.question.qtype));
-                self.pod_matches([&r.pod])
-                    && self.question_matches(qs)
-                    && self.rcodes.is_empty()
-                    && self
-                        .slower_than_ns
-                        .is_none_or(|limit| r.total_delay_ns.is_none_or(|d| d > limit))
-            }
-        }
+        let r = r.kind();
+        !r.is_filtered()
+            || (self.pod_matches(r)
+                && self.question_matches(r)
+                && self.rcode_matches(r)
+                && (!self.failures || r.is_failure())
+                && self.slower_than_ns.is_none_or(|limit| r.slower_than(limit)))
     }
 }
 
@@ -288,12 +197,13 @@ mod tests {
     use crate::{
         agent::fixtures::addr,
         correlate::{
-            record::{Join, Summary},
+            record::{Join, LegOutcome, Outcome, Summary},
             LegRole,
         },
         decode::dns::{DnsMessage, Flags, Question, RrClass},
         output::record::{
-            HopRecord, LegRecord, LookupRef, PacketRecord, QuestionRecord, TransactionRecord,
+            HopRecord, LegRecord, LookupRef, PacketRecord, PodRef, QuestionRecord,
+            TransactionRecord,
         },
     };
 

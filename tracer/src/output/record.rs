@@ -7,13 +7,14 @@ pub use crate::{
     },
     decode::record::{
         CtEndpoints, CtRecord, DecodeStats, DropRecord, DroppedFragment, FragmentLossRecord,
-        FragmentRange, KernelStats, MissingRange, PacketRecord, PodRef,
+        FragmentRange, KernelStats, MissingRange, PacketRecord, PodRef, RecordKind,
     },
 };
 use crate::{
     correlate::{CorrelateReport, CorrelateStats},
-    decode::record::DecodeReport,
+    decode::{dns::RrType, record::DecodeReport},
     detect::{loops::LoopRecord, race::RaceRecord, DetectStats, Detected},
+    names::Names,
 };
 
 #[derive(Clone, Debug, Serialize)]
@@ -60,6 +61,52 @@ pub struct StatsRecord {
     /// Live, with `--otlp`: what the exporter sent and lost.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub otlp: Option<crate::output::otlp::OtlpStats>,
+}
+
+impl Record {
+    /// What every kind answers the sinks (filter, pod annotation): the one place that
+    /// matches on the kind for them.
+    pub fn kind(&self) -> &dyn RecordKind {
+        match self {
+            Record::Packet(p) => p,
+            Record::Drop(d) => &**d,
+            Record::Transaction(t) => &**t,
+            Record::Loop(l) => l,
+            Record::Race(r) => &**r,
+            Record::FragmentLoss(f) => &**f,
+            Record::Stats(s) => &**s,
+        }
+    }
+
+    /// [`Record::kind`], to change.
+    pub fn kind_mut(&mut self) -> &mut dyn RecordKind {
+        match self {
+            Record::Packet(p) => p,
+            Record::Drop(d) => &mut **d,
+            Record::Transaction(t) => &mut **t,
+            Record::Loop(l) => l,
+            Record::Race(r) => &mut **r,
+            Record::FragmentLoss(f) => &mut **f,
+            Record::Stats(s) => &mut **s,
+        }
+    }
+}
+
+/// Counters are never filtered, and name no pod.
+impl RecordKind for StatsRecord {
+    fn is_filtered(&self) -> bool {
+        false
+    }
+    fn any_pod(&self, _f: &mut dyn FnMut(&PodRef) -> bool) -> bool {
+        false
+    }
+    fn any_question(&self, _f: &mut dyn FnMut(&str, RrType) -> bool) -> bool {
+        false
+    }
+    fn is_failure(&self) -> bool {
+        false
+    }
+    fn annotate_pods(&mut self, _names: &Names) {}
 }
 
 impl From<DecodeReport> for Record {
