@@ -618,8 +618,13 @@ fn soak(
                         lines.extend(f.stdout);
                     }
                     crashes += 1;
-                    if let Ok(a) = start_agent(lab, dnspath, cg, record, otlp.as_deref()) {
-                        agent = Some(a);
+                    match start_agent(lab, dnspath, cg, record, otlp.as_deref()) {
+                        Ok(a) => agent = Some(a),
+                        Err(e) => {
+                            let why = format!("agent restart after the crash FAILED: {e}");
+                            eprintln!("soak: +{now} s: {why}");
+                            faults_done.push((now, why));
+                        }
                     }
                 }
                 if now >= next_sample {
