@@ -38,10 +38,7 @@ pub struct AnalyzeArgs {
 pub fn run(a: AnalyzeArgs) -> anyhow::Result<ExitCode> {
     let opts = AnalyzeOptions {
         path: a.file,
-        view: a.view.unwrap_or(match a.output {
-            Format::Text => View::Transactions,
-            Format::Json => View::Both,
-        }),
+        view: a.view.unwrap_or(View::default_for(a.output)),
         format: a.output,
         timeout: a.timeout.positive("--timeout")?,
         ports: a.ports,

@@ -147,10 +147,7 @@ fn options(
     let evidence = evidence_options(&a)?;
     let output = OutputOptions {
         format: a.output,
-        view: a.view.unwrap_or(match a.output {
-            Format::Text => View::Transactions,
-            Format::Json => View::Both,
-        }),
+        view: a.view.unwrap_or(View::default_for(a.output)),
         count: a.count,
         until_loop: a.until == Some(Until::Loop),
         filter: a.filter.filter()?,

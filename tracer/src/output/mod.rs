@@ -41,6 +41,13 @@ pub enum View {
 }
 
 impl View {
+    /// Without `--view`: transactions on a terminal's text, both in NDJSON.
+    pub fn default_for(format: Format) -> View {
+        match format {
+            Format::Text => View::Transactions,
+            Format::Json => View::Both,
+        }
+    }
     pub fn packets(self) -> bool {
         self != View::Transactions
     }
