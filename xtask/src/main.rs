@@ -65,6 +65,10 @@ const PACKAGES: &[&str] = &[
     "python3",
     // the venv of the OTLP receiver the lab tests use (Arize Phoenix, `install_phoenix`)
     "python3-venv",
+    // the OTLP TLS test: a CA and certificates (openssl), a real TLS terminator in front of
+    // Phoenix (stunnel4)
+    "openssl",
+    "stunnel4",
     // promtool: `check metrics` on the agent's exposition, `check rules`/`test rules` on
     // deploy/alerts.yaml
     "prometheus",

@@ -557,3 +557,209 @@ fn a_query_across_nodes_is_one_trace_with_both_nodes_spans() {
         assert!(!is_error(root[0]) && !is_error(serve[0]));
     }
 }
+
+/// A CA, a server certificate for 127.0.0.1 and a client certificate, made with openssl in
+/// `dir`; stunnel (a real TLS terminator) in front of Phoenix's two ports.
+struct TlsFront {
+    /// stunnel, ended by its PID when dropped.
+    child: Child,
+    dir: std::path::PathBuf,
+    /// HTTPS, client certificate required (mutual TLS).
+    https: u16,
+    /// gRPC over TLS, server certificate only.
+    grpcs: u16,
+}
+
+impl TlsFront {
+    fn start(lab: &Lab, phoenix: &Phoenix) -> TlsFront {
+        lab::tracer::require_tools(&["openssl", "stunnel4"]);
+        let dir = std::env::temp_dir().join(format!("dnspath-tls-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let openssl = |args: &[&str]| {
+            let o = Command::new("openssl")
+                .args(args)
+                .current_dir(&dir)
+                .output()
+                .unwrap();
+            assert!(o.status.success(), "openssl {args:?}: {o:?}");
+        };
+        let ec = [
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:prime256v1",
+            "-nodes",
+        ];
+        let mut ca = vec!["req", "-x509", "-keyout", "ca.key", "-out", "ca.pem"];
+        ca.extend(ec);
+        ca.extend(["-days", "2", "-subj", "/CN=dnspath lab CA"]);
+        openssl(&ca);
+        for (name, ext) in [
+            ("server", "subjectAltName=IP:127.0.0.1"),
+            ("client", "extendedKeyUsage=clientAuth"),
+        ] {
+            let (key, csr, pem) = (
+                format!("{name}.key"),
+                format!("{name}.csr"),
+                format!("{name}.pem"),
+            );
+            let mut req = vec!["req", "-keyout", &key, "-out", &csr];
+            req.extend(ec);
+            let subj = format!("/CN=dnspath lab {name}");
+            req.extend(["-subj", &subj]);
+            openssl(&req);
+            std::fs::write(dir.join(format!("{name}.ext")), ext).unwrap();
+            let extfile = format!("{name}.ext");
+            openssl(&[
+                "x509",
+                "-req",
+                "-in",
+                &csr,
+                "-CA",
+                "ca.pem",
+                "-CAkey",
+                "ca.key",
+                "-CAcreateserial",
+                "-days",
+                "2",
+                "-extfile",
+                &extfile,
+                "-out",
+                &pem,
+            ]);
+        }
+        let (https, grpcs) = (phoenix.grpc + 10, phoenix.grpc + 11);
+        let d = dir.display();
+        let conf = format!(
+            "foreground = yes\npid =\noutput = {d}/stunnel.log\ndebug = 5\n\
+             cert = {d}/server.pem\nkey = {d}/server.key\n\
+             [https]\naccept = 127.0.0.1:{https}\nconnect = 127.0.0.1:{}\n\
+             CAfile = {d}/ca.pem\nverifyChain = yes\nrequireCert = yes\n\
+             [grpcs]\naccept = 127.0.0.1:{grpcs}\nconnect = 127.0.0.1:{}\n",
+            phoenix.http, phoenix.grpc
+        );
+        std::fs::write(dir.join("stunnel.conf"), conf).unwrap();
+        let conf = dir.join("stunnel.conf");
+        let child = lab
+            .spawn_in(lab.node_ns(), &["stunnel4", conf.to_str().unwrap()])
+            .unwrap();
+        // Listening: a TCP connect in the node namespace succeeds.
+        let t0 = Instant::now();
+        let probe = format!("exec 3<>/dev/tcp/127.0.0.1/{grpcs}");
+        while !lab
+            .exec(lab.node_ns(), &["bash", "-c", &probe])
+            .status
+            .success()
+        {
+            assert!(
+                t0.elapsed() < Duration::from_secs(10),
+                "stunnel did not start: {}",
+                std::fs::read_to_string(dir.join("stunnel.log")).unwrap_or_default()
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        TlsFront {
+            child,
+            dir,
+            https,
+            grpcs,
+        }
+    }
+
+    fn path(&self, file: &str) -> String {
+        self.dir.join(file).to_string_lossy().into_owned()
+    }
+}
+
+impl Drop for TlsFront {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// `https://` endpoints: OTLP/HTTP with mutual TLS and OTLP/gRPC over TLS through a real TLS
+/// terminator reach the receiver, trusting the CA of `OTEL_EXPORTER_OTLP_CERTIFICATE`; without
+/// the client certificate the server refuses, and that is a counted loss, not a lost trace.
+#[test]
+fn https_endpoints_with_the_standard_certificate_variables() {
+    let Some(lab) = lab_or_skip(LabConfig::default()) else {
+        return;
+    };
+    let phoenix = Phoenix::start(&lab);
+    let tls = TlsFront::start(&lab, &phoenix);
+    let ca = format!("OTEL_EXPORTER_OTLP_CERTIFICATE={}", tls.path("ca.pem"));
+    let cert = format!(
+        "OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE={}",
+        tls.path("client.pem")
+    );
+    let key = format!("OTEL_EXPORTER_OTLP_CLIENT_KEY={}", tls.path("client.key"));
+    let run = |env: &[&str], otlp: &[&str], name: &str| -> Vec<Value> {
+        let mut wrapper = vec!["env"];
+        wrapper.extend_from_slice(env);
+        let mut args = vec!["trace", "-o", "json", "--view", "transactions"];
+        for ns in lab.namespaces().into_iter().skip(1) {
+            args.extend(["--netns", ns]);
+        }
+        args.extend(["--otlp-flush-timeout", "3"]);
+        args.extend_from_slice(otlp);
+        let t = Tracer::start_under(
+            &lab,
+            lab.node_ns(),
+            &wrapper,
+            &args,
+            true,
+            Duration::from_secs(30),
+        )
+        .unwrap();
+        assert!(lab
+            .dig(&["+time=2", "+tries=1", name, "A"])
+            .status
+            .success());
+        std::thread::sleep(Duration::from_millis(1500));
+        t.stop().records()
+    };
+    let otlp_stats =
+        |recs: &[Value]| recs.iter().rev().find(|r| r["type"] == "stats").unwrap()["otlp"].clone();
+
+    // 1. OTLP/HTTP over mutual TLS.
+    let url = format!("https://127.0.0.1:{}", tls.https);
+    let recs = run(&[&ca, &cert, &key], &["--otlp", &url], "www.lab.test.");
+    let o = otlp_stats(&recs);
+    eprintln!("https + client certificate: {o}");
+    assert!(o["transactions_exported"].as_u64().unwrap() >= 1, "{o}");
+    assert_eq!(o["request_failures"], 0, "{o}");
+    let tx = tx_named(&recs, "www.lab.test.");
+    let spans = phoenix.spans(tx["trace_id"].as_str().unwrap(), 5);
+    assert!(spans.len() >= 5, "spans over HTTPS: {spans:#?}");
+
+    // 2. OTLP/gRPC over TLS (HTTP/2), server certificate only.
+    let url = format!("https://127.0.0.1:{}", tls.grpcs);
+    let recs = run(
+        &[&ca],
+        &["--otlp", &url, "--otlp-protocol", "grpc"],
+        "www.lab.test.",
+    );
+    let o = otlp_stats(&recs);
+    eprintln!("grpc over TLS: {o}");
+    assert!(o["transactions_exported"].as_u64().unwrap() >= 1, "{o}");
+    let tx = tx_named(&recs, "www.lab.test.");
+    let spans = phoenix.spans(tx["trace_id"].as_str().unwrap(), 2);
+    assert!(spans.len() >= 2, "spans over gRPC+TLS: {spans:#?}");
+
+    // 3. The mutual-TLS port without a client certificate: refused by the server; the
+    // transaction is still traced, its spans counted as lost, none exported.
+    let url = format!("https://127.0.0.1:{}", tls.https);
+    let recs = run(&[&ca], &["--otlp", &url], "www.lab.test.");
+    let o = otlp_stats(&recs);
+    eprintln!("https without a client certificate: {o}");
+    let tx = tx_named(&recs, "www.lab.test.");
+    assert_eq!(tx["outcome"], "answered");
+    assert_eq!(o["transactions_exported"], 0, "{o}");
+    assert!(o["request_failures"].as_u64().unwrap() >= 1, "{o}");
+    let lost =
+        o["dropped_export_failed"].as_u64().unwrap() + o["dropped_at_exit"].as_u64().unwrap();
+    assert!(lost >= 1, "{o}");
+}

@@ -25,6 +25,7 @@ use serde::Serialize;
 use super::{
     ids,
     spans::{self, SpanConfig},
+    tls::TlsPem,
 };
 use crate::output::record::TransactionRecord;
 
@@ -68,6 +69,8 @@ pub struct OtlpConfig {
     pub batch: usize,
     /// At the end of the run, how long the exporter may take to send what is queued.
     pub flush_timeout: Duration,
+    /// CA and client certificates for `https://` endpoints (`tls.rs`).
+    pub tls: TlsPem,
 }
 
 /// A batch goes at the latest this long after its first transaction.
@@ -133,6 +136,12 @@ impl OtlpConfig {
                 ))
             }
         };
+        let tls = TlsPem::from_vars(var)?;
+        if !is_tls(&endpoint) && (tls.ca.is_some() || tls.client.is_some()) {
+            log::warn!(
+                "OTLP endpoint {endpoint} is not https://: the OTEL_EXPORTER_OTLP_*CERTIFICATE/KEY files are not used"
+            );
+        }
         Ok(Some(Self {
             endpoint,
             protocol,
@@ -145,22 +154,23 @@ impl OtlpConfig {
             queue: 8192,
             batch: 512,
             flush_timeout: Duration::from_secs(5),
+            tls,
         }))
     }
 }
 
-/// The URL spans go to. Only `http://` (no TLS in this build: send to a local Collector).
+/// The URL spans go to: `http://` or `https://` (TLS, `tls.rs`).
 fn signal_url(u: &str, protocol: Protocol, base: bool) -> Result<String, OtlpError> {
     let u = u.trim();
-    let Some(rest) = u.strip_prefix("http://") else {
-        return Err(OtlpError::Endpoint(
-            u.into(),
-            if u.starts_with("https://") {
-                "https is not supported by this build; send to a Collector on the node or in the cluster over http".into()
-            } else {
-                "not an http:// URL".into()
-            },
-        ));
+    let (scheme, rest) = match (u.strip_prefix("http://"), u.strip_prefix("https://")) {
+        (Some(rest), _) => ("http", rest),
+        (None, Some(rest)) => ("https", rest),
+        (None, None) => {
+            return Err(OtlpError::Endpoint(
+                u.into(),
+                "not an http:// or https:// URL".into(),
+            ))
+        }
     };
     let path = rest.find('/').map_or("", |i| &rest[i..]);
     let host = rest.find('/').map_or(rest, |i| &rest[..i]);
@@ -168,12 +178,17 @@ fn signal_url(u: &str, protocol: Protocol, base: bool) -> Result<String, OtlpErr
         return Err(OtlpError::Endpoint(u.into(), "no host".into()));
     }
     Ok(match protocol {
-        Protocol::Grpc => format!("http://{host}"),
+        Protocol::Grpc => format!("{scheme}://{host}"),
         Protocol::HttpProtobuf if base || path.is_empty() || path == "/" => {
-            format!("http://{host}{}/v1/traces", path.trim_end_matches('/'))
+            format!("{scheme}://{host}{}/v1/traces", path.trim_end_matches('/'))
         }
         Protocol::HttpProtobuf => u.to_string(),
     })
+}
+
+/// Whether the endpoint is reached over TLS.
+fn is_tls(endpoint: &str) -> bool {
+    endpoint.starts_with("https://")
 }
 
 /// `k1=v1,k2=v2`, values percent-decoded (W3C baggage form, as the specification says).
@@ -450,10 +465,37 @@ pub fn request(
     (ExportTraceServiceRequest { resource_spans }, count)
 }
 
-type HttpClient = hyper_util::client::legacy::Client<
-    hyper_util::client::legacy::connect::HttpConnector,
-    http_body_util::Full<Bytes>,
->;
+type Body = http_body_util::Full<Bytes>;
+type Plain = hyper_util::client::legacy::connect::HttpConnector;
+
+/// An HTTP/1.1 client, plain or over TLS.
+enum HttpClient {
+    Plain(hyper_util::client::legacy::Client<Plain, Body>),
+    Tls(hyper_util::client::legacy::Client<hyper_rustls::HttpsConnector<Plain>, Body>),
+}
+
+impl HttpClient {
+    fn new(cfg: &OtlpConfig) -> Result<Self, OtlpError> {
+        let builder =
+            hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new());
+        if !is_tls(&cfg.endpoint) {
+            return Ok(Self::Plain(builder.build_http()));
+        }
+        let https = hyper_rustls::HttpsConnectorBuilder::new()
+            .with_tls_config(cfg.tls.http_config()?)
+            .https_only()
+            .enable_http1()
+            .build();
+        Ok(Self::Tls(builder.build(https)))
+    }
+
+    fn request(&self, req: hyper::Request<Body>) -> hyper_util::client::legacy::ResponseFuture {
+        match self {
+            Self::Plain(c) => c.request(req),
+            Self::Tls(c) => c.request(req),
+        }
+    }
+}
 
 enum Transport {
     Http(HttpClient),
@@ -475,15 +517,17 @@ enum Attempt {
 impl Client {
     fn new(cfg: &OtlpConfig) -> Result<Self, OtlpError> {
         let transport = match cfg.protocol {
-            Protocol::HttpProtobuf => Transport::Http(
-                hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
-                    .build_http(),
-            ),
+            Protocol::HttpProtobuf => Transport::Http(HttpClient::new(cfg)?),
             Protocol::Grpc => {
-                let ep = tonic::transport::Endpoint::from_shared(cfg.endpoint.clone())
+                let mut ep = tonic::transport::Endpoint::from_shared(cfg.endpoint.clone())
                     .map_err(|e| OtlpError::Endpoint(cfg.endpoint.clone(), e.to_string()))?
                     .timeout(cfg.timeout)
                     .connect_timeout(cfg.timeout);
+                if is_tls(&cfg.endpoint) {
+                    ep = ep
+                        .tls_config(cfg.tls.grpc_config())
+                        .map_err(|e| OtlpError::Endpoint(cfg.endpoint.clone(), e.to_string()))?;
+                }
                 let mut c = TraceServiceClient::new(ep.connect_lazy());
                 if cfg.gzip {
                     c = c.send_compressed(tonic::codec::CompressionEncoding::Gzip);

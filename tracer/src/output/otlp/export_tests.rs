@@ -75,7 +75,15 @@ fn settings_from_flag_and_environment() {
         .unwrap()
         .unwrap();
     assert_eq!(c.endpoint, "http://c:4317");
-    assert!(OtlpConfig::from_env(Some("https://c"), None, env(&[])).is_err());
+    let c = OtlpConfig::from_env(Some("https://c:4318"), None, env(&[]))
+        .unwrap()
+        .unwrap();
+    assert_eq!(c.endpoint, "https://c:4318/v1/traces");
+    let c = OtlpConfig::from_env(Some("https://c:4317/"), Some(Protocol::Grpc), env(&[]))
+        .unwrap()
+        .unwrap();
+    assert_eq!(c.endpoint, "https://c:4317");
+    assert!(OtlpConfig::from_env(Some("ftp://c"), None, env(&[])).is_err());
     assert!(OtlpConfig::from_env(
         Some("http://c"),
         None,
@@ -234,3 +242,103 @@ fn sampling_keeps_failures_and_drops_the_rest_by_id() {
     let s = e.finish();
     assert_eq!((s.sampled_out, s.transactions_exported), (1, 1), "{s:?}");
 }
+
+/// A PEM file of the test's own, removed when dropped.
+struct TempFile(std::path::PathBuf);
+
+impl TempFile {
+    fn new(name: &str, body: &str) -> Self {
+        let p = std::env::temp_dir().join(format!("dnspath-tls-{}-{name}", std::process::id()));
+        std::fs::write(&p, body).unwrap();
+        Self(p)
+    }
+    fn path(&self) -> &str {
+        self.0.to_str().unwrap()
+    }
+}
+
+impl Drop for TempFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+#[test]
+fn tls_files_that_cannot_serve_are_errors_at_start() {
+    let err = |vars: &[(&str, &str)]| {
+        OtlpConfig::from_env(Some("https://c:4318"), None, env(vars))
+            .unwrap_err()
+            .to_string()
+    };
+    // A missing file names the variable and the path.
+    let e = err(&[("OTEL_EXPORTER_OTLP_CERTIFICATE", "/nonexistent/ca.pem")]);
+    assert!(
+        e.contains("OTEL_EXPORTER_OTLP_CERTIFICATE") && e.contains("/nonexistent/ca.pem"),
+        "{e}"
+    );
+    // A file with no certificate in it.
+    let junk = TempFile::new("junk.pem", "not a certificate\n");
+    let e = err(&[("OTEL_EXPORTER_OTLP_TRACES_CERTIFICATE", junk.path())]);
+    assert!(e.contains("no certificate"), "{e}");
+    // A client certificate without its key, and a key file with no key.
+    let e = err(&[("OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE", junk.path())]);
+    assert!(e.contains("needs its key"), "{e}");
+    let cert = TempFile::new("cert.pem", CERT);
+    let e = err(&[
+        ("OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE", cert.path()),
+        ("OTEL_EXPORTER_OTLP_CLIENT_KEY", junk.path()),
+    ]);
+    assert!(e.contains("no private key"), "{e}");
+    // A real certificate is taken, for the server's CA and as a client's.
+    let key = TempFile::new("key.pem", KEY);
+    let c = OtlpConfig::from_env(
+        Some("https://c:4318"),
+        None,
+        env(&[
+            ("OTEL_EXPORTER_OTLP_CERTIFICATE", cert.path()),
+            ("OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE", cert.path()),
+            ("OTEL_EXPORTER_OTLP_CLIENT_KEY", key.path()),
+        ]),
+    )
+    .unwrap()
+    .unwrap();
+    assert!(c.tls.ca.is_some() && c.tls.client.is_some());
+    assert!(c.tls.http_config().is_ok());
+    // The key is never printed.
+    assert!(!format!("{c:?}").contains("PRIVATE"), "{c:?}");
+}
+
+#[test]
+fn an_https_endpoint_whose_certificate_is_not_trusted_is_a_counted_failure() {
+    // A plain-HTTP server behind an https:// URL: the handshake fails, nothing is sent, the
+    // spans are counted as dropped and the exporter ends within its bound.
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("https://{}", listener.local_addr().unwrap());
+    std::thread::spawn(move || {
+        for mut c in listener.incoming().flatten() {
+            let _ = c.write_all(b"HTTP/1.1 400 Bad Request\r\ncontent-length: 0\r\n\r\n");
+        }
+    });
+    let cert = TempFile::new("ca-untrusted.pem", CERT);
+    let mut c = OtlpConfig::from_env(
+        Some(&url),
+        None,
+        env(&[("OTEL_EXPORTER_OTLP_CERTIFICATE", cert.path())]),
+    )
+    .unwrap()
+    .unwrap();
+    c.flush_timeout = Duration::from_secs(4);
+    let e = Exporter::start(c).unwrap();
+    e.offer(&failing_tx(40100));
+    let t0 = std::time::Instant::now();
+    let stats = e.finish();
+    assert!(t0.elapsed() < Duration::from_secs(8));
+    assert_eq!(stats.transactions_exported, 0, "{stats:?}");
+    assert!(stats.request_failures >= 1, "{stats:?}");
+    assert_eq!(stats.dropped_export_failed, 1, "{stats:?}");
+}
+
+/// A self-signed certificate and its key (EC P-256, CN=dnspath-test; made with openssl for
+/// these tests, never trusted anywhere).
+const CERT: &str = include_str!("testdata/cert.pem");
+const KEY: &str = include_str!("testdata/key.pem");

@@ -4,6 +4,7 @@
 pub mod export;
 pub mod ids;
 pub mod spans;
+pub mod tls;
 
 use std::sync::OnceLock;
 
