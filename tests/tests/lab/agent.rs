@@ -705,7 +705,15 @@ impl NodeAgent {
         let child = Command::new("ip")
             .args(["netns", "exec", ns])
             .arg(dnspath_bin())
-            .args(["agent", "--listen", LISTEN, "--timeout", "1", "--netns", pod])
+            .args([
+                "agent",
+                "--listen",
+                LISTEN,
+                "--timeout",
+                "1",
+                "--netns",
+                pod,
+            ])
             .stdin(Stdio::null())
             .stdout(std::fs::File::create(dir.join(format!("agent-{ns}.ndjson"))).unwrap())
             .stderr(std::fs::File::create(&err).unwrap())
@@ -732,7 +740,17 @@ impl NodeAgent {
     fn get(&self, path: &str) -> (u16, String) {
         let url = format!("http://{LISTEN}{path}");
         let o = Command::new("ip")
-            .args(["netns", "exec", &self.ns, "curl", "-s", "-m", "5", "-w", "\n%{http_code}"])
+            .args([
+                "netns",
+                "exec",
+                &self.ns,
+                "curl",
+                "-s",
+                "-m",
+                "5",
+                "-w",
+                "\n%{http_code}",
+            ])
             .arg(&url)
             .stdin(Stdio::null())
             .output()
@@ -789,8 +807,15 @@ fn a_query_across_nodes_is_counted_once() {
             + sum(&s.1, "dnspath_dns_transactions_total", &txt)
     };
     let served = |s: &(String, String)| {
-        sum(&s.0, "dnspath_dns_queries_total", &[("qtype", "TXT"), ("leg", "served")])
-            + sum(&s.1, "dnspath_dns_queries_total", &[("qtype", "TXT"), ("leg", "served")])
+        sum(
+            &s.0,
+            "dnspath_dns_queries_total",
+            &[("qtype", "TXT"), ("leg", "served")],
+        ) + sum(
+            &s.1,
+            "dnspath_dns_queries_total",
+            &[("qtype", "TXT"), ("leg", "served")],
+        )
     };
     // Each node reports a question when it is over (answered and quiet for 300 ms).
     let t0 = Instant::now();
@@ -805,24 +830,46 @@ fn a_query_across_nodes_is_counted_once() {
     eprintln!(
         "node A: {} questions, {} service queries; node B: {} questions, {} served",
         sum(&s.0, "dnspath_dns_transactions_total", &txt),
-        sum(&s.0, "dnspath_dns_queries_total", &[("qtype", "TXT"), ("leg", "service")]),
+        sum(
+            &s.0,
+            "dnspath_dns_queries_total",
+            &[("qtype", "TXT"), ("leg", "service")]
+        ),
         sum(&s.1, "dnspath_dns_transactions_total", &txt),
         served(&s),
     );
-    assert_eq!(questions(&s), n, "client questions over both nodes:\n{}\n{}", s.0, s.1);
+    assert_eq!(
+        questions(&s),
+        n,
+        "client questions over both nodes:\n{}\n{}",
+        s.0,
+        s.1
+    );
     assert_eq!(served(&s), n, "served over both nodes:\n{}\n{}", s.0, s.1);
     assert_eq!(
-        sum(&s.0, "dnspath_dns_transactions_total", &[("qtype", "TXT"), ("outcome", "answered")]),
+        sum(
+            &s.0,
+            "dnspath_dns_transactions_total",
+            &[("qtype", "TXT"), ("outcome", "answered")]
+        ),
         n,
         "node A's client questions, answered"
     );
     assert_eq!(
-        sum(&s.0, "dnspath_dns_queries_total", &[("qtype", "TXT"), ("leg", "service")]),
+        sum(
+            &s.0,
+            "dnspath_dns_queries_total",
+            &[("qtype", "TXT"), ("leg", "service")]
+        ),
         n,
         "node A: the client's queries to the Service"
     );
     assert_eq!(
-        sum(&s.1, "dnspath_dns_responses_total", &[("qtype", "TXT"), ("leg", "served")]),
+        sum(
+            &s.1,
+            "dnspath_dns_responses_total",
+            &[("qtype", "TXT"), ("leg", "served")]
+        ),
         n,
         "node B answered each"
     );

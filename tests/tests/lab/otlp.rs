@@ -504,7 +504,10 @@ fn races_and_loops_are_span_events_and_healthy_queries_have_none() {
         .status
         .success()
     {
-        assert!(t0.elapsed() < Duration::from_secs(20), "the lab never healed");
+        assert!(
+            t0.elapsed() < Duration::from_secs(20),
+            "the lab never healed"
+        );
         std::thread::sleep(Duration::from_millis(500));
     }
     std::thread::sleep(Duration::from_secs(4));
