@@ -26,6 +26,8 @@ pub const DNS: Ipv4Addr = Ipv4Addr::new(10, 244, 2, 3);
 /// The VXLAN id and port (flannel's).
 pub const VNI: u32 = 1;
 pub const VXLAN_PORT: u16 = 8472;
+/// The Service ClusterIP [`VxlanNodes::add_cluster_ip`] makes on node A.
+pub const CLUSTER_IP: Ipv4Addr = Ipv4Addr::new(10, 96, 0, 10);
 /// The address dnsmasq answers for `*.tunnel.test`.
 pub const ANSWER: Ipv4Addr = Ipv4Addr::new(10, 9, 9, 9);
 
@@ -288,6 +290,67 @@ impl VxlanNodes {
         })?;
         self.server = Some(child);
         Ok(())
+    }
+
+    /// kube-proxy's part on node A: a Service ClusterIP [`CLUSTER_IP`]:53 (UDP and TCP)
+    /// DNAT'd in node A's `nat PREROUTING` to the DNS pod on node B, so that the client's
+    /// query to the Service crosses the overlay already DNAT'd, as in a cluster.
+    pub fn add_cluster_ip(&self) -> Result<(), LabError> {
+        let ipt = crate::cmd::find_tool(crate::IptablesFlavor::default().iptables(), "iptables")?;
+        let ipt = ipt.to_string_lossy().into_owned();
+        let to = format!("{DNS}:53");
+        let cip = format!("{CLUSTER_IP}/32");
+        for proto in ["udp", "tcp"] {
+            run(&[
+                "ip",
+                "netns",
+                "exec",
+                &self.node_a,
+                &ipt,
+                "-t",
+                "nat",
+                "-A",
+                "PREROUTING",
+                "-d",
+                &cip,
+                "-p",
+                proto,
+                "--dport",
+                "53",
+                "-j",
+                "DNAT",
+                "--to-destination",
+                &to,
+            ])?;
+        }
+        Ok(())
+    }
+
+    /// `dig @SERVER NAME TYPE` in the client pod: its stdout (`+short`) and whether dig
+    /// succeeded.
+    pub fn dig_at(&self, server: Ipv4Addr, name: &str, qtype: &str) -> (bool, String) {
+        let out = Command::new("ip")
+            .args([
+                "netns",
+                "exec",
+                &self.client,
+                "dig",
+                "+short",
+                "+tries=1",
+                "+time=2",
+            ])
+            .arg(format!("@{server}"))
+            .arg(name)
+            .arg(qtype)
+            .stdin(Stdio::null())
+            .output();
+        out.map(|o| {
+            (
+                o.status.success(),
+                String::from_utf8_lossy(&o.stdout).trim().to_owned(),
+            )
+        })
+        .unwrap_or_default()
     }
 
     /// `dig @DNS NAME A` in the client pod: its stdout (`+short`).

@@ -690,3 +690,190 @@ fn ten_thousand_names_and_ports_add_no_series() {
         new.len()
     );
 }
+
+/// `dnspath agent` of one lab "node": run in the node's namespace, tracing it and its pod's
+/// namespace only (`--netns`), as a DaemonSet pod traces its node. SIGTERM on drop.
+struct NodeAgent {
+    child: std::process::Child,
+    ns: String,
+    err: std::path::PathBuf,
+}
+
+impl NodeAgent {
+    fn start(ns: &str, pod: &str, dir: &std::path::Path) -> NodeAgent {
+        let err = dir.join(format!("agent-{ns}.stderr"));
+        let child = Command::new("ip")
+            .args(["netns", "exec", ns])
+            .arg(dnspath_bin())
+            .args([
+                "agent",
+                "--listen",
+                LISTEN,
+                "--timeout",
+                "1",
+                "--netns",
+                pod,
+            ])
+            .stdin(Stdio::null())
+            .stdout(std::fs::File::create(dir.join(format!("agent-{ns}.ndjson"))).unwrap())
+            .stderr(std::fs::File::create(&err).unwrap())
+            .env("RUST_LOG", "warn")
+            .spawn()
+            .unwrap();
+        let a = NodeAgent {
+            child,
+            ns: ns.to_string(),
+            err,
+        };
+        let t0 = Instant::now();
+        while a.get("/readyz").0 != 200 {
+            assert!(
+                t0.elapsed() < Duration::from_secs(30),
+                "agent in {ns} not ready: {}",
+                std::fs::read_to_string(&a.err).unwrap_or_default()
+            );
+            thread::sleep(Duration::from_millis(200));
+        }
+        a
+    }
+
+    fn get(&self, path: &str) -> (u16, String) {
+        let url = format!("http://{LISTEN}{path}");
+        let o = Command::new("ip")
+            .args([
+                "netns",
+                "exec",
+                &self.ns,
+                "curl",
+                "-s",
+                "-m",
+                "5",
+                "-w",
+                "\n%{http_code}",
+            ])
+            .arg(&url)
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        let out = String::from_utf8_lossy(&o.stdout).into_owned();
+        let (body, code) = out.rsplit_once('\n').unwrap_or(("", "0"));
+        (code.trim().parse().unwrap_or(0), body.to_string())
+    }
+}
+
+impl Drop for NodeAgent {
+    fn drop(&mut self) {
+        // SAFETY: kill(2) on our own child's PID, not yet reaped.
+        unsafe {
+            libc::kill(self.child.id() as libc::pid_t, libc::SIGTERM);
+        }
+        let t0 = Instant::now();
+        while t0.elapsed() < Duration::from_secs(10) {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return;
+            }
+            thread::sleep(Duration::from_millis(100));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// docs/metrics.md, "Counted once across the cluster": two nodes joined by VXLAN, a client
+/// on node A asking a Service that node A's DNAT sends to the DNS pod on node B, one agent
+/// per node. Summed over both scrapes: N client questions (all node A's), N served queries
+/// (all node B's) — never a question counted twice (Retina #584).
+#[test]
+fn a_query_across_nodes_is_counted_once() {
+    if !lab::tracer::root_or_skip("two nodes joined by VXLAN") {
+        return;
+    }
+    let nodes = lab::tunnel::VxlanNodes::start().unwrap();
+    nodes.add_cluster_ip().unwrap();
+    let a = NodeAgent::start(&nodes.node_a, &nodes.client, &nodes.dir);
+    let b = NodeAgent::start(&nodes.node_b, &nodes.dns, &nodes.dir);
+    // TXT: a type nothing else on these nodes asks, so the counts are the test's own.
+    const N: usize = 12;
+    for i in 0..N {
+        let name = format!("once{i}.tunnel.test.");
+        let (ok, out) = nodes.dig_at(lab::tunnel::CLUSTER_IP, &name, "TXT");
+        assert!(ok, "{name}: {out}");
+    }
+    let txt = [("qtype", "TXT")];
+    let n = N as f64;
+    let scrape = || (a.get("/metrics").1, b.get("/metrics").1);
+    let questions = |s: &(String, String)| {
+        sum(&s.0, "dnspath_dns_transactions_total", &txt)
+            + sum(&s.1, "dnspath_dns_transactions_total", &txt)
+    };
+    let served = |s: &(String, String)| {
+        sum(
+            &s.0,
+            "dnspath_dns_queries_total",
+            &[("qtype", "TXT"), ("leg", "served")],
+        ) + sum(
+            &s.1,
+            "dnspath_dns_queries_total",
+            &[("qtype", "TXT"), ("leg", "served")],
+        )
+    };
+    // Each node reports a question when it is over (answered and quiet for 300 ms).
+    let t0 = Instant::now();
+    let mut s = scrape();
+    while (questions(&s) < n || served(&s) < n) && t0.elapsed() < Duration::from_secs(20) {
+        thread::sleep(Duration::from_millis(500));
+        s = scrape();
+    }
+    // A little longer: a count that would go past N (the bug) has time to show.
+    thread::sleep(Duration::from_secs(2));
+    let s = scrape();
+    eprintln!(
+        "node A: {} questions, {} service queries; node B: {} questions, {} served",
+        sum(&s.0, "dnspath_dns_transactions_total", &txt),
+        sum(
+            &s.0,
+            "dnspath_dns_queries_total",
+            &[("qtype", "TXT"), ("leg", "service")]
+        ),
+        sum(&s.1, "dnspath_dns_transactions_total", &txt),
+        served(&s),
+    );
+    assert_eq!(
+        questions(&s),
+        n,
+        "client questions over both nodes:\n{}\n{}",
+        s.0,
+        s.1
+    );
+    assert_eq!(served(&s), n, "served over both nodes:\n{}\n{}", s.0, s.1);
+    assert_eq!(
+        sum(
+            &s.0,
+            "dnspath_dns_transactions_total",
+            &[("qtype", "TXT"), ("outcome", "answered")]
+        ),
+        n,
+        "node A's client questions, answered"
+    );
+    assert_eq!(
+        sum(
+            &s.0,
+            "dnspath_dns_queries_total",
+            &[("qtype", "TXT"), ("leg", "service")]
+        ),
+        n,
+        "node A: the client's queries to the Service"
+    );
+    assert_eq!(
+        sum(
+            &s.1,
+            "dnspath_dns_responses_total",
+            &[("qtype", "TXT"), ("leg", "served")]
+        ),
+        n,
+        "node B answered each"
+    );
+    // Every query of the test is one query on each node's counters, never two on one.
+    let all = |t: &str| sum(t, "dnspath_dns_queries_total", &txt);
+    assert_eq!((all(&s.0), all(&s.1)), (n, n), "{}\n{}", s.0, s.1);
+}

@@ -101,17 +101,22 @@ impl Phoenix {
         serde_json::from_slice(&o.stdout).ok()
     }
 
-    /// The spans of trace `id`, waiting up to 30 s for `want` of them to be stored.
+    /// The spans of trace `id`, waiting up to 60 s (a loaded machine) for `want` of them to be stored.
     fn spans(&self, id: &str, want: usize) -> Vec<Value> {
+        self.spans_up_to(id, want, 100)
+    }
+
+    /// [`Phoenix::spans`], at most `limit` of them.
+    fn spans_up_to(&self, id: &str, want: usize, limit: usize) -> Vec<Value> {
         let t0 = Instant::now();
         loop {
             let got = self
                 .get(&format!(
-                    "/v1/projects/default/spans/otlpv1?trace_id={id}&limit=100"
+                    "/v1/projects/default/spans/otlpv1?trace_id={id}&limit={limit}"
                 ))
                 .and_then(|v| v["data"].as_array().cloned())
                 .unwrap_or_default();
-            if got.len() >= want || t0.elapsed() > Duration::from_secs(30) {
+            if got.len() >= want || t0.elapsed() > Duration::from_secs(60) {
                 return got;
             }
             std::thread::sleep(Duration::from_millis(500));
@@ -439,6 +444,165 @@ fn transactions_are_traces_in_a_real_receiver() {
     let out = agent.wait();
     assert!(out.status.success(), "{}", out.stderr);
     assert!(t0.elapsed() < Duration::from_secs(10), "{:?}", t0.elapsed());
+}
+
+/// Every event name of the spans of a trace.
+fn all_events(spans: &[Value]) -> Vec<String> {
+    spans
+        .iter()
+        .flat_map(|s| s["events"].as_array().cloned().unwrap_or_default())
+        .filter_map(|e| e["name"].as_str().map(str::to_string))
+        .collect()
+}
+
+/// The lab's conntrack race (forced: docs/lab.md) and a forwarding loop born at runtime (both
+/// "CoreDNS" pods forward to their own Service) as span events in a real receiver; healthy
+/// queries before and after carry hop events only and no error.
+#[test]
+fn races_and_loops_are_span_events_and_healthy_queries_have_none() {
+    let Some(mut lab) = lab_or_skip(LabConfig::default()) else {
+        return;
+    };
+    let phoenix = Phoenix::start(&lab);
+    let url = format!("http://127.0.0.1:{}", phoenix.http);
+    let mut args: Vec<&str> = vec!["--otlp", &url, "--timeout", "1"];
+    let namespaces: Vec<String> = lab
+        .namespaces()
+        .into_iter()
+        .skip(1)
+        .map(str::to_string)
+        .collect();
+    for ns in &namespaces {
+        args.extend(["--netns", ns]);
+    }
+    let t = Tracer::transactions(&lab, &args).unwrap();
+    assert!(lab
+        .dig(&["+time=2", "+tries=1", "healthy0.lab.test.", "A"])
+        .status
+        .success());
+    let rig = lab::race::RaceRig::install(&lab, 300).unwrap();
+    let mut shots = Vec::new();
+    for i in 0..2 {
+        let name = format!("otlprace{i}.lab.test.");
+        shots.push((name.clone(), lab::race::force_race(&lab, &name).unwrap()));
+    }
+    rig.remove().unwrap();
+    // The loop: both pods forward to the Service, which sends it to either pod.
+    lab.reconfigure_dns_pod(0, crate::shared::dnsdist_to_cluster_ip())
+        .unwrap();
+    lab.reconfigure_dns_pod(1, crate::shared::dnsdist_to_cluster_ip())
+        .unwrap();
+    let _ = lab.dig(&["+time=1", "+tries=1", "otlploop.lab.test.", "A"]);
+    std::thread::sleep(Duration::from_secs(3));
+    for i in 0..2 {
+        lab.reconfigure_dns_pod(i, lab::DnsPodConfig::new(lab::DnsServerKind::Dnsdist))
+            .unwrap();
+    }
+    let t0 = Instant::now();
+    while !lab
+        .dig(&["+time=2", "+tries=1", "healthy1.lab.test.", "A"])
+        .status
+        .success()
+    {
+        assert!(
+            t0.elapsed() < Duration::from_secs(20),
+            "the lab never healed"
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    std::thread::sleep(Duration::from_secs(4));
+    let out = t.stop();
+    assert!(out.status.success(), "{}", out.stderr);
+    let recs = out.records();
+    let races: Vec<&Value> = recs
+        .iter()
+        .filter(|r| r["type"] == "race" && r["verdict"] == "race-drop")
+        .collect();
+    assert_eq!(races.len(), 2, "the lab forced two races: {races:#?}");
+    assert!(
+        recs.iter()
+            .any(|r| r["type"] == "loop" && r["question"]["name"] == "otlploop.lab.test."),
+        "the lab made a loop"
+    );
+
+    // The races: the lost A query's leg and the root name the race; both are errors.
+    for (name, shot) in &shots {
+        let tx = recs
+            .iter()
+            .find(|r| {
+                r["type"] == "transaction"
+                    && r["question"]["name"] == name.as_str()
+                    && r["question"]["type"] == "A"
+            })
+            .unwrap_or_else(|| panic!("no A transaction for {name}"));
+        let spans = phoenix.spans(tx["trace_id"].as_str().unwrap(), 2);
+        let root = named(&spans, "DNS A");
+        assert_eq!(root.len(), 1, "{spans:#?}");
+        assert_eq!(events(root[0], "conntrack race"), 1, "{:#}", root[0]);
+        let e = root[0]["events"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|e| e["name"] == "conntrack race")
+            .unwrap();
+        assert_eq!(
+            attr(e, "dnspath.dns_id").as_deref(),
+            Some(shot.a_id.to_string().as_str()),
+            "{e:#}"
+        );
+        assert!(is_error(root[0]), "{:#}", root[0]);
+        let lost = named(&spans, "query A")
+            .into_iter()
+            .find(|q| events(q, "conntrack race") == 1)
+            .unwrap_or_else(|| panic!("no client span with the race: {spans:#?}"));
+        assert!(is_error(lost), "{lost:#}");
+        assert_eq!(events(lost, "kernel drop"), 0, "named for what it was");
+    }
+
+    // The loop: the question's trace has the cycle as events, and is an error.
+    let looped: Vec<&Value> = recs
+        .iter()
+        .filter(|r| r["type"] == "transaction" && r["question"]["name"] == "otlploop.lab.test.")
+        .collect();
+    assert!(!looped.is_empty());
+    let mut with_loop = 0;
+    for tx in &looped {
+        let spans = phoenix.spans_up_to(tx["trace_id"].as_str().unwrap(), 2, 1000);
+        let names = all_events(&spans);
+        if names.iter().any(|n| n == "forwarding loop") {
+            with_loop += 1;
+            let root = named(&spans, "DNS A");
+            assert!(root.iter().all(|r| is_error(r)), "{root:#?}");
+            let closing = spans
+                .iter()
+                .find(|s| s["name"] == "forward A" && events(s, "forwarding loop") == 1)
+                .unwrap_or_else(|| panic!("no closing leg with the loop: {spans:#?}"));
+            assert!(is_error(closing), "{closing:#}");
+            let e = closing["events"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|e| e["name"] == "forwarding loop")
+                .unwrap();
+            let servers = attr(e, "dnspath.loop.servers").unwrap_or_default();
+            assert!(servers.contains(":53"), "{e:#}");
+        }
+    }
+    eprintln!(
+        "loop: {} transactions of the looping question, {with_loop} with the loop event",
+        looped.len()
+    );
+    assert!(with_loop >= 1, "{looped:#?}");
+
+    // Healthy queries, before and after: hops only, no error.
+    for name in ["healthy0.lab.test.", "healthy1.lab.test."] {
+        let tx = tx_named(&recs, name);
+        let spans = phoenix.spans(tx["trace_id"].as_str().unwrap(), 5);
+        assert!(spans.len() >= 5, "{name}: {spans:#?}");
+        let names = all_events(&spans);
+        assert!(names.iter().all(|n| n == "hop"), "{name}: {names:?}");
+        assert!(spans.iter().all(|s| !is_error(s)), "{name}: {spans:#?}");
+    }
 }
 
 /// `dnspath trace` run by this test in its namespace, watching `netns`; output to files.

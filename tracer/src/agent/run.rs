@@ -164,7 +164,8 @@ pub async fn run(
     mut opts: AgentOptions,
     out: impl Write + Send + 'static,
 ) -> Result<TraceSummary, AgentError> {
-    opts.trace.attach.all_netns = true;
+    // Every namespace of the node, unless named ones were asked for (`--netns`, a lab aid).
+    opts.trace.attach.all_netns = opts.trace.attach.netns.is_empty();
     opts.trace.transactions = true;
     let listener = http::bind(opts.listen).await?;
     let bound = listener.local_addr().unwrap_or(opts.listen);

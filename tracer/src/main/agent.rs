@@ -26,20 +26,30 @@ pub struct AgentArgs {
     record: RecordArgs,
     #[command(flatten)]
     otlp: OtlpArgs,
+    /// Trace only this named network namespace (`ip netns`, repeatable) besides the agent's
+    /// own, instead of every namespace of the node: a testing aid for several "nodes" on one
+    /// machine (docs/metrics.md, "Counted once across the cluster"). A DaemonSet leaves it out.
+    #[arg(long = "netns", value_name = "NAME")]
+    netns: Vec<String>,
 }
 
 pub fn run(a: AgentArgs, kernel_log: bool) -> anyhow::Result<ExitCode> {
     a.capture.check()?;
     a.host_root.apply()?;
+    let mut trace = RunOptions::node_wide(
+        a.capture.ports,
+        a.capture.snaplen,
+        a.timeout.timeout.positive("--timeout")?,
+        !a.capture.no_drops,
+        kernel_log,
+        a.record.config()?,
+    );
+    if !a.netns.is_empty() {
+        trace.attach.all_netns = false;
+        trace.attach.netns = a.netns;
+    }
     let opts = dnspath::agent::run::AgentOptions {
-        trace: RunOptions::node_wide(
-            a.capture.ports,
-            a.capture.snaplen,
-            a.timeout.timeout.positive("--timeout")?,
-            !a.capture.no_drops,
-            kernel_log,
-            a.record.config()?,
-        ),
+        trace,
         listen: a.listen,
         otlp: a.otlp.config()?,
         metrics: dnspath::agent::metrics::MetricsConfig {

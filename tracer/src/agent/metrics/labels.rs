@@ -77,6 +77,9 @@ pub(super) fn proto_label(proto: u8) -> &'static str {
 /// - `service`: a client's query DNAT'd on its way (sent to a Service ClusterIP);
 /// - `client`: a client's query delivered where it was sent (a pod IP, a hostNetwork
 ///   resolver, an external server).
+///
+/// (A client's query that came from another node is `served`, decided from the whole
+/// transaction: [`crate::output::otlp::spans::client_is_local`].)
 pub fn leg_label(leg: &LegRecord) -> &'static str {
     if leg.server.ip().is_loopback() {
         "stub"

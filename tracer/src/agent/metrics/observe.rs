@@ -26,7 +26,10 @@ use crate::{
         loops::{LoopRecord, LoopState},
         race::{RaceRecord, RaceVerdict},
     },
-    output::record::{DropRecord, LegRecord, PacketRecord, Record, StatsRecord, TransactionRecord},
+    output::{
+        otlp::spans::client_is_local,
+        record::{DropRecord, LegRecord, PacketRecord, Record, StatsRecord, TransactionRecord},
+    },
 };
 
 /// Loop ids remembered to keep `dnspath_forwarding_loops_active` right (the correlator keeps
@@ -118,8 +121,25 @@ impl Metrics {
             .inc();
     }
 
+    /// A question of this node's client counts as a client question (`transactions`,
+    /// its duration, retries, search steps) and its legs by where they went; a query from
+    /// another node's client only as the queries this node served (`leg="served"`) and the
+    /// upstream queries it caused: the client's node counts the question, so a sum over
+    /// every node's metrics counts it once.
     fn observe_transaction(&self, t: &TransactionRecord) {
         let qtype = qtype_label(t.question.qtype);
+        if !client_is_local(t) {
+            let namespace = self.namespace_of(t);
+            for leg in &t.legs {
+                let l = if leg.parent.is_none() {
+                    "served"
+                } else {
+                    leg_label(leg)
+                };
+                self.observe_leg(leg, l, qtype, &namespace);
+            }
+            return;
+        }
         let outcome = match t.outcome {
             Outcome::Answered => "answered",
             Outcome::Dropped => "dropped",
@@ -141,7 +161,7 @@ impl Metrics {
                 .observe(ns as f64 / 1e9);
         }
         for leg in &t.legs {
-            self.observe_leg(leg, qtype, &namespace);
+            self.observe_leg(leg, leg_label(leg), qtype, &namespace);
         }
         self.count_retries(t);
         self.count_search_step(t, qtype, namespace);
@@ -175,8 +195,13 @@ impl Metrics {
         NamespaceLabel(Some(label))
     }
 
-    fn observe_leg(&self, leg: &LegRecord, qtype: &'static str, namespace: &NamespaceLabel) {
-        let l = leg_label(leg);
+    fn observe_leg(
+        &self,
+        leg: &LegRecord,
+        l: &'static str,
+        qtype: &'static str,
+        namespace: &NamespaceLabel,
+    ) {
         let proto = proto_label(leg.proto);
         self.queries
             .get_or_create(&QueryLabels {

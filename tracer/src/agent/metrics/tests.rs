@@ -618,9 +618,9 @@ fn cardinality_is_bounded_by_the_label_sets() {
     for needle in ["name-", "svc.cluster", ":30", "10.244."] {
         assert!(!t.contains(needle), "{needle} became a label:\n{t}");
     }
-    // legs (4) × protos (2) × qtypes (14) × rcodes (14) bounds responses; the whole text
+    // legs (5) × protos (2) × qtypes (14) × rcodes (14) bounds responses; the whole text
     // stays far below what one series per name or port would give.
-    let bound = 4 * 2 * 14 * (1 + 1 + 14) + 4 * 2 * 20 + 14 * 4 + 14 * 20 + 100;
+    let bound = 5 * 2 * 14 * (1 + 1 + 14) + 5 * 2 * 20 + 14 * 4 + 14 * 20 + 100;
     assert!(after_first <= bound, "{after_first} series > {bound}");
     feed(10_000);
     assert_eq!(
@@ -929,4 +929,106 @@ fn sink_drops_follow_the_queues_totals() {
         value(&m.encode(), r#"dnspath_sink_dropped_total{sink="events"}"#),
         Some(12.0)
     );
+}
+
+/// One hop of a fixture's leg.
+fn hop_at(
+    netns: &str,
+    dir: crate::event::Direction,
+    src: &str,
+    dst: &str,
+    qr: bool,
+) -> crate::output::record::HopRecord {
+    crate::output::record::HopRecord {
+        ts_ns: 1_000,
+        netns: netns.into(),
+        ifname: "eth0".into(),
+        pod: Default::default(),
+        dir,
+        src: fixtures::addr(src),
+        dst: fixtures::addr(dst),
+        dns_id: 4660,
+        qr,
+        latency_ns: None,
+        tunnel: None,
+    }
+}
+
+/// A client on node A asks the Service; kube-proxy on A sends it to the CoreDNS pod on
+/// node B, which forwards upstream and retries once. Node A's agent sees the client's
+/// question; node B's sees it arrive from the overlay (already DNAT'd, from no pod of its
+/// own) and counts it as served: summed over both nodes, one client question, one served
+/// query, one upstream query, no retry counted twice (Retina #584).
+#[test]
+fn a_query_from_another_node_is_served_not_asked_again() {
+    use crate::event::Direction::{Egress, Ingress};
+    let Record::Transaction(a) = service_transaction("x.lab.test.", "A", 40005, "NOERROR") else {
+        unreachable!()
+    };
+    let c = "10.244.1.2:40005";
+    let mut a = *a;
+    a.legs.truncate(1);
+    a.legs[0].hops = vec![hop_at("client", Egress, c, "10.96.0.10:53", false)];
+    let mut b = a.clone();
+    b.legs[0].hops = vec![
+        hop_at("node-b", Ingress, c, "10.244.1.3:53", false),
+        hop_at("coredns", Ingress, c, "10.244.1.3:53", false),
+    ];
+    let Record::Transaction(up) = service_transaction("x.lab.test.", "A", 40005, "NOERROR") else {
+        unreachable!()
+    };
+    b.legs.push(up.legs[1].clone());
+    let mut retry = b.legs[0].clone();
+    retry.role = LegRole::Retry;
+    b.legs.push(retry);
+    assert!(crate::output::otlp::spans::client_is_local(&a));
+    assert!(!crate::output::otlp::spans::client_is_local(&b));
+    let (node_a, node_b) = (Metrics::new(), Metrics::new());
+    node_a.observe(&Record::Transaction(Box::new(a)));
+    node_b.observe(&Record::Transaction(Box::new(b)));
+    let (ta, tb) = (node_a.encode(), node_b.encode());
+    let sum = |s: &str| value(&ta, s).unwrap_or(0.0) + value(&tb, s).unwrap_or(0.0);
+    assert_eq!(
+        sum(r#"dnspath_dns_transactions_total{qtype="A",outcome="answered"}"#),
+        1.0,
+        "one client question across the two nodes:\n{ta}\n{tb}"
+    );
+    assert_eq!(
+        value(
+            &tb,
+            r#"dnspath_dns_transactions_total{qtype="A",outcome="answered"}"#
+        ),
+        None
+    );
+    assert_eq!(
+        value(
+            &ta,
+            r#"dnspath_dns_queries_total{leg="service",proto="udp",qtype="A"}"#
+        ),
+        Some(1.0)
+    );
+    assert_eq!(
+        value(
+            &tb,
+            r#"dnspath_dns_queries_total{leg="served",proto="udp",qtype="A"}"#
+        ),
+        Some(2.0),
+        "the query and its retry, served on B"
+    );
+    assert_eq!(
+        value(
+            &tb,
+            r#"dnspath_dns_queries_total{leg="service",proto="udp",qtype="A"}"#
+        ),
+        None
+    );
+    assert_eq!(
+        value(
+            &tb,
+            r#"dnspath_dns_queries_total{leg="upstream",proto="udp",qtype="A"}"#
+        ),
+        Some(1.0)
+    );
+    assert_eq!(sum(r#"dnspath_dns_retries_total{cause="timeout"}"#), 0.0);
+    assert!(!tb.contains("dnspath_dns_transaction_duration_seconds_count{qtype=\"A\"} 1"));
 }

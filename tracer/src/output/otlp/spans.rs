@@ -1,7 +1,7 @@
 //! A decided transaction as OTLP spans (docs/otlp.md, "Spans"): a root span for the client's
 //! question (INTERNAL, on the client's node), a CLIENT span per leg, a SERVER span where a
-//! leg's query was delivered, parented as the legs' tree; hops, drops, late answers and
-//! fragment losses as events.
+//! leg's query was delivered, parented as the legs' tree; hops, drops, conntrack races,
+//! forwarding loops, late answers and fragment losses as events.
 use std::net::SocketAddr;
 
 use opentelemetry_proto::tonic::{
@@ -18,7 +18,7 @@ use super::ids::{self, IdKey, QueryIdentity, Role};
 use crate::{
     correlate::{
         record::{Answered, Join, LegOutcome, NodeCache, Outcome, Summary},
-        LegRole,
+        LegRole, FRAGMENT_LOSS,
     },
     event::Direction,
     output::record::{HopRecord, LegRecord, PodRef, TransactionRecord},
@@ -68,7 +68,7 @@ pub fn trace_ids(key: &IdKey, tx: &TransactionRecord) -> TraceIds {
 }
 
 /// Exported whatever the sampling ratio: unanswered, dropped, late, SERVFAIL/REFUSED,
-/// answered only after a timeout.
+/// answered only after a timeout, a conntrack race, a forwarding loop.
 pub fn failing(tx: &TransactionRecord) -> bool {
     tx.outcome != Outcome::Answered
         || matches!(tx.rcode.as_deref(), Some("SERVFAIL" | "REFUSED"))
@@ -81,7 +81,75 @@ pub fn failing(tx: &TransactionRecord) -> bool {
                 l.outcome,
                 LegOutcome::Dropped | LegOutcome::Late | LegOutcome::Unanswered
             ) || matches!(l.rcode.as_deref(), Some("SERVFAIL" | "REFUSED"))
+                || l.race_drop
         })
+        || find_loop(tx).is_some()
+}
+
+/// Parents followed up a chain of forwards at most (as the correlator's loop detector).
+const MAX_CHAIN: usize = 64;
+
+/// A forwarding loop closed in a transaction's legs: a forwarded leg delivered where one
+/// of its ancestors was (the same backend; for a loopback backend, in the same namespace)
+/// — what the correlator's loop detector reports as a `loop` record of kind `cycle`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LegLoop {
+    /// The leg that closed the cycle (the first such, in leg order).
+    pub closing: usize,
+    /// The cycle's legs, first to last: the first one's client is the server the last one
+    /// was delivered to.
+    pub cycle: Vec<usize>,
+    /// Legs in the chain from the client's query to the closing one, less one.
+    pub hop_count: usize,
+}
+
+/// Where a leg was delivered, for loop detection: its backend, and for a loopback backend
+/// the namespace it arrived in (each namespace has its own 127.0.0.1).
+fn loop_endpoint(l: &LegRecord) -> (SocketAddr, Option<&str>) {
+    let ns = l.backend.ip().is_loopback().then(|| {
+        delivery(l)
+            .or_else(|| l.hops.iter().rfind(|h| !h.qr))
+            .map_or("", |h| h.netns.as_ref())
+    });
+    (l.backend, ns)
+}
+
+/// The first forwarding loop in `tx`'s legs, if any: for each forwarded leg, its chain of
+/// parents up to the client's query (at most [`MAX_CHAIN`]), and the nearest ancestor
+/// delivered where it was. O(legs × [`MAX_CHAIN`]).
+pub fn find_loop(tx: &TransactionRecord) -> Option<LegLoop> {
+    for (n, leaf) in tx.legs.iter().enumerate() {
+        let Some(first) = leaf.parent else { continue };
+        let want = loop_endpoint(leaf);
+        // Up the chain (the leaf and at most MAX_CHAIN - 1 ancestors): the nearest ancestor
+        // delivered where the leaf was, and the chain's length. No allocation unless found.
+        let (mut cur, mut depth, mut hit) = (Some(first), 0usize, None);
+        while let Some(p) = cur {
+            if depth + 1 >= MAX_CHAIN {
+                break;
+            }
+            let Some(pl) = tx.legs.get(p) else { break };
+            depth += 1;
+            if hit.is_none() && loop_endpoint(pl) == want {
+                hit = Some(depth);
+            }
+            cur = pl.parent;
+        }
+        let Some(i) = hit else { continue };
+        let mut cycle = Vec::with_capacity(i);
+        let mut at = Some(n);
+        while let Some(k) = at.filter(|_| cycle.len() < i) {
+            cycle.push(k);
+            at = tx.legs.get(k).and_then(|l| l.parent);
+        }
+        cycle.reverse();
+        return Some(LegLoop {
+            closing: n,
+            cycle,
+            hop_count: depth,
+        });
+    }
+    None
 }
 
 /// One span and the resource (pod, namespace, node) it happened in.
@@ -296,7 +364,10 @@ fn hop_event(h: &HopRecord, index: usize, wall: &Wall, node: Option<&str>) -> Ev
 /// the client's node), from a client no pod of this node is known as. Anything else — seen
 /// leaving a namespace, arriving from a pod's veth, still addressed to a Service, a known
 /// client pod, a capture with no direction — is a client of this node.
-fn client_is_local(tx: &TransactionRecord) -> bool {
+///
+/// The agent's metrics count by the same rule (docs/metrics.md, `leg="served"`), so that a
+/// question is one client question on the client's node only.
+pub fn client_is_local(tx: &TransactionRecord) -> bool {
     let Some(leg) = first_leg(tx) else {
         return true;
     };
@@ -309,6 +380,10 @@ fn client_is_local(tx: &TransactionRecord) -> bool {
 fn leg_error(l: &LegRecord) -> Option<String> {
     match l.outcome {
         LegOutcome::Dropped => Some(match &l.drop {
+            Some(d) if d.reason == FRAGMENT_LOSS => {
+                format!("answer lost: fragments missing at {}", d.location)
+            }
+            Some(d) if l.race_drop => format!("conntrack race: dropped at {}", d.location),
             Some(d) => format!("dropped: {} at {}", d.reason, d.location),
             None => "dropped".into(),
         }),
@@ -355,6 +430,78 @@ fn leg_times(l: &LegRecord, wall: &Wall, fallback_ns: u64) -> (u64, u64) {
     (wall.of(start), wall.of(end.max(start)))
 }
 
+/// A leg's endpoints as `address:port` strings.
+fn sockets<'a>(
+    legs: impl Iterator<Item = &'a LegRecord>,
+    f: fn(&LegRecord) -> SocketAddr,
+) -> Vec<String> {
+    legs.map(|l| f(l).to_string()).collect()
+}
+
+/// `forwarding loop`: the cycle's servers in order, each leg's forwarder and where it was
+/// delivered, and the chain's length (as in the `loop` record, docs/output.md).
+fn loop_event(tx: &TransactionRecord, lp: &LegLoop, time: u64, node: Option<&str>) -> Event {
+    let legs = || lp.cycle.iter().filter_map(|&k| tx.legs.get(k));
+    let mut attributes = vec![
+        s("dnspath.loop.kind", "cycle"),
+        strings("dnspath.loop.servers", &sockets(legs(), |l| l.backend)),
+        strings("dnspath.loop.from", &sockets(legs(), |l| l.client)),
+        strings(
+            "dnspath.loop.netns",
+            &legs()
+                .map(|l| delivery(l).map_or(String::new(), |h| h.netns.to_string()))
+                .collect::<Vec<_>>(),
+        ),
+        i(
+            "dnspath.loop.hop_count",
+            i64::try_from(lp.hop_count).unwrap_or(i64::MAX),
+        ),
+    ];
+    if let Some(n) = node {
+        attributes.push(s("k8s.node.name", n));
+    }
+    Event {
+        time_unix_nano: time,
+        name: "forwarding loop".into(),
+        attributes,
+        dropped_attributes_count: 0,
+    }
+}
+
+/// `conntrack race` on the root: which of the client's queries the race dropped (its DNS
+/// id, the backend DNAT chose), where, and when the client tried again.
+fn race_event(tx: &TransactionRecord, wall: &Wall) -> Option<Event> {
+    let roots = || tx.legs.iter().filter(|l| l.parent.is_none());
+    let lost = roots().find(|l| l.race_drop)?;
+    let start = lost.hops.first().map_or(tx.ts_ns, |h| h.ts_ns);
+    let mut attributes = vec![
+        s("dnspath.race.verdict", "race-drop"),
+        i("dnspath.dns_id", i64::from(lost.dns_id)),
+    ];
+    endpoint("network.peer", lost.backend, &mut attributes);
+    if let Some(d) = &lost.drop {
+        attributes.push(s("dnspath.drop.reason", d.reason.as_str()));
+        attributes.push(s("dnspath.drop.location", d.location.as_str()));
+        attributes.push(s("dnspath.netns", d.netns.as_ref()));
+    }
+    if let Some(retry) = roots()
+        .filter_map(|l| l.hops.first())
+        .map(|h| h.ts_ns)
+        .find(|&t| t > start)
+    {
+        attributes.push(i(
+            "dnspath.retry_after_ns",
+            i64::try_from(retry - start).unwrap_or(i64::MAX),
+        ));
+    }
+    Some(Event {
+        time_unix_nano: wall.of(lost.drop.as_ref().map_or(start, |d| d.ts_ns)),
+        name: "conntrack race".into(),
+        attributes,
+        dropped_attributes_count: 0,
+    })
+}
+
 struct LegIds {
     client: [u8; 8],
     server: Option<[u8; 8]>,
@@ -373,6 +520,7 @@ pub fn build(cfg: &SpanConfig, tx: &TransactionRecord) -> (TraceIds, Vec<PlacedS
     let local = client_is_local(tx);
     let root_id = ids::span_id(key, &trace, Role::Root);
     let mut out = Vec::with_capacity(1 + 2 * tx.legs.len());
+    let looped = find_loop(tx);
 
     // Ids first: a forwarded leg's parent is its parent leg's server span.
     let leg_ids: Vec<LegIds> = tx
@@ -457,12 +605,26 @@ pub fn build(cfg: &SpanConfig, tx: &TransactionRecord) -> (TraceIds, Vec<PlacedS
             if let Some(n) = node {
                 a.push(s("k8s.node.name", n));
             }
+            // A kernel drop; named for what it was when that is known.
+            let name = if d.reason == FRAGMENT_LOSS {
+                "fragment loss"
+            } else if l.race_drop {
+                a.push(s("dnspath.race.verdict", "race-drop"));
+                "conntrack race"
+            } else {
+                "kernel drop"
+            };
             events.push(Event {
                 time_unix_nano: wall.of(d.ts_ns),
-                name: "kernel drop".into(),
+                name: name.into(),
                 attributes: a,
                 dropped_attributes_count: 0,
             });
+        }
+        let mut error = leg_error(l);
+        if let Some(lp) = looped.as_ref().filter(|lp| lp.closing == n) {
+            events.push(loop_event(tx, lp, start, node));
+            error = error.or_else(|| Some("forwarding loop".into()));
         }
         events.sort_by_key(|e| e.time_unix_nano);
         // The client span lives where its first hop is (the client's or the forwarder's pod).
@@ -483,7 +645,7 @@ pub fn build(cfg: &SpanConfig, tx: &TransactionRecord) -> (TraceIds, Vec<PlacedS
                     end_time_unix_nano: end,
                     attributes: attributes.clone(),
                     events,
-                    status: status(leg_error(l)),
+                    status: status(error),
                     ..Default::default()
                 },
             });
@@ -649,6 +811,17 @@ pub fn build(cfg: &SpanConfig, tx: &TransactionRecord) -> (TraceIds, Vec<PlacedS
             }),
             _ => {}
         }
+        events.extend(race_event(tx, &wall));
+        if let Some(lp) = &looped {
+            let at = tx
+                .legs
+                .get(lp.closing)
+                .and_then(|l| l.hops.first())
+                .map_or(tx.wall_ns, |h| wall.of(h.ts_ns));
+            events.push(loop_event(tx, lp, at, node));
+        }
+        events.sort_by_key(|e| e.time_unix_nano);
+        let error = tx_error(tx).or_else(|| looped.as_ref().map(|_| "forwarding loop".into()));
         out.push(PlacedSpan {
             resource: resource(&tx.pod, tx.client_netns.as_ref(), node),
             span: Span {
@@ -660,7 +833,7 @@ pub fn build(cfg: &SpanConfig, tx: &TransactionRecord) -> (TraceIds, Vec<PlacedS
                 end_time_unix_nano: end.max(tx.wall_ns),
                 attributes,
                 events,
-                status: status(tx_error(tx)),
+                status: status(error),
                 ..Default::default()
             },
         });

@@ -277,3 +277,245 @@ fn workloads_from_pod_names() {
     assert_eq!(workload("client"), "client");
     assert_eq!(workload("web-0"), "web-0");
 }
+
+/// Every event of every span, by name.
+fn event_names(spans: &[PlacedSpan]) -> Vec<&str> {
+    spans
+        .iter()
+        .flat_map(|p| p.span.events.iter().map(|e| e.name.as_str()))
+        .collect()
+}
+
+fn is_error(s: &Span) -> bool {
+    s.status.as_ref().map(|s| s.code) == Some(StatusCode::Error as i32)
+}
+
+fn event_attr<'a>(e: &'a Event, key: &str) -> Option<&'a Value> {
+    e.attributes
+        .iter()
+        .find(|kv| kv.key == key)
+        .and_then(|kv| kv.value.as_ref())
+        .and_then(|v| v.value.as_ref())
+}
+
+/// A healthy query's spans carry hops only: no race, loop, drop or fragment loss, no error.
+#[test]
+fn a_healthy_query_has_no_incident_events() {
+    let t = tx(Direction::Egress);
+    assert!(!failing(&t));
+    assert_eq!(find_loop(&t), None);
+    let (_, spans) = build(&SpanConfig::default(), &t);
+    assert!(event_names(&spans).iter().all(|&n| n == "hop"));
+    assert!(spans.iter().all(|p| !is_error(&p.span)));
+}
+
+/// The client's first query lost to the conntrack race, answered on its retry: the lost
+/// leg's span has a `conntrack race` event and is an error; the root names the race and
+/// when the client tried again.
+#[test]
+fn a_race_drop_is_a_race_event() {
+    use Direction::Egress;
+    let c = "10.244.1.2:40005";
+    let mut lost = fixtures::dropped(
+        fixtures::leg(
+            LegRole::Query,
+            c,
+            "10.96.0.10:53",
+            "10.244.1.3:53",
+            None,
+            None,
+        ),
+        "NETFILTER_DROP",
+    );
+    lost.race_drop = true;
+    lost.hops = vec![hop(1_000, "client", Egress, c, "10.96.0.10:53", false)];
+    if let Some(d) = lost.drop.as_mut() {
+        d.ts_ns = 2_000;
+    }
+    let mut retry = fixtures::leg(
+        LegRole::Retry,
+        c,
+        "10.96.0.10:53",
+        "10.244.1.4:53",
+        Some("NOERROR"),
+        Some(300_000),
+    );
+    retry.hops = vec![hop(
+        5_000_001_000,
+        "client",
+        Egress,
+        c,
+        "10.96.0.10:53",
+        false,
+    )];
+    let mut t = fixtures::transaction("api.lab.test.", "A", c, Some("NOERROR"), vec![lost, retry]);
+    t.summary = Summary::Answered(Answered::AfterTimeout {
+        timeout_ns: 5_000_000_000,
+        drop: Some(("NETFILTER_DROP".into(), "nf_hook_slow+0x9e".into())),
+    });
+    assert!(failing(&t));
+    let (_, spans) = build(&SpanConfig::default(), &t);
+    let query = by_name(&spans, "query A");
+    assert!(is_error(query));
+    assert!(query
+        .status
+        .as_ref()
+        .is_some_and(|s| s.message.contains("conntrack race")));
+    let e = query
+        .events
+        .iter()
+        .find(|e| e.name == "conntrack race")
+        .expect("race event on the lost leg");
+    assert_eq!(e.time_unix_nano, t.wall_ns + 1_000);
+    assert!(query.events.iter().all(|e| e.name != "kernel drop"));
+    let root = by_name(&spans, "DNS A");
+    let e = root
+        .events
+        .iter()
+        .find(|e| e.name == "conntrack race")
+        .expect("race event on the root");
+    assert_eq!(
+        event_attr(e, "dnspath.retry_after_ns"),
+        Some(&Value::IntValue(5_000_000_000))
+    );
+    assert_eq!(
+        event_attr(e, "network.peer.address"),
+        Some(&Value::StringValue("10.244.1.3".into()))
+    );
+    assert!(!is_error(by_name(&spans, "retry A")));
+    // The same drop without the race's evidence is a kernel drop, not a race.
+    t.legs[0].race_drop = false;
+    let (_, spans) = build(&SpanConfig::default(), &t);
+    let names = event_names(&spans);
+    assert!(names.contains(&"kernel drop") && !names.contains(&"conntrack race"));
+}
+
+/// CoreDNS A forwards to CoreDNS B, which forwards back to A: the closing leg's span and
+/// the root carry the cycle, first server to last.
+#[test]
+fn a_forwarding_cycle_is_a_loop_event() {
+    use Direction::{Egress, Ingress};
+    let mut t = tx(Direction::Egress);
+    t.legs[1].backend = addr("10.244.2.3:53");
+    t.legs[1].server = addr("10.244.2.3:53");
+    for h in &mut t.legs[1].hops {
+        if h.qr {
+            h.src = addr("10.244.2.3:53");
+        } else {
+            h.dst = addr("10.244.2.3:53");
+        }
+        h.netns = if h.netns.as_ref() == "upstream" {
+            "coredns-b".into()
+        } else {
+            h.netns.clone()
+        };
+    }
+    let mut back = fixtures::leg(
+        LegRole::Forward,
+        "10.244.2.3:40001",
+        "10.244.1.3:53",
+        "10.244.1.3:53",
+        None,
+        None,
+    );
+    back.parent = Some(1);
+    back.hops = vec![
+        hop(
+            7_000,
+            "coredns-b",
+            Egress,
+            "10.244.2.3:40001",
+            "10.244.1.3:53",
+            false,
+        ),
+        hop(
+            8_000,
+            "coredns",
+            Ingress,
+            "10.244.2.3:40001",
+            "10.244.1.3:53",
+            false,
+        ),
+    ];
+    t.legs.push(back);
+    let lp = find_loop(&t).expect("a cycle");
+    assert_eq!(
+        lp,
+        LegLoop {
+            closing: 2,
+            cycle: vec![1, 2],
+            hop_count: 2
+        }
+    );
+    assert!(failing(&t));
+    let (_, spans) = build(
+        &SpanConfig {
+            node: Some("node-a".into()),
+            ..Default::default()
+        },
+        &t,
+    );
+    let closing = spans
+        .iter()
+        .map(|p| &p.span)
+        .filter(|s| s.name == "forward A")
+        .find(|s| s.events.iter().any(|e| e.name == "forwarding loop"))
+        .expect("loop event on the closing leg");
+    assert!(is_error(closing));
+    let root = by_name(&spans, "DNS A");
+    let e = root
+        .events
+        .iter()
+        .find(|e| e.name == "forwarding loop")
+        .expect("loop event on the root");
+    let servers = match event_attr(e, "dnspath.loop.servers") {
+        Some(Value::ArrayValue(a)) => a
+            .values
+            .iter()
+            .filter_map(|v| match &v.value {
+                Some(Value::StringValue(s)) => Some(s.as_str()),
+                _ => None,
+            })
+            .collect::<Vec<_>>(),
+        x => panic!("{x:?}"),
+    };
+    assert_eq!(servers, ["10.244.2.3:53", "10.244.1.3:53"]);
+    assert_eq!(
+        event_attr(e, "k8s.node.name"),
+        Some(&Value::StringValue("node-a".into()))
+    );
+    // The root answered, but the question looped: an error.
+    assert!(is_error(root));
+    // Two stubs on 127.0.0.1 in different namespaces are two servers, not a cycle.
+    let mut t = tx(Direction::Egress);
+    t.legs[0].backend = addr("127.0.0.1:53");
+    t.legs[1].backend = addr("127.0.0.1:53");
+    t.legs[0].hops[2].dst = addr("127.0.0.1:53");
+    t.legs[1].hops[1].dst = addr("127.0.0.1:53");
+    assert_eq!(find_loop(&t), None);
+    t.legs[1].hops[1].netns = "coredns".into();
+    assert!(find_loop(&t).is_some(), "the same stub again is a cycle");
+}
+
+/// An upstream's answer lost for want of a fragment: a `fragment loss` event on the leg.
+#[test]
+fn a_lost_fragment_is_a_fragment_loss_event() {
+    let mut t = tx(Direction::Egress);
+    let mut l = fixtures::dropped(t.legs[1].clone(), crate::correlate::FRAGMENT_LOSS);
+    l.hops.truncate(3);
+    if let Some(d) = l.drop.as_mut() {
+        d.response = true;
+        d.location = "ip_defrag".into();
+    }
+    t.legs[1] = l;
+    assert!(failing(&t));
+    let (_, spans) = build(&SpanConfig::default(), &t);
+    let fwd = by_name(&spans, "forward A");
+    assert!(fwd.events.iter().any(|e| e.name == "fragment loss"));
+    assert!(fwd.events.iter().all(|e| e.name != "kernel drop"));
+    assert!(is_error(fwd));
+    assert!(fwd
+        .status
+        .as_ref()
+        .is_some_and(|s| s.message.contains("fragments missing")));
+}
