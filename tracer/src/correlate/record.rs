@@ -12,7 +12,7 @@ use crate::{
     decode::{
         dns::{Cut, RrClass, RrType},
         ip::{serialize_addr, Addr},
-        record::{Names, PodRef, RecordKind, FAILED_RCODES},
+        record::{Incident, Names, PodRef, RecordKind, FAILED_RCODES},
     },
     event::Direction,
     time::{format_duration as dur, WallTime},
@@ -573,5 +573,30 @@ impl RecordKind for TransactionRecord {
                 };
             }
         }
+    }
+    /// An unanswered or late transaction is an incident, and one answered SERVFAIL.
+    fn incident(&self) -> Option<Incident> {
+        let kind = match self.outcome {
+            Outcome::Unanswered => "unanswered",
+            Outcome::Late => "late",
+            _ if self.rcode.as_deref() == Some("SERVFAIL") => "servfail",
+            _ => return None,
+        };
+        let detail = format!(
+            "transaction {} {} {} from {}: {}",
+            self.id,
+            self.question.name,
+            self.question.qtype,
+            self.client,
+            transaction_summary(self)
+        );
+        Some(Incident {
+            kind,
+            detail,
+            ts_ns: self.ts_ns,
+        })
+    }
+    fn set_evidence(&mut self, file: Option<String>) {
+        self.evidence = file;
     }
 }

@@ -23,7 +23,7 @@ use crate::{
     decode::{
         decoder::WireQuestion,
         dns::RrType,
-        record::{Names, PodRef, RecordKind},
+        record::{Incident, Names, PodRef, RecordKind},
     },
     time::Clock,
 };
@@ -227,7 +227,7 @@ fn serialize_clients<S: Serializer>(clients: &[SocketAddr], s: S) -> Result<S::O
 }
 
 /// A loop matches by its question and its cycle's pods; it is a failure, has no rcode and no
-/// duration.
+/// duration; its detection is an incident.
 impl RecordKind for LoopRecord {
     fn any_pod(&self, f: &mut dyn FnMut(&PodRef) -> bool) -> bool {
         self.cycle.iter().any(|h| f(&h.pod))
@@ -244,6 +244,22 @@ impl RecordKind for LoopRecord {
                 h.pod = names.pod_of(ns, ifname);
             }
         }
+    }
+    fn incident(&self) -> Option<Incident> {
+        (self.state == LoopState::Detected).then(|| Incident {
+            kind: "loop",
+            detail: format!(
+                "loop {} {} {}: {}",
+                self.id,
+                self.question.name,
+                self.question.qtype,
+                loop_path(self)
+            ),
+            ts_ns: self.detected_ns,
+        })
+    }
+    fn set_evidence(&mut self, file: Option<String>) {
+        self.evidence = file;
     }
 }
 

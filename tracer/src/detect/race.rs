@@ -28,7 +28,7 @@ use crate::{
     },
     decode::{
         dns::RrType,
-        record::{Names, PodRef, RecordKind},
+        record::{Incident, Names, PodRef, RecordKind},
     },
     event::{CtCpuStats, CtSnapshot, CtStatsSample},
     time::{format_duration as dur, Clock, WallTime},
@@ -244,6 +244,17 @@ impl RecordKind for RaceRecord {
     }
     fn annotate_pods(&mut self, names: &Names) {
         self.pod = names.pod_of(&self.client_netns, "");
+    }
+    /// A race drop is an incident (not a resolved clash, nor a suspected race).
+    fn incident(&self) -> Option<Incident> {
+        (self.verdict == RaceVerdict::RaceDrop).then(|| Incident {
+            kind: "race-drop",
+            detail: race_summary(self),
+            ts_ns: self.ts_ns,
+        })
+    }
+    fn set_evidence(&mut self, file: Option<String>) {
+        self.evidence = file;
     }
 }
 
