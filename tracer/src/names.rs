@@ -5,7 +5,7 @@ use std::{
     sync::{Arc, RwLock},
 };
 
-use serde::Serialize;
+use serde::{ser::SerializeMap, Serialize, Serializer};
 
 use crate::kube::Pod;
 
@@ -32,22 +32,48 @@ type PodEntry = (Arc<Pod>, Arc<PodRef>);
 
 /// The Kubernetes pod where a record was seen (or, on transactions and races, the client's
 /// pod), as far as the node knows it; every field is left out where unknown, so records of
-/// namespaces that are no pod's are unchanged. See docs/output.md.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+/// namespaces that are no pod's are unchanged. See docs/output.md. Records flatten it in
+/// (`#[serde(flatten)]`, or [`PodRef::serialize_entries`] where they write themselves).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct PodRef {
     /// `namespace/name`.
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub pod: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub pod_uid: Option<String>,
     /// The container's name, where the pod's namespace holds one container.
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub container: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub container_id: Option<String>,
     /// The interface is the node-side end of the pod's veth pair, not in the pod itself.
-    #[serde(skip_serializing_if = "is_false")]
     pub pod_veth: bool,
+}
+
+impl PodRef {
+    /// Its fields as entries of a record's map, each left out where unknown (`pod_veth`
+    /// where false): what `#[serde(flatten)]` writes, for a record that writes itself.
+    pub fn serialize_entries<M: SerializeMap>(&self, m: &mut M) -> Result<(), M::Error> {
+        let strings = [
+            ("pod", &self.pod),
+            ("pod_uid", &self.pod_uid),
+            ("container", &self.container),
+            ("container_id", &self.container_id),
+        ];
+        for (key, value) in strings {
+            if let Some(v) = value {
+                m.serialize_entry(key, v)?;
+            }
+        }
+        if self.pod_veth {
+            m.serialize_entry("pod_veth", &true)?;
+        }
+        Ok(())
+    }
+}
+
+impl Serialize for PodRef {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut m = s.serialize_map(None)?;
+        self.serialize_entries(&mut m)?;
+        m.end()
+    }
 }
 
 /// For `skip_serializing_if`: a flag written only when set.

@@ -80,6 +80,11 @@ impl serde::Serialize for WallTime {
     }
 }
 
+/// For `serialize_with`: Unix-epoch nanoseconds written as [`WallTime`] writes them.
+pub fn serialize_wall_ns<S: serde::Serializer>(ns: &u64, s: S) -> Result<S::Ok, S::Error> {
+    serde::Serialize::serialize(&WallTime(*ns), s)
+}
+
 /// CLOCK_BOOTTIME in nanoseconds, the clock of live packet events (`bpf_ktime_get_boot_ns`);
 /// 0 if it cannot be read.
 pub fn boottime_ns() -> u64 {

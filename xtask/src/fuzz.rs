@@ -6,7 +6,10 @@
 use anyhow::anyhow;
 use std::{path::Path, process::Command};
 
-use crate::{run, workspace_root, Result};
+use crate::{
+    cmd::{run, workspace_root},
+    Result,
+};
 
 /// The targets, with what seeds them (a folder of the repository, or none).
 const TARGETS: &[(&str, Option<&str>)] =

@@ -5,7 +5,7 @@ use crate::Result;
 use anyhow::anyhow;
 
 pub fn run() -> Result<()> {
-    let bin = crate::build_release()?;
+    let bin = crate::build::build_release()?;
     let image = lab::image::ensure(&bin).map_err(|e| anyhow!("{e}"))?;
     eprintln!(
         "xtask: {} (and {}:latest) {}, binary sha256 {}",

@@ -1,20 +1,21 @@
 //! What the correlate stage reports of a transaction: its legs and their hops, as facts
 //! (addresses, numbers, enums); the output stage writes them as records and text (field by
 //! field in docs/output.md). Each type here is its own JSON shape (`Serialize`, names and
-//! order as written); the transaction itself is written by the output stage, whose words
-//! (its summary) it carries.
-use std::{net::SocketAddr, sync::Arc};
+//! order as written); the transaction writes itself with its summary in words
+//! ([`transaction_summary`], which the text and the agent's events write too).
+use std::{fmt::Write as _, net::SocketAddr, sync::Arc};
 
-use serde::{Serialize, Serializer};
+use serde::{ser::SerializeMap, Serialize, Serializer};
 
 use crate::{
     correlate::LegRole,
     decode::{
         dns::{Cut, RrClass, RrType},
-        ip::serialize_addr,
-        record::{Names, PodRef, RecordKind, FAILED_RCODES},
+        ip::{serialize_addr, Addr},
+        record::{Incident, Names, PodRef, RecordKind, FAILED_RCODES},
     },
     event::Direction,
+    time::{format_duration as dur, WallTime},
 };
 
 /// One observation of one message of a leg.
@@ -280,7 +281,7 @@ impl std::fmt::Debug for QuestionRecord {
 }
 
 /// How a transaction's answer came, or why none did: the facts of its one-line summary
-/// (written by the output stage).
+/// ([`transaction_summary`]).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Summary {
     /// The client got an answer: the record's `rcode`, `answers`, `latency_ns` and
@@ -335,7 +336,8 @@ pub enum Answered {
     },
 }
 
-/// One client question followed through every leg it caused.
+/// One client question followed through every leg it caused (written by its own
+/// `Serialize`, below: its summary is made of several of its fields).
 #[derive(Clone, Debug)]
 pub struct TransactionRecord {
     pub id: u64,
@@ -361,6 +363,158 @@ pub struct TransactionRecord {
     /// window is over).
     pub evidence: Option<String>,
     pub legs: Vec<LegRecord>,
+}
+
+/// Field by field in docs/output.md: the client's pod flattened in; a late answer's times
+/// (`late_answer_ns`: first query → the client's namespace, and the client's own timeout
+/// where its retry shows it) and the summary in words before the evidence and the legs.
+impl Serialize for TransactionRecord {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut m = s.serialize_map(None)?;
+        m.serialize_entry("id", &self.id)?;
+        m.serialize_entry("lookup", &self.lookup)?;
+        m.serialize_entry("ts_ns", &self.ts_ns)?;
+        m.serialize_entry("time", &WallTime(self.wall_ns))?;
+        m.serialize_entry("client", &Addr(self.client))?;
+        m.serialize_entry("client_netns", &*self.client_netns)?;
+        self.pod.serialize_entries(&mut m)?;
+        m.serialize_entry("question", &self.question)?;
+        m.serialize_entry("outcome", &self.outcome)?;
+        m.serialize_entry("rcode", &self.rcode)?;
+        m.serialize_entry("answers", &self.answers)?;
+        if let Some(c) = &self.answer_cut {
+            m.serialize_entry("answer_cut", c)?;
+        }
+        m.serialize_entry("latency_ns", &self.latency_ns)?;
+        if let Summary::Late {
+            answer_ns,
+            gave_up_ns,
+            ..
+        } = &self.summary
+        {
+            m.serialize_entry("late_answer_ns", answer_ns)?;
+            if let Some(g) = gave_up_ns {
+                m.serialize_entry("client_timeout_ns", g)?;
+            }
+        }
+        m.serialize_entry("summary", &transaction_summary(self))?;
+        if let Some(e) = &self.evidence {
+            m.serialize_entry("evidence", e)?;
+        }
+        m.serialize_entry("legs", &self.legs)?;
+        m.end()
+    }
+}
+
+/// `answer cut by the capture at 200 of 731 bytes: 1 of 8 answers seen`.
+fn cut_note(c: &Cut, answers_seen: usize) -> String {
+    let at = format!(
+        "answer cut by the capture at {} of {} bytes",
+        c.captured_bytes, c.message_bytes
+    );
+    if c.questions > 0 {
+        format!("{at}: question not seen whole")
+    } else if c.answers > 0 {
+        let total = answers_seen + usize::from(c.answers);
+        format!("{at}: {answers_seen} of {total} answers seen")
+    } else {
+        format!("{at}, after its answers")
+    }
+}
+
+fn seconds(ns: u64) -> f64 {
+    ns as f64 / 1e9
+}
+
+/// A transaction in one line, e.g. `timeout after 5.0 s, retried, answered at +5.02 s:
+/// NOERROR`.
+pub fn transaction_summary(t: &TransactionRecord) -> String {
+    let retried_note = |retried: bool| if retried { ", retried" } else { "" };
+    match &t.summary {
+        Summary::Answered(how) => {
+            let rcode = t.rcode.as_deref().unwrap_or("");
+            let answers = match t.answers.len() {
+                0 => String::new(),
+                1..=3 => format!(" {}", t.answers.join(", ")),
+                n => format!(" {}, … ({n} answers)", t.answers[..2].join(", ")),
+            };
+            let lat = dur(t.latency_ns.unwrap_or(0));
+            let how = match how {
+                Answered::OverTcp => {
+                    format!("truncated, retried over TCP, {rcode}{answers} at +{lat}")
+                }
+                Answered::AfterTimeout { timeout_ns, drop } => {
+                    let cause = match drop {
+                        Some((reason, location)) => {
+                            format!("query dropped ({reason} at {location}), ")
+                        }
+                        None => String::new(),
+                    };
+                    format!(
+                        "{cause}timeout after {:.1} s, retried, answered at +{lat}: {rcode}{answers}",
+                        seconds(*timeout_ns)
+                    )
+                }
+                Answered::Directly => format!("{rcode}{answers} in {lat}"),
+            };
+            match &t.answer_cut {
+                Some(c) => format!("{how}; {}", cut_note(c, t.answers.len())),
+                None => how,
+            }
+        }
+        Summary::AnswerLost {
+            location,
+            netns,
+            ifname,
+            retried,
+        } => format!(
+            "answer lost on the way: {location} at {netns}/{ifname}, unanswered{}",
+            retried_note(*retried)
+        ),
+        Summary::Dropped {
+            reason,
+            location,
+            retried,
+        } => format!(
+            "dropped by the kernel ({reason} at {location}), unanswered{}",
+            retried_note(*retried)
+        ),
+        Summary::Late {
+            answer_ns,
+            gave_up_ns,
+            reason,
+            location,
+            retried,
+        } => {
+            let rcode = t.rcode.as_deref().unwrap_or("");
+            let mut s = format!(
+                "answer {rcode} came at +{} after the client had given up (socket closed: {reason} at {location})",
+                dur(*answer_ns)
+            );
+            if let Some(g) = gave_up_ns {
+                let _ = write!(
+                    s,
+                    ", {} after its own {} timeout",
+                    dur(answer_ns.saturating_sub(*g)),
+                    dur(*g)
+                );
+            }
+            s.push_str(", unanswered for the client");
+            s.push_str(retried_note(*retried));
+            s
+        }
+        Summary::Pending => "no answer yet when the input ended".to_string(),
+        Summary::Unanswered {
+            timeout_ns,
+            retries,
+        } => {
+            let mut s = format!("unanswered after {:.1} s", seconds(*timeout_ns));
+            if let Some(n) = retries {
+                let _ = write!(s, ", retried {n} time(s)");
+            }
+            s
+        }
+    }
 }
 
 /// A transaction matches by any of its legs or hops: its question, any leg's rcode, the
@@ -419,5 +573,30 @@ impl RecordKind for TransactionRecord {
                 };
             }
         }
+    }
+    /// An unanswered or late transaction is an incident, and one answered SERVFAIL.
+    fn incident(&self) -> Option<Incident> {
+        let kind = match self.outcome {
+            Outcome::Unanswered => "unanswered",
+            Outcome::Late => "late",
+            _ if self.rcode.as_deref() == Some("SERVFAIL") => "servfail",
+            _ => return None,
+        };
+        let detail = format!(
+            "transaction {} {} {} from {}: {}",
+            self.id,
+            self.question.name,
+            self.question.qtype,
+            self.client,
+            transaction_summary(self)
+        );
+        Some(Incident {
+            kind,
+            detail,
+            ts_ns: self.ts_ns,
+        })
+    }
+    fn set_evidence(&mut self, file: Option<String>) {
+        self.evidence = file;
     }
 }

@@ -20,8 +20,8 @@ use crate::{
 
 /// What the sinks ask of every kind of output record, answered next to the type that
 /// defines it (`output::record::Record::kind` hands it out): a new kind implements this in
-/// its own file, and the filter (`output/filter.rs`) and the pod annotation
-/// (`output/pods.rs`) need no arm for it. The `any_*` methods call `f` on each value until it
+/// its own file, and the filter (`output/filter.rs`), the pod annotation (`output/pods.rs`)
+/// and the flight recorder (`evidence/live.rs`) need no arm for it. The `any_*` methods call `f` on each value until it
 /// returns true and say whether it did, so that the filter looks at a record without
 /// collecting anything.
 pub trait RecordKind {
@@ -46,6 +46,27 @@ pub trait RecordKind {
     }
     /// Fills in its pod fields where `names` knows the pod.
     fn annotate_pods(&mut self, names: &Names);
+    /// Whether it is an incident whose packets the flight recorder keeps (`--record`), and
+    /// what it says of it; none by default.
+    fn incident(&self) -> Option<Incident> {
+        None
+    }
+    /// Names the flight-recorder file holding its incident's packets (its `evidence`
+    /// field), or none where the recorder keeps none; only called where
+    /// [`RecordKind::incident`] gave one.
+    fn set_evidence(&mut self, _file: Option<String>) {}
+}
+
+/// An incident the flight recorder keeps the packets around (`--record`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Incident {
+    /// What it is, in the file's name: `loop`, `race-drop`, `drop`, `unanswered`, `late`,
+    /// `servfail`.
+    pub kind: &'static str,
+    /// One line about it, for the recorder's index.
+    pub detail: String,
+    /// When it happened: the packets kept are those around it.
+    pub ts_ns: u64,
 }
 
 /// The response codes `--failures` counts as failed answers.
@@ -155,40 +176,51 @@ impl FragmentLossRecord {
     }
 }
 
+/// What packets and drops answer alike: the pod where they were seen, and the questions and
+/// response code of their DNS message. Per packet: a shared pod, not a copy of its names.
+macro_rules! seen_message {
+    () => {
+        fn any_pod(&self, f: &mut dyn FnMut(&PodRef) -> bool) -> bool {
+            f(self.pod_ref())
+        }
+        fn any_question(&self, f: &mut dyn FnMut(&str, RrType) -> bool) -> bool {
+            any_question_of(self.dns.as_deref(), f)
+        }
+        fn any_rcode(&self, f: &mut dyn FnMut(&str) -> bool) -> bool {
+            response_rcode(self.dns.as_deref()).is_some_and(f)
+        }
+        fn annotate_pods(&mut self, names: &Names) {
+            self.pod = names.pod_ref_at(&self.netns, &self.ifname).cloned();
+        }
+    };
+}
+
 impl RecordKind for PacketRecord {
-    fn any_pod(&self, f: &mut dyn FnMut(&PodRef) -> bool) -> bool {
-        f(self.pod_ref())
-    }
-    fn any_question(&self, f: &mut dyn FnMut(&str, RrType) -> bool) -> bool {
-        any_question_of(self.dns.as_deref(), f)
-    }
-    fn any_rcode(&self, f: &mut dyn FnMut(&str) -> bool) -> bool {
-        response_rcode(self.dns.as_deref()).is_some_and(f)
-    }
+    seen_message!();
     fn is_failure(&self) -> bool {
         response_rcode(self.dns.as_deref()).is_some_and(|rc| FAILED_RCODES.contains(&rc))
     }
-    // Per packet: a shared pod, not a copy of its names.
-    fn annotate_pods(&mut self, names: &Names) {
-        self.pod = names.pod_ref_at(&self.netns, &self.ifname).cloned();
-    }
 }
 
+/// A drop is a failure; one of a DNS message, not part of normal socket life, is an
+/// incident.
 impl RecordKind for DropRecord {
-    fn any_pod(&self, f: &mut dyn FnMut(&PodRef) -> bool) -> bool {
-        f(self.pod_ref())
-    }
-    fn any_question(&self, f: &mut dyn FnMut(&str, RrType) -> bool) -> bool {
-        any_question_of(self.dns.as_deref(), f)
-    }
-    fn any_rcode(&self, f: &mut dyn FnMut(&str) -> bool) -> bool {
-        response_rcode(self.dns.as_deref()).is_some_and(f)
-    }
+    seen_message!();
     fn is_failure(&self) -> bool {
         true
     }
-    fn annotate_pods(&mut self, names: &Names) {
-        self.pod = names.pod_ref_at(&self.netns, &self.ifname).cloned();
+    fn incident(&self) -> Option<Incident> {
+        (self.benign.is_none() && self.dns.is_some()).then(|| Incident {
+            kind: "drop",
+            detail: format!(
+                "{}@{} {} -> {} in {}/{}",
+                self.reason, self.location, self.src, self.dst, self.netns, self.ifname
+            ),
+            ts_ns: self.ts_ns,
+        })
+    }
+    fn set_evidence(&mut self, file: Option<String>) {
+        self.evidence = file;
     }
 }
 

@@ -7,10 +7,11 @@
 //! re-forming (its transaction evicted, a new client query entering it) stays one report.
 use std::{
     collections::{BTreeSet, HashMap},
+    fmt::Write as _,
     net::{IpAddr, SocketAddr},
 };
 
-use serde::Serialize;
+use serde::{ser::SerializeMap, Serialize, Serializer};
 
 use super::{Control, DetectStats, Detected, Detector};
 use crate::{
@@ -22,7 +23,7 @@ use crate::{
     decode::{
         decoder::WireQuestion,
         dns::RrType,
-        record::{Names, PodRef, RecordKind},
+        record::{Incident, Names, PodRef, RecordKind},
     },
     time::Clock,
 };
@@ -61,34 +62,44 @@ pub enum Peer {
     Host(IpAddr),
 }
 
-/// One server of a cycle.
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// One server of a cycle; its addresses and place are written as text.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct LoopHop {
     /// The query's client (a forwarder) as seen at the leg's first hop.
+    #[serde(serialize_with = "serialize_peer")]
     pub from: Peer,
     /// Where it was sent (may be a ClusterIP); not visible for an amplification.
+    #[serde(serialize_with = "serialize_server")]
     pub server: Option<SocketAddr>,
     /// Where it arrived after DNAT.
+    #[serde(serialize_with = "serialize_peer")]
     pub backend: Peer,
     /// Namespace and interface (display names) where it was seen arriving.
+    #[serde(serialize_with = "serialize_at")]
     pub at: Option<(String, String)>,
     /// The pod of `at`, where known (filled in by the sinks' caller).
+    #[serde(flatten)]
     pub pod: PodRef,
 }
 
-/// A `loop` record.
-#[derive(Clone, Debug)]
+/// A `loop` record, its own JSON shape (field by field in docs/output.md).
+#[derive(Clone, Debug, Serialize)]
 pub struct LoopRecord {
     pub id: u64,
     pub state: LoopState,
     pub kind: LoopKind,
     pub ts_ns: u64,
-    /// `ts_ns` as Unix-epoch nanoseconds (wall-clock time).
+    /// `ts_ns` as Unix-epoch nanoseconds (wall-clock time), written as `time`.
+    #[serde(rename = "time", serialize_with = "crate::time::serialize_wall_ns")]
     pub wall_ns: u64,
+    /// Written with its parent domain (`zone`) after it.
+    #[serde(flatten, serialize_with = "serialize_question_zone")]
     pub question: QuestionRecord,
     /// CoreDNS's `loop` plugin probe (HINFO for a random name at startup).
     pub loop_plugin_probe: bool,
-    /// The cycle, first server to last (the last forwards back to the first).
+    /// The cycle, first server to last (the last forwards back to the first); written with
+    /// its `path` in one line after it.
+    #[serde(flatten, serialize_with = "serialize_cycle_path")]
     pub cycle: Vec<LoopHop>,
     /// Legs in the longest chain seen so far (1 = a server forwarding to itself).
     pub hop_count: u64,
@@ -98,7 +109,8 @@ pub struct LoopRecord {
     pub packets: u64,
     /// Of `packets`, those only counted (not decoded or correlated) to survive the storm.
     pub summarised: u64,
-    /// Client sockets whose queries entered the loop.
+    /// Client sockets whose queries entered the loop (written in text order).
+    #[serde(serialize_with = "serialize_clients")]
     pub clients: Vec<SocketAddr>,
     /// When the question entered the chain (the client's query).
     pub first_seen_ns: u64,
@@ -106,12 +118,116 @@ pub struct LoopRecord {
     pub detected_ns: u64,
     /// `--record`: the flight-recorder file holding this incident's packets (written once its
     /// window is over).
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub evidence: Option<String>,
     pub last_seen_ns: u64,
 }
 
+pub fn peer(p: &Peer) -> String {
+    match p {
+        Peer::Socket(s) => s.to_string(),
+        Peer::Host(ip) => ip.to_string(),
+    }
+}
+
+fn server_text(server: Option<SocketAddr>) -> String {
+    match server {
+        Some(s) => s.to_string(),
+        None => "(not visible)".to_string(),
+    }
+}
+
+fn at_text(at: &Option<(String, String)>) -> String {
+    match at {
+        Some((netns, ifname)) => format!("{netns}/{ifname}"),
+        None => String::new(),
+    }
+}
+
+/// Where a loop's query was sent: `(not visible)` for an amplification.
+pub fn loop_server(h: &LoopHop) -> String {
+    server_text(h.server)
+}
+
+/// `namespace/interface` where a loop's query arrived, or empty.
+pub fn loop_at(h: &LoopHop) -> String {
+    at_text(&h.at)
+}
+
+/// The cycle in one line, e.g. `10.244.1.4:53 → 10.96.0.10:53 ⇒DNAT 10.244.1.3:53 (…) → …`.
+pub fn loop_path(l: &LoopRecord) -> String {
+    cycle_path(&l.cycle)
+}
+
+fn cycle_path(cycle: &[LoopHop]) -> String {
+    let Some(first) = cycle.first() else {
+        return String::new();
+    };
+    let mut p = peer(&first.from);
+    for h in cycle {
+        let (server, backend) = (loop_server(h), peer(&h.backend));
+        let _ = write!(p, " → {server}");
+        if backend != server {
+            let _ = write!(p, " ⇒DNAT {backend}");
+        }
+        let _ = write!(p, " ({})", loop_at(h));
+    }
+    p
+}
+
+/// The question's parent domain.
+pub fn zone(name: &str) -> &str {
+    match name.split_once('.') {
+        Some((_, rest)) if !rest.is_empty() => rest,
+        _ => ".",
+    }
+}
+
+/// A loop's client sockets, in text order.
+pub fn loop_clients(l: &LoopRecord) -> Vec<String> {
+    sorted_clients(&l.clients)
+}
+
+fn sorted_clients(clients: &[SocketAddr]) -> Vec<String> {
+    let mut c: Vec<String> = clients.iter().map(SocketAddr::to_string).collect();
+    c.sort();
+    c
+}
+
+fn serialize_peer<S: Serializer>(p: &Peer, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_str(&peer(p))
+}
+
+fn serialize_server<S: Serializer>(server: &Option<SocketAddr>, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_str(&server_text(*server))
+}
+
+fn serialize_at<S: Serializer>(at: &Option<(String, String)>, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_str(&at_text(at))
+}
+
+/// `question`, then `zone`: flattened into the record.
+fn serialize_question_zone<S: Serializer>(q: &QuestionRecord, s: S) -> Result<S::Ok, S::Error> {
+    let mut m = s.serialize_map(Some(2))?;
+    m.serialize_entry("question", q)?;
+    m.serialize_entry("zone", zone(&q.name))?;
+    m.end()
+}
+
+/// `cycle`, then `path`: flattened into the record.
+fn serialize_cycle_path<S: Serializer>(cycle: &[LoopHop], s: S) -> Result<S::Ok, S::Error> {
+    let mut m = s.serialize_map(Some(2))?;
+    m.serialize_entry("cycle", cycle)?;
+    m.serialize_entry("path", &cycle_path(cycle))?;
+    m.end()
+}
+
+fn serialize_clients<S: Serializer>(clients: &[SocketAddr], s: S) -> Result<S::Ok, S::Error> {
+    sorted_clients(clients).serialize(s)
+}
+
 /// A loop matches by its question and its cycle's pods; it is a failure, has no rcode and no
-/// duration.
+/// duration; its detection is an incident.
 impl RecordKind for LoopRecord {
     fn any_pod(&self, f: &mut dyn FnMut(&PodRef) -> bool) -> bool {
         self.cycle.iter().any(|h| f(&h.pod))
@@ -128,6 +244,22 @@ impl RecordKind for LoopRecord {
                 h.pod = names.pod_of(ns, ifname);
             }
         }
+    }
+    fn incident(&self) -> Option<Incident> {
+        (self.state == LoopState::Detected).then(|| Incident {
+            kind: "loop",
+            detail: format!(
+                "loop {} {} {}: {}",
+                self.id,
+                self.question.name,
+                self.question.qtype,
+                loop_path(self)
+            ),
+            ts_ns: self.detected_ns,
+        })
+    }
+    fn set_evidence(&mut self, file: Option<String>) {
+        self.evidence = file;
     }
 }
 

@@ -16,7 +16,7 @@ use std::{
     net::SocketAddr,
 };
 
-use serde::Serialize;
+use serde::{ser::SerializeMap, Serialize, Serializer};
 
 use super::{DetectStats, Detected, Detector};
 use crate::{
@@ -28,10 +28,10 @@ use crate::{
     },
     decode::{
         dns::RrType,
-        record::{Names, PodRef, RecordKind},
+        record::{Incident, Names, PodRef, RecordKind},
     },
     event::{CtCpuStats, CtSnapshot, CtStatsSample},
-    time::Clock,
+    time::{format_duration as dur, Clock, WallTime},
 };
 
 const SAMPLES_KEPT: usize = 64;
@@ -111,7 +111,8 @@ pub enum RaceNetns {
     Cookie(u64),
 }
 
-/// A `race` record.
+/// A `race` record (written by its own `Serialize`, below: its summary is made of several of
+/// its fields).
 #[derive(Clone, Debug)]
 pub struct RaceRecord {
     pub verdict: RaceVerdict,
@@ -148,6 +149,81 @@ pub struct RaceRecord {
     pub evidence: Option<String>,
 }
 
+/// Field by field in docs/output.md: the namespace and client as text, the client's pod
+/// flattened in, the summary in words; `drop_offset_ns` only in the summary.
+impl Serialize for RaceRecord {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut m = s.serialize_map(None)?;
+        m.serialize_entry("verdict", &self.verdict)?;
+        m.serialize_entry("ts_ns", &self.ts_ns)?;
+        m.serialize_entry("time", &WallTime(self.wall_ns))?;
+        m.serialize_entry("netns", &race_netns(&self.netns))?;
+        let client = self.client.map(|c| c.to_string()).unwrap_or_default();
+        m.serialize_entry("client", &client)?;
+        m.serialize_entry("client_netns", &self.client_netns)?;
+        self.pod.serialize_entries(&mut m)?;
+        m.serialize_entry("dropped", &self.dropped)?;
+        m.serialize_entry("sibling", &self.sibling)?;
+        m.serialize_entry("cpu", &self.cpu)?;
+        m.serialize_entry("counters", &self.counters)?;
+        m.serialize_entry("counter_confirmed", &self.counter_confirmed)?;
+        m.serialize_entry("kernel_confirm_failed", &self.kernel_confirm_failed)?;
+        m.serialize_entry("drop_reason", &self.drop_reason)?;
+        m.serialize_entry("drop_location", &self.drop_location)?;
+        m.serialize_entry("retry_ns", &self.retry_ns)?;
+        m.serialize_entry("total_delay_ns", &self.total_delay_ns)?;
+        m.serialize_entry("summary", &race_summary(self))?;
+        if let Some(e) = &self.evidence {
+            m.serialize_entry("evidence", e)?;
+        }
+        m.end()
+    }
+}
+
+/// A race record in one line, e.g. `lookup of api.lab.test. took 5.00 s: A dropped by
+/// conntrack race at +0.60 ms, retried at +5.00 s`.
+pub fn race_summary(r: &RaceRecord) -> String {
+    if r.verdict == RaceVerdict::ResolvedClash {
+        return format!(
+            "{} conntrack clash(es) resolved by the kernel on CPU {}: the race happened, nothing was lost",
+            r.counters.clash_resolve,
+            r.cpu.unwrap_or(0)
+        );
+    }
+    let (name, qtype, offset) = match &r.dropped {
+        Some(q) => (
+            q.question.name.as_str(),
+            q.question.qtype.name(),
+            q.offset_ns,
+        ),
+        None => ("", "".into(), 0),
+    };
+    let what = match r.verdict {
+        RaceVerdict::RaceDrop => format!(
+            "{qtype} dropped by conntrack race at +{}",
+            dur(r.drop_offset_ns.unwrap_or(offset))
+        ),
+        _ => format!("{qtype} unanswered, no kernel evidence (suspected race)"),
+    };
+    let how = match r.retry_ns {
+        Some(retry) => format!(", retried at +{}", dur(retry)),
+        None => ", no retry seen".to_string(),
+    };
+    match r.total_delay_ns {
+        Some(total) => format!("lookup of {name} took {}: {what}{how}", dur(total)),
+        None => format!("lookup of {name}: {what}{how}"),
+    }
+}
+
+/// The namespace of a race record: its name, `netns:0x…` for a bare cookie, or empty.
+pub fn race_netns(netns: &RaceNetns) -> String {
+    match netns {
+        RaceNetns::Unknown => String::new(),
+        RaceNetns::Name(n) => n.clone(),
+        RaceNetns::Cookie(c) => format!("netns:{c:#x}"),
+    }
+}
+
 /// A race matches by its queries and its client's pod; it is a failure, has no rcode, and is
 /// slow when its answer came late or never.
 impl RecordKind for RaceRecord {
@@ -168,6 +244,17 @@ impl RecordKind for RaceRecord {
     }
     fn annotate_pods(&mut self, names: &Names) {
         self.pod = names.pod_of(&self.client_netns, "");
+    }
+    /// A race drop is an incident (not a resolved clash, nor a suspected race).
+    fn incident(&self) -> Option<Incident> {
+        (self.verdict == RaceVerdict::RaceDrop).then(|| Incident {
+            kind: "race-drop",
+            detail: race_summary(self),
+            ts_ns: self.ts_ns,
+        })
+    }
+    fn set_evidence(&mut self, file: Option<String>) {
+        self.evidence = file;
     }
 }
 

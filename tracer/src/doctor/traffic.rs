@@ -12,7 +12,7 @@ use crate::{
     correlate::record::{LegOutcome, Outcome, Summary, TransactionRecord},
     decode::record::DropRecord,
     detect::{
-        loops::{LoopKind, LoopRecord, Peer},
+        loops::{peer, LoopKind, LoopRecord},
         race::{RaceRecord, RaceVerdict},
     },
 };
@@ -83,6 +83,58 @@ fn add_example(set: &mut BTreeSet<String>, name: &str) {
     }
 }
 
+/// A way a server fails its clients, reported when it is frequent enough (at least
+/// [`MIN_UNANSWERED`] queries and [`MIN_UNANSWERED_PCT`] of them).
+struct ServerFailure {
+    kind: FindingKind,
+    /// Its count in the server's tally.
+    count: fn(&ServerAgg) -> u64,
+    /// What was seen, from the server, the count, its queries and the share in percent.
+    seen: fn(&SocketAddr, u64, u64, u64) -> String,
+    /// What the example names are, in the evidence.
+    label: &'static str,
+    why: &'static str,
+    fix: &'static str,
+}
+
+const UNANSWERED: ServerFailure = ServerFailure {
+    kind: FindingKind::UnansweredQueries,
+    count: |s| s.unanswered,
+    seen: |server, n, queries, pct| {
+        format!("{server} left {n} of {queries} queries unanswered ({pct}%)")
+    },
+    label: "unanswered",
+    why: "Clients wait their whole timeout (5 s by default) and retry; lookups fail when every try does.",
+    fix: "Check the server is up and reachable (its pod, its Service endpoints, NetworkPolicies on port 53), and its own upstream.",
+};
+
+const SERVFAIL: ServerFailure = ServerFailure {
+    kind: FindingKind::Servfail,
+    count: |s| s.servfail,
+    seen: |server, n, queries, _| format!("{server} answered SERVFAIL to {n} of {queries} queries"),
+    label: "SERVFAIL",
+    why: "SERVFAIL is a failed lookup: the server could not get an answer from its upstream.",
+    fix: "Look at the server's upstream (its `forward` targets) and its logs (`kubectl logs`, the errors plugin).",
+};
+
+impl ServerFailure {
+    fn finding(&self, server: &SocketAddr, s: &ServerAgg) -> Option<Finding> {
+        let n = (self.count)(s);
+        let pct = n * 100 / s.queries.max(1);
+        if n < MIN_UNANSWERED || pct < MIN_UNANSWERED_PCT {
+            return None;
+        }
+        let seen = (self.seen)(server, n, s.queries, pct);
+        let mut f = Finding::new(self.kind, server.to_string(), seen);
+        f.count = n;
+        f.why = self.why.into();
+        let label = self.label;
+        f.evidence = s.names.iter().map(|n| format!("{label}: {n}")).collect();
+        f.fix = self.fix.into();
+        Some(f)
+    }
+}
+
 fn secs(ns: u64) -> String {
     format!("{:.2} s", ns as f64 / 1e9)
 }
@@ -138,16 +190,14 @@ impl TrafficFolder {
         for leg in &t.legs {
             let s = self.servers.entry(leg.server).or_default();
             s.queries += 1;
-            match leg.outcome {
-                LegOutcome::Unanswered => {
-                    s.unanswered += 1;
-                    add_example(&mut s.names, &t.question.name);
-                }
-                _ if leg.rcode.as_deref() == Some("SERVFAIL") => {
-                    s.servfail += 1;
-                    add_example(&mut s.names, &t.question.name);
-                }
-                _ => {}
+            let failed = match leg.outcome {
+                LegOutcome::Unanswered => Some(&mut s.unanswered),
+                _ if leg.rcode.as_deref() == Some("SERVFAIL") => Some(&mut s.servfail),
+                _ => None,
+            };
+            if let Some(n) = failed {
+                *n += 1;
+                add_example(&mut s.names, &t.question.name);
             }
         }
         let client = t.client_netns.to_string();
@@ -208,38 +258,8 @@ impl TrafficFolder {
             out.push(f);
         }
         for (server, s) in &self.servers {
-            let pct = s.unanswered * 100 / s.queries.max(1);
-            if s.unanswered >= MIN_UNANSWERED && pct >= MIN_UNANSWERED_PCT {
-                let mut f = Finding::new(
-                    FindingKind::UnansweredQueries,
-                    server.to_string(),
-                    format!(
-                        "{server} left {} of {} queries unanswered ({pct}%)",
-                        s.unanswered, s.queries
-                    ),
-                );
-                f.count = s.unanswered;
-                f.why = "Clients wait their whole timeout (5 s by default) and retry; lookups fail when every try does.".into();
-                f.evidence = s.names.iter().map(|n| format!("unanswered: {n}")).collect();
-                f.fix = "Check the server is up and reachable (its pod, its Service endpoints, NetworkPolicies on port 53), and its own upstream.".into();
-                out.push(f);
-            }
-            if s.servfail >= MIN_UNANSWERED
-                && s.servfail * 100 / s.queries.max(1) >= MIN_UNANSWERED_PCT
-            {
-                let mut f = Finding::new(
-                    FindingKind::Servfail,
-                    server.to_string(),
-                    format!(
-                        "{server} answered SERVFAIL to {} of {} queries",
-                        s.servfail, s.queries
-                    ),
-                );
-                f.count = s.servfail;
-                f.why = "SERVFAIL is a failed lookup: the server could not get an answer from its upstream.".into();
-                f.evidence = s.names.iter().map(|n| format!("SERVFAIL: {n}")).collect();
-                f.fix = "Look at the server's upstream (its `forward` targets) and its logs (`kubectl logs`, the errors plugin).".into();
-                out.push(f);
+            for how in [&UNANSWERED, &SERVFAIL] {
+                out.extend(how.finding(server, s));
             }
         }
         for (client, l) in &self.late {
@@ -300,10 +320,6 @@ impl TrafficFolder {
     }
 
     fn loop_findings(&self, out: &mut Vec<Finding>) {
-        let peer = |p: &Peer| match p {
-            Peer::Socket(s) => s.to_string(),
-            Peer::Host(h) => h.to_string(),
-        };
         // One finding per cycle: each question that entered it is one loop record.
         let mut by_cycle: BTreeMap<Vec<String>, Vec<&LoopRecord>> = BTreeMap::new();
         for l in self.loops.values() {

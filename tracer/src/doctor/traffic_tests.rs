@@ -126,6 +126,38 @@ fn unanswered_over_threshold_is_a_finding() {
     assert_eq!(found[0].count, 10);
 }
 
+/// SERVFAIL goes through the same thresholds as unanswered queries: 3 of 100 (3 %) is no
+/// finding, 6 of 100 is, with its title and examples.
+#[test]
+fn servfail_over_threshold_is_a_finding() {
+    let fold = |servfails: u64| {
+        let mut f = TrafficFolder::default();
+        for i in 0..100 {
+            let rcode = if i < servfails { "SERVFAIL" } else { "NOERROR" };
+            f.transaction(&tx(
+                i,
+                i,
+                "sf.lab.test.",
+                Outcome::Answered,
+                Some(rcode),
+                LegOutcome::Answered,
+            ));
+        }
+        f.findings()
+    };
+    assert!(fold(3).is_empty(), "{:#?}", fold(3));
+    let found = fold(6);
+    assert_eq!(found.len(), 1, "{found:#?}");
+    assert_eq!(found[0].kind, FindingKind::Servfail);
+    assert_eq!(found[0].subject, "10.96.0.10:53");
+    assert_eq!(found[0].count, 6);
+    assert_eq!(
+        found[0].seen,
+        "10.96.0.10:53 answered SERVFAIL to 6 of 100 queries"
+    );
+    assert_eq!(found[0].evidence, ["SERVFAIL: sf.lab.test."]);
+}
+
 #[test]
 fn a_late_answer_is_a_finding_with_its_times() {
     let mut f = TrafficFolder::default();

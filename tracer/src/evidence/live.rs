@@ -6,8 +6,6 @@
 use std::path::PathBuf;
 
 use crate::{
-    correlate::record::Outcome,
-    detect::{loops::LoopState, race::RaceVerdict},
     evidence::{
         annotate::{AnnotateConfig, Annotator, EvidencePacket, EvidenceStats},
         files::{PcapngFiles, Rotation},
@@ -16,7 +14,6 @@ use crate::{
     names::SharedNames,
     output::{
         record::{PacketRecord, StatsRecord},
-        report,
         sink::{Batch, Sink, Source},
         Record,
     },
@@ -214,51 +211,14 @@ impl Sink for Evidence {
     }
 }
 
-/// If `r` is an incident, records it and names the file in `r`.
+/// If `r` is an incident ([`RecordKind::incident`](crate::output::record::RecordKind)),
+/// records it and names the file in `r`.
 fn incident(rec: &mut Recorder, r: &mut Record, now_ns: u64) {
-    match r {
-        Record::Loop(l) if l.state == LoopState::Detected => {
-            let detail = format!(
-                "loop {} {} {}: {}",
-                l.id,
-                l.question.name,
-                l.question.qtype,
-                report::loop_path(l)
-            );
-            l.evidence = rec.incident("loop", &detail, l.detected_ns, now_ns);
-        }
-        Record::Race(r) if r.verdict == RaceVerdict::RaceDrop => {
-            r.evidence = rec.incident("race-drop", &report::race_summary(r), r.ts_ns, now_ns);
-        }
-        Record::Drop(d) if d.benign.is_none() && d.dns.is_some() => {
-            let detail = format!(
-                "{}@{} {} -> {} in {}/{}",
-                d.reason, d.location, d.src, d.dst, d.netns, d.ifname
-            );
-            d.evidence = rec.incident("drop", &detail, d.ts_ns, now_ns);
-        }
-        Record::Transaction(t) => {
-            let kind = if t.outcome == Outcome::Unanswered {
-                "unanswered"
-            } else if t.outcome == Outcome::Late {
-                "late"
-            } else if t.rcode.as_deref() == Some("SERVFAIL") {
-                "servfail"
-            } else {
-                return;
-            };
-            let detail = format!(
-                "transaction {} {} {} from {}: {}",
-                t.id,
-                t.question.name,
-                t.question.qtype,
-                t.client,
-                report::transaction_summary(t)
-            );
-            t.evidence = rec.incident(kind, &detail, t.ts_ns, now_ns);
-        }
-        _ => {}
-    }
+    let Some(i) = r.kind().incident() else {
+        return;
+    };
+    let file = rec.incident(i.kind, &i.detail, i.ts_ns, now_ns);
+    r.kind_mut().set_evidence(file);
 }
 
 #[cfg(test)]
@@ -289,6 +249,85 @@ mod tests {
             orig_len: data.len() as u32,
             data: data.into(),
         }
+    }
+
+    /// What the flight recorder keeps, asked of each record's kind: a detected loop, a race
+    /// drop, a drop of a DNS message, an unanswered, late or SERVFAIL transaction; not an
+    /// ongoing loop, a resolved clash, a benign drop or one of no DNS message, an answered
+    /// transaction, a packet. The file named lands in the record's `evidence`.
+    #[test]
+    fn incidents_are_what_each_record_says() {
+        use crate::{
+            correlate::record::Outcome,
+            detect::{loops::LoopState, race::RaceVerdict},
+            output::record::TransactionRecord,
+        };
+        let kind = |r: Record| r.kind().incident().map(|i| (i.kind, i.ts_ns));
+        assert_eq!(
+            kind(Record::Loop(fixtures::loop_record(
+                1,
+                LoopState::Detected,
+                7
+            ))),
+            Some(("loop", 7))
+        );
+        assert_eq!(
+            kind(Record::Loop(fixtures::loop_record(
+                1,
+                LoopState::Ongoing,
+                7
+            ))),
+            None
+        );
+        let race = |v| Record::Race(Box::new(fixtures::race(v, "10.0.0.1:5000", 1, "A")));
+        assert_eq!(
+            kind(race(RaceVerdict::RaceDrop)),
+            Some(("race-drop", 2_000))
+        );
+        assert_eq!(kind(race(RaceVerdict::ResolvedClash)), None);
+        assert_eq!(kind(race(RaceVerdict::Suspected)), None);
+        let query = [
+            0x12, 0x34, 1, 0, 0, 1, 0, 0, 0, 0, 0, 0, 1, b'a', 0, 0, 1, 0, 1,
+        ];
+        let dns = crate::decode::dns::decode(&query).unwrap();
+        let drop = |benign, dns: Option<&crate::decode::dns::DnsMessage>| {
+            let mut d = fixtures::drop_record("NETFILTER_DROP", benign);
+            d.dns = dns.cloned().map(Into::into);
+            Record::Drop(Box::new(d))
+        };
+        assert_eq!(kind(drop(None, Some(&dns))), Some(("drop", 3_000)));
+        assert_eq!(kind(drop(Some("socket closed"), Some(&dns))), None);
+        assert_eq!(kind(drop(None, None)), None);
+        let tx = |outcome, rcode: Option<&str>| {
+            let mut t: TransactionRecord =
+                fixtures::transaction("a.", "A", "10.0.0.1:5000", rcode, Vec::new());
+            t.outcome = outcome;
+            Record::Transaction(Box::new(t))
+        };
+        assert_eq!(
+            kind(tx(Outcome::Unanswered, None)),
+            Some(("unanswered", 1_000))
+        );
+        assert_eq!(
+            kind(tx(Outcome::Late, Some("NOERROR"))),
+            Some(("late", 1_000))
+        );
+        assert_eq!(
+            kind(tx(Outcome::Answered, Some("SERVFAIL"))),
+            Some(("servfail", 1_000))
+        );
+        assert_eq!(kind(tx(Outcome::Answered, Some("NOERROR"))), None);
+        assert_eq!(kind(Record::Packet(fixtures::malformed_packet("x"))), None);
+
+        let mut r = race(RaceVerdict::RaceDrop);
+        let detail = r.kind().incident().map(|i| i.detail);
+        assert_eq!(
+            detail.as_deref(),
+            Some("lookup of api.lab.test. took 5.00 s: A dropped by conntrack race at +600 µs, retried at +5.00 s")
+        );
+        r.kind_mut().set_evidence(Some("f.pcapng".into()));
+        let Record::Race(r) = r else { unreachable!() };
+        assert_eq!(r.evidence.as_deref(), Some("f.pcapng"));
     }
 
     /// The evidence sink as an entry of the list: each source packet reaches the `-w` file

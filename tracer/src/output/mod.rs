@@ -2,7 +2,6 @@
 //! terminal text and NDJSON.
 pub mod evidence;
 pub mod filter;
-mod json;
 pub mod otlp;
 pub mod pods;
 pub mod queue;

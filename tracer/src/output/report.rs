@@ -1,22 +1,25 @@
 //! The words of the correlate and detect stages' reports: names of their enums, wall-clock
-//! time, and the one-line summaries and paths people read, written from the reports' facts
-//! (for JSON records, terminal text and the agent's events alike).
-use std::{
-    fmt::{self, Write as _},
-    net::SocketAddr,
-};
+//! time, and the one-line summaries and paths people read (for terminal text and the
+//! agent's events). The summaries and paths are written beside the records they describe,
+//! which write them into their JSON too; they are named here for the sinks.
+use std::fmt;
 
+pub use crate::{
+    correlate::record::{proto_name, transaction_summary},
+    detect::{
+        loops::{loop_at, loop_clients, loop_path, loop_server, peer, zone},
+        race::{race_netns, race_summary},
+    },
+};
 use crate::{
     correlate::{
-        record::{Answered, Join, LegOutcome, NodeCache, Outcome, Summary, TransactionRecord},
+        record::{Join, LegOutcome, NodeCache, Outcome},
         LegRole,
     },
-    decode::dns::Cut,
     detect::{
-        loops::{LoopHop, LoopKind, LoopRecord, LoopState, Peer},
-        race::{RaceNetns, RaceRecord, RaceVerdict},
+        loops::{LoopKind, LoopState},
+        race::RaceVerdict,
     },
-    time::format_duration as dur,
 };
 
 /// Unix-epoch nanoseconds as RFC 3339 wall-clock time, microseconds, UTC (as
@@ -24,8 +27,6 @@ use crate::{
 pub fn wall(wall_ns: u64) -> impl fmt::Display {
     crate::time::WallTime(wall_ns)
 }
-
-pub use crate::correlate::record::proto_name;
 
 pub fn role_name(role: LegRole) -> &'static str {
     match role {
@@ -96,212 +97,155 @@ pub fn loop_kind_name(kind: LoopKind) -> &'static str {
     }
 }
 
-/// `answer cut by the capture at 200 of 731 bytes: 1 of 8 answers seen`.
-pub fn cut_note(c: &Cut, answers_seen: usize) -> String {
-    let at = format!(
-        "answer cut by the capture at {} of {} bytes",
-        c.captured_bytes, c.message_bytes
-    );
-    if c.questions > 0 {
-        format!("{at}: question not seen whole")
-    } else if c.answers > 0 {
-        let total = answers_seen + usize::from(c.answers);
-        format!("{at}: {answers_seen} of {total} answers seen")
-    } else {
-        format!("{at}, after its answers")
+#[cfg(test)]
+mod tests {
+    use std::net::SocketAddr;
+
+    use serde::Serialize;
+
+    use super::*;
+    use crate::decode::ip::Addr;
+
+    /// The text sink and the agent name the enums with these words; JSON with their own
+    /// `Serialize`: the same words.
+    #[test]
+    fn enum_names_are_those_of_the_text() {
+        use crate::correlate::{
+            record::{Join, LegOutcome, NodeCache},
+            LegRole,
+        };
+        fn same<T: Serialize + Copy>(all: &[T], name: fn(T) -> &'static str) {
+            for &v in all {
+                let json = serde_json::to_value(v).unwrap();
+                assert_eq!(json.as_str(), Some(name(v)));
+            }
+        }
+        use LegRole as R;
+        same(&[R::Query, R::Retry, R::TcpFallback, R::Forward], role_name);
+        same(
+            &[Join::SameTuple, Join::Conntrack, Join::Fallback],
+            join_name,
+        );
+        use LegOutcome as L;
+        same(
+            &[
+                L::Answered,
+                L::Truncated,
+                L::Dropped,
+                L::Late,
+                L::Pending,
+                L::Unanswered,
+            ],
+            leg_outcome_name,
+        );
+        same(
+            &[NodeCache::Hit, NodeCache::Miss, NodeCache::Bypass],
+            node_cache_name,
+        );
+        use Outcome as O;
+        same(
+            &[O::Answered, O::Dropped, O::Late, O::Pending, O::Unanswered],
+            outcome_name,
+        );
+        use RaceVerdict as V;
+        same(&[V::RaceDrop, V::ResolvedClash, V::Suspected], verdict_name);
+        same(
+            &[LoopState::Detected, LoopState::Ongoing, LoopState::Ended],
+            loop_state_name,
+        );
+        same(&[LoopKind::Cycle, LoopKind::Amplification], loop_kind_name);
     }
-}
 
-fn seconds(ns: u64) -> f64 {
-    ns as f64 / 1e9
-}
-
-/// A transaction in one line, e.g. `timeout after 5.0 s, retried, answered at +5.02 s:
-/// NOERROR`.
-pub fn transaction_summary(t: &TransactionRecord) -> String {
-    let retried_note = |retried: bool| if retried { ", retried" } else { "" };
-    match &t.summary {
-        Summary::Answered(how) => {
-            let rcode = t.rcode.as_deref().unwrap_or("");
-            let answers = match t.answers.len() {
-                0 => String::new(),
-                1..=3 => format!(" {}", t.answers.join(", ")),
-                n => format!(" {}, … ({n} answers)", t.answers[..2].join(", ")),
-            };
-            let lat = dur(t.latency_ns.unwrap_or(0));
-            let how = match how {
-                Answered::OverTcp => {
-                    format!("truncated, retried over TCP, {rcode}{answers} at +{lat}")
-                }
-                Answered::AfterTimeout { timeout_ns, drop } => {
-                    let cause = match drop {
-                        Some((reason, location)) => {
-                            format!("query dropped ({reason} at {location}), ")
-                        }
-                        None => String::new(),
-                    };
-                    format!(
-                        "{cause}timeout after {:.1} s, retried, answered at +{lat}: {rcode}{answers}",
-                        seconds(*timeout_ns)
-                    )
-                }
-                Answered::Directly => format!("{rcode}{answers} in {lat}"),
-            };
-            match &t.answer_cut {
-                Some(c) => format!("{how}; {}", cut_note(c, t.answers.len())),
-                None => how,
-            }
-        }
-        Summary::AnswerLost {
-            location,
-            netns,
-            ifname,
-            retried,
-        } => format!(
-            "answer lost on the way: {location} at {netns}/{ifname}, unanswered{}",
-            retried_note(*retried)
-        ),
-        Summary::Dropped {
-            reason,
-            location,
-            retried,
-        } => format!(
-            "dropped by the kernel ({reason} at {location}), unanswered{}",
-            retried_note(*retried)
-        ),
-        Summary::Late {
-            answer_ns,
-            gave_up_ns,
-            reason,
-            location,
-            retried,
-        } => {
-            let rcode = t.rcode.as_deref().unwrap_or("");
-            let mut s = format!(
-                "answer {rcode} came at +{} after the client had given up (socket closed: {reason} at {location})",
-                dur(*answer_ns)
-            );
-            if let Some(g) = gave_up_ns {
-                let _ = write!(
-                    s,
-                    ", {} after its own {} timeout",
-                    dur(answer_ns.saturating_sub(*g)),
-                    dur(*g)
-                );
-            }
-            s.push_str(", unanswered for the client");
-            s.push_str(retried_note(*retried));
-            s
-        }
-        Summary::Pending => "no answer yet when the input ended".to_string(),
-        Summary::Unanswered {
-            timeout_ns,
-            retries,
-        } => {
-            let mut s = format!("unanswered after {:.1} s", seconds(*timeout_ns));
-            if let Some(n) = retries {
-                let _ = write!(s, ", retried {n} time(s)");
-            }
-            s
+    #[test]
+    fn addresses_are_written_as_display_writes_them() {
+        for a in [
+            "0.0.0.0:0",
+            "10.244.1.2:53",
+            "255.255.255.255:65535",
+            "1.22.133.4:1000",
+            "[::1]:53",
+            "[fd00::a:1]:5353",
+        ] {
+            let addr: SocketAddr = a.parse().unwrap();
+            let json = serde_json::to_string(&Addr(addr)).unwrap();
+            assert_eq!(json, format!("\"{addr}\""));
         }
     }
-}
 
-/// A race record in one line, e.g. `lookup of api.lab.test. took 5.00 s: A dropped by
-/// conntrack race at +0.60 ms, retried at +5.00 s`.
-pub fn race_summary(r: &RaceRecord) -> String {
-    if r.verdict == RaceVerdict::ResolvedClash {
-        return format!(
-            "{} conntrack clash(es) resolved by the kernel on CPU {}: the race happened, nothing was lost",
-            r.counters.clash_resolve,
-            r.cpu.unwrap_or(0)
+    /// The records write themselves (no JSON mirror structs): a pod flattened in, a late
+    /// answer's times, a bare namespace cookie, no client, hops without a visible server or
+    /// place, clients in text order — byte for byte as the mirrors wrote them (the golden
+    /// captures have no race and no pod).
+    #[test]
+    fn records_write_their_json_as_before() {
+        use crate::{
+            agent::fixtures::{addr, question, race, service_transaction},
+            correlate::record::Summary,
+            detect::{
+                loops::{LoopHop, Peer},
+                race::RaceNetns,
+            },
+            output::{record::PodRef, Record},
+        };
+        let pod = PodRef {
+            pod: Some("ns/p".into()),
+            pod_uid: Some("u-1".into()),
+            container: Some("c".into()),
+            container_id: Some("cid".into()),
+            pod_veth: true,
+        };
+        let json = |r: Record| serde_json::to_string(&r).unwrap();
+
+        let Record::Transaction(mut t) = service_transaction("www.lab.test.", "A", 5000, "NOERROR")
+        else {
+            panic!("not a transaction")
+        };
+        t.legs.clear();
+        t.outcome = Outcome::Late;
+        t.summary = Summary::Late {
+            answer_ns: 7_000_000_000,
+            gave_up_ns: Some(5_000_000_000),
+            reason: "NO_SOCKET".into(),
+            location: "x".into(),
+            retried: true,
+        };
+        t.pod = PodRef {
+            pod: Some("ns/q".into()),
+            ..Default::default()
+        };
+        t.evidence = Some("t.pcapng".into());
+        assert_eq!(
+            json(Record::Transaction(t)),
+            r#"{"type":"transaction","id":1,"lookup":{"id":1,"step":0},"ts_ns":1000,"time":"2026-11-30T21:00:00.000000Z","client":"10.244.1.2:5000","client_netns":"client","pod":"ns/q","question":{"name":"www.lab.test.","type":"A","class":"IN"},"outcome":"late","rcode":"NOERROR","answers":[],"latency_ns":630000,"late_answer_ns":7000000000,"client_timeout_ns":5000000000,"summary":"answer NOERROR came at +7.00 s after the client had given up (socket closed: NO_SOCKET at x), 2.00 s after its own 5.00 s timeout, unanswered for the client, retried","evidence":"t.pcapng","legs":[]}"#
+        );
+
+        let mut r = race(RaceVerdict::ResolvedClash, "10.244.1.2:5000", 7, "A");
+        r.pod = pod.clone();
+        r.evidence = Some("e".into());
+        r.client = None;
+        r.netns = RaceNetns::Cookie(0x1234);
+        r.dropped = None;
+        assert_eq!(
+            json(Record::Race(Box::new(r))),
+            r#"{"type":"race","verdict":"resolved-clash","ts_ns":2000,"time":"2026-11-30T21:00:00.000000Z","netns":"netns:0x1234","client":"","client_netns":"client","pod":"ns/p","pod_uid":"u-1","container":"c","container_id":"cid","pod_veth":true,"dropped":null,"sibling":null,"cpu":1,"counters":{"insert_failed":1,"drop":1,"clash_resolve":0},"counter_confirmed":true,"kernel_confirm_failed":null,"drop_reason":"NETFILTER_DROP","drop_location":"nf_hook_slow+0x9e","retry_ns":5000000000,"total_delay_ns":5001000000,"summary":"0 conntrack clash(es) resolved by the kernel on CPU 1: the race happened, nothing was lost","evidence":"e"}"#
+        );
+
+        let mut l = crate::agent::fixtures::loop_record(3, LoopState::Detected, 10);
+        l.kind = LoopKind::Amplification;
+        l.question = question("com.", "A");
+        l.cycle[0].pod = pod;
+        l.cycle.push(LoopHop {
+            from: Peer::Host("10.0.0.9".parse().unwrap()),
+            server: None,
+            backend: Peer::Host("10.0.0.8".parse().unwrap()),
+            at: None,
+            pod: PodRef::default(),
+        });
+        l.clients = vec![addr("10.0.0.2:9"), addr("10.0.0.1:10"), addr("[::1]:5")];
+        l.evidence = Some("l.pcapng".into());
+        assert_eq!(
+            json(Record::Loop(l)),
+            r#"{"type":"loop","id":3,"state":"detected","kind":"amplification","ts_ns":10,"time":"2026-11-30T21:00:00.000000Z","question":{"name":"com.","type":"A","class":"IN"},"zone":".","loop_plugin_probe":false,"cycle":[{"from":"10.244.1.3:40000","server":"10.96.0.10:53","backend":"10.244.1.4:53","at":"node/vdnsb","pod":"ns/p","pod_uid":"u-1","container":"c","container_id":"cid","pod_veth":true},{"from":"10.0.0.9","server":"(not visible)","backend":"10.0.0.8","at":""}],"path":"10.244.1.3:40000 → 10.96.0.10:53 ⇒DNAT 10.244.1.4:53 (node/vdnsb) → (not visible) ⇒DNAT 10.0.0.8 ()","hop_count":2,"rate_pps":200000,"packets":10,"summarised":5,"clients":["10.0.0.1:10","10.0.0.2:9","[::1]:5"],"first_seen_ns":10,"detected_ns":10,"evidence":"l.pcapng","last_seen_ns":10}"#
         );
     }
-    let (name, qtype, offset) = match &r.dropped {
-        Some(q) => (
-            q.question.name.as_str(),
-            q.question.qtype.name(),
-            q.offset_ns,
-        ),
-        None => ("", "".into(), 0),
-    };
-    let what = match r.verdict {
-        RaceVerdict::RaceDrop => format!(
-            "{qtype} dropped by conntrack race at +{}",
-            dur(r.drop_offset_ns.unwrap_or(offset))
-        ),
-        _ => format!("{qtype} unanswered, no kernel evidence (suspected race)"),
-    };
-    let how = match r.retry_ns {
-        Some(retry) => format!(", retried at +{}", dur(retry)),
-        None => ", no retry seen".to_string(),
-    };
-    match r.total_delay_ns {
-        Some(total) => format!("lookup of {name} took {}: {what}{how}", dur(total)),
-        None => format!("lookup of {name}: {what}{how}"),
-    }
-}
-
-/// The namespace of a race record: its name, `netns:0x…` for a bare cookie, or empty.
-pub fn race_netns(netns: &RaceNetns) -> String {
-    match netns {
-        RaceNetns::Unknown => String::new(),
-        RaceNetns::Name(n) => n.clone(),
-        RaceNetns::Cookie(c) => format!("netns:{c:#x}"),
-    }
-}
-
-pub fn peer(p: &Peer) -> String {
-    match p {
-        Peer::Socket(s) => s.to_string(),
-        Peer::Host(ip) => ip.to_string(),
-    }
-}
-
-/// Where a loop's query was sent: `(not visible)` for an amplification.
-pub fn loop_server(h: &LoopHop) -> String {
-    match h.server {
-        Some(s) => s.to_string(),
-        None => "(not visible)".to_string(),
-    }
-}
-
-/// `namespace/interface` where a loop's query arrived, or empty.
-pub fn loop_at(h: &LoopHop) -> String {
-    match &h.at {
-        Some((netns, ifname)) => format!("{netns}/{ifname}"),
-        None => String::new(),
-    }
-}
-
-/// The cycle in one line, e.g. `10.244.1.4:53 → 10.96.0.10:53 ⇒DNAT 10.244.1.3:53 (…) → …`.
-pub fn loop_path(l: &LoopRecord) -> String {
-    let Some(first) = l.cycle.first() else {
-        return String::new();
-    };
-    let mut p = peer(&first.from);
-    for h in &l.cycle {
-        let (server, backend) = (loop_server(h), peer(&h.backend));
-        let _ = write!(p, " → {server}");
-        if backend != server {
-            let _ = write!(p, " ⇒DNAT {backend}");
-        }
-        let _ = write!(p, " ({})", loop_at(h));
-    }
-    p
-}
-
-/// The question's parent domain.
-pub fn zone(name: &str) -> &str {
-    match name.split_once('.') {
-        Some((_, rest)) if !rest.is_empty() => rest,
-        _ => ".",
-    }
-}
-
-/// A loop's client sockets, in text order.
-pub fn loop_clients(l: &LoopRecord) -> Vec<String> {
-    let mut c: Vec<String> = l.clients.iter().map(SocketAddr::to_string).collect();
-    c.sort();
-    c
 }

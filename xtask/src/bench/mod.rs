@@ -166,7 +166,7 @@ fn cpu_model() -> String {
 /// Machine, kernel and date, for the figures.
 fn machine() -> String {
     let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
-    let date = crate::output_ok(Command::new("date").args(["-u", "+%Y-%m-%d %H:%M UTC"]))
+    let date = crate::cmd::output_ok(Command::new("date").args(["-u", "+%Y-%m-%d %H:%M UTC"]))
         .unwrap_or_default();
     format!(
         "{} CPU(s): {}, Linux {}, {}",
@@ -217,7 +217,7 @@ fn run_kernel() -> crate::Result<()> {
 }
 
 fn run_offline(dnspath: &Path, o: &Options) -> crate::Result<()> {
-    let tshark = crate::output_ok(Command::new("tshark").arg("--version"))
+    let tshark = crate::cmd::output_ok(Command::new("tshark").arg("--version"))
         .and_then(|v| v.lines().next().map(str::to_string))
         .ok_or_else(|| anyhow!("tshark does not run"))?;
     let path = o.keep.clone().unwrap_or_else(|| {

@@ -13,7 +13,7 @@ use super::{
     report::{failures_of, read_report, Row},
     setup::vng,
 };
-use crate::{workspace_root, Result};
+use crate::{cmd::workspace_root, Result};
 
 /// Per kernel at most: boot (20-70 s under TCG; 5.10's udev coldplug takes up to 6 min
 /// when the host is busy), the lab test (1-3 min emulated; loading the programs alone took

@@ -11,7 +11,9 @@ use std::{
     time::{Duration, Instant},
 };
 
-use crate::{is_root, workspace_root, Result};
+use lab::tracer::is_root;
+
+use crate::{cmd::workspace_root, Result};
 
 mod boot;
 mod report;

@@ -8,7 +8,13 @@ use std::{
 };
 
 use super::{Kernel, KERNELS};
-use crate::{install_packages, is_root, output_ok, run, Result};
+use lab::tracer::is_root;
+
+use crate::{
+    cmd::{output_ok, run},
+    setup::install_packages,
+    Result,
+};
 
 /// The suites the kernels' dependencies (initramfs-tools, linux-base, kmod) come from:
 /// this machine's release.

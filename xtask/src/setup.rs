@@ -1,0 +1,201 @@
+//! `cargo xtask setup`: what the build and the lab need, installed where missing
+//! (idempotent): Debian packages, PyPI packages, the OTLP receiver's venv, the eBPF
+//! toolchain and bpf-linker.
+use std::{path::Path, process::Command};
+
+use lab::tracer::is_root;
+
+use crate::{
+    cmd::{output_ok, run},
+    Result,
+};
+
+/// Debian packages: Rust for bpfel with a prebuilt core, LLVM 22 for bpf-linker
+/// (docs/toolchain.md), and the lab's real servers and clients (docs/lab.md).
+const PACKAGES: &[&str] = &[
+    "rustc-web",
+    "cargo-web",
+    "libstd-rust-web-dev-bpf",
+    "llvm-22-dev",
+    "libpolly-22-dev",
+    "libzstd-dev",
+    "zlib1g-dev",
+    "iproute2",
+    "iptables",
+    "conntrack",
+    "bind9",
+    "dnsmasq-base",
+    "dnsdist",
+    "dnsutils",
+    "libc-bin",
+    "tcpdump",
+    // the bench's live load (`cargo xtask bench`)
+    "dnsperf",
+    // pcapng captures for the analyze tests (tshark, editcap), and the bench's baseline
+    "tshark",
+    "gcc",
+    "libnetfilter-queue-dev",
+    "python3",
+    // the venv of the OTLP receiver the lab tests use (Arize Phoenix, `install_phoenix`)
+    "python3-venv",
+    // the OTLP TLS test: a CA and certificates (openssl), a real TLS terminator in front of
+    // Phoenix (stunnel4)
+    "openssl",
+    "stunnel4",
+    // promtool: `check metrics` on the agent's exposition, `check rules`/`test rules` on
+    // deploy/alerts.yaml
+    "prometheus",
+    "curl",
+    // the container image (`cargo xtask image`, built offline from scratch) and the deploy
+    // tests running it and the DaemonSet's pod (podman 4.3 needs runc here, and catatonit
+    // for `kube play`)
+    "buildah",
+    "podman",
+    "runc",
+    "catatonit",
+];
+/// PyPI packages: `kubernetes-validate` checks deploy/*.yaml against Kubernetes' schemas.
+const PIP_PACKAGES: &[PipPackage] = &[PipPackage {
+    name: "kubernetes-validate",
+    version: "1.37.0",
+    module: "kubernetes_validate",
+}];
+
+/// A PyPI package and the module that says its version (`python3 -m MODULE --version`).
+struct PipPackage {
+    name: &'static str,
+    version: &'static str,
+    module: &'static str,
+}
+
+/// Installs those of `packages` whose module is missing or of another version (pip of
+/// `python3`, as root).
+fn install_pip_packages(packages: &[PipPackage]) -> Result<()> {
+    for p in packages {
+        let have = output_ok(Command::new("python3").args(["-m", p.module, "--version"]))
+            .unwrap_or_default();
+        if have.split_whitespace().any(|w| w == p.version) {
+            continue;
+        }
+        eprintln!("xtask: installing {} {} (pip)", p.name, p.version);
+        let spec = format!("{}=={}", p.name, p.version);
+        let sudo: &[&str] = if is_root() { &[] } else { &["sudo"] };
+        let pip = |extra: &[&str]| {
+            let mut c = Command::new(sudo.first().copied().unwrap_or("python3"));
+            if !sudo.is_empty() {
+                c.arg("python3");
+            }
+            c.args(["-m", "pip", "install", "-q"])
+                .args(extra)
+                .arg(&spec);
+            c
+        };
+        if run(&mut pip(&[])).is_err() {
+            // Debian's own python refuses (PEP 668) unless told.
+            run(&mut pip(&["--break-system-packages"]))?;
+        }
+    }
+    Ok(())
+}
+/// Arize Phoenix, the OTLP receiver the lab tests send spans to (tests/tests/lab/otlp.rs):
+/// a venv of its own under the lab's cache directory, reused by later runs.
+pub const PHOENIX_VENV: &str = "/var/cache/dnspath-lab/phoenix";
+const PHOENIX_VERSION: &str = "20.26.1";
+
+/// Installs Phoenix into [`PHOENIX_VENV`] unless that version is there (a marker file
+/// written after a complete install; a partial venv is made again).
+fn install_phoenix() -> Result<()> {
+    let venv = Path::new(PHOENIX_VENV);
+    let marker = venv.join(format!(".dnspath-arize-phoenix-{PHOENIX_VERSION}"));
+    if marker.exists() {
+        return Ok(());
+    }
+    eprintln!("xtask: installing arize-phoenix {PHOENIX_VERSION} into {PHOENIX_VENV} (pip, ~850 MB, once)");
+    let sudo: &[&str] = if is_root() { &[] } else { &["sudo"] };
+    let as_root = |args: &[&str]| {
+        let mut c = Command::new(sudo.first().copied().unwrap_or(args[0]));
+        if !sudo.is_empty() {
+            c.arg(args[0]);
+        }
+        c.args(&args[1..]);
+        c
+    };
+    if venv.exists() {
+        run(&mut as_root(&["rm", "-rf", PHOENIX_VENV]))?;
+    }
+    run(&mut as_root(&["mkdir", "-p", "/var/cache/dnspath-lab"]))?;
+    run(&mut as_root(&["python3", "-m", "venv", PHOENIX_VENV]))?;
+    let pip = venv.join("bin/pip");
+    let spec = format!("arize-phoenix=={PHOENIX_VERSION}");
+    run(&mut as_root(&[
+        &pip.to_string_lossy(),
+        "install",
+        "-q",
+        &spec,
+    ]))?;
+    run(&mut as_root(&["touch", &marker.to_string_lossy()]))?;
+    Ok(())
+}
+
+const BPF_LINKER_VERSION: &str = "0.13.0";
+const EBPF_TOOLCHAIN: &str = "debian-bpf";
+
+fn missing_packages(packages: &[&'static str]) -> Vec<&'static str> {
+    packages
+        .iter()
+        .copied()
+        .filter(|p| {
+            !output_ok(Command::new("dpkg-query").args(["-W", "-f=${Status}", p]))
+                .is_some_and(|s| s.contains("install ok installed"))
+        })
+        .collect()
+}
+
+/// Installs those of `packages` that are missing (apt-get, through sudo unless root).
+pub fn install_packages(packages: &[&'static str]) -> Result<()> {
+    let missing = missing_packages(packages);
+    if !missing.is_empty() {
+        eprintln!("xtask: installing {}", missing.join(" "));
+        let sudo: &[&str] = if is_root() { &[] } else { &["sudo"] };
+        let apt = |args: &[&str]| {
+            let mut c = Command::new(sudo.first().copied().unwrap_or("apt-get"));
+            if !sudo.is_empty() {
+                c.arg("apt-get");
+            }
+            c.args(args).env("DEBIAN_FRONTEND", "noninteractive");
+            c
+        };
+        run(&mut apt(&["update", "-q"]))?;
+        let mut install = apt(&["install", "-y", "-q", "--no-install-recommends"]);
+        install.args(&missing);
+        run(&mut install)?;
+    }
+    Ok(())
+}
+
+pub fn setup() -> Result<()> {
+    install_packages(PACKAGES)?;
+    install_pip_packages(PIP_PACKAGES)?;
+    install_phoenix()?;
+    let toolchains =
+        output_ok(Command::new("rustup").args(["toolchain", "list"])).unwrap_or_default();
+    if !toolchains.lines().any(|l| l.starts_with(EBPF_TOOLCHAIN)) {
+        eprintln!("xtask: linking Debian's rustc as the `{EBPF_TOOLCHAIN}` toolchain");
+        run(Command::new("rustup").args(["toolchain", "link", EBPF_TOOLCHAIN, "/usr"]))?;
+    }
+    let linker = output_ok(Command::new("bpf-linker").arg("--version")).unwrap_or_default();
+    if !linker.contains(BPF_LINKER_VERSION) {
+        eprintln!("xtask: installing bpf-linker {BPF_LINKER_VERSION} against LLVM 22 (takes a few minutes once)");
+        run(Command::new("cargo")
+            .args([
+                "install",
+                &format!("bpf-linker@{BPF_LINKER_VERSION}"),
+                "--locked",
+                "--no-default-features",
+                "--features",
+                "llvm-22",
+            ])
+            .env("LLVM_PREFIX", "/usr/lib/llvm-22"))?;
+    }
+    Ok(())
+}
