@@ -104,6 +104,7 @@ const LAYERS: &[(&str, &[&str])] = &[
     (
         "doctor",
         &[
+            "conntrack",
             "correlate",
             "decode",
             "detect",

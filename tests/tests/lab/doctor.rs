@@ -6,12 +6,21 @@
 //! `dnspath doctor` on the lab: a healthy lab under load gives no finding and exit 0; each
 //! injected fault is found, ranked first, with its evidence, and sets the exit status
 //! (docs/doctor.md). Root only; `--test-threads=1`.
-use std::{thread, time::Duration};
+use std::{
+    fs,
+    os::unix::fs::symlink,
+    path::{Path, PathBuf},
+    thread,
+    time::Duration,
+};
 
 use lab::{
+    addr,
     hole::{Hole, SLOW_ADDR},
+    node_cache::NodeCache,
+    race,
     tracer::{Tracer, TracerOutput},
-    DnsPodConfig, DnsServerKind, Lab,
+    DnsPodConfig, DnsServerKind, Lab, Pod,
 };
 use serde_json::Value;
 
@@ -26,6 +35,79 @@ fn doctor(lab: &Lab, secs: u32) -> Tracer {
         &["doctor", "-o", "json", "--duration", &d],
     )
     .unwrap()
+}
+
+/// A host root of this lab for `--host-root`: the machine's `/proc` and `/run`, its `/sys` as
+/// this test process sees it (`ip netns exec` mounts a fresh sysfs without the cgroup
+/// mounts; this test's own mount namespace has them), and an empty kubelet log tree.
+fn host_root(lab: &Lab) -> PathBuf {
+    let root = lab.temp_dir().join("doctor-root");
+    fs::create_dir_all(root.join("var/log/pods")).unwrap();
+    symlink("/proc", root.join("proc")).unwrap();
+    symlink("/run", root.join("run")).unwrap();
+    symlink(
+        format!("/proc/{}/root/sys", std::process::id()),
+        root.join("sys"),
+    )
+    .unwrap();
+    root
+}
+
+/// As [`doctor`], with `--host-root ROOT`.
+fn doctor_at(lab: &Lab, root: &Path, secs: u32) -> Tracer {
+    let d = format!("{secs}s");
+    let r = root.to_string_lossy().into_owned();
+    Tracer::start(
+        lab,
+        lab.node_ns(),
+        &["doctor", "-o", "json", "--duration", &d, "--host-root", &r],
+    )
+    .unwrap()
+}
+
+/// Writes kubelet's log `N.log` of `container` of pod `ns/name` under `root`, in the CRI log
+/// format, one line per message.
+fn kubelet_log(root: &Path, ns: &str, name: &str, container: &str, n: u32, msgs: &[&str]) {
+    let dir = root.join(format!(
+        "var/log/pods/{ns}_{name}_0f5c5b56-4c0a-4b8e-9a55-{:012x}/{container}",
+        name.len()
+    ));
+    fs::create_dir_all(&dir).unwrap();
+    let text: String = msgs
+        .iter()
+        .enumerate()
+        .map(|(i, m)| format!("2026-12-02T10:00:{i:02}.000000000Z stderr F {m}\n"))
+        .collect();
+    fs::write(dir.join(format!("{n}.log")), text).unwrap();
+}
+
+/// A healthy CoreDNS's log: started, restarted once by a rollout (SIGTERM), serving.
+fn healthy_coredns_logs(root: &Path) {
+    let start = [
+        ".:53",
+        "[INFO] plugin/reload: Running configuration SHA512 = 591cf328cccc12bc490481273e738df59329c62c0b729d94e8b61db9961c2fa5f046dd37f1cf888b953814040d180f52594972691cd6ff41be96639138a43908",
+        "CoreDNS-1.11.1",
+        "linux/amd64, go1.20.7, ae2bbc2",
+        "[INFO] 10.244.1.2:41235 - 1 \"A IN www.lab.test. udp 41 false 1232\" NOERROR qr,aa,rd 46 0.000131s",
+    ];
+    let mut stopped = start.to_vec();
+    stopped.push("[INFO] SIGTERM: Shutting down servers then terminating");
+    kubelet_log(
+        root,
+        "kube-system",
+        "coredns-5d78c9869d-7xk2p",
+        "coredns",
+        0,
+        &stopped,
+    );
+    kubelet_log(
+        root,
+        "kube-system",
+        "coredns-5d78c9869d-7xk2p",
+        "coredns",
+        1,
+        &start,
+    );
 }
 
 /// The report, its exit status checked against its own `exit_status`.
@@ -62,7 +144,10 @@ fn finding<'a>(r: &'a Value, kind: &str) -> &'a Value {
 #[test]
 fn healthy_lab_under_load_has_no_finding() {
     let Some(lab) = lab() else { return };
-    let t = doctor(&lab, 8);
+    // kubelet's logs of a CoreDNS restarted by a rollout: a restart, no crash.
+    let root = host_root(&lab);
+    healthy_coredns_logs(&root);
+    let t = doctor_at(&lab, &root, 8);
     // Many clients, one name, retries allowed.
     let workers: Vec<_> = (0..8)
         .map(|_| {
@@ -95,6 +180,13 @@ fn healthy_lab_under_load_has_no_finding() {
     );
     assert!(r["checked"]["configs_read"].as_u64().unwrap() >= 2, "{r:#}");
     assert!(r["checked"]["services"].as_u64().unwrap() >= 1, "{r:#}");
+    // What the quiet checks looked at: the logs, the servers' cgroups, conntrack.
+    assert_eq!(r["checked"]["pod_logs"], 2, "{r:#}");
+    assert!(r["checked"]["cgroups"].as_u64().unwrap() >= 2, "{r:#}");
+    assert!(
+        r["checked"]["conntrack"].as_str().unwrap().contains(" of "),
+        "{r:#}"
+    );
 }
 
 #[test]
@@ -222,4 +314,442 @@ fn a_server_forwarding_to_its_own_loopback_is_a_static_loop() {
         "{f:#}"
     );
     assert!(f["subject"].as_str().unwrap().contains("dnsmasq"), "{f:#}");
+}
+
+/// kubelet's logs of three crashed DNS pods, written as a kubelet does (CRI format, `N.log` per
+/// restart): the loop plugin's fatal line in the previous log of one, a bind failure on :53,
+/// a Corefile that does not parse. Each is a critical finding naming the pod and the line.
+#[test]
+fn crashed_dns_pods_previous_logs_give_their_reasons() {
+    let Some(lab) = lab() else { return };
+    let root = host_root(&lab);
+    healthy_coredns_logs(&root);
+    let loop_line = "[FATAL] plugin/loop: Loop (127.0.0.1:38427 -> :53) detected for zone \".\", see https://coredns.io/plugins/loop#troubleshooting. Query: \"HINFO 4547991504243258144.3688648895315093531.\"";
+    let pod = "coredns-7db6d8ff4d-x2x9q";
+    for n in 0..4 {
+        kubelet_log(
+            &root,
+            "kube-system",
+            pod,
+            "coredns",
+            n,
+            &[".:53", "CoreDNS-1.11.1", loop_line],
+        );
+    }
+    // The current one, just started again.
+    kubelet_log(
+        &root,
+        "kube-system",
+        pod,
+        "coredns",
+        4,
+        &[".:53", "CoreDNS-1.11.1"],
+    );
+    kubelet_log(
+        &root,
+        "kube-system",
+        "coredns-7db6d8ff4d-b1ndx",
+        "coredns",
+        1,
+        &["Listen: listen tcp :53: bind: address already in use"],
+    );
+    kubelet_log(
+        &root,
+        "kube-system",
+        "coredns-7db6d8ff4d-p4rse",
+        "coredns",
+        0,
+        &["/etc/coredns/Corefile:7 - Error during parsing: Unknown directive 'forwad'"],
+    );
+    let out = doctor_at(&lab, &root, 2).wait();
+    let r = report(&out);
+    assert_eq!(out.status.code(), Some(2), "{r:#}");
+    let mut k = kinds(&r);
+    assert_eq!(k[0], "loop_plugin_exit", "ranked first: {r:#}");
+    k.sort_unstable();
+    assert_eq!(
+        k,
+        [
+            "config_parse_error",
+            "loop_plugin_exit",
+            "port53_bind_failure"
+        ],
+        "{r:#}"
+    );
+    let f = finding(&r, "loop_plugin_exit");
+    assert_eq!(f["subject"], format!("kube-system/{pod}/coredns"), "{f:#}");
+    assert_eq!(f["count"], 4, "restart count: {f:#}");
+    assert_eq!(
+        f["evidence"][0],
+        format!("3.log: {loop_line}"),
+        "the previous log's line: {f:#}"
+    );
+    assert!(f["fix"].as_str().unwrap().contains("resolvConf"), "{f:#}");
+    let b = finding(&r, "port53_bind_failure");
+    assert!(
+        b["evidence"][0]
+            .as_str()
+            .unwrap()
+            .contains("address already in use"),
+        "{b:#}"
+    );
+    let c = finding(&r, "config_parse_error");
+    assert!(
+        c["evidence"][0].as_str().unwrap().contains("Corefile:7"),
+        "{c:#}"
+    );
+    assert_eq!(r["checked"]["pod_logs"], 9, "{r:#}");
+}
+
+/// A cgroup of this test's in one hierarchy (v1 `memory`/`cpu`, or v2), removed on drop after
+/// its processes are moved back to this test's own.
+struct TestCgroup {
+    dir: PathBuf,
+    back: PathBuf,
+}
+
+impl TestCgroup {
+    /// `/sys/fs/cgroup/CONTROLLER/NAME` (v1) or `/sys/fs/cgroup/NAME` (v2, controller enabled).
+    fn new(controller: &str, name: &str) -> Option<TestCgroup> {
+        let own = fs::read_to_string("/proc/self/cgroup").unwrap();
+        let v2 = Path::new("/sys/fs/cgroup/cgroup.controllers");
+        let (mount, path) = if fs::read_to_string(v2)
+            .is_ok_and(|c| c.split_whitespace().any(|w| w == controller))
+        {
+            let p = own.lines().find_map(|l| l.strip_prefix("0::"))?;
+            (PathBuf::from("/sys/fs/cgroup"), p.to_owned())
+        } else {
+            let mount = PathBuf::from(format!("/sys/fs/cgroup/{controller}"));
+            let p = own.lines().find_map(|l| {
+                let mut parts = l.splitn(3, ':');
+                let (_, c, p) = (parts.next()?, parts.next()?, parts.next()?);
+                c.split(',').any(|c| c == controller).then(|| p.to_owned())
+            })?;
+            (mount, p)
+        };
+        let dir = mount.join(name);
+        fs::create_dir(&dir).ok()?;
+        Some(TestCgroup {
+            dir,
+            back: mount.join(path.trim_start_matches('/')),
+        })
+    }
+
+    fn set(&self, file: &str, value: &str) {
+        fs::write(self.dir.join(file), value)
+            .unwrap_or_else(|e| panic!("{}/{file} = {value}: {e}", self.dir.display()));
+    }
+
+    fn add(&self, pid: u32) {
+        self.set("cgroup.procs", &pid.to_string());
+    }
+
+    fn procs(&self) -> String {
+        self.dir.join("cgroup.procs").display().to_string()
+    }
+}
+
+impl Drop for TestCgroup {
+    fn drop(&mut self) {
+        let procs = fs::read_to_string(self.dir.join("cgroup.procs")).unwrap_or_default();
+        for pid in procs.split_whitespace() {
+            let _ = fs::write(self.back.join("cgroup.procs"), pid);
+        }
+        for _ in 0..50 {
+            if fs::remove_dir(&self.dir).is_ok() {
+                return;
+            }
+            thread::sleep(Duration::from_millis(100));
+        }
+        eprintln!("could not remove cgroup {}", self.dir.display());
+    }
+}
+
+/// A real dnsmasq in a cgroup of 32 MiB and 1 % of a CPU: a process of its cgroup that
+/// grows (`tail /dev/zero`) is OOM-killed, and the server, under a query load, is
+/// throttled. Both are found from its cgroups; the other servers (no limits) are not named.
+#[test]
+fn an_oom_killed_and_throttled_dns_server_is_found_from_its_cgroups() {
+    let Some(mut lab) = lab() else { return };
+    lab.reconfigure_dns_pod(0, DnsPodConfig::new(DnsServerKind::Dnsmasq))
+        .unwrap();
+    let server = lab.server_pid(Pod::Dns(0)).unwrap();
+    let name = format!("dnspath-doctor-{}", lab.prefix());
+    let mem = TestCgroup::new("memory", &name).expect("a memory cgroup");
+    let cpu = TestCgroup::new("cpu", &name).expect("a cpu cgroup");
+    mem.add(server);
+    cpu.add(server);
+    if mem.dir.join("memory.limit_in_bytes").exists() {
+        mem.set("memory.limit_in_bytes", "33554432");
+        if mem.dir.join("memory.memsw.limit_in_bytes").exists() {
+            mem.set("memory.memsw.limit_in_bytes", "33554432");
+        }
+    } else {
+        mem.set("memory.max", "33554432");
+        mem.set("memory.swap.max", "0");
+    }
+    if cpu.dir.join("cpu.cfs_quota_us").exists() {
+        cpu.set("cpu.cfs_period_us", "100000");
+        cpu.set("cpu.cfs_quota_us", "1000");
+    } else {
+        cpu.set("cpu.max", "1000 100000");
+    }
+    let root = host_root(&lab);
+    let t = doctor_at(&lab, &root, 6);
+    // The pod's other process, growing until the kernel kills it.
+    let grow = format!("echo $$ > {}; exec tail /dev/zero", mem.procs());
+    // Entered here, not under `ip netns exec` (whose fresh /sys has no cgroup mounts).
+    let mut hog = lab
+        .spawn(
+            std::process::Command::new("sh")
+                .args(["-c", &grow])
+                .stdin(std::process::Stdio::null()),
+        )
+        .unwrap();
+    let status = hog.wait().unwrap();
+    assert!(
+        !status.success(),
+        "tail /dev/zero must be killed: {status:?}"
+    );
+    // Load on the server itself, 20 queries outstanding (no socket overflows): it needs more
+    // than 1 ms of CPU per 100 ms.
+    let at = addr::dns_pod(0).to_string();
+    let load = format!(
+        "for i in $(seq 400); do echo \"www.lab.test A\"; done > {0}/q; dnsperf -s {at} -d {0}/q -l 3 -q 20 >/dev/null",
+        lab.temp_dir().display()
+    );
+    let o = lab.exec(lab.client_ns(), &["sh", "-c", &load]);
+    assert!(o.status.success(), "{o:?}");
+    let out = t.wait();
+    lab.reconfigure_dns_pod(0, DnsPodConfig::new(DnsServerKind::Dnsdist))
+        .unwrap();
+    drop((mem, cpu));
+    let r = report(&out);
+    assert_eq!(out.status.code(), Some(1), "warnings: {r:#}");
+    let mut k = kinds(&r);
+    k.sort_unstable();
+    // The throttled server may leave some of the load unanswered.
+    k.retain(|k| *k != "unanswered_queries");
+    assert_eq!(k, ["cpu_throttled", "oom_killed"], "{r:#}");
+    let o = finding(&r, "oom_killed");
+    assert!(
+        o["subject"]
+            .as_str()
+            .unwrap()
+            .contains(&format!("dnsmasq pid {server}")),
+        "{o:#}"
+    );
+    assert_eq!(o["count"], 1, "{o:#}");
+    let ev = o["evidence"].to_string();
+    assert!(ev.contains(&name) && ev.contains("oom_kill 1"), "{o:#}");
+    assert!(ev.contains("1 of them during the watch"), "{o:#}");
+    let c = finding(&r, "cpu_throttled");
+    assert!(
+        c["subject"]
+            .as_str()
+            .unwrap()
+            .contains(&format!("dnsmasq pid {server}")),
+        "{c:#}"
+    );
+    assert!(c["count"].as_u64().unwrap() >= 3, "{c:#}");
+}
+
+/// The conntrack insert race forced (an A held after DNAT while its socket's AAAA goes
+/// straight to the pods): the race finding carries the counters' growth and the kernel's
+/// clash resolution as evidence, with the runbooks' fixes.
+#[test]
+fn the_forced_conntrack_race_is_found_with_its_counters() {
+    let Some(lab) = lab() else { return };
+    let rig = race::RaceRig::install(&lab, 300).unwrap();
+    let t = Tracer::start(
+        &lab,
+        lab.node_ns(),
+        &["doctor", "-o", "json", "--duration", "6s", "--timeout", "1"],
+    )
+    .unwrap();
+    for i in 0..3 {
+        race::force_race(&lab, &format!("forced{i}.lab.test")).unwrap();
+    }
+    let out = t.wait();
+    rig.remove().unwrap();
+    let r = report(&out);
+    assert_eq!(out.status.code(), Some(1), "{r:#}");
+    let f = finding(&r, "conntrack_race");
+    assert_eq!(f["count"], 3, "{f:#}");
+    let ev = f["evidence"].to_string();
+    assert!(ev.contains("insert_failed +3, drop +3"), "{f:#}");
+    assert!(ev.contains("clash resolution"), "{f:#}");
+    let fix = f["fix"].as_str().unwrap();
+    assert!(
+        fix.contains("single-request-reopen")
+            && fix.contains("NodeLocal DNSCache")
+            && fix.contains("5.6"),
+        "{f:#}"
+    );
+    assert!(
+        !kinds(&r).contains(&"conntrack_insert_failed"),
+        "attributed drops are not said twice: {r:#}"
+    );
+}
+
+/// kube-proxy's rule for a DNS Service without endpoints (`filter` `KUBE-SERVICES`, REJECT):
+/// a critical finding naming the Service IP, with the queries the client sent it.
+#[test]
+fn a_dns_service_without_endpoints_is_named_with_its_rejected_queries() {
+    let Some(lab) = lab() else { return };
+    let ip = "10.96.0.99";
+    let node = lab.node_ns();
+    let chain = "KUBE-SERVICES";
+    let rules: Vec<Vec<&str>> = vec![
+        vec!["-t", "filter", "-N", chain],
+        vec![
+            "-t",
+            "filter",
+            "-I",
+            "FORWARD",
+            "-m",
+            "conntrack",
+            "--ctstate",
+            "NEW",
+            "-m",
+            "comment",
+            "--comment",
+            "kubernetes service portals",
+            "-j",
+            chain,
+        ],
+        vec![
+            "-t",
+            "filter",
+            "-A",
+            chain,
+            "-d",
+            "10.96.0.99/32",
+            "-p",
+            "udp",
+            "-m",
+            "comment",
+            "--comment",
+            "kube-system/nodns:dns has no endpoints",
+            "-m",
+            "udp",
+            "--dport",
+            "53",
+            "-j",
+            "REJECT",
+            "--reject-with",
+            "icmp-port-unreachable",
+        ],
+    ];
+    for rule in &rules {
+        let mut args = vec![lab.iptables()];
+        args.extend_from_slice(rule);
+        let o = lab.exec(node, &args);
+        assert!(o.status.success(), "{args:?}: {o:?}");
+    }
+    let t = doctor(&lab, 4);
+    let at = format!("@{ip}");
+    for i in 0..3 {
+        let o = lab.dig(&["+time=1", "+tries=1", &at, &format!("n{i}.lab.test."), "A"]);
+        assert!(!o.status.success(), "rejected: {o:?}");
+    }
+    let out = t.wait();
+    for args in [
+        vec![
+            lab.iptables(),
+            "-t",
+            "filter",
+            "-D",
+            "FORWARD",
+            "-m",
+            "conntrack",
+            "--ctstate",
+            "NEW",
+            "-m",
+            "comment",
+            "--comment",
+            "kubernetes service portals",
+            "-j",
+            chain,
+        ],
+        vec![lab.iptables(), "-t", "filter", "-F", chain],
+        vec![lab.iptables(), "-t", "filter", "-X", chain],
+    ] {
+        let _ = lab.exec(node, &args);
+    }
+    let r = report(&out);
+    assert_eq!(out.status.code(), Some(2), "{r:#}");
+    assert_eq!(kinds(&r)[0], "service_without_endpoints", "{r:#}");
+    let f = finding(&r, "service_without_endpoints");
+    assert_eq!(f["subject"], format!("{ip}:53"), "{f:#}");
+    assert!(
+        f["seen"]
+            .as_str()
+            .unwrap()
+            .contains("kube-system/nodns:dns"),
+        "{f:#}"
+    );
+    assert_eq!(f["count"], 3, "the three queries: {f:#}");
+}
+
+/// A client that ignores TC (`dig +ignore`, as old musl does) on an answer too large for UDP:
+/// truncated answers never retried over TCP; a client that does retry is no finding.
+#[test]
+fn truncated_answers_never_retried_over_tcp_are_found() {
+    let Some(lab) = lab() else { return };
+    let t = doctor(&lab, 4);
+    let at = format!("@{}", lab.cluster_ip());
+    let big = format!("{}.", addr::BIG_TXT);
+    for _ in 0..2 {
+        let o = lab.dig(&["+ignore", "+time=2", "+tries=1", &at, &big, "TXT"]);
+        assert!(o.status.success(), "{o:?}");
+    }
+    // A glibc-like client retries over TCP: no finding of its own.
+    let o = lab.dig(&["+time=2", "+tries=1", &at, &big, "TXT"]);
+    assert!(o.status.success(), "{o:?}");
+    let out = t.wait();
+    let r = report(&out);
+    assert_eq!(kinds(&r), ["truncated_not_retried"], "{r:#}");
+    assert_eq!(out.status.code(), Some(1), "{r:#}");
+    let f = finding(&r, "truncated_not_retried");
+    assert_eq!(f["count"], 2, "{f:#}");
+    assert_eq!(f["subject"], lab.client_ns(), "{f:#}");
+    assert!(
+        f["evidence"].to_string().contains("big.lab.test. TXT"),
+        "{f:#}"
+    );
+}
+
+/// NodeLocal DNSCache on the node: lookups through it (hits and misses) are no finding; a
+/// client asking a CoreDNS pod itself goes around it, each such query labelled `bypass`.
+#[test]
+fn queries_around_nodelocal_dnscache_are_found_and_those_through_it_are_not() {
+    let Some(lab) = lab() else { return };
+    let _cache = NodeCache::start(&lab).unwrap();
+    let t = doctor(&lab, 4);
+    let dig = |args: &[&str]| {
+        let o = lab.dig(args);
+        assert!(o.status.success(), "{args:?}: {o:?}");
+    };
+    for _ in 0..4 {
+        dig(&["+time=2", "+tries=1", "www.lab.test.", "A"]);
+    }
+    let coredns = format!("@{}", lab.ip_of(Pod::Dns(0)));
+    for _ in 0..3 {
+        dig(&["+time=2", "+tries=1", &coredns, "ns.lab.test.", "A"]);
+    }
+    let out = t.wait();
+    let r = report(&out);
+    assert_eq!(kinds(&r), ["node_cache_bypassed"], "{r:#}");
+    assert_eq!(out.status.code(), Some(1), "{r:#}");
+    let f = finding(&r, "node_cache_bypassed");
+    assert_eq!(f["count"], 3, "{f:#}");
+    assert_eq!(f["subject"], lab.client_ns(), "{f:#}");
+    assert!(
+        f["seen"]
+            .as_str()
+            .unwrap()
+            .contains(&format!("{}:53", lab.ip_of(Pod::Dns(0)))),
+        "{f:#}"
+    );
 }

@@ -18,6 +18,17 @@ const KINDS: &[FindingKind] = &[
     FindingKind::ResolvConf,
     FindingKind::NodeResolverToClusterDns,
     FindingKind::ConfigUnreadable,
+    FindingKind::LoopPluginExit,
+    FindingKind::ServiceWithoutEndpoints,
+    FindingKind::Port53BindFailure,
+    FindingKind::ConfigParseError,
+    FindingKind::ConntrackInsertFailed,
+    FindingKind::ConntrackTableFill,
+    FindingKind::OomKilled,
+    FindingKind::CpuThrottled,
+    FindingKind::FragmentLoss,
+    FindingKind::TruncatedNotRetried,
+    FindingKind::NodeCacheBypassed,
 ];
 
 fn documented(key: &str) -> bool {

@@ -40,19 +40,43 @@ pub enum FindingKind {
     /// A DNS server's configuration forwards, through the node's rules and resolvers, back
     /// to itself: found from the files, before a packet is sent.
     StaticForwardingLoop,
+    /// A DNS server's container exited on CoreDNS's loop plugin (`plugin/loop: Loop (…)
+    /// detected`), from kubelet's log files of the container.
+    LoopPluginExit,
     /// A forwarding loop seen in the traffic (`loop` records).
     RuntimeLoop,
+    /// A DNS Service (port 53) without endpoints: kube-proxy rejects its queries.
+    ServiceWithoutEndpoints,
     /// The kernel dropped DNS packets (not races, not late answers): a NetworkPolicy or
     /// firewall rule on port 53.
     KernelDrops,
+    /// A container could not bind port 53 (its log files).
+    Port53BindFailure,
+    /// A DNS server's configuration did not parse (CoreDNS `Error during parsing`, its log
+    /// files).
+    ConfigParseError,
     /// Queries lost to the conntrack A/AAAA insert race (`race` records).
     ConntrackRace,
+    /// conntrack's `insert_failed`/`drop` grew during the watch, not attributed to queries.
+    ConntrackInsertFailed,
+    /// The conntrack table is nearly full.
+    ConntrackTableFill,
+    /// The kernel OOM-killed processes in a DNS server's cgroup (`oom_kill`).
+    OomKilled,
+    /// A DNS server was CPU-throttled during the watch (`cpu.stat`).
+    CpuThrottled,
     /// A server left queries unanswered.
     UnansweredQueries,
     /// A server answered SERVFAIL.
     Servfail,
     /// Answers came after the client had given up (transaction outcome `late`).
     LateAnswers,
+    /// Fragmented DNS datagrams lost fragments on a hop (MTU).
+    FragmentLoss,
+    /// Truncated answers (TC) a client never retried over TCP.
+    TruncatedNotRetried,
+    /// Client queries that went around NodeLocal DNSCache (legs labelled `bypass`).
+    NodeCacheBypassed,
     /// Lookups that went through several NXDOMAINs of the search list first (`ndots`).
     NdotsAmplification,
     /// A pod's or the node's resolv.conf is unusable or beyond the resolver's limits.
@@ -69,9 +93,20 @@ impl FindingKind {
     pub fn severity(self) -> Severity {
         match self {
             FindingKind::StaticForwardingLoop
+            | FindingKind::LoopPluginExit
             | FindingKind::RuntimeLoop
-            | FindingKind::KernelDrops => Severity::Critical,
+            | FindingKind::ServiceWithoutEndpoints
+            | FindingKind::KernelDrops
+            | FindingKind::Port53BindFailure
+            | FindingKind::ConfigParseError => Severity::Critical,
             FindingKind::ConntrackRace
+            | FindingKind::ConntrackInsertFailed
+            | FindingKind::ConntrackTableFill
+            | FindingKind::OomKilled
+            | FindingKind::CpuThrottled
+            | FindingKind::FragmentLoss
+            | FindingKind::TruncatedNotRetried
+            | FindingKind::NodeCacheBypassed
             | FindingKind::UnansweredQueries
             | FindingKind::Servfail
             | FindingKind::LateAnswers

@@ -8,13 +8,20 @@ use std::{io::Write, process::Command, time::Duration};
 
 use serde::Serialize;
 
+use finding::FindingKind;
 use finding::{rank, Finding, Severity};
 use traffic::TrafficFolder;
+use traffic_more::MoreFolder;
 
+pub mod cgroups;
 pub mod config;
+pub mod ct;
 pub mod finding;
 pub mod node;
+pub mod restarts;
+pub mod services;
 pub mod traffic;
+pub mod traffic_more;
 
 #[cfg(test)]
 mod fields;
@@ -59,6 +66,12 @@ pub struct Checked {
     /// Service ports from kube-proxy's rules.
     pub services: usize,
     pub pod_resolv_conf: usize,
+    /// kubelet's container log files read (`/var/log/pods`).
+    pub pod_logs: usize,
+    /// DNS servers whose cgroups were read (OOM kills, throttling).
+    pub cgroups: usize,
+    /// The node namespace's conntrack: `COUNT of MAX entries`, or why not.
+    pub conntrack: String,
     /// The node's nameservers (a stub followed).
     pub node_nameservers: Vec<String>,
     pub transactions: u64,
@@ -83,9 +96,14 @@ pub const REPORT_VERSION: u32 = 1;
 
 /// kube-proxy's `nat` rules of this namespace, from whichever iptables flavour has them.
 fn nat_rules() -> String {
+    save_rules("nat")
+}
+
+/// `iptables-save -t TABLE` of every iptables flavour, concatenated.
+fn save_rules(table: &str) -> String {
     let mut all = String::new();
     for prog in ["iptables-nft-save", "iptables-legacy-save", "iptables-save"] {
-        if let Ok(o) = Command::new(prog).args(["-t", "nat"]).output() {
+        if let Ok(o) = Command::new(prog).args(["-t", table]).output() {
             if o.status.success() {
                 all.push_str(&String::from_utf8_lossy(&o.stdout));
             }
@@ -94,13 +112,27 @@ fn nat_rules() -> String {
     all
 }
 
+/// What the static half found and keeps for after the watch.
+pub struct StaticPart {
+    pub findings: Vec<Finding>,
+    pub checked: Checked,
+    pub view: node::NodeView,
+    /// DNS Services without endpoints (their findings count the queries seen to them).
+    pub no_endpoints: Vec<services::NoEndpoints>,
+}
+
 /// The static half: the node's files, before a packet is traced.
-pub fn static_findings() -> (Vec<Finding>, Checked) {
+pub fn static_findings() -> StaticPart {
     let view = node::read_node(&nat_rules());
     let mut f = node::static_loops(&view);
     f.extend(node::resolv_findings(&view));
     f.extend(node::config_findings(&view));
+    let (logs, log_files) = restarts::read_pod_logs();
+    f.extend(restarts::restart_findings(&logs));
+    let mut no_endpoints = services::parse_filter(&save_rules("filter"));
+    no_endpoints.extend(services::nat_without_backends(&view.services));
     let checked = Checked {
+        pod_logs: log_files,
         dns_servers: view.servers.iter().map(node::DnsServer::name).collect(),
         configs_read: view
             .servers
@@ -116,12 +148,44 @@ pub fn static_findings() -> (Vec<Finding>, Checked) {
             .collect(),
         ..Default::default()
     };
-    (f, checked)
+    StaticPart {
+        findings: f,
+        checked,
+        view,
+        no_endpoints,
+    }
+}
+
+/// Findings of the counters read before and after the watch: cgroups of the DNS servers,
+/// conntrack; the conntrack counters' growth goes to race findings as evidence when the race
+/// detector attributed drops.
+fn counter_findings(
+    findings: &mut Vec<Finding>,
+    cgroups: &[cgroups::ServerCgroups],
+    ct_before: &ct::CtSample,
+) {
+    findings.extend(cgroups::findings(cgroups));
+    let ct_after = ct::sample();
+    let release = ct::kernel_release();
+    let race_found = findings
+        .iter()
+        .any(|f| f.kind == FindingKind::ConntrackRace);
+    if race_found {
+        let ev = ct::growth_evidence(ct_before, &ct_after, &release);
+        for f in findings
+            .iter_mut()
+            .filter(|f| f.kind == FindingKind::ConntrackRace)
+        {
+            f.evidence.extend(ev.iter().cloned());
+        }
+    }
+    findings.extend(ct::findings(ct_before, &ct_after, &release, race_found));
 }
 
 /// The live half's sink: folds records, shows progress.
 struct DoctorSink {
     folder: TrafficFolder,
+    more: MoreFolder,
     stats: Option<StatsRecord>,
     progress: bool,
     started_ns: u64,
@@ -138,7 +202,11 @@ impl Sink for DoctorSink {
                 Record::Loop(l) => self.folder.loop_record(l),
                 Record::Race(r) => self.folder.race(r),
                 Record::Drop(d) => self.folder.drop(d),
-                Record::Transaction(t) => self.folder.transaction(t),
+                Record::Transaction(t) => {
+                    self.folder.transaction(t);
+                    self.more.transaction(t);
+                }
+                Record::FragmentLoss(f) => self.more.fragment_loss(f),
                 _ => {}
             }
         }
@@ -165,7 +233,19 @@ impl Sink for DoctorSink {
 
 /// Runs the checks, writes the report to `out`; returns the exit status.
 pub async fn run(opts: DoctorOptions, out: &mut dyn Write) -> Result<u8, DoctorError> {
-    let (mut findings, mut checked) = static_findings();
+    let StaticPart {
+        mut findings,
+        mut checked,
+        view,
+        no_endpoints,
+    } = static_findings();
+    let cgroups = cgroups::sample(&view.servers);
+    checked.cgroups = cgroups.len();
+    let ct_before = ct::sample();
+    checked.conntrack = match (ct_before.count, ct_before.max) {
+        (Some(c), Some(m)) => format!("{c} of {m} entries"),
+        _ => "not loaded in this network namespace".to_owned(),
+    };
     // Said before any packet is traced: a static loop is known before a query is sent.
     eprintln!(
         "dnspath doctor: {} DNS server(s) in pod namespaces, {} config(s) followed, {} finding(s) from the node's files",
@@ -183,6 +263,7 @@ pub async fn run(opts: DoctorOptions, out: &mut dyn Write) -> Result<u8, DoctorE
     }
     let mut sink = DoctorSink {
         folder: TrafficFolder::default(),
+        more: MoreFolder::default(),
         stats: None,
         progress: opts.progress,
         started_ns: 0,
@@ -193,6 +274,11 @@ pub async fn run(opts: DoctorOptions, out: &mut dyn Write) -> Result<u8, DoctorE
     let summary = trace::run_live(opts.trace, &mut sinks, &mut StopPolicy::default()).await?;
     drop(sinks);
     findings.extend(sink.folder.findings());
+    findings.extend(sink.more.findings());
+    findings.extend(services::findings(&no_endpoints, &|a| {
+        sink.more.queries_to(a)
+    }));
+    counter_findings(&mut findings, &cgroups, &ct_before);
     rank(&mut findings);
     checked.transactions = sink.folder.transactions;
     let stats = sink.stats.unwrap_or(summary.stats);
@@ -223,10 +309,13 @@ pub fn write_text(r: &Report, out: &mut dyn Write) -> std::io::Result<()> {
     let e = |s: &str| output::escape(s).into_owned();
     let c = &r.checked;
     let looked = format!(
-        "{} DNS server(s), {} Service port(s), {} pod resolv.conf, {} transaction(s) in {:.0} s",
+        "{} DNS server(s) ({} with cgroups), {} Service port(s), {} pod resolv.conf, {} kubelet log file(s), conntrack {}, {} transaction(s) in {:.0} s",
         c.dns_servers.len(),
+        c.cgroups,
         c.services,
         c.pod_resolv_conf,
+        c.pod_logs,
+        e(&c.conntrack),
         c.transactions,
         r.duration_s
     );

@@ -44,7 +44,12 @@ struct DropAgg {
     srcs: BTreeSet<String>,
     names: BTreeSet<String>,
     pod: Option<String>,
+    /// (source, DNS id) of the packets, to tell the conntrack race's drops apart.
+    keys: Vec<(String, u16)>,
 }
+
+/// Most (source, DNS id) pairs kept per drop group and of race drops.
+const MAX_KEYS: usize = 4096;
 
 #[derive(Default)]
 struct LateAgg {
@@ -70,6 +75,8 @@ struct ClientAgg {
 pub struct TrafficFolder {
     loops: BTreeMap<u64, LoopRecord>,
     races: BTreeMap<String, (u64, BTreeSet<String>)>,
+    /// (client, DNS id) of queries the race detector says conntrack dropped.
+    race_keys: BTreeSet<(String, u16)>,
     drops: BTreeMap<(String, String, String), DropAgg>,
     servers: BTreeMap<SocketAddr, ServerAgg>,
     late: BTreeMap<String, LateAgg>,
@@ -154,6 +161,11 @@ impl TrafficFolder {
         if r.verdict != RaceVerdict::RaceDrop {
             return;
         }
+        if let (Some(c), Some(q)) = (r.client, &r.dropped) {
+            if self.race_keys.len() < MAX_KEYS {
+                self.race_keys.insert((c.to_string(), q.dns_id));
+            }
+        }
         let who = r.pod.pod.clone().unwrap_or_else(|| r.client_netns.clone());
         let e = self.races.entry(who).or_default();
         e.0 += 1;
@@ -170,9 +182,18 @@ impl TrafficFolder {
         if d.benign.is_some() || d.reason == "NO_SOCKET" {
             return;
         }
+        // conntrack's confirmation failed: the insert race (its own finding), no rule.
+        if d.confirm_failed == Some(true) {
+            return;
+        }
         let key = (d.netns.to_string(), d.reason.clone(), d.location.clone());
         let e = self.drops.entry(key).or_default();
         e.packets += 1;
+        if let Some(m) = &d.dns {
+            if e.keys.len() < MAX_KEYS {
+                e.keys.push((d.src.clone(), m.id));
+            }
+        }
         add_example(&mut e.srcs, &format!("{} > {}", d.src, d.dst));
         if let Some(q) = d.dns.as_ref().and_then(|m| m.questions.first()) {
             add_example(&mut e.names, &q.name);
@@ -409,16 +430,25 @@ impl TrafficFolder {
             .collect();
         dropped_clients.truncate(10);
         for ((netns, reason, location), d) in &self.drops {
+            // The conntrack race's own drops are its finding, not a firewall's.
+            let raced = d
+                .keys
+                .iter()
+                .filter(|k| self.race_keys.contains(*k))
+                .count() as u64;
+            let packets = d.packets.saturating_sub(raced);
+            if packets == 0 {
+                continue;
+            }
             let place = d.pod.clone().unwrap_or_else(|| netns.clone());
             let mut f = Finding::new(
                 FindingKind::KernelDrops,
                 place.clone(),
                 format!(
-                    "the kernel dropped {} DNS packets in {place} ({reason} at {location})",
-                    d.packets
+                    "the kernel dropped {packets} DNS packets in {place} ({reason} at {location})"
                 ),
             );
-            f.count = d.packets;
+            f.count = packets;
             f.why = "A dropped query is a lookup that times out: a firewall or NetworkPolicy rule on port 53 (NETFILTER_DROP at nft_do_chain/nf_hook_slow is its signature) cuts those clients off DNS.".into();
             f.evidence = d.srcs.iter().map(|s| format!("dropped: {s}")).collect();
             f.evidence

@@ -1,0 +1,203 @@
+//! More of the pipeline's records folded into findings (kept apart from [`super::traffic`]):
+//! fragment loss (`fragment_loss` records: a hop that lets the first fragment of a large
+//! answer through and loses the rest — an MTU mismatch), truncated answers the client never
+//! retried over TCP (a leg `truncated` with no `TcpFallback` leg after it: old musl), and
+//! client queries around NodeLocal DNSCache (legs labelled `bypass`). Queries per server are
+//! kept for the Service findings ([`super::services`]).
+use std::{
+    collections::{BTreeMap, BTreeSet},
+    net::SocketAddr,
+};
+
+use super::finding::{Finding, FindingKind};
+use crate::{
+    correlate::{
+        record::{LegOutcome, NodeCache, TransactionRecord},
+        LegRole,
+    },
+    decode::record::FragmentLossRecord,
+};
+
+const EXAMPLES: usize = 3;
+/// Client queries around the node cache below this are no finding (one `dig @pod` by hand).
+pub const MIN_BYPASS: u64 = 3;
+
+#[derive(Default)]
+struct Agg {
+    count: u64,
+    examples: BTreeSet<String>,
+    evidence: Option<String>,
+    servers: BTreeSet<String>,
+}
+
+impl Agg {
+    fn add(&mut self, example: String, server: String, evidence: Option<&String>) {
+        self.count += 1;
+        if self.examples.len() < EXAMPLES {
+            self.examples.insert(example);
+        }
+        if self.servers.len() < EXAMPLES {
+            self.servers.insert(server);
+        }
+        if self.evidence.is_none() {
+            self.evidence = evidence.cloned();
+        }
+    }
+}
+
+/// Folds records as they come; [`MoreFolder::findings`] at the end.
+#[derive(Default)]
+pub struct MoreFolder {
+    /// By (namespace or pod, interface).
+    fragments: BTreeMap<(String, String), Agg>,
+    /// By client (pod or namespace).
+    truncated: BTreeMap<String, Agg>,
+    bypass: BTreeMap<String, Agg>,
+    /// Client queries (first legs) per server: (queries, unanswered).
+    per_server: BTreeMap<SocketAddr, (u64, u64)>,
+}
+
+impl MoreFolder {
+    pub fn fragment_loss(&mut self, r: &FragmentLossRecord) {
+        let place = r
+            .pod
+            .as_ref()
+            .and_then(|p| p.pod.clone())
+            .unwrap_or_else(|| r.netns.to_string());
+        let name = r
+            .dns
+            .as_ref()
+            .and_then(|m| m.questions.first())
+            .map(|q| format!("{} {}", q.name, q.qtype))
+            .unwrap_or_else(|| format!("ip id {}", r.ip_id));
+        let size = r
+            .total_len
+            .map_or_else(String::new, |n| format!(", {n} bytes"));
+        self.fragments
+            .entry((place, r.ifname.to_string()))
+            .or_default()
+            .add(
+                format!("{name}: {} > {}{size}", r.src, r.dst),
+                format!("{} > {}", r.src, r.dst),
+                None,
+            );
+    }
+
+    pub fn transaction(&mut self, t: &TransactionRecord) {
+        let who = t
+            .pod
+            .pod
+            .clone()
+            .unwrap_or_else(|| t.client_netns.to_string());
+        let q = format!("{} {}", t.question.name, t.question.qtype);
+        if let Some(first) = t.legs.first() {
+            let e = self.per_server.entry(first.server).or_default();
+            e.0 += 1;
+            if first.outcome == LegOutcome::Unanswered {
+                e.1 += 1;
+            }
+        }
+        let retried = t.legs.iter().any(|l| l.role == LegRole::TcpFallback);
+        if !retried {
+            if let Some(l) = t
+                .legs
+                .iter()
+                .find(|l| l.parent.is_none() && l.outcome == LegOutcome::Truncated)
+            {
+                self.truncated.entry(who.clone()).or_default().add(
+                    q.clone(),
+                    l.server.to_string(),
+                    t.evidence.as_ref(),
+                );
+            }
+        }
+        for l in &t.legs {
+            if l.parent.is_none() && l.node_cache == Some(NodeCache::Bypass) {
+                self.bypass.entry(who.clone()).or_default().add(
+                    q.clone(),
+                    l.server.to_string(),
+                    t.evidence.as_ref(),
+                );
+            }
+        }
+    }
+
+    /// Client queries to `server` seen, and how many of them went unanswered.
+    pub fn queries_to(&self, server: SocketAddr) -> (u64, u64) {
+        self.per_server.get(&server).copied().unwrap_or_default()
+    }
+
+    pub fn findings(&self) -> Vec<Finding> {
+        let mut out = Vec::new();
+        for ((place, ifname), a) in &self.fragments {
+            let mut f = Finding::new(
+                FindingKind::FragmentLoss,
+                place.clone(),
+                format!(
+                    "{} fragmented DNS datagram(s) lost fragments at {place} ({ifname})",
+                    a.count
+                ),
+            );
+            f.count = a.count;
+            f.why = "A large UDP answer (DNSSEC, many records, EDNS buffer above the path MTU) is fragmented; a hop that drops the later fragments (an overlay or tunnel with a smaller MTU, a firewall that drops fragments) leaves the client waiting: the lookup times out instead of being retried over TCP.".into();
+            f.evidence = a.examples.iter().map(|e| format!("lost: {e}")).collect();
+            f.fix = "Make the MTU agree along the path (pod interfaces ≤ the overlay's MTU), allow IP fragments through firewalls, and cap the EDNS buffer at 1232 bytes (CoreDNS `bufsize 1232`) so answers are truncated and retried over TCP instead of fragmented.".into();
+            out.push(f);
+        }
+        for (who, a) in &self.truncated {
+            let mut f = Finding::new(
+                FindingKind::TruncatedNotRetried,
+                who.clone(),
+                format!(
+                    "{} truncated answer(s) to {who} were never retried over TCP",
+                    a.count
+                ),
+            );
+            f.count = a.count;
+            f.why = "An answer with TC set holds only part of the records; a resolver must ask again over TCP. Old musl (Alpine before 3.18) never does: large answers come back short or empty.".into();
+            f.evidence = a
+                .examples
+                .iter()
+                .map(|e| format!("truncated: {e}"))
+                .collect();
+            f.evidence.extend(
+                a.servers
+                    .iter()
+                    .map(|s| format!("from {s}, no TCP query followed")),
+            );
+            if let Some(e) = &a.evidence {
+                f.evidence.push(format!("packets: {e}"));
+            }
+            f.fix = "Upgrade the image's musl (Alpine ≥ 3.18 retries over TCP), or keep answers small: fewer records per name, CoreDNS `bufsize`; make sure TCP 53 is allowed by NetworkPolicies.".into();
+            out.push(f);
+        }
+        for (who, a) in &self.bypass {
+            if a.count < MIN_BYPASS {
+                continue;
+            }
+            let servers: Vec<&str> = a.servers.iter().map(String::as_str).collect();
+            let mut f = Finding::new(
+                FindingKind::NodeCacheBypassed,
+                who.clone(),
+                format!(
+                    "{} queries of {who} went around NodeLocal DNSCache, to {}",
+                    a.count,
+                    servers.join(", ")
+                ),
+            );
+            f.count = a.count;
+            f.why = "Queries that skip the node cache are DNAT'ed to CoreDNS through conntrack: no caching, the A/AAAA race is back, and CoreDNS carries the load the cache was deployed to take.".into();
+            f.evidence = a
+                .examples
+                .iter()
+                .map(|e| format!("bypassed: {e}"))
+                .collect();
+            if let Some(e) = &a.evidence {
+                f.evidence.push(format!("packets: {e}"));
+            }
+            f.fix = "Give the pod the node cache's address as nameserver (kubelet `clusterDNS` set to the link-local address, e.g. 169.254.20.10, or the cache listening on the kube-dns ClusterIP); pods with `dnsPolicy: None` or hard-coded servers must be changed by hand.".into();
+            out.push(f);
+        }
+        out
+    }
+}
