@@ -2455,7 +2455,7 @@ fn forward_storm(c: &mut Correlator, out: &mut Vec<Record>, n: u32, t0: u64, gap
 /// their transactions) take from the allocator: `max_leg_bytes` bounds memory.
 #[test]
 fn the_leg_tables_bytes_cover_what_they_take() {
-    let storm = || {
+    let (c, taken) = crate::memory::heap_bytes_of(|| {
         let mut c = Correlator::new(
             CorrelateConfig {
                 max_leg_bytes: usize::MAX,
@@ -2465,14 +2465,11 @@ fn the_leg_tables_bytes_cover_what_they_take() {
         );
         forward_storm(&mut c, &mut vec![], 20_000, MS, 100_000);
         c
-    };
-    // The least of two measures: other tests' allocations meanwhile count too.
-    let (c, taken) = crate::memory::heap_bytes_of(storm);
-    let Some(mut taken) = taken else {
+    });
+    let Some(taken) = taken else {
         eprintln!("system allocator: no heap figure");
         return;
     };
-    taken = taken.min(crate::memory::heap_bytes_of(storm).1.unwrap_or(taken));
     let (legs, counted) = (c.open_legs(), c.legs.bytes());
     eprintln!(
         "{legs} legs open: {taken} bytes taken ({} a leg), {counted} counted ({} a leg)",

@@ -275,20 +275,15 @@ fn loop_tx(port: u16) -> TransactionRecord {
 #[test]
 fn record_bytes_cover_a_queued_copy() {
     for (what, tx) in [("one leg", failing_tx(40000)), ("a loop's", loop_tx(40001))] {
-        let copy = || {
+        let (copies, taken) = crate::memory::heap_bytes_of(|| {
             (0..64)
                 .map(|_| Box::new(tx.clone()))
                 .collect::<Vec<Box<TransactionRecord>>>()
-        };
-        // The least of three measures: other tests' allocations meanwhile count too.
-        let (copies, taken) = crate::memory::heap_bytes_of(copy);
-        let Some(mut taken) = taken else {
+        });
+        let Some(taken) = taken else {
             eprintln!("system allocator: no heap figure");
             return;
         };
-        for _ in 0..2 {
-            taken = taken.min(crate::memory::heap_bytes_of(copy).1.unwrap_or(taken));
-        }
         let taken = taken / copies.len();
         let counted = record_bytes(&tx);
         eprintln!("{what} transaction: {taken} bytes taken, {counted} counted");
