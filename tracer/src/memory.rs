@@ -7,12 +7,96 @@
 //! (tens of MiB each) would then add up to a peak of resident memory twice what they need,
 //! so [`release_freed`] hands them back at once.
 
+#[cfg(all(not(test), not(feature = "system-allocator")))]
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
+/// In the unit tests, mimalloc counting each thread's blocks (see [`heap_bytes_of`]).
+#[cfg(all(test, not(feature = "system-allocator")))]
+#[global_allocator]
+static GLOBAL: counting::Counting = counting::Counting;
+
+#[cfg(all(test, not(feature = "system-allocator")))]
+mod counting {
+    use std::{
+        alloc::{GlobalAlloc, Layout},
+        cell::Cell,
+    };
+
+    thread_local! {
+        /// Bytes of the blocks this thread allocated less those it freed.
+        pub(super) static HELD: Cell<isize> = const { Cell::new(0) };
+    }
+
+    fn count(p: *mut u8, sign: isize) {
+        if p.is_null() {
+            return;
+        }
+        // SAFETY: `p` is a live block of mimalloc's.
+        let n = unsafe { libmimalloc_sys::mi_usable_size(p.cast()) } as isize;
+        let _ = HELD.try_with(|h| h.set(h.get() + sign * n));
+    }
+
+    pub(super) struct Counting;
+
+    // SAFETY: mimalloc's, with a count beside.
+    unsafe impl GlobalAlloc for Counting {
+        unsafe fn alloc(&self, l: Layout) -> *mut u8 {
+            // SAFETY: as GlobalAlloc::alloc.
+            let p = unsafe { mimalloc::MiMalloc.alloc(l) };
+            count(p, 1);
+            p
+        }
+        unsafe fn alloc_zeroed(&self, l: Layout) -> *mut u8 {
+            // SAFETY: as GlobalAlloc::alloc_zeroed.
+            let p = unsafe { mimalloc::MiMalloc.alloc_zeroed(l) };
+            count(p, 1);
+            p
+        }
+        unsafe fn dealloc(&self, p: *mut u8, l: Layout) {
+            count(p, -1);
+            // SAFETY: as GlobalAlloc::dealloc.
+            unsafe { mimalloc::MiMalloc.dealloc(p, l) }
+        }
+        unsafe fn realloc(&self, p: *mut u8, l: Layout, new: usize) -> *mut u8 {
+            count(p, -1);
+            // SAFETY: as GlobalAlloc::realloc.
+            let q = unsafe { mimalloc::MiMalloc.realloc(p, l, new) };
+            count(if q.is_null() { p } else { q }, 1);
+            q
+        }
+    }
+}
+
 /// Returns the memory freed so far to the system now (after start-up's large parses).
+#[cfg(not(feature = "system-allocator"))]
 pub fn release_freed() {
     // SAFETY: mi_collect only walks mimalloc's own heaps (those of the calling thread and
     // the abandoned ones); it may be called at any time, from any thread.
     unsafe { libmimalloc_sys::mi_collect(true) }
+}
+
+/// The system allocator's (`system-allocator`, for heap profilers): glibc's `malloc_trim`.
+#[cfg(feature = "system-allocator")]
+pub fn release_freed() {
+    // SAFETY: malloc_trim only returns glibc's free memory to the system.
+    unsafe { libc::malloc_trim(0) };
+}
+
+/// Runs `f`, and returns what it made with the bytes of the blocks the calling thread
+/// allocated in it and did not free (whole blocks, as mimalloc sized them): how tests check
+/// that a structure's own count of its size covers what it really takes. `None` with the
+/// system allocator.
+#[cfg(test)]
+pub fn heap_bytes_of<T>(f: impl FnOnce() -> T) -> (T, Option<usize>) {
+    #[cfg(not(feature = "system-allocator"))]
+    {
+        let held = || counting::HELD.with(std::cell::Cell::get);
+        let before = held();
+        let made = f();
+        let after = held();
+        (made, Some(usize::try_from(after - before).unwrap_or(0)))
+    }
+    #[cfg(feature = "system-allocator")]
+    (f(), None)
 }

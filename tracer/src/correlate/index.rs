@@ -49,7 +49,22 @@ pub(super) struct LegIndex {
     roots_by_socket: HashMap<SocketAddr, Vec<Candidate>, Sip>,
     /// Changes whenever a leg comes or goes: what `by_key` answers can change only then.
     generation: u64,
+    /// Hops the legs hold (see [`LegIndex::bytes`]).
+    hops: usize,
 }
+
+/// What a leg takes, about, beyond its hops: the leg in its table's slot (a table is at
+/// most 8/7 full, and up to twice as large as that after it grew), its key and candidates
+/// in the indexes (with their tables' slack), its hops' vector and response.
+const LEG_BYTES: usize = 2 * std::mem::size_of::<Leg>()
+    + 2 * (std::mem::size_of::<LegKey>() + 8)
+    + 3 * (2 * std::mem::size_of::<Candidate>() + 64)
+    + 128
+    // Its transaction, lookup, timers and the detectors' entries for its question, about
+    // (measured: 5.5 KB a leg of ten hops in all, `the_leg_tables_bytes_cover_what_they_take`).
+    + 1024;
+/// A stored hop, in a vector that may be up to twice as long as its hops.
+const HOP_BYTES: usize = 2 * std::mem::size_of::<super::model::Hop>();
 
 impl LegIndex {
     /// Adds a new, unanswered leg to every index (its key, question and, for a root leg,
@@ -74,6 +89,7 @@ impl LegIndex {
             );
             push_capped(&mut self.roots_by_socket, leg.client, c);
         }
+        self.hops += leg.hops.len();
         self.legs.insert(id, leg);
     }
 
@@ -81,6 +97,7 @@ impl LegIndex {
     pub(super) fn remove(&mut self, id: u64) -> Option<Leg> {
         let leg = self.legs.remove(&id)?;
         self.generation += 1;
+        self.hops = self.hops.saturating_sub(leg.hops.len());
         // The key's question is shared: the index keys built here copy no name.
         if !leg.timed_out && leg.response.is_none() {
             remove_from(&mut self.open_by_q, leg.key.q.clone(), id);
@@ -192,6 +209,30 @@ impl LegIndex {
 
     pub(super) fn len(&self) -> usize {
         self.legs.len()
+    }
+
+    /// A hop was pushed onto a leg (through [`LegIndex::get_mut`]).
+    pub(super) fn hop_added(&mut self) {
+        self.hops += 1;
+    }
+
+    /// What the legs and their indexes take from the allocator, about: what
+    /// [`CorrelateConfig::max_leg_bytes`](super::CorrelateConfig::max_leg_bytes) bounds.
+    pub(super) fn bytes(&self) -> usize {
+        self.legs.len() * LEG_BYTES + self.hops * HOP_BYTES
+    }
+
+    /// Hands back the tables' room beyond four times what they hold (after a storm): a
+    /// hash table keeps its largest size otherwise.
+    pub(super) fn shrink(&mut self) {
+        let n = self.legs.len().max(1024);
+        if self.legs.capacity() > 4 * n {
+            self.legs.shrink_to(2 * n);
+            self.by_key.shrink_to(2 * n);
+            self.open_by_q.shrink_to(2 * n);
+            self.roots_by_q.shrink_to(2 * n);
+            self.roots_by_socket.shrink_to(2 * n);
+        }
     }
 
     /// Bumped by every insert and removal (see [`LegIndex::by_key`]).

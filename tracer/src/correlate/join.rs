@@ -116,7 +116,8 @@ impl<D: Detector> Correlator<D> {
                 return;
             };
             let via = via_for(leg, seen_client, seen_server, by_ct);
-            if leg.hops.len() < max_hops {
+            let stored = leg.hops.len() < max_hops;
+            if stored {
                 leg.hops.push(hop(via));
             } else {
                 self.stats.hops_not_stored += 1;
@@ -134,6 +135,9 @@ impl<D: Detector> Correlator<D> {
                         };
                     }
                 }
+            }
+            if stored {
+                self.legs.hop_added();
             }
             self.touch(tx, o.ts_ns);
             return;
@@ -168,7 +172,8 @@ impl<D: Detector> Correlator<D> {
                         leg.backend_at = Some((o.at, o.netns.clone()));
                         moved = leg.parent.is_some();
                     }
-                    if leg.hops.len() < max_hops {
+                    let stored = leg.hops.len() < max_hops;
+                    if stored {
                         leg.hops.push(hop(via));
                     } else {
                         self.stats.hops_not_stored += 1;
@@ -179,6 +184,9 @@ impl<D: Detector> Correlator<D> {
                     }
                     leg.last_ts = leg.last_ts.max(o.ts_ns);
                     let tx = leg.tx;
+                    if stored {
+                        self.legs.hop_added();
+                    }
                     self.touch(tx, o.ts_ns);
                     if moved {
                         self.check_cycle(leg_id, o.ts_ns);
@@ -495,7 +503,7 @@ impl<D: Detector> Correlator<D> {
     }
 
     pub(super) fn enforce_bounds(&mut self) {
-        while self.legs.len() > self.cfg.max_legs {
+        while self.legs.len() > self.cfg.max_legs || self.legs.bytes() > self.cfg.max_leg_bytes {
             let Some(oldest) = self.oldest_transaction() else {
                 break;
             };

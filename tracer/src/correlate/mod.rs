@@ -106,6 +106,11 @@ pub struct CorrelateConfig {
     /// A loop that lasts is reported again at most this often (`ongoing`).
     pub loop_update_ns: u64,
     pub max_legs: usize,
+    /// Bytes the legs, their hops and indexes may take (as counted by the leg table): a
+    /// loop's legs hold up to `max_hops_per_leg` hops each, so `max_legs` alone bounds
+    /// memory only at 64 times what the usual legs take. Beyond, the oldest transaction is
+    /// reported early, as at `max_legs`.
+    pub max_leg_bytes: usize,
     pub max_ct_entries: usize,
     pub max_hops_per_leg: usize,
     /// Legs kept per transaction (a loop grows its tree without end).
@@ -133,6 +138,7 @@ impl Default for CorrelateConfig {
             loop_end_ns: 2_000_000_000,
             loop_update_ns: 1_000_000_000,
             max_legs: 65_536,
+            max_leg_bytes: 64 << 20,
             max_ct_entries: 262_144,
             max_hops_per_leg: 64,
             max_legs_per_transaction: 64,

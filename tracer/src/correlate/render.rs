@@ -11,6 +11,9 @@ impl<D: Detector> Correlator<D> {
             self.watermark = self.watermark.max(o.ts());
             self.process(o);
         }
+        // Hops added to legs since the last new leg count too; and a storm's room goes back.
+        self.enforce_bounds();
+        self.legs.shrink();
         self.finish(now_ns, false, out);
     }
 

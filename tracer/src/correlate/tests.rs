@@ -2406,3 +2406,110 @@ fn a_packet_inside_and_outside_a_tunnel_is_one_leg() {
         .get("tunnel")
         .is_none());
 }
+
+/// Questions forwarded client → ClusterIP → pod A → pod B, each query seen at ten points
+/// (a loop's legs before it is known as one, a busy node's): `n` of them from `t0`, `gap`
+/// apart, none answered.
+fn forward_storm(c: &mut Correlator, out: &mut Vec<Record>, n: u32, t0: u64, gap: u64) {
+    for i in 0..n {
+        let ts = t0 + u64::from(i) * gap;
+        let name = format!("s{i}.storm.test.");
+        let client = format!("10.0.{}.{}:{}", i / 250 % 250, i % 250, 1024 + i % 60000);
+        let legs = [
+            (client.as_str(), "10.96.0.10:53", "10.244.1.3:53"),
+            ("10.244.1.3:40000", "10.96.0.10:53", "10.244.1.4:53"),
+        ];
+        for (li, (src, dst, backend)) in legs.into_iter().enumerate() {
+            let m: Arc<DnsMessage> = msg(
+                i as u16 ^ (li as u16) << 15,
+                false,
+                &name,
+                "A",
+                "NOERROR",
+                &[],
+                false,
+            )
+            .into();
+            for k in 0..10u32 {
+                c.on_observed(Observed::Message(Observation {
+                    ts_ns: ts + u64::from(k) * 1_000 + li as u64 * 20_000,
+                    at: at(1, 10 + k + 20 * li as u32, Direction::Egress),
+                    netns: "node".into(),
+                    ifname: format!("veth{k}").into(),
+                    proto: UDP,
+                    src: src.parse().unwrap(),
+                    dst: (if k < 5 { dst } else { backend }).parse().unwrap(),
+                    msg: Arc::clone(&m),
+                    tunnel: None,
+                }));
+            }
+        }
+        if i % 64 == 0 {
+            c.tick(ts, out);
+        }
+    }
+    c.tick(t0 + u64::from(n) * gap, out);
+}
+
+/// The leg table's count of its bytes covers what the legs, their hops and indexes (and
+/// their transactions) take from the allocator: `max_leg_bytes` bounds memory.
+#[test]
+fn the_leg_tables_bytes_cover_what_they_take() {
+    let (c, taken) = crate::memory::heap_bytes_of(|| {
+        let mut c = Correlator::new(
+            CorrelateConfig {
+                max_leg_bytes: usize::MAX,
+                ..Default::default()
+            },
+            Clock::Epoch,
+        );
+        forward_storm(&mut c, &mut vec![], 20_000, MS, 100_000);
+        c
+    });
+    let Some(taken) = taken else {
+        eprintln!("system allocator: no heap figure");
+        return;
+    };
+    let (legs, counted) = (c.open_legs(), c.legs.bytes());
+    eprintln!(
+        "{legs} legs open: {taken} bytes taken ({} a leg), {counted} counted ({} a leg)",
+        taken / legs.max(1),
+        counted / legs.max(1),
+    );
+    assert!(legs > 30_000, "{legs}");
+    assert!(counted >= taken, "{counted} counted, {taken} taken");
+    assert!(counted <= 3 * taken, "{counted} counted, {taken} taken");
+}
+
+/// Under a storm of new legs with many hops the legs stay within their byte budget: the
+/// oldest transactions go, counted, and the tables give their room back once it is over.
+#[test]
+fn a_storm_of_legs_stays_within_its_byte_budget() {
+    let budget = 4 << 20;
+    let (mut c, taken) = crate::memory::heap_bytes_of(|| {
+        let mut c = Correlator::new(
+            CorrelateConfig {
+                max_leg_bytes: budget,
+                ..Default::default()
+            },
+            Clock::Epoch,
+        );
+        forward_storm(&mut c, &mut vec![], 20_000, MS, 100_000);
+        c
+    });
+    assert!(c.legs.bytes() <= budget, "{} > {budget}", c.legs.bytes());
+    if let Some(taken) = taken {
+        // The legs within their budget; beyond it, what is kept per question and client
+        // (lookups, loop baselines, recent client queries: each capped in entries, not
+        // bytes), measured at about 750 bytes a question, and the reorder window.
+        eprintln!("{taken} bytes taken for 20,000 questions, {budget} of legs");
+        assert!(taken <= budget + 20_000 * 1024, "{taken} bytes taken");
+    }
+    let s = c.stats();
+    assert!(s.evicted_transactions > 10_000, "{s:?}");
+    assert_eq!(s.evicted_legs, 2 * s.evicted_transactions, "{s:?}");
+    // Every question unanswered: reported at the timeout; then the tables are small again.
+    c.tick(20 * 1_000 * MS, &mut Vec::<Record>::new());
+    assert_eq!(c.open_legs(), 0);
+    assert_eq!(c.legs.bytes(), 0);
+}

@@ -79,6 +79,25 @@ struct Held {
     /// What the records said, in the order they came.
     notes: String,
     claimed: bool,
+    /// Its share of [`Annotator::bytes`] (see [`footprint`]).
+    counted: usize,
+}
+
+/// What a held packet takes beyond its bytes, comment and question: its entry (in a queue
+/// that may be twice as long as what it holds), the time index's entry, the shared
+/// buffer's header, a note or two (`txn=… leg=… hop=…/… role=… msg=…`) and the allocator's
+/// rounding of each block.
+const HELD_OVERHEAD: usize = 2 * std::mem::size_of::<Held>() + 96 + 48 + 192 + 64;
+
+/// The bytes a held packet is counted for: what it takes from the allocator, about, so
+/// that `max_bytes` bounds memory and not only the packets' payload (a DNS query's bytes
+/// are a fifth of what holding it takes).
+fn footprint(h: &Held) -> usize {
+    h.packet.data.len()
+        + h.packet.comment.capacity()
+        + h.question.as_ref().map_or(0, |q| q.1.capacity())
+        + h.notes.capacity()
+        + HELD_OVERHEAD
 }
 
 pub struct Annotator {
@@ -167,6 +186,7 @@ impl Annotator {
             question,
             claimed: !notes.is_empty() || !self.cfg.transactions,
             notes,
+            counted: 0,
         });
     }
 
@@ -214,12 +234,14 @@ impl Annotator {
             question,
             notes: String::new(),
             claimed: !self.cfg.transactions,
+            counted: 0,
         });
     }
 
-    fn hold(&mut self, h: Held) {
+    fn hold(&mut self, mut h: Held) {
         let seq = self.front + self.held.len() as u64;
-        self.bytes += h.packet.data.len() + h.packet.comment.len();
+        h.counted = footprint(&h);
+        self.bytes += h.counted;
         self.by_ts.entry(h.packet.ts_ns).or_default().push(seq);
         self.held.push_back(h);
     }
@@ -353,9 +375,7 @@ impl Annotator {
             };
             let seq = self.front;
             self.front += 1;
-            self.bytes = self
-                .bytes
-                .saturating_sub(h.packet.data.len() + h.packet.comment.len());
+            self.bytes = self.bytes.saturating_sub(h.counted);
             if let Some(v) = self.by_ts.get_mut(&h.packet.ts_ns) {
                 v.retain(|&s| s != seq);
                 if v.is_empty() {
@@ -378,6 +398,11 @@ impl Annotator {
                 p.comment = format!("{}{}", h.notes, p.comment);
             }
             out.push(p);
+        }
+        // A burst's room goes back (a queue keeps its largest size otherwise).
+        if self.held.capacity() > 4 * self.held.len().max(1024) {
+            self.held.shrink_to(2 * self.held.len().max(1024));
+            self.by_ts.shrink_to(2 * self.held.len().max(1024));
         }
     }
 }

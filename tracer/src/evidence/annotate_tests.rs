@@ -131,7 +131,14 @@ fn the_wait_is_bounded_in_time_and_bytes() {
     assert_eq!(out.len(), 1);
     assert_eq!(a.stats().unclaimed, 1);
 
-    let mut a = Annotator::new(cfg(150));
+    // Room for two and a half packets.
+    let one = {
+        let mut a = Annotator::new(cfg(1 << 20));
+        let (p, r) = query(0, 3, 7, "www.lab.test.");
+        a.packet(&p, &[&r]);
+        a.bytes
+    };
+    let mut a = Annotator::new(cfg(one * 5 / 2));
     for ts in 0..4 {
         let (p, r) = query(ts, 3, 7, "www.lab.test.");
         a.packet(&p, &[&r]);
@@ -204,4 +211,39 @@ fn packet_ids_ignore_nat_and_follow_the_payload() {
     let (b, _) = query(1, 3, 8, "www.lab.test.");
     assert_ne!(packet_id(&a.data), packet_id(&b.data));
     assert_ne!(packet_id(&[]), packet_id(&[0x45]));
+}
+
+/// The held packets' account of their bytes covers what they take from the allocator
+/// (the packet, its comment, the question, the time index and the entry itself), so
+/// `max_bytes` bounds the memory held, not only the packets' payload.
+#[test]
+fn the_byte_bound_covers_what_held_packets_take() {
+    let names: Vec<String> = (0..20_000)
+        .map(|i| format!("n{i}.default.svc.cluster.local."))
+        .collect();
+    let (a, taken) = crate::memory::heap_bytes_of(|| {
+        let mut a = Annotator::new(cfg(1 << 30));
+        for (i, n) in names.iter().enumerate() {
+            // Made and gone as in the pipeline: the annotator keeps what it holds.
+            let (p, r) = query(i as u64 * 1000, 3 + (i % 4) as u32, i as u16, n);
+            a.packet(&p, &[&r]);
+        }
+        a
+    });
+    let Some(taken) = taken else {
+        eprintln!("system allocator: no heap figure");
+        return;
+    };
+    let counted = a.bytes;
+    eprintln!(
+        "{} packets held: {taken} bytes taken ({} a packet), {counted} counted ({} a packet)",
+        names.len(),
+        taken / names.len(),
+        counted / names.len()
+    );
+    assert!(counted >= taken, "{counted} bytes counted, {taken} taken");
+    assert!(
+        counted <= 2 * taken,
+        "{counted} bytes counted, {taken} taken"
+    );
 }

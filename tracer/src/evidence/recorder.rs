@@ -74,7 +74,9 @@ pub struct Recorder {
 }
 
 fn size_of(p: &EvidencePacket) -> usize {
-    p.data.len() + p.comment.len() + 64
+    // Beyond its bytes and comment: the packet in its shared block, the buffer's header,
+    // its places in the ring and a file, and the allocator's rounding.
+    p.data.len() + p.comment.capacity() + std::mem::size_of::<EvidencePacket>() + 128
 }
 
 impl Recorder {

@@ -101,7 +101,8 @@ pub struct OtlpArgs {
     /// query could not confirm, but can be confirmed).
     #[arg(long, value_name = "FILE")]
     otlp_secret_file: Option<PathBuf>,
-    /// Transactions waiting for the exporter; beyond, new ones are dropped and counted.
+    /// Transactions waiting for the exporter (and at most 8 MiB of them); beyond, new ones
+    /// are dropped and counted.
     #[arg(long, value_name = "N", default_value_t = 8192,
           value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
     otlp_queue: u64,
@@ -186,8 +187,9 @@ pub struct RecordArgs {
     /// Seconds of packets after an incident that its file holds.
     #[arg(long, value_name = "DURATION", default_value = "5", value_parser = parse_secs)]
     record_after: Secs,
-    /// Packets the recorder keeps in memory (its ring, and each file): megabytes, or e.g.
-    /// `256MiB`.
+    /// Packets the recorder keeps in memory (its ring, and each file; as much again of
+    /// packets waiting for their transaction), counted as held in memory: megabytes, or
+    /// e.g. `256MiB`.
     #[arg(long, value_name = "SIZE", default_value = "64", value_parser = parse_size)]
     record_buffer: u64,
     /// Recorder files DIR keeps (megabytes, or e.g. `2GiB`); the oldest are deleted first.

@@ -119,8 +119,11 @@ impl RunOptions {
             drops,
             kernel_log,
             evidence: EvidenceOptions {
+                // Packets waiting for their transaction: as much as the recorder's ring, so
+                // that `--record-buffer` sizes the recorder's memory (twice it) under the
+                // DaemonSet's limit.
+                buffer_bytes: record.as_ref().map_or(0, |r| r.ring_bytes),
                 record,
-                buffer_bytes: 64_000_000,
                 ..Default::default()
             },
             every_packet: false,

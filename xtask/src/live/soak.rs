@@ -100,6 +100,25 @@ impl Cgroup {
             }),
         }
     }
+    /// Memory charged to the cgroup now (anonymous, kernel and page cache).
+    fn current(&self) -> Option<u64> {
+        if self.v2 {
+            self.read_u64("memory.current", None)
+        } else {
+            self.read_u64("memory.usage_in_bytes", None)
+        }
+    }
+    /// (anonymous, kernel) bytes of [`Cgroup::current`] (v2; v1: rss, and no kernel figure).
+    fn split(&self) -> (Option<u64>, Option<u64>) {
+        if self.v2 {
+            (
+                self.read_u64("memory.stat", Some("anon")),
+                self.read_u64("memory.stat", Some("kernel")),
+            )
+        } else {
+            (self.read_u64("memory.stat", Some("rss")), None)
+        }
+    }
     fn oom_kills(&self) -> Option<u64> {
         if self.v2 {
             self.read_u64("memory.events", Some("oom_kill"))
@@ -170,6 +189,12 @@ fn start_agent(
         "netns",
         "exec",
         lab.node_ns(),
+    ];
+    // A heap profiler around the agent (e.g. `heaptrack -o DIR/agent` with a build of
+    // `--features system-allocator`): the soak as a measurement of where memory goes.
+    let wrap = std::env::var("DNSPATH_SOAK_WRAP").unwrap_or_default();
+    args.extend(wrap.split_whitespace());
+    args.extend([
         dnspath,
         "agent",
         "--listen",
@@ -178,7 +203,7 @@ fn start_agent(
         &record,
         "--record-buffer",
         "16",
-    ];
+    ]);
     if let Some(url) = otlp {
         args.extend(["--otlp", url, "--otlp-sample", "0.01"]);
     }
@@ -364,6 +389,11 @@ struct Sample {
     packets: u64,
     lost: u64,
     oom_kills: u64,
+    /// The cgroup's charge: the most seen since the last sample (read every loop turn),
+    /// and its anonymous and kernel parts now.
+    cg_max: Option<u64>,
+    anon: Option<u64>,
+    kernel: Option<u64>,
 }
 
 fn scrape(lab: &Lab) -> (u64, u64) {
@@ -464,6 +494,7 @@ fn soak(
             let mut plan = schedule(total_s).into_iter().peekable();
             let mut next_sample = 0u64;
             let mut unanswered_sent = 0u64;
+            let mut cg_max: Option<u64> = None;
             while start.elapsed().as_secs() < total_s {
                 let now = start.elapsed().as_secs();
                 while let Some((t, f)) = plan.next_if(|(t, _)| *t <= now) {
@@ -598,14 +629,16 @@ fn soak(
                         let _ = c.wait();
                     });
                 unanswered_sent += 1;
+                cg_max = cg_max.max(cg.current());
                 // Died (OOM-killed, crashed): restarted as kubelet would.
                 if agent.as_mut().is_some_and(Tool::exited) {
                     if let Some(a) = agent.take() {
                         let f = a.stop(libc::SIGKILL);
                         let why = format!(
-                            "agent DIED ({}; OOM kills so far {}): {}",
+                            "agent DIED ({}; OOM kills so far {}; cgroup at most {} MiB since the last sample): {}",
                             f.status.map_or("?".into(), |s| s.to_string()),
                             cg.oom_kills().unwrap_or(0),
+                            cg_max.map_or("-".into(), |b| (b >> 20).to_string()),
                             f.stderr
                                 .lines()
                                 .rev()
@@ -634,7 +667,11 @@ fn soak(
                         let (healthz, _) = curl(lab, "/healthz");
                         let (readyz, _) = curl(lab, "/readyz");
                         let (packets, lost) = scrape(lab);
+                        let (anon, kernel) = cg.split();
                         samples.push(Sample {
+                            cg_max: cg_max.take(),
+                            anon,
+                            kernel,
                             t_s: now,
                             rss_kib: vm_rss_kib(pid),
                             cpu_s: cpu_s(&pid.to_string(), false).unwrap_or(0.0),
@@ -753,9 +790,10 @@ fn report(r: &Report) {
         r.o.memory_mib
     );
     println!(
-        "  {:>6} {:>8} {:>8} {:>7} {:>12} {:>10} {:>4}",
-        "t s", "VmRSS", "CPU %", "ready", "packets", "lost", "OOM"
+        "  {:>6} {:>8} {:>8} {:>8} {:>8} {:>8} {:>7} {:>12} {:>10} {:>4}",
+        "t s", "VmRSS", "cg max", "anon", "kernel", "CPU %", "ready", "packets", "lost", "OOM"
     );
+    let mib_b = |b: Option<u64>| b.map_or("-".into(), |b| (b >> 20).to_string());
     let mut prev: Option<&Sample> = None;
     for s in r.samples {
         // CPU per query is the run's (below): dnsperf's own rate varies with the faults.
@@ -769,9 +807,12 @@ fn report(r: &Report) {
             _ => "-".into(),
         };
         println!(
-            "  {:>6} {:>8} {:>8} {:>7} {:>12} {:>10} {:>4}",
+            "  {:>6} {:>8} {:>8} {:>8} {:>8} {:>8} {:>7} {:>12} {:>10} {:>4}",
             s.t_s,
             mib(s.rss_kib),
+            mib_b(s.cg_max),
+            mib_b(s.anon),
+            mib_b(s.kernel),
             cpu_pct,
             format!(
                 "{}/{}",

@@ -65,6 +65,12 @@ pub struct OtlpConfig {
     pub spans: SpanConfig,
     /// Transactions waiting to be exported; beyond, new ones are dropped and counted.
     pub queue: usize,
+    /// Bytes of the transactions waiting or being sent (as [`record_bytes`] counts them);
+    /// beyond, new ones are dropped and counted as with a full queue. Bounds the memory
+    /// the exporter holds while the backend is down, whatever the transactions' size (a
+    /// loop's have 64 legs of up to 64 hops): the spans and the encoded request of a batch
+    /// are made from at most this much.
+    pub queue_bytes: usize,
     /// Transactions per request (at most; a request also goes after [`BATCH_DELAY`]).
     pub batch: usize,
     /// At the end of the run, how long the exporter may take to send what is queued.
@@ -75,6 +81,9 @@ pub struct OtlpConfig {
 
 /// A batch goes at the latest this long after its first transaction.
 pub const BATCH_DELAY: Duration = Duration::from_secs(1);
+/// [`OtlpConfig::queue_bytes`] by default: at the 1 % sample and a few failures a second of
+/// 10k qps, tens of seconds of a backend's absence.
+pub const QUEUE_BYTES: usize = 8 << 20;
 /// Attempts per request (the first and the retries).
 const ATTEMPTS: u32 = 4;
 const BACKOFF_START: Duration = Duration::from_millis(250);
@@ -152,6 +161,7 @@ impl OtlpConfig {
             slow_ns: 1_000_000_000,
             spans: SpanConfig::default(),
             queue: 8192,
+            queue_bytes: QUEUE_BYTES,
             batch: 512,
             flush_timeout: Duration::from_secs(5),
             tls,
@@ -253,6 +263,8 @@ pub struct OtlpStats {
 #[derive(Default)]
 struct Counters {
     queued: AtomicU64,
+    /// [`record_bytes`] of what is queued or being sent.
+    queued_bytes: AtomicU64,
     transactions_exported: AtomicU64,
     spans_exported: AtomicU64,
     sampled_out: AtomicU64,
@@ -284,8 +296,12 @@ impl Counters {
 }
 
 /// The tracing side's handle: [`Exporter::offer`] never blocks.
+/// A queued transaction and its [`record_bytes`].
+type Queued = (Box<TransactionRecord>, u64);
+
 pub struct Exporter {
-    queue: Option<tokio::sync::mpsc::Sender<Box<TransactionRecord>>>,
+    queue: Option<tokio::sync::mpsc::Sender<Queued>>,
+    queue_bytes: u64,
     counters: Arc<Counters>,
     done: std::sync::mpsc::Receiver<()>,
     thread: Option<JoinHandle<()>>,
@@ -306,6 +322,7 @@ impl Exporter {
         let slow_ns = cfg.slow_ns;
         let key = cfg.spans.key.clone();
         let flush_timeout = cfg.flush_timeout;
+        let queue_bytes = cfg.queue_bytes as u64;
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()?;
@@ -317,6 +334,7 @@ impl Exporter {
             })?;
         Ok(Self {
             queue: Some(tx),
+            queue_bytes,
             counters,
             done,
             thread: Some(thread),
@@ -328,7 +346,8 @@ impl Exporter {
     }
 
     /// Queues a decided transaction if it is sampled (its trace id against the ratio) or
-    /// failing or slow; a full queue drops it, counted. O(1) but for the record's copy.
+    /// failing or slow; a full queue (in transactions or bytes) drops it, counted. O(1) but
+    /// for the record's copy.
     pub fn offer(&self, tx: &TransactionRecord) {
         let Some(q) = &self.queue else { return };
         let keep = spans::failing(tx)
@@ -338,16 +357,21 @@ impl Exporter {
             self.counters.sampled_out.fetch_add(1, Ordering::Relaxed);
             return;
         }
-        match q.try_send(Box::new(tx.clone())) {
-            Ok(()) => {
+        let bytes = record_bytes(tx) as u64;
+        let held = &self.counters.queued_bytes;
+        // Only this thread adds: the budget cannot be overrun between the load and the add.
+        let fits = held.load(Ordering::Relaxed) + bytes <= self.queue_bytes;
+        if fits {
+            held.fetch_add(bytes, Ordering::Relaxed);
+            if q.try_send((Box::new(tx.clone()), bytes)).is_ok() {
                 self.counters.queued.fetch_add(1, Ordering::Relaxed);
+                return;
             }
-            Err(_) => {
-                self.counters
-                    .dropped_queue_full
-                    .fetch_add(1, Ordering::Relaxed);
-            }
+            held.fetch_sub(bytes, Ordering::Relaxed);
         }
+        self.counters
+            .dropped_queue_full
+            .fetch_add(1, Ordering::Relaxed);
     }
 
     /// The counts so far.
@@ -371,16 +395,13 @@ impl Exporter {
 
 /// The exporter thread: batches of transactions into requests until the queue is closed
 /// and empty.
-async fn drain(
-    cfg: OtlpConfig,
-    mut rx: tokio::sync::mpsc::Receiver<Box<TransactionRecord>>,
-    counters: &Counters,
-) {
+async fn drain(cfg: OtlpConfig, mut rx: tokio::sync::mpsc::Receiver<Queued>, counters: &Counters) {
     let mut client = match Client::new(&cfg) {
         Ok(c) => c,
         Err(e) => {
             log::warn!("{e}; no spans will be exported");
-            while let Some(_t) = rx.recv().await {
+            while let Some((_t, bytes)) = rx.recv().await {
+                counters.queued_bytes.fetch_sub(bytes, Ordering::Relaxed);
                 counters
                     .dropped_export_failed
                     .fetch_add(1, Ordering::Relaxed);
@@ -389,7 +410,9 @@ async fn drain(
         }
     };
     let batch = cfg.batch.max(1);
-    let mut buf: Vec<Box<TransactionRecord>> = Vec::with_capacity(batch);
+    // A request goes once its transactions reach a quarter of the byte budget.
+    let batch_bytes = (cfg.queue_bytes as u64 / 4).max(1);
+    let mut buf: Vec<Queued> = Vec::with_capacity(batch);
     let mut first: Option<Instant> = None;
     loop {
         let wait = first.map_or(BATCH_DELAY, |f| BATCH_DELAY.saturating_sub(f.elapsed()));
@@ -402,11 +425,15 @@ async fn drain(
             Err(_) => false,
         };
         let due = first.is_some_and(|f| f.elapsed() >= BATCH_DELAY);
-        if !buf.is_empty() && (closed || due || buf.len() >= batch) {
+        let bytes: u64 = buf.iter().map(|(_, b)| b).sum();
+        if !buf.is_empty() && (closed || due || buf.len() >= batch || bytes >= batch_bytes) {
             let n = buf.len() as u64;
-            let (request, spans) = request(&cfg.spans, buf.drain(..));
+            let (request, spans) = request(&cfg.spans, buf.drain(..).map(|(t, _)| t));
             first = None;
-            if client.send(request, counters).await {
+            let sent = client.send(request, counters).await;
+            // Until now the batch, its spans and its encoded request were held.
+            counters.queued_bytes.fetch_sub(bytes, Ordering::Relaxed);
+            if sent {
                 counters
                     .transactions_exported
                     .fetch_add(n, Ordering::Relaxed);
@@ -420,6 +447,67 @@ async fn drain(
         if closed {
             return;
         }
+    }
+}
+
+/// What a queued transaction takes from the allocator, about (its record's own blocks; the
+/// question and names it shares with the tracing side are not counted): what
+/// [`OtlpConfig::queue_bytes`] bounds.
+pub fn record_bytes(tx: &TransactionRecord) -> usize {
+    use crate::output::record::{HopRecord, LegRecord};
+    use std::mem::size_of;
+    /// Allocator rounding and the headers of the small blocks.
+    const BLOCK: usize = 16;
+    let string = |s: &String| {
+        if s.capacity() == 0 {
+            0
+        } else {
+            s.capacity() + BLOCK
+        }
+    };
+    let opt = |s: &Option<String>| s.as_ref().map_or(0, string);
+    let strings = |v: &Vec<String>| {
+        v.capacity() * size_of::<String>() + v.iter().map(string).sum::<usize>() + BLOCK
+    };
+    let pod = |p: &crate::output::record::PodRef| opt(&p.pod) + opt(&p.pod_uid) + opt(&p.container);
+    let legs = tx.legs.iter().map(|l: &LegRecord| {
+        // The allocator's size classes round a vector up to an eighth.
+        l.hops.capacity() * size_of::<HopRecord>() * 9 / 8
+            + l.hops.iter().map(|h| pod(&h.pod)).sum::<usize>()
+            + strings(&l.answers)
+            + opt(&l.rcode)
+            + l.drop
+                .as_ref()
+                .map_or(0, |d| string(&d.reason) + string(&d.location) + pod(&d.pod))
+            + 2 * BLOCK
+    });
+    size_of::<TransactionRecord>()
+        + BLOCK
+        + tx.legs.capacity() * size_of::<LegRecord>() * 9 / 8
+        + legs.sum::<usize>()
+        + strings(&tx.answers)
+        + opt(&tx.rcode)
+        + opt(&tx.evidence)
+        + pod(&tx.pod)
+        + summary_bytes(&tx.summary)
+}
+
+fn summary_bytes(s: &crate::correlate::record::Summary) -> usize {
+    use crate::correlate::record::Summary;
+    match s {
+        Summary::AnswerLost {
+            location,
+            netns,
+            ifname,
+            ..
+        } => location.capacity() + netns.capacity() + ifname.capacity() + 48,
+        Summary::Dropped {
+            reason, location, ..
+        }
+        | Summary::Late {
+            reason, location, ..
+        } => reason.capacity() + location.capacity() + 32,
+        Summary::Answered(_) | Summary::Pending | Summary::Unanswered { .. } => 0,
     }
 }
 

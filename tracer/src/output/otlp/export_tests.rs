@@ -342,3 +342,93 @@ fn an_https_endpoint_whose_certificate_is_not_trusted_is_a_counted_failure() {
 /// these tests, never trusted anywhere).
 const CERT: &str = include_str!("testdata/cert.pem");
 const KEY: &str = include_str!("testdata/key.pem");
+/// A loop's transaction: 64 legs of 64 hops each, answered with a few records.
+fn loop_tx(port: u16) -> TransactionRecord {
+    let client = format!("10.244.1.2:{port}");
+    let mut leg = fixtures::leg(
+        crate::correlate::LegRole::Forward,
+        &client,
+        "10.96.0.10:53",
+        "10.244.1.3:53",
+        Some("NOERROR"),
+        Some(1000),
+    );
+    leg.answers = (0..4).map(|i| format!("A 10.250.0.{i}")).collect();
+    let hop = crate::output::record::HopRecord {
+        ts_ns: 1,
+        netns: "node".into(),
+        ifname: "veth0".into(),
+        pod: Default::default(),
+        dir: crate::event::Direction::Egress,
+        src: fixtures::addr(&client),
+        dst: fixtures::addr("10.96.0.10:53"),
+        dns_id: 7,
+        qr: false,
+        latency_ns: None,
+        tunnel: None,
+    };
+    leg.hops = vec![hop; 64];
+    fixtures::transaction(
+        "www.lab.test.",
+        "A",
+        &client,
+        Some("NOERROR"),
+        vec![leg; 64],
+    )
+}
+
+/// [`record_bytes`] covers what a queued copy of a record takes from the allocator (the
+/// queue's byte bound is a bound on memory), for small and loop-sized transactions.
+#[test]
+fn record_bytes_cover_a_queued_copy() {
+    for (what, tx) in [("one leg", failing_tx(40000)), ("a loop's", loop_tx(40001))] {
+        let (copies, taken) = crate::memory::heap_bytes_of(|| {
+            (0..64)
+                .map(|_| Box::new(tx.clone()))
+                .collect::<Vec<Box<TransactionRecord>>>()
+        });
+        let Some(taken) = taken else {
+            eprintln!("system allocator: no heap figure");
+            return;
+        };
+        let taken = taken / copies.len();
+        let counted = record_bytes(&tx);
+        eprintln!("{what} transaction: {taken} bytes taken, {counted} counted");
+        assert!(counted >= taken, "{what}: {counted} counted, {taken} taken");
+        assert!(
+            counted <= 2 * taken + 1024,
+            "{what}: {counted} counted, {taken} taken"
+        );
+    }
+}
+
+/// A receiver that is down and transactions of a loop's size: the queue holds at most its
+/// byte budget, the rest is dropped and counted as a full queue, and nothing is lost
+/// uncounted.
+#[test]
+fn the_queue_is_bounded_in_bytes() {
+    let port = {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let mut c = config(&format!("http://127.0.0.1:{port}"));
+    let big = loop_tx(40000);
+    let each = record_bytes(&big);
+    c.queue_bytes = 10 * each;
+    c.flush_timeout = Duration::from_millis(200);
+    let e = Exporter::start(c).unwrap();
+    for _ in 0..100 {
+        e.offer(&big);
+        assert!(e.counters.queued_bytes.load(Ordering::Relaxed) <= 10 * each as u64);
+    }
+    let s = e.finish();
+    assert!(s.dropped_queue_full >= 90, "{s:?}");
+    assert_eq!(
+        s.transactions_exported
+            + s.dropped_queue_full
+            + s.dropped_export_failed
+            + s.dropped_at_exit,
+        100,
+        "{s:?}"
+    );
+}
