@@ -39,7 +39,7 @@ use super::{
 /// The agent's metrics address, inside the lab's node namespace.
 const LISTEN: &str = "127.0.0.1:9263";
 /// deploy/daemonset.yaml's `resources.limits.memory`.
-const MEMORY_LIMIT: u64 = 256 << 20;
+const MEMORY_LIMIT: u64 = 384 << 20;
 const PHOENIX: &str = "/var/cache/dnspath-lab/phoenix/bin/phoenix";
 
 #[derive(Debug, Clone, clap::Args)]
