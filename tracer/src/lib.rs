@@ -1,21 +1,25 @@
+//! dnspath's library: the pipeline's stages (see README's Layout). Modules used only inside
+//! the crate are `pub(crate)`, and `unreachable_pub` keeps their items from claiming more.
+#![warn(unreachable_pub)]
+
 pub mod agent;
 pub mod analyze;
 pub mod conntrack;
-pub mod correlate;
+pub(crate) mod correlate;
 pub mod decode;
-pub mod detect;
+pub(crate) mod detect;
 pub mod doctor;
-pub mod ebpf;
+pub(crate) mod ebpf;
 pub mod event;
 pub mod evidence;
 pub mod host;
 pub mod kallsyms;
 pub mod kernel;
-pub mod kube;
-pub mod memory;
+pub(crate) mod kube;
+pub(crate) mod memory;
 pub mod names;
 pub mod output;
-pub mod pipeline;
+pub(crate) mod pipeline;
 pub mod source;
 pub mod time;
 pub mod trace;

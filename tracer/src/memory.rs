@@ -70,7 +70,7 @@ mod counting {
 
 /// Returns the memory freed so far to the system now (after start-up's large parses).
 #[cfg(not(feature = "system-allocator"))]
-pub fn release_freed() {
+pub(crate) fn release_freed() {
     // SAFETY: mi_collect only walks mimalloc's own heaps (those of the calling thread and
     // the abandoned ones); it may be called at any time, from any thread.
     unsafe { libmimalloc_sys::mi_collect(true) }
@@ -88,7 +88,7 @@ pub fn release_freed() {
 /// that a structure's own count of its size covers what it really takes. `None` with the
 /// system allocator.
 #[cfg(test)]
-pub fn heap_bytes_of<T>(f: impl FnOnce() -> T) -> (T, Option<usize>) {
+pub(crate) fn heap_bytes_of<T>(f: impl FnOnce() -> T) -> (T, Option<usize>) {
     #[cfg(not(feature = "system-allocator"))]
     {
         let held = || counting::HELD.with(std::cell::Cell::get);

@@ -23,12 +23,12 @@ use crate::{
 
 /// How often every mode calls [`Pipeline::tick`]: in wall time live (`trace`, the agent),
 /// in capture time reading a file (`analyze`).
-pub const TICK_NS: u64 = 50_000_000;
+pub(crate) const TICK_NS: u64 = 50_000_000;
 /// [`TICK_NS`] as a [`std::time::Duration`].
-pub const TICK: std::time::Duration = std::time::Duration::from_nanos(TICK_NS);
+pub(crate) const TICK: std::time::Duration = std::time::Duration::from_nanos(TICK_NS);
 
 #[derive(Clone, Copy, Debug)]
-pub struct PipelineConfig {
+pub(crate) struct PipelineConfig {
     /// Run the correlate and detect stages (transactions, loops, races). Without them only
     /// packet and drop records come out.
     pub transactions: bool,
@@ -43,7 +43,7 @@ pub struct PipelineConfig {
     pub node_netns: Option<u64>,
 }
 
-pub struct Pipeline {
+pub(crate) struct Pipeline {
     decoder: Decoder,
     correlator: Option<Correlator<Detectors>>,
     shed_loops: bool,
@@ -56,7 +56,7 @@ pub struct Pipeline {
 }
 
 impl Pipeline {
-    pub fn new(mut decoder: Decoder, cfg: PipelineConfig, clock: Clock) -> Self {
+    pub(crate) fn new(mut decoder: Decoder, cfg: PipelineConfig, clock: Clock) -> Self {
         let correlator = cfg.transactions.then(|| {
             decoder.collect_observations();
             Correlator::new(
@@ -82,7 +82,7 @@ impl Pipeline {
 
     /// One source event. Packets and drops are decoded (their records appended to `out`)
     /// and handed to the correlate stage; conntrack events and samples go to it directly.
-    pub fn push(&mut self, ev: SourceEvent, out: &mut Vec<Record>) {
+    pub(crate) fn push(&mut self, ev: SourceEvent, out: &mut Vec<Record>) {
         match ev {
             SourceEvent::Conntrack(ct) => {
                 if let Some(c) = self.correlator.as_mut() {
@@ -110,7 +110,7 @@ impl Pipeline {
     /// decoder made of it, for the sinks that want them
     /// ([`Sink::wants_sources`](crate::output::sink::Sink::wants_sources)): nothing is
     /// searched afterwards, and the packet's bytes are shared with the decoder, not copied.
-    pub fn push_keeping(
+    pub(crate) fn push_keeping(
         &mut self,
         ev: SourceEvent,
         out: &mut Vec<Record>,
@@ -131,7 +131,7 @@ impl Pipeline {
 
     /// Time passed (`now_ns` on the source's clock): transactions, loops and races that are
     /// decided come out.
-    pub fn tick(&mut self, now_ns: u64, out: &mut Vec<Record>) {
+    pub(crate) fn tick(&mut self, now_ns: u64, out: &mut Vec<Record>) {
         // Datagrams past their reassembly timeout are reported (and their messages handed
         // over as lost) before the correlate stage decides.
         self.decoder.tick(now_ns, out);
@@ -146,7 +146,7 @@ impl Pipeline {
     /// The input ended: everything still pending is decided and comes out (unfinished TCP
     /// messages as malformed, open transactions as they stand). `now_ns` 0: the time of the
     /// last packet.
-    pub fn finish(&mut self, now_ns: u64, out: &mut Vec<Record>) {
+    pub(crate) fn finish(&mut self, now_ns: u64, out: &mut Vec<Record>) {
         self.decoder.finish(now_ns, out);
         self.hand_over();
         if let Some(c) = self.correlator.as_mut() {
@@ -156,19 +156,19 @@ impl Pipeline {
 
     /// The live source sheds looping questions in the kernel: from now on
     /// [`Pipeline::take_shed_changes`] says which, and must be called every turn.
-    pub fn enable_kernel_shedding(&mut self) {
+    pub(crate) fn enable_kernel_shedding(&mut self) {
         self.kernel_shedding = self.shed_loops;
     }
 
     /// Loops detected or ended since the last call: what the kernel should start or stop
     /// shedding.
-    pub fn take_shed_changes(&mut self, out: &mut Vec<ShedChange>) {
+    pub(crate) fn take_shed_changes(&mut self, out: &mut Vec<ShedChange>) {
         out.append(&mut self.shed_changes);
     }
 
     /// The kernel only counted `n` packets of `q` (last at `ts_ns`): into `stats.shed` and
     /// the loop's `summarised`.
-    pub fn kernel_shed(&mut self, q: &ShedQuestion, n: u64, ts_ns: u64) {
+    pub(crate) fn kernel_shed(&mut self, q: &ShedQuestion, n: u64, ts_ns: u64) {
         if n == 0 {
             return;
         }
@@ -179,11 +179,11 @@ impl Pipeline {
     }
 
     /// Latest kernel counters (live only).
-    pub fn set_kernel_counters(&mut self, k: KernelCounters) {
+    pub(crate) fn set_kernel_counters(&mut self, k: KernelCounters) {
         self.decoder.set_kernel_counters(k);
     }
 
-    pub fn stats(&self) -> StatsRecord {
+    pub(crate) fn stats(&self) -> StatsRecord {
         StatsRecord::new(
             self.decoder.stats(),
             self.correlator.as_ref().map(Correlator::stats),

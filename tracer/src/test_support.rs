@@ -4,7 +4,7 @@
 /// it had run: it fails, saying how to run it, unless `DNSPATH_SKIP_ROOT_TESTS=1` asks to
 /// skip such tests, which then say so (`SKIPPED`) and return `false` (as the lab tests'
 /// `root_or_skip` does).
-pub fn root_or_skip(why: &str) -> bool {
+pub(crate) fn root_or_skip(why: &str) -> bool {
     if nix::unistd::geteuid().is_root() {
         return true;
     }

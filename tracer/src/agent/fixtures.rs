@@ -18,20 +18,20 @@ use crate::{
 };
 
 /// The socket address `a` (a fixture's own, well formed).
-pub fn addr(a: &str) -> SocketAddr {
+pub(crate) fn addr(a: &str) -> SocketAddr {
     a.parse().unwrap_or(SocketAddr::from(([0, 0, 0, 0], 0)))
 }
 
 /// 2026-11-30T21:00:00.000000Z as Unix-epoch nanoseconds.
 const WALL_NS: u64 = 1_796_072_400_000_000_000;
 
-pub fn question(name: &str, qtype: &str) -> QuestionRecord {
+pub(crate) fn question(name: &str, qtype: &str) -> QuestionRecord {
     QuestionRecord::new(name, qtype.into(), crate::decode::dns::RrClass::IN)
 }
 
 /// A leg from `client` to `server`, delivered to `backend`, answered with `rcode` in
 /// `latency_ns` (`None`: unanswered).
-pub fn leg(
+pub(crate) fn leg(
     role: LegRole,
     client: &str,
     server: &str,
@@ -74,7 +74,7 @@ pub fn leg(
     }
 }
 
-pub fn dropped(mut l: LegRecord, reason: &str) -> LegRecord {
+pub(crate) fn dropped(mut l: LegRecord, reason: &str) -> LegRecord {
     l.outcome = LegOutcome::Dropped;
     l.rcode = None;
     l.latency_ns = None;
@@ -90,7 +90,7 @@ pub fn dropped(mut l: LegRecord, reason: &str) -> LegRecord {
     l
 }
 
-pub fn transaction(
+pub(crate) fn transaction(
     name: &str,
     qtype: &str,
     client: &str,
@@ -137,7 +137,12 @@ pub fn transaction(
 
 /// A client's query through the Service 10.96.0.10 to a CoreDNS pod, and that pod's query
 /// to its upstream.
-pub fn service_transaction(name: &str, qtype: &str, client_port: u16, rcode: &str) -> Record {
+pub(crate) fn service_transaction(
+    name: &str,
+    qtype: &str,
+    client_port: u16,
+    rcode: &str,
+) -> Record {
     let client = format!("10.244.1.2:{client_port}");
     Record::Transaction(Box::new(transaction(
         name,
@@ -165,7 +170,7 @@ pub fn service_transaction(name: &str, qtype: &str, client_port: u16, rcode: &st
     )))
 }
 
-pub fn race(verdict: RaceVerdict, client: &str, dns_id: u16, qtype: &str) -> RaceRecord {
+pub(crate) fn race(verdict: RaceVerdict, client: &str, dns_id: u16, qtype: &str) -> RaceRecord {
     RaceRecord {
         evidence: None,
         pod: Default::default(),
@@ -198,7 +203,7 @@ pub fn race(verdict: RaceVerdict, client: &str, dns_id: u16, qtype: &str) -> Rac
     }
 }
 
-pub fn loop_record(id: u64, state: LoopState, ts_ns: u64) -> LoopRecord {
+pub(crate) fn loop_record(id: u64, state: LoopState, ts_ns: u64) -> LoopRecord {
     LoopRecord {
         evidence: None,
         id,
@@ -226,7 +231,7 @@ pub fn loop_record(id: u64, state: LoopState, ts_ns: u64) -> LoopRecord {
     }
 }
 
-pub fn drop_record(reason: &str, benign: Option<&'static str>) -> DropRecord {
+pub(crate) fn drop_record(reason: &str, benign: Option<&'static str>) -> DropRecord {
     DropRecord {
         evidence: None,
         pod: None,
@@ -254,7 +259,7 @@ pub fn drop_record(reason: &str, benign: Option<&'static str>) -> DropRecord {
     }
 }
 
-pub fn malformed_packet(reason: &str) -> PacketRecord {
+pub(crate) fn malformed_packet(reason: &str) -> PacketRecord {
     PacketRecord {
         pod: None,
         ts_ns: 4_000,

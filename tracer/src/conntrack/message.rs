@@ -24,16 +24,16 @@ const NLMSG_ALIGN: usize = 4;
 
 /// `enum ctattr_stats_cpu` (nfnetlink_conntrack.h); all values big-endian u32.
 mod cta_stats {
-    pub const FOUND: u16 = 2;
-    pub const INVALID: u16 = 4;
-    pub const INSERT: u16 = 8;
-    pub const INSERT_FAILED: u16 = 9;
-    pub const DROP: u16 = 10;
-    pub const EARLY_DROP: u16 = 11;
-    pub const ERROR: u16 = 12;
-    pub const SEARCH_RESTART: u16 = 13;
-    pub const CLASH_RESOLVE: u16 = 14;
-    pub const CHAIN_TOOLONG: u16 = 15;
+    pub(super) const FOUND: u16 = 2;
+    pub(super) const INVALID: u16 = 4;
+    pub(super) const INSERT: u16 = 8;
+    pub(super) const INSERT_FAILED: u16 = 9;
+    pub(super) const DROP: u16 = 10;
+    pub(super) const EARLY_DROP: u16 = 11;
+    pub(super) const ERROR: u16 = 12;
+    pub(super) const SEARCH_RESTART: u16 = 13;
+    pub(super) const CLASH_RESOLVE: u16 = 14;
+    pub(super) const CHAIN_TOOLONG: u16 = 15;
 }
 
 /// A conntrack entry of a TCP or UDP flow, as ctnetlink reports it.

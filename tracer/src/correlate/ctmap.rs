@@ -15,7 +15,7 @@ use crate::event::{ConntrackEvent, CtChange, CtFlow};
 
 /// Where a packet seen as (src → dst) belongs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Mapped {
+pub(crate) struct Mapped {
     /// Canonical identity of the flow: its original tuple.
     pub orig: CtFlow,
     /// The packet travels in the reply direction (server → client).
@@ -25,7 +25,7 @@ pub struct Mapped {
 type WireKey = (u8, SocketAddr, SocketAddr);
 
 /// Bounded map of wire tuples → original flow.
-pub struct CtMap {
+pub(crate) struct CtMap {
     map: HashMap<WireKey, Mapped, super::sip::Sip>,
     order: VecDeque<WireKey>,
     max: usize,
@@ -35,7 +35,7 @@ pub struct CtMap {
 }
 
 impl CtMap {
-    pub fn new(max: usize) -> Self {
+    pub(crate) fn new(max: usize) -> Self {
         Self {
             map: HashMap::default(),
             order: VecDeque::new(),
@@ -45,12 +45,9 @@ impl CtMap {
         }
     }
 
-    pub fn len(&self) -> usize {
+    #[cfg(test)]
+    fn len(&self) -> usize {
         self.map.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.map.is_empty()
     }
 
     fn insert(&mut self, key: WireKey, m: Mapped) {
@@ -76,7 +73,7 @@ impl CtMap {
 
     /// Learns (or re-learns) an entry. DESTROY is ignored on purpose: packets of a flow can
     /// still be in flight in userspace after the entry is gone; eviction bounds the map.
-    pub fn learn(&mut self, ev: &ConntrackEvent) {
+    pub(crate) fn learn(&mut self, ev: &ConntrackEvent) {
         self.generation += 1;
         if ev.change == CtChange::Destroy
             && self
@@ -106,11 +103,11 @@ impl CtMap {
     }
 
     /// Bumped by every [`CtMap::learn`].
-    pub fn generation(&self) -> u64 {
+    pub(crate) fn generation(&self) -> u64 {
         self.generation
     }
 
-    pub fn lookup(&self, proto: u8, src: SocketAddr, dst: SocketAddr) -> Option<Mapped> {
+    pub(crate) fn lookup(&self, proto: u8, src: SocketAddr, dst: SocketAddr) -> Option<Mapped> {
         self.map.get(&(proto, src, dst)).copied()
     }
 }

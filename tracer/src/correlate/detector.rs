@@ -18,7 +18,7 @@ use crate::{decode::decoder::WireQuestion, event::CtStatsSample};
 /// decoder and the kernel recognise its packets before decoding them). The pipeline applies
 /// it after [`Correlator::tick`](super::Correlator::tick).
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Control {
+pub(crate) enum Control {
     /// Only count this question's UDP packets from now on (a forwarding loop runs at
     /// hundreds of thousands of packets a second).
     Shed(WireQuestion, QKey),
@@ -28,7 +28,7 @@ pub enum Control {
 
 /// A new leg of a transaction, or what its chain shows.
 #[derive(Debug)]
-pub enum LegEvent<'a> {
+pub(crate) enum LegEvent<'a> {
     /// A client's own query for `q` (a first query, a retry, a TCP fallback).
     Asked { q: &'a QKey, ts: u64 },
     /// `server` sent `q` onwards (a forward; also one not stored because its transaction
@@ -44,7 +44,7 @@ pub enum LegEvent<'a> {
 
 /// A forwarding chain that came back to one of its servers.
 #[derive(Debug)]
-pub struct Cycle<'a> {
+pub(crate) struct Cycle<'a> {
     pub q: &'a QKey,
     /// First server to last (the last forwards back to the first).
     pub hops: Vec<CycleHop>,
@@ -59,7 +59,7 @@ pub struct Cycle<'a> {
 
 /// One leg of a [`Cycle`].
 #[derive(Debug)]
-pub struct CycleHop {
+pub(crate) struct CycleHop {
     /// The query's client (a forwarder) as seen at the leg's first hop.
     pub from: SocketAddr,
     /// Where it was sent (may be a ClusterIP).
@@ -73,7 +73,7 @@ pub struct CycleHop {
 /// A drop's conntrack evidence, kept on its leg because a detector asked for it
 /// ([`Detector::keeps`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct DropEvidence {
+pub(crate) struct DropEvidence {
     pub cpu: u32,
     /// The cookie of the namespace it was dropped in.
     pub netns: u64,
@@ -86,7 +86,7 @@ pub struct DropEvidence {
 
 /// One of the client's own attempts (a leg without a parent) of a decided transaction.
 #[derive(Clone, Debug)]
-pub struct Attempt {
+pub(crate) struct Attempt {
     pub client: SocketAddr,
     pub client_netns: Arc<str>,
     pub dns_id: u16,
@@ -104,7 +104,7 @@ pub struct Attempt {
 
 /// A transaction the correlator decided, before its record goes out.
 #[derive(Debug)]
-pub struct Decided<'a> {
+pub(crate) struct Decided<'a> {
     pub record: Option<&'a TransactionRecord>,
     /// The client's attempts, when one of them holds drop evidence or went unanswered
     /// without a drop seen (empty otherwise: most transactions, not worth the copies).
@@ -115,7 +115,7 @@ pub struct Decided<'a> {
 
 /// A detection. Every hook has a default that ignores it; a detector implements those it
 /// needs. Hooks that run per packet ([`Detector::message`], [`Detector::leg`]) must be O(1).
-pub trait Detector {
+pub(crate) trait Detector {
     /// The records it reports.
     type Report;
     /// Its counters, in the `stats` record's `correlate` object.

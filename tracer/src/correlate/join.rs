@@ -4,12 +4,12 @@ use super::*;
 use crate::event::Direction;
 
 impl<D: Detector> Correlator<D> {
-    pub fn on_conntrack(&mut self, ev: &ConntrackEvent) {
+    pub(crate) fn on_conntrack(&mut self, ev: &ConntrackEvent) {
         self.ct.learn(ev);
     }
 
     /// Queues an observation; it is correlated once the reorder window has passed it.
-    pub fn on_observed(&mut self, o: Observed) {
+    pub(crate) fn on_observed(&mut self, o: Observed) {
         let ts = o.ts();
         if ts < self.watermark {
             self.stats.late_observations += 1;

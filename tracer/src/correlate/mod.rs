@@ -18,13 +18,13 @@
 //! Observations are reordered by timestamp within a short window (events of different CPUs
 //! and the conntrack socket arrive out of order). All state is bounded; what is evicted is
 //! counted.
-pub mod ctmap;
-pub mod detector;
+pub(crate) mod ctmap;
+pub(crate) mod detector;
 mod index;
 mod join;
 mod lookup;
 mod model;
-pub mod record;
+pub(crate) mod record;
 mod render;
 mod reorder;
 pub(crate) mod sip;
@@ -37,7 +37,9 @@ use std::{
 
 use serde::Serialize;
 
-pub use crate::decode::observation::{DropObservation, Observation, Observed, FRAGMENT_LOSS};
+pub(crate) use crate::decode::observation::{
+    DropObservation, Observation, Observed, FRAGMENT_LOSS,
+};
 use crate::{
     decode::dns::{Cut, DnsMessage, RrClass, RrType},
     event::{ConntrackEvent, CtStatsSample, ObservationPoint},
@@ -49,7 +51,7 @@ use index::LegIndex;
 use join::*;
 use lookup::Lookups;
 use model::*;
-pub use model::{LegRole, QKey};
+pub(crate) use model::{LegRole, QKey};
 use record::{
     Answered, HopRecord, Join, LegDrop, LegOutcome, LegRecord, LookupRef, NodeCache, Outcome,
     QuestionRecord, Summary, TransactionRecord,
@@ -70,7 +72,7 @@ pub enum CorrelateReport<R> {
 
 /// Windows and bounds.
 #[derive(Clone, Copy, Debug)]
-pub struct CorrelateConfig {
+pub(crate) struct CorrelateConfig {
     /// A query without an answer for this long is unanswered (resolv.conf's default 5 s).
     pub timeout_ns: u64,
     /// Quiet time after a transaction's last hop before it is reported.
@@ -182,7 +184,7 @@ type RecentQuery = (u64, u16, QKey, SocketAddr);
 /// regularly (live: every 50 ms; offline: as file time advances) and
 /// [`Correlator::flush`] at the end. `D`: the detect stage, shown what the correlator sees
 /// as it happens (`crate::detect::Detectors`).
-pub struct Correlator<D: Detector> {
+pub(crate) struct Correlator<D: Detector> {
     cfg: CorrelateConfig,
     clock: Clock,
     ct: CtMap,
@@ -286,7 +288,7 @@ impl KeyCache {
 }
 
 impl<D: Detector> Correlator<D> {
-    pub fn with_detector(cfg: CorrelateConfig, clock: Clock, detect: D) -> Self {
+    pub(crate) fn with_detector(cfg: CorrelateConfig, clock: Clock, detect: D) -> Self {
         Self {
             clock,
             ct: CtMap::new(cfg.max_ct_entries),
@@ -313,12 +315,12 @@ impl<D: Detector> Correlator<D> {
     }
 
     /// A conntrack statistics sample: the detectors' (races are confirmed by them).
-    pub fn on_ct_stats(&mut self, s: CtStatsSample) {
+    pub(crate) fn on_ct_stats(&mut self, s: CtStatsSample) {
         self.detect.ct_stats(&s);
     }
 
     /// What the detectors asked of the pipeline since the last call.
-    pub fn take_controls(&mut self, out: &mut Vec<Control>) {
+    pub(crate) fn take_controls(&mut self, out: &mut Vec<Control>) {
         out.append(&mut self.controls);
     }
 
@@ -377,7 +379,7 @@ impl<D: Detector> Correlator<D> {
             .map(|(ts, id, q, backend)| (ts, id, q.clone(), backend))
     }
 
-    pub fn stats(&self) -> CorrelateStats<D::Stats> {
+    pub(crate) fn stats(&self) -> CorrelateStats<D::Stats> {
         let mut s = self.stats.clone();
         s.ct_entries_evicted = self.ct.evicted;
         self.detect.stats(&mut s.detect);
@@ -385,7 +387,14 @@ impl<D: Detector> Correlator<D> {
     }
 
     /// `n` packets of a question in an active loop were only counted (storm shedding).
-    pub fn summarised(&mut self, name: &str, qtype: RrType, class: RrClass, n: u64, last_ts: u64) {
+    pub(crate) fn summarised(
+        &mut self,
+        name: &str,
+        qtype: RrType,
+        class: RrClass,
+        n: u64,
+        last_ts: u64,
+    ) {
         let q = QKey::asked(name, qtype, class);
         self.detect.summarised(&q, n, last_ts);
     }
@@ -448,8 +457,9 @@ impl<D: Detector> Correlator<D> {
         }));
     }
 
-    /// Open legs and transactions (for memory-bound tests and metrics).
-    pub fn open_legs(&self) -> usize {
+    /// Open legs and transactions (for memory-bound tests).
+    #[cfg(test)]
+    pub(crate) fn open_legs(&self) -> usize {
         self.legs.len()
     }
 

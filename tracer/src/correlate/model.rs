@@ -4,7 +4,7 @@ use crate::event::Direction;
 
 /// A question as the correlator matches it (name in lower case), shared by its legs,
 /// indexes and records.
-pub type QKey = QuestionRecord;
+pub(crate) type QKey = QuestionRecord;
 
 impl QuestionRecord {
     /// A question; `name` is lowercased (questions are matched case-insensitively).

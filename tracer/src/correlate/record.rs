@@ -238,7 +238,7 @@ impl std::hash::Hash for QuestionRecord {
 /// so the map is as hard to flood as one hashing the name with SipHash itself. (Anything
 /// else written to it is mixed in, not lost, but it is meant for questions only.)
 #[derive(Default)]
-pub struct DigestHasher(u64);
+pub(crate) struct DigestHasher(u64);
 
 impl std::hash::Hasher for DigestHasher {
     fn finish(&self) -> u64 {
@@ -257,7 +257,7 @@ impl std::hash::Hasher for DigestHasher {
 }
 
 /// A map keyed by questions, hashing their digests (see [`DigestHasher`]).
-pub type QMap<V> =
+pub(crate) type QMap<V> =
     std::collections::HashMap<QuestionRecord, V, std::hash::BuildHasherDefault<DigestHasher>>;
 
 impl std::ops::Deref for QuestionRecord {

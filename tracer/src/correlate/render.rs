@@ -5,7 +5,11 @@ use super::*;
 impl<D: Detector> Correlator<D> {
     /// Correlates what the reorder window has released and reports finished transactions.
     /// `now_ns` is in the observations' clock (live: boot time; offline: the file's time).
-    pub fn tick(&mut self, now_ns: u64, out: &mut Vec<impl From<CorrelateReport<D::Report>>>) {
+    pub(crate) fn tick(
+        &mut self,
+        now_ns: u64,
+        out: &mut Vec<impl From<CorrelateReport<D::Report>>>,
+    ) {
         let release = now_ns.saturating_sub(self.cfg.reorder_ns);
         while let Some(o) = self.pending.pop_until(release) {
             self.watermark = self.watermark.max(o.ts());
@@ -18,7 +22,11 @@ impl<D: Detector> Correlator<D> {
     }
 
     /// End of input: correlate everything and report every transaction.
-    pub fn flush(&mut self, now_ns: u64, out: &mut Vec<impl From<CorrelateReport<D::Report>>>) {
+    pub(crate) fn flush(
+        &mut self,
+        now_ns: u64,
+        out: &mut Vec<impl From<CorrelateReport<D::Report>>>,
+    ) {
         while let Some(o) = self.pending.pop_first() {
             self.watermark = self.watermark.max(o.ts());
             self.process(o);

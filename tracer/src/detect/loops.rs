@@ -283,7 +283,7 @@ struct Tracked {
 }
 
 /// Loop reports by (question, cycle servers).
-pub struct LoopTracker {
+pub(crate) struct LoopTracker {
     clock: Clock,
     /// [`CorrelateConfig::loop_end_ns`] and [`CorrelateConfig::loop_update_ns`].
     end_ns: u64,
@@ -324,7 +324,7 @@ fn sweep<K: std::hash::Hash + Eq, V, S: std::hash::BuildHasher>(
 }
 
 impl LoopTracker {
-    pub fn new(clock: Clock, cfg: &CorrelateConfig) -> Self {
+    pub(crate) fn new(clock: Clock, cfg: &CorrelateConfig) -> Self {
         Self {
             clock,
             end_ns: cfg.loop_end_ns,

@@ -9,12 +9,12 @@
 //! A new detection: its file here (the detector and its record), a variant of [`Detected`]
 //! and a field of [`DetectStats`] if it counts anything, one line in the `detectors!` list; then
 //! the sinks' `Record` and docs/output.md.
-pub mod loops;
-pub mod race;
+pub(crate) mod loops;
+pub(crate) mod race;
 
 use serde::Serialize;
 
-pub use crate::correlate::detector::{Control, Detector};
+pub(crate) use crate::correlate::detector::{Control, Detector};
 use crate::{
     correlate::{
         detector::{Decided, DropEvidence, LegEvent},
@@ -48,12 +48,12 @@ pub struct DetectStats {
 macro_rules! detectors {
     ($($field:ident: $ty:ty),* $(,)?) => {
         /// Every detector, in the order their hooks run (and so their records come out).
-        pub struct Detectors {
+        pub(crate) struct Detectors {
             $($field: $ty,)*
         }
 
         impl Detectors {
-            pub fn new(cfg: &CorrelateConfig, clock: Clock) -> Self {
+            pub(crate) fn new(cfg: &CorrelateConfig, clock: Clock) -> Self {
                 Self {
                     $($field: <$ty>::new(clock, cfg),)*
                 }
@@ -121,7 +121,7 @@ detectors! {
 
 impl Correlator<Detectors> {
     /// A correlator showing what it sees to every detector.
-    pub fn new(cfg: CorrelateConfig, clock: Clock) -> Self {
+    pub(crate) fn new(cfg: CorrelateConfig, clock: Clock) -> Self {
         Correlator::with_detector(cfg, clock, Detectors::new(&cfg, clock))
     }
 }

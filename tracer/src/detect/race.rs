@@ -40,7 +40,7 @@ const SAMPLES_KEPT: usize = 64;
 ///
 /// `confirm_failed` is the kernel's own word where the conntrack-confirm hook is loaded:
 /// `Some(true)` settles it; otherwise the drop's reason, location and entry state decide.
-pub fn is_race_candidate(
+pub(crate) fn is_race_candidate(
     reason: &str,
     function: &str,
     ct: Option<&CtSnapshot>,
@@ -267,14 +267,14 @@ pub struct RaceStats {
 
 /// Conntrack statistics samples per namespace, to read counter growth around a drop.
 #[derive(Default)]
-pub struct CtSamples {
+pub(crate) struct CtSamples {
     /// By netns cookie (the kernel's, not the wire's): a fast hasher is safe.
     by_netns: HashMap<u64, VecDeque<CtStatsSample>, foldhash::fast::RandomState>,
 }
 
 impl CtSamples {
     /// Adds a sample; returns the growth of `clash_resolve` since the previous one, per CPU.
-    pub fn add(&mut self, s: CtStatsSample) -> Vec<(u32, u64)> {
+    pub(crate) fn add(&mut self, s: CtStatsSample) -> Vec<(u32, u64)> {
         let q = self.by_netns.entry(s.netns).or_default();
         let mut clashes = Vec::new();
         if let Some(prev) = q.back() {
@@ -299,7 +299,7 @@ impl CtSamples {
 
     /// Counter growth on `cpu` of `netns` between the last sample before `ts` and the first
     /// after it; `None` until a sample after `ts` exists.
-    pub fn around(&self, netns: u64, cpu: u32, ts: u64) -> Option<CounterDeltas> {
+    pub(crate) fn around(&self, netns: u64, cpu: u32, ts: u64) -> Option<CounterDeltas> {
         let q = self.by_netns.get(&netns)?;
         let before = q.iter().rev().find(|s| s.ts_ns <= ts)?;
         let after = q.iter().find(|s| s.ts_ns > ts)?;
@@ -312,7 +312,7 @@ impl CtSamples {
         })
     }
 
-    pub fn has_after(&self, netns: u64, ts: u64) -> bool {
+    pub(crate) fn has_after(&self, netns: u64, ts: u64) -> bool {
         self.by_netns
             .get(&netns)
             .is_some_and(|q| q.back().is_some_and(|s| s.ts_ns > ts))
@@ -322,7 +322,7 @@ impl CtSamples {
 /// The race detector: keeps the evidence of failed conntrack confirms, waits for the
 /// counters sampled after them, and reports race drops, suspected races (an unanswered
 /// query of an A/AAAA pair retried at the timeout, no kernel evidence) and resolved clashes.
-pub struct RaceDetector {
+pub(crate) struct RaceDetector {
     clock: Clock,
     /// [`CorrelateConfig::counters_wait_ns`] and [`CorrelateConfig::counters_poll_ns`].
     counters_wait_ns: u64,
@@ -334,7 +334,7 @@ pub struct RaceDetector {
 }
 
 impl RaceDetector {
-    pub fn new(clock: Clock, cfg: &CorrelateConfig) -> Self {
+    pub(crate) fn new(clock: Clock, cfg: &CorrelateConfig) -> Self {
         Self {
             clock,
             counters_wait_ns: cfg.counters_wait_ns,

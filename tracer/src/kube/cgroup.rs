@@ -16,7 +16,7 @@
 /// The pod (and, where the process is in a container's cgroup, the container) a cgroup path
 /// names.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub struct CgroupPod {
+pub(crate) struct CgroupPod {
     /// The pod's UID as the API server spells it (with `-`).
     pub uid: String,
     /// Container id (hex) when the path goes down to a container's cgroup.
@@ -24,7 +24,7 @@ pub struct CgroupPod {
 }
 
 /// The pod named by any line of a `/proc/<pid>/cgroup` file.
-pub fn parse_proc_cgroup(content: &str) -> Option<CgroupPod> {
+pub(crate) fn parse_proc_cgroup(content: &str) -> Option<CgroupPod> {
     content.lines().find_map(|line| {
         // `hierarchy-ID:controller-list:cgroup-path`; the path may itself contain `:`.
         let mut parts = line.splitn(3, ':');
@@ -35,7 +35,7 @@ pub fn parse_proc_cgroup(content: &str) -> Option<CgroupPod> {
 }
 
 /// The pod named by one cgroup path.
-pub fn parse_cgroup_path(path: &str) -> Option<CgroupPod> {
+pub(crate) fn parse_cgroup_path(path: &str) -> Option<CgroupPod> {
     let comps: Vec<&str> = path.split('/').filter(|c| !c.is_empty()).collect();
     let mut saw_kubepods = false;
     for (i, c) in comps.iter().enumerate() {

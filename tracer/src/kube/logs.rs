@@ -11,7 +11,7 @@ use std::{collections::HashMap, fs, path::Path};
 
 /// A pod's names, by its UID.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct PodNames {
+pub(crate) struct PodNames {
     pub namespace: String,
     pub name: String,
     /// Its containers' names (those kubelet has a log directory for), sorted.
@@ -20,11 +20,11 @@ pub struct PodNames {
 
 /// Most directory entries read from one log directory: a node runs at most a few hundred pods
 /// (kubelet's `--max-pods` default is 110); anything beyond is not a kubelet's.
-pub const MAX_ENTRIES: usize = 16_384;
+pub(crate) const MAX_ENTRIES: usize = 16_384;
 const MAX_CONTAINERS: usize = 64;
 
 /// `<namespace>_<pod>_<uid>` → (namespace, pod, uid).
-pub fn parse_pod_dir(name: &str) -> Option<(&str, &str, &str)> {
+pub(crate) fn parse_pod_dir(name: &str) -> Option<(&str, &str, &str)> {
     let mut parts = name.split('_');
     let (ns, pod, uid) = (parts.next()?, parts.next()?, parts.next()?);
     if parts.next().is_some() || ns.is_empty() || pod.is_empty() || uid.is_empty() {
@@ -34,7 +34,7 @@ pub fn parse_pod_dir(name: &str) -> Option<(&str, &str, &str)> {
 }
 
 /// `<pod>_<namespace>_<container>-<id>.log` → (container name, container id).
-pub fn parse_container_log(name: &str) -> Option<(&str, &str)> {
+pub(crate) fn parse_container_log(name: &str) -> Option<(&str, &str)> {
     let stem = name.strip_suffix(".log")?;
     let (front, id) = stem.rsplit_once('-')?;
     let mut parts = front.split('_');
@@ -46,7 +46,7 @@ pub fn parse_container_log(name: &str) -> Option<(&str, &str)> {
 }
 
 /// Every pod under `<root>/var/log/pods`, by UID.
-pub fn read_pod_dirs(pods_dir: &Path) -> HashMap<String, PodNames> {
+pub(crate) fn read_pod_dirs(pods_dir: &Path) -> HashMap<String, PodNames> {
     let mut out = HashMap::new();
     let Ok(dir) = fs::read_dir(pods_dir) else {
         return out;
@@ -80,7 +80,7 @@ pub fn read_pod_dirs(pods_dir: &Path) -> HashMap<String, PodNames> {
 }
 
 /// Container names by container id, from `<root>/var/log/containers`.
-pub fn read_container_logs(containers_dir: &Path) -> HashMap<String, String> {
+pub(crate) fn read_container_logs(containers_dir: &Path) -> HashMap<String, String> {
     let mut out = HashMap::new();
     let Ok(dir) = fs::read_dir(containers_dir) else {
         return out;

@@ -2,9 +2,9 @@
 //! each network namespace, their cgroups ([`cgroup`]), and kubelet's log directories
 //! ([`logs`]). [`resolver::PodResolver`] maps namespaces to pods during the tracer's rescans;
 //! packets only look the result up.
-pub mod cgroup;
-pub mod logs;
-pub mod resolver;
+pub(crate) mod cgroup;
+pub(crate) mod logs;
+pub(crate) mod resolver;
 
 /// A pod as far as it is known on the node.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -22,7 +22,7 @@ use super::{
 use crate::host;
 
 /// A namespace's identity: device and inode of its nsfs file.
-pub type NsKey = (u64, u64);
+pub(crate) type NsKey = (u64, u64);
 
 /// Longest `/proc/<pid>/cgroup` read: a v1 machine has a line per hierarchy, each well under
 /// 4 KiB (PATH_MAX).
@@ -31,7 +31,7 @@ const MAX_CGROUP_FILE: u64 = 64 * 1024;
 const MAX_NEW_PIDS: usize = 4096;
 /// Most processes remembered.
 const MAX_PIDS: usize = 4 * MAX_ENTRIES;
-pub const LOGS_EVERY: Duration = Duration::from_secs(2);
+pub(crate) const LOGS_EVERY: Duration = Duration::from_secs(2);
 
 #[derive(Clone, Debug)]
 struct Process {
@@ -47,12 +47,12 @@ const REREADS: u8 = 4;
 
 /// A namespace that belongs to a pod, and a path to open it by.
 #[derive(Clone, Debug)]
-pub struct PodNetns {
+pub(crate) struct PodNetns {
     pub pod: Arc<Pod>,
     pub path: PathBuf,
 }
 
-pub struct PodResolver {
+pub(crate) struct PodResolver {
     root: PathBuf,
     procs: HashMap<u32, Process>,
     names: HashMap<String, PodNames>,
@@ -62,7 +62,7 @@ pub struct PodResolver {
 
 impl PodResolver {
     /// Reads under `root` (`/`, or `--host-root`).
-    pub fn new(root: &Path) -> Self {
+    pub(crate) fn new(root: &Path) -> Self {
         Self {
             root: root.to_path_buf(),
             procs: HashMap::new(),
@@ -78,7 +78,7 @@ impl PodResolver {
 
     /// The host's own namespace (that of its pid 1): hostNetwork pods live there, and it is
     /// never one pod's.
-    pub fn host_netns(&self) -> Option<NsKey> {
+    pub(crate) fn host_netns(&self) -> Option<NsKey> {
         ns_key(&self.path("/proc/1/ns/net"))
     }
 
@@ -86,7 +86,7 @@ impl PodResolver {
     /// to one pod (processes in no pod's cgroup are left out; two pods in one namespace make
     /// it no pod's). Namespaces in `not_pods` (the host's, the tracer's own) are never a pod's,
     /// whatever runs in them (hostNetwork pods).
-    pub fn refresh(&mut self, not_pods: &HashSet<NsKey>) -> HashMap<NsKey, PodNetns> {
+    pub(crate) fn refresh(&mut self, not_pods: &HashSet<NsKey>) -> HashMap<NsKey, PodNetns> {
         self.scan_procs();
         let mut by_netns: HashMap<NsKey, (BTreeSet<&str>, BTreeSet<&str>, u32)> = HashMap::new();
         for (pid, p) in &self.procs {
@@ -201,7 +201,7 @@ fn single<'a>(s: &BTreeSet<&'a str>) -> Option<&'a str> {
     (s.len() == 1).then(|| s.first().copied()).flatten()
 }
 
-pub fn ns_key(path: &Path) -> Option<NsKey> {
+pub(crate) fn ns_key(path: &Path) -> Option<NsKey> {
     let md = fs::metadata(path).ok()?;
     Some((md.dev(), md.ino()))
 }
