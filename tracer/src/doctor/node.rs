@@ -285,7 +285,7 @@ pub fn parse_iptables_nat(text: &str) -> Vec<Service> {
 }
 
 /// Shell-like words of an `iptables-save` line (double quotes group).
-fn words(line: &str) -> Vec<String> {
+pub(super) fn words(line: &str) -> Vec<String> {
     let mut out = Vec::new();
     let mut cur = String::new();
     let mut quoted = false;

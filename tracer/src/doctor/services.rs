@@ -8,7 +8,7 @@ use std::net::{IpAddr, SocketAddr};
 
 use super::{
     finding::{Finding, FindingKind},
-    node::Service,
+    node::{words, Service},
 };
 
 /// A Service port that sends nowhere.
@@ -20,35 +20,6 @@ pub struct NoEndpoints {
     pub name: Option<String>,
     /// The rule that says it.
     pub rule: String,
-}
-
-fn words(line: &str) -> Vec<String> {
-    let mut out = Vec::new();
-    let mut cur = String::new();
-    let mut quoted = false;
-    let mut any = false;
-    for c in line.chars() {
-        match c {
-            '"' => {
-                quoted = !quoted;
-                any = true;
-            }
-            c if c.is_whitespace() && !quoted => {
-                if any {
-                    out.push(std::mem::take(&mut cur));
-                    any = false;
-                }
-            }
-            c => {
-                cur.push(c);
-                any = true;
-            }
-        }
-    }
-    if any {
-        out.push(cur);
-    }
-    out
 }
 
 /// REJECT (or DROP) rules of `iptables-save -t filter` output that kube-proxy writes for a
