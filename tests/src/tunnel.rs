@@ -355,23 +355,7 @@ impl VxlanNodes {
 
     /// `dig @DNS NAME A` in the client pod: its stdout (`+short`).
     pub fn dig(&self, name: &str) -> String {
-        let out = Command::new("ip")
-            .args([
-                "netns",
-                "exec",
-                &self.client,
-                "dig",
-                "+short",
-                "+tries=1",
-                "+time=2",
-            ])
-            .arg(format!("@{DNS}"))
-            .arg(name)
-            .arg("A")
-            .stdin(Stdio::null())
-            .output();
-        out.map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned())
-            .unwrap_or_default()
+        self.dig_at(DNS, name, "A").1
     }
 
     fn wait_answered(&self, timeout: Duration) -> Result<(), LabError> {
