@@ -170,14 +170,25 @@ impl Leg {
         if self.answer_lost() {
             return None;
         }
-        let arrivals = |ingress_only: bool| {
-            let mut ts: Vec<u64> = self
-                .hops
+        let at_client = |ingress_only: bool| {
+            self.hops
                 .iter()
                 .filter(|h| h.qr && same_iface(h.at, self.client_point))
-                .filter(|h| !ingress_only || h.at.dir == Direction::Ingress)
+                .filter(move |h| !ingress_only || h.at.dir == Direction::Ingress)
                 .map(|h| h.ts_ns)
-                .collect();
+        };
+        if self.client_drop_ts.is_empty() {
+            // No drop in the client's namespace: the first arrival, without sorting (what
+            // the search below finds when no drop can follow an arrival).
+            return Some(
+                at_client(true)
+                    .min()
+                    .or_else(|| at_client(false).min())
+                    .unwrap_or(r.ts_ns),
+            );
+        }
+        let arrivals = |ingress_only: bool| {
+            let mut ts: Vec<u64> = at_client(ingress_only).collect();
             ts.sort_unstable();
             ts
         };
