@@ -53,8 +53,8 @@ use lookup::Lookups;
 use model::*;
 pub(crate) use model::{LegRole, QKey};
 use record::{
-    Answered, HopRecord, Join, LegDrop, LegLoop, LegOutcome, LegRecord, LookupRef, NodeCache, Outcome,
-    QuestionRecord, Summary, TransactionRecord,
+    Answered, HopRecord, Join, LegDrop, LegLoop, LegOutcome, LegRecord, LookupRef, NodeCache,
+    Outcome, QuestionRecord, Summary, TransactionRecord,
 };
 
 /// What the correlate and detect stages report, in the order they decide it; the pipeline

@@ -424,10 +424,8 @@ impl<D: Detector> Correlator<D> {
         let parents: Vec<u64> = legs.iter().filter_map(|l| l.parent).collect();
         let index_of = |id: u64| ids.iter().position(|&l| l == id);
         // Each leg's parent as an index (a loop's cycle is walked up them).
-        let legs_parent: Vec<Option<usize>> = legs
-            .iter()
-            .map(|l| l.parent.and_then(index_of))
-            .collect();
+        let legs_parent: Vec<Option<usize>> =
+            legs.iter().map(|l| l.parent.and_then(index_of)).collect();
         let (client_netns, q) = match legs.first_mut() {
             Some(root) => (std::mem::take(&mut root.client_netns), root.key.q.clone()),
             None => return None,

@@ -1192,7 +1192,10 @@ fn concurrent_loopback_clients_are_no_loop_but_a_self_forward_is() {
     assert_eq!(leg.backend.to_string(), "127.0.0.53:53", "{t:#?}");
     assert_eq!(lp.cycle, [closing], "{t:#?}");
     assert_eq!(lp.hop_count, 2, "{t:#?}");
-    assert_eq!(leg.parent.map(|p| t.legs[p].closes_loop.is_none()), Some(true));
+    assert_eq!(
+        leg.parent.map(|p| t.legs[p].closes_loop.is_none()),
+        Some(true)
+    );
 }
 
 /// An answer seen on the way (at the upstream) but whose fragments never all reached the

@@ -479,13 +479,11 @@ pub fn record_bytes(tx: &TransactionRecord) -> usize {
             + l.drop
                 .as_ref()
                 .map_or(0, |d| string(&d.reason) + string(&d.location) + pod(&d.pod))
-            + l.closes_loop
-                .as_ref()
-                .map_or(0, |lp| {
-                    size_of::<crate::correlate::record::LegLoop>()
-                        + lp.cycle.capacity() * size_of::<usize>()
-                        + 2 * BLOCK
-                })
+            + l.closes_loop.as_ref().map_or(0, |lp| {
+                size_of::<crate::correlate::record::LegLoop>()
+                    + lp.cycle.capacity() * size_of::<usize>()
+                    + 2 * BLOCK
+            })
             + 2 * BLOCK
     });
     size_of::<TransactionRecord>()
