@@ -10,6 +10,11 @@ use std::{
     time::Duration,
 };
 
+mod join;
+mod nodes;
+
+pub use nodes::{analyze_nodes, run_nodes, NodeCapture, NodesReport};
+
 use crate::{
     decode::{
         decoder::Decoder,
@@ -249,6 +254,65 @@ impl PortSet {
     }
 }
 
+/// Which packets reach the decoder (`--port`), and what the others were.
+struct PortFilter<'a> {
+    ports: &'a PortSet,
+    skipped: Skipped,
+    fragmented: WatchedDatagrams,
+}
+
+impl<'a> PortFilter<'a> {
+    fn new(ports: &'a PortSet) -> Self {
+        Self {
+            ports,
+            skipped: Skipped::default(),
+            fragmented: WatchedDatagrams::default(),
+        }
+    }
+
+    fn keep(&mut self, ip: &[u8]) -> bool {
+        let Some(bits) = &self.ports.0 else {
+            return true;
+        };
+        let skipped = &mut self.skipped;
+        // A tunnel's packet is kept for the ports of the packet inside it.
+        let ip = match decapsulate(ip) {
+            Ok(Decap::Plain) => ip,
+            Ok(Decap::Inner { offset, .. }) => ip.get(offset..).unwrap_or_default(),
+            Ok(Decap::NotIp(_)) => {
+                skipped.not_udp_tcp += 1;
+                return false;
+            }
+            Err(_) => {
+                skipped.unreadable_ip += 1;
+                return false;
+            }
+        };
+        match parse_ip(ip) {
+            Ok(p) => match p.transport {
+                Transport::Udp { sport, dport, .. } | Transport::Tcp { sport, dport, .. } => {
+                    let hit = PortSet::contains(bits, sport) || PortSet::contains(bits, dport);
+                    skipped.other_port += u64::from(!hit);
+                    if hit {
+                        self.fragmented.note_kept(ip);
+                    }
+                    hit
+                }
+                // Later fragments of a datagram on a watched port: reassembled by the decoder.
+                Transport::Other { .. } if self.fragmented.is_later_fragment(ip) => true,
+                Transport::Other { .. } => {
+                    skipped.not_udp_tcp += 1;
+                    false
+                }
+            },
+            Err(_) => {
+                skipped.unreadable_ip += 1;
+                false
+            }
+        }
+    }
+}
+
 /// Reads the whole file (or up to its first damage), writes a record per DNS message and
 /// the final `stats` record to `out`, and reports what happened; writes nothing to stderr.
 pub fn analyze(
@@ -298,48 +362,8 @@ pub fn analyze_source<R: std::io::Read>(
     let mut sources = Vec::new();
 
     let ports = PortSet::new(&opts.ports);
-    let mut skipped = Skipped::default();
-    let mut fragmented = WatchedDatagrams::default();
-    let mut keep = |ip: &[u8]| -> bool {
-        let Some(bits) = &ports.0 else {
-            return true;
-        };
-        // A tunnel's packet is kept for the ports of the packet inside it.
-        let ip = match decapsulate(ip) {
-            Ok(Decap::Plain) => ip,
-            Ok(Decap::Inner { offset, .. }) => ip.get(offset..).unwrap_or_default(),
-            Ok(Decap::NotIp(_)) => {
-                skipped.not_udp_tcp += 1;
-                return false;
-            }
-            Err(_) => {
-                skipped.unreadable_ip += 1;
-                return false;
-            }
-        };
-        match parse_ip(ip) {
-            Ok(p) => match p.transport {
-                Transport::Udp { sport, dport, .. } | Transport::Tcp { sport, dport, .. } => {
-                    let hit = PortSet::contains(bits, sport) || PortSet::contains(bits, dport);
-                    skipped.other_port += u64::from(!hit);
-                    if hit {
-                        fragmented.note_kept(ip);
-                    }
-                    hit
-                }
-                // Later fragments of a datagram on a watched port: reassembled by the decoder.
-                Transport::Other { .. } if fragmented.is_later_fragment(ip) => true,
-                Transport::Other { .. } => {
-                    skipped.not_udp_tcp += 1;
-                    false
-                }
-            },
-            Err(_) => {
-                skipped.unreadable_ip += 1;
-                false
-            }
-        }
-    };
+    let mut filter = PortFilter::new(&ports);
+    let mut keep = |ip: &[u8]| filter.keep(ip);
 
     let mut records: Vec<Record> = Vec::new();
     let mut stopped_by = None;
@@ -375,9 +399,18 @@ pub fn analyze_source<R: std::io::Read>(
     sinks.batch(&mut records, &mut sources, None, now)?;
     let mut stats = pipeline.stats();
     sinks.finish(&mut stats, now)?;
+    Ok(report_of(&source, filter.skipped, stats, stopped_by))
+}
 
+/// What a run found in `source`, once read.
+fn report_of<R: std::io::Read>(
+    source: &FileSource<R>,
+    mut skipped: Skipped,
+    stats: StatsRecord,
+    stopped_by: Option<FileError>,
+) -> AnalyzeReport {
     skipped.link = source.skips();
-    Ok(AnalyzeReport {
+    AnalyzeReport {
         stats,
         format: source.format(),
         progress: source.progress(),
@@ -391,7 +424,7 @@ pub fn analyze_source<R: std::io::Read>(
         drops: source.drops(),
         first_unreadable_drop: source.first_unreadable_drop().map(str::to_string),
         stopped_by,
-    })
+    }
 }
 
 /// [`analyze`], then the summary and any warning on stderr. A file damaged part-way is not

@@ -1015,3 +1015,235 @@ fn a_hundred_thousand_unanswered_repeats_of_one_question() {
         }
     }
 }
+
+/// `dnspath trace -w FILE` on one node's namespaces (as that node's DaemonSet pod sees
+/// them), its NDJSON transactions to a file too; for `analyze` of several nodes.
+struct NodeWriter {
+    child: std::process::Child,
+    out: PathBuf,
+    err: PathBuf,
+}
+
+impl NodeWriter {
+    fn start(dir: &Path, name: &str, netns: &[&str]) -> (NodeWriter, PathBuf) {
+        let file = dir.join(format!("{name}.pcapng"));
+        let out = dir.join(format!("{name}.ndjson"));
+        let err = dir.join(format!("{name}.stderr"));
+        let mut args = vec!["trace", "-o", "json", "--view", "transactions", "-w"];
+        args.push(file.to_str().unwrap());
+        for ns in netns {
+            args.extend(["--netns", ns]);
+        }
+        let child = Command::new(dnspath_bin())
+            .args(&args)
+            .stdin(std::process::Stdio::null())
+            .stdout(std::fs::File::create(&out).unwrap())
+            .stderr(std::fs::File::create(&err).unwrap())
+            .env("RUST_LOG", "warn")
+            .spawn()
+            .unwrap();
+        let t0 = Instant::now();
+        while !std::fs::read_to_string(&err)
+            .unwrap_or_default()
+            .contains("dnspath: tracing")
+        {
+            assert!(
+                t0.elapsed() < Duration::from_secs(30),
+                "{name}: {}",
+                std::fs::read_to_string(&err).unwrap_or_default()
+            );
+            thread::sleep(Duration::from_millis(100));
+        }
+        (NodeWriter { child, out, err }, file)
+    }
+
+    /// SIGINT, and its NDJSON.
+    fn stop(mut self) -> Vec<Value> {
+        // SAFETY: kill(2) on our own child's PID, not yet reaped.
+        unsafe {
+            libc::kill(self.child.id() as libc::pid_t, libc::SIGINT);
+        }
+        let status = self.child.wait().unwrap();
+        assert!(
+            status.success(),
+            "{}",
+            std::fs::read_to_string(&self.err).unwrap_or_default()
+        );
+        ndjson(&std::fs::read_to_string(&self.out).unwrap())
+    }
+}
+
+/// One A query for `name` from namespace `ns`, from UDP port `port` with DNS id `id`, to
+/// `server`:53; whether the answer came (python3's socket: dig cannot choose the id).
+fn query_with_id(ns: &str, port: u16, id: u16, name: &str, server: std::net::Ipv4Addr) -> bool {
+    const SCRIPT: &str = r#"
+import socket, struct, sys
+port, qid, name, server = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], sys.argv[4]
+q = struct.pack('>HHHHHH', qid, 0x0100, 1, 0, 0, 0)
+q += b''.join(bytes([len(l)]) + l.encode() for l in name.rstrip('.').split('.')) + b'\0'
+q += struct.pack('>HH', 1, 1)
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind(('0.0.0.0', port))
+s.settimeout(2)
+s.sendto(q, (server, 53))
+d, _ = s.recvfrom(4096)
+sys.exit(0 if d[:2] == q[:2] else 1)
+"#;
+    Command::new("ip")
+        .args(["netns", "exec", ns, "/usr/bin/python3", "-c", SCRIPT])
+        .arg(port.to_string())
+        .arg(id.to_string())
+        .arg(name)
+        .arg(server.to_string())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+/// Two nodes joined by VXLAN, one `dnspath trace -w` per node seeing only its own
+/// namespaces; `analyze` of both files: each query from node A's client pod to the Service,
+/// served by the DNS pod on node B, is one transaction with legs from both nodes (node B's
+/// under the node A leg that sent it) and node A's trace id; what must not join does not:
+/// the same name asked by another client (node A itself), and two names asked from the
+/// same port with the same DNS id.
+#[test]
+fn captures_of_two_nodes_join_into_one_transaction_per_query() {
+    use lab::tunnel::{ANSWER, CLIENT, CLUSTER_IP, DNS};
+    if !lab::tracer::root_or_skip("two nodes joined by VXLAN") {
+        return;
+    }
+    let nodes = lab::tunnel::VxlanNodes::start().unwrap();
+    nodes.add_cluster_ip().unwrap();
+    let (a, file_a) = NodeWriter::start(&nodes.dir, "node-a", &[&nodes.node_a, &nodes.client]);
+    let (b, file_b) = NodeWriter::start(&nodes.dir, "node-b", &[&nodes.node_b, &nodes.dns]);
+    for i in 0..3 {
+        let (ok, got) = nodes.dig_at(CLUSTER_IP, &format!("x{i}.tunnel.test."), "A");
+        assert!(ok && got == ANSWER.to_string(), "{got}");
+    }
+    // The same name from another client: node A's own namespace.
+    let out = Command::new("ip")
+        .args(["netns", "exec", &nodes.node_a, "dig", "+short", "+tries=1"])
+        .arg(format!("@{DNS}"))
+        .arg("x0.tunnel.test.")
+        .output()
+        .unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        ANSWER.to_string()
+    );
+    // One client socket, one DNS id, two names.
+    for name in ["reuse1.tunnel.test.", "reuse2.tunnel.test."] {
+        assert!(
+            query_with_id(&nodes.client, 45353, 0x4242, name, CLUSTER_IP),
+            "{name}"
+        );
+    }
+    thread::sleep(Duration::from_millis(1500));
+    let live_a = a.stop();
+    let _ = b.stop();
+
+    let arg_a = format!("node-a={}", file_a.display());
+    let arg_b = format!("node-b={}", file_b.display());
+    let out = Command::new(dnspath_bin())
+        .args([
+            "analyze",
+            "-o",
+            "json",
+            "--view",
+            "transactions",
+            &arg_a,
+            &arg_b,
+        ])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let recs = ndjson(&String::from_utf8_lossy(&out.stdout));
+    let txs = |name: &str| -> Vec<&Value> {
+        recs.iter()
+            .filter(|r| r["type"] == "transaction" && r["question"]["name"] == name)
+            .collect()
+    };
+    let leg_nodes = |t: &Value| -> Vec<String> {
+        t["legs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|l| l["node"].as_str().unwrap_or("").to_string())
+            .collect()
+    };
+    // Node B's legs whose parent is a node A leg: the query where it was served.
+    let served_under_a = |t: &Value| -> usize {
+        let legs = t["legs"].as_array().unwrap();
+        legs.iter()
+            .filter(|l| {
+                l["node"] == "node-b"
+                    && l["parent"]
+                        .as_u64()
+                        .and_then(|p| legs.get(p as usize))
+                        .is_some_and(|p| p["node"] == "node-a")
+            })
+            .count()
+    };
+    let client = CLIENT.to_string();
+    let from_pod = |t: &Value| {
+        t["client"]
+            .as_str()
+            .is_some_and(|c| c.starts_with(&format!("{client}:")))
+    };
+    for i in 0..3 {
+        let name = format!("x{i}.tunnel.test.");
+        let all = txs(&name);
+        let pod: Vec<&&Value> = all.iter().filter(|t| from_pod(t)).collect();
+        assert_eq!(
+            pod.len(),
+            1,
+            "{name}: one transaction of the pod's query: {all:#?}"
+        );
+        let t = pod[0];
+        eprintln!("{name}: legs from {:?}", leg_nodes(t));
+        assert_eq!(t["nodes"], serde_json::json!(["node-a", "node-b"]), "{t:#}");
+        assert_eq!(t["node"], "node-a", "{t:#}");
+        assert_eq!(served_under_a(t), 1, "{t:#}");
+        assert_eq!(t["outcome"], "answered", "{t:#}");
+        // The trace id is node A's live one (what its OTLP spans carry).
+        let live = live_a
+            .iter()
+            .find(|r| {
+                r["type"] == "transaction" && r["question"]["name"] == name.as_str() && from_pod(r)
+            })
+            .unwrap_or_else(|| panic!("{name} in node A's live output"));
+        assert_eq!(t["trace_id"], live["trace_id"], "{name}");
+    }
+    // The same name from node A's namespace: a transaction of its own, not the pod's.
+    let x0 = txs("x0.tunnel.test.");
+    assert_eq!(x0.len(), 2, "{x0:#?}");
+    assert_ne!(x0[0]["trace_id"], x0[1]["trace_id"]);
+    for t in &x0 {
+        assert_eq!(served_under_a(t), 1, "each its own served leg: {t:#}");
+    }
+    // Port and DNS id reused for another name: two transactions, each joined with its own.
+    let (r1, r2) = (txs("reuse1.tunnel.test."), txs("reuse2.tunnel.test."));
+    assert_eq!((r1.len(), r2.len()), (1, 1), "{r1:#?}\n{r2:#?}");
+    for t in [r1[0], r2[0]] {
+        assert_eq!(t["client"], format!("{client}:45353"));
+        assert_eq!(t["legs"][0]["dns_id"], 0x4242);
+        assert_eq!(t["nodes"], serde_json::json!(["node-a", "node-b"]), "{t:#}");
+        assert_eq!(served_under_a(t), 1, "{t:#}");
+    }
+    assert_ne!(r1[0]["trace_id"], r2[0]["trace_id"]);
+    // Nothing of node B was left alone: every served query found its client's half.
+    let alone_b = recs
+        .iter()
+        .filter(|r| r["type"] == "transaction" && r["nodes"] == serde_json::json!(["node-b"]))
+        .filter(|r| r["question"]["name"] != "ready.tunnel.test.")
+        .count();
+    assert_eq!(alone_b, 0, "{recs:#?}");
+    // A stats record per node.
+    let stats: Vec<&Value> = recs.iter().filter(|r| r["type"] == "stats").collect();
+    assert_eq!(stats.len(), 2);
+    assert_eq!(
+        (stats[0]["node"].clone(), stats[1]["node"].clone()),
+        ("node-a".into(), "node-b".into())
+    );
+}

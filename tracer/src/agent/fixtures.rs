@@ -71,6 +71,8 @@ pub(crate) fn leg(
         node_cache: None,
         hops: Vec::new(),
         race_drop: false,
+        closes_loop: None,
+        node: None,
     }
 }
 
@@ -132,6 +134,7 @@ pub(crate) fn transaction(
         latency_ns: rcode.map(|_| 630_000),
         summary,
         legs,
+        nodes: Vec::new(),
     }
 }
 

@@ -280,6 +280,7 @@ impl<D: Detector> Correlator<D> {
             response: None,
             drop: None,
             race: None,
+            closes_cycle: None,
             client_drop: None,
             client_drop_ts: Vec::new(),
             timed_out: false,

@@ -53,8 +53,8 @@ use lookup::Lookups;
 use model::*;
 pub(crate) use model::{LegRole, QKey};
 use record::{
-    Answered, HopRecord, Join, LegDrop, LegOutcome, LegRecord, LookupRef, NodeCache, Outcome,
-    QuestionRecord, Summary, TransactionRecord,
+    Answered, HopRecord, Join, LegDrop, LegLoop, LegOutcome, LegRecord, LookupRef, NodeCache,
+    Outcome, QuestionRecord, Summary, TransactionRecord,
 };
 
 /// What the correlate and detect stages report, in the order they decide it; the pipeline
@@ -447,6 +447,13 @@ impl<D: Detector> Correlator<D> {
         let client = chain.last().map(|r| r.client);
         let entered = chain.last().map(|r| r.first_ts).unwrap_or(ts);
         let q = leaf.key.q.clone();
+        // The leg says it closed a cycle: its record carries the mark the spans read.
+        if let Some(leaf) = self.legs.get_mut(&leg_id) {
+            leaf.closes_cycle = Some((
+                u32::try_from(i).unwrap_or(u32::MAX),
+                u32::try_from(hop_count).unwrap_or(u32::MAX),
+            ));
+        }
         self.detect.leg(&LegEvent::Cycle(Cycle {
             q: &q,
             hops,

@@ -130,6 +130,10 @@ pub(super) struct Leg {
     /// A drop's conntrack evidence that a detector keeps (a failed conntrack confirm: the
     /// race detector's).
     pub(super) race: Option<super::detector::DropEvidence>,
+    /// The forwarding cycle this leg closed when it was made or moved (`check_cycle`): how
+    /// many legs of its chain, this one and its parents, make the cycle, and the chain's
+    /// length less one. No allocation: a loop's every leg may hold one.
+    pub(super) closes_cycle: Option<(u32, u32)>,
     /// Kernel drops of this leg's answer in the client's own namespace after the answer
     /// was seen at the client's point (between the interface and the asking socket): the
     /// first one, and the times of at most [`MAX_CLIENT_DROPS`] (see

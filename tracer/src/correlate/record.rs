@@ -149,11 +149,30 @@ pub struct LegRecord {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub node_cache: Option<NodeCache>,
     pub hops: Vec<HopRecord>,
+    /// `analyze` of several nodes' captures: the node whose capture its hops are from.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub node: Option<Arc<str>>,
     /// Not in the JSON (a `race` record says it): a client's query that the conntrack race
     /// dropped, so that what retried it is read here rather than inferred from where the
     /// race record comes in the output.
     #[serde(skip)]
     pub race_drop: bool,
+    /// Not in the JSON (a `loop` record says it): the forwarding cycle this leg closed, as
+    /// the correlator found it when the leg was made (a forward delivered where one of its
+    /// ancestors was), so that what reads the record does not derive it again.
+    #[serde(skip)]
+    pub closes_loop: Option<Box<LegLoop>>,
+}
+
+/// A forwarding cycle closed by a leg of a transaction: what the correlator reported to the
+/// loop detector (a `loop` record of kind `cycle`), in the transaction's leg indexes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LegLoop {
+    /// The cycle's legs, first to last (the closing leg last): the first one's client is the
+    /// server the last one was delivered to.
+    pub cycle: Vec<usize>,
+    /// Legs in the chain from the client's query to the closing one, less one.
+    pub hop_count: usize,
 }
 
 /// A leg's transport: `tcp` for IPPROTO_TCP, else `udp` (what a DNS leg can be).
@@ -362,7 +381,20 @@ pub struct TransactionRecord {
     /// `--record`: the flight-recorder file holding this incident's packets (written once its
     /// window is over).
     pub evidence: Option<String>,
+    /// `analyze` of several nodes' captures: the nodes whose captures its legs came from,
+    /// the client's first (empty otherwise, and not written).
+    pub nodes: Vec<Arc<str>>,
     pub legs: Vec<LegRecord>,
+}
+
+impl TransactionRecord {
+    /// The first leg (in leg order) that closed a forwarding cycle, and the cycle.
+    pub fn first_loop(&self) -> Option<(usize, &LegLoop)> {
+        self.legs
+            .iter()
+            .enumerate()
+            .find_map(|(n, l)| l.closes_loop.as_deref().map(|lp| (n, lp)))
+    }
 }
 
 /// Field by field in docs/output.md: the client's pod flattened in; a late answer's times
@@ -400,6 +432,9 @@ impl Serialize for TransactionRecord {
         m.serialize_entry("summary", &transaction_summary(self))?;
         if let Some(e) = &self.evidence {
             m.serialize_entry("evidence", e)?;
+        }
+        if !self.nodes.is_empty() {
+            m.serialize_entry("nodes", &self.nodes)?;
         }
         m.serialize_entry("legs", &self.legs)?;
         m.end()

@@ -423,6 +423,9 @@ impl<D: Detector> Correlator<D> {
         let ids: Vec<u64> = legs.iter().map(|l| l.id).collect();
         let parents: Vec<u64> = legs.iter().filter_map(|l| l.parent).collect();
         let index_of = |id: u64| ids.iter().position(|&l| l == id);
+        // Each leg's parent as an index (a loop's cycle is walked up them).
+        let legs_parent: Vec<Option<usize>> =
+            legs.iter().map(|l| l.parent.and_then(index_of)).collect();
         let (client_netns, q) = match legs.first_mut() {
             Some(root) => (std::mem::take(&mut root.client_netns), root.key.q.clone()),
             None => return None,
@@ -516,12 +519,28 @@ impl<D: Detector> Correlator<D> {
                     hops: hop_records,
                     // What `races_of` reports as a race drop.
                     race_drop: l.parent.is_none() && l.race.is_some(),
+                    closes_loop: l.closes_cycle.map(|(len, hop_count)| {
+                        // This leg and its parents, `len` of them, first to last.
+                        let mut cycle = Vec::with_capacity(len as usize);
+                        let mut at = index_of(l.id);
+                        while let Some(k) = at.filter(|_| cycle.len() < len as usize) {
+                            cycle.push(k);
+                            at = legs_parent.get(k).copied().flatten();
+                        }
+                        cycle.reverse();
+                        Box::new(LegLoop {
+                            cycle,
+                            hop_count: hop_count as usize,
+                        })
+                    }),
+                    node: None,
                 }
             })
             .collect();
 
         Some(TransactionRecord {
             evidence: None,
+            nodes: Vec::new(),
             pod: Default::default(),
             id: t.id,
             lookup: LookupRef {

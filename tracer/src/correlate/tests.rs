@@ -1130,6 +1130,7 @@ fn concurrent_loopback_clients_are_no_loop_but_a_self_forward_is() {
     for t in &txs {
         assert_eq!(t.outcome, Outcome::Answered, "{t:#?}");
         assert_eq!(t.legs.len(), 1, "{t:#?}");
+        assert_eq!(t.first_loop(), None, "no cycle marked: {t:#?}");
     }
     assert_eq!(f.c.stats().orphan_responses, 0);
 
@@ -1178,6 +1179,22 @@ fn concurrent_loopback_clients_are_no_loop_but_a_self_forward_is() {
             .all(|h| report::peer(&h.backend) == "127.0.0.53:53"),
         "{:#?}",
         detected[0]
+    );
+    // The transaction's record marks the leg that closed the cycle (what its spans read):
+    // the second forward, delivered to the stub the first one was, a cycle of itself.
+    let txs = f.txs(t1 + 30_000 * MS);
+    let t = txs
+        .iter()
+        .find(|t| t.question.name == "self.test.")
+        .expect("the self-forward's transaction");
+    let (closing, lp) = t.first_loop().expect("a cycle marked");
+    let leg = &t.legs[closing];
+    assert_eq!(leg.backend.to_string(), "127.0.0.53:53", "{t:#?}");
+    assert_eq!(lp.cycle, [closing], "{t:#?}");
+    assert_eq!(lp.hop_count, 2, "{t:#?}");
+    assert_eq!(
+        leg.parent.map(|p| t.legs[p].closes_loop.is_none()),
+        Some(true)
     );
 }
 

@@ -69,7 +69,10 @@ fn tx(
             node_cache: None,
             hops: Vec::new(),
             race_drop: false,
+            closes_loop: None,
+            node: None,
         }],
+        nodes: Vec::new(),
     }
 }
 

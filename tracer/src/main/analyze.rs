@@ -3,7 +3,7 @@ use std::{path::PathBuf, process::ExitCode};
 
 use clap::Args;
 use dnspath::{
-    analyze::{self, AnalyzeError, AnalyzeOptions},
+    analyze::{self, AnalyzeError, AnalyzeOptions, NodeCapture},
     output::{Format, View},
 };
 
@@ -14,9 +14,11 @@ use crate::{
 
 #[derive(Args)]
 pub struct AnalyzeArgs {
-    /// pcap or pcapng file; `-` reads standard input.
-    #[arg(value_name = "FILE")]
-    file: PathBuf,
+    /// pcap or pcapng file; `-` reads standard input. Several files: one capture per node,
+    /// each `NAME=FILE` or `FILE` (the node is the file's name without extension); a query
+    /// that crossed nodes is one transaction with every node's legs.
+    #[arg(value_name = "FILE", required = true, num_args = 1..)]
+    files: Vec<String>,
     /// Decode UDP/TCP packets from or to this port (repeatable); the others are skipped
     /// and counted on stderr.
     #[arg(short, long = "port", default_values_t = [53u16])]
@@ -36,8 +38,24 @@ pub struct AnalyzeArgs {
 }
 
 pub fn run(a: AnalyzeArgs) -> anyhow::Result<ExitCode> {
+    let captures: Vec<NodeCapture> = a.files.iter().map(|f| NodeCapture::parse(f)).collect();
+    if captures.len() > 1 {
+        for (i, c) in captures.iter().enumerate() {
+            if c.path.as_os_str() == "-" {
+                anyhow::bail!(
+                    "`-` (standard input) is one capture alone, not one of several nodes'"
+                );
+            }
+            if captures[..i].iter().any(|o| o.node == c.node) {
+                anyhow::bail!(
+                    "two captures of node {:?}: name each as NAME=FILE",
+                    dnspath::output::escape(&c.node)
+                );
+            }
+        }
+    }
     let opts = AnalyzeOptions {
-        path: a.file,
+        path: PathBuf::from(a.files.first().map_or("-", String::as_str)),
         view: a.view.unwrap_or(View::default_for(a.output)),
         format: a.output,
         timeout: a.timeout.positive("--timeout")?,
@@ -45,7 +63,12 @@ pub fn run(a: AnalyzeArgs) -> anyhow::Result<ExitCode> {
         filter: a.filter.filter()?,
     };
     let out = Box::new(std::io::stdout());
-    match analyze::run(opts, out) {
+    let result = if captures.len() > 1 {
+        analyze::run_nodes(opts, &captures, out).map(|_| ())
+    } else {
+        analyze::run(opts, out).map(|_| ())
+    };
+    match result {
         // `dnspath analyze big.pcap | head`: the reader has what it wanted.
         Err(AnalyzeError::Io(e)) if e.kind() == std::io::ErrorKind::BrokenPipe => {}
         r => {

@@ -183,9 +183,12 @@ fn records() -> Vec<Record> {
     // Served by the node cache; its answer cut by the capture.
     leg.node_cache = Some(crate::correlate::record::NodeCache::Hit);
     leg.answer_cut = Some(dns::Cut::default());
+    // From `analyze` of several nodes' captures.
+    leg.node = Some("node-a".into());
     let mut transaction =
         fixtures::transaction("www.lab.test.", "A", "10.244.1.2:1", None, vec![leg]);
     transaction.evidence = Some("DIR/dnspath-x-unanswered.pcapng".into());
+    transaction.nodes = vec!["node-a".into()];
     // A late answer (its times), cut by the capture, to a pod known in full.
     transaction.summary = crate::correlate::record::Summary::Late {
         answer_ns: 2,

@@ -332,7 +332,10 @@ mod tests {
                 node_cache: None,
                 hops: vec![hop.clone(), hop],
                 race_drop: false,
+                closes_loop: None,
+                node: None,
             }],
+            nodes: Vec::new(),
         }
     }
 

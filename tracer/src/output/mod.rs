@@ -106,6 +106,8 @@ pub struct JsonSink<W: Write> {
     /// One record's line, reused: serde_json writes its many small pieces into memory and
     /// the sink hands the line over in one write.
     line: Vec<u8>,
+    /// `analyze` of several nodes' captures: the `node` of the records written next.
+    node: Option<String>,
 }
 
 impl<W: Write> JsonSink<W> {
@@ -113,7 +115,14 @@ impl<W: Write> JsonSink<W> {
         Self {
             out,
             line: Vec::with_capacity(4096),
+            node: None,
         }
+    }
+
+    /// The node the next records come from, written as their `node` (in place of
+    /// `--node-name`'s); `None`: the run's own, if any.
+    pub fn set_node(&mut self, node: Option<&str>) {
+        self.node = node.map(str::to_string);
     }
 }
 
@@ -121,7 +130,7 @@ impl<W: Write> RecordWriter for JsonSink<W> {
     fn write(&mut self, record: &Record) -> io::Result<()> {
         self.line.clear();
         serde_json::to_writer(&mut self.line, record)?;
-        otlp::extend_json(record, &mut self.line);
+        otlp::extend_json_as(record, &mut self.line, self.node.as_deref());
         self.line.push(b'\n');
         self.out.write_all(&self.line)
     }

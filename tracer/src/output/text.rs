@@ -15,11 +15,19 @@ use crate::{event::Direction, time::WallTime};
 
 pub struct TextSink<W: Write> {
     out: W,
+    /// `analyze` of several nodes' captures: the node of the records written next, before
+    /// each (`[node-a] `).
+    node: Option<String>,
 }
 
 impl<W: Write> TextSink<W> {
     pub fn new(out: W) -> Self {
-        Self { out }
+        Self { out, node: None }
+    }
+
+    /// The node the next records come from (`None`: no prefix).
+    pub fn set_node(&mut self, node: Option<&str>) {
+        self.node = node.map(|n| format!("[{}] ", esc(n)));
     }
 }
 
@@ -212,13 +220,17 @@ fn leg_line(l: &LegRecord) -> String {
         Some(c) => format!(", node cache {}", report::node_cache_name(c)),
         None => String::new(),
     };
+    let node = match &l.node {
+        Some(n) => format!(", node {}", esc(n)),
+        None => String::new(),
+    };
     let role = match l.role {
         crate::correlate::LegRole::Retry => "retry: ",
         crate::correlate::LegRole::TcpFallback => "tcp retry: ",
         _ => "",
     };
     format!(
-        "{role}{} {} → {}{nat} id {}: {result}{lat} [{} join, {} hop{}{retx}{cache}]",
+        "{role}{} {} → {}{nat} id {}: {result}{lat} [{} join, {} hop{}{retx}{cache}{node}]",
         report::proto_name(l.proto),
         l.client,
         l.server,
@@ -482,7 +494,10 @@ impl<W: Write> RecordWriter for TextSink<W> {
             Record::FragmentLoss(f) => fragment_loss_line(f),
             Record::Stats(s) => stats_line(s),
         };
-        writeln!(self.out, "{line}")
+        match &self.node {
+            Some(n) => writeln!(self.out, "{n}{line}"),
+            None => writeln!(self.out, "{line}"),
+        }
     }
     fn flush(&mut self) -> io::Result<()> {
         self.out.flush()

@@ -171,6 +171,7 @@ mod tests {
             latency_ns: Some(1000),
             summary: Summary::Answered(Answered::Directly),
             legs: Vec::new(),
+            nodes: Vec::new(),
         }))
     }
 

@@ -1,5 +1,5 @@
 //! The live section: dnsperf at fixed rates under nothing, `dnspath trace`, `dnspath agent`
-//! and tcpdump + tshark, and the eBPF programs' cost on packets that are not DNS.
+//! (without and with OTLP export to a running Arize Phoenix) and tcpdump + tshark, and the eBPF programs' cost on packets that are not DNS.
 use anyhow::anyhow;
 use std::{
     fs,
@@ -33,17 +33,26 @@ enum Mode {
     Nothing,
     Trace,
     Agent,
+    /// The agent exporting every transaction (`--otlp-sample 1`) to Phoenix.
+    AgentOtlp,
     Tcpdump,
 }
 
 impl Mode {
-    const ALL: [Mode; 4] = [Mode::Nothing, Mode::Trace, Mode::Agent, Mode::Tcpdump];
+    const ALL: [Mode; 5] = [
+        Mode::Nothing,
+        Mode::Trace,
+        Mode::Agent,
+        Mode::AgentOtlp,
+        Mode::Tcpdump,
+    ];
 
     fn label(self) -> &'static str {
         match self {
             Mode::Nothing => "nothing",
             Mode::Trace => "dnspath trace --all-netns -o json",
             Mode::Agent => "dnspath agent",
+            Mode::AgentOtlp => "dnspath agent --otlp (Phoenix)",
             Mode::Tcpdump => "tcpdump -w + tshark -r",
         }
     }
@@ -124,6 +133,8 @@ struct Setup<'a> {
     dnspath: String,
     queries: PathBuf,
     servers: Vec<String>,
+    /// Phoenix's OTLP/HTTP endpoint in the node namespace, when it is installed.
+    otlp: Option<String>,
 }
 
 /// Runs dnsperf at `rate` under `mode` and measures.
@@ -134,6 +145,7 @@ fn measure(s: &Setup, mode: Mode, rate: u32, o: &LiveOptions) -> crate::Result<R
         dnspath,
         queries,
         servers,
+        otlp,
     } = s;
     let dnspath = dnspath.as_str();
     let node = lab.node_ns();
@@ -149,14 +161,15 @@ fn measure(s: &Setup, mode: Mode, rate: u32, o: &LiveOptions) -> crate::Result<R
             is_stats,
             "dnspath: tracing",
         )?),
-        Mode::Agent => {
-            let t = Tool::start(
-                lab,
-                node,
-                &[dnspath, "agent", "--listen", AGENT_LISTEN],
-                is_stats,
-                "dnspath: tracing",
-            )?;
+        Mode::Agent | Mode::AgentOtlp => {
+            let mut args = vec![dnspath, "agent", "--listen", AGENT_LISTEN];
+            if mode == Mode::AgentOtlp {
+                let url = otlp
+                    .as_deref()
+                    .ok_or_else(|| anyhow!("no OTLP receiver (`cargo xtask setup`)"))?;
+                args.extend(["--otlp", url, "--otlp-sample", "1"]);
+            }
+            let t = Tool::start(lab, node, &args, is_stats, "dnspath: tracing")?;
             let deadline = Instant::now() + Duration::from_secs(15);
             while curl(lab, "/readyz").is_none() {
                 if Instant::now() > deadline {
@@ -190,11 +203,11 @@ fn measure(s: &Setup, mode: Mode, rate: u32, o: &LiveOptions) -> crate::Result<R
     let hwm_kib = tool.as_ref().and_then(|t| vm_hwm_kib(t.pid()));
     let rss_kib = tool.as_ref().and_then(|t| vm_rss_kib(t.pid()));
     let scrape = match mode {
-        Mode::Agent => curl(lab, "/metrics"),
+        Mode::Agent | Mode::AgentOtlp => curl(lab, "/metrics"),
         _ => None,
     };
     let stopped = tool.map(|t| {
-        t.stop(if mode == Mode::Agent {
+        t.stop(if matches!(mode, Mode::Agent | Mode::AgentOtlp) {
             libc::SIGTERM
         } else {
             libc::SIGINT
@@ -250,11 +263,22 @@ fn measure(s: &Setup, mode: Mode, rate: u32, o: &LiveOptions) -> crate::Result<R
                 );
             }
         }
-        Mode::Agent => {
+        Mode::Agent | Mode::AgentOtlp => {
             let scrape = scrape.unwrap_or_default();
             row.captured = metric(&scrape, "dnspath_packets_total", "");
             row.lost = metric(&scrape, "dnspath_events_lost_total", "event=\"packet\"");
             row.summarised = metric(&scrape, "dnspath_summarised_packets_total", "");
+            if mode == Mode::AgentOtlp {
+                let spans = metric(&scrape, "dnspath_otlp_spans_exported_total", "");
+                let txs = metric(&scrape, "dnspath_otlp_transactions_exported_total", "");
+                let dropped = metric(&scrape, "dnspath_otlp_transactions_dropped_total", "");
+                eprintln!(
+                    "bench: dnspath agent --otlp exported {} transactions ({} spans), dropped {}",
+                    opt_u64(txs),
+                    opt_u64(spans),
+                    opt_u64(dropped)
+                );
+            }
         }
         Mode::Tcpdump => {
             let err = stopped.map(|s| s.stderr).unwrap_or_default();
@@ -364,6 +388,17 @@ fn print_rate(rate: u32, seconds: u64, rows: &[(Mode, Row)]) {
             mode.label(),
             us / servers.max(1e-9)
         );
+        let agent = rows
+            .iter()
+            .find(|(m, _)| *m == Mode::Agent)
+            .and_then(|(_, r)| r.tool_us_per_query());
+        if let (Mode::AgentOtlp, Some(a)) = (mode, agent) {
+            line.push_str(&format!(
+                " = {:.2}× the agent without export (same run, {:+.0} %)",
+                us / a.max(1e-9),
+                100.0 * (us / a.max(1e-9) - 1.0)
+            ));
+        }
         if let Some((cpu, wall)) = r.tshark {
             line.push_str(&format!(
                 " [tcpdump {:.1} µs + tshark {:.1} µs, tshark took {wall:.1} s]",
@@ -413,16 +448,26 @@ pub(super) fn run_live(dnspath: &Path, o: &LiveOptions) -> crate::Result<()> {
         .collect();
     // Warm both pods' caches (the Service picks a pod at random per flow).
     dnsperf(&lab, &queries, 1_000, 1)?;
+    // The OTLP receiver of the `--otlp` row, as the soak starts it; given time to listen.
+    let receiver = super::soak::Receiver::start(&lab);
+    if receiver.is_some() {
+        thread::sleep(Duration::from_secs(10));
+    }
     let setup = Setup {
         lab: &lab,
         truth: Truth::install(&lab)?,
         dnspath: dnspath.to_string_lossy().into_owned(),
         queries,
         servers,
+        otlp: receiver.as_ref().map(|r| r.url()),
     };
     for &rate in &o.rates {
         let mut rows = Vec::new();
         for mode in Mode::ALL {
+            if mode == Mode::AgentOtlp && setup.otlp.is_none() {
+                eprintln!("bench: live: no Phoenix (`cargo xtask setup`): no --otlp row");
+                continue;
+            }
             eprintln!("bench: live: {} at {rate} qps", mode.label());
             rows.push((mode, measure(&setup, mode, rate, o)?));
         }

@@ -222,7 +222,7 @@ fn start_agent(
 }
 
 /// Arize Phoenix in the node namespace, as the OTLP receiver.
-struct Receiver {
+pub(super) struct Receiver {
     child: Option<Child>,
     http: u16,
     dir: PathBuf,
@@ -230,7 +230,7 @@ struct Receiver {
 }
 
 impl Receiver {
-    fn start(lab: &Lab) -> Option<Receiver> {
+    pub(super) fn start(lab: &Lab) -> Option<Receiver> {
         if !Path::new(PHOENIX).exists() {
             eprintln!("soak: {PHOENIX} missing (`cargo xtask setup`): no OTLP receiver");
             return None;
@@ -246,7 +246,7 @@ impl Receiver {
         r.restart();
         Some(r)
     }
-    fn url(&self) -> String {
+    pub(super) fn url(&self) -> String {
         format!("http://127.0.0.1:{}", self.http)
     }
     fn restart(&mut self) {

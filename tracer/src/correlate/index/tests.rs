@@ -65,6 +65,7 @@ fn leg(id: u64, client: &str, name: &str, dns_id: u16, parent: Option<u64>) -> L
         response: None,
         drop: None,
         race: None,
+        closes_cycle: None,
         client_drop: None,
         client_drop_ts: Vec::new(),
         timed_out: false,

@@ -479,6 +479,11 @@ pub fn record_bytes(tx: &TransactionRecord) -> usize {
             + l.drop
                 .as_ref()
                 .map_or(0, |d| string(&d.reason) + string(&d.location) + pod(&d.pod))
+            + l.closes_loop.as_ref().map_or(0, |lp| {
+                size_of::<crate::correlate::record::LegLoop>()
+                    + lp.cycle.capacity() * size_of::<usize>()
+                    + 2 * BLOCK
+            })
             + 2 * BLOCK
     });
     size_of::<TransactionRecord>()
@@ -488,6 +493,7 @@ pub fn record_bytes(tx: &TransactionRecord) -> usize {
         + strings(&tx.answers)
         + opt(&tx.rcode)
         + opt(&tx.evidence)
+        + tx.nodes.capacity() * size_of::<std::sync::Arc<str>>()
         + pod(&tx.pod)
         + summary_bytes(&tx.summary)
 }

@@ -42,12 +42,26 @@ fn identity() -> &'static Identity {
 /// Appends `node` (every record, with `--node-name`) and `trace_id` (transactions) to a
 /// record's JSON object in `line` (which ends with its `}`).
 pub fn extend_json(record: &Record, line: &mut Vec<u8>) {
+    extend_json_as(record, line, None);
+}
+
+/// [`extend_json`] with `node` in place of the run's `--node-name` (`analyze` of several
+/// nodes' captures names each record's node).
+pub fn extend_json_as(record: &Record, line: &mut Vec<u8>, node: Option<&str>) {
     let id = identity();
     let trace = match record {
         Record::Transaction(t) => Some(spans::trace_ids(&id.key, t).trace),
         _ => None,
     };
-    if id.node_field.is_empty() && trace.is_none() {
+    let own;
+    let node_field = match node.map(serde_json::to_string) {
+        Some(Ok(n)) => {
+            own = format!(",\"node\":{n}");
+            own.as_str()
+        }
+        _ => id.node_field.as_str(),
+    };
+    if node_field.is_empty() && trace.is_none() {
         return;
     }
     if line.last() != Some(&b'}') {
@@ -59,7 +73,7 @@ pub fn extend_json(record: &Record, line: &mut Vec<u8>) {
         line.extend_from_slice(ids::hex(&t).as_bytes());
         line.push(b'"');
     }
-    line.extend_from_slice(id.node_field.as_bytes());
+    line.extend_from_slice(node_field.as_bytes());
     line.push(b'}');
 }
 

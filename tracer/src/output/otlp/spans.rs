@@ -17,7 +17,7 @@ use opentelemetry_proto::tonic::{
 use super::ids::{self, IdKey, QueryIdentity, Role};
 use crate::{
     correlate::{
-        record::{Answered, Join, LegOutcome, NodeCache, Outcome, Summary},
+        record::{Answered, Join, LegLoop, LegOutcome, NodeCache, Outcome, Summary},
         LegRole, FRAGMENT_LOSS,
     },
     event::Direction,
@@ -83,73 +83,7 @@ pub fn failing(tx: &TransactionRecord) -> bool {
             ) || matches!(l.rcode.as_deref(), Some("SERVFAIL" | "REFUSED"))
                 || l.race_drop
         })
-        || find_loop(tx).is_some()
-}
-
-/// Parents followed up a chain of forwards at most (as the correlator's loop detector).
-const MAX_CHAIN: usize = 64;
-
-/// A forwarding loop closed in a transaction's legs: a forwarded leg delivered where one
-/// of its ancestors was (the same backend; for a loopback backend, in the same namespace)
-/// — what the correlator's loop detector reports as a `loop` record of kind `cycle`.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct LegLoop {
-    /// The leg that closed the cycle (the first such, in leg order).
-    pub closing: usize,
-    /// The cycle's legs, first to last: the first one's client is the server the last one
-    /// was delivered to.
-    pub cycle: Vec<usize>,
-    /// Legs in the chain from the client's query to the closing one, less one.
-    pub hop_count: usize,
-}
-
-/// Where a leg was delivered, for loop detection: its backend, and for a loopback backend
-/// the namespace it arrived in (each namespace has its own 127.0.0.1).
-fn loop_endpoint(l: &LegRecord) -> (SocketAddr, Option<&str>) {
-    let ns = l.backend.ip().is_loopback().then(|| {
-        delivery(l)
-            .or_else(|| l.hops.iter().rfind(|h| !h.qr))
-            .map_or("", |h| h.netns.as_ref())
-    });
-    (l.backend, ns)
-}
-
-/// The first forwarding loop in `tx`'s legs, if any: for each forwarded leg, its chain of
-/// parents up to the client's query (at most [`MAX_CHAIN`]), and the nearest ancestor
-/// delivered where it was. O(legs × [`MAX_CHAIN`]).
-pub fn find_loop(tx: &TransactionRecord) -> Option<LegLoop> {
-    for (n, leaf) in tx.legs.iter().enumerate() {
-        let Some(first) = leaf.parent else { continue };
-        let want = loop_endpoint(leaf);
-        // Up the chain (the leaf and at most MAX_CHAIN - 1 ancestors): the nearest ancestor
-        // delivered where the leaf was, and the chain's length. No allocation unless found.
-        let (mut cur, mut depth, mut hit) = (Some(first), 0usize, None);
-        while let Some(p) = cur {
-            if depth + 1 >= MAX_CHAIN {
-                break;
-            }
-            let Some(pl) = tx.legs.get(p) else { break };
-            depth += 1;
-            if hit.is_none() && loop_endpoint(pl) == want {
-                hit = Some(depth);
-            }
-            cur = pl.parent;
-        }
-        let Some(i) = hit else { continue };
-        let mut cycle = Vec::with_capacity(i);
-        let mut at = Some(n);
-        while let Some(k) = at.filter(|_| cycle.len() < i) {
-            cycle.push(k);
-            at = tx.legs.get(k).and_then(|l| l.parent);
-        }
-        cycle.reverse();
-        return Some(LegLoop {
-            closing: n,
-            cycle,
-            hop_count: depth,
-        });
-    }
-    None
+        || tx.first_loop().is_some()
 }
 
 /// One span and the resource (pod, namespace, node) it happened in.
@@ -520,7 +454,8 @@ pub fn build(cfg: &SpanConfig, tx: &TransactionRecord) -> (TraceIds, Vec<PlacedS
     let local = client_is_local(tx);
     let root_id = ids::span_id(key, &trace, Role::Root);
     let mut out = Vec::with_capacity(1 + 2 * tx.legs.len());
-    let looped = find_loop(tx);
+    // The correlator marked the leg that closed a forwarding cycle, if any.
+    let looped = tx.first_loop();
 
     // Ids first: a forwarded leg's parent is its parent leg's server span.
     let leg_ids: Vec<LegIds> = tx
@@ -622,7 +557,7 @@ pub fn build(cfg: &SpanConfig, tx: &TransactionRecord) -> (TraceIds, Vec<PlacedS
             });
         }
         let mut error = leg_error(l);
-        if let Some(lp) = looped.as_ref().filter(|lp| lp.closing == n) {
+        if let Some((_, lp)) = looped.filter(|(closing, _)| *closing == n) {
             events.push(loop_event(tx, lp, start, node));
             error = error.or_else(|| Some("forwarding loop".into()));
         }
@@ -812,16 +747,16 @@ pub fn build(cfg: &SpanConfig, tx: &TransactionRecord) -> (TraceIds, Vec<PlacedS
             _ => {}
         }
         events.extend(race_event(tx, &wall));
-        if let Some(lp) = &looped {
+        if let Some((closing, lp)) = looped {
             let at = tx
                 .legs
-                .get(lp.closing)
+                .get(closing)
                 .and_then(|l| l.hops.first())
                 .map_or(tx.wall_ns, |h| wall.of(h.ts_ns));
             events.push(loop_event(tx, lp, at, node));
         }
         events.sort_by_key(|e| e.time_unix_nano);
-        let error = tx_error(tx).or_else(|| looped.as_ref().map(|_| "forwarding loop".into()));
+        let error = tx_error(tx).or_else(|| looped.map(|_| "forwarding loop".into()));
         out.push(PlacedSpan {
             resource: resource(&tx.pod, tx.client_netns.as_ref(), node),
             span: Span {

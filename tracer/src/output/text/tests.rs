@@ -281,6 +281,8 @@ fn hostile_transaction_fields_are_escaped() {
             },
         ],
         race_drop: false,
+        closes_loop: None,
+        node: None,
     };
     let t = TransactionRecord {
         evidence: None,
@@ -307,6 +309,7 @@ fn hostile_transaction_fields_are_escaped() {
             leg(Some(0), LegRole::Forward, LegOutcome::Answered),
             leg(None, LegRole::Retry, LegOutcome::Truncated),
         ],
+        nodes: Vec::new(),
     };
     // A first line, then two per leg.
     // First line: netns and name (the type is a code, written as its mnemonic), and the
@@ -541,6 +544,8 @@ fn a_leg_of_one_hop_says_hop() {
         node_cache: None,
         hops: vec![hop.clone()],
         race_drop: false,
+        closes_loop: None,
+        node: None,
     };
     let line = super::leg_line(&leg);
     assert!(line.ends_with("[same-tuple join, 1 hop]"), "{line}");

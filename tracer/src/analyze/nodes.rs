@@ -1,0 +1,317 @@
+//! `dnspath analyze a.pcapng b.pcapng …`: one capture per node. Each node's capture goes
+//! through stages of its own (decode, correlate, detect: what that node's agent would have
+//! made of it), the files read together in capture time; the nodes' transactions then meet
+//! in the join stage ([`super::join`]), where a query that crossed nodes becomes one
+//! transaction. Every record names its node (`node`; text: `[node] `).
+use std::{
+    io::{Read, Write},
+    path::{Path, PathBuf},
+    sync::{Arc, RwLock},
+};
+
+use super::{
+    join::NodeJoin, report_of, AnalyzeError, AnalyzeOptions, AnalyzeReport, BatchWriter,
+    PortFilter, PortSet,
+};
+use crate::{
+    decode::decoder::Decoder,
+    event::SourceEvent,
+    kallsyms::Kallsyms,
+    names::Names,
+    output::{
+        otlp::ids::IdKey, record::StatsRecord, text::TextSink, writer::RecordsOut, Format,
+        JsonSink, Record, RecordWriter,
+    },
+    pipeline::{Pipeline, PipelineConfig, TICK_NS},
+    source::file::{netns_name_for, FileError, FileSource},
+    time::Clock,
+};
+
+/// One node's capture.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NodeCapture {
+    pub node: String,
+    pub path: PathBuf,
+}
+
+impl NodeCapture {
+    /// `NAME=PATH`, or a path (its node: the file's stem). An argument with a `=` that is
+    /// itself an existing file is a path.
+    pub fn parse(arg: &str) -> Self {
+        match arg.split_once('=') {
+            Some((node, path)) if !node.is_empty() && !Path::new(arg).exists() => Self {
+                node: node.to_string(),
+                path: PathBuf::from(path),
+            },
+            _ => Self {
+                node: netns_name_for(Path::new(arg)),
+                path: PathBuf::from(arg),
+            },
+        }
+    }
+}
+
+/// What a node's capture was, how far it was read.
+struct Node<'a> {
+    name: Arc<str>,
+    source: FileSource<Box<dyn Read + Send>>,
+    pipeline: Pipeline,
+    ports: PortFilter<'a>,
+    next: Option<SourceEvent>,
+    /// The time of the last event read (events without one come at it).
+    last_ts: u64,
+    ended: bool,
+    stopped_by: Option<FileError>,
+    records: Vec<Record>,
+}
+
+/// The text or NDJSON writer, told each record's node.
+enum Out {
+    Json(JsonSink<BatchWriter>),
+    Text(TextSink<BatchWriter>),
+}
+
+impl Out {
+    fn write(&mut self, node: &str, r: &Record) -> std::io::Result<()> {
+        match self {
+            Out::Json(j) => {
+                j.set_node(Some(node));
+                j.write(r)
+            }
+            Out::Text(t) => {
+                t.set_node(Some(node));
+                t.write(r)
+            }
+        }
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        match self {
+            Out::Json(j) => j.flush(),
+            Out::Text(t) => t.flush(),
+        }
+    }
+}
+
+/// What a run of several nodes' captures found.
+#[derive(Debug)]
+pub struct NodesReport {
+    /// Each capture's, in the order given.
+    pub nodes: Vec<AnalyzeReport>,
+    /// Served halves joined to their client's half.
+    pub joined: u64,
+    /// Transactions written before their other halves could come, for the join's bound.
+    pub written_early: u64,
+}
+
+/// Extra capture time a transaction waits for its other halves, beyond the timeout: the
+/// correlator's retry and answer graces and the join's clock tolerance, rounded up.
+const HOLD_AFTER_TIMEOUT_NS: u64 = 5_000_000_000;
+
+/// Reads every node's capture (each up to its first damage), writes every record with its
+/// node and the transactions joined across nodes, then a `stats` record per node; a report
+/// per node, in the order given.
+pub fn analyze_nodes(
+    opts: &AnalyzeOptions,
+    captures: &[NodeCapture],
+    out: Box<dyn Write + Send>,
+) -> Result<NodesReport, AnalyzeError> {
+    let clock = Clock::Epoch;
+    let timeout_ns = u64::try_from(opts.timeout.as_nanos()).unwrap_or(u64::MAX);
+    let ports = PortSet::new(&opts.ports);
+    let mut nodes = Vec::with_capacity(captures.len());
+    for c in captures {
+        // Namespace ids are per file: each node has its own names.
+        let names = Arc::new(RwLock::new(Names::default()));
+        let source = FileSource::open(&c.path, Arc::clone(&names))?;
+        let decoder = Decoder::new(clock, names, Kallsyms::default(), Default::default());
+        let pipeline = Pipeline::new(
+            decoder,
+            PipelineConfig {
+                transactions: opts.view.transactions(),
+                timeout_ns,
+                shed_loops: false,
+                node_netns: None,
+            },
+            clock,
+        );
+        nodes.push(Node {
+            name: Arc::from(c.node.as_str()),
+            source,
+            pipeline,
+            ports: PortFilter::new(&ports),
+            next: None,
+            last_ts: 0,
+            ended: false,
+            stopped_by: None,
+            records: Vec::new(),
+        });
+    }
+    let shown = RecordsOut::new(opts.view, opts.filter.clone());
+    let mut out = match opts.format {
+        Format::Json => Out::Json(JsonSink::new(BatchWriter::new(out))),
+        Format::Text => Out::Text(TextSink::new(BatchWriter::new(out))),
+    };
+    let mut join = NodeJoin::new(
+        IdKey::default(),
+        nodes.iter().map(|n| Arc::clone(&n.name)).collect(),
+        timeout_ns.saturating_add(HOLD_AFTER_TIMEOUT_NS),
+    );
+    let mut joined = Vec::new();
+    let mut now: u64 = 0;
+    let mut last_tick: u64 = 0;
+    loop {
+        // The next event of every node that has one; the earliest of them goes first.
+        for n in nodes.iter_mut().filter(|n| n.next.is_none() && !n.ended) {
+            let ports = &mut n.ports;
+            match n.source.next_event(|ip: &[u8]| ports.keep(ip)) {
+                Ok(Some(e)) => n.next = Some(e),
+                Ok(None) => n.ended = true,
+                Err(e) => {
+                    n.stopped_by = Some(e);
+                    n.ended = true;
+                }
+            }
+        }
+        let ts_of = |n: &Node<'_>| match &n.next {
+            Some(SourceEvent::Packet(p)) => p.ts_ns,
+            Some(SourceEvent::Drop(d)) => d.ts_ns,
+            _ => n.last_ts,
+        };
+        let Some(i) = (0..nodes.len())
+            .filter(|&i| nodes.get(i).is_some_and(|n| n.next.is_some()))
+            .min_by_key(|&i| nodes.get(i).map_or(u64::MAX, ts_of))
+        else {
+            break;
+        };
+        let Some(n) = nodes.get_mut(i) else { break };
+        let ts = ts_of(n);
+        n.last_ts = n.last_ts.max(ts);
+        now = now.max(ts);
+        if let Some(e) = n.next.take() {
+            n.pipeline.push(e, &mut n.records);
+        }
+        if now.saturating_sub(last_tick) >= TICK_NS {
+            for n in &mut nodes {
+                n.pipeline.tick(now, &mut n.records);
+            }
+            last_tick = now;
+        }
+        route(&mut nodes, &mut join, now, &shown, &mut out, &mut joined)?;
+        join.ready(Some(now), &mut joined);
+        write_joined(&nodes, &mut joined, &shown, &mut out)?;
+    }
+    for n in &mut nodes {
+        n.pipeline.finish(now, &mut n.records);
+    }
+    route(&mut nodes, &mut join, now, &shown, &mut out, &mut joined)?;
+    join.ready(None, &mut joined);
+    write_joined(&nodes, &mut joined, &shown, &mut out)?;
+    let mut reports = Vec::with_capacity(nodes.len());
+    for n in nodes {
+        let stats = n.pipeline.stats();
+        out.write(&n.name, &Record::Stats(Box::new(stats.clone())))?;
+        reports.push(report_of(&n.source, n.ports.skipped, stats, n.stopped_by));
+    }
+    out.flush()?;
+    Ok(NodesReport {
+        nodes: reports,
+        joined: join.joined,
+        written_early: join.written_early,
+    })
+}
+
+/// Each node's new records: transactions to the join stage, the rest written.
+fn route(
+    nodes: &mut [Node<'_>],
+    join: &mut NodeJoin,
+    now: u64,
+    shown: &RecordsOut,
+    out: &mut Out,
+    early: &mut Vec<(usize, crate::output::record::TransactionRecord)>,
+) -> Result<(), AnalyzeError> {
+    for (i, n) in nodes.iter_mut().enumerate() {
+        for r in n.records.drain(..) {
+            match r {
+                Record::Transaction(t) => join.push(i, *t, now, early),
+                r => {
+                    if shown.keep(&r, &mut None) {
+                        out.write(&n.name, &r)?;
+                    }
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+fn write_joined(
+    nodes: &[Node<'_>],
+    joined: &mut Vec<(usize, crate::output::record::TransactionRecord)>,
+    shown: &RecordsOut,
+    out: &mut Out,
+) -> Result<(), AnalyzeError> {
+    for (i, t) in joined.drain(..) {
+        let r = Record::Transaction(Box::new(t));
+        if shown.keep(&r, &mut None) {
+            let name = nodes.get(i).map_or("", |n| &*n.name);
+            out.write(name, &r)?;
+        }
+    }
+    Ok(())
+}
+
+/// [`analyze_nodes`], then each capture's summary and warnings on stderr.
+pub fn run_nodes(
+    opts: AnalyzeOptions,
+    captures: &[NodeCapture],
+    out: Box<dyn Write + Send>,
+) -> Result<Vec<StatsRecord>, AnalyzeError> {
+    let report = analyze_nodes(&opts, captures, out)?;
+    let mut stats = Vec::with_capacity(report.nodes.len());
+    for (c, report) in captures.iter().zip(report.nodes) {
+        let name = format!("{} (node {})", c.path.display(), c.node);
+        for line in report.summary_lines(&name) {
+            eprintln!("dnspath: {}", crate::output::escape(&line));
+        }
+        stats.push(report.stats);
+    }
+    eprintln!(
+        "dnspath: {} served quer(ies) joined to their client's transaction on another node",
+        report.joined
+    );
+    if report.written_early > 0 {
+        eprintln!(
+            "dnspath: warning: {} transaction(s) written before their other nodes' halves could join them (more than {} waiting)",
+            report.written_early,
+            super::join::MAX_HELD
+        );
+    }
+    Ok(stats)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_capture_is_named_by_its_argument_or_its_file() {
+        let c = NodeCapture::parse("node-a=/tmp/x/a.pcapng");
+        assert_eq!(
+            (c.node.as_str(), c.path.to_str()),
+            ("node-a", Some("/tmp/x/a.pcapng"))
+        );
+        let c = NodeCapture::parse("/tmp/x/worker-2.pcapng");
+        assert_eq!(
+            (c.node.as_str(), c.path.to_str()),
+            ("worker-2", Some("/tmp/x/worker-2.pcapng"))
+        );
+        // An existing file with `=` in its name is that file.
+        let path = std::env::temp_dir().join(format!("dnspath-n={}.pcap", std::process::id()));
+        std::fs::write(&path, b"").unwrap();
+        let arg = path.to_str().unwrap();
+        let c = NodeCapture::parse(arg);
+        let _ = std::fs::remove_file(&path);
+        assert_eq!(c.path.to_str(), Some(arg));
+    }
+}
