@@ -29,6 +29,7 @@ pub mod image;
 pub mod kube_proxy;
 pub mod kubelet;
 pub mod node_cache;
+pub mod resolved;
 mod process;
 pub mod race;
 mod ready;
