@@ -46,10 +46,7 @@ fn free_id(passwd: &str, group: &str) -> u32 {
         .chain(group.lines())
         .filter_map(|l| l.split(':').nth(2)?.parse().ok())
         .collect();
-    (900..=990)
-        .rev()
-        .find(|i| !used.contains(i))
-        .unwrap_or(990)
+    (900..=990).rev().find(|i| !used.contains(i)).unwrap_or(990)
 }
 
 impl Resolved {
@@ -83,7 +80,8 @@ impl Resolved {
         let passwd = fs::read_to_string("/etc/passwd").map_err(io("reading /etc/passwd".into()))?;
         let group = fs::read_to_string("/etc/group").map_err(io("reading /etc/group".into()))?;
         let id = free_id(&passwd, &group);
-        let passwd = format!("{passwd}systemd-resolve:x:{id}:{id}:systemd Resolver:/:/usr/sbin/nologin\n");
+        let passwd =
+            format!("{passwd}systemd-resolve:x:{id}:{id}:systemd Resolver:/:/usr/sbin/nologin\n");
         let group = format!("{group}systemd-resolve:x:{id}:\n");
         fs::write(dir.join("passwd"), passwd).map_err(io("writing passwd".into()))?;
         fs::write(dir.join("group"), group).map_err(io("writing group".into()))?;
@@ -103,7 +101,15 @@ impl Resolved {
         let log2 = log.try_clone().map_err(io("resolved.log".into()))?;
         let mut cmd = lab.command_in(
             ns,
-            &["unshare", "-m", "--propagation", "private", "sh", "-c", &script],
+            &[
+                "unshare",
+                "-m",
+                "--propagation",
+                "private",
+                "sh",
+                "-c",
+                &script,
+            ],
         );
         cmd.stdin(Stdio::null())
             .stdout(Stdio::from(log))

@@ -158,7 +158,10 @@ fn unpack_systemd_resolved() -> Result<()> {
     if marker.exists() && dir.join("lib/systemd/systemd-resolved").exists() {
         return Ok(());
     }
-    eprintln!("xtask: unpacking systemd-resolved {} into {RESOLVED_DIR} (not installed)", version.trim());
+    eprintln!(
+        "xtask: unpacking systemd-resolved {} into {RESOLVED_DIR} (not installed)",
+        version.trim()
+    );
     let sudo: &[&str] = if is_root() { &[] } else { &["sudo"] };
     let as_root = |args: &[&str]| {
         let mut c = Command::new(sudo.first().copied().unwrap_or(args[0]));

@@ -144,7 +144,7 @@ pub fn static_findings() -> StaticPart {
         node_nameservers: view
             .node_nameservers
             .iter()
-            .map(|(ip, how)| format!("{ip} ({how})"))
+            .map(|n| format!("{} ({})", n.ip, n.how))
             .collect(),
         ..Default::default()
     };
