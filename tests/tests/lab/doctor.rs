@@ -19,6 +19,7 @@ use lab::{
     hole::{Hole, SLOW_ADDR},
     node_cache::NodeCache,
     race,
+    resolved::Resolved,
     tracer::{Tracer, TracerOutput},
     DnsPodConfig, DnsServerKind, Lab, Pod,
 };
@@ -751,5 +752,196 @@ fn queries_around_nodelocal_dnscache_are_found_and_those_through_it_are_not() {
             .unwrap()
             .contains(&format!("{}:53", lab.ip_of(Pod::Dns(0)))),
         "{f:#}"
+    );
+}
+
+/// systemd-resolved in the node's namespace: the node's stub on 127.0.0.53 (and on the
+/// node's address the pods reach, `DNSStubListenerExtra=`), `DNS=` the `upstreams`; a host
+/// root whose /etc/resolv.conf is resolved's own stub-resolv.conf, as on a systemd-resolved
+/// node. Panics when the package is not unpacked (`cargo xtask setup`).
+fn node_resolved(lab: &Lab, upstreams: &[std::net::IpAddr]) -> (Resolved, PathBuf) {
+    let r = Resolved::start(
+        lab,
+        lab.node_ns(),
+        upstreams,
+        Some(addr::NODE_GATEWAY.into()),
+    )
+    .unwrap()
+    .expect("systemd-resolved is not unpacked: run `cargo xtask setup`");
+    let root = host_root(lab);
+    fs::create_dir_all(root.join("etc")).unwrap();
+    symlink(
+        r.path("/run/systemd/resolve/stub-resolv.conf"),
+        root.join("etc/resolv.conf"),
+    )
+    .unwrap();
+    (r, root)
+}
+
+/// Both "CoreDNS" pods forward to the node's resolver (at the node's address), a real
+/// systemd-resolved whose `DNS=` is the cluster DNS ClusterIP: the loop
+/// pod → node stub → ClusterIP → pod, found from resolved's own files before a query, and
+/// at runtime when a lookup enters it; the node's resolver is named as sending to cluster
+/// DNS, with resolved.conf's line.
+#[test]
+fn the_node_systemd_resolved_forwarding_to_cluster_dns_closes_a_loop() {
+    let Some(mut lab) = lab() else { return };
+    let (resolved, root) = node_resolved(&lab, &[lab.cluster_ip().into()]);
+    // resolved's own account of its upstreams: the ClusterIP.
+    let rc = fs::read_to_string(resolved.path("/run/systemd/resolve/resolv.conf")).unwrap();
+    assert!(rc.contains("nameserver 10.96.0.10"), "{rc}");
+    let to_node: std::net::SocketAddr = format!("{}:53", addr::NODE_GATEWAY).parse().unwrap();
+    for i in 0..2 {
+        lab.reconfigure_dns_pod(
+            i,
+            DnsPodConfig::new(DnsServerKind::Dnsdist).forwarding_to(to_node),
+        )
+        .unwrap();
+    }
+    let t = doctor_at(&lab, &root, 6);
+    // The node's own lookup through its stub, and a pod's through the Service.
+    let _ = lab.exec(
+        lab.node_ns(),
+        &[
+            "dig",
+            "+time=2",
+            "+tries=1",
+            "@127.0.0.53",
+            "stub.lab.test.",
+            "A",
+        ],
+    );
+    let _ = lab.dig(&["+time=2", "+tries=1", "pod.lab.test.", "A"]);
+    let out = t.wait();
+    drop(resolved);
+    for i in 0..2 {
+        lab.reconfigure_dns_pod(i, DnsPodConfig::new(DnsServerKind::Dnsdist))
+            .unwrap();
+    }
+    let said = out
+        .stderr
+        .find("critical StaticForwardingLoop")
+        .expect(&out.stderr);
+    let tracing = out.stderr.find("dnspath: tracing").expect(&out.stderr);
+    assert!(said < tracing, "{}", out.stderr);
+    let r = report(&out);
+    assert_eq!(out.status.code(), Some(2), "{r:#}");
+    let k = kinds(&r);
+    assert_eq!(k[0], "static_forwarding_loop", "ranked first: {r:#}");
+    // The loop as the stub closes it: its resolved.conf line, through the Service's DNAT.
+    let stub = r["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| {
+            f["kind"] == "static_forwarding_loop"
+                && f["subject"]
+                    .as_str()
+                    .unwrap()
+                    .contains("node's systemd-resolved")
+        })
+        .unwrap_or_else(|| panic!("no loop through the node's systemd-resolved: {r:#}"));
+    assert_eq!(
+        stub["config"]["file"], "/etc/systemd/resolved.conf",
+        "{stub:#}"
+    );
+    assert_eq!(stub["config"]["line"], 2, "{stub:#}");
+    assert_eq!(stub["config"]["text"], "DNS=10.96.0.10", "{stub:#}");
+    assert!(
+        stub["evidence"][0].as_str().unwrap().contains("DNAT"),
+        "{stub:#}"
+    );
+    // And as a pod closes it: its dnsdist line, then resolved's.
+    let pod = r["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| {
+            f["kind"] == "static_forwarding_loop"
+                && f["config"]["text"]
+                    .as_str()
+                    .unwrap()
+                    .contains("169.254.1.1")
+        })
+        .unwrap_or_else(|| panic!("no loop from a pod's config: {r:#}"));
+    assert!(
+        pod["evidence"]
+            .to_string()
+            .contains("/etc/systemd/resolved.conf:2: `DNS=10.96.0.10`"),
+        "{pod:#}"
+    );
+    // The node's resolver: /etc/resolv.conf → 127.0.0.53 → resolved → the ClusterIP.
+    let node = finding(&r, "node_resolver_to_cluster_dns");
+    assert_eq!(node["config"]["text"], "DNS=10.96.0.10", "{node:#}");
+    assert!(
+        node["seen"].as_str().unwrap().contains("127.0.0.53"),
+        "{node:#}"
+    );
+    assert!(
+        node["fix"]
+            .as_str()
+            .unwrap()
+            .contains("/etc/systemd/resolved.conf"),
+        "{node:#}"
+    );
+    // And at runtime.
+    let rt = finding(&r, "runtime_loop");
+    assert_eq!(rt["severity"], "critical");
+}
+
+/// The same node stub forwarding to a real upstream outside cluster DNS: pods forward through
+/// it and are answered; no loop, no node resolver finding — no finding at all.
+#[test]
+fn the_node_systemd_resolved_forwarding_upstream_is_no_finding() {
+    let Some(mut lab) = lab() else { return };
+    let (resolved, root) = node_resolved(&lab, &[addr::UPSTREAM.into()]);
+    let to_node: std::net::SocketAddr = format!("{}:53", addr::NODE_GATEWAY).parse().unwrap();
+    for i in 0..2 {
+        lab.reconfigure_dns_pod(
+            i,
+            DnsPodConfig::new(DnsServerKind::Dnsdist).forwarding_to(to_node),
+        )
+        .unwrap();
+    }
+    let t = doctor_at(&lab, &root, 5);
+    let node = lab.exec(
+        lab.node_ns(),
+        &[
+            "dig",
+            "+time=2",
+            "+tries=2",
+            "@127.0.0.53",
+            "www.lab.test.",
+            "A",
+        ],
+    );
+    let pod = lab.dig(&["+time=2", "+tries=2", "+short", "www.lab.test.", "A"]);
+    let out = t.wait();
+    drop(resolved);
+    for i in 0..2 {
+        lab.reconfigure_dns_pod(i, DnsPodConfig::new(DnsServerKind::Dnsdist))
+            .unwrap();
+    }
+    assert!(
+        String::from_utf8_lossy(&node.stdout).contains(&addr::WWW_A.to_string()),
+        "{node:?}"
+    );
+    assert!(
+        String::from_utf8_lossy(&pod.stdout).contains(&addr::WWW_A.to_string()),
+        "{pod:?}"
+    );
+    let r = report(&out);
+    assert_eq!(kinds(&r), Vec::<&str>::new(), "{r:#}");
+    assert_eq!(out.status.code(), Some(0));
+    let ns = r["checked"]["node_nameservers"].to_string();
+    assert!(
+        ns.contains("10.250.0.53") && ns.contains("systemd-resolved"),
+        "{r:#}"
+    );
+    assert!(
+        r["checked"]["dns_servers"]
+            .to_string()
+            .contains("the node's systemd-resolved"),
+        "{r:#}"
     );
 }
