@@ -945,3 +945,87 @@ fn the_node_systemd_resolved_forwarding_upstream_is_no_finding() {
         "{r:#}"
     );
 }
+
+const CT_MAX: &str = "/proc/sys/net/netfilter/nf_conntrack_max";
+
+/// `nf_conntrack_max` (one value for the machine) lowered for a test, put back on drop, also
+/// when the test panics. Only under the lab lock: no other lab runs meanwhile.
+struct CtMax {
+    old: String,
+}
+
+impl CtMax {
+    fn set(max: u64) -> CtMax {
+        let old = fs::read_to_string(CT_MAX).unwrap();
+        let guard = CtMax { old };
+        fs::write(CT_MAX, max.to_string()).unwrap();
+        guard
+    }
+}
+
+impl Drop for CtMax {
+    fn drop(&mut self) {
+        if let Err(e) = fs::write(CT_MAX, self.old.trim()) {
+            eprintln!("could not restore {CT_MAX} to {}: {e}", self.old.trim());
+        }
+    }
+}
+
+fn ct_count(lab: &Lab, ns: &str) -> u64 {
+    let o = lab.exec(ns, &["cat", "/proc/sys/net/netfilter/nf_conntrack_count"]);
+    String::from_utf8_lossy(&o.stdout).trim().parse().unwrap()
+}
+
+/// The node namespace's conntrack table ~90 % full (400 UDP port-53 entries inserted with
+/// `conntrack -I`, `nf_conntrack_max` lowered to fit them, restored after): a
+/// `conntrack_table_fill` warning, first; with the machine's own maximum, none.
+#[test]
+fn a_nearly_full_conntrack_table_is_found() {
+    let Some(lab) = lab() else { return };
+    let node = lab.node_ns();
+    let fill = lab.exec(
+        node,
+        &[
+            "sh",
+            "-c",
+            "for i in $(seq 400); do conntrack -I -s 10.9.0.1 -d 10.9.0.2 -p udp --sport $((20000 + i)) --dport 53 -t 300 2>/dev/null || exit 1; done",
+        ],
+    );
+    assert!(fill.status.success(), "{fill:?}");
+    let count = ct_count(&lab, node);
+    assert!(count >= 400, "{count}");
+    // Nothing else may hit the lowered maximum: the machine's namespace stays far below it.
+    let host: u64 = fs::read_to_string("/proc/sys/net/netfilter/nf_conntrack_count")
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    let max = count * 100 / 90;
+    assert!(
+        host < max / 2,
+        "the machine's own table holds {host} entries"
+    );
+    let out = {
+        let _lowered = CtMax::set(max);
+        doctor(&lab, 2).wait()
+    };
+    let r = report(&out);
+    assert_eq!(out.status.code(), Some(1), "warning: {r:#}");
+    assert_eq!(kinds(&r)[0], "conntrack_table_fill", "{r:#}");
+    let f = finding(&r, "conntrack_table_fill");
+    assert_eq!(f["severity"], "warning");
+    assert_eq!(f["subject"], "node");
+    assert!(
+        f["seen"]
+            .as_str()
+            .unwrap()
+            .contains(&format!(" of {max} entries")),
+        "{f:#}"
+    );
+    assert!(f["count"].as_u64().unwrap() >= 400, "{f:#}");
+    // Restored: the same entries are a sliver of the machine's maximum.
+    assert_ne!(fs::read_to_string(CT_MAX).unwrap().trim(), max.to_string());
+    let out = doctor(&lab, 1).wait();
+    let r = report(&out);
+    assert!(!kinds(&r).contains(&"conntrack_table_fill"), "{r:#}");
+}
