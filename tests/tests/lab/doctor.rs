@@ -1029,3 +1029,124 @@ fn a_nearly_full_conntrack_table_is_found() {
     let r = report(&out);
     assert!(!kinds(&r).contains(&"conntrack_table_fill"), "{r:#}");
 }
+
+/// A pod of its own where a dnsmasq answers ~3.5 KB on port 53.
+const BIG_SERVER: &str = "10.250.0.56";
+const BIG_NAME: &str = "big.frag.test.";
+
+/// A large answer (16 TXT strings of 200 bytes, EDNS 4096) from a server on port 53 (dnsmasq,
+/// in a pod of its own) whose pod's MTU is 1280, so it leaves as three IPv4 fragments; on the node's veth towards the
+/// client, TC u32 filters redirect every later fragment to the node's service device, whose
+/// peer is down (as fragments.rs does): the client gets the first fragment only. doctor names
+/// the fragment loss at the client, with the question.
+#[test]
+fn fragments_lost_on_the_way_to_the_client_are_a_fragment_loss() {
+    let Some(lab) = lab() else { return };
+    let node = lab.node_ns();
+    let mut args = vec![
+        "/usr/sbin/dnsmasq".to_string(),
+        "-k".into(),
+        "-C".into(),
+        "/dev/null".into(),
+        "--no-resolv".into(),
+        "--no-hosts".into(),
+        "--user=root".into(),
+        "--log-facility=-".into(),
+        format!(
+            "--pid-file={}",
+            lab.temp_dir().join("big-dnsmasq.pid").display()
+        ),
+        "--port=53".into(),
+        "--bind-interfaces".into(),
+        format!("--listen-address={BIG_SERVER}"),
+        "--edns-packet-max=4096".into(),
+    ];
+    for i in 0..16 {
+        args.push(format!(
+            "--txt-record={},\"{i:02}{}\"",
+            BIG_NAME.trim_end_matches('.'),
+            "f".repeat(198)
+        ));
+    }
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    // A pod of its own: the lab's servers would answer on any new address of theirs.
+    let big = Hole::serving(&lab, "big", BIG_SERVER, &args).unwrap();
+    let up = big.ns();
+    let o = lab.exec(up, &["ip", "link", "set", "dev", "eth0", "mtu", "1280"]);
+    assert!(o.status.success(), "{o:?}");
+    let at = format!("@{BIG_SERVER}");
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let o = lab.exec(
+            up,
+            &["dig", "+short", "+time=1", "+tries=1", &at, BIG_NAME, "TXT"],
+        );
+        if o.status.success() && !o.stdout.is_empty() {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "dnsmasq did not answer: {o:?}"
+        );
+        thread::sleep(Duration::from_millis(100));
+    }
+    let vclient = lab.veth_of(Pod::Client);
+    let sink = lab.service_dev();
+    let o = lab.exec(node, &["tc", "qdisc", "add", "dev", vclient, "clsact"]);
+    assert!(o.status.success(), "{o:?}");
+    let filters: [Vec<&str>; 2] = [
+        // First fragments and whole packets (offset zero) pass.
+        vec![
+            "pref", "1", "u32", "match", "u16", "0", "0x1fff", "at", "6", "classid", "1:1",
+        ],
+        vec![
+            "pref", "2", "u32", "match", "u32", "0", "0", "action", "mirred", "egress", "redirect",
+            "dev", sink,
+        ],
+    ];
+    for f in &filters {
+        let mut a = vec![
+            "tc", "filter", "add", "dev", vclient, "egress", "protocol", "ip",
+        ];
+        a.extend_from_slice(f);
+        let o = lab.exec(node, &a);
+        assert!(o.status.success(), "{a:?}: {o:?}");
+    }
+    let t = doctor(&lab, 8);
+    for _ in 0..3 {
+        let o = lab.dig(&[
+            "+bufsize=4096",
+            "+notcp",
+            "+ignore",
+            "+time=1",
+            "+tries=1",
+            &at,
+            BIG_NAME,
+            "TXT",
+        ]);
+        assert!(
+            !String::from_utf8_lossy(&o.stdout).contains("ANSWER: 16"),
+            "answered through the filter: {o:?}"
+        );
+    }
+    let out = t.wait();
+    drop(big);
+    let r = report(&out);
+    // The fault first; the kernel's drops of those fragments (TC's redirect, the node's
+    // re-fragmenting stopped) are its evidence, not a rule's drops.
+    let k = kinds(&r);
+    assert_eq!(k[0], "fragment_loss", "{r:#}");
+    assert!(!k.contains(&"kernel_drops"), "{r:#}");
+    assert_eq!(out.status.code(), Some(1), "warning: {r:#}");
+    let f = finding(&r, "fragment_loss");
+    assert!(
+        f["evidence"].to_string().contains("dropped by the kernel"),
+        "{f:#}"
+    );
+    assert_eq!(f["severity"], "warning");
+    assert!(f["count"].as_u64().unwrap() >= 3, "{f:#}");
+    assert!(f["seen"].as_str().unwrap().contains("eth0"), "{f:#}");
+    let ev = f["evidence"].to_string();
+    assert!(ev.contains("big.frag.test. TXT"), "{f:#}");
+    assert!(ev.contains(BIG_SERVER), "{f:#}");
+}
