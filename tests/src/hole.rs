@@ -72,6 +72,12 @@ impl Hole {
         Self::start(lab, "slow", SLOW_ADDR, &args)
     }
 
+    /// Any server (`server`: its command line) in a pod namespace of its own,
+    /// `<prefix>-NAME`, at `addr` (a /32 routed from the node like the lab's pods).
+    pub fn serving(lab: &Lab, name: &str, addr: &str, server: &[&str]) -> Result<Self, LabError> {
+        Self::start(lab, name, addr, server)
+    }
+
     fn start(lab: &Lab, name: &str, addr: &str, server: &[&str]) -> Result<Self, LabError> {
         let ns = format!("{}-{name}", lab.prefix());
         let run = |args: &[&str]| -> Result<(), LabError> {

@@ -32,6 +32,7 @@ pub mod node_cache;
 mod process;
 pub mod race;
 mod ready;
+pub mod resolved;
 mod servers;
 pub mod tracer;
 pub mod tunnel;

@@ -137,6 +137,60 @@ fn install_phoenix() -> Result<()> {
     Ok(())
 }
 
+// systemd-resolved for the lab's loopback stub (tests/src/resolved.rs): Debian's package
+// unpacked (`apt-get download` + `dpkg -x`), never installed — installing it would take over
+// the machine's /etc/resolv.conf. Its binary runs inside a lab namespace with a mount
+// namespace of its own. It needs only systemd's own libraries (`libsystemd-shared`), which
+// the installed systemd of the same version carries.
+use lab::resolved::RESOLVED_DIR;
+
+/// Unpacks systemd-resolved into [`RESOLVED_DIR`] unless the unpacked binary of the
+/// installed systemd's version is there (a marker file named after it).
+fn unpack_systemd_resolved() -> Result<()> {
+    let Some(version) =
+        output_ok(Command::new("dpkg-query").args(["-W", "-f=${Version}", "systemd"]))
+    else {
+        eprintln!("xtask: systemd is not installed; the lab's systemd-resolved stub is skipped");
+        return Ok(());
+    };
+    let dir = Path::new(RESOLVED_DIR);
+    let marker = dir.join(format!(".dnspath-systemd-resolved-{}", version.trim()));
+    if marker.exists() && dir.join("lib/systemd/systemd-resolved").exists() {
+        return Ok(());
+    }
+    eprintln!(
+        "xtask: unpacking systemd-resolved {} into {RESOLVED_DIR} (not installed)",
+        version.trim()
+    );
+    let sudo: &[&str] = if is_root() { &[] } else { &["sudo"] };
+    let as_root = |args: &[&str]| {
+        let mut c = Command::new(sudo.first().copied().unwrap_or(args[0]));
+        if !sudo.is_empty() {
+            c.arg(args[0]);
+        }
+        c.args(&args[1..]);
+        c
+    };
+    if dir.exists() {
+        run(&mut as_root(&["rm", "-rf", RESOLVED_DIR]))?;
+    }
+    run(&mut as_root(&["mkdir", "-p", RESOLVED_DIR]))?;
+    let pkg = format!("systemd-resolved={}", version.trim());
+    // apt-get download writes into the working directory; the package is unpacked, then
+    // removed.
+    run(as_root(&["apt-get", "download", "-q", &pkg]).current_dir(RESOLVED_DIR))?;
+    let deb = std::fs::read_dir(dir)?
+        .flatten()
+        .map(|e| e.path())
+        .find(|p| p.extension().is_some_and(|x| x == "deb"))
+        .ok_or_else(|| anyhow::anyhow!("apt-get download left no .deb in {RESOLVED_DIR}"))?;
+    let deb = deb.to_string_lossy().into_owned();
+    run(&mut as_root(&["dpkg", "-x", &deb, RESOLVED_DIR]))?;
+    run(&mut as_root(&["rm", "-f", &deb]))?;
+    run(&mut as_root(&["touch", &marker.to_string_lossy()]))?;
+    Ok(())
+}
+
 const BPF_LINKER_VERSION: &str = "0.13.0";
 const EBPF_TOOLCHAIN: &str = "debian-bpf";
 
@@ -177,6 +231,7 @@ pub fn setup() -> Result<()> {
     install_packages(PACKAGES)?;
     install_pip_packages(PIP_PACKAGES)?;
     install_phoenix()?;
+    unpack_systemd_resolved()?;
     let toolchains =
         output_ok(Command::new("rustup").args(["toolchain", "list"])).unwrap_or_default();
     if !toolchains.lines().any(|l| l.starts_with(EBPF_TOOLCHAIN)) {

@@ -19,6 +19,7 @@ use lab::{
     hole::{Hole, SLOW_ADDR},
     node_cache::NodeCache,
     race,
+    resolved::Resolved,
     tracer::{Tracer, TracerOutput},
     DnsPodConfig, DnsServerKind, Lab, Pod,
 };
@@ -752,4 +753,400 @@ fn queries_around_nodelocal_dnscache_are_found_and_those_through_it_are_not() {
             .contains(&format!("{}:53", lab.ip_of(Pod::Dns(0)))),
         "{f:#}"
     );
+}
+
+/// systemd-resolved in the node's namespace: the node's stub on 127.0.0.53 (and on the
+/// node's address the pods reach, `DNSStubListenerExtra=`), `DNS=` the `upstreams`; a host
+/// root whose /etc/resolv.conf is resolved's own stub-resolv.conf, as on a systemd-resolved
+/// node. Panics when the package is not unpacked (`cargo xtask setup`).
+fn node_resolved(lab: &Lab, upstreams: &[std::net::IpAddr]) -> (Resolved, PathBuf) {
+    let r = Resolved::start(
+        lab,
+        lab.node_ns(),
+        upstreams,
+        Some(addr::NODE_GATEWAY.into()),
+    )
+    .unwrap()
+    .expect("systemd-resolved is not unpacked: run `cargo xtask setup`");
+    let root = host_root(lab);
+    fs::create_dir_all(root.join("etc")).unwrap();
+    symlink(
+        r.path("/run/systemd/resolve/stub-resolv.conf"),
+        root.join("etc/resolv.conf"),
+    )
+    .unwrap();
+    (r, root)
+}
+
+/// Both "CoreDNS" pods forward to the node's resolver (at the node's address), a real
+/// systemd-resolved whose `DNS=` is the cluster DNS ClusterIP: the loop
+/// pod → node stub → ClusterIP → pod, found from resolved's own files before a query, and
+/// at runtime when a lookup enters it; the node's resolver is named as sending to cluster
+/// DNS, with resolved.conf's line.
+#[test]
+fn the_node_systemd_resolved_forwarding_to_cluster_dns_closes_a_loop() {
+    let Some(mut lab) = lab() else { return };
+    let (resolved, root) = node_resolved(&lab, &[lab.cluster_ip().into()]);
+    // resolved's own account of its upstreams: the ClusterIP.
+    let rc = fs::read_to_string(resolved.path("/run/systemd/resolve/resolv.conf")).unwrap();
+    assert!(rc.contains("nameserver 10.96.0.10"), "{rc}");
+    let to_node: std::net::SocketAddr = format!("{}:53", addr::NODE_GATEWAY).parse().unwrap();
+    for i in 0..2 {
+        lab.reconfigure_dns_pod(
+            i,
+            DnsPodConfig::new(DnsServerKind::Dnsdist).forwarding_to(to_node),
+        )
+        .unwrap();
+    }
+    let t = doctor_at(&lab, &root, 6);
+    // The node's own lookup through its stub, and a pod's through the Service.
+    let _ = lab.exec(
+        lab.node_ns(),
+        &[
+            "dig",
+            "+time=2",
+            "+tries=1",
+            "@127.0.0.53",
+            "stub.lab.test.",
+            "A",
+        ],
+    );
+    let _ = lab.dig(&["+time=2", "+tries=1", "pod.lab.test.", "A"]);
+    let out = t.wait();
+    drop(resolved);
+    for i in 0..2 {
+        lab.reconfigure_dns_pod(i, DnsPodConfig::new(DnsServerKind::Dnsdist))
+            .unwrap();
+    }
+    let said = out
+        .stderr
+        .find("critical StaticForwardingLoop")
+        .expect(&out.stderr);
+    let tracing = out.stderr.find("dnspath: tracing").expect(&out.stderr);
+    assert!(said < tracing, "{}", out.stderr);
+    let r = report(&out);
+    assert_eq!(out.status.code(), Some(2), "{r:#}");
+    let k = kinds(&r);
+    assert_eq!(k[0], "static_forwarding_loop", "ranked first: {r:#}");
+    // The loop as the stub closes it: its resolved.conf line, through the Service's DNAT.
+    let stub = r["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| {
+            f["kind"] == "static_forwarding_loop"
+                && f["subject"]
+                    .as_str()
+                    .unwrap()
+                    .contains("node's systemd-resolved")
+        })
+        .unwrap_or_else(|| panic!("no loop through the node's systemd-resolved: {r:#}"));
+    assert_eq!(
+        stub["config"]["file"], "/etc/systemd/resolved.conf",
+        "{stub:#}"
+    );
+    assert_eq!(stub["config"]["line"], 2, "{stub:#}");
+    assert_eq!(stub["config"]["text"], "DNS=10.96.0.10", "{stub:#}");
+    assert!(
+        stub["evidence"][0].as_str().unwrap().contains("DNAT"),
+        "{stub:#}"
+    );
+    // And as a pod closes it: its dnsdist line, then resolved's.
+    let pod = r["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| {
+            f["kind"] == "static_forwarding_loop"
+                && f["config"]["text"]
+                    .as_str()
+                    .unwrap()
+                    .contains("169.254.1.1")
+        })
+        .unwrap_or_else(|| panic!("no loop from a pod's config: {r:#}"));
+    assert!(
+        pod["evidence"]
+            .to_string()
+            .contains("/etc/systemd/resolved.conf:2: `DNS=10.96.0.10`"),
+        "{pod:#}"
+    );
+    // The node's resolver: /etc/resolv.conf → 127.0.0.53 → resolved → the ClusterIP.
+    let node = finding(&r, "node_resolver_to_cluster_dns");
+    assert_eq!(node["config"]["text"], "DNS=10.96.0.10", "{node:#}");
+    assert!(
+        node["seen"].as_str().unwrap().contains("127.0.0.53"),
+        "{node:#}"
+    );
+    assert!(
+        node["fix"]
+            .as_str()
+            .unwrap()
+            .contains("/etc/systemd/resolved.conf"),
+        "{node:#}"
+    );
+    // And at runtime.
+    let rt = finding(&r, "runtime_loop");
+    assert_eq!(rt["severity"], "critical");
+}
+
+/// The same node stub forwarding to a real upstream outside cluster DNS: pods forward through
+/// it and are answered; no loop, no node resolver finding — no finding at all.
+#[test]
+fn the_node_systemd_resolved_forwarding_upstream_is_no_finding() {
+    let Some(mut lab) = lab() else { return };
+    let (resolved, root) = node_resolved(&lab, &[addr::UPSTREAM.into()]);
+    let to_node: std::net::SocketAddr = format!("{}:53", addr::NODE_GATEWAY).parse().unwrap();
+    for i in 0..2 {
+        lab.reconfigure_dns_pod(
+            i,
+            DnsPodConfig::new(DnsServerKind::Dnsdist).forwarding_to(to_node),
+        )
+        .unwrap();
+    }
+    let t = doctor_at(&lab, &root, 5);
+    let node = lab.exec(
+        lab.node_ns(),
+        &[
+            "dig",
+            "+time=2",
+            "+tries=2",
+            "@127.0.0.53",
+            "www.lab.test.",
+            "A",
+        ],
+    );
+    let pod = lab.dig(&["+time=2", "+tries=2", "+short", "www.lab.test.", "A"]);
+    let out = t.wait();
+    drop(resolved);
+    for i in 0..2 {
+        lab.reconfigure_dns_pod(i, DnsPodConfig::new(DnsServerKind::Dnsdist))
+            .unwrap();
+    }
+    assert!(
+        String::from_utf8_lossy(&node.stdout).contains(&addr::WWW_A.to_string()),
+        "{node:?}"
+    );
+    assert!(
+        String::from_utf8_lossy(&pod.stdout).contains(&addr::WWW_A.to_string()),
+        "{pod:?}"
+    );
+    let r = report(&out);
+    assert_eq!(kinds(&r), Vec::<&str>::new(), "{r:#}");
+    assert_eq!(out.status.code(), Some(0));
+    let ns = r["checked"]["node_nameservers"].to_string();
+    assert!(
+        ns.contains("10.250.0.53") && ns.contains("systemd-resolved"),
+        "{r:#}"
+    );
+    assert!(
+        r["checked"]["dns_servers"]
+            .to_string()
+            .contains("the node's systemd-resolved"),
+        "{r:#}"
+    );
+}
+
+const CT_MAX: &str = "/proc/sys/net/netfilter/nf_conntrack_max";
+
+/// `nf_conntrack_max` (one value for the machine) lowered for a test, put back on drop, also
+/// when the test panics. Only under the lab lock: no other lab runs meanwhile.
+struct CtMax {
+    old: String,
+}
+
+impl CtMax {
+    fn set(max: u64) -> CtMax {
+        let old = fs::read_to_string(CT_MAX).unwrap();
+        let guard = CtMax { old };
+        fs::write(CT_MAX, max.to_string()).unwrap();
+        guard
+    }
+}
+
+impl Drop for CtMax {
+    fn drop(&mut self) {
+        if let Err(e) = fs::write(CT_MAX, self.old.trim()) {
+            eprintln!("could not restore {CT_MAX} to {}: {e}", self.old.trim());
+        }
+    }
+}
+
+fn ct_count(lab: &Lab, ns: &str) -> u64 {
+    let o = lab.exec(ns, &["cat", "/proc/sys/net/netfilter/nf_conntrack_count"]);
+    String::from_utf8_lossy(&o.stdout).trim().parse().unwrap()
+}
+
+/// The node namespace's conntrack table ~90 % full (400 UDP port-53 entries inserted with
+/// `conntrack -I`, `nf_conntrack_max` lowered to fit them, restored after): a
+/// `conntrack_table_fill` warning, first; with the machine's own maximum, none.
+#[test]
+fn a_nearly_full_conntrack_table_is_found() {
+    let Some(lab) = lab() else { return };
+    let node = lab.node_ns();
+    let fill = lab.exec(
+        node,
+        &[
+            "sh",
+            "-c",
+            "for i in $(seq 400); do conntrack -I -s 10.9.0.1 -d 10.9.0.2 -p udp --sport $((20000 + i)) --dport 53 -t 300 2>/dev/null || exit 1; done",
+        ],
+    );
+    assert!(fill.status.success(), "{fill:?}");
+    let count = ct_count(&lab, node);
+    assert!(count >= 400, "{count}");
+    // Nothing else may hit the lowered maximum: the machine's namespace stays far below it.
+    let host: u64 = fs::read_to_string("/proc/sys/net/netfilter/nf_conntrack_count")
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    let max = count * 100 / 90;
+    assert!(
+        host < max / 2,
+        "the machine's own table holds {host} entries"
+    );
+    let out = {
+        let _lowered = CtMax::set(max);
+        doctor(&lab, 2).wait()
+    };
+    let r = report(&out);
+    assert_eq!(out.status.code(), Some(1), "warning: {r:#}");
+    assert_eq!(kinds(&r)[0], "conntrack_table_fill", "{r:#}");
+    let f = finding(&r, "conntrack_table_fill");
+    assert_eq!(f["severity"], "warning");
+    assert_eq!(f["subject"], "node");
+    assert!(
+        f["seen"]
+            .as_str()
+            .unwrap()
+            .contains(&format!(" of {max} entries")),
+        "{f:#}"
+    );
+    assert!(f["count"].as_u64().unwrap() >= 400, "{f:#}");
+    // Restored: the same entries are a sliver of the machine's maximum.
+    assert_ne!(fs::read_to_string(CT_MAX).unwrap().trim(), max.to_string());
+    let out = doctor(&lab, 1).wait();
+    let r = report(&out);
+    assert!(!kinds(&r).contains(&"conntrack_table_fill"), "{r:#}");
+}
+
+/// A pod of its own where a dnsmasq answers ~3.5 KB on port 53.
+const BIG_SERVER: &str = "10.250.0.56";
+const BIG_NAME: &str = "big.frag.test.";
+
+/// A large answer (16 TXT strings of 200 bytes, EDNS 4096) from a server on port 53 (dnsmasq,
+/// in a pod of its own) whose pod's MTU is 1280, so it leaves as three IPv4 fragments; on the node's veth towards the
+/// client, TC u32 filters redirect every later fragment to the node's service device, whose
+/// peer is down (as fragments.rs does): the client gets the first fragment only. doctor names
+/// the fragment loss at the client, with the question.
+#[test]
+fn fragments_lost_on_the_way_to_the_client_are_a_fragment_loss() {
+    let Some(lab) = lab() else { return };
+    let node = lab.node_ns();
+    let mut args = vec![
+        "/usr/sbin/dnsmasq".to_string(),
+        "-k".into(),
+        "-C".into(),
+        "/dev/null".into(),
+        "--no-resolv".into(),
+        "--no-hosts".into(),
+        "--user=root".into(),
+        "--log-facility=-".into(),
+        format!(
+            "--pid-file={}",
+            lab.temp_dir().join("big-dnsmasq.pid").display()
+        ),
+        "--port=53".into(),
+        "--bind-interfaces".into(),
+        format!("--listen-address={BIG_SERVER}"),
+        "--edns-packet-max=4096".into(),
+    ];
+    for i in 0..16 {
+        args.push(format!(
+            "--txt-record={},\"{i:02}{}\"",
+            BIG_NAME.trim_end_matches('.'),
+            "f".repeat(198)
+        ));
+    }
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    // A pod of its own: the lab's servers would answer on any new address of theirs.
+    let big = Hole::serving(&lab, "big", BIG_SERVER, &args).unwrap();
+    let up = big.ns();
+    let o = lab.exec(up, &["ip", "link", "set", "dev", "eth0", "mtu", "1280"]);
+    assert!(o.status.success(), "{o:?}");
+    let at = format!("@{BIG_SERVER}");
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let o = lab.exec(
+            up,
+            &["dig", "+short", "+time=1", "+tries=1", &at, BIG_NAME, "TXT"],
+        );
+        if o.status.success() && !o.stdout.is_empty() {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "dnsmasq did not answer: {o:?}"
+        );
+        thread::sleep(Duration::from_millis(100));
+    }
+    let vclient = lab.veth_of(Pod::Client);
+    let sink = lab.service_dev();
+    let o = lab.exec(node, &["tc", "qdisc", "add", "dev", vclient, "clsact"]);
+    assert!(o.status.success(), "{o:?}");
+    let filters: [Vec<&str>; 2] = [
+        // First fragments and whole packets (offset zero) pass.
+        vec![
+            "pref", "1", "u32", "match", "u16", "0", "0x1fff", "at", "6", "classid", "1:1",
+        ],
+        vec![
+            "pref", "2", "u32", "match", "u32", "0", "0", "action", "mirred", "egress", "redirect",
+            "dev", sink,
+        ],
+    ];
+    for f in &filters {
+        let mut a = vec![
+            "tc", "filter", "add", "dev", vclient, "egress", "protocol", "ip",
+        ];
+        a.extend_from_slice(f);
+        let o = lab.exec(node, &a);
+        assert!(o.status.success(), "{a:?}: {o:?}");
+    }
+    let t = doctor(&lab, 8);
+    for _ in 0..3 {
+        let o = lab.dig(&[
+            "+bufsize=4096",
+            "+notcp",
+            "+ignore",
+            "+time=1",
+            "+tries=1",
+            &at,
+            BIG_NAME,
+            "TXT",
+        ]);
+        assert!(
+            !String::from_utf8_lossy(&o.stdout).contains("ANSWER: 16"),
+            "answered through the filter: {o:?}"
+        );
+    }
+    let out = t.wait();
+    drop(big);
+    let r = report(&out);
+    // The fault first; the kernel's drops of those fragments (TC's redirect, the node's
+    // re-fragmenting stopped) are its evidence, not a rule's drops.
+    let k = kinds(&r);
+    assert_eq!(k[0], "fragment_loss", "{r:#}");
+    assert!(!k.contains(&"kernel_drops"), "{r:#}");
+    assert_eq!(out.status.code(), Some(1), "warning: {r:#}");
+    let f = finding(&r, "fragment_loss");
+    assert!(
+        f["evidence"].to_string().contains("dropped by the kernel"),
+        "{f:#}"
+    );
+    assert_eq!(f["severity"], "warning");
+    assert!(f["count"].as_u64().unwrap() >= 3, "{f:#}");
+    assert!(f["seen"].as_str().unwrap().contains("eth0"), "{f:#}");
+    let ev = f["evidence"].to_string();
+    assert!(ev.contains("big.frag.test. TXT"), "{f:#}");
+    assert!(ev.contains(BIG_SERVER), "{f:#}");
 }

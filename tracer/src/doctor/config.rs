@@ -413,6 +413,59 @@ pub fn unbound_forwards(file: &str, text: &str) -> Result<Vec<Forward>, ConfigEr
     Ok(out)
 }
 
+/// systemd-resolved's `DNS=` servers (`ADDRESS[:PORT][%INTERFACE][#SERVER_NAME]`, space
+/// separated) of the `[Resolve]` section of one resolved.conf (or drop-in), added to `dns`
+/// in order: an empty `DNS=` empties the list, as resolved reads it. Values that are not
+/// addresses are skipped (resolved ignores them too).
+pub fn resolved_conf_dns(file: &str, text: &str, dns: &mut Vec<(SocketAddr, ConfigLine)>) {
+    let mut in_resolve = false;
+    for (i, raw) in text.lines().enumerate() {
+        let line = raw.trim();
+        if line.starts_with('#') || line.starts_with(';') || line.is_empty() {
+            continue;
+        }
+        if line.starts_with('[') {
+            in_resolve = line == "[Resolve]";
+            continue;
+        }
+        let Some((key, value)) = line.split_once('=') else {
+            continue;
+        };
+        if !in_resolve || key.trim() != "DNS" {
+            continue;
+        }
+        let value = value.trim();
+        if value.is_empty() {
+            dns.clear();
+            continue;
+        }
+        for v in value.split_whitespace() {
+            let v = v.split('#').next().unwrap_or(v);
+            let v = v.split('%').next().unwrap_or(v);
+            if let Some(a) = parse_addr(v, 53) {
+                dns.push((a, at(file, i + 1, raw)));
+            }
+        }
+    }
+}
+
+/// The `nameserver` lines of a resolv.conf with their line numbers (`(address, line, text)`).
+pub fn resolv_conf_nameserver_lines(text: &str) -> Vec<(IpAddr, usize, String)> {
+    text.lines()
+        .enumerate()
+        .filter_map(|(i, raw)| {
+            let line = raw.split(['#', ';']).next().unwrap_or_default();
+            let mut w = line.split_whitespace();
+            if w.next()? != "nameserver" {
+                return None;
+            }
+            let a = w.next()?;
+            let ip = a.split('%').next().unwrap_or(a).parse::<IpAddr>().ok()?;
+            Some((ip, i + 1, raw.trim().chars().take(400).collect()))
+        })
+        .collect()
+}
+
 /// The value of `flag FILE`, `flag=FILE` or `-xFILE` in `args`.
 pub fn arg_value<'a>(args: &'a [String], flags: &[&str]) -> Option<&'a str> {
     let mut it = args.iter();

@@ -210,3 +210,53 @@ fn arg_values() {
         Some(ServerKind::Dnsdist)
     );
 }
+
+#[test]
+fn resolved_conf_dns_lines() {
+    let mut dns = Vec::new();
+    resolved_conf_dns(
+        "/etc/systemd/resolved.conf",
+        "# See resolved.conf(5)\n[Resolve]\nDNS=10.96.0.10 1.1.1.1:5353#one.one.one.one fd00::53%eth0\n#DNS=9.9.9.9\nFallbackDNS=8.8.8.8\nDNS=not-an-address\n[Other]\nDNS=7.7.7.7\n",
+        &mut dns,
+    );
+    let a: Vec<_> = dns.iter().map(|(a, _)| *a).collect();
+    assert_eq!(
+        a,
+        [
+            "10.96.0.10:53".parse().unwrap(),
+            "1.1.1.1:5353".parse().unwrap(),
+            "[fd00::53]:53".parse().unwrap()
+        ]
+    );
+    assert_eq!(dns[0].1.line, 3);
+    assert!(dns[0].1.text.starts_with("DNS=10.96.0.10"));
+    // A later drop-in's empty `DNS=` empties the list, the next line adds again.
+    resolved_conf_dns(
+        "/etc/systemd/resolved.conf.d/x.conf",
+        "[Resolve]\nDNS=\nDNS=10.250.0.53\n",
+        &mut dns,
+    );
+    assert_eq!(dns.len(), 1);
+    assert_eq!(dns[0].0, "10.250.0.53:53".parse().unwrap());
+    assert_eq!(dns[0].1.file, "/etc/systemd/resolved.conf.d/x.conf");
+    // Hostile bytes: skipped, no panic.
+    resolved_conf_dns("f", "[Resolve]\nDNS=[[[:::\u{0}\nDNS==\n=\n[", &mut dns);
+    assert_eq!(dns.len(), 1);
+}
+
+#[test]
+fn resolv_conf_nameserver_line_numbers() {
+    let l = resolv_conf_nameserver_lines(
+        "# This is /run/systemd/resolve/resolv.conf managed by man:systemd-resolved(8).\n\nnameserver 10.96.0.10\nnameserver fe80::1%eth0\nnameserver bogus\nsearch .\n",
+    );
+    assert_eq!(l.len(), 2);
+    assert_eq!(
+        l[0],
+        (
+            "10.96.0.10".parse().unwrap(),
+            3,
+            "nameserver 10.96.0.10".to_string()
+        )
+    );
+    assert_eq!(l[1].1, 4);
+}

@@ -144,7 +144,7 @@ pub fn static_findings() -> StaticPart {
         node_nameservers: view
             .node_nameservers
             .iter()
-            .map(|(ip, how)| format!("{ip} ({how})"))
+            .map(|n| format!("{} ({})", n.ip, n.how))
             .collect(),
         ..Default::default()
     };
@@ -201,6 +201,9 @@ impl Sink for DoctorSink {
             match r {
                 Record::Loop(l) => self.folder.loop_record(l),
                 Record::Race(r) => self.folder.race(r),
+                // A dropped IP fragment (or a datagram dropped while being fragmented) is
+                // the fragment loss's evidence, not a rule's drop.
+                Record::Drop(d) if traffic_more::is_fragment_drop(d) => self.more.fragment_drop(d),
                 Record::Drop(d) => self.folder.drop(d),
                 Record::Transaction(t) => {
                     self.folder.transaction(t);

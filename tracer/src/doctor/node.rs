@@ -32,6 +32,9 @@ pub struct DnsServer {
     pub addrs: Vec<IpAddr>,
     /// `namespace/name` of its pod, where known.
     pub pod: Option<String>,
+    /// It serves in the node's own namespace (a loopback stub such as systemd-resolved, or a
+    /// hostNetwork server), not a pod's.
+    pub on_node: bool,
     pub forwards: Result<Vec<Forward>, ConfigError>,
 }
 
@@ -44,6 +47,7 @@ impl DnsServer {
         };
         match &self.pod {
             Some(p) => format!("{p} ({prog} pid {})", self.pid),
+            None if self.on_node => format!("the node's {prog} (pid {})", self.pid),
             None => format!("{prog} pid {}", self.pid),
         }
     }
@@ -67,7 +71,19 @@ pub struct NodeView {
     /// Pod namespaces whose resolv.conf was read: (who, file, parsed).
     pub pod_resolv: Vec<(String, String, ResolvConf)>,
     /// The node's own nameservers, a stub followed (127.0.0.53 → systemd-resolved's).
-    pub node_nameservers: Vec<(IpAddr, String)>,
+    pub node_nameservers: Vec<NodeNameserver>,
+}
+
+/// Where the node's own lookups go: a nameserver of its resolv.conf, or behind a loopback
+/// stub there, the stub's upstream.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NodeNameserver {
+    pub ip: IpAddr,
+    /// How it was found, e.g. `/etc/resolv.conf → 127.0.0.53 → the node's systemd-resolved
+    /// (pid 7)`.
+    pub how: String,
+    /// The stub's config line that sends there.
+    pub config: Option<super::finding::ConfigLine>,
 }
 
 /// At most this much of a `/proc` or config file.
@@ -209,17 +225,89 @@ pub fn server_forwards(
             }
             Ok(c.targets("argv"))
         }
-        ServerKind::SystemdResolved => {
-            let f = "/run/systemd/resolve/resolv.conf";
-            Ok(vec![Forward {
-                target: Target::ResolvConf(f.to_owned()),
-                at: super::finding::ConfigLine {
-                    file: f.to_owned(),
-                    line: 0,
-                    text: "(systemd-resolved's upstream servers)".to_owned(),
-                },
-            }])
+        ServerKind::SystemdResolved => resolved_forwards(pid),
+    }
+}
+
+/// resolved.conf and its drop-ins as systemd reads them: the main file, then every
+/// `*.conf` of the `resolved.conf.d` directories in file-name order (a name in /etc hides
+/// the same name in /run and /usr/lib).
+const RESOLVED_CONF: &str = "/etc/systemd/resolved.conf";
+const RESOLVED_DROPINS: [&str; 4] = [
+    "/etc/systemd/resolved.conf.d",
+    "/run/systemd/resolved.conf.d",
+    "/usr/local/lib/systemd/resolved.conf.d",
+    "/usr/lib/systemd/resolved.conf.d",
+];
+/// systemd-resolved's upstreams as it uses them (global and per link).
+const RESOLVED_RESOLV_CONF: &str = "/run/systemd/resolve/resolv.conf";
+
+/// systemd-resolved's `DNS=` lines, read through its root.
+fn resolved_conf_lines(pid: u32) -> Vec<(SocketAddr, super::finding::ConfigLine)> {
+    let mut dns = Vec::new();
+    if let Ok(t) = read_in_process(pid, RESOLVED_CONF) {
+        config::resolved_conf_dns(RESOLVED_CONF, &t, &mut dns);
+    }
+    let mut dropins: std::collections::BTreeMap<String, String> = Default::default();
+    for dir in RESOLVED_DROPINS {
+        let Ok(entries) = fs::read_dir(in_process(pid, dir)) else {
+            continue;
+        };
+        for e in entries.flatten().take(256) {
+            let Some(name) = e.file_name().to_str().map(str::to_owned) else {
+                continue;
+            };
+            if name.ends_with(".conf") {
+                dropins
+                    .entry(name.clone())
+                    .or_insert_with(|| format!("{dir}/{name}"));
+            }
         }
+    }
+    for f in dropins.values() {
+        if let Ok(t) = read_in_process(pid, f) {
+            config::resolved_conf_dns(f, &t, &mut dns);
+        }
+    }
+    dns
+}
+
+/// systemd-resolved's forward targets: the upstreams it writes to
+/// `/run/systemd/resolve/resolv.conf` (what it really uses, per-link servers included), each
+/// with the `DNS=` line of resolved.conf (or a drop-in) that sets it where one does, else the
+/// `nameserver` line of that file. Without that file, the `DNS=` lines alone.
+fn resolved_forwards(pid: u32) -> Result<Vec<Forward>, ConfigError> {
+    let dns = resolved_conf_lines(pid);
+    let from_conf = |dns: &[(SocketAddr, super::finding::ConfigLine)]| {
+        dns.iter()
+            .map(|(a, at)| Forward {
+                target: Target::Addr(*a),
+                at: at.clone(),
+            })
+            .collect::<Vec<_>>()
+    };
+    match read_in_process(pid, RESOLVED_RESOLV_CONF) {
+        Ok(text) => Ok(config::resolv_conf_nameserver_lines(&text)
+            .into_iter()
+            .map(
+                |(ip, line, raw)| match dns.iter().find(|(a, _)| a.ip() == ip) {
+                    Some((a, at)) => Forward {
+                        target: Target::Addr(*a),
+                        at: at.clone(),
+                    },
+                    None => Forward {
+                        target: Target::Addr(SocketAddr::new(ip, 53)),
+                        at: super::finding::ConfigLine {
+                            file: RESOLVED_RESOLV_CONF.to_owned(),
+                            line,
+                            text: raw,
+                        },
+                    },
+                },
+            )
+            .collect()),
+        Err(_) if !dns.is_empty() => Ok(from_conf(&dns)),
+        Err(e) => Err(e),
     }
 }
 
@@ -320,6 +408,9 @@ pub fn read_node(nat_rules: &str) -> NodeView {
     let own = ns_key(Path::new("/proc/self/ns/net"));
     let host_ns = ns_key(&host::path("/proc/1/ns/net"));
     let not_pods: HashSet<NsKey> = own.into_iter().chain(host_ns).collect();
+    // The node's namespace is the one doctor runs in (a debug pod on the host network, or
+    // the lab's node): its servers are the node's resolvers. Any other namespace that is not
+    // a pod's (the machine's, when doctor runs in a namespace of its own) is left alone.
     let pods = PodResolver::new(host::root()).refresh(&not_pods);
     let mut by_netns: HashMap<NsKey, Vec<u32>> = HashMap::new();
     if let Ok(dir) = fs::read_dir(host::path("/proc")) {
@@ -330,7 +421,7 @@ pub fn read_node(nat_rules: &str) -> NodeView {
             let Some(ns) = ns_key(&e.path().join("ns/net")) else {
                 continue;
             };
-            if not_pods.contains(&ns) {
+            if not_pods.contains(&ns) && Some(ns) != own {
                 continue;
             }
             by_netns.entry(ns).or_default().push(pid);
@@ -367,6 +458,7 @@ pub fn read_node(nat_rules: &str) -> NodeView {
                     netns: ns,
                     addrs: addrs.get_or_insert_with(|| local_addrs(first)).clone(),
                     pod: pod.clone(),
+                    on_node: Some(ns) == own,
                     forwards,
                 });
             }
@@ -383,22 +475,68 @@ pub fn read_node(nat_rules: &str) -> NodeView {
         }
     }
     if let Ok(text) = read_small(&host::path("/etc/resolv.conf")) {
-        for ns in config::parse_resolv_conf(&text).nameservers {
+        view.node_nameservers = node_nameservers(&config::parse_resolv_conf(&text), &view.servers);
+    }
+    view
+}
+
+/// The node's nameservers from its resolv.conf `rc`: a loopback one is followed to the
+/// node's own servers (the stub, e.g. systemd-resolved on 127.0.0.53, read through its root)
+/// and their upstreams with the config lines that set them; 127.0.0.53 with no such server
+/// found, to the host's `/run/systemd/resolve/resolv.conf`.
+fn node_nameservers(rc: &ResolvConf, servers: &[DnsServer]) -> Vec<NodeNameserver> {
+    let mut out = Vec::new();
+    for &ns in &rc.nameservers {
+        if ns.is_loopback() {
+            let stubs: Vec<&DnsServer> = servers
+                .iter()
+                .filter(|s| s.on_node && s.forwards.as_ref().is_ok_and(|f| !f.is_empty()))
+                .filter(|s| {
+                    // 127.0.0.53 is systemd-resolved's; another loopback address any server's.
+                    ns != IpAddr::from([127, 0, 0, 53])
+                        || s.kind == Some(ServerKind::SystemdResolved)
+                })
+                .collect();
+            if !stubs.is_empty() {
+                for s in stubs {
+                    for fw in s.forwards.iter().flatten() {
+                        if let Target::Addr(a) = fw.target {
+                            out.push(NodeNameserver {
+                                ip: a.ip(),
+                                how: format!(
+                                    "/etc/resolv.conf → {ns} → {} → {}:{} `{}`",
+                                    s.name(),
+                                    fw.at.file,
+                                    fw.at.line,
+                                    fw.at.text
+                                ),
+                                config: Some(fw.at.clone()),
+                            });
+                        }
+                    }
+                }
+                continue;
+            }
             if ns == IpAddr::from([127, 0, 0, 53]) {
-                let stub = "/run/systemd/resolve/resolv.conf";
-                if let Ok(t) = read_small(&host::path(stub)) {
+                if let Ok(t) = read_small(&host::path(RESOLVED_RESOLV_CONF)) {
                     for up in config::parse_resolv_conf(&t).nameservers {
-                        view.node_nameservers
-                            .push((up, format!("/etc/resolv.conf → 127.0.0.53 → {stub}")));
+                        out.push(NodeNameserver {
+                            ip: up,
+                            how: format!("/etc/resolv.conf → 127.0.0.53 → {RESOLVED_RESOLV_CONF}"),
+                            config: None,
+                        });
                     }
                     continue;
                 }
             }
-            view.node_nameservers
-                .push((ns, "/etc/resolv.conf".to_owned()));
         }
+        out.push(NodeNameserver {
+            ip: ns,
+            how: "/etc/resolv.conf".to_owned(),
+            config: None,
+        });
     }
-    view
+    out
 }
 
 fn holds_socket(pid: u32, inodes: &HashSet<u64>) -> bool {
@@ -600,7 +738,12 @@ pub fn resolv_findings(view: &NodeView) -> Vec<Finding> {
         f.fix = "Fix the pod's `dnsConfig`/`dnsPolicy` (or kubelet's `resolvConf`), then restart the pod.".into();
         out.push(f);
     }
-    for (ns, how) in &view.node_nameservers {
+    for NodeNameserver {
+        ip: ns,
+        how,
+        config,
+    } in &view.node_nameservers
+    {
         if let Some(svc) = view.services.iter().find(|s| s.ip == *ns && s.port == 53) {
             let mut f = Finding::new(
                 FindingKind::NodeResolverToClusterDns,
@@ -612,7 +755,22 @@ pub fn resolv_findings(view: &NodeView) -> Vec<Finding> {
             );
             f.why = "Pods with `dnsPolicy: Default` — CoreDNS among them — get the node's resolv.conf: a CoreDNS that forwards to it forwards to itself.".into();
             f.evidence = vec![format!("{how}: nameserver {ns}")];
-            f.fix = "Point the node's resolver at the real upstream resolvers, not at cluster DNS; or set kubelet's `resolvConf` to a file that does.".into();
+            if !svc.backends.is_empty() {
+                let b: Vec<String> = svc.backends.iter().map(ToString::to_string).collect();
+                f.evidence.push(format!(
+                    "{ns}:53 is Service {} whose DNAT rules send to {}",
+                    svc.name.as_deref().unwrap_or("ClusterIP"),
+                    b.join(", ")
+                ));
+            }
+            f.fix = match config {
+                Some(c) if c.file.contains("resolved.conf") => format!(
+                    "Point systemd-resolved at the real upstream resolvers, not at cluster DNS: change `{}` in {} (then `systemctl restart systemd-resolved`); keep kubelet's `resolvConf: /run/systemd/resolve/resolv.conf` so pods with `dnsPolicy: Default` get those real upstreams.",
+                    c.text, c.file
+                ),
+                _ => "Point the node's resolver at the real upstream resolvers, not at cluster DNS; or set kubelet's `resolvConf` to a file that does.".into(),
+            };
+            f.config = config.clone();
             out.push(f);
         }
     }

@@ -15,7 +15,7 @@ use crate::{
         record::{LegOutcome, NodeCache, TransactionRecord},
         LegRole,
     },
-    decode::record::FragmentLossRecord,
+    decode::record::{DropRecord, FragmentLossRecord},
 };
 
 const EXAMPLES: usize = 3;
@@ -48,6 +48,8 @@ impl Agg {
 /// Folds records as they come; [`MoreFolder::findings`] at the end.
 #[derive(Default)]
 pub struct MoreFolder {
+    /// Kernel drops of fragments, by namespace.
+    fragment_drops: BTreeMap<String, Agg>,
     /// By (namespace or pod, interface).
     fragments: BTreeMap<(String, String), Agg>,
     /// By client (pod or namespace).
@@ -57,7 +59,39 @@ pub struct MoreFolder {
     per_server: BTreeMap<SocketAddr, (u64, u64)>,
 }
 
+/// A drop that belongs to a fragment loss: an IP fragment's, or one where the kernel was
+/// fragmenting the datagram (it stops sending a datagram's fragments at the first that
+/// fails).
+pub fn is_fragment_drop(d: &DropRecord) -> bool {
+    d.fragment.is_some()
+        || d.location.starts_with("ip_do_fragment")
+        || d.location.starts_with("ip6_fragment")
+        || d.location.starts_with("ip_fragment")
+}
+
 impl MoreFolder {
+    /// A dropped fragment: evidence of the fragment loss (by where it was dropped).
+    pub fn fragment_drop(&mut self, d: &DropRecord) {
+        let what = d
+            .dns
+            .as_ref()
+            .and_then(|m| m.questions.first())
+            .map(|q| format!("{} {}: ", q.name, q.qtype))
+            .unwrap_or_default();
+        let frag = d.fragment.as_ref().map_or_else(String::new, |f| {
+            format!(", fragment at offset {}", f.offset)
+        });
+        let e = self.fragment_drops.entry(d.netns.to_string()).or_default();
+        e.add(
+            format!(
+                "{what}{} > {} dropped by the kernel in {} ({}): {} at {}{frag}",
+                d.src, d.dst, d.netns, d.ifname, d.reason, d.location
+            ),
+            format!("{} > {}", d.src, d.dst),
+            None,
+        );
+    }
+
     pub fn fragment_loss(&mut self, r: &FragmentLossRecord) {
         let place = r
             .pod
@@ -129,18 +163,47 @@ impl MoreFolder {
 
     pub fn findings(&self) -> Vec<Finding> {
         let mut out = Vec::new();
-        for ((place, ifname), a) in &self.fragments {
+        // The losses seen (a hop that had the first fragment and not the rest), then the
+        // kernel's drops of fragments: evidence of the first loss, or findings of their own
+        // where no loss was seen (a firewall in the last hop).
+        let mut places: Vec<(String, String, &Agg)> = self
+            .fragments
+            .iter()
+            .map(|((place, ifname), a)| (place.clone(), ifname.clone(), a))
+            .collect();
+        if places.is_empty() {
+            places = self
+                .fragment_drops
+                .iter()
+                .map(|(ns, a)| (ns.clone(), String::new(), a))
+                .collect();
+        }
+        for (i, (place, ifname, a)) in places.into_iter().enumerate() {
+            let at = if ifname.is_empty() {
+                place.clone()
+            } else {
+                format!("{place} ({ifname})")
+            };
             let mut f = Finding::new(
                 FindingKind::FragmentLoss,
                 place.clone(),
                 format!(
-                    "{} fragmented DNS datagram(s) lost fragments at {place} ({ifname})",
+                    "{} fragmented DNS datagram(s) lost fragments at {at}",
                     a.count
                 ),
             );
             f.count = a.count;
             f.why = "A large UDP answer (DNSSEC, many records, EDNS buffer above the path MTU) is fragmented; a hop that drops the later fragments (an overlay or tunnel with a smaller MTU, a firewall that drops fragments) leaves the client waiting: the lookup times out instead of being retried over TCP.".into();
-            f.evidence = a.examples.iter().map(|e| format!("lost: {e}")).collect();
+            if self.fragments.is_empty() {
+                f.evidence = a.examples.iter().cloned().collect();
+            } else {
+                f.evidence = a.examples.iter().map(|e| format!("lost: {e}")).collect();
+                if i == 0 {
+                    for d in self.fragment_drops.values() {
+                        f.evidence.extend(d.examples.iter().cloned());
+                    }
+                }
+            }
             f.fix = "Make the MTU agree along the path (pod interfaces ≤ the overlay's MTU), allow IP fragments through firewalls, and cap the EDNS buffer at 1232 bytes (CoreDNS `bufsize 1232`) so answers are truncated and retried over TCP instead of fragmented.".into();
             out.push(f);
         }
