@@ -8,7 +8,8 @@ use std::{
     fs::{self, File},
     io::Read,
     net::{IpAddr, SocketAddr},
-    path::{Path, PathBuf},
+    os::fd::AsRawFd,
+    path::Path,
 };
 
 use super::{
@@ -79,17 +80,42 @@ fn read_small(path: &Path) -> std::io::Result<String> {
     Ok(String::from_utf8_lossy(&buf).into_owned())
 }
 
-/// `p` as process `pid` sees it: under its root if absolute, its working directory if not.
-fn in_process(pid: u32, p: &str) -> PathBuf {
-    if p.starts_with('/') {
-        host::path(&format!("/proc/{pid}/root{p}"))
-    } else {
-        host::path(&format!("/proc/{pid}/cwd/{p}"))
+/// `p` (a path a pod's process or its files name) as process `pid` sees it, at most
+/// [`config::MAX_CONFIG_BYTES`] of it: under its root if absolute, its working directory if
+/// not, never outside them (see [`read_beneath`]).
+fn read_in_process_root(pid: u32, p: &str) -> std::io::Result<String> {
+    let (base, rel) = match p.strip_prefix('/') {
+        Some(rel) => ("root", rel),
+        None => ("cwd", p),
+    };
+    let dir = File::open(host::path(&format!("/proc/{pid}/{base}")))?;
+    read_beneath(&dir, rel)
+}
+
+/// At most [`config::MAX_CONFIG_BYTES`] of the regular file `rel` under the directory `root`,
+/// resolved as if `root` were `/`: `..` stops at it and absolute symlinks start from it
+/// (`openat2`'s `RESOLVE_IN_ROOT`, Linux ≥ 5.6). A pod's process names these paths, and the
+/// pod's files are its own: joined to `/proc/PID/root` as a string, `../../etc/shadow` or a
+/// symlink `/etc/resolv.conf -> /etc/shadow` would have been read on the host, and a
+/// symlink to a FIFO or a device (a host's `/dev/watchdog`) opened. Opened as a path first:
+/// only a regular file is then opened for reading.
+fn read_beneath(root: &File, rel: &str) -> std::io::Result<String> {
+    use nix::fcntl::{openat2, OFlag, OpenHow, ResolveFlag};
+    use std::io::{Error, ErrorKind};
+    let how = OpenHow::new()
+        .flags(OFlag::O_PATH | OFlag::O_CLOEXEC)
+        .resolve(ResolveFlag::RESOLVE_IN_ROOT | ResolveFlag::RESOLVE_NO_MAGICLINKS);
+    let rel = if rel.is_empty() { "." } else { rel };
+    let at = File::from(openat2(root, rel, how).map_err(Error::from)?);
+    if !at.metadata()?.is_file() {
+        return Err(Error::new(ErrorKind::InvalidInput, "not a regular file"));
     }
+    // The O_PATH descriptor reopened for reading: the very file checked.
+    read_small(Path::new(&format!("/proc/self/fd/{}", at.as_raw_fd())))
 }
 
 fn read_in_process(pid: u32, p: &str) -> Result<String, ConfigError> {
-    read_small(&in_process(pid, p)).map_err(|e| ConfigError::File {
+    read_in_process_root(pid, p).map_err(|e| ConfigError::File {
         file: p.to_owned(),
         what: e.to_string(),
     })
@@ -195,7 +221,7 @@ pub fn server_forwards(
             let mut c = config::dnsmasq_args(args)?;
             let files = if c.conf_files.is_empty() {
                 let default = "/etc/dnsmasq.conf";
-                if in_process(pid, default).exists() {
+                if read_in_process_root(pid, default).is_ok() {
                     vec![default.to_owned()]
                 } else {
                     Vec::new()
@@ -373,7 +399,7 @@ pub fn read_node(nat_rules: &str) -> NodeView {
         }
         // The pod's resolv.conf, as its first process sees it.
         if let Some(p) = &pod {
-            if let Ok(text) = read_small(&in_process(first, "/etc/resolv.conf")) {
+            if let Ok(text) = read_in_process_root(first, "/etc/resolv.conf") {
                 view.pod_resolv.push((
                     p.clone(),
                     "/etc/resolv.conf".to_owned(),
@@ -382,11 +408,18 @@ pub fn read_node(nat_rules: &str) -> NodeView {
             }
         }
     }
-    if let Ok(text) = read_small(&host::path("/etc/resolv.conf")) {
+    // The node's files under the host root, their symlinks (`/etc/resolv.conf` →
+    // `/run/systemd/resolve/stub-resolv.conf`) followed from it, not from this container's.
+    let host_root = File::open(host::root());
+    let read_host = |p: &str| match &host_root {
+        Ok(root) => read_beneath(root, p.trim_start_matches('/')),
+        Err(e) => Err(std::io::Error::new(e.kind(), e.to_string())),
+    };
+    if let Ok(text) = read_host("/etc/resolv.conf") {
         for ns in config::parse_resolv_conf(&text).nameservers {
             if ns == IpAddr::from([127, 0, 0, 53]) {
                 let stub = "/run/systemd/resolve/resolv.conf";
-                if let Ok(t) = read_small(&host::path(stub)) {
+                if let Ok(t) = read_host(stub) {
                     for up in config::parse_resolv_conf(&t).nameservers {
                         view.node_nameservers
                             .push((up, format!("/etc/resolv.conf → 127.0.0.53 → {stub}")));
