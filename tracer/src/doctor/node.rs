@@ -98,7 +98,7 @@ fn read_in_process_root(pid: u32, p: &str) -> std::io::Result<String> {
 /// pod's files are its own: joined to `/proc/PID/root` as a string, `../../etc/shadow` or a
 /// symlink `/etc/resolv.conf -> /etc/shadow` would have been read on the host, and a
 /// symlink to a FIFO or a device (a host's `/dev/watchdog`) opened. Opened as a path first:
-/// only a regular file is then opened for reading.
+/// only a regular file is then opened for reading (`/dev/null`, the device, reads as empty).
 fn read_beneath(root: &File, rel: &str) -> std::io::Result<String> {
     use nix::fcntl::{openat2, OFlag, OpenHow, ResolveFlag};
     use std::io::{Error, ErrorKind};
@@ -107,7 +107,13 @@ fn read_beneath(root: &File, rel: &str) -> std::io::Result<String> {
         .resolve(ResolveFlag::RESOLVE_IN_ROOT | ResolveFlag::RESOLVE_NO_MAGICLINKS);
     let rel = if rel.is_empty() { "." } else { rel };
     let at = File::from(openat2(root, rel, how).map_err(Error::from)?);
-    if !at.metadata()?.is_file() {
+    let meta = at.metadata()?;
+    if !meta.is_file() {
+        // `-C /dev/null`: dnsmasq's way of saying no conf file. Empty, not opened.
+        use std::os::unix::fs::{FileTypeExt, MetadataExt};
+        if meta.file_type().is_char_device() && meta.rdev() == libc::makedev(1, 3) {
+            return Ok(String::new());
+        }
         return Err(Error::new(ErrorKind::InvalidInput, "not a regular file"));
     }
     // The O_PATH descriptor reopened for reading: the very file checked.

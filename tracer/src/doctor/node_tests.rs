@@ -192,5 +192,10 @@ fn files_a_pod_names_are_read_beneath_its_root_only() {
         assert_eq!(e.kind(), std::io::ErrorKind::InvalidInput, "{p}: {e}");
     }
     assert!(read("etc/missing").is_err());
+    // dnsmasq's `-C /dev/null`: the null device reads as empty; other devices are refused.
+    let slash = File::open("/").unwrap();
+    assert_eq!(read_beneath(&slash, "dev/null").unwrap(), "");
+    let e = read_beneath(&slash, "dev/zero").unwrap_err();
+    assert_eq!(e.kind(), std::io::ErrorKind::InvalidInput, "{e}");
     fs::remove_dir_all(&root).unwrap();
 }
