@@ -75,6 +75,20 @@ const LAYERS: &[(&str, &[&str])] = &[
         "pipeline",
         &["correlate", "decode", "detect", "event", "output", "time"],
     ),
+    // The fuzz targets' harness: the pipeline with small tables, and its checks.
+    (
+        "fuzzing",
+        &[
+            "correlate",
+            "decode",
+            "event",
+            "kallsyms",
+            "names",
+            "output",
+            "pipeline",
+            "time",
+        ],
+    ),
     // The modes: what drives the pipeline from a source into sinks.
     (
         "analyze",

@@ -12,6 +12,9 @@ pub mod doctor;
 pub(crate) mod ebpf;
 pub mod event;
 pub mod evidence;
+/// The fuzz targets' entry into the pipeline (fuzz/): not an API.
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod host;
 pub mod kallsyms;
 pub mod kernel;

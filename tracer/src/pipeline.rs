@@ -56,14 +56,25 @@ pub(crate) struct Pipeline {
 }
 
 impl Pipeline {
-    pub(crate) fn new(mut decoder: Decoder, cfg: PipelineConfig, clock: Clock) -> Self {
+    pub(crate) fn new(decoder: Decoder, cfg: PipelineConfig, clock: Clock) -> Self {
+        Self::with_bounds(decoder, cfg, CorrelateConfig::default(), clock)
+    }
+
+    /// [`Pipeline::new`] with the correlate stage's windows and bounds of `bounds` (its
+    /// timeout and node namespace are `cfg`'s): the fuzz harness's small tables.
+    pub(crate) fn with_bounds(
+        mut decoder: Decoder,
+        cfg: PipelineConfig,
+        bounds: CorrelateConfig,
+        clock: Clock,
+    ) -> Self {
         let correlator = cfg.transactions.then(|| {
             decoder.collect_observations();
             Correlator::new(
                 CorrelateConfig {
                     timeout_ns: cfg.timeout_ns,
                     node_netns: cfg.node_netns,
-                    ..Default::default()
+                    ..bounds
                 },
                 clock,
             )
@@ -188,6 +199,13 @@ impl Pipeline {
             self.decoder.stats(),
             self.correlator.as_ref().map(Correlator::stats),
         )
+    }
+
+    /// Every table of the correlate stage within its bound (the fuzz harness's check).
+    pub(crate) fn check_bounds(&self) -> Result<(), String> {
+        self.correlator
+            .as_ref()
+            .map_or(Ok(()), Correlator::check_bounds)
     }
 
     fn hand_over(&mut self) {

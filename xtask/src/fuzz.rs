@@ -11,9 +11,15 @@ use crate::{
     Result,
 };
 
-/// The targets, with what seeds them (a folder of the repository, or none).
-const TARGETS: &[(&str, Option<&str>)] =
-    &[("capture", Some("tests/golden")), ("dns_message", None)];
+/// The targets, with what seeds them (a folder of the repository, or none): every
+/// `[[bin]]` of fuzz/Cargo.toml (a test below checks).
+const TARGETS: &[(&str, Option<&str>)] = &[
+    ("capture", Some("tests/golden")),
+    ("dns_message", None),
+    ("ring_record", Some("fuzz/seeds/ring_record")),
+    ("correlate", None),
+    ("config", Some("fuzz/seeds/config")),
+];
 
 /// cargo-fuzz, pinned.
 const CARGO_FUZZ: &str = "cargo-fuzz@0.13.2";
@@ -58,4 +64,37 @@ pub fn run_targets(seconds: u64, only: &[String]) -> Result<()> {
         })?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_fuzz_target_is_run_and_its_seeds_are_there() {
+        let root = workspace_root();
+        let manifest =
+            std::fs::read_to_string(root.join("fuzz/Cargo.toml")).expect("fuzz/Cargo.toml");
+        let bins: Vec<&str> = manifest
+            .lines()
+            .filter_map(|l| l.strip_prefix("name = \""))
+            .filter_map(|l| l.strip_suffix('"'))
+            .filter(|n| *n != "dnspath-fuzz")
+            .collect();
+        let mut listed: Vec<&str> = TARGETS.iter().map(|(n, _)| *n).collect();
+        let mut bins_sorted = bins.clone();
+        listed.sort_unstable();
+        bins_sorted.sort_unstable();
+        assert_eq!(
+            listed, bins_sorted,
+            "fuzz/Cargo.toml's [[bin]]s and TARGETS"
+        );
+        assert!(listed.len() >= 5);
+        for (target, seeds) in TARGETS {
+            if let Some(dir) = seeds {
+                let n = std::fs::read_dir(root.join(dir)).map_or(0, |d| d.count());
+                assert!(n > 0, "{target}: no seeds in {dir}");
+            }
+        }
+    }
 }

@@ -93,8 +93,7 @@ impl Lookups {
         (id, 0)
     }
 
-    #[cfg(test)]
-    fn len(&self) -> usize {
+    pub(super) fn len(&self) -> usize {
         self.by_client.len()
     }
 }

@@ -464,6 +464,38 @@ impl<D: Detector> Correlator<D> {
         }));
     }
 
+    /// Every table within its bound (the fuzz harness's check after each input event,
+    /// `crate::fuzzing`): what is wrong, if anything.
+    pub(crate) fn check_bounds(&self) -> Result<(), String> {
+        let c = &self.cfg;
+        let bounds = [
+            ("open legs", self.legs.len(), c.max_legs),
+            ("leg bytes", self.legs.bytes(), c.max_leg_bytes),
+            ("open transactions", self.txs.len(), c.max_legs),
+            (
+                "transaction order",
+                self.tx_order.len(),
+                2 * self.txs.len() + 65,
+            ),
+            ("wakes", self.wakes.len(), self.txs.len()),
+            ("timeouts", self.timeouts.len(), self.legs.len()),
+            ("reorder buffer", self.pending.len(), c.max_legs),
+            ("conntrack map", self.ct.len(), c.max_ct_entries.max(4)),
+            ("lookups", self.lookups.len(), c.max_legs),
+            ("recent queries", self.recent_order.len(), c.max_legs + 1),
+            ("recent sockets", self.recent.len(), self.recent_order.len()),
+            (
+                "cache upstreams",
+                self.cache_upstreams.len(),
+                MAX_CACHE_UPSTREAMS,
+            ),
+        ];
+        match bounds.iter().find(|(_, n, max)| n > max) {
+            Some((what, n, max)) => Err(format!("{what}: {n} > {max}")),
+            None => Ok(()),
+        }
+    }
+
     /// Open legs and transactions (for memory-bound tests).
     #[cfg(test)]
     pub(crate) fn open_legs(&self) -> usize {

@@ -8,7 +8,8 @@ use std::{
     fs::{self, File},
     io::Read,
     net::{IpAddr, SocketAddr},
-    path::{Path, PathBuf},
+    os::fd::AsRawFd,
+    path::Path,
 };
 
 use super::{
@@ -95,17 +96,55 @@ fn read_small(path: &Path) -> std::io::Result<String> {
     Ok(String::from_utf8_lossy(&buf).into_owned())
 }
 
-/// `p` as process `pid` sees it: under its root if absolute, its working directory if not.
-fn in_process(pid: u32, p: &str) -> PathBuf {
-    if p.starts_with('/') {
-        host::path(&format!("/proc/{pid}/root{p}"))
-    } else {
-        host::path(&format!("/proc/{pid}/cwd/{p}"))
+/// `p` (a path a pod's process or its files name) as process `pid` sees it, at most
+/// [`config::MAX_CONFIG_BYTES`] of it: under its root if absolute, its working directory if
+/// not, never outside them (see [`read_beneath`]).
+fn read_in_process_root(pid: u32, p: &str) -> std::io::Result<String> {
+    let (base, rel) = match p.strip_prefix('/') {
+        Some(rel) => ("root", rel),
+        None => ("cwd", p),
+    };
+    let dir = File::open(host::path(&format!("/proc/{pid}/{base}")))?;
+    read_beneath(&dir, rel)
+}
+
+/// The node's file `p` under the host root, its symlinks (`/etc/resolv.conf` →
+/// `/run/systemd/resolve/stub-resolv.conf`) followed from that root, not from this
+/// container's (see [`read_beneath`]).
+fn read_host(p: &str) -> std::io::Result<String> {
+    read_beneath(&File::open(host::root())?, p.trim_start_matches('/'))
+}
+
+/// At most [`config::MAX_CONFIG_BYTES`] of the regular file `rel` under the directory `root`,
+/// resolved as if `root` were `/`: `..` stops at it and absolute symlinks start from it
+/// (`openat2`'s `RESOLVE_IN_ROOT`, Linux ≥ 5.6). A pod's process names these paths, and the
+/// pod's files are its own: joined to `/proc/PID/root` as a string, `../../etc/shadow` or a
+/// symlink `/etc/resolv.conf -> /etc/shadow` would have been read on the host, and a
+/// symlink to a FIFO or a device (a host's `/dev/watchdog`) opened. Opened as a path first:
+/// only a regular file is then opened for reading (`/dev/null`, the device, reads as empty).
+fn read_beneath(root: &File, rel: &str) -> std::io::Result<String> {
+    use nix::fcntl::{openat2, OFlag, OpenHow, ResolveFlag};
+    use std::io::{Error, ErrorKind};
+    let how = OpenHow::new()
+        .flags(OFlag::O_PATH | OFlag::O_CLOEXEC)
+        .resolve(ResolveFlag::RESOLVE_IN_ROOT | ResolveFlag::RESOLVE_NO_MAGICLINKS);
+    let rel = if rel.is_empty() { "." } else { rel };
+    let at = File::from(openat2(root, rel, how).map_err(Error::from)?);
+    let meta = at.metadata()?;
+    if !meta.is_file() {
+        // `-C /dev/null`: dnsmasq's way of saying no conf file. Empty, not opened.
+        use std::os::unix::fs::{FileTypeExt, MetadataExt};
+        if meta.file_type().is_char_device() && meta.rdev() == libc::makedev(1, 3) {
+            return Ok(String::new());
+        }
+        return Err(Error::new(ErrorKind::InvalidInput, "not a regular file"));
     }
+    // The O_PATH descriptor reopened for reading: the very file checked.
+    read_small(Path::new(&format!("/proc/self/fd/{}", at.as_raw_fd())))
 }
 
 fn read_in_process(pid: u32, p: &str) -> Result<String, ConfigError> {
-    read_small(&in_process(pid, p)).map_err(|e| ConfigError::File {
+    read_in_process_root(pid, p).map_err(|e| ConfigError::File {
         file: p.to_owned(),
         what: e.to_string(),
     })
@@ -211,7 +250,7 @@ pub fn server_forwards(
             let mut c = config::dnsmasq_args(args)?;
             let files = if c.conf_files.is_empty() {
                 let default = "/etc/dnsmasq.conf";
-                if in_process(pid, default).exists() {
+                if read_in_process_root(pid, default).is_ok() {
                     vec![default.to_owned()]
                 } else {
                     Vec::new()
@@ -242,6 +281,19 @@ const RESOLVED_DROPINS: [&str; 4] = [
 /// systemd-resolved's upstreams as it uses them (global and per link).
 const RESOLVED_RESOLV_CONF: &str = "/run/systemd/resolve/resolv.conf";
 
+/// The entries of directory `p` (absolute) as process `pid` sees it, resolved beneath its
+/// root as [`read_beneath`] does: a pod's symlink cannot list a host directory.
+fn list_in_process_root(pid: u32, p: &str) -> std::io::Result<fs::ReadDir> {
+    use nix::fcntl::{openat2, OFlag, OpenHow, ResolveFlag};
+    let root = File::open(host::path(&format!("/proc/{pid}/root")))?;
+    let how = OpenHow::new()
+        .flags(OFlag::O_PATH | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC)
+        .resolve(ResolveFlag::RESOLVE_IN_ROOT | ResolveFlag::RESOLVE_NO_MAGICLINKS);
+    let rel = p.trim_start_matches('/');
+    let dir = File::from(openat2(&root, if rel.is_empty() { "." } else { rel }, how)?);
+    fs::read_dir(format!("/proc/self/fd/{}", dir.as_raw_fd()))
+}
+
 /// systemd-resolved's `DNS=` lines, read through its root.
 fn resolved_conf_lines(pid: u32) -> Vec<(SocketAddr, super::finding::ConfigLine)> {
     let mut dns = Vec::new();
@@ -250,7 +302,7 @@ fn resolved_conf_lines(pid: u32) -> Vec<(SocketAddr, super::finding::ConfigLine)
     }
     let mut dropins: std::collections::BTreeMap<String, String> = Default::default();
     for dir in RESOLVED_DROPINS {
-        let Ok(entries) = fs::read_dir(in_process(pid, dir)) else {
+        let Ok(entries) = list_in_process_root(pid, dir) else {
             continue;
         };
         for e in entries.flatten().take(256) {
@@ -465,7 +517,7 @@ pub fn read_node(nat_rules: &str) -> NodeView {
         }
         // The pod's resolv.conf, as its first process sees it.
         if let Some(p) = &pod {
-            if let Ok(text) = read_small(&in_process(first, "/etc/resolv.conf")) {
+            if let Ok(text) = read_in_process_root(first, "/etc/resolv.conf") {
                 view.pod_resolv.push((
                     p.clone(),
                     "/etc/resolv.conf".to_owned(),
@@ -474,7 +526,7 @@ pub fn read_node(nat_rules: &str) -> NodeView {
             }
         }
     }
-    if let Ok(text) = read_small(&host::path("/etc/resolv.conf")) {
+    if let Ok(text) = read_host("/etc/resolv.conf") {
         view.node_nameservers = node_nameservers(&config::parse_resolv_conf(&text), &view.servers);
     }
     view
@@ -518,7 +570,7 @@ fn node_nameservers(rc: &ResolvConf, servers: &[DnsServer]) -> Vec<NodeNameserve
                 continue;
             }
             if ns == IpAddr::from([127, 0, 0, 53]) {
-                if let Ok(t) = read_small(&host::path(RESOLVED_RESOLV_CONF)) {
+                if let Ok(t) = read_host(RESOLVED_RESOLV_CONF) {
                     for up in config::parse_resolv_conf(&t).nameservers {
                         out.push(NodeNameserver {
                             ip: up,

@@ -264,3 +264,41 @@ fn a_pod_forwarding_to_the_node_stub_that_forwards_to_its_service_is_a_loop() {
         pod.evidence
     );
 }
+
+/// A pod's paths stay in its root: an absolute symlink and `..` resolve from the root
+/// given, not from the host's; a FIFO or a directory is refused, without blocking.
+#[test]
+fn files_a_pod_names_are_read_beneath_its_root_only() {
+    let root = std::env::temp_dir().join(format!("dnspath-beneath-{}", std::process::id()));
+    let _ = fs::remove_dir_all(&root);
+    fs::create_dir_all(root.join("etc")).unwrap();
+    fs::write(root.join("etc/hostname"), "inside the root\n").unwrap();
+    std::os::unix::fs::symlink("/etc/hostname", root.join("etc/resolv.conf")).unwrap();
+    std::os::unix::fs::symlink("/../../../../etc/hostname", root.join("etc/up")).unwrap();
+    nix::unistd::mkfifo(&root.join("etc/fifo"), nix::sys::stat::Mode::S_IRWXU).unwrap();
+    std::os::unix::fs::symlink("/etc/fifo", root.join("etc/to-fifo")).unwrap();
+    let dir = File::open(&root).unwrap();
+    let read = |p: &str| read_beneath(&dir, p);
+    for p in [
+        "etc/hostname",
+        "etc/resolv.conf",
+        "etc/up",
+        "../../../etc/hostname",
+    ] {
+        assert_eq!(read(p).unwrap(), "inside the root\n", "{p}");
+    }
+    // What the host has there is not what was read (the test proves something only then).
+    let host = fs::read_to_string("/etc/hostname").unwrap_or_default();
+    assert_ne!(host, "inside the root\n");
+    for p in ["etc/fifo", "etc/to-fifo", "etc", ""] {
+        let e = read(p).unwrap_err();
+        assert_eq!(e.kind(), std::io::ErrorKind::InvalidInput, "{p}: {e}");
+    }
+    assert!(read("etc/missing").is_err());
+    // dnsmasq's `-C /dev/null`: the null device reads as empty; other devices are refused.
+    let slash = File::open("/").unwrap();
+    assert_eq!(read_beneath(&slash, "dev/null").unwrap(), "");
+    let e = read_beneath(&slash, "dev/zero").unwrap_err();
+    assert_eq!(e.kind(), std::io::ErrorKind::InvalidInput, "{e}");
+    fs::remove_dir_all(&root).unwrap();
+}
