@@ -769,8 +769,11 @@ fn node_resolved(lab: &Lab, upstreams: &[std::net::IpAddr]) -> (Resolved, PathBu
     .unwrap()
     .expect("systemd-resolved is not unpacked: run `cargo xtask setup`");
     let root = host_root(lab);
+    // On a node /etc/resolv.conf links to resolved's stub-resolv.conf, which doctor resolves
+    // beneath the host root (never through the container's own /run). This root's `run`
+    // is the lab host's /run, so the file resolved wrote is copied in its place.
     fs::create_dir_all(root.join("etc")).unwrap();
-    symlink(
+    fs::copy(
         r.path("/run/systemd/resolve/stub-resolv.conf"),
         root.join("etc/resolv.conf"),
     )
