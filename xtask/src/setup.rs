@@ -111,15 +111,6 @@ fn install_phoenix() -> Result<()> {
         return Ok(());
     }
     eprintln!("xtask: installing arize-phoenix {PHOENIX_VERSION} into {PHOENIX_VENV} (pip, ~850 MB, once)");
-    let sudo: &[&str] = if is_root() { &[] } else { &["sudo"] };
-    let as_root = |args: &[&str]| {
-        let mut c = Command::new(sudo.first().copied().unwrap_or(args[0]));
-        if !sudo.is_empty() {
-            c.arg(args[0]);
-        }
-        c.args(&args[1..]);
-        c
-    };
     if venv.exists() {
         run(&mut as_root(&["rm", "-rf", PHOENIX_VENV]))?;
     }
@@ -162,15 +153,6 @@ fn unpack_systemd_resolved() -> Result<()> {
         "xtask: unpacking systemd-resolved {} into {RESOLVED_DIR} (not installed)",
         version.trim()
     );
-    let sudo: &[&str] = if is_root() { &[] } else { &["sudo"] };
-    let as_root = |args: &[&str]| {
-        let mut c = Command::new(sudo.first().copied().unwrap_or(args[0]));
-        if !sudo.is_empty() {
-            c.arg(args[0]);
-        }
-        c.args(&args[1..]);
-        c
-    };
     if dir.exists() {
         run(&mut as_root(&["rm", "-rf", RESOLVED_DIR]))?;
     }
@@ -253,4 +235,17 @@ pub fn setup() -> Result<()> {
             .env("LLVM_PREFIX", "/usr/lib/llvm-22"))?;
     }
     Ok(())
+}
+
+/// `args` as a command run as root: through `sudo` unless already root.
+fn as_root(args: &[&str]) -> Command {
+    let mut c = if is_root() {
+        Command::new(args[0])
+    } else {
+        let mut c = Command::new("sudo");
+        c.arg(args[0]);
+        c
+    };
+    c.args(&args[1..]);
+    c
 }
