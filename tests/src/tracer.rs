@@ -274,3 +274,99 @@ pub fn assert_accounted(stats: &serde_json::Value) {
         );
     }
 }
+
+/// `dnspath trace -o json --view transactions --netns NS…` run by a test as one node's
+/// tracer (as that node's DaemonSet pod sees the node), with `extra` arguments; its NDJSON to
+/// `DIR/NAME.ndjson`, its stderr to `DIR/NAME.stderr`. Returned once it says it is tracing;
+/// killed if dropped before [`NodeTracer::stop`].
+pub struct NodeTracer {
+    child: Option<std::process::Child>,
+    name: String,
+    out: PathBuf,
+    err: PathBuf,
+}
+
+impl NodeTracer {
+    pub fn start(
+        dir: &Path,
+        name: &str,
+        netns: &[&str],
+        extra: &[&str],
+    ) -> Result<NodeTracer, LabError> {
+        let out = dir.join(format!("{name}.ndjson"));
+        let err = dir.join(format!("{name}.stderr"));
+        let mut args = vec!["trace", "-o", "json", "--view", "transactions"];
+        for ns in netns {
+            args.extend(["--netns", ns]);
+        }
+        args.extend(extra);
+        let file = |p: &Path| {
+            std::fs::File::create(p).map_err(|e| LabError::io(p.display().to_string(), e))
+        };
+        let child = std::process::Command::new(dnspath_bin())
+            .args(&args)
+            .stdin(Stdio::null())
+            .stdout(file(&out)?)
+            .stderr(file(&err)?)
+            .env("RUST_LOG", "warn")
+            .spawn()
+            .map_err(|source| LabError::Spawn {
+                cmd: format!("dnspath {}", args.join(" ")),
+                source,
+            })?;
+        let t = NodeTracer {
+            child: Some(child),
+            name: name.to_owned(),
+            out,
+            err,
+        };
+        let t0 = std::time::Instant::now();
+        loop {
+            let stderr = std::fs::read_to_string(&t.err).unwrap_or_default();
+            if stderr.contains("dnspath: tracing") {
+                return Ok(t);
+            }
+            if t0.elapsed() > Duration::from_secs(30) {
+                return Err(LabError::NotPrinted {
+                    process: format!("dnspath trace ({name})"),
+                    needle: "dnspath: tracing".into(),
+                    stderr,
+                });
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// SIGINT (it flushes and exits 0), then its NDJSON records.
+    pub fn stop(mut self) -> Result<Vec<serde_json::Value>, LabError> {
+        let Some(mut child) = self.child.take() else {
+            return Ok(Vec::new());
+        };
+        // SAFETY: kill(2) on our own child's PID, not yet reaped.
+        unsafe {
+            libc::kill(child.id() as libc::pid_t, libc::SIGINT);
+        }
+        let status = child
+            .wait()
+            .map_err(|e| LabError::io(format!("waiting for {}", self.name), e))?;
+        if !status.success() {
+            return Err(LabError::Command {
+                cmd: format!("dnspath trace ({})", self.name),
+                status: status.to_string(),
+                stderr: std::fs::read_to_string(&self.err).unwrap_or_default(),
+            });
+        }
+        let out = std::fs::read_to_string(&self.out)
+            .map_err(|e| LabError::io(self.out.display().to_string(), e))?;
+        Ok(ndjson(&out))
+    }
+}
+
+impl Drop for NodeTracer {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}

@@ -1016,61 +1016,13 @@ fn a_hundred_thousand_unanswered_repeats_of_one_question() {
     }
 }
 
-/// `dnspath trace -w FILE` on one node's namespaces (as that node's DaemonSet pod sees
-/// them), its NDJSON transactions to a file too; for `analyze` of several nodes.
-struct NodeWriter {
-    child: std::process::Child,
-    out: PathBuf,
-    err: PathBuf,
-}
-
-impl NodeWriter {
-    fn start(dir: &Path, name: &str, netns: &[&str]) -> (NodeWriter, PathBuf) {
-        let file = dir.join(format!("{name}.pcapng"));
-        let out = dir.join(format!("{name}.ndjson"));
-        let err = dir.join(format!("{name}.stderr"));
-        let mut args = vec!["trace", "-o", "json", "--view", "transactions", "-w"];
-        args.push(file.to_str().unwrap());
-        for ns in netns {
-            args.extend(["--netns", ns]);
-        }
-        let child = Command::new(dnspath_bin())
-            .args(&args)
-            .stdin(std::process::Stdio::null())
-            .stdout(std::fs::File::create(&out).unwrap())
-            .stderr(std::fs::File::create(&err).unwrap())
-            .env("RUST_LOG", "warn")
-            .spawn()
-            .unwrap();
-        let t0 = Instant::now();
-        while !std::fs::read_to_string(&err)
-            .unwrap_or_default()
-            .contains("dnspath: tracing")
-        {
-            assert!(
-                t0.elapsed() < Duration::from_secs(30),
-                "{name}: {}",
-                std::fs::read_to_string(&err).unwrap_or_default()
-            );
-            thread::sleep(Duration::from_millis(100));
-        }
-        (NodeWriter { child, out, err }, file)
-    }
-
-    /// SIGINT, and its NDJSON.
-    fn stop(mut self) -> Vec<Value> {
-        // SAFETY: kill(2) on our own child's PID, not yet reaped.
-        unsafe {
-            libc::kill(self.child.id() as libc::pid_t, libc::SIGINT);
-        }
-        let status = self.child.wait().unwrap();
-        assert!(
-            status.success(),
-            "{}",
-            std::fs::read_to_string(&self.err).unwrap_or_default()
-        );
-        ndjson(&std::fs::read_to_string(&self.out).unwrap())
-    }
+/// `dnspath trace -w DIR/NAME.pcapng` on one node's namespaces, its transactions too; for
+/// `analyze` of several nodes.
+fn node_writer(dir: &Path, name: &str, netns: &[&str]) -> (lab::tracer::NodeTracer, PathBuf) {
+    let file = dir.join(format!("{name}.pcapng"));
+    let t =
+        lab::tracer::NodeTracer::start(dir, name, netns, &["-w", file.to_str().unwrap()]).unwrap();
+    (t, file)
 }
 
 /// One A query for `name` from namespace `ns`, from UDP port `port` with DNS id `id`, to
@@ -1114,8 +1066,8 @@ fn captures_of_two_nodes_join_into_one_transaction_per_query() {
     }
     let nodes = lab::tunnel::VxlanNodes::start().unwrap();
     nodes.add_cluster_ip().unwrap();
-    let (a, file_a) = NodeWriter::start(&nodes.dir, "node-a", &[&nodes.node_a, &nodes.client]);
-    let (b, file_b) = NodeWriter::start(&nodes.dir, "node-b", &[&nodes.node_b, &nodes.dns]);
+    let (a, file_a) = node_writer(&nodes.dir, "node-a", &[&nodes.node_a, &nodes.client]);
+    let (b, file_b) = node_writer(&nodes.dir, "node-b", &[&nodes.node_b, &nodes.dns]);
     for i in 0..3 {
         let (ok, got) = nodes.dig_at(CLUSTER_IP, &format!("x{i}.tunnel.test."), "A");
         assert!(ok && got == ANSWER.to_string(), "{got}");
@@ -1139,8 +1091,8 @@ fn captures_of_two_nodes_join_into_one_transaction_per_query() {
         );
     }
     thread::sleep(Duration::from_millis(1500));
-    let live_a = a.stop();
-    let _ = b.stop();
+    let live_a = a.stop().unwrap();
+    b.stop().unwrap();
 
     let arg_a = format!("node-a={}", file_a.display());
     let arg_b = format!("node-b={}", file_b.display());

@@ -11,6 +11,7 @@ use std::{
     time::{Duration, Instant},
 };
 
+use lab::tracer::NodeTracer;
 use lab::{
     hole::{Hole, HOLE_ADDR},
     tracer::{lab_or_skip, Tracer},
@@ -605,60 +606,6 @@ fn races_and_loops_are_span_events_and_healthy_queries_have_none() {
     }
 }
 
-/// `dnspath trace` run by this test in its namespace, watching `netns`; output to files.
-struct Node {
-    child: Child,
-    out: std::path::PathBuf,
-    err: std::path::PathBuf,
-}
-
-impl Node {
-    fn start(dir: &std::path::Path, name: &str, netns: &[&str], url: &str) -> Node {
-        let out = dir.join(format!("{name}.ndjson"));
-        let err = dir.join(format!("{name}.stderr"));
-        let mut args = vec!["trace", "-o", "json", "--view", "transactions"];
-        for ns in netns {
-            args.extend(["--netns", ns]);
-        }
-        args.extend(["--otlp", url, "--node-name", name]);
-        let child = Command::new(lab::tracer::dnspath_bin())
-            .args(&args)
-            .stdin(Stdio::null())
-            .stdout(std::fs::File::create(&out).unwrap())
-            .stderr(std::fs::File::create(&err).unwrap())
-            .env("RUST_LOG", "warn")
-            .spawn()
-            .unwrap();
-        let t0 = Instant::now();
-        while !std::fs::read_to_string(&err)
-            .unwrap_or_default()
-            .contains("dnspath: tracing")
-        {
-            assert!(
-                t0.elapsed() < Duration::from_secs(30),
-                "{name}: {}",
-                std::fs::read_to_string(&err).unwrap_or_default()
-            );
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        Node { child, out, err }
-    }
-
-    fn stop(mut self) -> Vec<Value> {
-        // SAFETY: kill(2) on our own child's PID, not yet reaped.
-        unsafe {
-            libc::kill(self.child.id() as libc::pid_t, libc::SIGINT);
-        }
-        let status = self.child.wait().unwrap();
-        assert!(
-            status.success(),
-            "{}",
-            std::fs::read_to_string(&self.err).unwrap_or_default()
-        );
-        lab::tracer::ndjson(&std::fs::read_to_string(&self.out).unwrap())
-    }
-}
-
 fn hop_nodes(span: &Value) -> std::collections::BTreeSet<String> {
     span["events"]
         .as_array()
@@ -678,8 +625,21 @@ fn a_query_across_nodes_is_one_trace_with_both_nodes_spans() {
     let nodes = lab::tunnel::VxlanNodes::start().unwrap();
     let phoenix = Phoenix::start_in(None);
     let url = format!("http://127.0.0.1:{}", phoenix.http);
-    let a = Node::start(&nodes.dir, "node-a", &[&nodes.node_a, &nodes.client], &url);
-    let b = Node::start(&nodes.dir, "node-b", &[&nodes.node_b, &nodes.dns], &url);
+    let otlp = |node| ["--otlp", url.as_str(), "--node-name", node];
+    let a = NodeTracer::start(
+        &nodes.dir,
+        "node-a",
+        &[&nodes.node_a, &nodes.client],
+        &otlp("node-a"),
+    )
+    .unwrap();
+    let b = NodeTracer::start(
+        &nodes.dir,
+        "node-b",
+        &[&nodes.node_b, &nodes.dns],
+        &otlp("node-b"),
+    )
+    .unwrap();
     for i in 0..3 {
         assert_eq!(
             nodes.dig(&format!("q{i}.tunnel.test.")),
@@ -687,7 +647,7 @@ fn a_query_across_nodes_is_one_trace_with_both_nodes_spans() {
         );
     }
     std::thread::sleep(Duration::from_millis(1500));
-    let (ra, rb) = (a.stop(), b.stop());
+    let (ra, rb) = (a.stop().unwrap(), b.stop().unwrap());
     for i in 0..3 {
         let name = format!("q{i}.tunnel.test.");
         let find = |recs: &[Value]| -> Value {
