@@ -37,17 +37,22 @@ pub struct NodeCapture {
 impl NodeCapture {
     /// `NAME=PATH`, or a path (its node: the file's stem). An argument with a `=` that is
     /// itself an existing file is a path.
-    pub fn parse(arg: &str) -> Self {
-        match arg.split_once('=') {
-            Some((node, path)) if !node.is_empty() && !Path::new(arg).exists() => Self {
+    pub fn parse(arg: impl AsRef<std::ffi::OsStr>) -> Self {
+        use std::os::unix::ffi::OsStrExt;
+        let arg = arg.as_ref();
+        let bytes = arg.as_bytes();
+        // A node name is text; the path after it may be any bytes (so may a whole path).
+        let named = bytes.iter().position(|&b| b == b'=').and_then(|i| {
+            let node = std::str::from_utf8(&bytes[..i]).ok()?;
+            (!node.is_empty() && !Path::new(arg).exists()).then(|| Self {
                 node: node.to_string(),
-                path: PathBuf::from(path),
-            },
-            _ => Self {
-                node: netns_name_for(Path::new(arg)),
-                path: PathBuf::from(arg),
-            },
-        }
+                path: PathBuf::from(std::ffi::OsStr::from_bytes(&bytes[i + 1..])),
+            })
+        });
+        named.unwrap_or_else(|| Self {
+            node: netns_name_for(Path::new(arg)),
+            path: PathBuf::from(arg),
+        })
     }
 }
 

@@ -18,7 +18,7 @@ pub struct AnalyzeArgs {
     /// each `NAME=FILE` or `FILE` (the node is the file's name without extension); a query
     /// that crossed nodes is one transaction with every node's legs.
     #[arg(value_name = "FILE", required = true, num_args = 1..)]
-    files: Vec<String>,
+    files: Vec<std::ffi::OsString>,
     /// Decode UDP/TCP packets from or to this port (repeatable); the others are skipped
     /// and counted on stderr.
     #[arg(short, long = "port", default_values_t = [53u16])]
@@ -38,7 +38,7 @@ pub struct AnalyzeArgs {
 }
 
 pub fn run(a: AnalyzeArgs) -> anyhow::Result<ExitCode> {
-    let captures: Vec<NodeCapture> = a.files.iter().map(|f| NodeCapture::parse(f)).collect();
+    let captures: Vec<NodeCapture> = a.files.iter().map(NodeCapture::parse).collect();
     if captures.len() > 1 {
         for (i, c) in captures.iter().enumerate() {
             if c.path.as_os_str() == "-" {
@@ -55,7 +55,10 @@ pub fn run(a: AnalyzeArgs) -> anyhow::Result<ExitCode> {
         }
     }
     let opts = AnalyzeOptions {
-        path: PathBuf::from(a.files.first().map_or("-", String::as_str)),
+        path: a
+            .files
+            .first()
+            .map_or_else(|| PathBuf::from("-"), PathBuf::from),
         view: a.view.unwrap_or(View::default_for(a.output)),
         format: a.output,
         timeout: a.timeout.positive("--timeout")?,
