@@ -25,6 +25,31 @@ pub(crate) fn addr(a: &str) -> SocketAddr {
 /// 2026-11-30T21:00:00.000000Z as Unix-epoch nanoseconds.
 const WALL_NS: u64 = 1_796_072_400_000_000_000;
 
+/// A hop of DNS id 4660 on `eth0` of `netns`; an answer's (`qr`) carries `latency_ns`.
+pub(crate) fn hop(
+    ts_ns: u64,
+    netns: &str,
+    dir: crate::event::Direction,
+    src: &str,
+    dst: &str,
+    qr: bool,
+    latency_ns: Option<u64>,
+) -> crate::output::record::HopRecord {
+    crate::output::record::HopRecord {
+        ts_ns,
+        netns: netns.into(),
+        ifname: "eth0".into(),
+        pod: Default::default(),
+        dir,
+        src: addr(src),
+        dst: addr(dst),
+        dns_id: 4660,
+        qr,
+        latency_ns: latency_ns.filter(|_| qr),
+        tunnel: None,
+    }
+}
+
 pub(crate) fn question(name: &str, qtype: &str) -> QuestionRecord {
     QuestionRecord::new(name, qtype.into(), crate::decode::dns::RrClass::IN)
 }

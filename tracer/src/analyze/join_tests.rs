@@ -2,7 +2,7 @@ use std::sync::Arc;
 
 use super::*;
 use crate::{
-    agent::fixtures::{self, addr},
+    agent::fixtures,
     correlate::LegRole,
     event::Direction::{self, Egress, Ingress},
     output::record::{HopRecord, LegRecord},
@@ -13,19 +13,7 @@ const SERVICE: &str = "10.96.0.10:53";
 const POD_B: &str = "10.244.2.3:53";
 
 fn hop(ts_ns: u64, netns: &str, dir: Direction, src: &str, dst: &str, qr: bool) -> HopRecord {
-    HopRecord {
-        ts_ns,
-        netns: netns.into(),
-        ifname: "eth0".into(),
-        pod: Default::default(),
-        dir,
-        src: addr(src),
-        dst: addr(dst),
-        dns_id: 4660,
-        qr,
-        latency_ns: None,
-        tunnel: None,
-    }
+    fixtures::hop(ts_ns, netns, dir, src, dst, qr, None)
 }
 
 /// Node A's half: `client` asks the Service, DNAT'd to node B's pod, the query leaves on

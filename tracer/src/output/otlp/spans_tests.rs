@@ -7,19 +7,7 @@ use crate::{
 };
 
 fn hop(ts_ns: u64, netns: &str, dir: Direction, src: &str, dst: &str, qr: bool) -> HopRecord {
-    HopRecord {
-        ts_ns,
-        netns: netns.into(),
-        ifname: "eth0".into(),
-        pod: Default::default(),
-        dir,
-        src: addr(src),
-        dst: addr(dst),
-        dns_id: 4660,
-        qr,
-        latency_ns: qr.then_some(1000),
-        tunnel: None,
-    }
+    fixtures::hop(ts_ns, netns, dir, src, dst, qr, Some(1000))
 }
 
 /// The fixture's client → Service → CoreDNS pod → upstream, with the hops of one node.
