@@ -27,6 +27,12 @@ use super::{Record, RecordWriter};
 /// 20k queries/s (about 10 packet records each), some 10–20 MB at most.
 pub const RECORDS: usize = 32_768;
 
+/// The nice value a queue's thread runs at: under CPU contention (a 2-core node, the DNS
+/// pods and the tracer) the scheduler gives the thread reading the ring buffer the CPU first,
+/// so a sink that cannot keep up drops records at its queue instead of the kernel dropping
+/// packets at a full ring buffer. On an idle CPU the thread runs as fast as before.
+pub const SINK_NICE: i32 = 10;
+
 /// How long the end of a run waits for a sink's reader to take what is queued.
 pub const DRAIN_WAIT: Duration = Duration::from_secs(5);
 
@@ -317,8 +323,20 @@ fn error_of<T>(s: &State<T>) -> Option<io::Error> {
         .map(|(kind, msg)| io::Error::new(*kind, msg.clone()))
 }
 
+/// Lowers the calling thread (only it: `PRIO_PROCESS` with a thread id) to [`SINK_NICE`].
+/// Best effort: raising one's own nice value needs no privilege, and if it fails the thread
+/// just keeps the process's priority.
+pub fn yield_to_pipeline() {
+    // SAFETY: gettid and setpriority take and return plain integers; no memory is shared.
+    unsafe {
+        let tid = libc::gettid();
+        let _ = libc::setpriority(libc::PRIO_PROCESS, tid as libc::id_t, SINK_NICE);
+    }
+}
+
 /// The thread: takes chunks of items and writes them; flushes whenever the queue runs empty.
 fn write_loop<T: Send>(shared: &Shared<T>, mut drain: impl Drain<T>) {
+    yield_to_pipeline();
     let mut chunk: Vec<T> = Vec::with_capacity(CHUNK);
     let mut flushed = true;
     loop {

@@ -195,3 +195,35 @@ fn queued_lines_hand_over_whole_lines() {
     assert_eq!(stats.written, 2);
     assert_eq!(*out.0.lock().unwrap(), b"{\"a\":1}\n{\"b\":2}\n");
 }
+
+/// Reports the nice value of the thread that writes.
+struct NiceProbe(mpsc::Sender<(i32, i32)>);
+
+impl Drain<u32> for NiceProbe {
+    fn write(&mut self, _item: u32) -> io::Result<()> {
+        // SAFETY: plain integer calls.
+        let own = unsafe { libc::getpriority(libc::PRIO_PROCESS, libc::gettid() as libc::id_t) };
+        // The process's main thread (its id is the process id) keeps its priority.
+        let main = unsafe { libc::getpriority(libc::PRIO_PROCESS, libc::getpid() as libc::id_t) };
+        let _ = self.0.send((own, main));
+        Ok(())
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+/// The queue's thread, and only it, yields the CPU to the pipeline: a sink that cannot keep
+/// up loses records at its queue before the ring buffer loses packets.
+#[test]
+fn the_queue_thread_runs_at_a_lower_priority_than_the_process() {
+    // SAFETY: plain integer call.
+    let before = unsafe { libc::getpriority(libc::PRIO_PROCESS, libc::getpid() as libc::id_t) };
+    let (tx, rx) = mpsc::channel();
+    let mut q = Queued::spawn("test", 4, NiceProbe(tx)).unwrap();
+    q.push(1).unwrap();
+    let (own, main) = rx.recv_timeout(Duration::from_secs(10)).unwrap();
+    assert_eq!(own, (before + SINK_NICE).min(19));
+    assert_eq!(main, before);
+    let _ = q.finish(Duration::from_secs(1));
+}
