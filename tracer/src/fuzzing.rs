@@ -362,8 +362,8 @@ fn check_spans(
                 return Err(format!("{what} (kind {}) without a parent", s.kind));
             }
         } else if !own.contains(s.parent_span_id.as_slice())
-            && !(s.kind == SpanKind::Server as i32
-                && <[u8; 8]>::try_from(s.parent_span_id.as_slice())
+            && (s.kind != SpanKind::Server as i32
+                || !<[u8; 8]>::try_from(s.parent_span_id.as_slice())
                     .is_ok_and(|p| remote.contains(&p)))
         {
             return Err(format!(
