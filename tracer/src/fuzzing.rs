@@ -8,12 +8,15 @@
 //!   [`DecodeStats::tcp_messages`](crate::decode::record::DecodeStats::tcp_messages), with
 //!   the fragments held, merged or given up on), and every drop event is counted (watched
 //!   or not);
-//! - every table of the correlate stage is within its bound
+//! - every table of the decode stage (IP fragment and TCP reassembly, questions counted
+//!   only), of the correlate stage and of the detectors (loops, races) is within its bound
 //!   ([`Correlator::check_bounds`](crate::correlate::Correlator)), and every transaction
 //!   within its legs and hops per leg;
 //! - a transaction is reported once, and a leg in one transaction only (so never both
 //!   answered and dropped); an answered transaction has an answered root leg, an answered
-//!   leg an rcode, an unanswered or pending one neither answer nor drop.
+//!   leg an rcode, an unanswered or pending one neither answer nor drop;
+//! - with [`Harness::with_otlp`], every transaction's OTLP spans and request hold
+//!   [`check_otlp`]'s invariants, names shown and redacted.
 use std::{
     collections::HashSet,
     sync::{Arc, RwLock},
@@ -24,14 +27,28 @@ use crate::{
         record::{LegOutcome, Outcome, Summary, TransactionRecord},
         CorrelateConfig,
     },
-    decode::decoder::Decoder,
+    decode::{decoder::Decoder, frag::FragLimits, tcp::TcpLimits},
     event::SourceEvent,
     kallsyms::Kallsyms,
     names::Names,
-    output::record::Record,
+    output::{
+        otlp::{
+            export,
+            ids::{self, Role},
+            spans::{self, PlacedSpan},
+            SpanConfig,
+        },
+        record::Record,
+    },
     pipeline::{Pipeline, PipelineConfig},
     time::Clock,
 };
+use opentelemetry_proto::tonic::{
+    collector::trace::v1::ExportTraceServiceRequest,
+    common::v1::{any_value::Value, AnyValue},
+    trace::v1::span::SpanKind,
+};
+use prost::Message;
 
 /// The harness's bounds (the defaults are thousands of times larger).
 pub const MAX_LEGS: usize = 24;
@@ -40,6 +57,11 @@ pub const MAX_HOPS_PER_LEG: usize = 6;
 pub const MAX_LEGS_PER_TRANSACTION: usize = 5;
 /// Small enough that a few legs of full hops reach it.
 pub const MAX_LEG_BYTES: usize = 32 << 10;
+/// The reassemblers' (decode/tcp, decode/frag).
+pub const MAX_TCP_FLOWS: usize = 8;
+pub const MAX_DATAGRAMS: usize = 8;
+pub const MAX_FRAGMENT_BYTES: usize = 8 << 10;
+pub const MAX_FRAGMENTS: usize = 8;
 
 /// The pipeline under test, what it was given, and what it reported.
 pub struct Harness {
@@ -51,6 +73,10 @@ pub struct Harness {
     legs: HashSet<u64>,
     /// Records of each kind seen (packet, drop, transaction, loop, race, fragment loss).
     pub seen: [u64; 6],
+    /// Spans made of every transaction and checked ([`check_otlp`]).
+    otlp: Option<SpanConfig>,
+    /// Spans checked.
+    pub spans: u64,
 }
 
 impl Default for Harness {
@@ -70,7 +96,19 @@ impl Harness {
             known.learn(cookie, ns, 2, "veth1");
         }
         let names = Arc::new(RwLock::new(known));
-        let decoder = Decoder::new(clock, names, Kallsyms::default(), Default::default());
+        let mut decoder = Decoder::new(clock, names, Kallsyms::default(), Default::default());
+        decoder.set_limits(
+            TcpLimits {
+                max_flows: MAX_TCP_FLOWS,
+                ..Default::default()
+            },
+            FragLimits {
+                max_datagrams: MAX_DATAGRAMS,
+                max_bytes: MAX_FRAGMENT_BYTES,
+                max_fragments: MAX_FRAGMENTS,
+                ..Default::default()
+            },
+        );
         let pipeline = Pipeline::with_bounds(
             decoder,
             PipelineConfig {
@@ -97,6 +135,17 @@ impl Harness {
             transactions: HashSet::new(),
             legs: HashSet::new(),
             seen: [0; 6],
+            otlp: None,
+            spans: 0,
+        }
+    }
+
+    /// Every transaction reported also goes through the OTLP encoder ([`check_otlp`]), with
+    /// `cfg` and with names redacted.
+    pub fn with_otlp(cfg: SpanConfig) -> Self {
+        Self {
+            otlp: Some(cfg),
+            ..Self::new()
         }
     }
 
@@ -217,7 +266,206 @@ impl Harness {
                 t.outcome, t.summary, t.rcode
             ));
         }
+        if let Some(cfg) = &self.otlp {
+            self.spans += check_otlp(cfg, t)?;
+            if !cfg.redact_names {
+                let redacted = SpanConfig {
+                    redact_names: true,
+                    ..cfg.clone()
+                };
+                self.spans += check_otlp(&redacted, t)?;
+            }
+        }
         Ok(())
+    }
+}
+
+/// The OTLP encoder's invariants on one decided transaction (the `otlp` fuzz target); the
+/// number of spans made. Every span is in the transaction's trace with a non-zero id of its
+/// own; its parent is a span of the same transaction, or — a SERVER span of a query from
+/// another node's client — that client's CLIENT span, named by its role (docs/otlp.md,
+/// "Another node's client"); only the root, written on the client's node only, has none;
+/// with `redact_names` no string of any span, event or resource holds the question's name
+/// or an answer, nor do the encoded bytes hold the name; the request encodes and decodes
+/// back to itself.
+pub fn check_otlp(cfg: &SpanConfig, tx: &TransactionRecord) -> Result<u64, String> {
+    let (ids, placed) = spans::build(cfg, tx);
+    check_spans(cfg, tx, &ids, &placed)?;
+    let id = tx.id;
+    let n = placed.len() as u64;
+    let (req, count) = export::request(cfg, std::iter::once(Box::new(tx.clone())));
+    if count != n {
+        return Err(format!(
+            "transaction {id}: {n} spans, {count} in the request"
+        ));
+    }
+    let bytes = req.encode_to_vec();
+    match ExportTraceServiceRequest::decode(bytes.as_slice()) {
+        Ok(back) if back == req => Ok(n),
+        Ok(_) => Err(format!("transaction {id}: the request decodes to another")),
+        Err(e) => Err(format!(
+            "transaction {id}: the request does not decode: {e}"
+        )),
+    }
+}
+
+/// [`check_otlp`]'s checks of the spans themselves.
+fn check_spans(
+    cfg: &SpanConfig,
+    tx: &TransactionRecord,
+    ids: &spans::TraceIds,
+    placed: &[PlacedSpan],
+) -> Result<(), String> {
+    let id = tx.id;
+    let local = spans::client_is_local(tx);
+    if ids.trace == [0; 16] {
+        return Err(format!("transaction {id}: trace id zero"));
+    }
+    let own: HashSet<&[u8]> = placed.iter().map(|p| p.span.span_id.as_slice()).collect();
+    if own.len() != placed.len() {
+        return Err(format!(
+            "transaction {id}: {} spans, {} span ids",
+            placed.len(),
+            own.len()
+        ));
+    }
+    // The CLIENT spans of another node's client: what its queries' SERVER spans name.
+    let remote: HashSet<[u8; 8]> = tx
+        .legs
+        .iter()
+        .filter(|l| !local && l.parent.is_none())
+        .map(|l| {
+            ids::span_id(
+                &cfg.key,
+                &ids.trace,
+                Role::Query {
+                    client: l.client,
+                    proto: l.proto,
+                    dns_id: l.dns_id,
+                },
+            )
+        })
+        .collect();
+    let mut roots = 0;
+    for p in placed {
+        let s = &p.span;
+        let what = format!("transaction {id}: span {:?}", s.name);
+        if s.trace_id != ids.trace {
+            return Err(format!("{what} in another trace"));
+        }
+        if s.span_id.len() != 8 || s.span_id.iter().all(|b| *b == 0) {
+            return Err(format!("{what}: span id {:?}", s.span_id));
+        }
+        if s.parent_span_id.is_empty() {
+            roots += 1;
+            if s.kind != SpanKind::Internal as i32 {
+                return Err(format!("{what} (kind {}) without a parent", s.kind));
+            }
+        } else if !own.contains(s.parent_span_id.as_slice())
+            && (s.kind != SpanKind::Server as i32
+                || !<[u8; 8]>::try_from(s.parent_span_id.as_slice())
+                    .is_ok_and(|p| remote.contains(&p)))
+        {
+            return Err(format!(
+                "{what}: parent {} neither in the transaction nor a remote client's",
+                ids::hex(&s.parent_span_id)
+            ));
+        }
+        if s.end_time_unix_nano < s.start_time_unix_nano {
+            return Err(format!("{what} ends before it starts"));
+        }
+    }
+    if roots != usize::from(local) {
+        return Err(format!(
+            "transaction {id}: {roots} spans without a parent, client local: {local}"
+        ));
+    }
+    if cfg.redact_names {
+        redacted(tx, placed)?;
+    }
+    Ok(())
+}
+
+/// No name or answer attribute in `placed`, and no string of it (span names, values, status
+/// messages) holding the name or an answer, nor the name in its bytes. Short strings can turn
+/// up by chance (a name `udp`, in ids): the search is for eight bytes or more.
+fn redacted(tx: &TransactionRecord, placed: &[PlacedSpan]) -> Result<(), String> {
+    let name = tx.question.name.trim_end_matches('.');
+    let secrets: Vec<&str> = std::iter::once(name)
+        .chain(tx.answers.iter().map(String::as_str))
+        .chain(
+            tx.legs
+                .iter()
+                .flat_map(|l| l.answers.iter().map(String::as_str)),
+        )
+        .filter(|s| s.len() >= 8)
+        .collect();
+    let mut texts: Vec<&str> = Vec::new();
+    for p in placed {
+        texts.push(&p.span.name);
+        let attrs = p
+            .span
+            .attributes
+            .iter()
+            .chain(p.span.events.iter().flat_map(|e| e.attributes.iter()))
+            .chain(p.span.links.iter().flat_map(|l| l.attributes.iter()))
+            .chain(p.resource.attributes.iter());
+        for kv in attrs {
+            if kv.key == "dns.question.name" || kv.key == "dns.answers" {
+                return Err(format!(
+                    "transaction {}: redacted span {:?} has {}",
+                    tx.id, p.span.name, kv.key
+                ));
+            }
+            strings_of(kv.value.as_ref(), &mut texts);
+        }
+        texts.extend(p.span.events.iter().map(|e| e.name.as_str()));
+        if let Some(st) = &p.span.status {
+            texts.push(&st.message);
+        }
+    }
+    for t in texts {
+        if let Some(s) = secrets.iter().find(|s| t.contains(**s)) {
+            return Err(format!(
+                "transaction {}: redacted spans hold {s:?} in {t:?}",
+                tx.id
+            ));
+        }
+    }
+    if name.len() >= 8 {
+        for p in placed {
+            let bytes = p.span.encode_to_vec();
+            if bytes.windows(name.len()).any(|w| w == name.as_bytes()) {
+                return Err(format!(
+                    "transaction {}: redacted span {:?} holds the name's bytes",
+                    tx.id, p.span.name
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+fn strings_of<'a>(v: Option<&'a AnyValue>, out: &mut Vec<&'a str>) {
+    match v.and_then(|v| v.value.as_ref()) {
+        Some(Value::StringValue(s)) => out.push(s),
+        Some(Value::ArrayValue(a)) => {
+            for x in &a.values {
+                strings_of(Some(x), out);
+            }
+        }
+        Some(Value::KvlistValue(l)) => {
+            for kv in &l.values {
+                out.push(&kv.key);
+                strings_of(kv.value.as_ref(), out);
+            }
+        }
+        Some(Value::BytesValue(b)) => {
+            if let Ok(s) = std::str::from_utf8(b) {
+                out.push(s);
+            }
+        }
+        _ => {}
     }
 }
 
@@ -276,6 +524,84 @@ mod tests {
         h.finish().unwrap();
         assert_eq!(h.seen[2], 1, "one transaction: {:?}", h.seen);
         assert_eq!(h.seen[0], 2, "two packet records");
+    }
+
+    /// Through the OTLP encoder too: a root, a CLIENT span under it, a SERVER span (the
+    /// query is delivered in namespace 2, where the client is seen leaving: not delivered).
+    #[test]
+    fn with_otlp_every_transaction_becomes_checked_spans() {
+        let mut h = Harness::with_otlp(SpanConfig::default());
+        h.push(packet(1_000_000_000, false)).unwrap();
+        h.push(packet(1_001_000_000, true)).unwrap();
+        h.finish().unwrap();
+        assert_eq!(h.seen[2], 1);
+        // Root and CLIENT span, names shown and redacted.
+        assert_eq!(h.spans, 4, "spans checked");
+    }
+
+    /// The OTLP checks fire: a span whose parent is not there, a second root, a name left
+    /// in redacted spans.
+    #[test]
+    fn the_otlp_checks_fire_on_what_must_not_happen() {
+        let mut h = Harness::new();
+        let mut out = Vec::new();
+        h.pipeline.push(packet(1_000_000_000, false), &mut out);
+        h.pipeline.push(packet(1_001_000_000, true), &mut out);
+        h.pipeline.finish(0, &mut out);
+        let mut t = out
+            .iter()
+            .find_map(|r| match r {
+                Record::Transaction(t) => Some((**t).clone()),
+                _ => None,
+            })
+            .expect("a transaction");
+        let cfg = SpanConfig::default();
+        assert_eq!(check_otlp(&cfg, &t), Ok(2));
+        let (ids, placed) = spans::build(&cfg, &t);
+
+        let orphan: Vec<PlacedSpan> = placed
+            .iter()
+            .filter(|p| !p.span.parent_span_id.is_empty())
+            .map(|p| PlacedSpan {
+                resource: p.resource.clone(),
+                span: p.span.clone(),
+            })
+            .collect();
+        let e = check_spans(&cfg, &t, &ids, &orphan).unwrap_err();
+        assert!(e.contains("neither in the transaction"), "{e}");
+
+        let mut two = placed
+            .iter()
+            .map(|p| PlacedSpan {
+                resource: p.resource.clone(),
+                span: p.span.clone(),
+            })
+            .collect::<Vec<_>>();
+        two[0].span.parent_span_id.clear();
+        two[1].span.parent_span_id.clear();
+        let e = check_spans(&cfg, &t, &ids, &two).unwrap_err();
+        assert!(e.contains("without a parent"), "{e}");
+
+        // Redacted spans with the name of the open ones: a leak, caught by value and bytes.
+        let redact = SpanConfig {
+            redact_names: true,
+            ..cfg.clone()
+        };
+        t.answers = vec!["A 10.1.2.3".into()];
+        assert!(check_otlp(&redact, &t).is_ok());
+        let (_, open) = spans::build(&cfg, &t);
+        let e = check_spans(&redact, &t, &ids, &open).unwrap_err();
+        assert!(e.contains("dns.question.name"), "{e}");
+        let mut hidden = open;
+        for p in &mut hidden {
+            for kv in &mut p.span.attributes {
+                if kv.key.starts_with("dns.") {
+                    kv.key = "x".into();
+                }
+            }
+        }
+        let e = check_spans(&redact, &t, &ids, &hidden).unwrap_err();
+        assert!(e.contains("redacted spans hold \"A 10.1.2.3\""), "{e}");
     }
 
     /// The checks fire: a packet not accounted for, and a transaction reported twice.

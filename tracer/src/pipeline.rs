@@ -201,8 +201,10 @@ impl Pipeline {
         )
     }
 
-    /// Every table of the correlate stage within its bound (the fuzz harness's check).
+    /// Every table of the decode and correlate stages (and the detectors) within its bound
+    /// (the fuzz harness's check).
     pub(crate) fn check_bounds(&self) -> Result<(), String> {
+        self.decoder.check_bounds(crate::detect::loops::MAX_LOOPS)?;
         self.correlator
             .as_ref()
             .map_or(Ok(()), Correlator::check_bounds)

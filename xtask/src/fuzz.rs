@@ -19,6 +19,7 @@ const TARGETS: &[(&str, Option<&str>)] = &[
     ("ring_record", Some("fuzz/seeds/ring_record")),
     ("correlate", None),
     ("config", Some("fuzz/seeds/config")),
+    ("otlp", None),
 ];
 
 /// cargo-fuzz, pinned.
@@ -89,7 +90,7 @@ mod tests {
             listed, bins_sorted,
             "fuzz/Cargo.toml's [[bin]]s and TARGETS"
         );
-        assert!(listed.len() >= 5);
+        assert!(listed.len() >= 6);
         for (target, seeds) in TARGETS {
             if let Some(dir) = seeds {
                 let n = std::fs::read_dir(root.join(dir)).map_or(0, |d| d.count());

@@ -166,4 +166,10 @@ pub(crate) trait Detector {
 
     /// Its counters, into the stage's.
     fn stats(&self, _into: &mut Self::Stats) {}
+
+    /// Its tables within their bounds (the fuzz harness's check after each event,
+    /// `crate::fuzzing`): what is wrong, if anything.
+    fn check_bounds(&self) -> Result<(), String> {
+        Ok(())
+    }
 }

@@ -492,7 +492,7 @@ impl<D: Detector> Correlator<D> {
         ];
         match bounds.iter().find(|(_, n, max)| n > max) {
             Some((what, n, max)) => Err(format!("{what}: {n} > {max}")),
-            None => Ok(()),
+            None => self.detect.check_bounds(),
         }
     }
 

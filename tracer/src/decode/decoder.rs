@@ -129,6 +129,31 @@ impl Decoder {
         }
     }
 
+    /// Smaller reassembly tables (the fuzz harness's, to reach their bounds); before the
+    /// first packet.
+    pub(crate) fn set_limits(&mut self, tcp: TcpLimits, frag: FragLimits) {
+        self.tcp = TcpReassembler::new(tcp);
+        self.frag = Reassembler::new(frag);
+    }
+
+    /// Every table within its bound (the fuzz harness's check after each event,
+    /// `crate::fuzzing`): the reassemblers', the questions only counted (one per active
+    /// loop at most: `loops`, the loop detector's cap), the places named.
+    pub(crate) fn check_bounds(&self, loops: usize) -> Result<(), String> {
+        self.frag.check_bounds()?;
+        self.tcp.check_bounds()?;
+        if self.summarise.len() > loops {
+            return Err(format!(
+                "questions summarised: {} > {loops}",
+                self.summarise.len()
+            ));
+        }
+        if self.places.entries.len() > PLACES {
+            return Err(format!("places: {} > {PLACES}", self.places.entries.len()));
+        }
+        Ok(())
+    }
+
     /// The conntrack-confirm hook is loaded: a drop's `confirm_failed` flag is then the
     /// kernel's word (without it the flag is meaningless and not passed on).
     pub fn set_confirm_hook(&mut self, loaded: bool) {

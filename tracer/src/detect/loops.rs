@@ -32,7 +32,7 @@ use crate::{
 const STORM_MIN_PER_SEC: u64 = 200;
 /// … and this many times the rate at which clients ask it.
 const STORM_FACTOR: u64 = 10;
-const MAX_LOOPS: usize = 1024;
+pub(crate) const MAX_LOOPS: usize = 1024;
 
 /// Written as `cycle`, `amplification`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -341,6 +341,27 @@ impl LoopTracker {
         }
     }
 
+    /// Every table within its bound (the fuzz harness's check, `crate::fuzzing`).
+    fn bounds(&self) -> Result<(), String> {
+        if let Some((q, _)) = self
+            .by_question
+            .iter()
+            .find(|(_, key)| !self.loops.contains_key(*key))
+        {
+            return Err(format!("loops: question {q:?} counts towards no loop"));
+        }
+        let bounds = [
+            ("loops", self.loops.len(), MAX_LOOPS),
+            ("loop questions", self.by_question.len(), self.loops.len()),
+            ("forwards", self.forwards.len(), self.forwards_sweep_at),
+            ("client asks", self.asks.len(), self.asks_sweep_at),
+        ];
+        match bounds.iter().find(|(_, n, max)| n > max) {
+            Some((what, n, max)) => Err(format!("{what}: {n} > {max}")),
+            None => Ok(()),
+        }
+    }
+
     /// Is a loop report active for this question (its packets can be summarised)?
     pub(crate) fn active_for(&self, q: &QKey) -> bool {
         self.by_question.contains_key(q)
@@ -619,6 +640,10 @@ impl Detector for LoopTracker {
         }
     }
 
+    fn check_bounds(&self) -> Result<(), String> {
+        self.bounds()
+    }
+
     fn stats(&self, into: &mut DetectStats) {
         into.loops = self.stats.clone();
     }
@@ -655,5 +680,16 @@ mod tests {
         }
         assert!(t.asks.len() <= 2 * 200_001 + SWEEP_AT, "{}", t.asks.len());
         assert!(t.asks_sweep_at >= t.asks.len());
+        t.check_bounds().unwrap();
+    }
+
+    /// The fuzz harness's check fires on a question counted towards a loop that is gone.
+    #[test]
+    fn check_bounds_fires_on_a_question_without_its_loop() {
+        let mut t = LoopTracker::new(Clock::boot(), &CorrelateConfig::default());
+        t.check_bounds().unwrap();
+        t.by_question.insert(q(1), (q(1), Vec::new()));
+        let e = t.check_bounds().unwrap_err();
+        assert!(e.contains("counts towards no loop"), "{e}");
     }
 }

@@ -109,6 +109,11 @@ macro_rules! detectors {
             fn stats(&self, into: &mut DetectStats) {
                 $(self.$field.stats(into);)*
             }
+
+            fn check_bounds(&self) -> Result<(), String> {
+                $(self.$field.check_bounds()?;)*
+                Ok(())
+            }
         }
     };
 }

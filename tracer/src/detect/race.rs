@@ -35,6 +35,9 @@ use crate::{
 };
 
 const SAMPLES_KEPT: usize = 64;
+/// Namespaces whose samples are kept (beyond, all are forgotten: a namespace's next sample
+/// starts its history again).
+const MAX_NETNS: usize = 1024;
 
 /// Is this drop a failed conntrack confirm (a race candidate)?
 ///
@@ -291,7 +294,7 @@ impl CtSamples {
         while q.len() > SAMPLES_KEPT {
             q.pop_front();
         }
-        if self.by_netns.len() > 1024 {
+        if self.by_netns.len() > MAX_NETNS {
             self.by_netns.clear();
         }
         clashes
@@ -310,6 +313,23 @@ impl CtSamples {
             drop: a.drop.saturating_sub(b.drop),
             clash_resolve: a.clash_resolve.saturating_sub(b.clash_resolve),
         })
+    }
+
+    /// Namespaces and samples kept within their bounds.
+    fn check_bounds(&self) -> Result<(), String> {
+        if self.by_netns.len() > MAX_NETNS {
+            return Err(format!(
+                "conntrack samples: {} namespaces > {MAX_NETNS}",
+                self.by_netns.len()
+            ));
+        }
+        match self.by_netns.iter().find(|(_, q)| q.len() > SAMPLES_KEPT) {
+            Some((netns, q)) => Err(format!(
+                "conntrack samples of {netns}: {} > {SAMPLES_KEPT}",
+                q.len()
+            )),
+            None => Ok(()),
+        }
     }
 
     pub(crate) fn has_after(&self, netns: u64, ts: u64) -> bool {
@@ -480,6 +500,10 @@ impl Detector for RaceDetector {
         out.extend(self.out.drain(..).map(Detected::Race));
     }
 
+    fn check_bounds(&self) -> Result<(), String> {
+        self.samples.check_bounds()
+    }
+
     fn stats(&self, into: &mut DetectStats) {
         into.races = self.stats.clone();
     }
@@ -501,6 +525,35 @@ mod tests {
             orig: f("10.244.1.2:5000", "10.96.0.10:53"),
             reply: f("10.244.1.3:53", "10.244.1.2:5000"),
         }
+    }
+
+    /// Samples of more namespaces than kept, more samples than kept: within the bounds the
+    /// fuzz harness checks.
+    #[test]
+    fn conntrack_samples_stay_bounded() {
+        let mut s = CtSamples::default();
+        for i in 0..3000u64 {
+            s.add(CtStatsSample {
+                ts_ns: i,
+                netns: i % 1500,
+                per_cpu: Vec::new(),
+            });
+            s.check_bounds().unwrap();
+        }
+        for i in 0..100u64 {
+            s.add(CtStatsSample {
+                ts_ns: 10_000 + i,
+                netns: 7,
+                per_cpu: Vec::new(),
+            });
+        }
+        s.check_bounds().unwrap();
+        s.by_netns.entry(7).or_default().push_back(CtStatsSample {
+            ts_ns: 0,
+            netns: 7,
+            per_cpu: Vec::new(),
+        });
+        assert!(s.check_bounds().unwrap_err().contains("65 > 64"));
     }
 
     /// docs/lab.md's table of what the kernel shows for each kind of drop.

@@ -91,7 +91,12 @@ pub(super) struct FirstFragments {
 }
 
 impl FirstFragments {
-    const CAPACITY: usize = tracer_common::MAX_FRAG_KEYS as usize;
+    pub(super) const CAPACITY: usize = tracer_common::MAX_FRAG_KEYS as usize;
+
+    /// Datagrams remembered (and their order's entries: the larger).
+    pub(super) fn len(&self) -> usize {
+        self.by_datagram.len().max(self.order.len())
+    }
 
     pub(super) fn new() -> Self {
         Self {

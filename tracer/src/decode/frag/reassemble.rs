@@ -73,7 +73,7 @@ pub struct Reassembler {
     /// matches are stale.
     pub(super) expiry: VecDeque<(u64, DatagramKey, u64)>,
     next_seq: u64,
-    bytes: usize,
+    pub(super) bytes: usize,
     stats: FragStats,
     /// Heads of recent first fragments, over all hops: for kernel drops of later fragments.
     firsts: FirstFragments,
@@ -103,6 +103,48 @@ impl Reassembler {
     /// query or answer.
     pub fn first_fragment_of(&self, ip: &[u8], ts_ns: u64) -> Option<FirstFragment> {
         self.firsts.of(&parse_fragment(ip)?, ts_ns)
+    }
+
+    /// Every table within its bound (the fuzz harness's check after each event,
+    /// `crate::fuzzing`): what is wrong, if anything.
+    pub(crate) fn check_bounds(&self) -> Result<(), String> {
+        let l = &self.limits;
+        let held: usize = self.partials.values().map(|p| p.bytes).sum();
+        if held != self.bytes {
+            return Err(format!(
+                "fragments: {} bytes counted, {held} held",
+                self.bytes
+            ));
+        }
+        if let Some(p) = self
+            .partials
+            .values()
+            .find(|p| p.pieces.len() > l.max_fragments)
+        {
+            return Err(format!(
+                "fragments: {} of one datagram > {}",
+                p.pieces.len(),
+                l.max_fragments
+            ));
+        }
+        let bounds = [
+            ("datagrams", self.partials.len(), l.max_datagrams),
+            ("fragment bytes", self.bytes, l.max_bytes),
+            (
+                "fragment expiry queue",
+                self.expiry.len(),
+                4 * l.max_datagrams + 17,
+            ),
+            (
+                "first fragments",
+                self.firsts.len(),
+                FirstFragments::CAPACITY,
+            ),
+        ];
+        match bounds.iter().find(|(_, n, max)| n > max) {
+            Some((what, n, max)) => Err(format!("{what}: {n} > {max}")),
+            None => Ok(()),
+        }
     }
 
     /// Takes one captured packet: not a fragment, held, completing, or rejected.
@@ -199,6 +241,9 @@ impl Reassembler {
             partial.pieces = Vec::new();
             partial.header = None;
             partial.poisoned = true;
+            // Kept to count its later fragments, so counted against the limit too: else
+            // one bad first fragment per IP id holds an entry each for the whole timeout.
+            self.evict_over_limits();
             return Err(e);
         }
         partial.packets += 1;

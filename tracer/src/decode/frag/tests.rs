@@ -245,6 +245,33 @@ fn too_many_or_too_big_is_bounded() {
     }
 }
 
+/// Datagrams made unusable by their first fragment (here misaligned: more fragments, 13
+/// bytes) count against the limit like any other: a sender cannot hold one entry per IP id
+/// for the whole timeout (the fuzz harness's bound, found by reading it).
+#[test]
+fn unusable_datagrams_are_bounded_too() {
+    let mut r = Reassembler::new(FragLimits {
+        max_datagrams: 2,
+        ..FragLimits::default()
+    });
+    assert!(r.check_bounds().is_ok());
+    for id in 0..10u16 {
+        let mut p = vec![0x45, 0, 0, 33];
+        p.extend_from_slice(&id.to_be_bytes());
+        p.extend_from_slice(&[0x20, 0x01, 64, 17, 0, 0, 10, 250, 0, 53, 10, 244, 1, 2]);
+        p.extend_from_slice(&[0; 13]);
+        assert!(matches!(
+            r.push(packet(1, &p)),
+            Pushed::Rejected(_, FragError::Misaligned(13))
+        ));
+        r.check_bounds().unwrap();
+    }
+    assert_eq!(r.stats().datagrams_evicted, 8);
+    // Within the limit the check holds; beyond it, it says so.
+    r.bytes += 1;
+    assert!(r.check_bounds().unwrap_err().contains("bytes counted"));
+}
+
 /// Completed datagrams do not pile up in the expiry queue.
 #[test]
 fn the_expiry_queue_stays_bounded() {

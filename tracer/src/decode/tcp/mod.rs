@@ -250,6 +250,38 @@ impl TcpReassembler {
     pub fn stats(&self) -> TcpStats {
         self.stats
     }
+
+    /// Every table within its bound (the fuzz harness's check after each event,
+    /// `crate::fuzzing`): what is wrong, if anything.
+    pub(crate) fn check_bounds(&self) -> Result<(), String> {
+        let l = &self.limits;
+        if self.flows.len() > l.max_flows || self.lru.len() != self.flows.len() {
+            return Err(format!(
+                "TCP flows: {} (LRU {}) > {}",
+                self.flows.len(),
+                self.lru.len(),
+                l.max_flows
+            ));
+        }
+        for (key, f) in &self.flows {
+            let pending: usize = f.pending.iter().map(|(_, d)| d.len()).sum();
+            if f.pending.len() > MAX_PENDING_SEGMENTS
+                || pending != f.pending_bytes
+                || f.held_bytes() > l.max_buffer
+                || self.lru.get(&f.tick) != Some(key)
+            {
+                return Err(format!(
+                    "TCP flow {key:?}: {} segments pending ({pending} bytes, {} counted), \
+                     {} bytes held > {}, or not in the LRU",
+                    f.pending.len(),
+                    f.pending_bytes,
+                    f.held_bytes(),
+                    l.max_buffer
+                ));
+            }
+        }
+        Ok(())
+    }
 }
 
 /// Reports what a flow still held when its stream ended.
