@@ -525,7 +525,7 @@ impl<D: Detector> Correlator<D> {
     }
 
     /// Removes a leg and its index entries, and hands it back.
-    pub(super) fn take_leg(&mut self, id: u64) -> Option<Leg> {
+    pub(super) fn take_leg(&mut self, id: u64) -> Option<Box<Leg>> {
         let leg = self.legs.remove(id)?;
         self.timeouts
             .remove(&(leg.first_ts + self.cfg.timeout_ns, id));

@@ -99,7 +99,7 @@ impl<D: Detector> Correlator<D> {
                     .legs
                     .iter()
                     .filter_map(|id| self.legs.get(id))
-                    .cloned()
+                    .map(|l| Box::new(l.clone()))
                     .collect();
                 let rendered = self.render(&t, legs);
                 let (attempts, retry_ns) = self.attempts(&t);
@@ -293,11 +293,19 @@ impl<D: Detector> Correlator<D> {
 
     /// The record of a finished transaction, from its legs (in the transaction's order),
     /// which it takes apart: names and answers move into the record rather than copied.
-    pub(super) fn render(&self, t: &Transaction, mut legs: Vec<Leg>) -> Option<TransactionRecord> {
+    pub(super) fn render(
+        &self,
+        t: &Transaction,
+        mut legs: Vec<Box<Leg>>,
+    ) -> Option<TransactionRecord> {
         let root = legs.first()?;
 
         // Outcome of the whole transaction: the answer the client got, at its first point.
-        let roots: Vec<&Leg> = legs.iter().filter(|l| l.parent.is_none()).collect();
+        let roots: Vec<&Leg> = legs
+            .iter()
+            .map(|l| &**l)
+            .filter(|l| l.parent.is_none())
+            .collect();
         // The last attempt whose answer the client's socket could get; else the last one
         // answered at all (the answer may have been lost on the way).
         let full_answer = |l: &&&Leg| l.response.as_ref().is_some_and(|r| !r.tc);
