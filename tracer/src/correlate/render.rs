@@ -48,11 +48,7 @@ impl<D: Detector> Correlator<D> {
                 .map(|r| CorrelateReport::Detected(r).into()),
         );
         // Queries whose time is up: each leg once, when its timeout passes.
-        while let Some(&(deadline, id)) = self.timeouts.first() {
-            if deadline > now {
-                break;
-            }
-            self.timeouts.pop_first();
+        while let Some(id) = self.timeouts.pop_due(now) {
             self.legs.time_out(id);
         }
         let mut done: Vec<u64> = Vec::new();
