@@ -289,6 +289,10 @@ impl<D: Detector> Correlator<D> {
 
     /// The record of a finished transaction, from its legs (in the transaction's order),
     /// which it takes apart: names and answers move into the record rather than copied.
+    #[expect(
+        clippy::vec_box,
+        reason = "the leg table's boxes, taken as they are: a Leg is a few hundred bytes"
+    )]
     pub(super) fn render(
         &self,
         t: &Transaction,
