@@ -40,7 +40,10 @@ pub(super) struct Candidate {
 #[derive(Default)]
 pub(super) struct LegIndex {
     /// By the correlator's own leg ids (a counter, not the wire's): a fast hasher is safe.
-    legs: HashMap<u64, Leg, foldhash::fast::RandomState>,
+    /// Boxed: a leg is a few hundred bytes, moved whole into and out of the table, into its
+    /// transaction's list and its record otherwise (a tenth of the agent's instructions
+    /// were such copies).
+    legs: HashMap<u64, Box<Leg>, foldhash::fast::RandomState>,
     /// By wire data: SipHash (fed at once, see [`Sip`]).
     by_key: HashMap<LegKey, u64, Sip>,
     /// By question alone: its digest is the hash.
@@ -90,11 +93,11 @@ impl LegIndex {
             push_capped(&mut self.roots_by_socket, leg.client, c);
         }
         self.hops += leg.hops.len();
-        self.legs.insert(id, leg);
+        self.legs.insert(id, Box::new(leg));
     }
 
     /// Removes a leg from every index and hands it back.
-    pub(super) fn remove(&mut self, id: u64) -> Option<Leg> {
+    pub(super) fn remove(&mut self, id: u64) -> Option<Box<Leg>> {
         let leg = self.legs.remove(&id)?;
         self.generation += 1;
         self.hops = self.hops.saturating_sub(leg.hops.len());
@@ -147,14 +150,14 @@ impl LegIndex {
     }
 
     pub(super) fn get(&self, id: &u64) -> Option<&Leg> {
-        self.legs.get(id)
+        self.legs.get(id).map(|l| &**l)
     }
 
     /// The leg to change in place. Its key, question, client, parent, response and
     /// `timed_out` are what the indexes hold it by: those change only through
     /// [`LegIndex::respond`] and [`LegIndex::time_out`].
     pub(super) fn get_mut(&mut self, id: &u64) -> Option<&mut Leg> {
-        self.legs.get_mut(id)
+        self.legs.get_mut(id).map(|l| &mut **l)
     }
 
     /// The leg a hop with this key joins.
@@ -182,7 +185,7 @@ impl LegIndex {
 
     #[cfg(test)]
     fn legs_of<'a>(&'a self, c: &'a [Candidate]) -> impl DoubleEndedIterator<Item = &'a Leg> {
-        c.iter().filter_map(|c| self.legs.get(&c.id))
+        c.iter().filter_map(|c| self.get(&c.id))
     }
 
     /// [`LegIndex::open`]'s candidates, oldest first.
@@ -204,7 +207,7 @@ impl LegIndex {
 
     /// Every leg, to change what no index holds it by (see [`LegIndex::get_mut`]).
     pub(super) fn values_mut(&mut self) -> impl Iterator<Item = &mut Leg> {
-        self.legs.values_mut()
+        self.legs.values_mut().map(|l| &mut **l)
     }
 
     pub(super) fn len(&self) -> usize {

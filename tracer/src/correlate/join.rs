@@ -290,7 +290,7 @@ impl<D: Detector> Correlator<D> {
             t.legs.push(id);
         }
         self.touch(tx, o.ts_ns);
-        self.timeouts.insert((o.ts_ns + self.cfg.timeout_ns, id));
+        self.timeouts.push(o.ts_ns + self.cfg.timeout_ns, id);
         self.legs.insert(leg);
         // The key now names the new leg: so does the memo, for the next end of the veth.
         let generation = (self.legs.generation(), self.ct.generation());
@@ -525,10 +525,12 @@ impl<D: Detector> Correlator<D> {
     }
 
     /// Removes a leg and its index entries, and hands it back.
-    pub(super) fn take_leg(&mut self, id: u64) -> Option<Leg> {
+    pub(super) fn take_leg(&mut self, id: u64) -> Option<Box<Leg>> {
         let leg = self.legs.remove(id)?;
+        // Its timeout entry stays, passed over when due, until a sweep.
+        let legs = &self.legs;
         self.timeouts
-            .remove(&(leg.first_ts + self.cfg.timeout_ns, id));
+            .sweep(legs.len(), |id| legs.get(&id).is_some());
         Some(leg)
     }
 }

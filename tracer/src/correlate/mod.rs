@@ -201,8 +201,8 @@ pub(crate) struct Correlator<D: Detector> {
     /// (time, transaction) to look at: whether it is done, or when to look again; one entry
     /// per transaction (its `wake_at`).
     wakes: BTreeSet<(u64, u64)>,
-    /// (timeout, leg): when each open leg's query goes unanswered.
-    timeouts: BTreeSet<(u64, u64)>,
+    /// When each open leg's query goes unanswered.
+    timeouts: Timeouts,
     lookups: Lookups,
     next_id: u64,
     stats: CorrelateStats<D::Stats>,
@@ -257,6 +257,60 @@ impl JoinMemo {
     }
 }
 
+/// (deadline, leg): when each open leg's query goes unanswered, earliest first. Legs are
+/// made in time order, so a new deadline goes on the back of a queue (one made of a late
+/// observation, earlier than the back, goes to an ordered set instead): no tree insert
+/// and removal per leg. A leg that is gone leaves its entry behind, passed over when due
+/// ([`index::LegIndex::time_out`] does nothing for it), and the entries of gone legs are
+/// swept out once they are most of them (as `tx_order`'s).
+#[derive(Default)]
+struct Timeouts {
+    queue: VecDeque<(u64, u64)>,
+    late: BTreeSet<(u64, u64)>,
+}
+
+impl Timeouts {
+    fn push(&mut self, deadline: u64, leg: u64) {
+        if self.queue.back().is_none_or(|&b| b <= (deadline, leg)) {
+            self.queue.push_back((deadline, leg));
+        } else {
+            self.late.insert((deadline, leg));
+        }
+    }
+
+    /// The leg of the earliest entry, if it is due by `now`, taken off.
+    fn pop_due(&mut self, now: u64) -> Option<u64> {
+        let queued = self.queue.front().copied();
+        let late = self.late.first().copied();
+        let first = match (queued, late) {
+            (Some(q), Some(l)) => q.min(l),
+            (q, l) => q.or(l)?,
+        };
+        if first.0 > now {
+            return None;
+        }
+        if Some(first) == queued {
+            self.queue.pop_front();
+        } else {
+            self.late.pop_first();
+        }
+        Some(first.1)
+    }
+
+    fn len(&self) -> usize {
+        self.queue.len() + self.late.len()
+    }
+
+    /// Forgets the entries of legs no longer open once they could be most of them (more
+    /// than twice the `open` legs, and 64): amortised O(1) per leg.
+    fn sweep(&mut self, open: usize, is_open: impl Fn(u64) -> bool) {
+        if self.len() > 2 * open + 64 {
+            self.queue.retain(|&(_, id)| is_open(id));
+            self.late.retain(|&(_, id)| is_open(id));
+        }
+    }
+}
+
 /// Question keys of the last [`KEYS`] messages, by the message's allocation: the next hop
 /// of a message reuses its key (lowercased name, digest) instead of making it again. Each
 /// entry holds its message, so an address is never reused while it is here.
@@ -299,7 +353,7 @@ impl<D: Detector> Correlator<D> {
             txs: HashMap::default(),
             tx_order: VecDeque::new(),
             wakes: BTreeSet::new(),
-            timeouts: BTreeSet::new(),
+            timeouts: Timeouts::default(),
             lookups: Lookups::new(cfg.lookup_window_ns, cfg.max_legs),
             next_id: 1,
             stats: CorrelateStats::default(),
@@ -478,7 +532,7 @@ impl<D: Detector> Correlator<D> {
                 2 * self.txs.len() + 65,
             ),
             ("wakes", self.wakes.len(), self.txs.len()),
-            ("timeouts", self.timeouts.len(), self.legs.len()),
+            ("timeouts", self.timeouts.len(), 2 * self.legs.len() + 64),
             ("reorder buffer", self.pending.len(), c.max_legs),
             ("conntrack map", self.ct.len(), c.max_ct_entries.max(4)),
             ("lookups", self.lookups.len(), c.max_legs),

@@ -48,11 +48,7 @@ impl<D: Detector> Correlator<D> {
                 .map(|r| CorrelateReport::Detected(r).into()),
         );
         // Queries whose time is up: each leg once, when its timeout passes.
-        while let Some(&(deadline, id)) = self.timeouts.first() {
-            if deadline > now {
-                break;
-            }
-            self.timeouts.pop_first();
+        while let Some(id) = self.timeouts.pop_due(now) {
             self.legs.time_out(id);
         }
         let mut done: Vec<u64> = Vec::new();
@@ -99,7 +95,7 @@ impl<D: Detector> Correlator<D> {
                     .legs
                     .iter()
                     .filter_map(|id| self.legs.get(id))
-                    .cloned()
+                    .map(|l| Box::new(l.clone()))
                     .collect();
                 let rendered = self.render(&t, legs);
                 let (attempts, retry_ns) = self.attempts(&t);
@@ -293,11 +289,23 @@ impl<D: Detector> Correlator<D> {
 
     /// The record of a finished transaction, from its legs (in the transaction's order),
     /// which it takes apart: names and answers move into the record rather than copied.
-    pub(super) fn render(&self, t: &Transaction, mut legs: Vec<Leg>) -> Option<TransactionRecord> {
+    #[expect(
+        clippy::vec_box,
+        reason = "the leg table's boxes, taken as they are: a Leg is a few hundred bytes"
+    )]
+    pub(super) fn render(
+        &self,
+        t: &Transaction,
+        mut legs: Vec<Box<Leg>>,
+    ) -> Option<TransactionRecord> {
         let root = legs.first()?;
 
         // Outcome of the whole transaction: the answer the client got, at its first point.
-        let roots: Vec<&Leg> = legs.iter().filter(|l| l.parent.is_none()).collect();
+        let roots: Vec<&Leg> = legs
+            .iter()
+            .map(|l| &**l)
+            .filter(|l| l.parent.is_none())
+            .collect();
         // The last attempt whose answer the client's socket could get; else the last one
         // answered at all (the answer may have been lost on the way).
         let full_answer = |l: &&&Leg| l.response.as_ref().is_some_and(|r| !r.tc);

@@ -2530,3 +2530,40 @@ fn a_storm_of_legs_stays_within_its_byte_budget() {
     assert_eq!(c.open_legs(), 0);
     assert_eq!(c.legs.bytes(), 0);
 }
+
+#[test]
+fn timeouts_come_due_in_deadline_order_late_ones_included() {
+    let mut t = Timeouts::default();
+    t.push(10, 1);
+    t.push(20, 2);
+    // A late observation's deadline, earlier than the back: still in order.
+    t.push(15, 3);
+    t.push(5, 4);
+    t.push(30, 5);
+    assert_eq!(t.pop_due(4), None, "nothing is due before its deadline");
+    let mut due = Vec::new();
+    while let Some(id) = t.pop_due(20) {
+        due.push(id);
+    }
+    assert_eq!(due, [4, 1, 3, 2]);
+    assert_eq!(t.pop_due(29), None);
+    assert_eq!(t.pop_due(30), Some(5));
+    assert_eq!(t.len(), 0);
+}
+
+#[test]
+fn timeouts_of_gone_legs_are_swept_within_the_bound() {
+    let mut t = Timeouts::default();
+    // 1000 legs come and go, 10 stay open (ids 0..10).
+    for id in 0..1000u64 {
+        t.push(id, id);
+        t.sweep(10, |id| id < 10);
+        assert!(t.len() <= 2 * 10 + 64 + 1, "{} entries", t.len());
+    }
+    // Below the bound nothing is swept: the open legs' entries are all still there.
+    let mut due = Vec::new();
+    while let Some(id) = t.pop_due(u64::MAX) {
+        due.push(id);
+    }
+    assert!((0..10).all(|id| due.contains(&id)), "{due:?}");
+}
