@@ -1218,7 +1218,8 @@ fn kube_proxy_in_nftables_mode_gives_the_dns_service_and_the_same_findings() {
     let f = finding(&r, "static_forwarding_loop");
     let ev = f["evidence"][0].as_str().unwrap();
     assert!(
-        ev.contains("kube-system/kube-dns:dns whose DNAT rule sends to 10.244."),
+        ev.contains("is Service kube-system/kube-dns:dns")
+            && ev.contains("whose DNAT rule sends to 10.244."),
         "{f:#}"
     );
     let f = finding(&r, "service_without_endpoints");

@@ -113,8 +113,10 @@ pub fn notrack(raw: &str, addr: IpAddr) -> (Vec<String>, Vec<String>) {
                 any = true;
             }
         }
-        if any {
-            found.push(line.chars().take(400).collect());
+        // iptables-save's flavours list the same nf_tables rules twice: once is enough.
+        let l: String = line.chars().take(400).collect();
+        if any && !found.contains(&l) {
+            found.push(l);
         }
     }
     let missing = WANTED
