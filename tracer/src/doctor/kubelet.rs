@@ -33,10 +33,54 @@ pub struct KubeletConfig {
     pub resolv_conf: Option<String>,
 }
 
+/// Deepest flow collection (`[`, `{`) nesting, counted on the raw text (brackets in quoted
+/// strings too: it can only over-count), or of block sequences begun on one line.
+fn flow_depth(text: &str) -> usize {
+    let (mut depth, mut max) = (0usize, 0usize);
+    for b in text.bytes() {
+        match b {
+            b'[' | b'{' => {
+                depth += 1;
+                max = max.max(depth);
+            }
+            b']' | b'}' => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+    }
+    // Block sequences nested on one line: `- - - - x`.
+    let dashes = text
+        .lines()
+        .map(|l| {
+            let mut n = 0;
+            let mut rest = l.trim_start();
+            while let Some(r) = rest.strip_prefix('-') {
+                if !(r.is_empty() || r.starts_with([' ', '\t'])) {
+                    break;
+                }
+                n += 1;
+                rest = r.trim_start();
+            }
+            n
+        })
+        .max()
+        .unwrap_or(0);
+    max.max(dashes)
+}
+
+/// Nesting beyond this is refused before the YAML parser sees it: libyaml takes time
+/// quadratic in the depth before its own limit (50 000 `[` cost it 5 s).
+const MAX_FLOW_DEPTH: usize = 64;
+
 /// Parses the file's YAML; any input gives a value or an error.
 pub fn parse(text: &str) -> Result<KubeletConfig, KubeletError> {
     if text.trim().is_empty() {
         return Ok(KubeletConfig::default());
+    }
+    let d = flow_depth(text);
+    if d > MAX_FLOW_DEPTH {
+        return Err(KubeletError(format!(
+            "collections nested {d} deep (at most {MAX_FLOW_DEPTH})"
+        )));
     }
     serde_yaml_ng::from_str(text).map_err(|e| {
         let mut m = e.to_string();
@@ -197,8 +241,21 @@ mod tests {
         ] {
             assert!(parse(bad).is_err(), "{bad:?}");
         }
+        // Deep nesting is refused before libyaml's quadratic walk (it took 5 s for this
+        // one, 2.3 s for a MiB of `- `).
+        let t = std::time::Instant::now();
         let deep = format!("clusterDNS: {}", "[".repeat(50_000));
-        assert!(parse(&deep).is_err());
+        assert!(parse(&deep)
+            .unwrap_err()
+            .to_string()
+            .contains("nested 50000 deep"));
+        assert!(parse(&"- ".repeat(500_000)).is_err());
+        assert!(
+            t.elapsed() < std::time::Duration::from_secs(1),
+            "{:?}",
+            t.elapsed()
+        );
+        assert!(parse("clusterDNS:\n- - - [[1]]\n").is_err());
         // Billion laughs: aliases expanded into a huge document are refused.
         let mut laughs = String::from(
             "a: &a [\"lol\",\"lol\",\"lol\",\"lol\",\"lol\",\"lol\",\"lol\",\"lol\",\"lol\"]\n",
