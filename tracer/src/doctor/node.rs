@@ -597,12 +597,19 @@ fn node_nameservers(rc: &ResolvConf, servers: &[DnsServer]) -> Vec<NodeNameserve
 pub fn node_local(view: &NodeView, raw: &str) -> Option<super::node_local::NodeLocal> {
     use super::node_local as nl;
     let udp = read_small(Path::new("/proc/self/net/udp")).ok()?;
-    let (addr, inode) = nl::link_local_listeners(&udp).into_iter().next()?;
-    let inodes = HashSet::from([inode]);
-    let server = view
-        .servers
-        .iter()
-        .find(|s| s.on_node && holds_socket(s.pid, &inodes));
+    // systemd-resolved's extra stub on a link-local address (`DNSStubListenerExtra=`, the
+    // node's gateway address pods reach) is the node's resolver, not the cache.
+    let (addr, server) = nl::link_local_listeners(&udp)
+        .into_iter()
+        .map(|(addr, inode)| {
+            let inodes = HashSet::from([inode]);
+            let server = view
+                .servers
+                .iter()
+                .find(|s| s.on_node && holds_socket(s.pid, &inodes));
+            (addr, server)
+        })
+        .find(|(_, s)| !s.is_some_and(|s| s.kind == Some(ServerKind::SystemdResolved)))?;
     let (notrack_rules, notrack_missing) = nl::notrack(raw, addr);
     let using = view
         .pod_resolv
