@@ -1,13 +1,15 @@
 //! The text parsers of `doctor` (tracer/src/doctor/), over any bytes: resolv.conf, the
 //! Corefile's `forward` lines, dnsmasq's command line and conf files, dnsdist's and
 //! unbound's forwarders, kubelet's CRI log lines (the restart reasons), `iptables-save`'s
-//! nat and filter tables, /proc/cgroups and cgroup paths and `key value` files. Every one
+//! nat, filter and raw tables (NodeLocal DNSCache's NOTRACK rules), kube-proxy's nftables
+//! table as `nft -j` lists it, /proc/net/ip_vs and /proc/net/udp, kubelet's config.yaml,
+//! /proc/cgroups and cgroup paths and `key value` files. Every one
 //! gives a value or an error for any input, never a panic, and a quoted configuration line
 //! is at most 400 characters however long the file's line.
 //!
 //! The first byte picks the parser; the rest is the file (UTF-8, lossily).
 #![no_main]
-use dnspath::doctor::{cgroups, config, node, restarts, services};
+use dnspath::doctor::{cgroups, config, kube_proxy, kubelet, node, node_local, restarts, services};
 use libfuzzer_sys::fuzz_target;
 
 fn short(f: &config::Forward) {
@@ -19,7 +21,7 @@ fuzz_target!(|data: &[u8]| {
         return;
     };
     let text = String::from_utf8_lossy(rest);
-    match which % 11 {
+    match which % 15 {
         0 => {
             let r = config::parse_resolv_conf(&text);
             assert!(r.ndots.is_none_or(|n| n <= 15));
@@ -63,6 +65,20 @@ fuzz_target!(|data: &[u8]| {
         }
         8 => {
             let _ = services::parse_filter(&text);
+        }
+        11 => {
+            let _ = kube_proxy::parse_nft_json(&text);
+        }
+        12 => {
+            let _ = kube_proxy::parse_ip_vs(&text);
+            let _ = node_local::link_local_listeners(&text);
+        }
+        13 => {
+            let (found, _) = node_local::notrack(&text, [169, 254, 20, 10].into());
+            assert!(found.iter().all(|r| r.chars().count() <= 400));
+        }
+        14 => {
+            let _ = kubelet::parse(&text);
         }
         9 => {
             let _ = cgroups::parse_proc_cgroups(&text);

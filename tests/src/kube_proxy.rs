@@ -112,3 +112,68 @@ pub(crate) fn nat_ruleset(backends: &[Ipv4Addr], pin: Option<usize>) -> String {
     r.push_str("COMMIT\n");
     r
 }
+
+/// `nft -f` input for kube-proxy's nftables mode (pkg/proxy/nftables/proxier.go), the DNS
+/// Service's UDP and TCP ports: table `ip kube-proxy` with its `service-ips` map (elements
+/// `IP . PROTO . 53 : goto service-HASH-kube-system/kube-dns/PROTO/dns…`), a `service-…`
+/// chain per port choosing an `endpoint-…` chain with `numgen random`, each endpoint's
+/// `dnat to POD:53`, hooked in prerouting and output (dstnat), masquerade in postrouting; and
+/// a `no-endpoint-services` map whose elements (`no_endpoints`: ClusterIP, comment) go to
+/// `reject-chain` in the forward hook.
+pub fn nft_ruleset(backends: &[Ipv4Addr], no_endpoints: &[(Ipv4Addr, &str)]) -> String {
+    let cluster_ip = addr::CLUSTER_IP;
+    let mut r = String::new();
+    r.push_str(
+        "table ip kube-proxy {\n\tcomment \"rules for kube-proxy\"\n\
+\tmap no-endpoint-services {\n\t\ttype ipv4_addr . inet_proto . inet_service : verdict\n\t\tcomment \"vmap to drop or reject packets to services with no endpoints\"\n\t}\n\
+\tmap service-ips {\n\t\ttype ipv4_addr . inet_proto . inet_service : verdict\n\t\tcomment \"ClusterIP, ExternalIP and LoadBalancer IP traffic\"\n\t}\n\
+\tchain mark-for-masquerade {\n\t\tmeta mark set meta mark | 0x4000\n\t}\n\
+\tchain masquerading {\n\t\ttype nat hook postrouting priority srcnat; policy accept;\n\t\tmeta mark & 0x4000 == 0 return\n\t\tmeta mark set meta mark ^ 0x4000\n\t\tmasquerade fully-random\n\t}\n\
+\tchain services {\n\t\tip daddr . meta l4proto . th dport vmap @service-ips\n\t}\n\
+\tchain nat-prerouting {\n\t\ttype nat hook prerouting priority dstnat; policy accept;\n\t\tjump services\n\t}\n\
+\tchain nat-output {\n\t\ttype nat hook output priority -100; policy accept;\n\t\tjump services\n\t}\n\
+\tchain reject-chain {\n\t\tcomment \"helper for @no-endpoint-services / @no-endpoint-nodeports\"\n\t\treject\n\t}\n\
+\tchain filter-forward {\n\t\ttype filter hook forward priority -110; policy accept;\n\t\tip daddr . meta l4proto . th dport vmap @no-endpoint-services\n\t}\n\
+\tchain filter-output {\n\t\ttype filter hook output priority -110; policy accept;\n\t\tip daddr . meta l4proto . th dport vmap @no-endpoint-services\n\t}\n",
+    );
+    let mut elements = Vec::new();
+    for (proto, hash) in [("udp", "ULMVA6XW"), ("tcp", "SWWHDGQE")] {
+        let port_name = if proto == "tcp" { "dns-tcp" } else { "dns" };
+        let svc = format!("service-{hash}-kube-system/kube-dns/{proto}/{port_name}");
+        let mut eps = Vec::new();
+        for (i, pod) in backends.iter().enumerate() {
+            let ep = format!(
+                "endpoint-{}{}-kube-system/kube-dns/{proto}/{port_name}__{pod}/53",
+                proto.to_ascii_uppercase(),
+                pod_letter(i).to_ascii_uppercase()
+            );
+            let _ = write!(
+                r,
+                "\tchain {ep} {{\n\t\tip saddr {pod} jump mark-for-masquerade\n\t\tmeta l4proto {proto} dnat to {pod}:53\n\t}}\n"
+            );
+            eps.push(format!("{i} : goto {ep}"));
+        }
+        let _ = write!(
+            r,
+            "\tchain {svc} {{\n\t\tip daddr {cluster_ip} {proto} dport 53 ip saddr != 10.244.0.0/16 jump mark-for-masquerade\n\t\tnumgen random mod {} vmap {{ {} }}\n\t}}\n",
+            eps.len(),
+            eps.join(", ")
+        );
+        elements.push(format!(
+            "add element ip kube-proxy service-ips {{ {cluster_ip} . {proto} . 53 comment \"kube-system/kube-dns:{port_name}\" : goto {svc} }}\n"
+        ));
+    }
+    r.push_str("}\n");
+    for e in elements {
+        r.push_str(&e);
+    }
+    for (ip, comment) in no_endpoints {
+        for proto in ["udp", "tcp"] {
+            let _ = writeln!(
+                r,
+                "add element ip kube-proxy no-endpoint-services {{ {ip} . {proto} . 53 comment \"{comment}\" : goto reject-chain }}"
+            );
+        }
+    }
+    r
+}

@@ -22,6 +22,8 @@ const PACKAGES: &[&str] = &[
     "zlib1g-dev",
     "iproute2",
     "iptables",
+    // `nft`: kube-proxy's nftables mode (doctor reads `nft -j list table ip kube-proxy`)
+    "nftables",
     "conntrack",
     "bind9",
     "dnsmasq-base",

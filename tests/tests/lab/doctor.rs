@@ -17,7 +17,8 @@ use std::{
 use lab::{
     addr,
     hole::{Hole, SLOW_ADDR},
-    node_cache::NodeCache,
+    kube_proxy,
+    node_cache::{NodeCache, NODE_CACHE_ADDR},
     race,
     resolved::Resolved,
     tracer::{Tracer, TracerOutput},
@@ -1152,4 +1153,245 @@ fn fragments_lost_on_the_way_to_the_client_are_a_fragment_loss() {
     let ev = f["evidence"].to_string();
     assert!(ev.contains("big.frag.test. TXT"), "{f:#}");
     assert!(ev.contains(BIG_SERVER), "{f:#}");
+}
+
+/// kube-proxy in nftables mode: the lab's iptables Service rules flushed and its rules as
+/// kube-proxy's nftables proxier writes them loaded instead (`nft -f`, table
+/// `ip kube-proxy`). Healthy: lookups through the ClusterIP work, the mode is `nftables`, the
+/// DNS Service is known and there is no finding. Then a Service without endpoints in the
+/// `no-endpoint-services` map and both "CoreDNS" pods forwarding to the ClusterIP: the
+/// same static loop (through the nft DNAT) and no-endpoints findings as in iptables mode.
+#[test]
+fn kube_proxy_in_nftables_mode_gives_the_dns_service_and_the_same_findings() {
+    let Some(mut lab) = lab() else { return };
+    let node = lab.node_ns().to_owned();
+    let o = lab.exec(&node, &[lab.iptables(), "-t", "nat", "-F", "KUBE-SERVICES"]);
+    assert!(o.status.success(), "{o:?}");
+    let backends: Vec<_> = (0..lab.dns_pod_count()).map(addr::dns_pod).collect();
+    let rules = lab.temp_dir().join("kube-proxy.nft");
+    fs::write(&rules, kube_proxy::nft_ruleset(&backends, &[])).unwrap();
+    let o = lab.exec(&node, &["nft", "-f", &rules.to_string_lossy()]);
+    assert!(o.status.success(), "nft -f: {o:?}");
+    let t = doctor(&lab, 3);
+    crate::shared::dig_ok(&lab, &["+time=2", "+tries=1", "www.lab.test.", "A"]);
+    let out = t.wait();
+    let r = report(&out);
+    assert!(kinds(&r).is_empty(), "healthy in nftables mode: {r:#}");
+    assert_eq!(
+        r["checked"]["kube_proxy_mode"],
+        serde_json::json!(["nftables"]),
+        "{r:#}"
+    );
+    assert_eq!(r["checked"]["services"], 1, "{r:#}");
+    assert!(r["checked"]["transactions"].as_u64().unwrap() >= 1, "{r:#}");
+
+    let no_ep = "10.96.0.99";
+    let more = lab.temp_dir().join("kube-proxy-more.nft");
+    let text = kube_proxy::nft_ruleset(
+        &backends,
+        &[(no_ep.parse().unwrap(), "kube-system/nodns:dns")],
+    );
+    // Only the new elements: the table is there.
+    let elements: String = text
+        .lines()
+        .filter(|l| l.starts_with("add element ip kube-proxy no-endpoint-services"))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    assert!(!elements.is_empty());
+    fs::write(&more, elements).unwrap();
+    let o = lab.exec(&node, &["nft", "-f", &more.to_string_lossy()]);
+    assert!(o.status.success(), "nft -f: {o:?}");
+    let to_svc = || DnsPodConfig::new(DnsServerKind::Dnsdist).forwarding_to_cluster_ip();
+    lab.reconfigure_dns_pod(0, to_svc()).unwrap();
+    lab.reconfigure_dns_pod(1, to_svc()).unwrap();
+    let t = doctor(&lab, 4);
+    let at = format!("@{no_ep}");
+    for i in 0..3 {
+        let o = lab.dig(&["+time=1", "+tries=1", &at, &format!("n{i}.lab.test."), "A"]);
+        assert!(!o.status.success(), "rejected: {o:?}");
+    }
+    let out = t.wait();
+    let r = report(&out);
+    assert_eq!(out.status.code(), Some(2), "{r:#}");
+    let k = kinds(&r);
+    assert_eq!(k[0], "static_forwarding_loop", "{r:#}");
+    let f = finding(&r, "static_forwarding_loop");
+    let ev = f["evidence"][0].as_str().unwrap();
+    assert!(
+        ev.contains("is Service kube-system/kube-dns:dns")
+            && ev.contains("whose DNAT rule sends to 10.244."),
+        "{f:#}"
+    );
+    let f = finding(&r, "service_without_endpoints");
+    assert_eq!(f["subject"], format!("{no_ep}:53"), "{f:#}");
+    assert!(
+        f["seen"]
+            .as_str()
+            .unwrap()
+            .contains("kube-system/nodns:dns"),
+        "{f:#}"
+    );
+    assert!(
+        f["evidence"][0]
+            .as_str()
+            .unwrap()
+            .contains("no-endpoint-services"),
+        "{f:#}"
+    );
+    assert_eq!(f["count"], 3, "the three queries: {f:#}");
+    assert_eq!(
+        r["checked"]["kube_proxy_mode"],
+        serde_json::json!(["nftables"]),
+        "{r:#}"
+    );
+}
+
+/// NodeLocal DNSCache with its NOTRACK rules (as node-cache sets them up): named in
+/// `checked.node_local_dns` with its address, server and rules, no finding. With its UDP
+/// NOTRACK rules deleted from the raw table: a `node_cache_notrack_missing` finding naming
+/// the missing rules.
+#[test]
+fn nodelocal_dnscache_without_its_notrack_rules_is_found() {
+    let Some(lab) = lab() else { return };
+    let _cache = NodeCache::start(&lab).unwrap();
+    let out = doctor(&lab, 2).wait();
+    let r = report(&out);
+    assert!(kinds(&r).is_empty(), "{r:#}");
+    let nl = &r["checked"]["node_local_dns"];
+    assert_eq!(nl["address"], NODE_CACHE_ADDR, "{r:#}");
+    assert!(nl["server"].as_str().unwrap().contains("dnsdist"), "{nl:#}");
+    assert_eq!(nl["notrack_rules"].as_array().unwrap().len(), 4, "{nl:#}");
+    assert!(
+        nl["notrack_missing"].as_array().unwrap().is_empty(),
+        "{nl:#}"
+    );
+
+    let node = lab.node_ns();
+    for (chain, a, p) in [("PREROUTING", "-d", "--dport"), ("OUTPUT", "-s", "--sport")] {
+        let o = lab.exec(
+            node,
+            &[
+                lab.iptables(),
+                "-t",
+                "raw",
+                "-D",
+                chain,
+                a,
+                NODE_CACHE_ADDR,
+                "-p",
+                "udp",
+                p,
+                "53",
+                "-j",
+                "NOTRACK",
+            ],
+        );
+        assert!(o.status.success(), "{o:?}");
+    }
+    let t = doctor(&lab, 3);
+    let at = format!("@{NODE_CACHE_ADDR}");
+    crate::shared::dig_ok(&lab, &["+time=2", "+tries=1", &at, "www.lab.test.", "A"]);
+    let out = t.wait();
+    let r = report(&out);
+    assert_eq!(kinds(&r), ["node_cache_notrack_missing"], "{r:#}");
+    assert_eq!(out.status.code(), Some(1), "{r:#}");
+    let f = finding(&r, "node_cache_notrack_missing");
+    assert_eq!(f["subject"], NODE_CACHE_ADDR);
+    let ev: Vec<&str> = f["evidence"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e.as_str().unwrap())
+        .collect();
+    assert!(
+        ev.contains(&"missing: -t raw -A PREROUTING -d 169.254.20.10 -p udp --dport 53 -j NOTRACK"),
+        "{f:#}"
+    );
+    assert!(
+        ev.contains(&"missing: -t raw -A OUTPUT -s 169.254.20.10 -p udp --sport 53 -j NOTRACK"),
+        "{f:#}"
+    );
+    assert_eq!(
+        ev.iter().filter(|e| e.starts_with("present: ")).count(),
+        2,
+        "tcp's: {f:#}"
+    );
+    assert!(
+        f["config"]["text"].as_str().unwrap().contains("setLocal"),
+        "{f:#}"
+    );
+}
+
+/// kubelet's config.yaml beneath the host root: `clusterDNS` the ClusterIP kube-proxy serves
+/// and a `resolvConf` with a real upstream is no finding; `clusterDNS` nobody serves and a
+/// `resolvConf` naming 127.0.0.53 are both found, the first critical.
+#[test]
+fn kubelets_cluster_dns_and_resolv_conf_are_checked() {
+    let Some(lab) = lab() else { return };
+    let root = host_root(&lab);
+    fs::create_dir_all(root.join("var/lib/kubelet")).unwrap();
+    fs::create_dir_all(root.join("etc/kubelet")).unwrap();
+    fs::write(
+        root.join("etc/kubelet/upstream.conf"),
+        "nameserver 192.0.2.53\n",
+    )
+    .unwrap();
+    fs::write(
+        root.join("etc/kubelet/stub.conf"),
+        "nameserver 127.0.0.53\noptions edns0 trust-ad\n",
+    )
+    .unwrap();
+    let config = |dns: &str, resolv: &str| {
+        let text = format!(
+            "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\ncgroupDriver: systemd\nclusterDNS:\n- {dns}\nclusterDomain: cluster.local\nresolvConf: {resolv}\n"
+        );
+        fs::write(root.join("var/lib/kubelet/config.yaml"), text).unwrap();
+    };
+    config(&lab.cluster_ip().to_string(), "/etc/kubelet/upstream.conf");
+    let out = doctor_at(&lab, &root, 2).wait();
+    let r = report(&out);
+    assert!(kinds(&r).is_empty(), "{r:#}");
+    let k = &r["checked"]["kubelet"];
+    assert_eq!(k["cluster_dns"], serde_json::json!(["10.96.0.10"]), "{k:#}");
+    assert_eq!(
+        k["resolv_conf_nameservers"],
+        serde_json::json!(["192.0.2.53"]),
+        "{k:#}"
+    );
+
+    config("10.96.0.77", "/etc/kubelet/stub.conf");
+    let out = doctor_at(&lab, &root, 2).wait();
+    let r = report(&out);
+    assert_eq!(
+        kinds(&r),
+        ["kubelet_cluster_dns", "kubelet_resolv_conf_loopback"],
+        "{r:#}"
+    );
+    assert_eq!(out.status.code(), Some(2), "{r:#}");
+    let f = finding(&r, "kubelet_cluster_dns");
+    assert!(f["seen"].as_str().unwrap().contains("10.96.0.77"), "{f:#}");
+    let f = finding(&r, "kubelet_resolv_conf_loopback");
+    assert!(
+        f["evidence"][1].as_str().unwrap().contains("127.0.0.53"),
+        "{f:#}"
+    );
+    assert!(
+        f["fix"]
+            .as_str()
+            .unwrap()
+            .contains("resolvConf: /run/systemd/resolve/resolv.conf"),
+        "{f:#}"
+    );
+
+    // Not YAML kubelet would take: said, not a panic, and nothing else judged.
+    fs::write(
+        root.join("var/lib/kubelet/config.yaml"),
+        "clusterDNS: [\u{1b}[31m\n",
+    )
+    .unwrap();
+    let out = doctor_at(&lab, &root, 1).wait();
+    let r = report(&out);
+    assert_eq!(kinds(&r), ["config_unreadable"], "{r:#}");
+    assert_eq!(out.status.code(), Some(0), "{r:#}");
+    assert!(r["checked"]["kubelet"].is_null(), "{r:#}");
 }

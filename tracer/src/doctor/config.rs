@@ -61,7 +61,8 @@ impl ServerKind {
     pub fn from_program(argv0: &str) -> Option<ServerKind> {
         let name = argv0.rsplit('/').next().unwrap_or(argv0);
         match name {
-            "coredns" => Some(ServerKind::CoreDns),
+            // NodeLocal DNSCache's node-cache is CoreDNS with its `-conf` Corefile.
+            "coredns" | "node-cache" => Some(ServerKind::CoreDns),
             "dnsmasq" => Some(ServerKind::Dnsmasq),
             "dnsdist" => Some(ServerKind::Dnsdist),
             "unbound" => Some(ServerKind::Unbound),

@@ -29,6 +29,9 @@ const KINDS: &[FindingKind] = &[
     FindingKind::FragmentLoss,
     FindingKind::TruncatedNotRetried,
     FindingKind::NodeCacheBypassed,
+    FindingKind::KubeletClusterDns,
+    FindingKind::KubeletResolvConfLoopback,
+    FindingKind::NodeCacheNotrackMissing,
 ];
 
 fn documented(key: &str) -> bool {

@@ -87,6 +87,13 @@ pub enum FindingKind {
     /// A DNS server's configuration could not be read or parsed: its forwarding was not
     /// checked.
     ConfigUnreadable,
+    /// kubelet's `clusterDNS` is not a DNS Service kube-proxy serves (nor NodeLocal
+    /// DNSCache's address).
+    KubeletClusterDns,
+    /// kubelet's `resolvConf` names a loopback stub (127.0.0.53).
+    KubeletResolvConfLoopback,
+    /// NodeLocal DNSCache runs but its `raw` NOTRACK rules are missing.
+    NodeCacheNotrackMissing,
 }
 
 impl FindingKind {
@@ -98,7 +105,8 @@ impl FindingKind {
             | FindingKind::ServiceWithoutEndpoints
             | FindingKind::KernelDrops
             | FindingKind::Port53BindFailure
-            | FindingKind::ConfigParseError => Severity::Critical,
+            | FindingKind::ConfigParseError
+            | FindingKind::KubeletClusterDns => Severity::Critical,
             FindingKind::ConntrackRace
             | FindingKind::ConntrackInsertFailed
             | FindingKind::ConntrackTableFill
@@ -111,7 +119,9 @@ impl FindingKind {
             | FindingKind::Servfail
             | FindingKind::LateAnswers
             | FindingKind::ResolvConf
-            | FindingKind::NodeResolverToClusterDns => Severity::Warning,
+            | FindingKind::NodeResolverToClusterDns
+            | FindingKind::KubeletResolvConfLoopback
+            | FindingKind::NodeCacheNotrackMissing => Severity::Warning,
             FindingKind::NdotsAmplification | FindingKind::ConfigUnreadable => Severity::Info,
         }
     }

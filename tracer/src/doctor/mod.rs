@@ -17,7 +17,10 @@ pub mod cgroups;
 pub mod config;
 pub mod ct;
 pub mod finding;
+pub mod kube_proxy;
+pub mod kubelet;
 pub mod node;
+pub mod node_local;
 pub mod restarts;
 pub mod services;
 pub mod traffic;
@@ -74,6 +77,13 @@ pub struct Checked {
     pub conntrack: String,
     /// The node's nameservers (a stub followed).
     pub node_nameservers: Vec<String>,
+    /// kube-proxy's modes whose rules are on the node: `iptables`, `nftables`, `ipvs`
+    /// (none: no kube-proxy rules found).
+    pub kube_proxy_mode: Vec<&'static str>,
+    /// NodeLocal DNSCache, where a process of the node listens on a link-local address.
+    pub node_local_dns: Option<node_local::NodeLocal>,
+    /// kubelet's config.yaml, where it was read.
+    pub kubelet: Option<kubelet::KubeletSeen>,
     pub transactions: u64,
     pub packets: u64,
     pub drops: u64,
@@ -123,14 +133,37 @@ pub struct StaticPart {
 
 /// The static half: the node's files, before a packet is traced.
 pub fn static_findings() -> StaticPart {
-    let view = node::read_node(&nat_rules());
+    let nat = nat_rules();
+    let proxy = kube_proxy::read(&nat);
+    let mut services = node::parse_iptables_nat(&nat);
+    for s in proxy.services {
+        match services
+            .iter_mut()
+            .find(|x| x.ip == s.ip && x.port == s.port)
+        {
+            Some(x) => {
+                x.backends.extend(s.backends);
+                x.backends.sort();
+                x.backends.dedup();
+            }
+            None => services.push(s),
+        }
+    }
+    let view = node::read_node(services);
     let mut f = node::static_loops(&view);
     f.extend(node::resolv_findings(&view));
     f.extend(node::config_findings(&view));
     let (logs, log_files) = restarts::read_pod_logs();
     f.extend(restarts::restart_findings(&logs));
     let mut no_endpoints = services::parse_filter(&save_rules("filter"));
+    no_endpoints.extend(proxy.no_endpoints);
     no_endpoints.extend(services::nat_without_backends(&view.services));
+    let node_local = node::node_local(&view, &save_rules("raw"));
+    if let Some(nl) = &node_local {
+        f.extend(node_local::findings(nl));
+    }
+    let node_local_ip = node_local.as_ref().and_then(|n| n.address.parse().ok());
+    let kubelet = kubelet_findings(&view, node_local_ip, &mut f);
     let checked = Checked {
         pod_logs: log_files,
         dns_servers: view.servers.iter().map(node::DnsServer::name).collect(),
@@ -146,6 +179,9 @@ pub fn static_findings() -> StaticPart {
             .iter()
             .map(|n| format!("{} ({})", n.ip, n.how))
             .collect(),
+        kube_proxy_mode: proxy.modes,
+        node_local_dns: node_local,
+        kubelet,
         ..Default::default()
     };
     StaticPart {
@@ -154,6 +190,62 @@ pub fn static_findings() -> StaticPart {
         view,
         no_endpoints,
     }
+}
+
+/// kubelet's config.yaml beneath the host root (none: nothing to say), its `resolvConf`
+/// file read there too; findings into `f`.
+fn kubelet_findings(
+    view: &node::NodeView,
+    node_local: Option<std::net::IpAddr>,
+    f: &mut Vec<Finding>,
+) -> Option<kubelet::KubeletSeen> {
+    let unreadable = |what: String| {
+        let mut x = Finding::new(
+            FindingKind::ConfigUnreadable,
+            "kubelet",
+            format!("kubelet's configuration could not be read: {what}"),
+        );
+        x.why = "Its clusterDNS and resolvConf were not checked.".into();
+        x.fix = "Check the file named; run doctor with --host-root at the node's root.".into();
+        x
+    };
+    let text = match node::read_host(kubelet::CONFIG) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return None,
+        Err(e) => {
+            f.push(unreadable(format!("{}: {e}", kubelet::CONFIG)));
+            return None;
+        }
+    };
+    let cfg = match kubelet::parse(&text) {
+        Ok(c) => c,
+        Err(e) => {
+            f.push(unreadable(e.to_string()));
+            return None;
+        }
+    };
+    let file = cfg
+        .resolv_conf
+        .clone()
+        .unwrap_or_else(|| kubelet::DEFAULT_RESOLV_CONF.to_owned());
+    // kubelet's `resolvConf: ""` turns it off.
+    let resolv = (!file.is_empty())
+        .then(|| node::read_host(&file).ok())
+        .flatten()
+        .map(|t| kubelet::resolv(&t));
+    f.extend(kubelet::findings(
+        &cfg,
+        resolv.as_ref(),
+        &view.services,
+        node_local,
+    ));
+    Some(kubelet::KubeletSeen {
+        cluster_dns: cfg.cluster_dns,
+        resolv_conf: file,
+        resolv_conf_nameservers: resolv
+            .map(|r| r.nameservers.iter().map(ToString::to_string).collect())
+            .unwrap_or_default(),
+    })
 }
 
 /// Findings of the counters read before and after the watch: cgroups of the DNS servers,
@@ -311,8 +403,13 @@ pub async fn run(opts: DoctorOptions, out: &mut dyn Write) -> Result<u8, DoctorE
 pub fn write_text(r: &Report, out: &mut dyn Write) -> std::io::Result<()> {
     let e = |s: &str| output::escape(s).into_owned();
     let c = &r.checked;
+    let proxy = if c.kube_proxy_mode.is_empty() {
+        "no kube-proxy rules".to_owned()
+    } else {
+        format!("kube-proxy {}", c.kube_proxy_mode.join("+"))
+    };
     let looked = format!(
-        "{} DNS server(s) ({} with cgroups), {} Service port(s), {} pod resolv.conf, {} kubelet log file(s), conntrack {}, {} transaction(s) in {:.0} s",
+        "{} DNS server(s) ({} with cgroups), {} Service port(s) ({proxy}), {} pod resolv.conf, {} kubelet log file(s), conntrack {}, {} transaction(s) in {:.0} s",
         c.dns_servers.len(),
         c.cgroups,
         c.services,

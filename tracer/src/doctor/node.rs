@@ -111,7 +111,7 @@ fn read_in_process_root(pid: u32, p: &str) -> std::io::Result<String> {
 /// The node's file `p` under the host root, its symlinks (`/etc/resolv.conf` →
 /// `/run/systemd/resolve/stub-resolv.conf`) followed from that root, not from this
 /// container's (see [`read_beneath`]).
-fn read_host(p: &str) -> std::io::Result<String> {
+pub(super) fn read_host(p: &str) -> std::io::Result<String> {
     read_beneath(&File::open(host::root())?, p.trim_start_matches('/'))
 }
 
@@ -143,7 +143,7 @@ fn read_beneath(root: &File, rel: &str) -> std::io::Result<String> {
     read_small(Path::new(&format!("/proc/self/fd/{}", at.as_raw_fd())))
 }
 
-fn read_in_process(pid: u32, p: &str) -> Result<String, ConfigError> {
+pub(super) fn read_in_process(pid: u32, p: &str) -> Result<String, ConfigError> {
     read_in_process_root(pid, p).map_err(|e| ConfigError::File {
         file: p.to_owned(),
         what: e.to_string(),
@@ -455,8 +455,8 @@ pub(super) fn words(line: &str) -> Vec<String> {
 }
 
 /// Reads the node: every process's namespace and sockets, the servers' configs, the pods'
-/// resolv.conf, the node's resolver. `nat_rules`: `iptables-save -t nat` of the node.
-pub fn read_node(nat_rules: &str) -> NodeView {
+/// resolv.conf, the node's resolver. `services`: kube-proxy's, from its rules.
+pub fn read_node(services: Vec<Service>) -> NodeView {
     let own = ns_key(Path::new("/proc/self/ns/net"));
     let host_ns = ns_key(&host::path("/proc/1/ns/net"));
     let not_pods: HashSet<NsKey> = own.into_iter().chain(host_ns).collect();
@@ -480,7 +480,7 @@ pub fn read_node(nat_rules: &str) -> NodeView {
         }
     }
     let mut view = NodeView {
-        services: parse_iptables_nat(nat_rules),
+        services,
         ..Default::default()
     };
     let mut netns_sorted: Vec<_> = by_netns.into_iter().collect();
@@ -589,6 +589,80 @@ fn node_nameservers(rc: &ResolvConf, servers: &[DnsServer]) -> Vec<NodeNameserve
         });
     }
     out
+}
+
+/// NodeLocal DNSCache, if a process of the node's namespace (this one) listens on a
+/// link-local address on port 53: its server, the line that binds it, the pods using it and
+/// its NOTRACK rules in `raw` (`iptables-save -t raw`).
+pub fn node_local(view: &NodeView, raw: &str) -> Option<super::node_local::NodeLocal> {
+    use super::node_local as nl;
+    let udp = read_small(Path::new("/proc/self/net/udp")).ok()?;
+    // systemd-resolved's extra stub on a link-local address (`DNSStubListenerExtra=`, the
+    // node's gateway address pods reach) is the node's resolver, not the cache.
+    let (addr, server) = nl::link_local_listeners(&udp)
+        .into_iter()
+        .map(|(addr, inode)| {
+            let inodes = HashSet::from([inode]);
+            let server = view
+                .servers
+                .iter()
+                .find(|s| s.on_node && holds_socket(s.pid, &inodes));
+            (addr, server)
+        })
+        .find(|(_, s)| !s.is_some_and(|s| s.kind == Some(ServerKind::SystemdResolved)))?;
+    let (notrack_rules, notrack_missing) = nl::notrack(raw, addr);
+    let using = view
+        .pod_resolv
+        .iter()
+        .filter(|(_, _, r)| r.nameservers.contains(&addr))
+        .count();
+    Some(nl::NodeLocal {
+        address: addr.to_string(),
+        server: server.map(DnsServer::name),
+        pods_using: using,
+        pods_not_using: view.pod_resolv.len() - using,
+        notrack_rules,
+        notrack_missing,
+        bind: server.and_then(|s| bind_line(s, addr)),
+    })
+}
+
+/// The line of `s`'s configuration that makes it listen on `addr`: node-cache's `-localip`,
+/// a Corefile's `bind`, dnsdist's `setLocal`/`addLocal`.
+fn bind_line(s: &DnsServer, addr: IpAddr) -> Option<super::finding::ConfigLine> {
+    let a = addr.to_string();
+    let args = s.args.get(1..).unwrap_or_default();
+    if let Some(v) = config::arg_value(args, &["-localip", "--localip"]) {
+        if v.contains(&a) {
+            return Some(super::finding::ConfigLine {
+                file: "argv".into(),
+                line: 0,
+                text: format!("-localip {v}").chars().take(400).collect(),
+            });
+        }
+    }
+    let (file, keys): (&str, &[&str]) = match s.kind? {
+        ServerKind::CoreDns => (
+            config::arg_value(args, &["-conf", "--conf"]).unwrap_or("Corefile"),
+            &["bind"],
+        ),
+        ServerKind::Dnsdist => (
+            config::arg_value(args, &["-C", "--config"]).unwrap_or("/etc/dnsdist/dnsdist.conf"),
+            &["setLocal", "addLocal"],
+        ),
+        _ => return None,
+    };
+    let text = read_in_process(s.pid, file).ok()?;
+    text.lines().enumerate().find_map(|(i, l)| {
+        let t = l.trim();
+        (t.contains(&a) && keys.iter().any(|k| t.starts_with(k))).then(|| {
+            super::finding::ConfigLine {
+                file: file.to_owned(),
+                line: i + 1,
+                text: t.chars().take(400).collect(),
+            }
+        })
+    })
 }
 
 fn holds_socket(pid: u32, inodes: &HashSet<u64>) -> bool {
