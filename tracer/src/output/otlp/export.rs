@@ -638,7 +638,7 @@ impl Client {
     /// Sends with retries and backoff; whether the backend took it.
     async fn send(&mut self, request: ExportTraceServiceRequest, counters: &Counters) -> bool {
         let body = match self.transport {
-            Transport::Http(_) => Some(self.http_body(&request)),
+            Transport::Http(_) => Some(http_body(&request, self.cfg.gzip)),
             Transport::Grpc(_) => None,
         };
         let mut backoff = BACKOFF_START;
@@ -674,21 +674,23 @@ impl Client {
         }
         false
     }
+}
 
-    fn http_body(&self, request: &ExportTraceServiceRequest) -> Bytes {
-        let raw = request.encode_to_vec();
-        if !self.cfg.gzip {
-            return Bytes::from(raw);
-        }
-        use std::io::Write;
-        let mut gz = flate2::write::GzEncoder::new(
-            Vec::with_capacity(raw.len() / 4),
-            flate2::Compression::fast(),
-        );
-        match gz.write_all(&raw).and_then(|()| gz.finish()) {
-            Ok(z) => Bytes::from(z),
-            Err(_) => Bytes::from(raw),
-        }
+/// The body of an OTLP/HTTP request: the protobuf (prost's bytes, written in linear time by
+/// `wire.rs`), gzipped (fast) if asked.
+pub fn http_body(request: &ExportTraceServiceRequest, gzip: bool) -> Bytes {
+    let raw = super::wire::encode(request);
+    if !gzip {
+        return Bytes::from(raw);
+    }
+    use std::io::Write;
+    let mut gz = flate2::write::GzEncoder::new(
+        Vec::with_capacity(raw.len() / 4),
+        flate2::Compression::fast(),
+    );
+    match gz.write_all(&raw).and_then(|()| gz.finish()) {
+        Ok(z) => Bytes::from(z),
+        Err(_) => Bytes::from(raw),
     }
 }
 
