@@ -79,7 +79,7 @@ pub(super) fn thread_cpu_s(pid: &str) -> Vec<(String, String, f64)> {
             Some((tid, name, (f.get(11)? + f.get(12)?) as f64 / clk_tck()))
         })
         .collect();
-    out.sort();
+    out.sort_by(|a, b| a.0.cmp(&b.0));
     out
 }
 
