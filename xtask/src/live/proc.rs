@@ -60,3 +60,46 @@ pub(super) fn cpu_children_self() -> f64 {
         .and_then(|f| Some((f.get(13)? + f.get(14)?) as f64 / clk_tck()))
         .unwrap_or(0.0)
 }
+
+/// utime+stime in seconds of each thread of `pid`, by thread id, with the thread's name.
+pub(super) fn thread_cpu_s(pid: &str) -> Vec<(String, String, f64)> {
+    let Ok(dir) = fs::read_dir(format!("/proc/{pid}/task")) else {
+        return Vec::new();
+    };
+    let mut out: Vec<(String, String, f64)> = dir
+        .filter_map(|e| {
+            let tid = e.ok()?.file_name().to_string_lossy().into_owned();
+            let stat = fs::read_to_string(format!("/proc/{pid}/task/{tid}/stat")).ok()?;
+            let (head, after_comm) = stat.rsplit_once(')')?;
+            let name = head.split_once('(')?.1.to_string();
+            let f: Vec<u64> = after_comm
+                .split_whitespace()
+                .map(|f| f.parse::<u64>().unwrap_or(0))
+                .collect();
+            Some((tid, name, (f.get(11)? + f.get(12)?) as f64 / clk_tck()))
+        })
+        .collect();
+    out.sort_by(|a, b| a.0.cmp(&b.0));
+    out
+}
+
+/// The CPU each thread name took between two [`thread_cpu_s`] readings (threads that
+/// started in between count from zero), largest first.
+pub(super) fn thread_cpu_delta(
+    before: &[(String, String, f64)],
+    after: &[(String, String, f64)],
+) -> Vec<(String, f64)> {
+    let mut by_name: Vec<(String, f64)> = Vec::new();
+    for (tid, name, a) in after {
+        let b = before
+            .iter()
+            .find(|(t, n, _)| t == tid && n == name)
+            .map_or(0.0, |x| x.2);
+        match by_name.iter_mut().find(|(n, _)| n == name) {
+            Some(e) => e.1 += a - b,
+            None => by_name.push((name.clone(), a - b)),
+        }
+    }
+    by_name.sort_by(|x, y| y.1.total_cmp(&x.1));
+    by_name
+}

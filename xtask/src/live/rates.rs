@@ -15,7 +15,7 @@ use super::{
     bpf::{print_progs, prog_delta, progs, ProgCosts},
     dnsperf::{dnsperf, Dnsperf},
     opt_u64,
-    proc::{cpu_children_self, cpu_s, vm_hwm_kib, vm_rss_kib},
+    proc::{cpu_children_self, cpu_s, thread_cpu_delta, thread_cpu_s, vm_hwm_kib, vm_rss_kib},
     thousands,
     tool::{is_stats, last_stats, Tool},
     truth::Truth,
@@ -192,12 +192,14 @@ fn measure(s: &Setup, mode: Mode, rate: u32, o: &LiveOptions) -> crate::Result<R
     };
     let pid = tool.as_ref().map(|t| t.pid().to_string());
     let before_tool = pid.as_deref().and_then(|p| cpu_s(p, false));
+    let before_threads = pid.as_deref().map(thread_cpu_s).unwrap_or_default();
     let before_servers = servers_cpu(servers);
     let before_progs = tool.as_ref().map(|t| progs(t.pid())).unwrap_or_default();
     let perf = dnsperf(lab, queries, rate, o.seconds);
     // Let the tool drain what the last queries left.
     thread::sleep(Duration::from_secs(1));
     let after_tool = pid.as_deref().and_then(|p| cpu_s(p, false));
+    let after_threads = pid.as_deref().map(thread_cpu_s).unwrap_or_default();
     let after_servers = servers_cpu(servers);
     let after_progs = tool.as_ref().map(|t| progs(t.pid())).unwrap_or_default();
     let hwm_kib = tool.as_ref().and_then(|t| vm_hwm_kib(t.pid()));
@@ -264,6 +266,16 @@ fn measure(s: &Setup, mode: Mode, rate: u32, o: &LiveOptions) -> crate::Result<R
             }
         }
         Mode::Agent | Mode::AgentOtlp => {
+            let threads: Vec<String> = thread_cpu_delta(&before_threads, &after_threads)
+                .iter()
+                .filter(|(_, s)| *s >= 0.01)
+                .map(|(n, s)| format!("{n} {s:.2} s"))
+                .collect();
+            eprintln!(
+                "bench: {} CPU by thread: {}",
+                mode.label(),
+                threads.join(", ")
+            );
             let scrape = scrape.unwrap_or_default();
             row.captured = metric(&scrape, "dnspath_packets_total", "");
             row.lost = metric(&scrape, "dnspath_events_lost_total", "event=\"packet\"");
@@ -278,6 +290,17 @@ fn measure(s: &Setup, mode: Mode, rate: u32, o: &LiveOptions) -> crate::Result<R
                     opt_u64(spans),
                     opt_u64(dropped)
                 );
+                // The exporter thread's CPU per transaction it sent (its thread is named).
+                let export_s = thread_cpu_delta(&before_threads, &after_threads)
+                    .iter()
+                    .find(|(n, _)| n == "otlp-export")
+                    .map(|(_, s)| *s);
+                if let (Some(s), Some(t)) = (export_s, txs.filter(|t| *t > 0)) {
+                    eprintln!(
+                        "bench: dnspath agent --otlp's otlp-export thread: {s:.2} s CPU, {:.1} µs per transaction exported",
+                        s * 1e6 / t as f64
+                    );
+                }
             }
         }
         Mode::Tcpdump => {

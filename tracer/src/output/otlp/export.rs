@@ -19,7 +19,6 @@ use opentelemetry_proto::tonic::{
     resource::v1::Resource,
     trace::v1::{ResourceSpans, ScopeSpans},
 };
-use prost::Message;
 use serde::Serialize;
 
 use super::{
@@ -347,31 +346,38 @@ impl Exporter {
 
     /// Queues a decided transaction if it is sampled (its trace id against the ratio) or
     /// failing or slow; a full queue (in transactions or bytes) drops it, counted. O(1) but
-    /// for the record's copy.
+    /// for the record's copy, made only once the queue has a place for it.
     pub fn offer(&self, tx: &TransactionRecord) {
         let Some(q) = &self.queue else { return };
-        let keep = spans::failing(tx)
+        // Every transaction kept (`--otlp-sample 1`): no trace id needed to decide.
+        let keep = self.sample >= 1.0
+            || spans::failing(tx)
             || tx.latency_ns.is_some_and(|l| l >= self.slow_ns)
             || ids::sampled(&spans::trace_ids(&self.key, tx).trace, self.sample);
         if !keep {
             self.counters.sampled_out.fetch_add(1, Ordering::Relaxed);
             return;
         }
+        // A place first: a full queue (a slow backend) costs no copy. Only this thread
+        // sends, so neither the place nor the byte budget can be taken in between.
+        let Ok(place) = q.try_reserve() else {
+            self.counters
+                .dropped_queue_full
+                .fetch_add(1, Ordering::Relaxed);
+            return;
+        };
         let bytes = record_bytes(tx) as u64;
         let held = &self.counters.queued_bytes;
-        // Only this thread adds: the budget cannot be overrun between the load and the add.
-        let fits = held.load(Ordering::Relaxed) + bytes <= self.queue_bytes;
-        if fits {
-            held.fetch_add(bytes, Ordering::Relaxed);
-            if q.try_send((Box::new(tx.clone()), bytes)).is_ok() {
-                self.counters.queued.fetch_add(1, Ordering::Relaxed);
-                return;
-            }
-            held.fetch_sub(bytes, Ordering::Relaxed);
+        if held.load(Ordering::Relaxed) + bytes > self.queue_bytes {
+            drop(place);
+            self.counters
+                .dropped_queue_full
+                .fetch_add(1, Ordering::Relaxed);
+            return;
         }
-        self.counters
-            .dropped_queue_full
-            .fetch_add(1, Ordering::Relaxed);
+        held.fetch_add(bytes, Ordering::Relaxed);
+        place.send((Box::new(tx.clone()), bytes));
+        self.counters.queued.fetch_add(1, Ordering::Relaxed);
     }
 
     /// The counts so far.
@@ -523,19 +529,26 @@ pub fn request(
     txs: impl Iterator<Item = Box<TransactionRecord>>,
 ) -> (ExportTraceServiceRequest, u64) {
     let mut groups: Vec<(Resource, Vec<opentelemetry_proto::tonic::trace::v1::Span>)> = Vec::new();
-    let mut index: HashMap<Vec<u8>, usize> = HashMap::new();
+    // By a hash of the resource's attributes; equal resources share a group (a hash shared
+    // by unequal ones is looked up among all the groups).
+    let mut index: HashMap<u64, usize> = HashMap::new();
     let mut count = 0;
     for tx in txs {
         let (_, placed) = spans::build(cfg, &tx);
         for p in placed {
             count += 1;
-            let k = p.resource.encode_to_vec();
-            let i = *index.entry(k).or_insert_with(|| {
-                groups.push((p.resource.clone(), Vec::new()));
-                groups.len() - 1
-            });
-            if let Some((_, spans)) = groups.get_mut(i) {
-                spans.push(p.span);
+            let h = resource_hash(&p.resource);
+            let found = match index.get(&h) {
+                Some(&i) if groups.get(i).is_some_and(|(r, _)| *r == p.resource) => Some(i),
+                Some(_) => groups.iter().position(|(r, _)| *r == p.resource),
+                None => None,
+            };
+            match found.and_then(|i| groups.get_mut(i)) {
+                Some((_, spans)) => spans.push(p.span),
+                None => {
+                    index.entry(h).or_insert(groups.len());
+                    groups.push((p.resource, vec![p.span]));
+                }
             }
         }
     }
@@ -557,6 +570,23 @@ pub fn request(
         })
         .collect();
     (ExportTraceServiceRequest { resource_spans }, count)
+}
+
+/// A hash of a resource's attribute keys and values, for [`request`]'s grouping.
+fn resource_hash(r: &Resource) -> u64 {
+    use opentelemetry_proto::tonic::common::v1::any_value::Value;
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    for kv in &r.attributes {
+        kv.key.hash(&mut h);
+        match kv.value.as_ref().and_then(|v| v.value.as_ref()) {
+            Some(Value::StringValue(s)) => s.hash(&mut h),
+            Some(Value::IntValue(i)) => i.hash(&mut h),
+            // Not written by spans.rs: equal by the lookup among all groups.
+            _ => 0u8.hash(&mut h),
+        }
+    }
+    h.finish()
 }
 
 type Body = http_body_util::Full<Bytes>;
@@ -638,7 +668,7 @@ impl Client {
     /// Sends with retries and backoff; whether the backend took it.
     async fn send(&mut self, request: ExportTraceServiceRequest, counters: &Counters) -> bool {
         let body = match self.transport {
-            Transport::Http(_) => Some(self.http_body(&request)),
+            Transport::Http(_) => Some(http_body(&request, self.cfg.gzip)),
             Transport::Grpc(_) => None,
         };
         let mut backoff = BACKOFF_START;
@@ -674,21 +704,23 @@ impl Client {
         }
         false
     }
+}
 
-    fn http_body(&self, request: &ExportTraceServiceRequest) -> Bytes {
-        let raw = request.encode_to_vec();
-        if !self.cfg.gzip {
-            return Bytes::from(raw);
-        }
-        use std::io::Write;
-        let mut gz = flate2::write::GzEncoder::new(
-            Vec::with_capacity(raw.len() / 4),
-            flate2::Compression::fast(),
-        );
-        match gz.write_all(&raw).and_then(|()| gz.finish()) {
-            Ok(z) => Bytes::from(z),
-            Err(_) => Bytes::from(raw),
-        }
+/// The body of an OTLP/HTTP request: the protobuf (prost's bytes, written in linear time by
+/// `wire.rs`), gzipped (fast) if asked.
+pub fn http_body(request: &ExportTraceServiceRequest, gzip: bool) -> Bytes {
+    let raw = super::wire::encode(request);
+    if !gzip {
+        return Bytes::from(raw);
+    }
+    use std::io::Write;
+    let mut gz = flate2::write::GzEncoder::new(
+        Vec::with_capacity(raw.len() / 4),
+        flate2::Compression::fast(),
+    );
+    match gz.write_all(&raw).and_then(|()| gz.finish()) {
+        Ok(z) => Bytes::from(z),
+        Err(_) => Bytes::from(raw),
     }
 }
 

@@ -1,3 +1,4 @@
+use prost::Message;
 use std::{
     io::{Read, Write},
     net::TcpListener,

@@ -5,6 +5,7 @@ pub mod export;
 pub mod ids;
 pub mod spans;
 pub mod tls;
+pub mod wire;
 
 use std::sync::OnceLock;
 

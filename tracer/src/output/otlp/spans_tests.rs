@@ -496,3 +496,119 @@ fn a_lost_fragment_is_a_fragment_loss_event() {
         .as_ref()
         .is_some_and(|s| s.message.contains("fragments missing")));
 }
+
+/// The fixture's transaction, `n`-th of a run (its own DNS id and transaction id).
+fn nth_tx(n: u16) -> TransactionRecord {
+    let mut t = tx(Direction::Egress);
+    t.id = u64::from(n);
+    t.lookup.id = u64::from(n);
+    t.legs[0].dns_id = n;
+    for h in &mut t.legs[0].hops {
+        h.dns_id = n;
+    }
+    t
+}
+
+/// The hot thread's part: `Exporter::offer` of every transaction (sample 1), to an
+/// exporter whose endpoint cannot be used (its thread drops what it receives).
+#[inline(never)]
+fn harness_offer(txs: &[TransactionRecord]) -> crate::output::otlp::OtlpStats {
+    let mut c = crate::output::otlp::OtlpConfig::from_env(Some("http://[::1]:1"), None, |_| None)
+        .unwrap()
+        .unwrap();
+    c.protocol = crate::output::otlp::Protocol::Grpc;
+    c.endpoint = "not a URL".into();
+    c.queue = txs.len();
+    c.queue_bytes = usize::MAX / 2;
+    let e = crate::output::otlp::Exporter::start(c).unwrap();
+    for t in txs {
+        e.offer(t);
+    }
+    e.finish()
+}
+
+/// The exporter thread's part but the network: spans, request, protobuf, gzip, in batches
+/// of 512 as the exporter sends them; the bytes sent.
+#[inline(never)]
+fn harness_export(txs: &[TransactionRecord], gzip: bool) -> (u64, usize) {
+    let cfg = SpanConfig {
+        node: Some("node-a".into()),
+        ..Default::default()
+    };
+    let (mut spans, mut bytes) = (0, 0);
+    for batch in txs.chunks(512) {
+        let (req, n) =
+            super::super::export::request(&cfg, batch.iter().map(|t| Box::new(t.clone())));
+        spans += n;
+        bytes += super::super::export::http_body(&req, gzip).len();
+    }
+    (spans, bytes)
+}
+
+/// A harness for callgrind, not a test (docs/bench/README.md, "OTLP export's cost"): the
+/// instructions of `harness_offer` and `harness_export` over N (`DNSPATH_OTLP_HARNESS_N`,
+/// 2000) fixture transactions of 2 legs, 9 hops, 5 spans:
+/// `valgrind --tool=callgrind target/release/deps/tracer-… cost_harness --ignored --exact`.
+#[test]
+#[ignore = "a harness for callgrind"]
+fn cost_harness() {
+    let n: u16 = std::env::var("DNSPATH_OTLP_HARNESS_N")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(2000);
+    let txs: Vec<TransactionRecord> = (0..n).map(nth_tx).collect();
+    let s = harness_offer(&txs);
+    assert_eq!(s.sampled_out, 0);
+    let gzip = std::env::var_os("DNSPATH_OTLP_HARNESS_PLAIN").is_none();
+    let (spans, bytes) = harness_export(&txs, gzip);
+    assert_eq!(spans, 5 * u64::from(n));
+    eprintln!("{n} transactions, {spans} spans, {bytes} bytes (gzip {gzip})");
+}
+
+/// The request's bytes (`wire.rs`) are prost's for the spans of the tests' transactions:
+/// a node's whole tree, the serving node's half (with its link to the neighbouring epoch),
+/// redacted, drops, several resources in a request.
+#[test]
+fn requests_are_encoded_as_prost_encodes_them() {
+    let mut near_boundary = tx(Direction::Ingress);
+    near_boundary.wall_ns = 10 * ids::EPOCH_NS + 1_000;
+    let mut dropped = tx(Direction::Egress);
+    dropped.legs[1].drop = Some(LegDrop {
+        ts_ns: 7_000,
+        reason: "NETFILTER_DROP".into(),
+        location: "nf_hook_slow".into(),
+        netns: "coredns".into(),
+        ifname: "eth0".into(),
+        response: false,
+        pod: Default::default(),
+    });
+    let txs = [
+        tx(Direction::Egress),
+        tx(Direction::Ingress),
+        near_boundary,
+        dropped,
+    ];
+    for redact_names in [false, true] {
+        let cfg = SpanConfig {
+            node: Some("node-a".into()),
+            redact_names,
+            ..Default::default()
+        };
+        let (req, spans) = super::super::export::request(
+            &cfg,
+            txs.iter()
+                .chain(&[nth_tx(1), nth_tx(2)])
+                .map(|t| Box::new(t.clone())),
+        );
+        assert!(spans > 10 && req.resource_spans.len() > 2, "{spans}");
+        let links = req
+            .resource_spans
+            .iter()
+            .flat_map(|r| &r.scope_spans)
+            .flat_map(|s| &s.spans)
+            .map(|s| s.links.len())
+            .sum::<usize>();
+        assert!(links > 0);
+        assert_eq!(super::super::wire::encode(&req), req.encode_to_vec());
+    }
+}
