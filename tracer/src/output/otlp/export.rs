@@ -328,6 +328,8 @@ impl Exporter {
         let thread = std::thread::Builder::new()
             .name("otlp-export".into())
             .spawn(move || {
+                // Export is best effort: under contention the pipeline gets the CPU first.
+                crate::output::queue::yield_to_pipeline();
                 rt.block_on(drain(cfg, rx, &c));
                 let _ = done_tx.send(());
             })?;
