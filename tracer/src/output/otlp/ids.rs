@@ -161,6 +161,15 @@ pub enum Role {
         proto: u8,
         dns_id: u16,
     },
+    /// Another leg of the same transaction sent from the same socket with the same DNS id
+    /// (a forwarder asking several upstreams at once, dnsmasq's `all-servers`): the
+    /// `repeat`-th such leg (from 1) gets an id of its own. A serving node names the first.
+    QueryAgain {
+        client: SocketAddr,
+        proto: u8,
+        dns_id: u16,
+        repeat: u16,
+    },
     /// That query served by `server` (where it was delivered, after DNAT).
     Serve {
         client: SocketAddr,
@@ -186,6 +195,19 @@ pub fn span_id(key: &IdKey, trace: &[u8; 16], role: Role) -> [u8; 8] {
             write_socket(&mut h, client);
             h.write(&[proto]);
             h.write(&dns_id.to_be_bytes());
+        }
+        Role::QueryAgain {
+            client,
+            proto,
+            dns_id,
+            repeat,
+        } => {
+            h.write(b"c");
+            write_socket(&mut h, client);
+            h.write(&[proto]);
+            h.write(&dns_id.to_be_bytes());
+            h.write(b"#");
+            h.write(&repeat.to_be_bytes());
         }
         Role::Serve {
             client,

@@ -441,6 +441,26 @@ struct LegIds {
     server: Option<[u8; 8]>,
 }
 
+/// The role of leg `n`'s CLIENT span: [`Role::Query`], or [`Role::QueryAgain`] when an
+/// earlier leg of `tx` was sent from the same socket with the same DNS id.
+fn query_role(tx: &TransactionRecord, n: usize, l: &LegRecord) -> Role {
+    let same = |o: &&LegRecord| o.client == l.client && o.proto == l.proto && o.dns_id == l.dns_id;
+    let repeat = tx.legs.iter().take(n).filter(same).count();
+    match u16::try_from(repeat) {
+        Ok(0) => Role::Query {
+            client: l.client,
+            proto: l.proto,
+            dns_id: l.dns_id,
+        },
+        r => Role::QueryAgain {
+            client: l.client,
+            proto: l.proto,
+            dns_id: l.dns_id,
+            repeat: r.unwrap_or(u16::MAX),
+        },
+    }
+}
+
 /// The spans of one decided transaction, and its ids.
 pub fn build(cfg: &SpanConfig, tx: &TransactionRecord) -> (TraceIds, Vec<PlacedSpan>) {
     let ids = trace_ids(&cfg.key, tx);
@@ -458,19 +478,15 @@ pub fn build(cfg: &SpanConfig, tx: &TransactionRecord) -> (TraceIds, Vec<PlacedS
     let looped = tx.first_loop();
 
     // Ids first: a forwarded leg's parent is its parent leg's server span.
+    // Legs of one socket and DNS id (a forwarder asking several upstreams at once) would
+    // share a CLIENT span id: the later ones count their repeat (legs per transaction are
+    // capped, so the scan is bounded).
     let leg_ids: Vec<LegIds> = tx
         .legs
         .iter()
-        .map(|l| LegIds {
-            client: ids::span_id(
-                key,
-                &trace,
-                Role::Query {
-                    client: l.client,
-                    proto: l.proto,
-                    dns_id: l.dns_id,
-                },
-            ),
+        .enumerate()
+        .map(|(n, l)| LegIds {
+            client: ids::span_id(key, &trace, query_role(tx, n, l)),
             server: delivery(l).map(|_| {
                 ids::span_id(
                     key,

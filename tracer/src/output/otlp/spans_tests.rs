@@ -612,3 +612,51 @@ fn requests_are_encoded_as_prost_encodes_them() {
         assert_eq!(super::super::wire::encode(&req), req.encode_to_vec());
     }
 }
+
+/// A forwarder asking two upstreams at once from one socket with one DNS id (dnsmasq's
+/// `all-servers`): two legs, two CLIENT spans with ids of their own; the first keeps the id
+/// a serving node names as its parent.
+#[test]
+fn two_upstreams_asked_from_one_socket_and_id_are_two_spans() {
+    let cfg = SpanConfig::default();
+    let mut t = tx(Direction::Egress);
+    let mut second = t.legs[1].clone();
+    second.backend = addr("10.250.0.54:53");
+    second.server = addr("10.250.0.54:53");
+    for h in &mut second.hops {
+        if h.qr {
+            h.src = addr("10.250.0.54:53");
+        } else {
+            h.dst = addr("10.250.0.54:53");
+        }
+    }
+    t.legs.push(second);
+    let (ids, spans) = build(&cfg, &t);
+    assert_eq!(spans.len(), 7, "root, 3 client spans, 3 server spans");
+    let distinct: std::collections::HashSet<&[u8]> =
+        spans.iter().map(|p| p.span.span_id.as_slice()).collect();
+    assert_eq!(
+        distinct.len(),
+        spans.len(),
+        "every span has an id of its own"
+    );
+    let first = ids::span_id(
+        &cfg.key,
+        &ids.trace,
+        ids::Role::Query {
+            client: t.legs[1].client,
+            proto: t.legs[1].proto,
+            dns_id: t.legs[1].dns_id,
+        },
+    );
+    let forwards: Vec<&Span> = spans
+        .iter()
+        .map(|p| &p.span)
+        .filter(|s| s.name == "forward A")
+        .collect();
+    assert_eq!(forwards.len(), 2);
+    assert_eq!(forwards[0].span_id, first.to_vec());
+    assert_ne!(forwards[1].span_id, first.to_vec());
+    // Both are children of the CoreDNS pod's SERVER span.
+    assert_eq!(forwards[0].parent_span_id, forwards[1].parent_span_id);
+}
