@@ -7,7 +7,7 @@
 //! `pkg/proxy/nftables/proxier.go`), and a Service without endpoints from its
 //! `no-endpoint-services` map; in ipvs mode from the virtual services' real servers.
 use std::{
-    collections::{BTreeSet, HashMap, HashSet},
+    collections::HashMap,
     net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr},
     process::Command,
 };
@@ -259,37 +259,7 @@ pub fn parse_nft_json(text: &str) -> Result<(Vec<Service>, Vec<NoEndpoints>), Nf
             }
         }
     }
-    let mut out: Vec<Service> = Vec::new();
-    for (ip, port, name, chain) in entries {
-        let mut backends = BTreeSet::new();
-        let mut stack = vec![(chain, 0)];
-        let mut seen = HashSet::new();
-        while let Some((c, depth)) = stack.pop() {
-            if depth > 8 || !seen.insert(c.clone()) {
-                continue;
-            }
-            for d in dnat.get(&c).into_iter().flatten() {
-                let p = if d.port() == 0 { port } else { d.port() };
-                backends.insert(SocketAddr::new(d.ip(), p));
-            }
-            for j in jumps.get(&c).into_iter().flatten() {
-                stack.push((j.clone(), depth + 1));
-            }
-        }
-        match out.iter_mut().find(|s| s.ip == ip && s.port == port) {
-            Some(s) => {
-                s.backends.extend(backends);
-                s.backends.sort();
-                s.backends.dedup();
-            }
-            None => out.push(Service {
-                ip,
-                port,
-                name,
-                backends: backends.into_iter().collect(),
-            }),
-        }
-    }
+    let out = super::node::services_from_chains(entries, &dnat, &jumps);
     Ok((out, no_endpoints))
 }
 

@@ -368,7 +368,7 @@ fn resolved_forwards(pid: u32) -> Result<Vec<Forward>, ConfigError> {
 pub fn parse_iptables_nat(text: &str) -> Vec<Service> {
     let mut jumps: HashMap<String, Vec<String>> = HashMap::new();
     let mut dnat: HashMap<String, Vec<SocketAddr>> = HashMap::new();
-    let mut entries: Vec<(IpAddr, u16, Option<String>, String)> = Vec::new();
+    let mut entries: Vec<ServiceEntry> = Vec::new();
     for line in text.lines() {
         let w = words(line);
         if w.first().map(String::as_str) != Some("-A") {
@@ -394,6 +394,19 @@ pub fn parse_iptables_nat(text: &str) -> Vec<Service> {
             }
         }
     }
+    services_from_chains(entries, &dnat, &jumps)
+}
+
+/// A Service entry of kube-proxy's rules: its IP, port, name (a comment), first chain.
+pub(super) type ServiceEntry = (IpAddr, u16, Option<String>, String);
+
+/// Each Service entry's backends: the DNAT targets of the chains reached from its chain
+/// (through `jumps`, 8 deep at most, each chain once), in iptables and nftables mode alike.
+pub(super) fn services_from_chains(
+    entries: Vec<ServiceEntry>,
+    dnat: &HashMap<String, Vec<SocketAddr>>,
+    jumps: &HashMap<String, Vec<String>>,
+) -> Vec<Service> {
     let mut out: Vec<Service> = Vec::new();
     for (ip, port, name, chain) in entries {
         let mut backends = BTreeSet::new();
@@ -404,15 +417,19 @@ pub fn parse_iptables_nat(text: &str) -> Vec<Service> {
                 continue;
             }
             for d in dnat.get(&c).into_iter().flatten() {
-                let port = if d.port() == 0 { port } else { d.port() };
-                backends.insert(SocketAddr::new(d.ip(), port));
+                let p = if d.port() == 0 { port } else { d.port() };
+                backends.insert(SocketAddr::new(d.ip(), p));
             }
             for j in jumps.get(&c).into_iter().flatten() {
                 stack.push((j.clone(), depth + 1));
             }
         }
         match out.iter_mut().find(|s| s.ip == ip && s.port == port) {
-            Some(s) => s.backends.extend(backends),
+            Some(s) => {
+                s.backends.extend(backends);
+                s.backends.sort();
+                s.backends.dedup();
+            }
             None => out.push(Service {
                 ip,
                 port,

@@ -190,24 +190,21 @@ pub fn span_id(key: &IdKey, trace: &[u8; 16], role: Role) -> [u8; 8] {
             client,
             proto,
             dns_id,
-        } => {
-            h.write(b"c");
-            write_socket(&mut h, client);
-            h.write(&[proto]);
-            h.write(&dns_id.to_be_bytes());
         }
-        Role::QueryAgain {
+        | Role::QueryAgain {
             client,
             proto,
             dns_id,
-            repeat,
+            ..
         } => {
             h.write(b"c");
             write_socket(&mut h, client);
             h.write(&[proto]);
             h.write(&dns_id.to_be_bytes());
-            h.write(b"#");
-            h.write(&repeat.to_be_bytes());
+            if let Role::QueryAgain { repeat, .. } = role {
+                h.write(b"#");
+                h.write(&repeat.to_be_bytes());
+            }
         }
         Role::Serve {
             client,
