@@ -137,17 +137,7 @@ pub fn static_findings() -> StaticPart {
     let proxy = kube_proxy::read(&nat);
     let mut services = node::parse_iptables_nat(&nat);
     for s in proxy.services {
-        match services
-            .iter_mut()
-            .find(|x| x.ip == s.ip && x.port == s.port)
-        {
-            Some(x) => {
-                x.backends.extend(s.backends);
-                x.backends.sort();
-                x.backends.dedup();
-            }
-            None => services.push(s),
-        }
+        node::add_service(&mut services, s);
     }
     let view = node::read_node(services);
     let mut f = node::static_loops(&view);

@@ -424,21 +424,30 @@ pub(super) fn services_from_chains(
                 stack.push((j.clone(), depth + 1));
             }
         }
-        match out.iter_mut().find(|s| s.ip == ip && s.port == port) {
-            Some(s) => {
-                s.backends.extend(backends);
-                s.backends.sort();
-                s.backends.dedup();
-            }
-            None => out.push(Service {
+        add_service(
+            &mut out,
+            Service {
                 ip,
                 port,
                 name,
                 backends: backends.into_iter().collect(),
-            }),
-        }
+            },
+        );
     }
     out
+}
+
+/// Adds `s` to `out`, its backends joined (sorted, once each) to those of an entry of the
+/// same IP and port already there.
+pub(super) fn add_service(out: &mut Vec<Service>, s: Service) {
+    match out.iter_mut().find(|x| x.ip == s.ip && x.port == s.port) {
+        Some(x) => {
+            x.backends.extend(s.backends);
+            x.backends.sort();
+            x.backends.dedup();
+        }
+        None => out.push(s),
+    }
 }
 
 /// Shell-like words of an `iptables-save` line (double quotes group).
