@@ -332,7 +332,9 @@ impl<D: Detector> Correlator<D> {
                     .unwrap_or(r.ts_ns)
             })
         });
-        let latency = end_ts.and_then(|e| e.checked_sub(t.first_ts));
+        // An answer stamped before its query (clocks of merged captures, an event handed
+        // over after the reorder window) was still got: latency 0 rather than "unanswered".
+        let latency = end_ts.map(|e| e.saturating_sub(t.first_ts));
         let dropped = legs.iter().find_map(|l| l.drop.as_ref());
         let undelivered = final_root.undelivered_drop();
         let not_delivered = undelivered.is_some();

@@ -2567,3 +2567,36 @@ fn timeouts_of_gone_legs_are_swept_within_the_bound() {
     }
     assert!((0..10).all(|id| due.contains(&id)), "{due:?}");
 }
+
+/// An answer handed over long after the reorder window, stamped before its query (a merged
+/// capture's clocks, say): it was delivered, so the question was answered, with no negative
+/// latency, never "unanswered" with an rcode (found by the correlate fuzz target).
+#[test]
+fn answer_stamped_before_its_query_is_answered() {
+    let mut f = Feed::new();
+    f.see(
+        500 * MS,
+        at(3, 2, Direction::Egress),
+        "c",
+        "eth0",
+        UDP,
+        "10.244.1.2:5000",
+        "10.250.0.53:53",
+        msg(1, false, "o.test.", "A", "NOERROR", &[], false),
+    );
+    assert!(f.txs(600 * MS).is_empty());
+    f.see(
+        100 * MS,
+        at(3, 2, Direction::Ingress),
+        "c",
+        "eth0",
+        UDP,
+        "10.250.0.53:53",
+        "10.244.1.2:5000",
+        msg(1, true, "o.test.", "A", "NXDOMAIN", &[], false),
+    );
+    let txs = f.txs(10_000 * MS);
+    assert_eq!(txs.len(), 1, "{txs:?}");
+    assert_eq!(txs[0].outcome, Outcome::Answered, "{}", summary(&txs[0]));
+    assert_eq!(txs[0].rcode.as_deref(), Some("NXDOMAIN"));
+}
