@@ -2,7 +2,10 @@
 //! `fuzz/` (libFuzzer through `cargo fuzz`, on the rustup `nightly` these machines have:
 //! sanitizers need no `rust-src`), each for N seconds (default 60), seeded with the golden
 //! captures. A crash fails the run; its input is left in `fuzz/artifacts/TARGET/`, to become
-//! a regression test.
+//! a regression test. `--seed S` fixes libFuzzer's random seed: `cargo xtask test` uses
+//! [`CI_SEED`], so the gate replays the mutations a developer ran before landing rather than
+//! new ones each time (exploration is `cargo xtask fuzz` without a seed; the harness's hash
+//! maps still vary a little from run to run).
 use anyhow::anyhow;
 use std::{path::Path, process::Command};
 
@@ -22,6 +25,9 @@ const TARGETS: &[(&str, Option<&str>)] = &[
     ("otlp", None),
 ];
 
+/// libFuzzer's seed in `cargo xtask test`.
+pub const CI_SEED: u64 = 1;
+
 /// cargo-fuzz, pinned.
 const CARGO_FUZZ: &str = "cargo-fuzz@0.13.2";
 
@@ -37,7 +43,7 @@ fn ensure_cargo_fuzz() -> Result<()> {
     Ok(())
 }
 
-pub fn run_targets(seconds: u64, only: &[String]) -> Result<()> {
+pub fn run_targets(seconds: u64, seed: Option<u64>, only: &[String]) -> Result<()> {
     if let Some(other) = only.iter().find(|t| !TARGETS.iter().any(|(n, _)| n == t)) {
         return Err(anyhow!("fuzz: unknown argument or target {other:?}"));
     }
@@ -59,6 +65,9 @@ pub fn run_targets(seconds: u64, only: &[String]) -> Result<()> {
         cmd.arg("--").arg(format!("-max_total_time={seconds}"));
         // Captures of a few packets say as much as big ones, and run 100× faster.
         cmd.arg("-max_len=65536");
+        if let Some(seed) = seed {
+            cmd.arg(format!("-seed={seed}"));
+        }
         eprintln!("xtask: fuzzing {target} for {seconds} s");
         run(&mut cmd).map_err(|e| {
             anyhow!("fuzz target {target}: {e:#} (inputs in fuzz/artifacts/{target}/)")

@@ -6,10 +6,10 @@
 //!   cargo xtask image    setup, build, then the container image localhost/dnspath (buildah)
 //!   cargo xtask demo     setup, build, start the lab, trace a few queries through it
 //!   cargo xtask test     setup, then every test (as root: lab tests included), then vm-test,
-//!                        then 30 s of each fuzz target
+//!                        then 30 s of each fuzz target (seed 1)
 //!   cargo xtask bless    build, then rewrite the golden outputs under tests/golden/ from it
 //!   cargo xtask captures [NAME...]  make the golden captures again (lab ones as root), bless
-//!   cargo xtask fuzz [--seconds N] [TARGET...]  the fuzz targets of fuzz/ (cargo fuzz,
+//!   cargo xtask fuzz [--seconds N] [--seed S] [TARGET...]  the fuzz targets of fuzz/ (cargo fuzz,
 //!                        nightly), N seconds each (default 60); `test` runs a short campaign
 //!   cargo xtask vm-test [SERIES|host...]  the kernel_matrix lab test on each kernel nodes
 //!                        run (in VMs) and on the host
@@ -80,6 +80,9 @@ enum Cmd {
         /// Seconds of each target.
         #[arg(long, value_name = "N", default_value_t = 60)]
         seconds: u64,
+        /// libFuzzer's random seed (default: a new one each run; `test` uses 1).
+        #[arg(long, value_name = "S")]
+        seed: Option<u64>,
         /// Only these targets (default: all).
         #[arg(value_name = "TARGET")]
         targets: Vec<String>,
@@ -116,9 +119,11 @@ fn main() -> ExitCode {
             .and_then(|bin| vm::run_matrix(&bin, &only)),
         Cmd::Image => setup().and_then(|()| image::run()),
         Cmd::Bless => build_release().and_then(|bin| golden::bless(&bin)),
-        Cmd::Fuzz { seconds, targets } => {
-            setup().and_then(|()| fuzz::run_targets(seconds, &targets))
-        }
+        Cmd::Fuzz {
+            seconds,
+            seed,
+            targets,
+        } => setup().and_then(|()| fuzz::run_targets(seconds, seed, &targets)),
         Cmd::Captures { names } => setup()
             .and_then(|()| build_release())
             .and_then(|bin| golden::captures(&bin, &names)),
@@ -159,15 +164,19 @@ mod cli_tests {
             panic!("not test")
         };
         assert_eq!(args, ["-p", "tracer", "--lib"]);
-        let Cmd::Fuzz { seconds, targets } = parse(&["fuzz", "--seconds", "5", "dns_message"])
+        let Cmd::Fuzz {
+            seconds,
+            seed,
+            targets,
+        } = parse(&["fuzz", "--seconds", "5", "--seed", "7", "dns_message"])
             .unwrap()
             .command
         else {
             panic!("not fuzz")
         };
         assert_eq!(
-            (seconds, targets.as_slice()),
-            (5, &["dns_message".to_owned()][..])
+            (seconds, seed, targets.as_slice()),
+            (5, Some(7), &["dns_message".to_owned()][..])
         );
         let Cmd::VmTest { only } = parse(&["vm-test", "6.1", "host"]).unwrap().command else {
             panic!("not vm-test")

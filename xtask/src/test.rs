@@ -40,8 +40,8 @@ pub fn run_all(extra: &[String]) -> Result<()> {
         .args(["--", "--test-threads=1"]));
     // The kernels nodes run, whatever the tests above said.
     let matrix = vm::run_matrix(&bin, &[]);
-    // A short fuzz campaign of every target (the long ones are recorded in README).
-    let fuzz = fuzz::run_targets(30, &[]);
+    // A short fuzz campaign of every target, seeded (the long ones are recorded in README).
+    let fuzz = fuzz::run_targets(30, Some(fuzz::CI_SEED), &[]);
     let failed: Vec<String> = [tests, matrix, fuzz]
         .into_iter()
         .filter_map(|r| r.err())
