@@ -2600,3 +2600,52 @@ fn answer_stamped_before_its_query_is_answered() {
     assert_eq!(txs[0].outcome, Outcome::Answered, "{}", summary(&txs[0]));
     assert_eq!(txs[0].rcode.as_deref(), Some("NXDOMAIN"));
 }
+
+/// A retry of a transaction that already holds all the legs it may keep begins a transaction
+/// of its own: no transaction outgrows the cap, and the retry's answer still answers (found
+/// by the correlate fuzz target: a retry joined a full transaction without the cap check).
+#[test]
+fn a_retry_of_a_full_transaction_begins_its_own_and_is_answered() {
+    let mut f = Feed {
+        c: Correlator::new(
+            CorrelateConfig {
+                max_legs_per_transaction: 2,
+                ..CorrelateConfig::default()
+            },
+            Clock::Epoch,
+        ),
+        out: vec![],
+    };
+    let p = at(3, 2, Direction::Egress);
+    let q = |id| msg(id, false, "slow.test.", "A", "NOERROR", &[], false);
+    for (i, id) in [1u16, 2, 3].into_iter().enumerate() {
+        f.see(
+            MS + i as u64 * 1_000 * MS,
+            p,
+            "client",
+            "eth0",
+            UDP,
+            "10.244.1.2:5000",
+            "10.96.0.10:53",
+            q(id),
+        );
+    }
+    f.see(
+        2_020 * MS,
+        at(3, 2, Direction::Ingress),
+        "client",
+        "eth0",
+        UDP,
+        "10.96.0.10:53",
+        "10.244.1.2:5000",
+        msg(3, true, "slow.test.", "A", "NOERROR", &["10.1.1.1"], false),
+    );
+    let txs = f.txs(30_000 * MS);
+    assert_eq!(txs.len(), 2, "{txs:?}");
+    assert!(txs.iter().all(|t| t.legs.len() <= 2), "{txs:?}");
+    let (first, third) = (&txs[0], &txs[1]);
+    assert_eq!(first.legs.len(), 2, "{}", summary(first));
+    assert_eq!(first.legs[1].role, LegRole::Retry);
+    assert_eq!(third.legs.len(), 1, "{}", summary(third));
+    assert_eq!(third.outcome, Outcome::Answered, "{}", summary(third));
+}
