@@ -167,6 +167,25 @@ fn the_serving_node_names_the_client_nodes_span() {
     assert_eq!(b_serve.events.len(), 5, "B's hops on its server span");
 }
 
+/// Node B sees node A's client's query arrive, and its last hop here leaves the node (no
+/// delivery seen, so no SERVER span), yet a forwarder's query from the backend follows: the
+/// forward's CLIENT span names node A's client span, which exists there, never an id no node
+/// writes (found by the otlp fuzz target).
+#[test]
+fn a_forward_of_a_query_not_seen_delivered_names_the_client_nodes_span() {
+    let cfg = SpanConfig::default();
+    let (_, a) = build(&cfg, &tx(Direction::Egress));
+    let mut t = tx(Direction::Ingress);
+    t.legs[0].hops.truncate(2);
+    assert!(delivery(&t.legs[0]).is_none());
+    let (_, b) = build(&cfg, &t);
+    let a_query = by_name(&a, "query A");
+    let forward = by_name(&b, "forward A");
+    assert_eq!(forward.parent_span_id, a_query.span_id);
+    assert!(b.iter().all(|p| p.span.span_id != a_query.span_id));
+    assert_eq!(crate::fuzzing::check_otlp(&cfg, &t), Ok(b.len() as u64));
+}
+
 #[test]
 fn a_drop_is_an_error_event() {
     let mut t = tx(Direction::Egress);
