@@ -473,10 +473,14 @@ pub fn transaction_summary(t: &TransactionRecord) -> String {
                 1..=3 => format!(" {}", t.answers.join(", ")),
                 n => format!(" {}, … ({n} answers)", t.answers[..2].join(", ")),
             };
-            let lat = dur(t.latency_ns.unwrap_or(0));
+            // Unknown when the answer is stamped before its query (merged captures' clocks).
+            let (at, lat) = match t.latency_ns {
+                Some(ns) => (format!(" at +{}", dur(ns)), format!(" in {}", dur(ns))),
+                None => (String::new(), " (latency unknown)".to_owned()),
+            };
             let how = match how {
                 Answered::OverTcp => {
-                    format!("truncated, retried over TCP, {rcode}{answers} at +{lat}")
+                    format!("truncated, retried over TCP, {rcode}{answers}{at}")
                 }
                 Answered::AfterTimeout { timeout_ns, drop } => {
                     let cause = match drop {
@@ -486,11 +490,11 @@ pub fn transaction_summary(t: &TransactionRecord) -> String {
                         None => String::new(),
                     };
                     format!(
-                        "{cause}timeout after {:.1} s, retried, answered at +{lat}: {rcode}{answers}",
+                        "{cause}timeout after {:.1} s, retried, answered{at}: {rcode}{answers}",
                         seconds(*timeout_ns)
                     )
                 }
-                Answered::Directly => format!("{rcode}{answers} in {lat}"),
+                Answered::Directly => format!("{rcode}{answers}{lat}"),
             };
             match &t.answer_cut {
                 Some(c) => format!("{how}; {}", cut_note(c, t.answers.len())),

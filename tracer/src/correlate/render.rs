@@ -333,12 +333,14 @@ impl<D: Detector> Correlator<D> {
             })
         });
         // An answer stamped before its query (clocks of merged captures, an event handed
-        // over after the reorder window) was still got: latency 0 rather than "unanswered".
-        let latency = end_ts.map(|e| e.saturating_sub(t.first_ts));
+        // over after the reorder window) was still got: the outcome is decided from when it
+        // came (at 0 at the earliest), but its latency is unknown, not 0, as its leg's is.
+        let answer_ns = end_ts.map(|e| e.saturating_sub(t.first_ts));
+        let latency = end_ts.and_then(|e| e.checked_sub(t.first_ts));
         let dropped = legs.iter().find_map(|l| l.drop.as_ref());
         let undelivered = final_root.undelivered_drop();
         let not_delivered = undelivered.is_some();
-        let (outcome, summary) = match (&final_root.response, latency) {
+        let (outcome, summary) = match (&final_root.response, answer_ns) {
             (Some(_), Some(answer_ns)) if undelivered.is_some_and(socket_closed) => {
                 let d = undelivered.map(|d| (d.reason.clone(), d.location.clone()));
                 let (reason, location) = d.unwrap_or_default();

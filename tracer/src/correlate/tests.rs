@@ -2599,6 +2599,10 @@ fn answer_stamped_before_its_query_is_answered() {
     assert_eq!(txs.len(), 1, "{txs:?}");
     assert_eq!(txs[0].outcome, Outcome::Answered, "{}", summary(&txs[0]));
     assert_eq!(txs[0].rcode.as_deref(), Some("NXDOMAIN"));
+    // No negative latency, and no made-up 0 either: unknown, for the transaction as its leg.
+    assert_eq!(txs[0].latency_ns, None);
+    assert_eq!(txs[0].legs[0].latency_ns, None);
+    assert_eq!(summary(&txs[0]), "NXDOMAIN (latency unknown)");
 }
 
 /// A retry of a transaction that already holds all the legs it may keep begins a transaction
