@@ -1395,3 +1395,39 @@ fn kubelets_cluster_dns_and_resolv_conf_are_checked() {
     assert_eq!(out.status.code(), Some(0), "{r:#}");
     assert!(r["checked"]["kubelet"].is_null(), "{r:#}");
 }
+
+/// From a debug container whose image carries dnspath alone (here: a `PATH` without
+/// `iptables-save` or `nft`), doctor runs the host's own programs chrooted into the host root:
+/// the DNS Service is still read from kube-proxy's rules. Under a host root without them, it
+/// is not: the programs really came from the root.
+#[test]
+fn kube_proxy_rules_are_read_with_the_hosts_own_programs() {
+    let Some(lab) = lab() else { return };
+    let node = lab.node_ns().to_owned();
+    let run = |root: Option<&Path>| {
+        let r = root.map(|p| p.to_string_lossy().into_owned());
+        let mut args = vec!["doctor", "-o", "json", "--duration", "1s"];
+        if let Some(r) = &r {
+            args.extend(["--host-root", r.as_str()]);
+        }
+        let t = Tracer::start_under(
+            &lab,
+            &node,
+            &["env", "PATH=/nonexistent"],
+            &args,
+            true,
+            Duration::from_secs(30),
+        )
+        .unwrap();
+        report(&t.wait())
+    };
+    let r = run(None);
+    assert_eq!(r["checked"]["services"], 1, "{r:#}");
+    assert_eq!(
+        r["checked"]["kube_proxy_mode"],
+        serde_json::json!(["iptables"]),
+        "{r:#}"
+    );
+    let r = run(Some(&host_root(&lab)));
+    assert_eq!(r["checked"]["services"], 0, "{r:#}");
+}

@@ -9,7 +9,6 @@
 use std::{
     collections::HashMap,
     net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr},
-    process::Command,
 };
 
 use serde_json::Value;
@@ -67,7 +66,7 @@ pub fn modes(
 
 /// `nft -j list table FAMILY kube-proxy`, if the binary runs and the table exists.
 fn nft_table(family: &str) -> Option<String> {
-    let o = Command::new("nft")
+    let o = crate::host::command("nft")?
         .args(["-j", "list", "table", family, "kube-proxy"])
         .output()
         .ok()?;

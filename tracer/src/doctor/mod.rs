@@ -4,7 +4,7 @@
 //! folds loops, races, drops and transactions into findings ([`traffic`]), then prints them
 //! ([`finding`]) ranked by severity. Exit status by the worst finding
 //! ([`Severity::exit_status`]). Schema of `-o json`: docs/doctor.md.
-use std::{io::Write, process::Command, time::Duration};
+use std::{io::Write, time::Duration};
 
 use serde::Serialize;
 
@@ -113,7 +113,10 @@ fn nat_rules() -> String {
 fn save_rules(table: &str) -> String {
     let mut all = String::new();
     for prog in ["iptables-nft-save", "iptables-legacy-save", "iptables-save"] {
-        if let Ok(o) = Command::new(prog).args(["-t", table]).output() {
+        let Some(mut cmd) = crate::host::command(prog) else {
+            continue;
+        };
+        if let Ok(o) = cmd.args(["-t", table]).output() {
             if o.status.success() {
                 all.push_str(&String::from_utf8_lossy(&o.stdout));
             }
