@@ -341,7 +341,8 @@ impl TrafficFolder {
     }
 
     fn loop_findings(&self, out: &mut Vec<Finding>) {
-        // One finding per cycle: each question that entered it is one loop record.
+        // One finding per cycle: each question that entered it is one loop record, whichever
+        // server of the cycle it entered at (A → B and B → A are one cycle).
         let mut by_cycle: BTreeMap<Vec<String>, Vec<&LoopRecord>> = BTreeMap::new();
         for l in self.loops.values() {
             let path: Vec<String> = l
@@ -359,7 +360,7 @@ impl TrafficFolder {
                     }
                 })
                 .collect();
-            by_cycle.entry(path).or_default().push(l);
+            by_cycle.entry(from_least(path)).or_default().push(l);
         }
         for (path, loops) in by_cycle {
             let Some(first) = loops.first() else { continue };
@@ -394,10 +395,11 @@ impl TrafficFolder {
                     .map(ToString::to_string)
                     .collect();
                 f.evidence.push(format!(
-                    "{} {}: {} hops, {} packets/s at the last count, clients {}",
+                    "{} {}: {} hop{}, {} packets/s at the last count, clients {}",
                     l.question.name,
                     l.question.qtype,
                     l.hop_count,
+                    if l.hop_count == 1 { "" } else { "s" },
                     l.rate_pps,
                     if c.is_empty() {
                         "-".to_owned()
@@ -464,6 +466,17 @@ impl TrafficFolder {
             out.push(f);
         }
     }
+}
+
+/// A cycle's servers from its least (by name), so that each rotation of one cycle is one key.
+fn from_least(mut path: Vec<String>) -> Vec<String> {
+    let least = path
+        .iter()
+        .enumerate()
+        .min_by(|a, b| a.1.cmp(b.1))
+        .map_or(0, |(i, _)| i);
+    path.rotate_left(least);
+    path
 }
 
 #[cfg(test)]

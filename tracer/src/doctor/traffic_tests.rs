@@ -224,3 +224,25 @@ fn ndots_amplification_needs_many_lookups() {
     assert_eq!(found[0].kind, FindingKind::NdotsAmplification);
     assert_eq!(found[0].count, NDOTS_MIN_LOOKUPS);
 }
+
+/// Two questions entering one cycle at its two servers are one cycle, one finding.
+#[test]
+fn each_rotation_of_a_cycle_is_one_key() {
+    let p = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+    let a_b = from_least(p(&["10.244.1.4:53 (node)", "10.244.1.3:53 (node)"]));
+    let b_a = from_least(p(&["10.244.1.3:53 (node)", "10.244.1.4:53 (node)"]));
+    assert_eq!(a_b, b_a);
+    assert_eq!(a_b[0], "10.244.1.3:53 (node)");
+    let three = from_least(p(&["c", "a", "b"]));
+    assert_eq!(
+        three,
+        p(&["a", "b", "c"]),
+        "the order round the cycle is kept"
+    );
+    assert_ne!(
+        from_least(p(&["a", "c", "b"])),
+        three,
+        "the other direction is another cycle"
+    );
+    assert!(from_least(Vec::new()).is_empty());
+}
