@@ -64,10 +64,17 @@ pub fn find(prog: &str, path: Option<&OsStr>, root: &Path) -> Option<Found> {
     {
         return Some(Found::Own(own));
     }
+    // A symlink under the root counts as it is: its target (Debian's `/etc/alternatives/…`)
+    // is absolute, so it resolves only inside the chroot the program runs in.
+    let in_root = |p: &Path| {
+        p.symlink_metadata()
+            .is_ok_and(|m| m.file_type().is_symlink())
+            || runnable(p)
+    };
     HOST_BIN_DIRS
         .iter()
         .map(|d| Path::new(d).join(prog))
-        .find(|inside| runnable(&under(root, &inside.to_string_lossy())))
+        .find(|inside| in_root(&under(root, &inside.to_string_lossy())))
         .map(Found::Host)
 }
 
@@ -124,6 +131,16 @@ mod tests {
         assert_eq!(
             find("nft", Some(&path), &root),
             Some(Found::Own(own.join("nft")))
+        );
+        // A link to an absolute path that exists only inside the root (alternatives).
+        std::os::unix::fs::symlink(
+            "/nonexistent-outside-the-root/iptables-nft-save",
+            root.join("usr/sbin/iptables-nft-save"),
+        )
+        .unwrap();
+        assert_eq!(
+            find("iptables-nft-save", Some(&path), &root),
+            Some(Found::Host(PathBuf::from("/usr/sbin/iptables-nft-save")))
         );
         // Not runnable, or nowhere: not found.
         std::fs::write(root.join("usr/sbin/iptables-save"), "").unwrap();
