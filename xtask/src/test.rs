@@ -24,7 +24,7 @@ pub fn run_all(extra: &[String]) -> Result<()> {
     }
     // The binary under test must exist before the integration tests spawn it.
     let bin = build_release()?;
-    let (mut tests, failures) = run_noting_failures(&mut cargo_test(extra, &[]));
+    let (mut tests, Outcome { failures, .. }) = run_noting_failures(&mut cargo_test(extra, &[]));
     // A test that failed is run once more, alone: on two noisy cores a lab test bound by
     // timing can miss once. One that fails again fails the run; one that passes is named
     // as flaky at the end, with its first failure's report.
@@ -34,9 +34,10 @@ pub fn run_all(extra: &[String]) -> Result<()> {
             .iter()
             .map(|f| {
                 eprintln!("xtask: running the failed test {} again, alone", f.name);
-                run_noting_failures(&mut cargo_test(extra, &["--exact", &f.name]))
-                    .0
-                    .is_ok()
+                // A filter that matched nothing also "passes": the test must have run.
+                let (result, again) =
+                    run_noting_failures(&mut cargo_test(extra, &["--exact", &f.name]));
+                result.is_ok() && again.passed >= 1
             })
             .collect();
         if again.iter().all(|ok| *ok) {
@@ -99,10 +100,10 @@ fn cargo_test(extra: &[String], filter: &[&str]) -> Command {
 /// Runs the test command with its stdout passed through line by line, and returns, beside its
 /// result, the harness's report of each failed test (`---- name stdout ----` up to the next one),
 /// each cut to [`REPORT_LINES`] lines.
-fn run_noting_failures(cmd: &mut Command) -> (Result<()>, Vec<Failure>) {
+fn run_noting_failures(cmd: &mut Command) -> (Result<()>, Outcome) {
     let mut child = match cmd.stdout(Stdio::piped()).spawn() {
         Ok(child) => child,
-        Err(e) => return (Err(anyhow!("{cmd:?}: {e}")), Vec::new()),
+        Err(e) => return (Err(anyhow!("{cmd:?}: {e}")), Outcome::default()),
     };
     let mut reports = FailureReports::default();
     if let Some(out) = child.stdout.take() {
@@ -132,6 +133,13 @@ fn run_noting_failures(cmd: &mut Command) -> (Result<()>, Vec<Failure>) {
 /// How many lines of one failed test's report are repeated at the end: its first and last.
 const REPORT_LINES: usize = 40;
 
+/// What a test run's output said: the tests that passed, and those that failed.
+#[derive(Debug, Default)]
+struct Outcome {
+    passed: usize,
+    failures: Vec<Failure>,
+}
+
 /// A failed test: its name, and libtest's report of it (cut).
 #[derive(Debug)]
 struct Failure {
@@ -144,11 +152,15 @@ struct Failure {
 struct FailureReports {
     done: Vec<Failure>,
     current: Option<Vec<String>>,
+    passed: usize,
 }
 
 impl FailureReports {
     fn line(&mut self, line: &str) {
         let line = line.trim_end_matches(['\n', '\r']);
+        if line.starts_with("test ") && line.ends_with(" ... ok") {
+            self.passed += 1;
+        }
         let starts = line.starts_with("---- ") && line.ends_with(" ----");
         // libtest ends the reports with a second "failures:" line that lists their names.
         if starts || line == "failures:" || line.starts_with("test result:") {
@@ -187,9 +199,12 @@ impl FailureReports {
         self.done.push(Failure { name, report });
     }
 
-    fn done(mut self) -> Vec<Failure> {
+    fn done(mut self) -> Outcome {
         self.finish();
-        self.done
+        Outcome {
+            passed: self.passed,
+            failures: self.done,
+        }
     }
 }
 
@@ -197,12 +212,16 @@ impl FailureReports {
 mod tests {
     use super::*;
 
-    fn failures(text: &str) -> Vec<Failure> {
+    fn outcome(text: &str) -> Outcome {
         let mut r = FailureReports::default();
         for line in text.lines() {
             r.line(line);
         }
         r.done()
+    }
+
+    fn failures(text: &str) -> Vec<Failure> {
+        outcome(text).failures
     }
 
     fn reports(text: &str) -> Vec<String> {
@@ -223,6 +242,12 @@ mod tests {
         assert!(reports("running 1 test\ntest a ... ok\ntest result: ok.\n").is_empty());
         let names: Vec<String> = failures(out).into_iter().map(|f| f.name).collect();
         assert_eq!(names, ["b", "c"]);
+        assert_eq!(outcome(out).passed, 1);
+        // A rerun whose filter matched nothing ran no test: it cannot vouch for one.
+        assert_eq!(
+            outcome("running 0 tests\n\ntest result: ok. 0 passed\n").passed,
+            0
+        );
     }
 
     #[test]
