@@ -391,8 +391,8 @@ impl<D: Detector> Correlator<D> {
         }
         let latest = latest?;
         // A transaction with all the legs it may keep takes no more attempts either: this one
-        // begins a transaction of its own (not stored, its answer would be an orphan and the
-        // client's answered retry an unanswered transaction).
+        // begins a transaction of its own. (Left out instead, its answer would be an orphan
+        // and the client's answered retry part of an unanswered transaction.)
         let legs = self.txs.get(&latest.tx).map(|t| t.legs.len()).unwrap_or(0);
         if legs >= MAX_ATTEMPTS.min(self.cfg.max_legs_per_transaction) {
             return None;
