@@ -1,6 +1,8 @@
 //! Lookups: transactions of one client (address and namespace) asking a name and its
 //! search-list expansions (`name.ns.svc.cluster.local`, …, `name.`) within a window share
-//! a lookup id, and each is a step of it.
+//! a lookup id, and each is a step of it. Resolvers (glibc, musl, Go) walk the search list
+//! forward, asking A and AAAA of a step and retrying it before the next: a client asking an
+//! earlier step again has started the lookup over, and that is a new lookup.
 use std::{
     collections::{hash_map::Entry, HashMap},
     net::IpAddr,
@@ -11,6 +13,8 @@ struct LookupState {
     id: u64,
     /// Names asked so far, lowercase, in order (distinct).
     names: Vec<String>,
+    /// The latest step asked (an index into `names`).
+    step: usize,
     last_ts: u64,
 }
 
@@ -47,22 +51,23 @@ impl Lookups {
         let new_state = |id| LookupState {
             id,
             names: vec![name.to_string()],
+            step: 0,
             last_ts: ts,
         };
         // One hash of the key in the usual case: found, or room for a new one.
         let key = match self.by_client.entry((client, netns.into())) {
             Entry::Occupied(mut e) => {
                 let state = e.get_mut();
-                let related = state.names.iter().any(|n| same_lookup_names(n, name));
+                let asked = state.names.iter().position(|n| n == name);
+                let related = asked.is_some_and(|i| i >= state.step)
+                    || (asked.is_none() && state.names.iter().any(|n| same_lookup_names(n, name)));
                 if related && ts.saturating_sub(state.last_ts) <= window {
                     state.last_ts = ts;
-                    let step = match state.names.iter().position(|n| n == name) {
-                        Some(i) => i,
-                        None => {
-                            state.names.push(name.to_string());
-                            state.names.len() - 1
-                        }
-                    };
+                    let step = asked.unwrap_or_else(|| {
+                        state.names.push(name.to_string());
+                        state.names.len() - 1
+                    });
+                    state.step = step;
                     return (state.id, step as u32);
                 }
                 let id = new_id();
@@ -163,10 +168,14 @@ mod tests {
         let c = ip("10.0.0.5");
         let a = l.assign(c, "ns1", "web.default.svc.cluster.local.", 0, &mut id);
         let b = l.assign(c, "ns1", "web.svc.cluster.local.", SEC, &mut id);
-        let again = l.assign(c, "ns1", "web.default.svc.cluster.local.", 2 * SEC, &mut id);
+        let retry = l.assign(c, "ns1", "web.svc.cluster.local.", 2 * SEC, &mut id);
         assert_eq!(a, (11, 0));
         assert_eq!(b, (11, 1));
-        assert_eq!(again, (11, 0), "a name asked again keeps its step");
+        assert_eq!(
+            retry,
+            (11, 1),
+            "a step asked again (AAAA, a retry) keeps its step"
+        );
         // Another namespace, another name, or too late: a new lookup each.
         assert_eq!(
             l.assign(c, "ns2", "web.svc.cluster.local.", 2 * SEC, &mut id)
@@ -175,6 +184,36 @@ mod tests {
         );
         assert_eq!(l.assign(c, "ns1", "other.example.", 2 * SEC, &mut id).0, 13);
         assert_eq!(l.assign(c, "ns1", "other.", 9 * SEC, &mut id).0, 14);
+    }
+
+    /// A client looking the same name up again and again (a loop of `getent`): each walk of
+    /// the search list from its first step is a lookup of its own, not one lookup.
+    #[test]
+    fn the_first_step_asked_again_is_a_new_lookup() {
+        let mut l = Lookups::new(3 * SEC, 100);
+        let mut next = 0;
+        let mut id = || {
+            next += 1;
+            next
+        };
+        let c = ip("10.0.0.5");
+        let steps = [
+            "www.lab.test.default.svc.cluster.local.",
+            "www.lab.test.svc.cluster.local.",
+            "www.lab.test.cluster.local.",
+            "www.lab.test.",
+        ];
+        for round in 1..=3u64 {
+            for (i, name) in steps.iter().enumerate() {
+                let ts = round * 100 + i as u64;
+                // A and AAAA of each step.
+                assert_eq!(l.assign(c, "ns", name, ts, &mut id), (round, i as u32));
+                assert_eq!(l.assign(c, "ns", name, ts, &mut id), (round, i as u32));
+            }
+        }
+        // A later step again (its retry) is no new lookup; an earlier one is.
+        assert_eq!(l.assign(c, "ns", steps[3], 400, &mut id), (3, 3));
+        assert_eq!(l.assign(c, "ns", steps[1], 401, &mut id), (4, 0));
     }
 
     #[test]
