@@ -1431,3 +1431,204 @@ fn kube_proxy_rules_are_read_with_the_hosts_own_programs() {
     let r = run(Some(&host_root(&lab)));
     assert_eq!(r["checked"]["services"], 0, "{r:#}");
 }
+
+/// ndots:5 clients (the client pod's resolv.conf as kubelet writes it) asking an external
+/// name with glibc: each lookup goes through the three search domains' NXDOMAINs before its
+/// answer, an `ndots_amplification` finding (info, exit 0) with the queries it cost and what
+/// a trailing dot and `ndots:2` would save. The same lookups with a trailing dot: no finding.
+#[test]
+fn ndots_5_clients_asking_external_names_are_an_ndots_amplification() {
+    let Some(lab) = lab() else { return };
+    let lookups = |name: &str| {
+        let script =
+            format!("for i in $(seq 12); do getent ahostsv4 {name} >/dev/null || echo FAIL; done");
+        let o = lab.exec(lab.client_ns(), &["sh", "-c", &script]);
+        assert!(o.status.success() && o.stdout.is_empty(), "{o:?}");
+    };
+    let t = doctor(&lab, 4);
+    lookups("www.lab.test");
+    let out = t.wait();
+    let r = report(&out);
+    assert_eq!(kinds(&r), ["ndots_amplification"], "{r:#}");
+    assert_eq!(r["worst"], "info");
+    assert_eq!(out.status.code(), Some(0), "info is no failure: {r:#}");
+    let f = finding(&r, "ndots_amplification");
+    assert_eq!(f["count"], 12, "{f:#}");
+    assert_eq!(f["subject"], lab.client_ns(), "{f:#}");
+    // ahostsv4: A only, for each of the three search domains and then the name itself.
+    let ev: Vec<&str> = f["evidence"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e.as_str().unwrap())
+        .collect();
+    assert!(
+        ev.contains(&"NXDOMAIN: www.lab.test.default.svc.cluster.local."),
+        "{f:#}"
+    );
+    assert!(
+        ev.contains(&"48 queries for these 12 lookups (4.0 per lookup), 36 of them NXDOMAIN"),
+        "{f:#}"
+    );
+    // www.lab.test has two dots: asked first under ndots:2 as with a trailing dot.
+    assert!(
+        ev.contains(&"a trailing dot on the names asked would save 36 of the 48 queries (75%); `ndots:2` would save 36 (75%)"),
+        "{f:#}"
+    );
+    assert!(f["fix"].as_str().unwrap().contains("ndots"), "{f:#}");
+
+    let t = doctor(&lab, 3);
+    lookups("www.lab.test.");
+    let out = t.wait();
+    let r = report(&out);
+    assert_eq!(kinds(&r), Vec::<&str>::new(), "{r:#}");
+    assert!(
+        r["checked"]["transactions"].as_u64().unwrap() >= 12,
+        "{r:#}"
+    );
+}
+
+/// A pod of its own where a real named serves a zone whose file does not load: SERVFAIL.
+const SERVFAIL_SERVER: &str = "10.250.0.57";
+
+/// Both "CoreDNS" pods forwarding to an upstream that never answers (a socket nobody reads):
+/// the Service address the client asked and the upstream are each an `unanswered_queries`
+/// warning, with the names. Then forwarding to a real named whose zone failed to load: each is
+/// a `servfail` warning instead, and nothing is unanswered.
+#[test]
+fn an_upstream_that_never_answers_or_servfails_is_named() {
+    let Some(mut lab) = lab() else { return };
+    let svc = format!("{}:53", lab.cluster_ip());
+    let ask = |lab: &Lab, zone: &str| {
+        for i in 0..5 {
+            let _ = lab.dig(&["+time=1", "+tries=1", &format!("q{i}.{zone}."), "A"]);
+        }
+    };
+    let forward_all = |lab: &mut Lab, to: &str| {
+        let to: std::net::SocketAddr = format!("{to}:53").parse().unwrap();
+        for i in 0..2 {
+            lab.reconfigure_dns_pod(
+                i,
+                DnsPodConfig::new(DnsServerKind::Dnsdist).forwarding_to(to),
+            )
+            .unwrap();
+        }
+    };
+    let subjects = |r: &Value, kind: &str| -> Vec<String> {
+        let mut s: Vec<String> = r["findings"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|f| f["kind"] == kind)
+            .map(|f| f["subject"].as_str().unwrap().to_owned())
+            .collect();
+        s.sort();
+        s
+    };
+
+    let hole = Hole::new(&lab).unwrap();
+    let hole_at = format!("{}:53", lab::hole::HOLE_ADDR);
+    forward_all(&mut lab, lab::hole::HOLE_ADDR);
+    // Queries still unanswered when the watch ends are pending, not unanswered: a timeout of
+    // 1 s decides them within it.
+    let t = Tracer::start(
+        &lab,
+        lab.node_ns(),
+        &["doctor", "-o", "json", "--duration", "8s", "--timeout", "1"],
+    )
+    .unwrap();
+    ask(&lab, "void.lab.test");
+    let out = t.wait();
+    drop(hole);
+    let r = report(&out);
+    assert_eq!(out.status.code(), Some(1), "warning: {r:#}");
+    let mut want = vec![hole_at.clone(), svc.clone()];
+    want.sort();
+    assert_eq!(subjects(&r, "unanswered_queries"), want, "{r:#}");
+    assert_eq!(subjects(&r, "servfail"), Vec::<String>::new(), "{r:#}");
+    let f = finding(&r, "unanswered_queries");
+    assert_eq!(f["count"], 5, "{f:#}");
+    assert!(
+        f["seen"]
+            .as_str()
+            .unwrap()
+            .contains("left 5 of 5 queries unanswered (100%)"),
+        "{f:#}"
+    );
+    assert!(
+        f["evidence"]
+            .to_string()
+            .contains("unanswered: q0.void.lab.test."),
+        "{f:#}"
+    );
+
+    // A real named whose only zone's file is missing: it starts, and answers SERVFAIL.
+    let dir = lab.temp_dir().join("servfail");
+    fs::create_dir_all(&dir).unwrap();
+    let d = dir.display();
+    let conf = dir.join("named.conf");
+    fs::write(
+        &conf,
+        format!(
+            r#"options {{
+    directory "{d}";
+    pid-file none;
+    session-keyfile "{d}/session.key";
+    managed-keys-directory "{d}";
+    listen-on {{ {SERVFAIL_SERVER}; }};
+    listen-on-v6 {{ none; }};
+    recursion no;
+    allow-query {{ any; }};
+    dnssec-validation no;
+    notify no;
+}};
+controls {{ }};
+zone "broken.test" {{ type primary; file "{d}/broken.test.zone"; }};
+"#
+        ),
+    )
+    .unwrap();
+    let conf = conf.to_string_lossy().into_owned();
+    let named = ["/usr/sbin/named", "-f", "-u", "root", "-c", &conf];
+    let server = Hole::serving(&lab, "servfail", SERVFAIL_SERVER, &named).unwrap();
+    let at = format!("@{SERVFAIL_SERVER}");
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let o = lab.exec(
+            server.ns(),
+            &["dig", "+time=1", "+tries=1", &at, "broken.test.", "SOA"],
+        );
+        if String::from_utf8_lossy(&o.stdout).contains("status: SERVFAIL") {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "named never answered: {o:?}"
+        );
+        thread::sleep(Duration::from_millis(200));
+    }
+    forward_all(&mut lab, SERVFAIL_SERVER);
+    let t = doctor(&lab, 4);
+    ask(&lab, "broken.test");
+    let out = t.wait();
+    drop(server);
+    let r = report(&out);
+    assert_eq!(out.status.code(), Some(1), "warning: {r:#}");
+    let mut want = vec![format!("{SERVFAIL_SERVER}:53"), svc];
+    want.sort();
+    assert_eq!(subjects(&r, "servfail"), want, "{r:#}");
+    assert_eq!(
+        subjects(&r, "unanswered_queries"),
+        Vec::<String>::new(),
+        "{r:#}"
+    );
+    let f = finding(&r, "servfail");
+    assert_eq!(f["count"], 5, "{f:#}");
+    assert!(
+        f["evidence"]
+            .to_string()
+            .contains("SERVFAIL: q0.broken.test."),
+        "{f:#}"
+    );
+    assert!(f["fix"].as_str().unwrap().contains("upstream"), "{f:#}");
+}

@@ -27,6 +27,9 @@ pub const NDOTS_NXDOMAINS: u64 = 2;
 pub const NDOTS_MIN_LOOKUPS: u64 = 10;
 /// Names kept per group as examples.
 const EXAMPLES: usize = 3;
+/// Most lookups followed per client; later ones are not counted (the finding's count is then
+/// a lower bound, and says so).
+const MAX_LOOKUPS: usize = 65_536;
 
 #[derive(Default)]
 struct ServerAgg {
@@ -65,9 +68,35 @@ struct LateAgg {
 struct ClientAgg {
     pod: Option<String>,
     dropped: u64,
-    /// lookup id → (NXDOMAINs, answered with data).
-    lookups: HashMap<u64, (u64, bool)>,
+    lookups: HashMap<u64, LookupAgg>,
+    /// Lookups not followed: more than [`MAX_LOOKUPS`].
+    untracked: u64,
     names: BTreeSet<String>,
+}
+
+/// One search-list lookup of a client: its queries, and what a trailing dot or a lower
+/// `ndots` would have saved of them.
+#[derive(Default)]
+struct LookupAgg {
+    queries: u64,
+    nxdomains: u64,
+    /// The first name answered NXDOMAIN (a search-list expansion of the name asked).
+    first_nx: Option<Box<str>>,
+    /// The first name answered with data.
+    answered: Option<Box<str>>,
+}
+
+impl LookupAgg {
+    /// Dots of the name as the client asked it, when that name (not one of its search-list
+    /// expansions) is what was answered: a trailing dot would have asked it first.
+    fn asked_dots(&self) -> Option<usize> {
+        let answered = self.answered.as_deref()?.trim_end_matches('.');
+        let first = self.first_nx.as_deref()?;
+        let expansion = first
+            .strip_prefix(answered)
+            .is_some_and(|rest| rest.starts_with('.') && rest.len() > 1);
+        expansion.then(|| answered.matches('.').count())
+    }
 }
 
 /// Folds records as they come; [`TrafficFolder::findings`] at the end.
@@ -249,16 +278,24 @@ impl TrafficFolder {
         if t.outcome == Outcome::Dropped {
             c.dropped += 1;
         }
-        {
-            let l = c.lookups.entry(t.lookup.id).or_default();
-            match t.rcode.as_deref() {
-                Some("NXDOMAIN") => {
-                    l.0 += 1;
-                    add_example(&mut c.names, &t.question.name);
+        if c.lookups.len() >= MAX_LOOKUPS && !c.lookups.contains_key(&t.lookup.id) {
+            c.untracked += 1;
+            return;
+        }
+        let l = c.lookups.entry(t.lookup.id).or_default();
+        l.queries += 1;
+        match t.rcode.as_deref() {
+            Some("NXDOMAIN") => {
+                l.nxdomains += 1;
+                if l.first_nx.is_none() {
+                    l.first_nx = Some(t.question.name.as_str().into());
                 }
-                Some("NOERROR") if !t.answers.is_empty() => l.1 = true,
-                _ => {}
+                add_example(&mut c.names, &t.question.name);
             }
+            Some("NOERROR") if !t.answers.is_empty() && l.answered.is_none() => {
+                l.answered = Some(t.question.name.as_str().into());
+            }
+            _ => {}
         }
     }
 
@@ -312,17 +349,17 @@ impl TrafficFolder {
             out.push(f);
         }
         for (client, c) in &self.clients {
-            let amplified: Vec<u64> = c
+            let amplified: Vec<&LookupAgg> = c
                 .lookups
                 .values()
-                .filter(|(nx, _)| *nx >= NDOTS_NXDOMAINS)
-                .map(|(nx, _)| *nx)
+                .filter(|l| l.nxdomains >= NDOTS_NXDOMAINS)
                 .collect();
             let n = amplified.len() as u64;
             if n < NDOTS_MIN_LOOKUPS {
                 continue;
             }
-            let nx: u64 = amplified.iter().sum();
+            let nx: u64 = amplified.iter().map(|l| l.nxdomains).sum();
+            let queries: u64 = amplified.iter().map(|l| l.queries).sum();
             let who = c.pod.clone().unwrap_or_else(|| client.clone());
             let mut f = Finding::new(
                 FindingKind::NdotsAmplification,
@@ -334,6 +371,33 @@ impl TrafficFolder {
             f.count = n;
             f.why = "With `ndots:5` every name with fewer than 5 dots is tried with each search domain first: 3–4 extra queries (×2 for A and AAAA) per external lookup, load on CoreDNS and latency.".into();
             f.evidence = c.names.iter().map(|n| format!("NXDOMAIN: {n}")).collect();
+            f.evidence.push(format!(
+                "{queries} queries for these {n} lookups ({:.1} per lookup), {nx} of them NXDOMAIN",
+                queries as f64 / n as f64
+            ));
+            let saved = |min_dots: usize| -> u64 {
+                amplified
+                    .iter()
+                    .filter(|l| l.asked_dots().is_some_and(|d| d >= min_dots))
+                    .map(|l| l.nxdomains)
+                    .sum()
+            };
+            let pct = |k: u64| k * 100 / queries.max(1);
+            let dot = saved(0);
+            if dot > 0 {
+                let two = saved(2);
+                f.evidence.push(format!(
+                    "a trailing dot on the names asked would save {dot} of the {queries} queries ({}%); `ndots:2` would save {two} ({}%)",
+                    pct(dot),
+                    pct(two)
+                ));
+            }
+            if c.untracked > 0 {
+                f.evidence.push(format!(
+                    "at least: {} more queries of lookups past the first {MAX_LOOKUPS} were not counted",
+                    c.untracked
+                ));
+            }
             f.fix = "Use fully qualified names with a trailing dot (`api.example.com.`), or set `dnsConfig.options: [{name: ndots, value: \"2\"}]` on the pod.".into();
             out.push(f);
         }

@@ -186,21 +186,17 @@ fn a_late_answer_is_a_finding_with_its_times() {
         .any(|e| e == "client's own timeout 1.00 s"));
 }
 
-#[test]
-fn ndots_amplification_needs_many_lookups() {
-    let mut f = TrafficFolder::default();
+/// `lookups` lookups of `asked` by one client, each through `expansions` NXDOMAINs and then
+/// answered at `answered` (the name asked, or one of its expansions).
+fn search_lookups(f: &mut TrafficFolder, lookups: u64, expansions: &[&str], answered: &str) {
     let mut id = 0;
-    for lookup in 0..NDOTS_MIN_LOOKUPS {
-        for suffix in [
-            "default.svc.cluster.local.",
-            "svc.cluster.local.",
-            "cluster.local.",
-        ] {
+    for lookup in 0..lookups {
+        for name in expansions {
             id += 1;
             f.transaction(&tx(
                 id,
                 lookup,
-                &format!("api.example.com.{suffix}"),
+                name,
                 Outcome::Answered,
                 Some("NXDOMAIN"),
                 LegOutcome::Answered,
@@ -210,7 +206,7 @@ fn ndots_amplification_needs_many_lookups() {
         f.transaction(&tx(
             id,
             lookup,
-            "api.example.com.",
+            answered,
             Outcome::Answered,
             Some("NOERROR"),
             LegOutcome::Answered,
@@ -219,10 +215,80 @@ fn ndots_amplification_needs_many_lookups() {
             assert!(f.findings().is_empty());
         }
     }
+}
+
+const SEARCH: [&str; 3] = [
+    "default.svc.cluster.local.",
+    "svc.cluster.local.",
+    "cluster.local.",
+];
+
+fn expansions(name: &str, n: usize) -> Vec<String> {
+    SEARCH[..n].iter().map(|s| format!("{name}.{s}")).collect()
+}
+
+fn savings(f: &Finding) -> Option<&str> {
+    f.evidence
+        .iter()
+        .find(|e| e.starts_with("a trailing dot"))
+        .map(String::as_str)
+}
+
+#[test]
+fn ndots_amplification_needs_many_lookups() {
+    let mut f = TrafficFolder::default();
+    let ex = expansions("api.example.com", 3);
+    let ex: Vec<&str> = ex.iter().map(String::as_str).collect();
+    search_lookups(&mut f, NDOTS_MIN_LOOKUPS, &ex, "api.example.com.");
     let found = f.findings();
     assert_eq!(found.len(), 1, "{found:#?}");
     assert_eq!(found[0].kind, FindingKind::NdotsAmplification);
     assert_eq!(found[0].count, NDOTS_MIN_LOOKUPS);
+    assert!(
+        found[0].evidence.contains(
+            &"40 queries for these 10 lookups (4.0 per lookup), 30 of them NXDOMAIN".into()
+        ),
+        "{found:#?}"
+    );
+    // Two dots: asked first under `ndots:2` too.
+    assert_eq!(
+        savings(&found[0]),
+        Some("a trailing dot on the names asked would save 30 of the 40 queries (75%); `ndots:2` would save 30 (75%)"),
+    );
+}
+
+#[test]
+fn ndots_2_saves_nothing_for_a_name_of_one_dot() {
+    let mut f = TrafficFolder::default();
+    let ex = expansions("example.com", 2);
+    let ex: Vec<&str> = ex.iter().map(String::as_str).collect();
+    search_lookups(&mut f, NDOTS_MIN_LOOKUPS, &ex, "example.com.");
+    let found = f.findings();
+    assert_eq!(
+        savings(&found[0]),
+        Some("a trailing dot on the names asked would save 20 of the 30 queries (66%); `ndots:2` would save 0 (0%)"),
+    );
+}
+
+/// A short name answered at its third search domain (a Service of another namespace asked
+/// by its short name) is amplified, but no trailing dot would have helped: no savings said.
+#[test]
+fn a_name_answered_through_its_search_list_has_no_savings() {
+    let mut f = TrafficFolder::default();
+    let ex = expansions("web", 2);
+    let ex: Vec<&str> = ex.iter().map(String::as_str).collect();
+    search_lookups(&mut f, NDOTS_MIN_LOOKUPS, &ex, "web.cluster.local.");
+    let found = f.findings();
+    assert_eq!(found[0].kind, FindingKind::NdotsAmplification);
+    assert_eq!(savings(&found[0]), None, "{found:#?}");
+    // A name that only shares a prefix with the expansions is not the name asked.
+    let l = LookupAgg {
+        queries: 2,
+        nxdomains: 1,
+        first_nx: Some("webs.default.svc.cluster.local.".into()),
+        answered: Some("web.".into()),
+    };
+    assert_eq!(l.asked_dots(), None);
 }
 
 /// Two questions entering one cycle at its two servers are one cycle, one finding.
