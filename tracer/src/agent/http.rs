@@ -1,4 +1,5 @@
-//! The agent's HTTP endpoints (axum, on the tracer's tokio runtime):
+//! The agent's HTTP endpoints (axum; in the agent on a thread and runtime of their own,
+//! [`spawn_server`], so a reader busy with a storm never keeps a probe or a scrape waiting):
 //! - `/metrics`: [`Metrics`] as OpenMetrics text when the scrape asks for it (Prometheus
 //!   does), else the classic Prometheus text format;
 //! - `/healthz`: 200 while programs are attached and the ring buffer was read recently (a
@@ -44,6 +45,8 @@ pub enum HttpError {
         addr: SocketAddr,
         source: std::io::Error,
     },
+    #[error("HTTP server on {addr}: its thread panicked")]
+    Panicked { addr: SocketAddr },
 }
 
 const NEVER: u64 = u64::MAX;
@@ -196,6 +199,74 @@ pub async fn serve_on(
         .map_err(|source| HttpError::Serve { addr, source })
 }
 
+/// The endpoints served on a thread of their own, with a runtime of their own: the agent's
+/// runtime has one thread, which a forwarding loop's storm keeps reading the ring buffer;
+/// on it, `/healthz` went unanswered for over a minute of the soak — long enough for a
+/// liveness probe to restart a healthy agent in the middle of the storm it should report.
+pub struct ServerThread {
+    addr: SocketAddr,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<Result<(), HttpError>>>,
+}
+
+/// Serves `listener` (bound on any runtime) on a new thread until [`ServerThread::stop`].
+pub fn spawn_server(listener: TcpListener, state: AgentState) -> Result<ServerThread, HttpError> {
+    let addr = listener
+        .local_addr()
+        .unwrap_or(SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, 0)));
+    let serve_err = move |source| HttpError::Serve { addr, source };
+    let listener = listener.into_std().map_err(serve_err)?;
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let thread = std::thread::Builder::new()
+        .name("dnspath-http".into())
+        .spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .map_err(serve_err)?;
+            rt.block_on(async move {
+                let listener = TcpListener::from_std(listener).map_err(serve_err)?;
+                serve_on(listener, state, async move {
+                    let _ = stopped.await;
+                })
+                .await
+            })
+        })
+        .map_err(serve_err)?;
+    Ok(ServerThread {
+        addr,
+        stop: Some(stop),
+        thread: Some(thread),
+    })
+}
+
+impl ServerThread {
+    /// Stops the server (it finishes the requests it has) and waits for its thread, off the
+    /// caller's runtime thread.
+    pub async fn stop(mut self) -> Result<(), HttpError> {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        let Some(thread) = self.thread.take() else {
+            return Ok(());
+        };
+        let addr = self.addr;
+        match tokio::task::spawn_blocking(move || thread.join()).await {
+            Ok(Ok(r)) => r,
+            _ => Err(HttpError::Panicked { addr }),
+        }
+    }
+}
+
+impl Drop for ServerThread {
+    /// Left without [`ServerThread::stop`] (an error on the way): told to stop, not waited for.
+    fn drop(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+    }
+}
+
 /// Binds `listen` and serves the endpoints until `shutdown` completes.
 pub async fn serve(
     listen: SocketAddr,
@@ -249,6 +320,44 @@ mod tests {
             content_type,
             body: body.to_string(),
         }
+    }
+
+    /// The agent's runtime thread blocked, as a reader in a storm keeps it: the server on its
+    /// own thread still answers (on the runtime's thread it would not, until the read timed
+    /// out), and stops when told.
+    #[tokio::test]
+    async fn the_server_answers_while_the_agents_runtime_thread_is_busy() {
+        let health = Arc::new(Health::new(Duration::from_secs(60)));
+        health.set_attached(true);
+        health.mark_read();
+        let state = AgentState {
+            metrics: Arc::new(Metrics::new()),
+            health,
+        };
+        let listener = bind("127.0.0.1:0".parse().unwrap()).await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let server = spawn_server(listener, state).unwrap();
+        // Blocks this runtime's only thread until the GET is done.
+        let raw = std::thread::spawn(move || {
+            use std::io::{Read, Write};
+            let mut s = std::net::TcpStream::connect(addr).unwrap();
+            s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+            s.write_all(b"GET /healthz HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n")
+                .unwrap();
+            let mut raw = Vec::new();
+            s.read_to_end(&mut raw).map(|_| raw)
+        })
+        .join()
+        .unwrap()
+        .expect("answered while the runtime's thread was blocked");
+        let raw = String::from_utf8(raw).unwrap();
+        assert!(raw.starts_with("HTTP/1.1 200"), "{raw}");
+        assert!(raw.ends_with("ok\n"), "{raw}");
+        server.stop().await.unwrap();
+        assert!(
+            std::net::TcpStream::connect(addr).is_err(),
+            "stopped: nothing listens"
+        );
     }
 
     #[tokio::test]

@@ -174,10 +174,7 @@ pub async fn run(
         metrics: Arc::new(Metrics::with_config(opts.metrics)),
         health: Arc::new(Health::new(DEFAULT_STALE_AFTER)),
     };
-    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-    let server = tokio::spawn(http::serve_on(listener, state.clone(), async {
-        let _ = stop_rx.await;
-    }));
+    let server = http::spawn_server(listener, state.clone())?;
     let netns_unreadable = Arc::clone(&opts.trace.attach.netns_unreadable);
     let mut sinks = Sinks::new();
     if let Some(cfg) = opts.otlp {
@@ -202,11 +199,8 @@ pub async fn run(
         netns_unreadable,
     }));
     let result = trace::run_live(opts.trace, &mut sinks, &mut StopPolicy::default()).await;
-    let _ = stop_tx.send(());
-    match server.await {
-        Ok(Err(e)) => log::warn!("{e}"),
-        Err(e) => log::warn!("metrics server: {e}"),
-        Ok(Ok(())) => {}
+    if let Err(e) = server.stop().await {
+        log::warn!("{e}");
     }
     Ok(result?)
 }
