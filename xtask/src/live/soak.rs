@@ -6,7 +6,10 @@
 //!
 //! Load: dnsperf at `--qps` from the client pod to the ClusterIP (two dnsmasq pods) over a
 //! mix of cached names, new names, NXDOMAIN and a large TXT; a second dnsperf over TCP; a
-//! query a second to a server that never answers. Faults, on a schedule scaled to the run:
+//! query a second to a server that never answers. dnsperf's output is read as it comes (a
+//! pipe left unread fills with its timeout messages during a loop, and dnsperf then stops
+//! sending); its rate every 10 s is printed beside the agent's packets per query, the check
+//! that the agent sees the load through the faults. Faults, on a schedule scaled to the run:
 //! pod namespaces with veths created and deleted several times a second (all run long), a
 //! forwarding loop started and stopped, forced conntrack races, `nf_conntrack_max` lowered
 //! until the table is full, the flight recorder's directory on a 4 MiB tmpfs, the agent
@@ -14,11 +17,12 @@
 //! if installed) killed and restarted, and the agent SIGKILLed and started again.
 use std::{
     fs,
+    io::Read,
     path::{Path, PathBuf},
     process::{Child, Command, Stdio},
     sync::atomic::{AtomicBool, AtomicU64, Ordering},
     thread,
-    time::{Duration, Instant},
+    time::{Duration, Instant, SystemTime, UNIX_EPOCH},
 };
 
 use anyhow::anyhow;
@@ -386,8 +390,9 @@ struct Sample {
     cpu_s: f64,
     healthz: bool,
     readyz: bool,
-    packets: u64,
-    lost: u64,
+    /// The agent's counters; `None`: the scrape failed.
+    packets: Option<u64>,
+    lost: Option<u64>,
     oom_kills: u64,
     /// The cgroup's charge: the most seen since the last sample (read every loop turn),
     /// and its anonymous and kernel parts now.
@@ -396,12 +401,16 @@ struct Sample {
     kernel: Option<u64>,
 }
 
-fn scrape(lab: &Lab) -> (u64, u64) {
-    let (_, text) = curl(lab, "/metrics");
-    (
+/// The agent's packet and lost-event counters; `None` when the scrape failed.
+fn scrape(lab: &Lab) -> Option<(u64, u64)> {
+    let (ok, text) = curl(lab, "/metrics");
+    if !ok {
+        return None;
+    }
+    Some((
         metric(&text, "dnspath_packets_total", "").unwrap_or(0),
         metric(&text, "dnspath_events_lost_total", "").unwrap_or(0),
-    )
+    ))
 }
 
 pub fn run(dnspath: &Path, o: &SoakOptions) -> crate::Result<()> {
@@ -461,21 +470,21 @@ fn soak(
         tcp_q.to_string_lossy().into_owned(),
     );
     let cip = lab.cluster_ip().to_string();
-    let (qps, secs) = (o.qps.to_string(), total_s.to_string());
+    let qps = o.qps.to_string();
     let tcp_qps = (o.qps / 50).max(1).to_string();
-    let spawn_perf = |args: &[&str]| -> crate::Result<Child> {
-        let mut cmd = lab.command_in(lab.client_ns(), args);
-        cmd.stdout(Stdio::piped()).stderr(Stdio::null());
-        lab.spawn(&mut cmd).map_err(|e| anyhow!("dnsperf: {e}"))
-    };
-    let perf_udp = spawn_perf(&[
-        "dnsperf", "-s", &cip, "-d", &udp_s, "-Q", &qps, "-l", &secs, "-c", "8", "-q", "2000",
-        "-t", "2",
-    ])?;
-    let perf_tcp = spawn_perf(&[
-        "dnsperf", "-m", "tcp", "-s", &cip, "-d", &tcp_s, "-Q", &tcp_qps, "-l", &secs, "-c", "2",
-        "-t", "2",
-    ])?;
+    let udp_args: Vec<String> = [
+        "dnsperf", "-s", &cip, "-d", &udp_s, "-Q", &qps, "-c", "8", "-q", "2000", "-t", "2",
+    ]
+    .map(String::from)
+    .to_vec();
+    let tcp_args: Vec<String> = [
+        "dnsperf", "-m", "tcp", "-s", &cip, "-d", &tcp_s, "-Q", &tcp_qps, "-c", "2", "-t", "2",
+    ]
+    .map(String::from)
+    .to_vec();
+    let started_epoch = epoch_s();
+    let stuck = AtomicU64::new(0);
+    let client = &lab.client_ns().to_owned();
     let stop = AtomicBool::new(false);
     let made = AtomicU64::new(0);
     let prefix = lab.prefix().to_owned();
@@ -487,8 +496,11 @@ fn soak(
     let mut races_forced = 0u32;
     let mut crashes = 0u32;
     let start = Instant::now();
-    thread::scope(|s| {
+    let (result, udp_out, tcp_out) = thread::scope(|s| {
         s.spawn(|| churn(&prefix, &node, &stop, &made));
+        let (stop, stuck) = (&stop, &stuck);
+        let udp = s.spawn(move || load(client, &udp_args, total_s, start, stop, stuck));
+        let tcp = s.spawn(move || load(client, &tcp_args, total_s, start, stop, stuck));
         // Faults that fail are reported, not fatal: the churn thread must be told to stop.
         let mut run = || -> crate::Result<()> {
             let mut plan = schedule(total_s).into_iter().peekable();
@@ -666,7 +678,8 @@ fn soak(
                         let pid = a.pid();
                         let (healthz, _) = curl(lab, "/healthz");
                         let (readyz, _) = curl(lab, "/readyz");
-                        let (packets, lost) = scrape(lab);
+                        let scraped = scrape(lab);
+                        let (packets, lost) = (scraped.map(|s| s.0), scraped.map(|s| s.1));
                         let (anon, kernel) = cg.split();
                         samples.push(Sample {
                             cg_max: cg_max.take(),
@@ -689,17 +702,16 @@ fn soak(
         };
         let r = run();
         stop.store(true, Ordering::Relaxed);
-        r
-    })?;
+        (
+            r,
+            udp.join().unwrap_or_default(),
+            tcp.join().unwrap_or_default(),
+        )
+    });
+    result?;
     stop.store(true, Ordering::Relaxed);
-    let udp_out = perf_udp
-        .wait_with_output()
-        .map_err(|e| anyhow!("dnsperf: {e}"))?;
-    let tcp_out = perf_tcp
-        .wait_with_output()
-        .map_err(|e| anyhow!("dnsperf: {e}"))?;
     let pid = agent.as_ref().map(Tool::pid);
-    let (packets_end, lost_end) = scrape(lab);
+    let (packets_end, lost_end) = scrape(lab).unwrap_or_default();
     if let Some(a) = agent.take() {
         let f = a.stop(libc::SIGTERM);
         lines.extend(f.stdout);
@@ -716,13 +728,107 @@ fn soak(
         crashes,
         races_forced,
         pods_made: made.load(Ordering::Relaxed),
-        udp: &String::from_utf8_lossy(&udp_out.stdout),
-        tcp: &String::from_utf8_lossy(&tcp_out.stdout),
+        udp_rate: rates(&udp_out, started_epoch),
+        stuck: stuck.load(Ordering::Relaxed),
+        udp: &udp_out,
+        tcp: &tcp_out,
         end: (packets_end, lost_end),
         record,
         leftovers: leftovers(lab, pid),
     });
     Ok(())
+}
+
+/// dnsperf's runs are this long: one that stops sending after a fault (a TCP dnsperf whose
+/// connections the server closed spins on them; a UDP one stopped answering-and-sending after
+/// the conntrack table was full) holds the load back for this long at most.
+const CHUNK_S: u64 = 30;
+
+/// dnsperf (`args`, without `-l`) run again and again in [`CHUNK_S`] runs until `total_s`
+/// after `start` or `stop`; a run not ended [`CHUNK_S`] + 5 s after it began is killed and
+/// counted in `stuck`. Its output is read as it comes (a pipe left unread fills with its
+/// messages and stops it) and returned, every run's one after the other.
+fn load(
+    client_ns: &str,
+    args: &[String],
+    total_s: u64,
+    start: Instant,
+    stop: &AtomicBool,
+    stuck: &AtomicU64,
+) -> String {
+    let mut out = String::new();
+    loop {
+        let left = total_s.saturating_sub(start.elapsed().as_secs());
+        if left < 2 || stop.load(Ordering::Relaxed) {
+            return out;
+        }
+        let secs = left.min(CHUNK_S);
+        let l = secs.to_string();
+        let mut a: Vec<&str> = args.iter().map(String::as_str).collect();
+        a.extend(["-l", &l, "-S", "10", "-O", "suppress=timeout,unexpected"]);
+        let mut cmd = Command::new("ip");
+        cmd.args(["netns", "exec", client_ns])
+            .args(&a)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null());
+        let Ok(mut child) = cmd.spawn() else {
+            thread::sleep(Duration::from_secs(1));
+            continue;
+        };
+        let Some(mut so) = child.stdout.take() else {
+            let _ = child.kill();
+            let _ = child.wait();
+            return out;
+        };
+        let reader = thread::spawn(move || {
+            let mut buf = Vec::new();
+            let _ = so.read_to_end(&mut buf);
+            String::from_utf8_lossy(&buf).into_owned()
+        });
+        let deadline = Instant::now() + Duration::from_secs(secs + 5);
+        loop {
+            if !matches!(child.try_wait(), Ok(None)) {
+                break;
+            }
+            if Instant::now() > deadline {
+                stuck.fetch_add(1, Ordering::Relaxed);
+                let _ = child.kill();
+                let _ = child.wait();
+                break;
+            }
+            thread::sleep(Duration::from_millis(200));
+        }
+        out.push_str(&reader.join().unwrap_or_default());
+    }
+}
+
+fn epoch_s() -> f64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64())
+}
+
+/// dnsperf's `-S` lines (`EPOCH: QPS`, the rate of answers over the last interval) as
+/// (seconds since `start`, queries per second).
+pub(super) fn rates(out: &str, start: f64) -> Vec<(f64, f64)> {
+    out.lines()
+        .filter_map(|l| {
+            let (t, q) = l.split_once(": ")?;
+            let t: f64 = t.trim().parse().ok()?;
+            Some((t - start, q.trim().parse().ok()?))
+        })
+        .collect()
+}
+
+/// The rate dnsperf reported for the interval that ended nearest `t` (seconds), within 6 s.
+pub(super) fn rate_at(rates: &[(f64, f64)], t: u64) -> Option<f64> {
+    rates
+        .iter()
+        .map(|&(at, q)| ((at - t as f64).abs(), q))
+        .filter(|(d, _)| *d <= 6.0)
+        .min_by(|a, b| a.0.total_cmp(&b.0))
+        .map(|(_, q)| q)
 }
 
 /// Whether `/readyz` answers within a second (a stopped agent cannot).
@@ -765,6 +871,10 @@ struct Report<'a> {
     crashes: u32,
     races_forced: u32,
     pods_made: u64,
+    /// dnsperf UDP's answers per second, every 10 s: (seconds into the soak, rate).
+    udp_rate: Vec<(f64, f64)>,
+    /// dnsperf runs killed for not ending.
+    stuck: u64,
     udp: &'a str,
     tcp: &'a str,
     end: (u64, u64),
@@ -772,11 +882,13 @@ struct Report<'a> {
     leftovers: Vec<String>,
 }
 
+/// The sum of a statistic over every dnsperf run in `out`.
 fn field(out: &str, label: &str) -> Option<f64> {
     out.lines()
-        .find_map(|l| l.trim_start().strip_prefix(label))
-        .and_then(|r| r.split_whitespace().next())
-        .and_then(|v| v.parse().ok())
+        .filter_map(|l| l.trim_start().strip_prefix(label))
+        .filter_map(|r| r.split_whitespace().next())
+        .filter_map(|v| v.parse::<f64>().ok())
+        .reduce(|a, b| a + b)
 }
 
 fn report(r: &Report) {
@@ -790,9 +902,21 @@ fn report(r: &Report) {
         r.o.memory_mib
     );
     println!(
-        "  {:>6} {:>8} {:>8} {:>8} {:>8} {:>8} {:>7} {:>12} {:>10} {:>4}",
-        "t s", "VmRSS", "cg max", "anon", "kernel", "CPU %", "ready", "packets", "lost", "OOM"
+        "  {:>6} {:>8} {:>8} {:>8} {:>8} {:>8} {:>7} {:>12} {:>10} {:>4} {:>8} {:>6}",
+        "t s",
+        "VmRSS",
+        "cg max",
+        "anon",
+        "kernel",
+        "CPU %",
+        "ready",
+        "packets",
+        "lost",
+        "OOM",
+        "qps",
+        "pkt/q"
     );
+    let mut per_query: Vec<(u64, f64)> = Vec::new();
     let mib_b = |b: Option<u64>| b.map_or("-".into(), |b| (b >> 20).to_string());
     let mut prev: Option<&Sample> = None;
     for s in r.samples {
@@ -806,8 +930,19 @@ fn report(r: &Report) {
             }
             _ => "-".into(),
         };
+        // Packets the agent counted per query answered to dnsperf, over the interval
+        // (not across a restart: its counter starts again).
+        let qps = rate_at(&r.udp_rate, s.t_s);
+        let pkt_q = match (prev.and_then(|p| Some((p.t_s, p.packets?))), s.packets, qps) {
+            (Some((t0, before)), Some(now), Some(q)) if s.t_s > t0 && now >= before && q >= 1.0 => {
+                let v = (now - before) as f64 / (s.t_s - t0) as f64 / q;
+                per_query.push((s.t_s, v));
+                format!("{v:.1}")
+            }
+            _ => "-".into(),
+        };
         println!(
-            "  {:>6} {:>8} {:>8} {:>8} {:>8} {:>8} {:>7} {:>12} {:>10} {:>4}",
+            "  {:>6} {:>8} {:>8} {:>8} {:>8} {:>8} {:>7} {:>12} {:>10} {:>4} {:>8} {:>6}",
             s.t_s,
             mib(s.rss_kib),
             mib_b(s.cg_max),
@@ -819,9 +954,11 @@ fn report(r: &Report) {
                 if s.healthz { "h" } else { "-" },
                 if s.readyz { "r" } else { "-" }
             ),
-            thousands(s.packets),
-            thousands(s.lost),
-            s.oom_kills
+            s.packets.map_or("-".into(), thousands),
+            s.lost.map_or("-".into(), thousands),
+            s.oom_kills,
+            qps.map_or("-".into(), |q| format!("{q:.0}")),
+            pkt_q
         );
         prev = Some(s);
     }
@@ -841,6 +978,7 @@ fn report(r: &Report) {
             r.cg.oom_kills().map_or("-".into(), |k| k.to_string())
         );
     }
+    load_checks(r, &per_query);
     println!("  faults:");
     for (t, what) in r.faults {
         println!("    +{t:>4} s  {what}");
@@ -908,10 +1046,10 @@ fn report(r: &Report) {
         cpu * 1e6 / queries.max(1.0)
     );
     println!(
-        "  dnsperf UDP: completed {}, lost {}, {} qps; TCP: completed {}, lost {}",
+        "  dnsperf ({CHUNK_S}-s runs; {} killed for not ending): UDP completed {}, lost {}; TCP completed {}, lost {}",
+        r.stuck,
         field(r.udp, "Queries completed:").unwrap_or(0.0),
         field(r.udp, "Queries lost:").unwrap_or(0.0),
-        field(r.udp, "Queries per second:").unwrap_or(0.0),
         field(r.tcp, "Queries completed:").unwrap_or(0.0),
         field(r.tcp, "Queries lost:").unwrap_or(0.0),
     );
@@ -922,4 +1060,53 @@ fn report(r: &Report) {
     } else {
         println!("  LEFT BEHIND: {}", r.leftovers.join(", "));
     }
+}
+
+/// dnsperf's rate through the faults, and the agent's packets per answered query: an
+/// interval with under half the run's median (the ring buffer overflowing, the agent stopped)
+/// is named with the faults around it.
+fn load_checks(r: &Report, per_query: &[(u64, f64)]) {
+    let median = |v: &mut Vec<f64>| -> f64 {
+        v.sort_by(f64::total_cmp);
+        v.get(v.len() / 2).copied().unwrap_or(0.0)
+    };
+    let mut q: Vec<f64> = r.udp_rate.iter().map(|(_, q)| *q).collect();
+    let n = q.len();
+    let low: Vec<String> = r
+        .udp_rate
+        .iter()
+        .filter(|(_, q)| *q < f64::from(r.o.qps) / 2.0)
+        .map(|(t, _)| format!("+{t:.0}"))
+        .collect();
+    let med = median(&mut q);
+    println!(
+        "  dnsperf UDP answers/s every 10 s: min {:.0}, median {med:.0}, max {:.0} of {} asked; \
+         under half the rate in {} of {n} intervals{}",
+        q.first().copied().unwrap_or(0.0),
+        q.last().copied().unwrap_or(0.0),
+        r.o.qps,
+        low.len(),
+        if low.is_empty() {
+            String::new()
+        } else {
+            format!(" (ending at {} s)", low.join(", "))
+        }
+    );
+    let mut v: Vec<f64> = per_query.iter().map(|(_, v)| *v).collect();
+    let med = median(&mut v);
+    let blind: Vec<String> = per_query
+        .iter()
+        .filter(|(_, v)| *v < med / 2.0)
+        .map(|(t, v)| format!("+{t} s ({v:.1})"))
+        .collect();
+    println!(
+        "  agent packets per answered query: median {med:.1} over {} intervals; under half of it in {}: {}",
+        per_query.len(),
+        blind.len(),
+        if blind.is_empty() {
+            "none".to_string()
+        } else {
+            blind.join(", ")
+        }
+    );
 }

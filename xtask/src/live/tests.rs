@@ -62,3 +62,20 @@ fn netfilter_counts_are_read_from_the_chain_listing() {
         None
     );
 }
+
+/// dnsperf's `-S` lines among its status lines, timed from the soak's start; a sample takes
+/// the interval that ended nearest it, none farther than 6 s.
+#[test]
+fn dnsperf_interval_rates_are_read_and_matched_to_samples() {
+    let out = "[Status] Command line: dnsperf -s 10.96.0.10 -S 10\n\
+[Status] Started at: Thu Dec  3 12:28:05 2026\n\
+1000.5: 9876.500000\n\
+1010.5: 12.000000\n\
+[Timeout] Query timed out: msg id 7\n\
+Statistics:\n  Queries sent:         30\n";
+    let r = super::soak::rates(out, 990.0);
+    assert_eq!(r, vec![(10.5, 9876.5), (20.5, 12.0)]);
+    assert_eq!(super::soak::rate_at(&r, 10), Some(9876.5));
+    assert_eq!(super::soak::rate_at(&r, 19), Some(12.0));
+    assert_eq!(super::soak::rate_at(&r, 30), None);
+}
