@@ -134,6 +134,16 @@ fn kinds(r: &Value) -> Vec<&str> {
         .collect()
 }
 
+/// A finding's evidence, one fact a string.
+fn evidence(f: &Value) -> Vec<&str> {
+    f["evidence"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e.as_str().unwrap())
+        .collect()
+}
+
 fn finding<'a>(r: &'a Value, kind: &str) -> &'a Value {
     r["findings"]
         .as_array()
@@ -1297,12 +1307,7 @@ fn nodelocal_dnscache_without_its_notrack_rules_is_found() {
     assert_eq!(out.status.code(), Some(1), "{r:#}");
     let f = finding(&r, "node_cache_notrack_missing");
     assert_eq!(f["subject"], NODE_CACHE_ADDR);
-    let ev: Vec<&str> = f["evidence"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|e| e.as_str().unwrap())
-        .collect();
+    let ev = evidence(f);
     assert!(
         ev.contains(&"missing: -t raw -A PREROUTING -d 169.254.20.10 -p udp --dport 53 -j NOTRACK"),
         "{f:#}"
@@ -1456,12 +1461,7 @@ fn ndots_5_clients_asking_external_names_are_an_ndots_amplification() {
     assert_eq!(f["count"], 12, "{f:#}");
     assert_eq!(f["subject"], lab.client_ns(), "{f:#}");
     // ahostsv4: A only, for each of the three search domains and then the name itself.
-    let ev: Vec<&str> = f["evidence"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|e| e.as_str().unwrap())
-        .collect();
+    let ev = evidence(f);
     assert!(
         ev.contains(&"NXDOMAIN: www.lab.test.default.svc.cluster.local."),
         "{f:#}"

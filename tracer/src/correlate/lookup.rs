@@ -59,8 +59,10 @@ impl Lookups {
             Entry::Occupied(mut e) => {
                 let state = e.get_mut();
                 let asked = state.names.iter().position(|n| n == name);
-                let related = asked.is_some_and(|i| i >= state.step)
-                    || (asked.is_none() && state.names.iter().any(|n| same_lookup_names(n, name)));
+                let related = match asked {
+                    Some(i) => i >= state.step,
+                    None => state.names.iter().any(|n| same_lookup_names(n, name)),
+                };
                 if related && ts.saturating_sub(state.last_ts) <= window {
                     state.last_ts = ts;
                     let step = asked.unwrap_or_else(|| {
