@@ -129,6 +129,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "trace",
         ],
     ),
+    // The DaemonSet mode: doctor's traffic findings over windows, as events and metrics.
     (
         "agent",
         &[
@@ -136,6 +137,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "correlate",
             "decode",
             "detect",
+            "doctor",
             "event",
             "kernel",
             "kube",

@@ -877,3 +877,140 @@ fn a_query_across_nodes_is_counted_once() {
     let all = |t: &str| sum(t, "dnspath_dns_queries_total", &txt);
     assert_eq!((all(&s.0), all(&s.1)), (n, n), "{}\n{}", s.0, s.1);
 }
+
+/// The agent folds its traffic into doctor's findings every `--findings-window`: a healthy
+/// lab under load (many clients, one name, retries allowed) finds nothing — every
+/// `dnspath_findings` series stays 0 and no `finding` line is written — and an upstream
+/// that never answers becomes `unanswered_queries` in the gauge and as an event line in
+/// doctor's words.
+#[test]
+fn findings_windows_name_a_dead_upstream_and_nothing_on_a_healthy_lab() {
+    let Some(mut lab) = lab(LabConfig::default()) else {
+        return;
+    };
+    let node = lab.node_ns().to_string();
+    let agent = Tracer::start(
+        &lab,
+        &node,
+        &[
+            "agent",
+            "--listen",
+            LISTEN,
+            "--findings-window",
+            "4",
+            "--timeout",
+            "1",
+        ],
+    )
+    .unwrap();
+    wait_ready(&lab, &node);
+    let findings = |lab: &Lab, kind: Option<&str>| {
+        let (code, s) = get(lab, &node, "/metrics");
+        assert_eq!(code, 200);
+        let labels: Vec<(&str, &str)> = kind.map(|k| ("kind", k)).into_iter().collect();
+        (sum(&s, "dnspath_findings", &labels), s)
+    };
+    let (_, s) = findings(&lab, None);
+    assert!(
+        s.contains(r#"dnspath_findings{kind="unanswered_queries",severity="warning"} 0"#),
+        "every kind at 0 from the start: {s}"
+    );
+
+    // Healthy, under load: 8 clients × 25 lookups of one name.
+    let workers: Vec<_> = (0..8)
+        .map(|_| {
+            let mut c = lab.command_in(
+                lab.client_ns(),
+                &[
+                    "sh",
+                    "-c",
+                    "for i in $(seq 25); do dig +time=2 +tries=3 www.lab.test. A >/dev/null; done",
+                ],
+            );
+            lab.spawn(&mut c).unwrap()
+        })
+        .collect();
+    for mut w in workers {
+        w.wait().unwrap();
+    }
+    // Long enough for the load's transactions to be decided and their window to close.
+    thread::sleep(Duration::from_secs(9));
+    let (n, s) = findings(&lab, None);
+    assert_eq!(n, 0.0, "a finding on a healthy lab: {s}");
+    let healthy_until = Instant::now();
+
+    // Both pods forward to a socket nobody reads.
+    let hole = Hole::new(&lab).unwrap();
+    let to: std::net::SocketAddr = format!("{HOLE_ADDR}:53").parse().unwrap();
+    for i in 0..2 {
+        lab.reconfigure_dns_pod(
+            i,
+            DnsPodConfig::new(DnsServerKind::Dnsdist).forwarding_to(to),
+        )
+        .unwrap();
+    }
+    let mut seen = 0.0;
+    for i in 0..12 {
+        let _ = lab.dig(&["+time=1", "+tries=1", &format!("q{i}.void.lab.test."), "A"]);
+        seen = findings(&lab, Some("unanswered_queries")).0;
+        if seen > 0.0 {
+            break;
+        }
+    }
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while seen == 0.0 && Instant::now() < deadline {
+        thread::sleep(Duration::from_millis(250));
+        seen = findings(&lab, Some("unanswered_queries")).0;
+    }
+    assert!(seen >= 1.0, "{}", findings(&lab, None).1);
+    let (_, s) = findings(&lab, None);
+    assert_eq!(
+        sum(&s, "dnspath_findings", &[("severity", "critical")]),
+        0.0,
+        "{s}"
+    );
+    sigterm(&agent);
+    let out = agent.wait();
+    drop(hole);
+    for i in 0..2 {
+        lab.reconfigure_dns_pod(i, DnsPodConfig::new(DnsServerKind::Dnsdist))
+            .unwrap();
+    }
+    assert!(out.status.success(), "{}", out.stderr);
+    assert!(healthy_until.elapsed() < Duration::from_secs(60));
+    let ev = events(&out);
+    let lines: Vec<&Value> = ev.iter().filter(|e| e["type"] == "finding").collect();
+    assert!(!lines.is_empty(), "no finding line: {ev:#?}");
+    let kinds: BTreeSet<&str> = lines.iter().map(|e| e["kind"].as_str().unwrap()).collect();
+    assert_eq!(
+        kinds,
+        BTreeSet::from(["unanswered_queries"]),
+        "only the dead upstream, nothing from the healthy load: {lines:#?}"
+    );
+    let subjects: BTreeSet<&str> = lines
+        .iter()
+        .map(|e| e["subject"].as_str().unwrap())
+        .collect();
+    let hole_at = to.to_string();
+    assert!(
+        subjects.contains(hole_at.as_str()),
+        "the upstream is named: {lines:#?}"
+    );
+    let f = lines
+        .iter()
+        .find(|e| e["subject"] == hole_at.as_str())
+        .unwrap();
+    assert!(
+        f["seen"].as_str().unwrap().contains("queries unanswered"),
+        "{f:#}"
+    );
+    assert!(
+        f["evidence"].to_string().contains(".void.lab.test."),
+        "{f:#}"
+    );
+    assert!(!f["fix"].as_str().unwrap().is_empty(), "{f:#}");
+    assert!(
+        f["window_start_ns"].as_u64().unwrap() < f["ts_ns"].as_u64().unwrap(),
+        "{f:#}"
+    );
+}

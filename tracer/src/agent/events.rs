@@ -13,6 +13,10 @@
 //!   flight recorder's files of the questions it folded (`evidence`).
 //! - `agent` lines when the agent starts and stops, and a `warning` when the `stats`
 //!   records show events lost (ring buffer full) during the window.
+//! - `finding` lines: every `findings_window_ns` (`--findings-window`, 60 s), the records of
+//!   that window folded by `dnspath doctor`'s traffic checks ([`Watch`]) into findings,
+//!   ranked, at most `max_lines_per_window` of them (the rest one `suppressed` line) — the
+//!   same findings, thresholds and words as `doctor`'s report (docs/doctor.md).
 use std::{collections::HashMap, io::Write, net::SocketAddr};
 
 use serde::Serialize;
@@ -22,6 +26,10 @@ use crate::{
     detect::{
         loops::{LoopRecord, LoopState},
         race::{RaceRecord, RaceVerdict},
+    },
+    doctor::{
+        finding::{rank, Finding, FindingKind},
+        watch::{Watch, TRAFFIC_KINDS},
     },
     output::{
         record::{DropRecord, QuestionRecord, Record, StatsRecord, TransactionRecord},
@@ -40,6 +48,9 @@ pub struct EventsConfig {
     pub max_lines_per_window: u32,
     /// Example questions kept per aggregated line.
     pub examples: usize,
+    /// The findings window (`--findings-window`): records folded into findings, emitted
+    /// and reset this often.
+    pub findings_window_ns: u64,
 }
 
 impl Default for EventsConfig {
@@ -49,6 +60,7 @@ impl Default for EventsConfig {
             max_keys: 256,
             max_lines_per_window: 20,
             examples: 3,
+            findings_window_ns: 60_000_000_000,
         }
     }
 }
@@ -75,6 +87,20 @@ pub enum Event {
     Servfail(Aggregate),
     Suppressed(Suppressed),
     Warning(Warning),
+    Finding(FindingEvent),
+}
+
+/// A finding of `dnspath doctor`'s traffic checks over one findings window.
+#[derive(Clone, Debug, Serialize)]
+pub struct FindingEvent {
+    /// End of the window.
+    pub ts_ns: u64,
+    pub time: String,
+    pub window_start_ns: u64,
+    /// `kind`, `severity`, `subject`, `seen`, `why`, `evidence`, `fix`, `count` as in
+    /// docs/doctor.md.
+    #[serde(flatten)]
+    pub finding: Finding,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -130,7 +156,7 @@ pub struct Suppressed {
     pub ts_ns: u64,
     pub time: String,
     pub window_start_ns: u64,
-    /// `drop`, `race` or `loop`.
+    /// `drop`, `race`, `loop` or `finding`.
     pub event: &'static str,
     pub count: u64,
 }
@@ -201,6 +227,30 @@ pub struct Events {
     /// Totals of the latest `stats` record (lost, drops_lost), and growth this window.
     lost_totals: (u64, u64),
     lost_growth: (u64, u64),
+    findings: FindingsWindow,
+}
+
+/// The findings window: its records folded, and what the last closed one found.
+#[derive(Default)]
+struct FindingsWindow {
+    start: Option<u64>,
+    watch: Watch,
+    /// Findings per kind of [`TRAFFIC_KINDS`] in the last closed window.
+    last: [u64; TRAFFIC_KINDS.len()],
+    /// Windows closed.
+    closed: u64,
+    /// Records not followed (a table of the watch full), over the run.
+    untracked: u64,
+}
+
+impl std::fmt::Debug for FindingsWindow {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FindingsWindow")
+            .field("start", &self.start)
+            .field("last", &self.last)
+            .field("closed", &self.closed)
+            .finish_non_exhaustive()
+    }
 }
 
 const OVERFLOW_KEY: &str = "*";
@@ -218,7 +268,23 @@ impl Events {
             held: [0; 3],
             lost_totals: (0, 0),
             lost_growth: (0, 0),
+            findings: FindingsWindow::default(),
         }
+    }
+
+    /// Findings per kind ([`TRAFFIC_KINDS`]) of the last closed findings window, and how
+    /// many windows have closed.
+    pub fn findings_last(&self) -> ([(FindingKind, u64); TRAFFIC_KINDS.len()], u64) {
+        let mut out = TRAFFIC_KINDS.map(|k| (k, 0));
+        for (o, n) in out.iter_mut().zip(self.findings.last) {
+            o.1 = n;
+        }
+        (out, self.findings.closed)
+    }
+
+    /// Records the findings windows did not follow (a table full), over the run.
+    pub fn findings_untracked(&self) -> u64 {
+        self.findings.untracked + self.findings.watch.untracked()
     }
 
     /// Questions folded into server `*` because `max_keys` servers were already kept, over
@@ -246,6 +312,7 @@ impl Events {
     /// One record of the pipeline, at `now_ns` (the pipeline's clock).
     pub fn observe(&mut self, record: &Record, now_ns: u64, out: &mut Vec<Event>) {
         self.tick(now_ns, out);
+        self.findings.watch.observe(record);
         match record {
             Record::Transaction(t) => self.fold_transaction(t),
             Record::Loop(l) => {
@@ -282,6 +349,45 @@ impl Events {
         let start = *self.window_start.get_or_insert(now_ns);
         if now_ns.saturating_sub(start) >= self.cfg.window_ns {
             self.close_window(now_ns, out);
+        }
+        let start = *self.findings.start.get_or_insert(now_ns);
+        if now_ns.saturating_sub(start) >= self.cfg.findings_window_ns {
+            self.close_findings(now_ns, out);
+        }
+    }
+
+    /// Closes the findings window now: its findings, ranked, as `finding` lines (at most
+    /// `max_lines_per_window`, the rest one `suppressed` line).
+    pub fn close_findings(&mut self, now_ns: u64, out: &mut Vec<Event>) {
+        let start = self.findings.start.unwrap_or(now_ns);
+        let watch = std::mem::take(&mut self.findings.watch);
+        self.findings.untracked += watch.untracked();
+        let mut found = watch.findings();
+        drop(watch);
+        rank(&mut found);
+        self.findings.last =
+            TRAFFIC_KINDS.map(|k| found.iter().filter(|f| f.kind == k).count() as u64);
+        self.findings.closed += 1;
+        self.findings.start = Some(now_ns);
+        let time = self.clock.wall(now_ns).to_string();
+        let max = self.cfg.max_lines_per_window as usize;
+        let held = found.len().saturating_sub(max) as u64;
+        for finding in found.into_iter().take(max) {
+            out.push(Event::Finding(FindingEvent {
+                ts_ns: now_ns,
+                time: time.clone(),
+                window_start_ns: start,
+                finding,
+            }));
+        }
+        if held > 0 {
+            out.push(Event::Suppressed(Suppressed {
+                ts_ns: now_ns,
+                time,
+                window_start_ns: start,
+                event: "finding",
+                count: held,
+            }));
         }
     }
 
@@ -448,6 +554,7 @@ impl<W: Write> EventSink<W> {
     /// Closes the window and writes the `agent` `stop` line.
     pub fn stop(&mut self, now_ns: u64, detail: Option<String>) -> Result<(), EventsError> {
         self.events.close_window(now_ns, &mut self.buf);
+        self.events.close_findings(now_ns, &mut self.buf);
         let e = self.events.agent("stop", now_ns, detail);
         self.buf.push(e);
         self.write_buffered()

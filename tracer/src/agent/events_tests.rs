@@ -55,6 +55,7 @@ fn kinds(out: &[Event]) -> Vec<&'static str> {
             Event::Servfail(_) => "servfail",
             Event::Suppressed(_) => "suppressed",
             Event::Warning(_) => "warning",
+            Event::Finding(_) => "finding",
         })
         .collect()
 }
@@ -322,7 +323,18 @@ fn the_sink_writes_ndjson_with_trace_field_names() {
         .map(|l| serde_json::from_str(l).unwrap())
         .collect();
     let types: Vec<&str> = lines.iter().map(|l| l["type"].as_str().unwrap()).collect();
-    assert_eq!(types, ["agent", "loop", "drop", "unanswered", "agent"]);
+    assert_eq!(
+        types,
+        [
+            "agent",
+            "loop",
+            "drop",
+            "unanswered",
+            "finding",
+            "finding",
+            "agent"
+        ]
+    );
     assert_eq!(lines[0]["state"], "start");
     assert_eq!(lines[0]["detail"], "kernel 6.18, tcx");
     assert_eq!(lines[0]["time"], "1970-01-01T00:00:01.000000Z");
@@ -337,8 +349,13 @@ fn the_sink_writes_ndjson_with_trace_field_names() {
     assert_eq!(lines[3]["count"], 1);
     assert_eq!(lines[3]["examples"][0]["question"]["type"], "A");
     assert_eq!(lines[3]["examples"][0]["client_netns"], "client");
-    assert_eq!(lines[4]["state"], "stop");
-    assert_eq!(lines[4]["detail"], "SIGTERM");
+    // So is the findings window: doctor's words for the loop and the drop, ranked.
+    assert_eq!(lines[4]["kind"], "runtime_loop");
+    assert_eq!(lines[4]["severity"], "critical");
+    assert_eq!(lines[5]["kind"], "kernel_drops");
+    assert_eq!(lines[5]["window_start_ns"], 1_000_000_000);
+    assert_eq!(lines[6]["state"], "stop");
+    assert_eq!(lines[6]["detail"], "SIGTERM");
 }
 
 /// With `--record`, a folded line names the flight recorder's files of the questions it
@@ -420,4 +437,94 @@ fn folded_lines_name_the_recorders_files() {
     let plain = line("unanswered", "127.0.0.53:53");
     assert!(plain.get("evidence").is_none(), "{plain}");
     assert!(plain["examples"][0].get("evidence").is_none(), "{plain}");
+}
+
+fn findings_of(out: &[Event]) -> Vec<&FindingEvent> {
+    out.iter()
+        .filter_map(|e| match e {
+            Event::Finding(f) => Some(f),
+            _ => None,
+        })
+        .collect()
+}
+
+/// The agent's findings: doctor's traffic checks over each findings window, ranked, capped,
+/// and reset when the window closes.
+#[test]
+fn findings_windows_fold_doctors_checks_and_reset() {
+    let cfg = EventsConfig {
+        findings_window_ns: 30 * S,
+        max_lines_per_window: 2,
+        ..EventsConfig::default()
+    };
+    let mut ev = Events::new(cfg, Clock::Epoch);
+    let mut out = Vec::new();
+    // A healthy window: many answered questions, one lost query (below the thresholds).
+    for i in 0..50 {
+        let t = crate::agent::fixtures::service_transaction(
+            &format!("ok{i}.lab.test."),
+            "A",
+            i,
+            "NOERROR",
+        );
+        ev.observe(&t, S, &mut out);
+    }
+    ev.observe(&unanswered("10.96.0.10:53", 0), 2 * S, &mut out);
+    ev.tick(31 * S, &mut out);
+    assert!(findings_of(&out).is_empty(), "{:?}", kinds(&out));
+    let (last, closed) = ev.findings_last();
+    assert_eq!(closed, 1);
+    assert!(last.iter().all(|(_, n)| *n == 0), "{last:?}");
+
+    // A failing window: one server leaves 10 queries unanswered, two more 3 each.
+    out.clear();
+    for i in 0..10 {
+        ev.observe(&unanswered("10.96.0.10:53", i), 40 * S, &mut out);
+    }
+    for server in ["10.96.0.11:53", "10.96.0.12:53"] {
+        for i in 0..3 {
+            ev.observe(&unanswered(server, i), 41 * S, &mut out);
+        }
+    }
+    ev.tick(60 * S, &mut out);
+    assert!(findings_of(&out).is_empty(), "the window ends at 61 s");
+    ev.tick(61 * S, &mut out);
+    let found = findings_of(&out);
+    assert_eq!(found.len(), 2, "capped at 2 lines: {:?}", kinds(&out));
+    let f = found[0];
+    assert_eq!(f.finding.kind, FindingKind::UnansweredQueries);
+    assert_eq!(
+        (f.finding.subject.as_str(), f.finding.count),
+        ("10.96.0.10:53", 10)
+    );
+    assert_eq!((f.window_start_ns, f.ts_ns), (31 * S, 61 * S));
+    let held: Vec<u64> = out
+        .iter()
+        .filter_map(|e| match e {
+            Event::Suppressed(s) if s.event == "finding" => Some(s.count),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(held, [1]);
+    let (last, closed) = ev.findings_last();
+    assert_eq!(closed, 2);
+    let unanswered_n = last
+        .iter()
+        .find(|(k, _)| *k == FindingKind::UnansweredQueries)
+        .map(|(_, n)| *n);
+    assert_eq!(unanswered_n, Some(3), "every finding counts, shown or not");
+    let line = serde_json::to_value(Event::Finding(f.clone())).unwrap();
+    assert_eq!(line["type"], "finding");
+    assert_eq!(line["kind"], "unanswered_queries");
+    assert_eq!(line["severity"], "warning");
+    assert!(
+        line["fix"].as_str().is_some_and(|s| !s.is_empty()),
+        "{line}"
+    );
+
+    // The next window starts empty.
+    out.clear();
+    ev.tick(92 * S, &mut out);
+    assert!(findings_of(&out).is_empty(), "{:?}", kinds(&out));
+    assert!(ev.findings_last().0.iter().all(|(_, n)| *n == 0));
 }

@@ -46,6 +46,8 @@ pub struct AgentOptions {
     pub metrics: MetricsConfig,
     /// `--otlp`: transactions also exported as spans (docs/otlp.md).
     pub otlp: Option<crate::output::otlp::OtlpConfig>,
+    /// The event stream's windows (`--findings-window`).
+    pub events: EventsConfig,
 }
 
 /// Event lines the stream's queue holds while stdout's reader is slow.
@@ -191,7 +193,7 @@ pub async fn run(
     sinks.push(Box::new(EventsSink {
         metrics: Arc::clone(&state.metrics),
         events: EventSink::new(
-            EventsConfig::default(),
+            opts.events,
             Clock::boot(),
             QueuedLines::spawn("events", EVENT_LINES, out).map_err(EventsError::from)?,
         ),

@@ -97,6 +97,37 @@ pub enum FindingKind {
 }
 
 impl FindingKind {
+    /// Its name in JSON, events and metric labels.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FindingKind::StaticForwardingLoop => "static_forwarding_loop",
+            FindingKind::LoopPluginExit => "loop_plugin_exit",
+            FindingKind::RuntimeLoop => "runtime_loop",
+            FindingKind::ServiceWithoutEndpoints => "service_without_endpoints",
+            FindingKind::KernelDrops => "kernel_drops",
+            FindingKind::Port53BindFailure => "port53_bind_failure",
+            FindingKind::ConfigParseError => "config_parse_error",
+            FindingKind::ConntrackRace => "conntrack_race",
+            FindingKind::ConntrackInsertFailed => "conntrack_insert_failed",
+            FindingKind::ConntrackTableFill => "conntrack_table_fill",
+            FindingKind::OomKilled => "oom_killed",
+            FindingKind::CpuThrottled => "cpu_throttled",
+            FindingKind::UnansweredQueries => "unanswered_queries",
+            FindingKind::Servfail => "servfail",
+            FindingKind::LateAnswers => "late_answers",
+            FindingKind::FragmentLoss => "fragment_loss",
+            FindingKind::TruncatedNotRetried => "truncated_not_retried",
+            FindingKind::NodeCacheBypassed => "node_cache_bypassed",
+            FindingKind::NdotsAmplification => "ndots_amplification",
+            FindingKind::ResolvConf => "resolv_conf",
+            FindingKind::NodeResolverToClusterDns => "node_resolver_to_cluster_dns",
+            FindingKind::ConfigUnreadable => "config_unreadable",
+            FindingKind::KubeletClusterDns => "kubelet_cluster_dns",
+            FindingKind::KubeletResolvConfLoopback => "kubelet_resolv_conf_loopback",
+            FindingKind::NodeCacheNotrackMissing => "node_cache_notrack_missing",
+        }
+    }
+
     pub fn severity(self) -> Severity {
         match self {
             FindingKind::StaticForwardingLoop
@@ -215,5 +246,18 @@ mod tests {
         assert_eq!(Severity::exit_status(Some(Severity::Info)), 0);
         assert_eq!(Severity::exit_status(Some(Severity::Warning)), 1);
         assert_eq!(Severity::exit_status(Some(Severity::Critical)), 2);
+    }
+
+    #[test]
+    fn kind_names_are_serde_names() {
+        for kind in crate::doctor::watch::TRAFFIC_KINDS.into_iter().chain([
+            FindingKind::Port53BindFailure,
+            FindingKind::NodeResolverToClusterDns,
+            FindingKind::KubeletResolvConfLoopback,
+            FindingKind::StaticForwardingLoop,
+        ]) {
+            let json = serde_json::to_value(kind).unwrap();
+            assert_eq!(json, kind.as_str(), "{kind:?}");
+        }
     }
 }

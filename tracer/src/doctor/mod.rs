@@ -10,8 +10,7 @@ use serde::Serialize;
 
 use finding::FindingKind;
 use finding::{rank, Finding, Severity};
-use traffic::TrafficFolder;
-use traffic_more::MoreFolder;
+use watch::Watch;
 
 pub mod cgroups;
 pub mod config;
@@ -25,6 +24,7 @@ pub mod restarts;
 pub mod services;
 pub mod traffic;
 pub mod traffic_more;
+pub mod watch;
 
 #[cfg(test)]
 mod fields;
@@ -35,7 +35,7 @@ use crate::{
         self,
         record::StatsRecord,
         sink::{Batch, Sink, Sinks},
-        Format, Record,
+        Format,
     },
     trace::{self, RunOptions, StopPolicy, TraceError},
 };
@@ -87,6 +87,10 @@ pub struct Checked {
     pub transactions: u64,
     pub packets: u64,
     pub drops: u64,
+    /// Transactions' legs and lookups not followed because a table was full (more than
+    /// 4,096 servers, or 65,536 lookups of one client): the findings' counts are lower
+    /// bounds.
+    pub untracked: u64,
 }
 
 /// `-o json`: one document.
@@ -269,8 +273,7 @@ fn counter_findings(
 
 /// The live half's sink: folds records, shows progress.
 struct DoctorSink {
-    folder: TrafficFolder,
-    more: MoreFolder,
+    watch: Watch,
     stats: Option<StatsRecord>,
     progress: bool,
     started_ns: u64,
@@ -283,20 +286,7 @@ impl Sink for DoctorSink {
     }
     fn batch(&mut self, batch: Batch<'_>) -> std::io::Result<()> {
         for r in batch.records {
-            match r {
-                Record::Loop(l) => self.folder.loop_record(l),
-                Record::Race(r) => self.folder.race(r),
-                // A dropped IP fragment (or a datagram dropped while being fragmented) is
-                // the fragment loss's evidence, not a rule's drop.
-                Record::Drop(d) if traffic_more::is_fragment_drop(d) => self.more.fragment_drop(d),
-                Record::Drop(d) => self.folder.drop(d),
-                Record::Transaction(t) => {
-                    self.folder.transaction(t);
-                    self.more.transaction(t);
-                }
-                Record::FragmentLoss(f) => self.more.fragment_loss(f),
-                _ => {}
-            }
+            self.watch.observe(r);
         }
         Ok(())
     }
@@ -306,7 +296,7 @@ impl Sink for DoctorSink {
             eprint!(
                 "\rdnspath doctor: watching {s}/{} s, {} transactions",
                 self.duration.as_secs(),
-                self.folder.transactions
+                self.watch.traffic.transactions
             );
         }
     }
@@ -350,8 +340,7 @@ pub async fn run(opts: DoctorOptions, out: &mut dyn Write) -> Result<u8, DoctorE
         );
     }
     let mut sink = DoctorSink {
-        folder: TrafficFolder::default(),
-        more: MoreFolder::default(),
+        watch: Watch::default(),
         stats: None,
         progress: opts.progress,
         started_ns: 0,
@@ -361,14 +350,14 @@ pub async fn run(opts: DoctorOptions, out: &mut dyn Write) -> Result<u8, DoctorE
     sinks.push(Box::new(&mut sink));
     let summary = trace::run_live(opts.trace, &mut sinks, &mut StopPolicy::default()).await?;
     drop(sinks);
-    findings.extend(sink.folder.findings());
-    findings.extend(sink.more.findings());
+    findings.extend(sink.watch.findings());
     findings.extend(services::findings(&no_endpoints, &|a| {
-        sink.more.queries_to(a)
+        sink.watch.more.queries_to(a)
     }));
     counter_findings(&mut findings, &cgroups, &ct_before);
     rank(&mut findings);
-    checked.transactions = sink.folder.transactions;
+    checked.transactions = sink.watch.traffic.transactions;
+    checked.untracked = sink.watch.untracked();
     let stats = sink.stats.unwrap_or(summary.stats);
     checked.packets = stats.decode.packets;
     checked.drops = stats.decode.drops;

@@ -30,6 +30,9 @@ const EXAMPLES: usize = 3;
 /// Most lookups followed per client; later ones are not counted (the finding's count is then
 /// a lower bound, and says so).
 const MAX_LOOKUPS: usize = 65_536;
+/// Most servers followed (the addresses queries went to); transactions to more are not
+/// counted ([`TrafficFolder::untracked`]).
+pub const MAX_SERVERS: usize = 4_096;
 
 #[derive(Default)]
 struct ServerAgg {
@@ -110,6 +113,8 @@ pub struct TrafficFolder {
     servers: BTreeMap<SocketAddr, ServerAgg>,
     late: BTreeMap<String, LateAgg>,
     clients: BTreeMap<String, ClientAgg>,
+    /// Legs to servers beyond [`MAX_SERVERS`].
+    servers_untracked: u64,
     pub transactions: u64,
 }
 
@@ -238,6 +243,10 @@ impl TrafficFolder {
     pub fn transaction(&mut self, t: &TransactionRecord) {
         self.transactions += 1;
         for leg in &t.legs {
+            if self.servers.len() >= MAX_SERVERS && !self.servers.contains_key(&leg.server) {
+                self.servers_untracked += 1;
+                continue;
+            }
             let s = self.servers.entry(leg.server).or_default();
             s.queries += 1;
             let failed = match leg.outcome {
@@ -297,6 +306,11 @@ impl TrafficFolder {
             }
             _ => {}
         }
+    }
+
+    /// Legs and lookups not followed because their table was full.
+    pub fn untracked(&self) -> u64 {
+        self.servers_untracked + self.clients.values().map(|c| c.untracked).sum::<u64>()
     }
 
     pub fn findings(&self) -> Vec<Finding> {

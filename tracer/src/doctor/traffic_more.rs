@@ -57,6 +57,8 @@ pub struct MoreFolder {
     bypass: BTreeMap<String, Agg>,
     /// Client queries (first legs) per server: (queries, unanswered).
     per_server: BTreeMap<SocketAddr, (u64, u64)>,
+    /// Client queries to servers beyond [`super::traffic::MAX_SERVERS`].
+    per_server_untracked: u64,
 }
 
 /// A drop that belongs to a fragment loss: an IP fragment's, or one where the kernel was
@@ -125,10 +127,16 @@ impl MoreFolder {
             .unwrap_or_else(|| t.client_netns.to_string());
         let q = format!("{} {}", t.question.name, t.question.qtype);
         if let Some(first) = t.legs.first() {
-            let e = self.per_server.entry(first.server).or_default();
-            e.0 += 1;
-            if first.outcome == LegOutcome::Unanswered {
-                e.1 += 1;
+            if self.per_server.len() >= super::traffic::MAX_SERVERS
+                && !self.per_server.contains_key(&first.server)
+            {
+                self.per_server_untracked += 1;
+            } else {
+                let e = self.per_server.entry(first.server).or_default();
+                e.0 += 1;
+                if first.outcome == LegOutcome::Unanswered {
+                    e.1 += 1;
+                }
             }
         }
         let retried = t.legs.iter().any(|l| l.role == LegRole::TcpFallback);
@@ -154,6 +162,11 @@ impl MoreFolder {
                 );
             }
         }
+    }
+
+    /// Client queries not counted per server: more than [`super::traffic::MAX_SERVERS`].
+    pub fn untracked(&self) -> u64 {
+        self.per_server_untracked
     }
 
     /// Client queries to `server` seen, and how many of them went unanswered.

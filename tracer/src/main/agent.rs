@@ -26,6 +26,11 @@ pub struct AgentArgs {
     record: RecordArgs,
     #[command(flatten)]
     otlp: OtlpArgs,
+    /// Fold the traffic into doctor's findings over windows of SECS seconds: each window's
+    /// findings become `finding` lines of the event stream and `dnspath_findings{kind}`.
+    #[arg(long, value_name = "SECS", default_value_t = 60,
+          value_parser = clap::value_parser!(u64).range(1..=3600))]
+    findings_window: u64,
     /// Trace only this named network namespace (`ip netns`, repeatable) besides the agent's
     /// own, instead of every namespace of the node: a testing aid for several "nodes" on one
     /// machine (docs/metrics.md, "Counted once across the cluster"). A DaemonSet leaves it out.
@@ -56,6 +61,10 @@ pub fn run(a: AgentArgs, kernel_log: bool) -> anyhow::Result<ExitCode> {
             namespace_label: a
                 .namespace_label
                 .map(|n| usize::try_from(n).unwrap_or(usize::MAX)),
+            ..Default::default()
+        },
+        events: dnspath::agent::events::EventsConfig {
+            findings_window_ns: a.findings_window * 1_000_000_000,
             ..Default::default()
         },
     };

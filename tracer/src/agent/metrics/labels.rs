@@ -237,6 +237,12 @@ pub(super) struct ReasonLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(super) struct FindingLabels {
+    pub(super) kind: &'static str,
+    pub(super) severity: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub(super) struct TableLabels {
     pub(super) table: &'static str,
 }

@@ -21,9 +21,9 @@ use prometheus_client::{
 };
 
 use labels::{
-    latency_family, BuildLabels, CauseLabels, DropLabels, EventLabels, KindLabels, LegLabels,
-    QtypeLabels, QueryLabels, ReasonLabels, ResponseLabels, SearchLabels, SinkLabels, TableLabels,
-    TransactionLabels,
+    latency_family, BuildLabels, CauseLabels, DropLabels, EventLabels, FindingLabels, KindLabels,
+    LegLabels, QtypeLabels, QueryLabels, ReasonLabels, ResponseLabels, SearchLabels, SinkLabels,
+    TableLabels, TransactionLabels,
 };
 
 /// What the metrics look like beyond the fixed sets.
@@ -78,6 +78,7 @@ pub struct Metrics {
     summarised: Counter,
     packets: Counter,
     evictions: Family<TableLabels, Counter>,
+    findings: Family<FindingLabels, Gauge>,
     table_entries: Family<TableLabels, Gauge>,
     netns_unreadable: Gauge,
     fragment_losses: Counter,
@@ -122,6 +123,7 @@ impl Metrics {
             fragment_losses: Counter::default(),
             packets: Counter::default(),
             evictions: Family::default(),
+            findings: Family::default(),
             table_entries: Family::default(),
             netns_unreadable: Gauge::default(),
             otlp: otlp::OtlpMetrics::default(),
@@ -242,6 +244,20 @@ impl Metrics {
             "table_evictions",
             "Entries forgotten to keep memory bounded, by table",
             m.evictions.clone(),
+        );
+        // Every kind at 0 from the start: an alert tells "none" from "not exported".
+        for kind in crate::doctor::watch::TRAFFIC_KINDS {
+            m.findings
+                .get_or_create(&FindingLabels {
+                    kind: kind.as_str(),
+                    severity: kind.severity().as_str(),
+                })
+                .set(0);
+        }
+        r.register(
+            "findings",
+            "Findings of doctor's traffic checks in the last findings window (--findings-window), by kind",
+            m.findings.clone(),
         );
         let caps: Family<TableLabels, Gauge> = Family::default();
         for (table, cap) in m.table_caps() {

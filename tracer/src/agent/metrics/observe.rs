@@ -10,9 +10,9 @@ use prometheus_client::metrics::counter::Counter;
 use super::{
     labels::{
         is_reason_name, leg_label, loop_kind_label, malformed_label, pod_namespace, proto_label,
-        qtype_label, rcode_label, CauseLabels, DropLabels, EventLabels, KindLabels, LegLabels,
-        NamespaceLabel, QtypeLabels, QueryLabels, ReasonLabels, ResponseLabels, SearchLabels,
-        TableLabels, TransactionLabels,
+        qtype_label, rcode_label, CauseLabels, DropLabels, EventLabels, FindingLabels, KindLabels,
+        LegLabels, NamespaceLabel, QtypeLabels, QueryLabels, ReasonLabels, ResponseLabels,
+        SearchLabels, TableLabels, TransactionLabels,
     },
     Metrics, MAX_DROP_REASONS,
 };
@@ -67,6 +67,9 @@ pub(super) struct Memory {
     namespaces: HashSet<Arc<str>>,
     /// Server keys of the event stream's current window (its [`Events::keys`]).
     events_keys: usize,
+    /// Findings windows closed, and records they did not follow, at the last look.
+    findings_closed: u64,
+    findings_untracked: u64,
 }
 
 impl Metrics {
@@ -456,18 +459,41 @@ impl Metrics {
     }
 
     /// Counts the event stream's folds beyond its server cap
-    /// (`dnspath_table_evictions_total{table="events_servers"}`): call it now and then
-    /// (e.g. before a scrape is answered, or at each tick) with the stream's total.
+    /// (`dnspath_table_evictions_total{table="events_servers"}`) and the records its
+    /// findings windows did not follow (`…{table="findings"}`), and sets `dnspath_findings`
+    /// when a findings window has closed: call it now and then (e.g. at each tick) with the
+    /// stream.
     pub fn observe_events(&self, events: &Events) {
         let now = events.keys_folded();
-        let was = {
+        let (findings, closed) = events.findings_last();
+        let untracked = events.findings_untracked();
+        let (was, new_window, untracked_was) = {
             let mut mem = self.memory();
             mem.events_keys = events.keys();
-            std::mem::replace(&mut mem.events_keys_folded, now)
+            let new_window = std::mem::replace(&mut mem.findings_closed, closed) != closed;
+            let untracked_was = std::mem::replace(&mut mem.findings_untracked, untracked);
+            (
+                std::mem::replace(&mut mem.events_keys_folded, now),
+                new_window,
+                untracked_was,
+            )
         };
         let n = if now >= was { now - was } else { now };
         if n > 0 {
             self.evict("events_servers", n);
+        }
+        if untracked > untracked_was {
+            self.evict("findings", untracked - untracked_was);
+        }
+        if new_window {
+            for (kind, count) in findings {
+                self.findings
+                    .get_or_create(&FindingLabels {
+                        kind: kind.as_str(),
+                        severity: kind.severity().as_str(),
+                    })
+                    .set(i64::try_from(count).unwrap_or(i64::MAX));
+            }
         }
     }
 

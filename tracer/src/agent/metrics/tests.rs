@@ -570,6 +570,59 @@ fn event_stream_folds_count_as_evictions() {
     );
 }
 
+#[test]
+fn findings_of_the_last_window_set_the_gauge() {
+    use crate::agent::events::{Events, EventsConfig};
+    let m = Metrics::new();
+    let gauge = |m: &Metrics, kind: &str, severity: &str| {
+        value(
+            &m.encode(),
+            &format!(r#"dnspath_findings{{kind="{kind}",severity="{severity}"}}"#),
+        )
+    };
+    // Every traffic kind is there at 0 before any window closed.
+    assert_eq!(gauge(&m, "unanswered_queries", "warning"), Some(0.0));
+    assert_eq!(gauge(&m, "runtime_loop", "critical"), Some(0.0));
+    assert_eq!(gauge(&m, "ndots_amplification", "info"), Some(0.0));
+    let cfg = EventsConfig {
+        findings_window_ns: 10,
+        ..EventsConfig::default()
+    };
+    let mut ev = Events::new(cfg, crate::time::Clock::Epoch);
+    let mut out = Vec::new();
+    for i in 0..5 {
+        let c = format!("10.244.1.2:{}", 1000 + i);
+        let t = transaction(
+            "x.",
+            "A",
+            &c,
+            None,
+            vec![leg(
+                LegRole::Query,
+                &c,
+                "10.96.0.10:53",
+                "10.244.1.3:53",
+                None,
+                None,
+            )],
+        );
+        ev.observe(&Record::Transaction(Box::new(t)), 1, &mut out);
+    }
+    m.observe_events(&ev);
+    assert_eq!(
+        gauge(&m, "unanswered_queries", "warning"),
+        Some(0.0),
+        "window still open"
+    );
+    ev.tick(11, &mut out);
+    m.observe_events(&ev);
+    assert_eq!(gauge(&m, "unanswered_queries", "warning"), Some(1.0));
+    // An empty window brings it back to 0.
+    ev.tick(22, &mut out);
+    m.observe_events(&ev);
+    assert_eq!(gauge(&m, "unanswered_queries", "warning"), Some(0.0));
+}
+
 /// 10,000 query names from 500 client ports, every qtype and rcode spelling seen on a wire:
 /// the series are bounded by the fixed label sets, and no name or port becomes a label.
 #[test]
