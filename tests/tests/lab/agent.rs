@@ -17,6 +17,7 @@ use std::{
     time::{Duration, Instant},
 };
 
+use crate::shared::TestCgroup;
 use lab::{
     hole::{Hole, HOLE_ADDR},
     kubelet::{KubeletPods, Node},
@@ -1012,5 +1013,77 @@ fn findings_windows_name_a_dead_upstream_and_nothing_on_a_healthy_lab() {
     assert!(
         f["window_start_ns"].as_u64().unwrap() < f["ts_ns"].as_u64().unwrap(),
         "{f:#}"
+    );
+}
+
+/// An agent that cannot keep up (its cgroup allows it 5 % of a CPU) under a steady load:
+/// its ring buffer always holds more than a batch, so the run loop always has records to
+/// read. Its counters must still move while the load lasts, and SIGTERM still stop it.
+/// Before the loop spent tokio's budget, it never yielded in that state: the runtime's
+/// driver never ran, so no tick (`dnspath_packets_total` read 0 for the whole load, as in
+/// the soak) and no signal.
+#[test]
+fn an_agent_behind_its_ring_buffer_still_counts_and_stops() {
+    let Some(lab) = lab(LabConfig::default()) else {
+        return;
+    };
+    let node = lab.node_ns().to_string();
+    let mut agent = Tracer::start(&lab, &node, &["agent", "--listen", LISTEN]).unwrap();
+    wait_ready(&lab, &node);
+    let cpu =
+        TestCgroup::new("cpu", &format!("dnspath-agent-{}", lab.prefix())).expect("a cpu cgroup");
+    if cpu.dir.join("cpu.cfs_quota_us").exists() {
+        cpu.set("cpu.cfs_period_us", "100000");
+        cpu.set("cpu.cfs_quota_us", "5000");
+    } else {
+        cpu.set("cpu.max", "5000 100000");
+    }
+    cpu.add(agent.pid());
+    let queries = lab.temp_dir().join("behind-queries");
+    let names: String = (0..500).map(|i| format!("n{i}.lab.test A\n")).collect();
+    std::fs::write(&queries, names).unwrap();
+    let server = lab.cluster_ip().to_string();
+    let q = queries.display().to_string();
+    let mut load = lab
+        .spawn(&mut lab.command_in(
+            lab.client_ns(),
+            &[
+                "dnsperf", "-s", &server, "-d", &q, "-l", "30", "-Q", "3000", "-q", "200",
+            ],
+        ))
+        .unwrap();
+    let packets = |lab: &Lab| {
+        let (code, s) = get(lab, &node, "/metrics");
+        assert_eq!(code, 200, "scrape under load");
+        (
+            sum(&s, "dnspath_packets_total", &[]),
+            sum(&s, "dnspath_events_lost_total", &[]),
+        )
+    };
+    thread::sleep(Duration::from_secs(6));
+    let first = packets(&lab);
+    thread::sleep(Duration::from_secs(4));
+    let second = packets(&lab);
+    sigterm(&agent);
+    let stopping = Instant::now();
+    let heard = agent.wait_for_stderr("SIGTERM: stopping", Duration::from_secs(5));
+    let heard_after = stopping.elapsed();
+    let load_left = load.try_wait().unwrap().is_none();
+    let out = agent.wait();
+    let stopped_after = stopping.elapsed();
+    let _ = load.kill();
+    let _ = load.wait();
+    drop(cpu);
+    eprintln!("packets/lost at +6 s {first:?}, +10 s {second:?}; SIGTERM heard in {heard_after:?} (load still on: {load_left}), stopped in {stopped_after:?}");
+    eprintln!("{}", out.stderr);
+    assert!(
+        first.0 > 0.0 && second.0 > first.0,
+        "packets_total must grow while the load lasts: {first:?} then {second:?}"
+    );
+    assert!(out.status.success(), "{}", out.stderr);
+    assert!(
+        heard.is_ok() && load_left,
+        "SIGTERM not heard within 5 s, while the load (30 s) lasted: {heard:?}; {}",
+        out.stderr
     );
 }

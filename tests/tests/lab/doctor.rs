@@ -26,7 +26,7 @@ use lab::{
 };
 use serde_json::Value;
 
-use crate::shared::lab;
+use crate::shared::{lab, TestCgroup};
 
 /// `dnspath doctor -o json --duration SECS` in the node namespace, once it is tracing.
 fn doctor(lab: &Lab, secs: u32) -> Tracer {
@@ -411,70 +411,6 @@ fn crashed_dns_pods_previous_logs_give_their_reasons() {
         "{c:#}"
     );
     assert_eq!(r["checked"]["pod_logs"], 9, "{r:#}");
-}
-
-/// A cgroup of this test's in one hierarchy (v1 `memory`/`cpu`, or v2), removed on drop after
-/// its processes are moved back to this test's own.
-struct TestCgroup {
-    dir: PathBuf,
-    back: PathBuf,
-}
-
-impl TestCgroup {
-    /// `/sys/fs/cgroup/CONTROLLER/NAME` (v1) or `/sys/fs/cgroup/NAME` (v2, controller enabled).
-    fn new(controller: &str, name: &str) -> Option<TestCgroup> {
-        let own = fs::read_to_string("/proc/self/cgroup").unwrap();
-        let v2 = Path::new("/sys/fs/cgroup/cgroup.controllers");
-        let (mount, path) = if fs::read_to_string(v2)
-            .is_ok_and(|c| c.split_whitespace().any(|w| w == controller))
-        {
-            let p = own.lines().find_map(|l| l.strip_prefix("0::"))?;
-            (PathBuf::from("/sys/fs/cgroup"), p.to_owned())
-        } else {
-            let mount = PathBuf::from(format!("/sys/fs/cgroup/{controller}"));
-            let p = own.lines().find_map(|l| {
-                let mut parts = l.splitn(3, ':');
-                let (_, c, p) = (parts.next()?, parts.next()?, parts.next()?);
-                c.split(',').any(|c| c == controller).then(|| p.to_owned())
-            })?;
-            (mount, p)
-        };
-        let dir = mount.join(name);
-        fs::create_dir(&dir).ok()?;
-        Some(TestCgroup {
-            dir,
-            back: mount.join(path.trim_start_matches('/')),
-        })
-    }
-
-    fn set(&self, file: &str, value: &str) {
-        fs::write(self.dir.join(file), value)
-            .unwrap_or_else(|e| panic!("{}/{file} = {value}: {e}", self.dir.display()));
-    }
-
-    fn add(&self, pid: u32) {
-        self.set("cgroup.procs", &pid.to_string());
-    }
-
-    fn procs(&self) -> String {
-        self.dir.join("cgroup.procs").display().to_string()
-    }
-}
-
-impl Drop for TestCgroup {
-    fn drop(&mut self) {
-        let procs = fs::read_to_string(self.dir.join("cgroup.procs")).unwrap_or_default();
-        for pid in procs.split_whitespace() {
-            let _ = fs::write(self.back.join("cgroup.procs"), pid);
-        }
-        for _ in 0..50 {
-            if fs::remove_dir(&self.dir).is_ok() {
-                return;
-            }
-            thread::sleep(Duration::from_millis(100));
-        }
-        eprintln!("could not remove cgroup {}", self.dir.display());
-    }
 }
 
 /// A real dnsmasq in a cgroup of 32 MiB and 1 % of a CPU: a process of its cgroup that

@@ -67,3 +67,67 @@ pub fn dnsdist_to_cluster_ip() -> DnsPodConfig {
 pub fn deploy_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy")
 }
+
+/// A cgroup of this test's in one hierarchy (v1 `memory`/`cpu`, or v2), removed on drop after
+/// its processes are moved back to this test's own.
+pub struct TestCgroup {
+    pub dir: PathBuf,
+    back: PathBuf,
+}
+
+impl TestCgroup {
+    /// `/sys/fs/cgroup/CONTROLLER/NAME` (v1) or `/sys/fs/cgroup/NAME` (v2, controller enabled).
+    pub fn new(controller: &str, name: &str) -> Option<TestCgroup> {
+        let own = std::fs::read_to_string("/proc/self/cgroup").ok()?;
+        let v2 = Path::new("/sys/fs/cgroup/cgroup.controllers");
+        let (mount, path) = if std::fs::read_to_string(v2)
+            .is_ok_and(|c| c.split_whitespace().any(|w| w == controller))
+        {
+            let p = own.lines().find_map(|l| l.strip_prefix("0::"))?;
+            (PathBuf::from("/sys/fs/cgroup"), p.to_owned())
+        } else {
+            let mount = PathBuf::from(format!("/sys/fs/cgroup/{controller}"));
+            let p = own.lines().find_map(|l| {
+                let mut parts = l.splitn(3, ':');
+                let (_, c, p) = (parts.next()?, parts.next()?, parts.next()?);
+                c.split(',').any(|c| c == controller).then(|| p.to_owned())
+            })?;
+            (mount, p)
+        };
+        let dir = mount.join(name);
+        std::fs::create_dir(&dir).ok()?;
+        Some(TestCgroup {
+            dir,
+            back: mount.join(path.trim_start_matches('/')),
+        })
+    }
+
+    pub fn set(&self, file: &str, value: &str) {
+        std::fs::write(self.dir.join(file), value)
+            .unwrap_or_else(|e| panic!("{}/{file} = {value}: {e}", self.dir.display()));
+    }
+
+    pub fn add(&self, pid: u32) {
+        self.set("cgroup.procs", &pid.to_string());
+    }
+
+    pub fn procs(&self) -> String {
+        self.dir.join("cgroup.procs").display().to_string()
+    }
+}
+
+impl Drop for TestCgroup {
+    fn drop(&mut self) {
+        let procs = std::fs::read_to_string(self.dir.join("cgroup.procs")).unwrap_or_default();
+        for pid in procs.split_whitespace() {
+            let _ = std::fs::write(self.back.join("cgroup.procs"), pid);
+        }
+        for _ in 0..50 {
+            if std::fs::remove_dir(&self.dir).is_ok() {
+                return;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+        eprintln!("could not remove cgroup {}", self.dir.display());
+    }
+}
