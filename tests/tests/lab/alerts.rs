@@ -40,7 +40,7 @@ fn alert_rules_are_valid() {
     let out = promtool(&["check", "rules", "alerts.yaml"]);
     assert_ok("check rules alerts.yaml", &out);
     assert!(
-        String::from_utf8_lossy(&out.stdout).contains("SUCCESS: 6 rules found"),
+        String::from_utf8_lossy(&out.stdout).contains("SUCCESS: 7 rules found"),
         "{}",
         String::from_utf8_lossy(&out.stdout)
     );
