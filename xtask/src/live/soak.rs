@@ -995,23 +995,15 @@ fn report(r: &Report) {
         .iter()
         .filter(|(_, w)| w.starts_with("forwarding loop started"))
         .count();
-    // While the pods forward to their own Service every question asked loops: one loop
-    // per question, each to be reported detected once (per agent life).
-    let mut per_question: std::collections::BTreeMap<&str, usize> = Default::default();
-    for x in recs
-        .iter()
-        .filter(|x| x["type"] == "loop" && x["state"] == "detected")
-    {
-        *per_question
-            .entry(x["question"]["name"].as_str().unwrap_or("?"))
-            .or_default() += 1;
-    }
+    let loops = loop_reports(&recs);
     println!(
-        "  loops: {loops_started} started; detected {} (questions {}, detected more than once {}), ended {} \
-         (event stream, across {} SIGKILL restart(s) and {} crash(es))",
-        count("loop", "state", "detected"),
-        per_question.len(),
-        per_question.values().filter(|n| **n > 1).count(),
+        "  loops: {loops_started} started; detected {} (questions {}, detected again after an end {}, \
+         detected again while still active {}), ended {} (event stream, across {} SIGKILL \
+         restart(s) and {} crash(es))",
+        loops.detected,
+        loops.questions,
+        loops.again_after_end,
+        loops.again_while_active,
         count("loop", "state", "ended"),
         r.restarts,
         r.crashes
@@ -1109,4 +1101,58 @@ fn load_checks(r: &Report, per_query: &[(u64, f64)]) {
             blind.join(", ")
         }
     );
+}
+
+/// The event stream's loop reports, per question.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub(crate) struct LoopReports {
+    pub detected: usize,
+    pub questions: usize,
+    /// A question detected again after its loop ended: asked again (dnsperf replays its
+    /// names), a new loop — or an end reported too early.
+    pub again_after_end: usize,
+    /// A question detected again on the same cycle while its loop was still going on (not
+    /// ended): one loop reported twice. Each agent start begins afresh (a SIGKILLed agent ends none).
+    pub again_while_active: usize,
+}
+
+pub(crate) fn loop_reports(recs: &[Value]) -> LoopReports {
+    let mut out = LoopReports::default();
+    let mut active: std::collections::BTreeMap<(String, String), usize> = Default::default();
+    let mut seen: std::collections::BTreeSet<(String, String)> = Default::default();
+    let mut questions: std::collections::BTreeSet<String> = Default::default();
+    for x in recs {
+        if x["type"] == "agent" && x["state"] == "start" {
+            active.clear();
+            continue;
+        }
+        if x["type"] != "loop" {
+            continue;
+        }
+        let q = x["question"]["name"].as_str().unwrap_or("?").to_owned();
+        // Reports are keyed by question and cycle: a second cycle is another loop.
+        let key = (q.clone(), x["cycle"].to_string());
+        match x["state"].as_str() {
+            Some("detected") => {
+                out.detected += 1;
+                let n = active.entry(key.clone()).or_default();
+                if *n > 0 {
+                    out.again_while_active += 1;
+                } else if seen.contains(&key) {
+                    out.again_after_end += 1;
+                }
+                *n += 1;
+                seen.insert(key);
+                questions.insert(q);
+            }
+            Some("ended") => {
+                if let Some(n) = active.get_mut(&key) {
+                    *n = n.saturating_sub(1);
+                }
+            }
+            _ => {}
+        }
+    }
+    out.questions = questions.len();
+    out
 }

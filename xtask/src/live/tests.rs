@@ -79,3 +79,30 @@ Statistics:\n  Queries sent:         30\n";
     assert_eq!(super::soak::rate_at(&r, 19), Some(12.0));
     assert_eq!(super::soak::rate_at(&r, 30), None);
 }
+
+#[test]
+fn loop_reports_tell_a_loop_reported_twice_from_a_question_asked_again() {
+    use super::soak::{loop_reports, LoopReports};
+    let ev = |ty: &str, state: &str, q: &str, cycle: &str| serde_json::json!({"type": ty, "state": state, "question": {"name": q}, "cycle": [cycle]});
+    let recs = vec![
+        ev("agent", "start", "", ""),
+        ev("loop", "detected", "a.", "x"),
+        ev("loop", "detected", "a.", "x"), // twice while active
+        ev("loop", "detected", "a.", "y"), // another cycle: another loop
+        ev("loop", "ended", "a.", "x"),
+        ev("loop", "ended", "a.", "x"),
+        ev("loop", "detected", "a.", "x"), // asked again after its end
+        ev("loop", "detected", "b.", "x"),
+        ev("agent", "start", "", ""), // restarted: nothing is active
+        ev("loop", "detected", "b.", "x"),
+    ];
+    assert_eq!(
+        loop_reports(&recs),
+        LoopReports {
+            detected: 6,
+            questions: 2,
+            again_after_end: 2,
+            again_while_active: 1,
+        }
+    );
+}
