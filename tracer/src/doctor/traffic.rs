@@ -259,9 +259,8 @@ impl TrafficFolder {
                 add_example(&mut s.names, &t.question.name);
             }
         }
-        let client = t.client_netns.to_string();
         if t.outcome == Outcome::Late {
-            let e = self.late.entry(client.clone()).or_default();
+            let e = self.late.entry(t.client_netns.to_string()).or_default();
             e.count += 1;
             if e.evidence.is_none() {
                 e.evidence.clone_from(&t.evidence);
@@ -280,7 +279,11 @@ impl TrafficFolder {
                 e.gave_up_ns = e.gave_up_ns.or(*gave_up_ns);
             }
         }
-        let c = self.clients.entry(client).or_default();
+        // Looked up by reference: a client's key is allocated once, not per transaction.
+        let c = match self.clients.get_mut(&*t.client_netns) {
+            Some(c) => c,
+            None => self.clients.entry(t.client_netns.to_string()).or_default(),
+        };
         if c.pod.is_none() {
             c.pod = t.pod.pod.clone();
         }

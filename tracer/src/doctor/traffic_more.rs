@@ -120,12 +120,14 @@ impl MoreFolder {
     }
 
     pub fn transaction(&mut self, t: &TransactionRecord) {
-        let who = t
-            .pod
-            .pod
-            .clone()
-            .unwrap_or_else(|| t.client_netns.to_string());
-        let q = format!("{} {}", t.question.name, t.question.qtype);
+        // Named only for the few transactions that are kept (the agent folds every one).
+        let who = || {
+            t.pod
+                .pod
+                .clone()
+                .unwrap_or_else(|| t.client_netns.to_string())
+        };
+        let q = || format!("{} {}", t.question.name, t.question.qtype);
         if let Some(first) = t.legs.first() {
             if self.per_server.len() >= super::traffic::MAX_SERVERS
                 && !self.per_server.contains_key(&first.server)
@@ -146,8 +148,8 @@ impl MoreFolder {
                 .iter()
                 .find(|l| l.parent.is_none() && l.outcome == LegOutcome::Truncated)
             {
-                self.truncated.entry(who.clone()).or_default().add(
-                    q.clone(),
+                self.truncated.entry(who()).or_default().add(
+                    q(),
                     l.server.to_string(),
                     t.evidence.as_ref(),
                 );
@@ -155,8 +157,8 @@ impl MoreFolder {
         }
         for l in &t.legs {
             if l.parent.is_none() && l.node_cache == Some(NodeCache::Bypass) {
-                self.bypass.entry(who.clone()).or_default().add(
-                    q.clone(),
+                self.bypass.entry(who()).or_default().add(
+                    q(),
                     l.server.to_string(),
                     t.evidence.as_ref(),
                 );
