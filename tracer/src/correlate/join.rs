@@ -31,6 +31,9 @@ impl<D: Detector> Correlator<D> {
             Observed::Message(m) => self.on_message(m),
             Observed::Drop(d) => self.on_drop(*d),
         }
+        // A hop added to an open leg counts towards `max_leg_bytes` at once, not at the
+        // next tick (a batch's hops could overshoot it until then).
+        self.enforce_bounds();
     }
 
     /// The client port of the flow's original tuple (conntrack), and whether the observed

@@ -2531,6 +2531,52 @@ fn a_storm_of_legs_stays_within_its_byte_budget() {
     assert_eq!(c.legs.bytes(), 0);
 }
 
+/// Hops added to open legs count towards the byte budget at once: between two ticks (under a
+/// flood the reorder window, bounded by `max_legs`, correlates early) the legs never exceed
+/// it. Found by the `ring_record` fuzz target (leg bytes 33,040 of 32,768 after a push).
+#[test]
+fn hops_added_between_ticks_stay_within_the_byte_budget() {
+    let budget = 16 << 10;
+    let mut c = Correlator::new(
+        CorrelateConfig {
+            max_legs: 4,
+            max_leg_bytes: budget,
+            ..Default::default()
+        },
+        Clock::Epoch,
+    );
+    let mut worst = 0;
+    for i in 0..200u32 {
+        let m: Arc<DnsMessage> = msg(
+            i as u16,
+            false,
+            &format!("h{i}.test."),
+            "A",
+            "NOERROR",
+            &[],
+            false,
+        )
+        .into();
+        let src: SocketAddr = format!("10.0.0.{}:{}", i % 250, 1024 + i).parse().unwrap();
+        for k in 0..10u32 {
+            c.on_observed(Observed::Message(Observation {
+                ts_ns: MS + u64::from(i) * 100_000 + u64::from(k) * 1_000,
+                at: at(1, 10 + k, Direction::Egress),
+                netns: "node".into(),
+                ifname: format!("veth{k}").into(),
+                proto: UDP,
+                src,
+                dst: "10.96.0.10:53".parse().unwrap(),
+                msg: Arc::clone(&m),
+                tunnel: None,
+            }));
+            worst = worst.max(c.legs.bytes());
+        }
+    }
+    assert!(worst <= budget, "{worst} bytes > {budget}");
+    assert!(c.stats().evicted_transactions > 0, "the budget was reached");
+}
+
 #[test]
 fn timeouts_come_due_in_deadline_order_late_ones_included() {
     let mut t = Timeouts::default();
