@@ -918,22 +918,7 @@ fn findings_windows_name_a_dead_upstream_and_nothing_on_a_healthy_lab() {
     );
 
     // Healthy, under load: 8 clients × 25 lookups of one name.
-    let workers: Vec<_> = (0..8)
-        .map(|_| {
-            let mut c = lab.command_in(
-                lab.client_ns(),
-                &[
-                    "sh",
-                    "-c",
-                    "for i in $(seq 25); do dig +time=2 +tries=3 www.lab.test. A >/dev/null; done",
-                ],
-            );
-            lab.spawn(&mut c).unwrap()
-        })
-        .collect();
-    for mut w in workers {
-        w.wait().unwrap();
-    }
+    crate::shared::many_clients_one_name(&lab);
     // Long enough for the load's transactions to be decided and their window to close.
     thread::sleep(Duration::from_secs(9));
     let (n, s) = findings(&lab, None);

@@ -161,22 +161,7 @@ fn healthy_lab_under_load_has_no_finding() {
     healthy_coredns_logs(&root);
     let t = doctor_at(&lab, &root, 8);
     // Many clients, one name, retries allowed.
-    let workers: Vec<_> = (0..8)
-        .map(|_| {
-            let mut c = lab.command_in(
-                lab.client_ns(),
-                &[
-                    "sh",
-                    "-c",
-                    "for i in $(seq 25); do dig +time=2 +tries=3 www.lab.test. A >/dev/null; done",
-                ],
-            );
-            lab.spawn(&mut c).unwrap()
-        })
-        .collect();
-    for mut w in workers {
-        w.wait().unwrap();
-    }
+    crate::shared::many_clients_one_name(&lab);
     let out = t.wait();
     let r = report(&out);
     assert_eq!(kinds(&r), Vec::<&str>::new(), "{r:#}");

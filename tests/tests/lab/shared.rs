@@ -131,3 +131,27 @@ impl Drop for TestCgroup {
         eprintln!("could not remove cgroup {}", self.dir.display());
     }
 }
+
+/// Healthy load from the lab's client pod: 8 clients asking one name 25 times each, retries
+/// allowed; returns when all are done.
+pub fn many_clients_one_name(lab: &Lab) {
+    let workers: Vec<_> = (0..8)
+        .map(|_| {
+            let mut c = lab.command_in(
+                lab.client_ns(),
+                &[
+                    "sh",
+                    "-c",
+                    "for i in $(seq 25); do dig +time=2 +tries=3 www.lab.test. A >/dev/null; done",
+                ],
+            );
+            lab.spawn(&mut c)
+                .unwrap_or_else(|e| panic!("a dig loop: {e}"))
+        })
+        .collect();
+    for mut w in workers {
+        if let Err(e) = w.wait() {
+            panic!("a dig loop: {e}");
+        }
+    }
+}

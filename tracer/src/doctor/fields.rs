@@ -6,7 +6,8 @@ use super::finding::{ConfigLine, Finding, FindingKind};
 
 const DOC: &str = include_str!("../../../docs/doctor.md");
 
-const KINDS: &[FindingKind] = &[
+/// Every kind of finding.
+pub(super) const KINDS: &[FindingKind] = &[
     FindingKind::StaticForwardingLoop,
     FindingKind::RuntimeLoop,
     FindingKind::KernelDrops,

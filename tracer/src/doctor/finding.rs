@@ -250,12 +250,7 @@ mod tests {
 
     #[test]
     fn kind_names_are_serde_names() {
-        for kind in crate::doctor::watch::TRAFFIC_KINDS.into_iter().chain([
-            FindingKind::Port53BindFailure,
-            FindingKind::NodeResolverToClusterDns,
-            FindingKind::KubeletResolvConfLoopback,
-            FindingKind::StaticForwardingLoop,
-        ]) {
+        for &kind in crate::doctor::fields::KINDS {
             let json = serde_json::to_value(kind).unwrap();
             assert_eq!(json, kind.as_str(), "{kind:?}");
         }
