@@ -20,7 +20,7 @@ const TARGETS: &[(&str, Option<&str>)] = &[
     ("capture", Some("tests/golden")),
     ("dns_message", None),
     ("ring_record", Some("fuzz/seeds/ring_record")),
-    ("correlate", None),
+    ("correlate", Some("fuzz/seeds/correlate")),
     ("config", Some("fuzz/seeds/config")),
     ("otlp", None),
 ];
