@@ -116,14 +116,6 @@ impl LiveSource {
             }
         }
     }
-
-    /// Drains what is there without waiting (at shutdown).
-    pub fn drain(&mut self, out: &mut Vec<SourceEvent>) {
-        let ring = self.fd.get_mut();
-        while let Some(item) = ring.next() {
-            out.push(parse_record(&item));
-        }
-    }
 }
 
 #[cfg(test)]

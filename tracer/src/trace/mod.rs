@@ -202,6 +202,10 @@ fn is_broken_pipe(e: &std::io::Error) -> bool {
 /// How often the sinks get the running totals (`Sink::periodic`: metrics, progress).
 const PERIODIC_NS: u64 = 1_000_000_000;
 
+/// The most a stop spends reading what the kernel had queued: the DaemonSet's grace period
+/// is 10 s, and the end of the run (the last transactions, the sinks) comes after it.
+const STOP_READ_NS: u64 = 3_000_000_000;
+
 /// Runs until a signal (SIGINT, SIGTERM, SIGHUP), `duration`, the stop policy (`--count`,
 /// `--until loop`), or the output's reader going away; returns the final stats. Each turn's
 /// records get their pods' names, then go to `sinks` (with the evidence of
@@ -458,19 +462,33 @@ pub async fn run_live(
             output_closed,
         });
     }
-    // What arrived before detaching still counts, unless `--count` was reached: then the
-    // rest stays unread (counted in `stats.unread`).
+    // What arrived before detaching still counts, unless `--count` was reached, or reading
+    // it takes longer than [`STOP_READ_NS`] (a starved CPU under a flood): then the rest
+    // stays unread (counted in `stats.unread`).
     if !policy.count_reached() {
-        source.drain(&mut events);
         while let Ok(ev) = ct_rx.try_recv() {
             pipeline.push(ev, &mut records);
         }
-        push_events(
-            &mut events,
-            &mut pipeline,
-            &mut records,
-            keep_sources.then_some(&mut sources),
-        );
+        let give_up_at = clock.now_ns().saturating_add(STOP_READ_NS);
+        loop {
+            source.poll_now(&mut events);
+            if events.is_empty() {
+                break;
+            }
+            push_events(
+                &mut events,
+                &mut pipeline,
+                &mut records,
+                keep_sources.then_some(&mut sources),
+            );
+            if clock.now_ns() >= give_up_at {
+                log::warn!(
+                    "stopping: the kernel's queue not read to its end within {} s; the rest is counted unread",
+                    STOP_READ_NS / 1_000_000_000
+                );
+                break;
+            }
+        }
     }
     if let Ok(mut p) = probes.lock() {
         let now = clock.now_ns();
