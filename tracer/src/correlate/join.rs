@@ -491,7 +491,12 @@ impl<D: Detector> Correlator<D> {
     fn new_transaction(&mut self, id: u64, t: Transaction) {
         self.txs.insert(id, t);
         self.tx_order.push_back(id);
-        // Amortised O(1): sweeps when over half of it are reported ones.
+        self.sweep_tx_order();
+    }
+
+    /// Takes the ids of reported and evicted transactions out of `tx_order` once they are
+    /// over half of it: after every change of either. Amortised O(1): each id is swept once.
+    pub(super) fn sweep_tx_order(&mut self) {
         if self.tx_order.len() > 2 * self.txs.len() + 64 {
             let txs = &self.txs;
             self.tx_order.retain(|id| txs.contains_key(id));
@@ -523,6 +528,7 @@ impl<D: Detector> Correlator<D> {
                     }
                 }
             }
+            self.sweep_tx_order();
         }
     }
 

@@ -138,6 +138,8 @@ impl<D: Detector> Correlator<D> {
                 self.stats.transactions += 1;
             }
         }
+        // The reported ones' ids in `tx_order` go once they are most of it.
+        self.sweep_tx_order();
         self.detect.settle(&mut self.reports);
         out.extend(
             self.reports

@@ -2577,6 +2577,22 @@ fn hops_added_between_ticks_stay_within_the_byte_budget() {
     assert!(c.stats().evicted_transactions > 0, "the budget was reached");
 }
 
+/// The ids of reported transactions leave the eviction order once they are most of it,
+/// however the transactions end (reported in a tick, evicted): `tx_order` stays within
+/// twice the open ones. Found by the `correlate` fuzz target ("transaction order: 68 > 65").
+#[test]
+fn the_eviction_order_is_swept_when_transactions_are_reported() {
+    let mut c = Correlator::new(CorrelateConfig::default(), Clock::Epoch);
+    let mut out: Vec<Record> = Vec::new();
+    forward_storm(&mut c, &mut out, 500, MS, 100_000);
+    c.tick(1_000 * MS, &mut out);
+    assert!(c.txs.len() > 100, "{} open", c.txs.len());
+    // Every question unanswered: all reported at their timeout, in one tick.
+    c.tick(20 * 1_000 * MS, &mut out);
+    assert_eq!(c.txs.len(), 0);
+    assert!(c.tx_order.len() <= 65, "{} ids left", c.tx_order.len());
+}
+
 #[test]
 fn timeouts_come_due_in_deadline_order_late_ones_included() {
     let mut t = Timeouts::default();
