@@ -38,7 +38,7 @@ use crate::{
         sink::{Sinks, Sourced},
         Format, Record, View,
     },
-    pipeline::{Pipeline, PipelineConfig, TICK},
+    pipeline::{Pipeline, PipelineConfig, TICK, TICK_NS},
     source::live::LiveSource,
     time::Clock,
 };
@@ -328,8 +328,7 @@ pub async fn run_live(
     // Wakes the loop when nothing else does; the tick's work itself is due by the clock.
     let mut tick = tokio::time::interval(TICK);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let tick_ns = u64::try_from(TICK.as_nanos()).unwrap_or(u64::MAX);
-    let mut next_tick_ns = clock.now_ns().saturating_add(tick_ns);
+    let mut next_tick_ns = clock.now_ns().saturating_add(TICK_NS);
     let mut next_periodic_ns = clock.now_ns().saturating_add(PERIODIC_NS);
 
     let mut events: Vec<SourceEvent> = Vec::new();
@@ -372,7 +371,7 @@ pub async fn run_live(
         // ten minutes). Each tick also yields, giving the driver its turn.
         let now = clock.now_ns();
         if now >= next_tick_ns {
-            next_tick_ns = now.saturating_add(tick_ns);
+            next_tick_ns = now.saturating_add(TICK_NS);
             ticked = true;
             source.poll_now(&mut events);
             if now >= next_periodic_ns {
