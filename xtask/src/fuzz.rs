@@ -22,7 +22,7 @@ const TARGETS: &[(&str, Option<&str>)] = &[
     ("ring_record", Some("fuzz/seeds/ring_record")),
     ("correlate", Some("fuzz/seeds/correlate")),
     ("config", Some("fuzz/seeds/config")),
-    ("otlp", None),
+    ("otlp", Some("fuzz/seeds/otlp")),
 ];
 
 /// libFuzzer's seed in `cargo xtask test`.

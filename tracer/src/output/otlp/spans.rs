@@ -613,7 +613,21 @@ pub fn build(cfg: &SpanConfig, tx: &TransactionRecord) -> (TraceIds, Vec<PlacedS
                 .map_or(s_start, |h| wall.of(h.ts_ns));
             let mut links = Vec::new();
             let mut server_events = Vec::new();
+            // The CLIENT span this serves: here when this node sent the query; else the
+            // client's node's, named by its role. That node may have sent several legs
+            // from this socket with this DNS id, and this node need not see them all: it
+            // names the first ([`Role::Query`]), as docs/otlp.md says.
+            let mut served_for = lid.client;
             if !(local || l.parent.is_some()) {
+                served_for = ids::span_id(
+                    key,
+                    &trace,
+                    Role::Query {
+                        client: l.client,
+                        proto: l.proto,
+                        dns_id: l.dns_id,
+                    },
+                );
                 server_events = l
                     .hops
                     .iter()
@@ -648,7 +662,7 @@ pub fn build(cfg: &SpanConfig, tx: &TransactionRecord) -> (TraceIds, Vec<PlacedS
                 span: Span {
                     trace_id: trace.to_vec(),
                     span_id: sid.to_vec(),
-                    parent_span_id: lid.client.to_vec(),
+                    parent_span_id: served_for.to_vec(),
                     name: format!("serve {qtype}"),
                     kind: SpanKind::Server as i32,
                     start_time_unix_nano: s_start,

@@ -679,3 +679,39 @@ fn two_upstreams_asked_from_one_socket_and_id_are_two_spans() {
     // Both are children of the CoreDNS pod's SERVER span.
     assert_eq!(forwards[0].parent_span_id, forwards[1].parent_span_id);
 }
+
+/// Node B serves two legs that node A's client sent from one socket with one DNS id (a
+/// retry to the other CoreDNS pod): B cannot know how A counted them, so both SERVER
+/// spans name the span A gives the first, which A always writes; never an id no node
+/// writes (found by the otlp fuzz target).
+#[test]
+fn a_serving_node_names_the_first_of_a_sockets_repeated_queries() {
+    let cfg = SpanConfig::default();
+    let (_, a) = build(&cfg, &tx(Direction::Egress));
+    let a_query = by_name(&a, "query A");
+    let mut t = tx(Direction::Ingress);
+    let mut again = t.legs[0].clone();
+    again.role = LegRole::Retry;
+    again.backend = addr("10.244.1.4:53");
+    for h in &mut again.hops {
+        if h.qr {
+            h.src = addr("10.244.1.4:53");
+        } else if h.dst == addr("10.244.1.3:53") {
+            h.dst = addr("10.244.1.4:53");
+        }
+    }
+    t.legs.insert(1, again);
+    if let Some(f) = t.legs.get_mut(2) {
+        f.parent = Some(0);
+    }
+    let (_, b) = build(&cfg, &t);
+    let serves: Vec<&Span> = b
+        .iter()
+        .map(|p| &p.span)
+        .filter(|s| s.name == "serve A" && s.kind == SpanKind::Server as i32)
+        .filter(|s| s.parent_span_id == a_query.span_id)
+        .collect();
+    assert_eq!(serves.len(), 2, "both SERVER spans under A's first query");
+    assert_ne!(serves[0].span_id, serves[1].span_id);
+    assert_eq!(crate::fuzzing::check_otlp(&cfg, &t), Ok(b.len() as u64));
+}
