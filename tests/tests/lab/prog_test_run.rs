@@ -12,7 +12,7 @@ use aya::maps::{MapData, RingBuf};
 use dnspath::decode::tunnel::{decapsulate, Decap, TunnelKind};
 use dnspath::{
     event::{Direction, SourceEvent},
-    kernel::{ProbeOptions, Probes, TC_PROGRAMS},
+    kernel::{KernelMaps, ProbeOptions, Probes, TC_PROGRAMS},
     source::live::parse_record,
 };
 use lab::frames::{
@@ -26,6 +26,7 @@ const SNAPLEN: u32 = 100;
 
 struct Rig {
     probes: Probes,
+    maps: KernelMaps,
     ring: RingBuf<MapData>,
 }
 
@@ -45,9 +46,10 @@ fn rig_with(kernel_log: bool) -> Option<Rig> {
     })
     .unwrap();
     let ring = probes.take_events().unwrap();
+    let maps = probes.maps().unwrap();
     assert_eq!(TC_PROGRAMS[ETH_INGRESS].0, "dnspath_tc_eth_ingress");
     assert_eq!(TC_PROGRAMS[ETH_EGRESS].0, "dnspath_tc_eth_egress");
-    Some(Rig { probes, ring })
+    Some(Rig { probes, maps, ring })
 }
 
 /// Number of kernel counters (`tracer_common::counter`).
@@ -57,11 +59,11 @@ impl Rig {
     /// Runs `frame` through program `index`; returns the records it produced and how much
     /// each kernel counter grew.
     fn run(&mut self, index: usize, frame: &[u8]) -> (Vec<SourceEvent>, [u64; COUNTERS]) {
-        let before = self.probes.counters().unwrap();
+        let before = self.maps.counters().unwrap();
         let verdict = self.probes.test_run_tc(index, frame).unwrap();
         // TC_ACT_UNSPEC (-1): the programs never change a packet's fate.
         assert_eq!(verdict as i32, -1, "verdict");
-        let after = self.probes.counters().unwrap();
+        let after = self.maps.counters().unwrap();
         let mut grew = [0u64; COUNTERS];
         for (i, g) in grew.iter_mut().enumerate() {
             *g = after[i] - before[i];
@@ -306,7 +308,7 @@ fn shed_questions_are_counted_not_copied() {
         dnspath::decode::dns::RrClass::IN,
     )
     .unwrap();
-    rig.probes.shed_start(hash, 1).unwrap();
+    rig.maps.shed_start(hash, 1).unwrap();
     // DNS 0x20 case randomisation does not hide the question.
     let mut mixed = dns_query(0);
     mixed[13] = b'A';
@@ -326,7 +328,7 @@ fn shed_questions_are_counted_not_copied() {
         assert_eq!(grew[counter::PACKETS_MATCHED as usize], 1, "frame {i}");
         assert_eq!(grew[counter::PACKETS_SHED as usize], 1, "frame {i}");
     }
-    assert_eq!(rig.probes.shed_count(hash).unwrap(), 3);
+    assert_eq!(rig.maps.shed_count(hash).unwrap(), 3);
 
     // Another type of the same name, a message without a question, TCP: copied.
     let mut aaaa = dns_query(0);
@@ -351,13 +353,13 @@ fn shed_questions_are_counted_not_copied() {
     }
 
     // Stopped: copied again; the count stays readable until forgotten.
-    rig.probes.shed_stop(hash, 0).unwrap();
+    rig.maps.shed_stop(hash, 0).unwrap();
     let (ev, grew) = rig.run(ETH_INGRESS, &frames[0]);
     one_packet(&ev);
     assert_eq!(grew[counter::PACKETS_SHED as usize], 0);
-    assert_eq!(rig.probes.shed_count(hash).unwrap(), 3);
-    rig.probes.shed_forget(hash).unwrap();
-    assert_eq!(rig.probes.shed_count(hash).unwrap(), 0);
+    assert_eq!(rig.maps.shed_count(hash).unwrap(), 3);
+    rig.maps.shed_forget(hash).unwrap();
+    assert_eq!(rig.maps.shed_count(hash).unwrap(), 0);
 }
 
 /// Every log record of the process, as `level target: message`.
@@ -407,7 +409,7 @@ fn kernel_diagnostics_only_when_asked() {
         for frame in [&three_tags, &mpls, &bad_ihl, &plain_tcp] {
             rig.run(ETH_INGRESS, frame);
         }
-        rig.probes.flush_kernel_log();
+        rig.maps.flush_kernel_log();
         let logged: Vec<String> = take_logged()
             .into_iter()
             .filter(|l| l.contains("dnspath::kernel"))

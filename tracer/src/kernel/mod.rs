@@ -4,6 +4,7 @@ pub mod attach;
 pub mod btf;
 mod error;
 pub use crate::kallsyms;
+pub mod maps;
 pub mod netns;
 pub mod shed;
 
@@ -13,19 +14,18 @@ use std::{
 };
 
 use aya::{
-    maps::{
-        Array, HashMap as BpfHashMap, MapData, PerCpuArray, PerCpuHashMap, PerCpuValues, RingBuf,
-    },
+    maps::{Array, MapData, RingBuf},
     programs::{tc, BtfTracePoint, KProbe, SchedClassifier, TcAttachType},
     util::KernelVersion,
     Ebpf, EbpfLoader,
 };
-use tracer_common::{counter, CaptureConfig, KernelOffsets, MAX_SNAPLEN, SKB_WINDOW};
+use tracer_common::{CaptureConfig, KernelOffsets, MAX_SNAPLEN, SKB_WINDOW};
 
 use crate::{ebpf::OBJECT, event::KernelSetup};
 pub use error::KernelError;
 pub(crate) use error::{effective_capabilities, CAP_SYS_PTRACE};
 use error::{is_eperm, load_error};
+pub use maps::KernelMaps;
 
 /// What to load.
 #[derive(Clone, Debug)]
@@ -109,7 +109,7 @@ pub struct Probes {
     /// `AYA_LOG_LEVEL` every instance is loaded with.
     log_level: &'static u8,
     /// Reader of the programs' diagnostics, with [`ProbeOptions::kernel_log`].
-    kernel_log: Option<aya_log::EbpfLogger<&'static dyn log::Log>>,
+    kernel_log: Option<maps::KernelLog>,
 }
 
 fn ensure_bpffs() -> Result<(), KernelError> {
@@ -400,6 +400,13 @@ impl Probes {
         Ok(RingBuf::try_from(map)?)
     }
 
+    /// The maps the run loop uses every turn, on handles of their own, and the reader of
+    /// the programs' diagnostics (taken: a second call has none): the loop needs no lock
+    /// the interface watcher holds.
+    pub fn maps(&mut self) -> Result<KernelMaps, KernelError> {
+        KernelMaps::open(&self.pin_dir, self.kernel_log.take())
+    }
+
     /// Runs TC program `index` (of [`TC_PROGRAMS`]) once on `frame` with
     /// `BPF_PROG_TEST_RUN`, as if the frame had passed the hook: the kernel programs tested
     /// on crafted frames without a lab. Events go to the ring buffer as usual; returns the
@@ -427,14 +434,6 @@ impl Probes {
         opts.repeat = repeat;
         let r = prog.test_run(opts)?;
         Ok((r.return_value, r.duration))
-    }
-
-    /// Logs what the kernel programs said since the last call (with
-    /// [`ProbeOptions::kernel_log`]; otherwise nothing).
-    pub fn flush_kernel_log(&mut self) {
-        if let Some(l) = self.kernel_log.as_mut() {
-            l.flush();
-        }
     }
 
     /// Time and runs of each loaded program of the primary instance so far, from
@@ -468,86 +467,6 @@ impl Probes {
                 Some((name.to_owned(), info.verified_instruction_count()))
             })
             .collect()
-    }
-
-    /// Storm shedding (`tracer_common::shed`): from now on the TC programs only count the
-    /// UDP packets of the question with this hash. `active` is how many questions are shed
-    /// with this one.
-    pub fn shed_start(&mut self, hash: u64, active: u32) -> Result<(), KernelError> {
-        let cpus = aya::util::nr_cpus().map_err(|(what, e)| {
-            KernelError::Io(std::io::Error::new(e.kind(), format!("{what}: {e}")))
-        })?;
-        // The count entry exists, zeroed on every CPU, before the programs can look for it.
-        let mut counts: PerCpuHashMap<&mut MapData, u64, u64> =
-            PerCpuHashMap::try_from(self.map_mut("SHED_COUNT")?)?;
-        counts.insert(hash, PerCpuValues::try_from(vec![0u64; cpus])?, 0)?;
-        let mut on: BpfHashMap<&mut MapData, u64, u8> =
-            BpfHashMap::try_from(self.map_mut("SHED_ON")?)?;
-        on.insert(hash, 1, 0)?;
-        self.set_shed_active(active)
-    }
-
-    /// The TC programs copy this question's packets again; its count stays readable
-    /// ([`Probes::shed_count`]) until [`Probes::shed_forget`].
-    pub fn shed_stop(&mut self, hash: u64, active: u32) -> Result<(), KernelError> {
-        let mut on: BpfHashMap<&mut MapData, u64, u8> =
-            BpfHashMap::try_from(self.map_mut("SHED_ON")?)?;
-        match on.remove(&hash) {
-            Ok(()) | Err(aya::maps::MapError::KeyNotFound) => {}
-            Err(e) => return Err(e.into()),
-        }
-        self.set_shed_active(active)
-    }
-
-    /// Packets of the question counted so far, over all CPUs.
-    pub fn shed_count(&self, hash: u64) -> Result<u64, KernelError> {
-        let map = self
-            .primary
-            .map("SHED_COUNT")
-            .ok_or_else(|| KernelError::Object("map SHED_COUNT".into()))?;
-        let counts: PerCpuHashMap<&MapData, u64, u64> = PerCpuHashMap::try_from(map)?;
-        match counts.get(&hash, 0) {
-            Ok(v) => Ok(v.iter().sum()),
-            Err(aya::maps::MapError::KeyNotFound) => Ok(0),
-            Err(e) => Err(e.into()),
-        }
-    }
-
-    /// Removes the question's count (after its last read).
-    pub fn shed_forget(&mut self, hash: u64) -> Result<(), KernelError> {
-        let mut counts: PerCpuHashMap<&mut MapData, u64, u64> =
-            PerCpuHashMap::try_from(self.map_mut("SHED_COUNT")?)?;
-        match counts.remove(&hash) {
-            Ok(()) | Err(aya::maps::MapError::KeyNotFound) => Ok(()),
-            Err(e) => Err(e.into()),
-        }
-    }
-
-    fn set_shed_active(&mut self, active: u32) -> Result<(), KernelError> {
-        let mut slot: Array<&mut MapData, u32> = Array::try_from(self.map_mut("SHED_ACTIVE")?)?;
-        slot.set(0, active, 0)?;
-        Ok(())
-    }
-
-    fn map_mut(&mut self, name: &str) -> Result<&mut aya::maps::Map, KernelError> {
-        self.primary
-            .map_mut(name)
-            .ok_or_else(|| KernelError::Object(format!("map {name}")))
-    }
-
-    /// Sums of the per-CPU counters, indexed by `tracer_common::counter`.
-    pub fn counters(&self) -> Result<[u64; counter::COUNT as usize], KernelError> {
-        let map = self
-            .primary
-            .map("COUNTERS")
-            .ok_or_else(|| KernelError::Object("COUNTERS map".into()))?;
-        let arr: PerCpuArray<&MapData, u64> = PerCpuArray::try_from(map)?;
-        let mut out = [0u64; counter::COUNT as usize];
-        for (i, slot) in out.iter_mut().enumerate() {
-            let values = arr.get(&(i as u32), 0)?;
-            *slot = values.iter().sum();
-        }
-        Ok(out)
     }
 
     /// The TC program `name` of the namespace with `cookie`, loaded on first use.

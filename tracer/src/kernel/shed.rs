@@ -8,7 +8,7 @@ use std::collections::HashMap;
 
 use tracer_common::shed::MAX_KEYS;
 
-use super::{KernelError, Probes};
+use super::{KernelError, KernelMaps};
 use crate::event::{ShedChange, ShedQuestion};
 
 struct Shed {
@@ -34,7 +34,7 @@ pub struct Shedder {
 impl Shedder {
     /// Applies the pipeline's changes to the kernel maps. A question that cannot be shed in
     /// the kernel (maps full or failing) is still shed in userspace by the decoder.
-    pub fn apply(&mut self, probes: &mut Probes, changes: &mut Vec<ShedChange>) {
+    pub fn apply(&mut self, probes: &mut KernelMaps, changes: &mut Vec<ShedChange>) {
         for change in changes.drain(..) {
             if self.broken {
                 continue;
@@ -74,7 +74,7 @@ impl Shedder {
 
     /// Reports what the kernel counted since the last call (`report(question, packets)`),
     /// and forgets the questions that stopped before the last call.
-    pub fn poll(&mut self, probes: &mut Probes, mut report: impl FnMut(&ShedQuestion, u64)) {
+    pub fn poll(&mut self, probes: &mut KernelMaps, mut report: impl FnMut(&ShedQuestion, u64)) {
         let finals = std::mem::replace(&mut self.draining, std::mem::take(&mut self.stopping));
         let mut failed = None;
         for mut s in finals {
@@ -96,7 +96,7 @@ impl Shedder {
     }
 
     /// The run ends: every question stops being shed and its last count is reported.
-    pub fn finish(&mut self, probes: &mut Probes, mut report: impl FnMut(&ShedQuestion, u64)) {
+    pub fn finish(&mut self, probes: &mut KernelMaps, mut report: impl FnMut(&ShedQuestion, u64)) {
         let hashes: Vec<u64> = self.active.keys().copied().collect();
         for hash in hashes {
             self.apply(probes, &mut vec![ShedChange::Stop(hash)]);
@@ -111,7 +111,7 @@ impl Shedder {
         self.poll(probes, &mut report);
     }
 
-    fn fail(&mut self, probes: &mut Probes, e: &KernelError) {
+    fn fail(&mut self, probes: &mut KernelMaps, e: &KernelError) {
         if !self.broken {
             log::warn!("storm shedding in the kernel failed ({e}); looping questions are shed after copying");
         }
@@ -127,7 +127,7 @@ impl Shedder {
 impl Shed {
     fn read(
         &mut self,
-        probes: &Probes,
+        probes: &KernelMaps,
         report: &mut impl FnMut(&ShedQuestion, u64),
     ) -> Result<(), KernelError> {
         let total = probes.shed_count(self.q.hash)?;

@@ -2,6 +2,7 @@ use std::collections::BTreeSet;
 
 use super::error::verifier_reason;
 use super::*;
+use tracer_common::counter;
 
 /// The line a person needs is the verifier's last complaint, not its statistics.
 #[test]
@@ -42,7 +43,7 @@ fn programs_pass_the_verifier() {
     if !crate::test_support::root_or_skip("loading eBPF programs") {
         return;
     }
-    let probes = Probes::load(&ProbeOptions {
+    let mut probes = Probes::load(&ProbeOptions {
         ports: vec![53],
         snaplen: tracer_common::MAX_SNAPLEN,
         drops: true,
@@ -50,7 +51,7 @@ fn programs_pass_the_verifier() {
     })
     .unwrap();
     assert!(probes.drops_enabled);
-    let c = probes.counters().unwrap();
+    let c = probes.maps().unwrap().counters().unwrap();
     assert_eq!(c.len(), counter::COUNT as usize);
 }
 
@@ -172,7 +173,8 @@ fn drops_are_reported_with_and_without_the_skb_window() {
             .any(|d| d.contains("one by one"));
         assert_eq!(said, !window, "{:?}", probes.setup.degraded);
         let mut ring = probes.take_events().unwrap();
-        let before = probes.counters().unwrap();
+        let maps = probes.maps().unwrap();
+        let before = maps.counters().unwrap();
         let v4 = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
         let v6 = std::net::UdpSocket::bind("[::1]:0").unwrap();
         let payload = [0u8; 300];
@@ -221,7 +223,7 @@ fn drops_are_reported_with_and_without_the_skb_window() {
             }
         }
         assert!(drops_to(&mut ring, other, 1).is_empty());
-        let after = probes.counters().unwrap();
+        let after = maps.counters().unwrap();
         let i = counter::DROPS_READ_FAILED as usize;
         assert_eq!(after[i], before[i], "drops_read_failed");
     }

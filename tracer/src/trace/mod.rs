@@ -28,7 +28,7 @@ use crate::{
         kallsyms::Kallsyms,
         netns,
         shed::Shedder,
-        KernelError, ProbeOptions, Probes,
+        KernelError, KernelMaps, ProbeOptions, Probes,
     },
     output::{
         self,
@@ -221,17 +221,16 @@ pub async fn run_live(
     let mut sigint = signal(SignalKind::interrupt())?;
     let mut sigterm = signal(SignalKind::terminate())?;
     let mut sighup = signal(SignalKind::hangup())?;
-    let probes = Probes::load(&ProbeOptions {
+    let mut probes = Probes::load(&ProbeOptions {
         ports: opts.ports.clone(),
         snaplen: opts.snaplen,
         drops: opts.drops,
         kernel_log: opts.kernel_log,
     })?;
+    let ring = probes.take_events()?;
+    // The run loop's own handles: it never waits for the watcher's lock on the probes.
+    let mut maps = probes.maps()?;
     let probes = Arc::new(Mutex::new(probes));
-    let ring = probes
-        .lock()
-        .map_err(|_| KernelError::Poisoned("probe"))?
-        .take_events()?;
 
     let names = Arc::new(RwLock::new(Names::default()));
     let mut attacher = Attacher::new(Arc::clone(&probes), opts.attach.clone(), Arc::clone(&names));
@@ -335,11 +334,9 @@ pub async fn run_live(
     let mut records: Vec<Record> = Vec::new();
     let mut sources: Vec<Sourced> = Vec::new();
     let keep_sources = sinks.wants_sources();
-    let refresh_counters = |pipeline: &mut Pipeline| {
-        if let Ok(p) = probes.lock() {
-            if let Ok(c) = p.counters() {
-                pipeline.set_kernel_counters(KernelCounters::from_array(&c));
-            }
+    let refresh_counters = |pipeline: &mut Pipeline, maps: &KernelMaps| {
+        if let Ok(c) = maps.counters() {
+            pipeline.set_kernel_counters(KernelCounters::from_array(&c));
         }
     };
 
@@ -376,7 +373,7 @@ pub async fn run_live(
             source.poll_now(&mut events);
             if now >= next_periodic_ns {
                 next_periodic_ns = now.saturating_add(PERIODIC_NS);
-                refresh_counters(&mut pipeline);
+                refresh_counters(&mut pipeline, &maps);
                 sinks.periodic(&pipeline.stats(), now);
             }
             tokio::task::yield_now().await;
@@ -393,15 +390,11 @@ pub async fn run_live(
         );
         pipeline.tick(clock.now_ns(), &mut records);
         pipeline.take_shed_changes(&mut shed_changes);
-        if ticked || !shed_changes.is_empty() {
-            if let Ok(mut p) = probes.lock() {
-                shedder.apply(&mut p, &mut shed_changes);
-                if ticked {
-                    p.flush_kernel_log();
-                    let now = clock.now_ns();
-                    shedder.poll(&mut p, |q, n| pipeline.kernel_shed(q, n, now));
-                }
-            }
+        shedder.apply(&mut maps, &mut shed_changes);
+        if ticked {
+            maps.flush_kernel_log();
+            let now = clock.now_ns();
+            shedder.poll(&mut maps, |q, n| pipeline.kernel_shed(q, n, now));
         }
         // The whole batch is written even when it ends the run: what it holds was decided
         // before the stop.
@@ -489,16 +482,14 @@ pub async fn run_live(
             }
         }
     }
-    if let Ok(mut p) = probes.lock() {
-        let now = clock.now_ns();
-        shedder.finish(&mut p, |q, n| pipeline.kernel_shed(q, n, now));
-    }
+    let now = clock.now_ns();
+    shedder.finish(&mut maps, |q, n| pipeline.kernel_shed(q, n, now));
     pipeline.finish(clock.now_ns(), &mut records);
     annotate_pods(&mut records, &output_names);
     let allowed = policy.admit(&records);
     let end = sinks.batch(&mut records, &mut sources, allowed, clock.now_ns());
     let loop_found = policy.loop_found();
-    refresh_counters(&mut pipeline);
+    refresh_counters(&mut pipeline, &maps);
     let mut stats = pipeline.stats();
     stats.not_written = policy.not_written();
     stats.stopped_by = Some(stopped_by.to_string());
