@@ -15,6 +15,7 @@
 //! packet's), checked against the place: O(1) per hop.
 use std::{
     collections::{HashMap, VecDeque},
+    fmt::Write as _,
     hash::{Hash, Hasher},
 };
 
@@ -139,17 +140,25 @@ impl Annotator {
     /// One captured packet and the packet records the decoder made of it (none for packets
     /// of a loop only counted).
     pub fn packet(&mut self, p: &CapturedPacket, records: &[&PacketRecord]) {
-        let mut comment = format!("dir={} pkt={:016x}", p.at.dir.as_str(), packet_id(&p.data));
+        // Written in place (writing to a String cannot fail): every packet of a node goes
+        // through here with `--record`, so no piece is a string of its own.
+        let mut comment = String::with_capacity(96);
+        let _ = write!(
+            comment,
+            "dir={} pkt={:016x}",
+            p.at.dir.as_str(),
+            packet_id(&p.data)
+        );
         let mut question = None;
         for r in records {
             if let Some(m) = &r.dns {
-                comment.push_str(&format!(" dns=[{}]", escape(&m.summary_line())));
+                let _ = write!(comment, " dns=[{}]", escape(&m.summary_line()));
                 if let Some(q) = m.questions.first() {
                     question = Some((m.id, q.name.to_ascii_lowercase(), q.qtype));
                 }
             }
             if let Some(why) = &r.malformed {
-                comment.push_str(&format!(" malformed=[{}]", escape(why)));
+                let _ = write!(comment, " malformed=[{}]", escape(why));
             }
             if r.capture_truncated {
                 comment.push_str(" capture_truncated");
@@ -211,11 +220,11 @@ impl Annotator {
         }
         .write(&mut comment);
         if let Some(b) = r.benign {
-            comment.push_str(&format!(" benign=[{b}]"));
+            let _ = write!(comment, " benign=[{b}]");
         }
         let mut question = None;
         if let Some(m) = &r.dns {
-            comment.push_str(&format!(" dns=[{}]", escape(&m.summary_line())));
+            let _ = write!(comment, " dns=[{}]", escape(&m.summary_line()));
             if let Some(q) = m.questions.first() {
                 question = Some((m.id, q.name.to_ascii_lowercase(), q.qtype));
             }
@@ -288,20 +297,19 @@ impl Annotator {
             for (hi, hop) in leg.hops.iter().enumerate() {
                 let msg = if hop.qr { "response" } else { "query" };
                 let fate = if hop.qr { fate } else { "" };
-                let note = format!(
-                    "txn={} leg={li} hop={}/{n} role={role} msg={msg}{dnat}{fate} ",
-                    t.id,
-                    hi + 1
-                );
                 if let Some(h) = self.find(hop.ts_ns, &hop.netns, &hop.ifname, hop.dir.as_str()) {
-                    h.notes.push_str(&note);
+                    let _ = write!(
+                        h.notes,
+                        "txn={} leg={li} hop={}/{n} role={role} msg={msg}{dnat}{fate} ",
+                        t.id,
+                        hi + 1
+                    );
                     h.claimed = true;
                 }
             }
             if let Some(d) = &leg.drop {
-                let note = format!("txn={} leg={li} role={role} ", t.id);
                 if let Some(h) = self.find(d.ts_ns, &d.netns, &d.ifname, "drop") {
-                    h.notes.push_str(&note);
+                    let _ = write!(h.notes, "txn={} leg={li} role={role} ", t.id);
                     h.claimed = true;
                 }
             }
@@ -395,7 +403,9 @@ impl Annotator {
             }
             let mut p = h.packet;
             if !h.notes.is_empty() {
-                p.comment = format!("{}{}", h.notes, p.comment);
+                let mut notes = h.notes;
+                notes.push_str(&p.comment);
+                p.comment = notes;
             }
             out.push(p);
         }
