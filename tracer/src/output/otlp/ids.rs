@@ -170,12 +170,16 @@ pub enum Role {
         dns_id: u16,
         repeat: u16,
     },
-    /// That query served by `server` (where it was delivered, after DNAT).
+    /// That query served by `server` (where it was delivered, after DNAT). `repeat` counts
+    /// the earlier legs of the transaction served there from the same socket with the same
+    /// DNS id (a resend after a truncated answer or a timeout), so each has an id of its own;
+    /// only this node names them (its forwards' parents), so its own count is enough.
     Serve {
         client: SocketAddr,
         server: SocketAddr,
         proto: u8,
         dns_id: u16,
+        repeat: u16,
     },
 }
 
@@ -211,12 +215,17 @@ pub fn span_id(key: &IdKey, trace: &[u8; 16], role: Role) -> [u8; 8] {
             server,
             proto,
             dns_id,
+            repeat,
         } => {
             h.write(b"v");
             write_socket(&mut h, client);
             write_socket(&mut h, server);
             h.write(&[proto]);
             h.write(&dns_id.to_be_bytes());
+            if repeat > 0 {
+                h.write(b"#");
+                h.write(&repeat.to_be_bytes());
+            }
         }
     }
     let id = h.finish();
@@ -397,6 +406,18 @@ mod tests {
                     server: s,
                     proto: 17,
                     dns_id: 7,
+                    repeat: 0,
+                },
+            ),
+            span_id(
+                &key,
+                &t,
+                Role::Serve {
+                    client: c,
+                    server: s,
+                    proto: 17,
+                    dns_id: 7,
+                    repeat: 1,
                 },
             ),
         ];

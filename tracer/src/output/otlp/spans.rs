@@ -461,6 +461,27 @@ fn query_role(tx: &TransactionRecord, n: usize, l: &LegRecord) -> Role {
     }
 }
 
+/// The role of leg `n`'s SERVER span (it has one: [`delivery`]), counting the earlier legs
+/// of `tx` served at the same place from the same socket with the same DNS id (a UDP
+/// resend after a truncated answer is such a leg).
+fn serve_role(tx: &TransactionRecord, n: usize, l: &LegRecord) -> Role {
+    let same = |o: &&LegRecord| {
+        o.client == l.client
+            && o.backend == l.backend
+            && o.proto == l.proto
+            && o.dns_id == l.dns_id
+            && delivery(o).is_some()
+    };
+    let repeat = tx.legs.iter().take(n).filter(same).count();
+    Role::Serve {
+        client: l.client,
+        server: l.backend,
+        proto: l.proto,
+        dns_id: l.dns_id,
+        repeat: u16::try_from(repeat).unwrap_or(u16::MAX),
+    }
+}
+
 /// The spans of one decided transaction, and its ids.
 pub fn build(cfg: &SpanConfig, tx: &TransactionRecord) -> (TraceIds, Vec<PlacedSpan>) {
     let ids = trace_ids(&cfg.key, tx);
@@ -487,18 +508,7 @@ pub fn build(cfg: &SpanConfig, tx: &TransactionRecord) -> (TraceIds, Vec<PlacedS
         .enumerate()
         .map(|(n, l)| LegIds {
             client: ids::span_id(key, &trace, query_role(tx, n, l)),
-            server: delivery(l).map(|_| {
-                ids::span_id(
-                    key,
-                    &trace,
-                    Role::Serve {
-                        client: l.client,
-                        server: l.backend,
-                        proto: l.proto,
-                        dns_id: l.dns_id,
-                    },
-                )
-            }),
+            server: delivery(l).map(|_| ids::span_id(key, &trace, serve_role(tx, n, l))),
         })
         .collect();
 

@@ -715,3 +715,33 @@ fn a_serving_node_names_the_first_of_a_sockets_repeated_queries() {
     assert_ne!(serves[0].span_id, serves[1].span_id);
     assert_eq!(crate::fuzzing::check_otlp(&cfg, &t), Ok(b.len() as u64));
 }
+
+/// A client that sends its query again from the same socket with the same DNS id to the
+/// same pod (a resend after a truncated answer or a timeout): two SERVER spans there, each
+/// with an id of its own (found by the otlp fuzz target: one id for both).
+#[test]
+fn a_query_sent_again_to_the_same_pod_is_served_twice() {
+    let cfg = SpanConfig::default();
+    let mut t = tx(Direction::Egress);
+    let mut again = t.legs[0].clone();
+    again.role = LegRole::Retry;
+    for h in &mut again.hops {
+        h.ts_ns += 2_000_000;
+    }
+    t.legs.push(again);
+    let (_, spans) = build(&cfg, &t);
+    let serves: Vec<&Span> = spans
+        .iter()
+        .map(|p| &p.span)
+        .filter(|s| s.kind == SpanKind::Server as i32)
+        .collect();
+    assert_eq!(serves.len(), 3, "the pod twice, the upstream once");
+    let distinct: std::collections::HashSet<&[u8]> =
+        spans.iter().map(|p| p.span.span_id.as_slice()).collect();
+    assert_eq!(
+        distinct.len(),
+        spans.len(),
+        "every span has an id of its own"
+    );
+    assert_eq!(crate::fuzzing::check_otlp(&cfg, &t), Ok(spans.len() as u64));
+}
