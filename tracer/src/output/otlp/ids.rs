@@ -378,49 +378,20 @@ mod tests {
         // Roles are distinct.
         let c: SocketAddr = "10.0.0.1:5000".parse().unwrap();
         let s: SocketAddr = "10.0.0.3:53".parse().unwrap();
-        let ids = [
-            span_id(&key, &t, Role::Root),
-            span_id(
-                &key,
-                &t,
-                Role::Query {
-                    client: c,
-                    proto: 17,
-                    dns_id: 7,
-                },
-            ),
-            span_id(
-                &key,
-                &t,
-                Role::Query {
-                    client: c,
-                    proto: 17,
-                    dns_id: 8,
-                },
-            ),
-            span_id(
-                &key,
-                &t,
-                Role::Serve {
-                    client: c,
-                    server: s,
-                    proto: 17,
-                    dns_id: 7,
-                    repeat: 0,
-                },
-            ),
-            span_id(
-                &key,
-                &t,
-                Role::Serve {
-                    client: c,
-                    server: s,
-                    proto: 17,
-                    dns_id: 7,
-                    repeat: 1,
-                },
-            ),
-        ];
+        let query = |dns_id| Role::Query {
+            client: c,
+            proto: 17,
+            dns_id,
+        };
+        let serve = |repeat| Role::Serve {
+            client: c,
+            server: s,
+            proto: 17,
+            dns_id: 7,
+            repeat,
+        };
+        let ids = [Role::Root, query(7), query(8), serve(0), serve(1)]
+            .map(|role| span_id(&key, &t, role));
         for i in 0..ids.len() {
             for j in i + 1..ids.len() {
                 assert_ne!(ids[i], ids[j]);

@@ -652,13 +652,7 @@ fn two_upstreams_asked_from_one_socket_and_id_are_two_spans() {
     t.legs.push(second);
     let (ids, spans) = build(&cfg, &t);
     assert_eq!(spans.len(), 7, "root, 3 client spans, 3 server spans");
-    let distinct: std::collections::HashSet<&[u8]> =
-        spans.iter().map(|p| p.span.span_id.as_slice()).collect();
-    assert_eq!(
-        distinct.len(),
-        spans.len(),
-        "every span has an id of its own"
-    );
+    assert_ids_distinct(&spans);
     let first = ids::span_id(
         &cfg.key,
         &ids.trace,
@@ -736,6 +730,11 @@ fn a_query_sent_again_to_the_same_pod_is_served_twice() {
         .filter(|s| s.kind == SpanKind::Server as i32)
         .collect();
     assert_eq!(serves.len(), 3, "the pod twice, the upstream once");
+    assert_ids_distinct(&spans);
+    assert_eq!(crate::fuzzing::check_otlp(&cfg, &t), Ok(spans.len() as u64));
+}
+
+fn assert_ids_distinct(spans: &[PlacedSpan]) {
     let distinct: std::collections::HashSet<&[u8]> =
         spans.iter().map(|p| p.span.span_id.as_slice()).collect();
     assert_eq!(
@@ -743,5 +742,4 @@ fn a_query_sent_again_to_the_same_pod_is_served_twice() {
         spans.len(),
         "every span has an id of its own"
     );
-    assert_eq!(crate::fuzzing::check_otlp(&cfg, &t), Ok(spans.len() as u64));
 }
