@@ -34,7 +34,7 @@ pub struct Shedder {
 impl Shedder {
     /// Applies the pipeline's changes to the kernel maps. A question that cannot be shed in
     /// the kernel (maps full or failing) is still shed in userspace by the decoder.
-    pub fn apply(&mut self, probes: &mut KernelMaps, changes: &mut Vec<ShedChange>) {
+    pub fn apply(&mut self, maps: &mut KernelMaps, changes: &mut Vec<ShedChange>) {
         for change in changes.drain(..) {
             if self.broken {
                 continue;
@@ -56,50 +56,50 @@ impl Shedder {
                     }
                     let hash = q.hash;
                     self.active.insert(hash, Shed { q, reported: 0 });
-                    probes.shed_start(hash, self.active.len() as u32)
+                    maps.shed_start(hash, self.active.len() as u32)
                 }
                 ShedChange::Stop(hash) => {
                     let Some(s) = self.active.remove(&hash) else {
                         continue;
                     };
                     self.stopping.push(s);
-                    probes.shed_stop(hash, self.active.len() as u32)
+                    maps.shed_stop(hash, self.active.len() as u32)
                 }
             };
             if let Err(e) = result {
-                self.fail(probes, &e);
+                self.fail(maps, &e);
             }
         }
     }
 
     /// Reports what the kernel counted since the last call (`report(question, packets)`),
     /// and forgets the questions that stopped before the last call.
-    pub fn poll(&mut self, probes: &mut KernelMaps, mut report: impl FnMut(&ShedQuestion, u64)) {
+    pub fn poll(&mut self, maps: &mut KernelMaps, mut report: impl FnMut(&ShedQuestion, u64)) {
         let finals = std::mem::replace(&mut self.draining, std::mem::take(&mut self.stopping));
         let mut failed = None;
         for mut s in finals {
             if let Err(e) = s
-                .read(probes, &mut report)
-                .and_then(|()| probes.shed_forget(s.q.hash))
+                .read(maps, &mut report)
+                .and_then(|()| maps.shed_forget(s.q.hash))
             {
                 failed = Some(e);
             }
         }
         for s in self.active.values_mut().chain(self.draining.iter_mut()) {
-            if let Err(e) = s.read(probes, &mut report) {
+            if let Err(e) = s.read(maps, &mut report) {
                 failed = Some(e);
             }
         }
         if let Some(e) = failed {
-            self.fail(probes, &e);
+            self.fail(maps, &e);
         }
     }
 
     /// The run ends: every question stops being shed and its last count is reported.
-    pub fn finish(&mut self, probes: &mut KernelMaps, mut report: impl FnMut(&ShedQuestion, u64)) {
+    pub fn finish(&mut self, maps: &mut KernelMaps, mut report: impl FnMut(&ShedQuestion, u64)) {
         let hashes: Vec<u64> = self.active.keys().copied().collect();
         for hash in hashes {
-            self.apply(probes, &mut vec![ShedChange::Stop(hash)]);
+            self.apply(maps, &mut vec![ShedChange::Stop(hash)]);
         }
         if self.stopping.is_empty() && self.draining.is_empty() {
             return;
@@ -107,17 +107,17 @@ impl Shedder {
         // A program that found a question in SHED_ON just before its removal may still be
         // counting on another CPU; its run takes microseconds.
         std::thread::sleep(std::time::Duration::from_millis(10));
-        self.poll(probes, &mut report);
-        self.poll(probes, &mut report);
+        self.poll(maps, &mut report);
+        self.poll(maps, &mut report);
     }
 
-    fn fail(&mut self, probes: &mut KernelMaps, e: &KernelError) {
+    fn fail(&mut self, maps: &mut KernelMaps, e: &KernelError) {
         if !self.broken {
             log::warn!("storm shedding in the kernel failed ({e}); looping questions are shed after copying");
         }
         self.broken = true;
         for (hash, _) in self.active.drain() {
-            let _ = probes.shed_stop(hash, 0);
+            let _ = maps.shed_stop(hash, 0);
         }
         self.stopping.clear();
         self.draining.clear();
@@ -127,10 +127,10 @@ impl Shedder {
 impl Shed {
     fn read(
         &mut self,
-        probes: &KernelMaps,
+        maps: &KernelMaps,
         report: &mut impl FnMut(&ShedQuestion, u64),
     ) -> Result<(), KernelError> {
-        let total = probes.shed_count(self.q.hash)?;
+        let total = maps.shed_count(self.q.hash)?;
         let n = total.saturating_sub(self.reported);
         if n > 0 {
             report(&self.q, n);

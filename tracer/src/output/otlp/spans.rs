@@ -447,17 +447,23 @@ fn query_role(tx: &TransactionRecord, n: usize, l: &LegRecord) -> Role {
     let same = |o: &&LegRecord| o.client == l.client && o.proto == l.proto && o.dns_id == l.dns_id;
     let repeat = tx.legs.iter().take(n).filter(same).count();
     match u16::try_from(repeat) {
-        Ok(0) => Role::Query {
-            client: l.client,
-            proto: l.proto,
-            dns_id: l.dns_id,
-        },
+        Ok(0) => first_query(l),
         r => Role::QueryAgain {
             client: l.client,
             proto: l.proto,
             dns_id: l.dns_id,
             repeat: r.unwrap_or(u16::MAX),
         },
+    }
+}
+
+/// The role of the first query sent from leg `l`'s socket with its DNS id: the CLIENT
+/// span a serving node names as its parent.
+fn first_query(l: &LegRecord) -> Role {
+    Role::Query {
+        client: l.client,
+        proto: l.proto,
+        dns_id: l.dns_id,
     }
 }
 
@@ -629,15 +635,7 @@ pub fn build(cfg: &SpanConfig, tx: &TransactionRecord) -> (TraceIds, Vec<PlacedS
             // names the first ([`Role::Query`]), as docs/otlp.md says.
             let mut served_for = lid.client;
             if !(local || l.parent.is_some()) {
-                served_for = ids::span_id(
-                    key,
-                    &trace,
-                    Role::Query {
-                        client: l.client,
-                        proto: l.proto,
-                        dns_id: l.dns_id,
-                    },
-                );
+                served_for = ids::span_id(key, &trace, first_query(l));
                 server_events = l
                     .hops
                     .iter()
@@ -650,16 +648,7 @@ pub fn build(cfg: &SpanConfig, tx: &TransactionRecord) -> (TraceIds, Vec<PlacedS
                     let other = ids::trace_id(key, &ids.query_key, e);
                     links.push(Link {
                         trace_id: other.to_vec(),
-                        span_id: ids::span_id(
-                            key,
-                            &other,
-                            Role::Query {
-                                client: l.client,
-                                proto: l.proto,
-                                dns_id: l.dns_id,
-                            },
-                        )
-                        .to_vec(),
+                        span_id: ids::span_id(key, &other, first_query(l)).to_vec(),
                         attributes: vec![s("dnspath.link", "neighbouring_epoch")],
                         ..Default::default()
                     });
