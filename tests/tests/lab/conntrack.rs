@@ -107,7 +107,7 @@ fn watcher_reports_the_dnat_of_a_query_to_the_cluster_ip() {
     let Some(lab) = lab() else { return };
     let node = ns_path(lab.node_ns());
     let cookie = with_netns(&node, current_netns_cookie).unwrap();
-    let (tx, rx) = mpsc::channel();
+    let (tx, rx) = mpsc::sync_channel(dnspath::conntrack::QUEUE_EVENTS);
     let stop = Arc::new(AtomicBool::new(false));
     let handle = spawn_watch(node.clone(), cookie, vec![53], tx, stop.clone()).unwrap();
 
@@ -270,6 +270,28 @@ fn overrun_is_counted_and_resynced_with_a_dump() {
         existing >= usize::from(QUERIES),
         "{existing} of {QUERIES} entries in the resync dump; counters {c:?}"
     );
+
+    // A dump hands out at most `max_dump` entries and counts the rest as cut and lost.
+    let cut = WatchOptions {
+        ports: vec![53],
+        max_dump: 50,
+        ..WatchOptions::default()
+    };
+    let mut small = with_netns(&node, || Ok(ConntrackWatcher::open_with(cookie, &cut)))
+        .unwrap()
+        .unwrap();
+    let mut first = Vec::new();
+    small
+        .next_events(&mut first, Duration::from_millis(10))
+        .unwrap();
+    let c = small.counters();
+    let dump_cut = c.dump_cut.load(Ordering::Relaxed);
+    assert_eq!(first.len(), 50, "{c:?}");
+    assert!(
+        dump_cut >= u64::from(QUERIES) - 50,
+        "{dump_cut} cut of a table of at least {QUERIES}; {c:?}"
+    );
+    assert!(small.lost() >= dump_cut, "{c:?}");
     drop(sockets);
 }
 

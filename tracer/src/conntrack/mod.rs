@@ -26,7 +26,7 @@ pub use procfs::{parse_cpu_list, parse_proc_stat};
 pub use stats::{read_stats, read_stats_netlink, read_stats_procfs, sample_stats};
 pub use watch::{
     spawn_watch, spawn_watch_with, ConntrackWatcher, PortFilter, WatchCounters, WatchOptions,
-    WatchSummary,
+    WatchSummary, MAX_DUMP_ENTRIES, QUEUE_EVENTS,
 };
 
 use crate::kernel::KernelError;

@@ -4,7 +4,7 @@ use std::{
     path::PathBuf,
     sync::{
         atomic::{AtomicBool, AtomicU64, Ordering},
-        mpsc::Sender,
+        mpsc::{SyncSender, TrySendError},
         Arc,
     },
     thread::JoinHandle,
@@ -32,6 +32,17 @@ const NFNLGRP_CONNTRACK_DESTROY: u32 = 3;
 const MAX_DATAGRAMS_PER_CALL: usize = 4096;
 /// How long the watch thread blocks at a time before looking at its stop flag.
 const STOP_POLL: Duration = Duration::from_millis(100);
+/// Entries one dump hands out; the rest are counted in `dump_cut` and `lost`. A node's table
+/// can hold millions of entries: a whole dump was held twice over in memory (43 MB in the
+/// soak, heaptrack) and went to the run loop in one piece. As many as the run loop's queue
+/// takes ([`QUEUE_EVENTS`]): 7.6 MB of events at most.
+pub const MAX_DUMP_ENTRIES: usize = 32_768;
+/// Events queued from the watch threads to the run loop ([`spawn_watch`]'s channel); when
+/// it is full an event is dropped and counted in `queue_full` and `lost`, never waited for
+/// (a watcher that waits overruns its socket and dumps again). 32,768 events of 232 bytes:
+/// 7.6 MB at most, ~0.8 s of a node's conntrack events at 20k DNS queries/s; unbounded, it
+/// held 16 MB in the soak and had no limit.
+pub const QUEUE_EVENTS: usize = 32_768;
 
 /// Which entries are reported: UDP and TCP flows with one of `ports` as source or
 /// destination port of the original or reply tuple. No ports: every UDP/TCP flow.
@@ -76,6 +87,11 @@ pub struct WatchCounters {
     pub filtered: AtomicU64,
     /// Statistics samples delivered.
     pub stats_samples: AtomicU64,
+    /// Dump entries beyond [`WatchOptions::max_dump`] (also counted in `lost`).
+    pub dump_cut: AtomicU64,
+    /// Events dropped because the run loop's queue ([`QUEUE_EVENTS`]) was full (also in
+    /// `lost`).
+    pub queue_full: AtomicU64,
 }
 
 impl WatchCounters {
@@ -94,6 +110,8 @@ pub struct WatchOptions {
     pub stats_interval: Option<Duration>,
     /// Receive buffer of the event socket, bytes. Default 4 MiB.
     pub rcvbuf: usize,
+    /// Entries one dump hands out. Default [`MAX_DUMP_ENTRIES`].
+    pub max_dump: usize,
     pub counters: Arc<WatchCounters>,
 }
 
@@ -103,6 +121,7 @@ impl Default for WatchOptions {
             ports: vec![53],
             stats_interval: Some(Duration::from_secs(1)),
             rcvbuf: 4 << 20,
+            max_dump: MAX_DUMP_ENTRIES,
             counters: Arc::default(),
         }
     }
@@ -119,6 +138,8 @@ pub struct WatchSummary {
     pub malformed: u64,
     pub filtered: u64,
     pub stats_samples: u64,
+    pub dump_cut: u64,
+    pub queue_full: u64,
     /// Why the thread ended early, if it did.
     pub error: Option<ConntrackError>,
 }
@@ -135,6 +156,8 @@ impl WatchSummary {
             malformed: get(&c.malformed),
             filtered: get(&c.filtered),
             stats_samples: get(&c.stats_samples),
+            dump_cut: get(&c.dump_cut),
+            queue_full: get(&c.queue_full),
             error,
         }
     }
@@ -156,6 +179,8 @@ pub struct ConntrackWatcher {
     pending: Vec<SourceEvent>,
     /// A resync dump is owed (the last one failed).
     resync: bool,
+    /// [`WatchOptions::max_dump`].
+    max_dump: usize,
 }
 
 impl ConntrackWatcher {
@@ -190,6 +215,7 @@ impl ConntrackWatcher {
             counters: opts.counters.clone(),
             pending: Vec::new(),
             resync: false,
+            max_dump: opts.max_dump,
         };
         let mut first = Vec::new();
         w.dump_table(&mut first)?;
@@ -264,44 +290,61 @@ impl ConntrackWatcher {
     }
 
     fn push(&self, msg: CtMessage, ts_ns: u64, out: &mut Vec<SourceEvent>) {
-        match msg {
-            CtMessage::Entry { change, entry } if self.ports.matches(&entry) => {
-                WatchCounters::add(&self.counters.events, 1);
-                if change == CtChange::Existing {
-                    WatchCounters::add(&self.counters.existing, 1);
-                }
-                out.push(SourceEvent::Conntrack(ConntrackEvent {
-                    ts_ns,
-                    netns: self.netns,
-                    change,
-                    status: entry.status,
-                    zone: entry.zone,
-                    orig: entry.orig,
-                    reply: entry.reply,
-                }));
-            }
-            CtMessage::Entry { .. } | CtMessage::OtherProtocol => {
-                WatchCounters::add(&self.counters.filtered, 1);
-            }
-            _ => {}
-        }
+        push_entry(&self.ports, &self.counters, self.netns, msg, ts_ns, out);
     }
 
-    /// IPCTNL_MSG_CT_GET dump of the whole table (every family and zone), as `Existing`.
+    /// IPCTNL_MSG_CT_GET dump of the whole table (every family and zone), as `Existing`: at
+    /// most [`WatchOptions::max_dump`] of the entries on the watched ports.
     fn dump_table(&mut self, out: &mut Vec<SourceEvent>) -> Result<(), ConntrackError> {
         self.resync = true;
         let ts_ns = boottime_ns();
-        let mut entries = Vec::new();
+        let (ports, counters, netns) = (&self.ports, &self.counters, self.netns);
+        let room = out.len().saturating_add(self.max_dump);
         let malformed = self
             .dump
-            .dump("IPCTNL_MSG_CT_GET", table_dump_request, |m| entries.push(m))?;
+            .dump("IPCTNL_MSG_CT_GET", table_dump_request, |m| {
+                if out.len() < room {
+                    push_entry(ports, counters, netns, m, ts_ns, out);
+                } else if matches!(&m, CtMessage::Entry { entry, .. } if ports.matches(entry)) {
+                    WatchCounters::add(&counters.dump_cut, 1);
+                    WatchCounters::add(&counters.lost, 1);
+                }
+            })?;
         WatchCounters::add(&self.counters.malformed, malformed);
         WatchCounters::add(&self.counters.lost, malformed);
-        for m in entries {
-            self.push(m, ts_ns, out);
-        }
         self.resync = false;
         Ok(())
+    }
+}
+
+fn push_entry(
+    ports: &PortFilter,
+    counters: &WatchCounters,
+    netns: u64,
+    msg: CtMessage,
+    ts_ns: u64,
+    out: &mut Vec<SourceEvent>,
+) {
+    match msg {
+        CtMessage::Entry { change, entry } if ports.matches(&entry) => {
+            WatchCounters::add(&counters.events, 1);
+            if change == CtChange::Existing {
+                WatchCounters::add(&counters.existing, 1);
+            }
+            out.push(SourceEvent::Conntrack(ConntrackEvent {
+                ts_ns,
+                netns,
+                change,
+                status: entry.status,
+                zone: entry.zone,
+                orig: entry.orig,
+                reply: entry.reply,
+            }));
+        }
+        CtMessage::Entry { .. } | CtMessage::OtherProtocol => {
+            WatchCounters::add(&counters.filtered, 1);
+        }
+        _ => {}
     }
 }
 
@@ -312,7 +355,7 @@ pub fn spawn_watch(
     netns_path: PathBuf,
     netns_cookie: u64,
     ports: Vec<u16>,
-    tx: Sender<SourceEvent>,
+    tx: SyncSender<SourceEvent>,
     stop: Arc<AtomicBool>,
 ) -> Result<JoinHandle<WatchSummary>, ConntrackError> {
     spawn_watch_with(
@@ -333,7 +376,7 @@ pub fn spawn_watch_with(
     netns_path: PathBuf,
     netns_cookie: u64,
     opts: WatchOptions,
-    tx: Sender<SourceEvent>,
+    tx: SyncSender<SourceEvent>,
     stop: Arc<AtomicBool>,
 ) -> Result<JoinHandle<WatchSummary>, ConntrackError> {
     std::thread::Builder::new()
@@ -352,7 +395,7 @@ pub fn spawn_watch_with(
 fn watch(
     netns: u64,
     opts: &WatchOptions,
-    tx: &Sender<SourceEvent>,
+    tx: &SyncSender<SourceEvent>,
     stop: &AtomicBool,
 ) -> Result<(), ConntrackError> {
     let mut watcher = ConntrackWatcher::open_with(netns, opts)?;
@@ -381,20 +424,42 @@ fn watch(
             timeout = timeout.min(next_stats.saturating_duration_since(now));
         }
         let result = watcher.next_events(&mut batch, timeout);
-        for ev in batch.drain(..) {
-            if tx.send(ev).is_err() {
-                return Ok(());
-            }
+        if !hand_over(&mut batch, tx, &opts.counters, netns) {
+            return Ok(());
         }
         result?;
     }
     if stats_interval.is_some() {
         take_stats(&mut batch, &mut stats_interval);
-        for ev in batch.drain(..) {
-            let _ = tx.send(ev);
-        }
+        hand_over(&mut batch, tx, &opts.counters, netns);
     }
     Ok(())
+}
+
+/// Sends `batch` to the run loop, dropping (and counting) what a full queue cannot take;
+/// `false` once the receiver is gone.
+fn hand_over(
+    batch: &mut Vec<SourceEvent>,
+    tx: &SyncSender<SourceEvent>,
+    counters: &WatchCounters,
+    netns: u64,
+) -> bool {
+    for ev in batch.drain(..) {
+        match tx.try_send(ev) {
+            Ok(()) => {}
+            Err(TrySendError::Full(_)) => {
+                if counters.queue_full.fetch_add(1, Ordering::Relaxed) == 0 {
+                    log::warn!(
+                        "conntrack of netns {netns:#x}: the run loop's queue is full \
+                         ({QUEUE_EVENTS} events); events dropped and counted"
+                    );
+                }
+                WatchCounters::add(&counters.lost, 1);
+            }
+            Err(TrySendError::Disconnected(_)) => return false,
+        }
+    }
+    true
 }
 
 #[cfg(test)]
@@ -451,5 +516,44 @@ mod tests {
             .iter()
             .all(|e| matches!(e, SourceEvent::Conntrack(c) if c.change == CtChange::Existing)));
         assert_eq!(w.lost(), 0);
+    }
+
+    #[test]
+    fn a_full_queue_drops_and_counts_and_a_gone_receiver_ends_the_watch() {
+        let counters = WatchCounters::default();
+        let (tx, rx) = std::sync::mpsc::sync_channel(2);
+        let e = entry(
+            ("10.0.0.1:1000", "10.96.0.10:53"),
+            ("10.244.1.3:53", "10.0.0.1:1000"),
+        );
+        let mut batch: Vec<SourceEvent> = (0..5)
+            .map(|i| {
+                SourceEvent::Conntrack(ConntrackEvent {
+                    ts_ns: i,
+                    netns: 1,
+                    change: CtChange::New,
+                    status: e.status,
+                    zone: e.zone,
+                    orig: e.orig,
+                    reply: e.reply,
+                })
+            })
+            .collect();
+        assert!(hand_over(&mut batch, &tx, &counters, 1));
+        assert!(batch.is_empty());
+        assert_eq!(rx.try_iter().count(), 2);
+        assert_eq!(counters.queue_full.load(Ordering::Relaxed), 3);
+        assert_eq!(counters.lost.load(Ordering::Relaxed), 3);
+        drop(rx);
+        batch.push(SourceEvent::Conntrack(ConntrackEvent {
+            ts_ns: 9,
+            netns: 1,
+            change: CtChange::New,
+            status: 0,
+            zone: 0,
+            orig: e.orig,
+            reply: e.reply,
+        }));
+        assert!(!hand_over(&mut batch, &tx, &counters, 1));
     }
 }

@@ -289,7 +289,8 @@ pub async fn run_live(
     let stop = Arc::new(AtomicBool::new(false));
     let watcher = attacher.spawn(Arc::clone(&stop));
     // Conntrack of the namespaces where DNAT happens, for joining hops across NAT.
-    let (ct_tx, ct_rx) = std::sync::mpsc::channel::<SourceEvent>();
+    let (ct_tx, ct_rx) =
+        std::sync::mpsc::sync_channel::<SourceEvent>(crate::conntrack::QUEUE_EVENTS);
     let ct_watchers = if opts.transactions {
         start_conntrack(&opts, &ct_tx, &stop)
     } else {
@@ -436,7 +437,10 @@ pub async fn run_live(
         }
     }
     if ct_lost > 0 {
-        log::warn!("conntrack: {ct_lost} events lost (socket overruns); some hops may be joined by the fallback method");
+        log::warn!(
+            "conntrack: {ct_lost} events lost (socket overruns, dumps cut, a full queue); \
+             some hops may be joined by the fallback method"
+        );
     }
     for w in warnings {
         log::debug!("{w}");
@@ -569,7 +573,7 @@ fn setup_line(s: &KernelSetup) -> String {
 /// NAT are joined by the fallback method.
 fn start_conntrack(
     opts: &RunOptions,
-    tx: &std::sync::mpsc::Sender<SourceEvent>,
+    tx: &std::sync::mpsc::SyncSender<SourceEvent>,
     stop: &Arc<AtomicBool>,
 ) -> Vec<std::thread::JoinHandle<crate::conntrack::WatchSummary>> {
     const MAX_CT_WATCHERS: usize = 64;
