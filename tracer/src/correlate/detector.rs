@@ -142,6 +142,11 @@ pub(crate) trait Detector {
         false
     }
 
+    /// A drop this detector keeps ([`Detector::keeps`]) of a packet of question `q` that no
+    /// open leg claims: its query was not read (lost before the tracer saw it, during a
+    /// flood) or its leg is gone.
+    fn unmatched_drop(&mut self, _d: &DropObservation, _q: &QKey) {}
+
     /// A transaction with this evidence must not be decided before the returned time
     /// (`None`: it may be decided now, as far as this detector is concerned).
     fn holds(&self, _e: &DropEvidence, _now: u64) -> Option<u64> {

@@ -436,6 +436,9 @@ impl<D: Detector> Correlator<D> {
         };
         let Some(leg) = self.legs.by_key(&key).and_then(|id| self.legs.get_mut(&id)) else {
             self.stats.drops_unmatched += 1;
+            if self.detect.keeps(&d) {
+                self.detect.unmatched_drop(&d, &key.q);
+            }
             return;
         };
         if leg.race.is_none() && self.detect.keeps(&d) {

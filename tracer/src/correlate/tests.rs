@@ -889,6 +889,96 @@ fn race_drop_with_counters_sibling_and_retry() {
     assert_eq!(f.c.stats().detect.races.race_drops, 1);
 }
 
+/// The A fails to confirm and is dropped, but dnspath never read the query itself (lost in a
+/// flood, or its leg gone): the drop is still reported as a race drop, with the counters
+/// sampled after it, and says so; a rule's drop of a confirmed entry is not.
+#[test]
+fn race_drop_of_a_query_never_read_is_still_reported() {
+    use crate::event::{CtCpuStats, CtStatsSample};
+    let mut f = Feed::new();
+    let sample = |ts: u64, insert_failed: u64| CtStatsSample {
+        ts_ns: ts,
+        netns: 1,
+        per_cpu: vec![CtCpuStats {
+            cpu: 1,
+            insert_failed,
+            drop: insert_failed,
+            ..Default::default()
+        }],
+    };
+    f.c.on_ct_stats(sample(0, 7));
+    let flow = |s: &str, d: &str| CtFlow {
+        src: s.parse().unwrap(),
+        dst: d.parse().unwrap(),
+        proto: UDP,
+    };
+    let drop = |ts: u64, port: u16, status: u64| {
+        let client = format!("10.244.1.2:{port}");
+        Observed::Drop(Box::new(DropObservation {
+            ts_ns: ts,
+            cpu: 1,
+            netns_cookie: 1,
+            netns: "node".into(),
+            ifname: "vclient".into(),
+            reason: "NETFILTER_DROP".into(),
+            location: "nf_hook_slow+0x9e".into(),
+            function: "nf_hook_slow".into(),
+            benign: false,
+            proto: UDP,
+            src: client.parse().unwrap(),
+            dst: "10.244.1.3:53".parse().unwrap(),
+            confirm_failed: None,
+            ct: Some(CtSnapshot {
+                status,
+                orig: flow(&client, "10.96.0.10:53"),
+                reply: flow("10.244.1.3:53", &client),
+            }),
+            msg: Some(msg(9, false, "lost.lab.test.", "A", "NOERROR", &[], false).into()),
+        }))
+    };
+    // A failed confirm (NAT done, not confirmed), and a rule's drop (confirmed: 0x8).
+    f.c.on_observed(drop(10 * MS, 5000, 0x1a0));
+    f.c.on_observed(drop(20 * MS, 5001, 0x1a8));
+    // Not before the counters after it are sampled.
+    f.c.tick(150 * MS, &mut f.out);
+    assert!(!f.out.iter().any(|r| matches!(r, Record::Race(_))));
+    f.c.on_ct_stats(sample(200 * MS, 8));
+    f.c.tick(300 * MS, &mut f.out);
+    let races: Vec<_> = f
+        .out
+        .iter()
+        .filter_map(|r| match r {
+            Record::Race(r) => Some(r.clone()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(races.len(), 1, "{races:#?}");
+    let r = &races[0];
+    assert_eq!(r.verdict, race::RaceVerdict::RaceDrop);
+    assert!(r.counter_confirmed);
+    assert_eq!(r.client.unwrap().to_string(), "10.244.1.2:5000");
+    let dropped = r.dropped.as_ref().unwrap();
+    assert_eq!(
+        (dropped.dns_id, dropped.backend.to_string().as_str()),
+        (9, "10.244.1.3:53")
+    );
+    assert_eq!(
+        report::race_summary(r),
+        "lookup of lost.lab.test.: A dropped by conntrack race (the query itself was not read), no retry seen"
+    );
+    let s = f.c.stats();
+    assert_eq!((s.detect.races.race_drops, s.drops_unmatched), (1, 2));
+    // Nothing more at the end.
+    f.c.flush(10_000 * MS, &mut f.out);
+    assert_eq!(
+        f.out
+            .iter()
+            .filter(|r| matches!(r, Record::Race(_)))
+            .count(),
+        1
+    );
+}
+
 /// Many clients asking the same name through a forwarder at a high rate is not an
 /// amplification: the forwarder sends it on as often as it is asked.
 #[test]

@@ -84,6 +84,10 @@ macro_rules! detectors {
                 $(self.$field.keeps(d))||*
             }
 
+            fn unmatched_drop(&mut self, d: &DropObservation, q: &QKey) {
+                $(self.$field.unmatched_drop(d, q);)*
+            }
+
             fn holds(&self, e: &DropEvidence, now: u64) -> Option<u64> {
                 [$(self.$field.holds(e, now)),*].into_iter().flatten().max()
             }

@@ -22,7 +22,7 @@ use super::{DetectStats, Detected, Detector};
 use crate::{
     conntrack::CtStatus,
     correlate::{
-        detector::{Decided, DropEvidence},
+        detector::{Control, Decided, DropEvidence},
         record::QuestionRecord,
         CorrelateConfig, DropObservation,
     },
@@ -35,6 +35,9 @@ use crate::{
 };
 
 const SAMPLES_KEPT: usize = 64;
+/// Race drops whose query no leg holds, waiting for the counters sampled after them; beyond,
+/// one is reported at once without them.
+const MAX_UNMATCHED: usize = 256;
 /// Namespaces whose samples are kept (beyond, all are forgotten: a namespace's next sample
 /// starts its history again).
 const MAX_NETNS: usize = 1024;
@@ -193,19 +196,19 @@ pub fn race_summary(r: &RaceRecord) -> String {
             r.cpu.unwrap_or(0)
         );
     }
-    let (name, qtype, offset) = match &r.dropped {
-        Some(q) => (
-            q.question.name.as_str(),
-            q.question.qtype.name(),
-            q.offset_ns,
-        ),
-        None => ("", "".into(), 0),
+    let (name, qtype) = match &r.dropped {
+        Some(q) => (q.question.name.as_str(), q.question.qtype.name()),
+        None => ("", "".into()),
     };
-    let what = match r.verdict {
-        RaceVerdict::RaceDrop => format!(
-            "{qtype} dropped by conntrack race at +{}",
-            dur(r.drop_offset_ns.unwrap_or(offset))
-        ),
+    let what = match (r.verdict, r.drop_offset_ns) {
+        (RaceVerdict::RaceDrop, Some(at)) => {
+            format!("{qtype} dropped by conntrack race at +{}", dur(at))
+        }
+        // The drop of a query dnspath did not read (lost in a flood, counted): no pair,
+        // retry or delay to tell.
+        (RaceVerdict::RaceDrop, None) => {
+            format!("{qtype} dropped by conntrack race (the query itself was not read)")
+        }
         _ => format!("{qtype} unanswered, no kernel evidence (suspected race)"),
     };
     let how = match r.retry_ns {
@@ -351,6 +354,9 @@ pub(crate) struct RaceDetector {
     stats: RaceStats,
     /// Reported after the turn's transactions.
     out: Vec<RaceRecord>,
+    /// Race drops of queries no leg holds, in arrival order: (netns cookie, its record), until
+    /// the counters sampled after them come ([`Detector::tick`]).
+    unmatched: VecDeque<(u64, RaceRecord)>,
 }
 
 impl RaceDetector {
@@ -362,7 +368,21 @@ impl RaceDetector {
             samples: CtSamples::default(),
             stats: RaceStats::default(),
             out: Vec::new(),
+            unmatched: VecDeque::new(),
         }
+    }
+
+    /// An unmatched race drop's record with the counters around it (if sampled).
+    fn with_counters(&mut self, netns: u64, mut r: RaceRecord) -> RaceRecord {
+        if let Some(c) = r
+            .cpu
+            .and_then(|cpu| self.samples.around(netns, cpu, r.ts_ns))
+        {
+            r.counter_confirmed = c.insert_failed > 0 || c.drop > 0;
+            r.counters = c;
+        }
+        self.stats.race_drops += 1;
+        r
     }
 }
 
@@ -404,6 +424,66 @@ impl Detector for RaceDetector {
 
     fn keeps(&self, d: &DropObservation) -> bool {
         is_race_candidate(&d.reason, &d.function, d.ct.as_ref(), d.confirm_failed)
+    }
+
+    /// A race drop of a query no leg holds (not read, in a flood) is still a race drop: the
+    /// kernel's evidence is the drop itself. Reported by [`Detector::tick`] once the
+    /// counters after it are sampled, without the pair, retry and delay a leg would give.
+    fn unmatched_drop(&mut self, d: &DropObservation, q: &QuestionRecord) {
+        let (client, backend) = match &d.ct {
+            Some(ct) => (ct.orig.src, ct.reply.src),
+            None => (d.src, d.dst),
+        };
+        let r = RaceRecord {
+            verdict: RaceVerdict::RaceDrop,
+            ts_ns: d.ts_ns,
+            wall_ns: self.clock.epoch_ns(d.ts_ns),
+            netns: RaceNetns::Name(d.netns.to_string()),
+            client: Some(client),
+            client_netns: String::new(),
+            pod: Default::default(),
+            dropped: Some(RaceQuery {
+                dns_id: d.msg.as_ref().map_or(0, |m| m.id),
+                question: q.clone(),
+                backend,
+                offset_ns: 0,
+            }),
+            sibling: None,
+            cpu: Some(d.cpu),
+            counters: CounterDeltas::default(),
+            counter_confirmed: false,
+            kernel_confirm_failed: d.confirm_failed,
+            drop_reason: Some(d.reason.clone()),
+            drop_location: Some(d.location.clone()),
+            retry_ns: None,
+            total_delay_ns: None,
+            drop_offset_ns: None,
+            evidence: None,
+        };
+        if self.unmatched.len() >= MAX_UNMATCHED {
+            // The oldest goes out now, with whatever counters there are.
+            if let Some((netns, old)) = self.unmatched.pop_front() {
+                let old = self.with_counters(netns, old);
+                self.out.push(old);
+            }
+        }
+        self.unmatched.push_back((d.netns_cookie, r));
+    }
+
+    fn tick(&mut self, now: u64, all: bool, out: &mut Vec<Detected>, _c: &mut Vec<Control>) {
+        while let Some((netns, r)) = self.unmatched.front() {
+            let ready = all
+                || now >= r.ts_ns.saturating_add(self.counters_wait_ns)
+                || self.samples.has_after(*netns, r.ts_ns);
+            if !ready {
+                break;
+            }
+            let Some((netns, r)) = self.unmatched.pop_front() else {
+                break;
+            };
+            let r = self.with_counters(netns, r);
+            out.push(Detected::Race(r));
+        }
     }
 
     /// A race drop is judged with the counters sampled after it (they come every 200 ms).
@@ -501,6 +581,12 @@ impl Detector for RaceDetector {
     }
 
     fn check_bounds(&self) -> Result<(), String> {
+        if self.unmatched.len() > MAX_UNMATCHED {
+            return Err(format!(
+                "unmatched race drops: {} > {MAX_UNMATCHED}",
+                self.unmatched.len()
+            ));
+        }
         self.samples.check_bounds()
     }
 
