@@ -119,3 +119,80 @@ fn a_slow_reader_costs_records_at_the_sink_not_packets() {
         output["written"], stats["packets"]
     );
 }
+
+/// A reader late by seconds claims nothing it has not read: `trace` stopped (SIGSTOP) for 8 s
+/// while dnsperf asks 300 cached questions a second (~24,000 records wait in the ring
+/// buffer, within its 16 MiB), then let go. The first batches after the stop are judged at
+/// the clock's time, seconds past the queries' timeouts, while their answers are still in
+/// the ring buffer: every question must still come out answered, and no answer an orphan
+/// (the soak stops the agent so; a lab guard, it passed before it was written).
+#[test]
+fn a_reader_stopped_for_seconds_times_out_nothing_still_in_the_ring_buffer() {
+    require_tools(&["dnsperf"]);
+    let Some(lab) = lab_or_skip(LabConfig {
+        dns_pods: vec![DnsPodConfig::new(DnsServerKind::Dnsmasq); 2],
+        ..LabConfig::default()
+    }) else {
+        return;
+    };
+    let queries = lab.temp_dir().join("queries.txt");
+    std::fs::write(&queries, QUERIES).unwrap();
+    let queries = queries.to_string_lossy().into_owned();
+    dnsperf(&lab, &queries, 500, 1);
+    let tracer = Tracer::start(
+        &lab,
+        lab.node_ns(),
+        &[
+            "trace",
+            "--all-netns",
+            "-o",
+            "json",
+            "--view",
+            "transactions",
+            "--duration",
+            "22",
+        ],
+    )
+    .unwrap();
+    let pid = tracer.pid() as libc::pid_t;
+    let signal = |sig| {
+        // SAFETY: kill(2) on our own child's PID, not yet reaped.
+        unsafe { libc::kill(pid, sig) };
+    };
+    let sent = std::thread::scope(|s| {
+        let load = s.spawn(|| dnsperf(&lab, &queries, 300, 14));
+        std::thread::sleep(Duration::from_secs(2));
+        signal(libc::SIGSTOP);
+        std::thread::sleep(Duration::from_secs(8));
+        signal(libc::SIGCONT);
+        load.join().unwrap()
+    });
+    let out = tracer.wait();
+    let recs = out.records();
+    let stats = last_stats(&recs);
+    assert_eq!(stats["stopped_by"], "duration", "{stats}");
+    // Nothing lost: every answer was read, so every question must come out answered.
+    assert_eq!(stats["lost"], 0, "{stats}");
+    assert_eq!(stats["kernel"]["packets_lost_ringbuf"], 0, "{stats}");
+    let txs: Vec<_> = recs.iter().filter(|r| r["type"] == "transaction").collect();
+    let not_answered: Vec<_> = txs.iter().filter(|t| t["outcome"] != "answered").collect();
+    eprintln!(
+        "late reader: {sent} queries, {} transactions, {} not answered, {} orphan responses",
+        txs.len(),
+        not_answered.len(),
+        stats["correlate"]["orphan_responses"]
+    );
+    assert!(
+        txs.len() as u64 >= sent,
+        "{} for {sent}: {stats}",
+        txs.len()
+    );
+    assert!(
+        not_answered.is_empty(),
+        "{} of {} not answered, e.g. {}",
+        not_answered.len(),
+        txs.len(),
+        not_answered[0]
+    );
+    assert_eq!(stats["correlate"]["orphan_responses"], 0, "{stats}");
+}
