@@ -20,7 +20,9 @@ use tracer_common::{
     CtTuple, DropEvent, EventKind, KernelOffsets, DROP_DATA_MASK, MAX_DROP_DATA, SKB_WINDOW,
 };
 
-use crate::{count, packet, wakeup_flag, wanted, watched, EVENTS, KERNEL_OFFSETS, LOG_TARGET};
+use crate::{
+    count, packet, wakeup_flag, wanted, watched, DROP_RESERVE, EVENTS, KERNEL_OFFSETS, LOG_TARGET,
+};
 
 /// The skb of the `__nf_conntrack_confirm` call in progress on this CPU (netfilter hooks
 /// run with bottom halves off: entry and return are on the same CPU, not nested).
@@ -248,7 +250,11 @@ fn try_kfree_skb(ctx: &BtfTracePointContext, reason: u32) -> Result<(), ()> {
         let len: u32 = kread(skb, o.skb_len)?;
         let data: u64 = kread(skb, o.skb_data)?;
         let data_off = data.saturating_sub(head);
-        let Some(mut entry) = EVENTS.reserve::<DropEvent>(0) else {
+        // `EVENTS` full: the reserve ring (read once `EVENTS` is drained).
+        let Some(mut entry) = EVENTS
+            .reserve::<DropEvent>(0)
+            .or_else(|| DROP_RESERVE.reserve::<DropEvent>(0))
+        else {
             count(counter::DROPS_LOST_RINGBUF);
             return Ok(());
         };

@@ -64,8 +64,9 @@ pub const TC_PROGRAMS: [(&str, bool, TcAttachType); 4] = [
 ];
 
 /// Maps shared by every instance of the object, pinned so that later instances reuse them.
-const SHARED_MAPS: [&str; 8] = [
+const SHARED_MAPS: [&str; 9] = [
     "EVENTS",
+    "DROP_RESERVE",
     "AYA_LOGS",
     "PORTS",
     "COUNTERS",
@@ -397,6 +398,14 @@ impl Probes {
             .primary
             .take_map("EVENTS")
             .ok_or_else(|| KernelError::Object("EVENTS ring buffer (already taken)".into()))?;
+        Ok(RingBuf::try_from(map)?)
+    }
+
+    /// The drops' reserve ring (where a drop goes when `EVENTS` is full); can be taken once.
+    pub fn take_drop_reserve(&mut self) -> Result<RingBuf<MapData>, KernelError> {
+        let map = self.primary.take_map("DROP_RESERVE").ok_or_else(|| {
+            KernelError::Object("DROP_RESERVE ring buffer (already taken)".into())
+        })?;
         Ok(RingBuf::try_from(map)?)
     }
 

@@ -72,6 +72,8 @@ pub fn parse_record(bytes: &[u8]) -> SourceEvent {
 /// Async reader over the ring buffer (tokio `AsyncFd`, never blocking the runtime).
 pub struct LiveSource {
     fd: AsyncFd<RingBuf<MapData>>,
+    /// The last read stopped at [`MAX_BATCH`] with records left in the ring buffer.
+    behind: bool,
 }
 
 impl LiveSource {
@@ -79,7 +81,7 @@ impl LiveSource {
         // SAFETY: the AsyncFd owns the RingBuf, so its fd stays open (and is not reused)
         // for as long as it is registered.
         let fd = unsafe { AsyncFd::register(ring) }.map_err(|e| e.into_parts().1)?;
-        Ok(Self { fd })
+        Ok(Self { fd, behind: false })
     }
 
     /// Waits until records are available, then drains them all into `out`.
@@ -101,20 +103,56 @@ impl LiveSource {
         if drained {
             guard.clear_ready();
         }
+        self.behind = !drained;
         Ok(())
+    }
+
+    /// The last read left records in the ring buffer.
+    pub fn behind(&self) -> bool {
+        self.behind
     }
 
     /// Takes what is there, at most a batch, without waiting: the run loop's poll. The
     /// kernel programs wake the reader only once a backlog has built up, so a trickle of
     /// records is read here.
     pub fn poll_now(&mut self, out: &mut Vec<SourceEvent>) {
-        let ring = self.fd.get_mut();
-        for _ in 0..MAX_BATCH {
-            match ring.next() {
-                Some(item) => out.push(parse_record(&item)),
-                None => break,
-            }
+        self.behind = poll(self.fd.get_mut(), out);
+    }
+}
+
+/// Takes at most a batch; `true` if records are left.
+fn poll(ring: &mut RingBuf<MapData>, out: &mut Vec<SourceEvent>) -> bool {
+    for _ in 0..MAX_BATCH {
+        match ring.next() {
+            Some(item) => out.push(parse_record(&item)),
+            None => return false,
         }
+    }
+    true
+}
+
+/// The drops' reserve ring (`DROP_RESERVE`): drops the kernel could not put in `EVENTS`
+/// because it was full. Read only when [`LiveSource`] is not behind, so a drop comes after
+/// the packets read before it, as it would have from `EVENTS`.
+pub struct DropReserve {
+    ring: RingBuf<MapData>,
+    /// Drops read from it (they would have been lost without it).
+    pub read: u64,
+}
+
+impl DropReserve {
+    pub fn new(ring: RingBuf<MapData>) -> Self {
+        Self { ring, read: 0 }
+    }
+
+    /// Takes what is there (at most a batch) when `source` is drained.
+    pub fn poll_after(&mut self, source: &LiveSource, out: &mut Vec<SourceEvent>) {
+        if source.behind() {
+            return;
+        }
+        let before = out.len();
+        poll(&mut self.ring, out);
+        self.read += (out.len() - before) as u64;
     }
 }
 

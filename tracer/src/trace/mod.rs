@@ -39,7 +39,7 @@ use crate::{
         Format, Record, View,
     },
     pipeline::{Pipeline, PipelineConfig, TICK, TICK_NS},
-    source::live::LiveSource,
+    source::live::{DropReserve, LiveSource},
     time::Clock,
 };
 
@@ -228,6 +228,7 @@ pub async fn run_live(
         kernel_log: opts.kernel_log,
     })?;
     let ring = probes.take_events()?;
+    let mut reserve = DropReserve::new(probes.take_drop_reserve()?);
     // The run loop's own handles: it never waits for the watcher's lock on the probes.
     let mut maps = probes.maps()?;
     let probes = Arc::new(Mutex::new(probes));
@@ -383,6 +384,8 @@ pub async fn run_live(
         while let Ok(ev) = ct_rx.try_recv() {
             pipeline.push(ev, &mut records);
         }
+        // Drops that found `EVENTS` full, once what came before them is read.
+        reserve.poll_after(&source, &mut events);
         push_events(
             &mut events,
             &mut pipeline,
@@ -468,6 +471,7 @@ pub async fn run_live(
         let give_up_at = clock.now_ns().saturating_add(STOP_READ_NS);
         loop {
             source.poll_now(&mut events);
+            reserve.poll_after(&source, &mut events);
             if events.is_empty() {
                 break;
             }
@@ -485,6 +489,12 @@ pub async fn run_live(
                 break;
             }
         }
+    }
+    if reserve.read > 0 {
+        log::info!(
+            "{} kernel drop(s) came through the reserve ring while the ring buffer was full",
+            reserve.read
+        );
     }
     let now = clock.now_ns();
     shedder.finish(&mut maps, |q, n| pipeline.kernel_shed(q, n, now));
