@@ -36,6 +36,21 @@ fn dnsperf(lab: &Lab, queries: &str, rate: u32, seconds: u32) -> u64 {
         .unwrap_or_else(|| panic!("no `Queries sent` in {out}"))
 }
 
+/// A lab of two dnsmasq pods whose caches are warm (dnsperf 1 s), and the file of
+/// [`QUERIES`]; `None` where lab tests are skipped.
+fn warm_lab() -> Option<(Lab, String)> {
+    require_tools(&["dnsperf"]);
+    let lab = lab_or_skip(LabConfig {
+        dns_pods: vec![DnsPodConfig::new(DnsServerKind::Dnsmasq); 2],
+        ..LabConfig::default()
+    })?;
+    let queries = lab.temp_dir().join("queries.txt");
+    std::fs::write(&queries, QUERIES).unwrap();
+    let queries = queries.to_string_lossy().into_owned();
+    dnsperf(&lab, &queries, 500, 1);
+    Some((lab, queries))
+}
+
 /// 18,000 queries in 6 s under `trace --all-netns -o json` (some 180,000 records, ~25 MB of
 /// ring-buffer records: more than its 16 MiB) into a pipe nobody reads for 8 s, then read at
 /// once: the output's queue fills and drops records,
@@ -44,18 +59,9 @@ fn dnsperf(lab: &Lab, queries: &str, rate: u32, seconds: u32) -> u64 {
 /// on stdout are exactly the `written` ones, then `stats`).
 #[test]
 fn a_slow_reader_costs_records_at_the_sink_not_packets() {
-    require_tools(&["dnsperf"]);
-    let Some(lab) = lab_or_skip(LabConfig {
-        dns_pods: vec![DnsPodConfig::new(DnsServerKind::Dnsmasq); 2],
-        ..LabConfig::default()
-    }) else {
+    let Some((lab, queries)) = warm_lab() else {
         return;
     };
-    let queries = lab.temp_dir().join("queries.txt");
-    std::fs::write(&queries, QUERIES).unwrap();
-    let queries = queries.to_string_lossy().into_owned();
-    // Both pods' caches warm before the trace.
-    dnsperf(&lab, &queries, 500, 1);
     let tracer = Tracer::start_under(
         &lab,
         lab.node_ns(),
@@ -128,17 +134,9 @@ fn a_slow_reader_costs_records_at_the_sink_not_packets() {
 /// (the soak stops the agent so; a lab guard, it passed before it was written).
 #[test]
 fn a_reader_stopped_for_seconds_times_out_nothing_still_in_the_ring_buffer() {
-    require_tools(&["dnsperf"]);
-    let Some(lab) = lab_or_skip(LabConfig {
-        dns_pods: vec![DnsPodConfig::new(DnsServerKind::Dnsmasq); 2],
-        ..LabConfig::default()
-    }) else {
+    let Some((lab, queries)) = warm_lab() else {
         return;
     };
-    let queries = lab.temp_dir().join("queries.txt");
-    std::fs::write(&queries, QUERIES).unwrap();
-    let queries = queries.to_string_lossy().into_owned();
-    dnsperf(&lab, &queries, 500, 1);
     let tracer = Tracer::start(
         &lab,
         lab.node_ns(),

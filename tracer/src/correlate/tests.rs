@@ -728,6 +728,37 @@ fn out_of_order_arrival_is_reordered() {
     assert_eq!(f.c.stats().orphan_responses, 0);
 }
 
+/// A kernel drop at `nf_hook_slow` on CPU 1 of netns 1 (`node`, `vclient`) of `client`'s
+/// query `m` to the ClusterIP, DNAT'd to 10.244.1.3:53, its conntrack entry in `status`.
+fn dnat_drop(ts: u64, client: &str, status: u64, m: DnsMessage) -> Observed {
+    let flow = |s: &str, d: &str| CtFlow {
+        src: s.parse().unwrap(),
+        dst: d.parse().unwrap(),
+        proto: UDP,
+    };
+    Observed::Drop(Box::new(DropObservation {
+        ts_ns: ts,
+        cpu: 1,
+        netns_cookie: 1,
+        netns: "node".into(),
+        ifname: "vclient".into(),
+        reason: "NETFILTER_DROP".into(),
+        location: "nf_hook_slow+0x9e".into(),
+        function: "nf_hook_slow".into(),
+        benign: false,
+        proto: UDP,
+        src: client.parse().unwrap(),
+        dst: "10.244.1.3:53".parse().unwrap(),
+        confirm_failed: None,
+        ct: Some(CtSnapshot {
+            status,
+            orig: flow(client, "10.96.0.10:53"),
+            reply: flow("10.244.1.3:53", client),
+        }),
+        msg: Some(m.into()),
+    }))
+}
+
 /// glibc's A and AAAA from one socket; the A fails to confirm (insert_failed +1 on CPU 1),
 /// is dropped, and retried at the timeout.
 #[test]
@@ -751,11 +782,6 @@ fn race_drop_with_counters_sibling_and_retry() {
         ],
     };
     f.c.on_ct_stats(sample(0, 7));
-    let flow = |s: &str, d: &str| CtFlow {
-        src: s.parse().unwrap(),
-        dst: d.parse().unwrap(),
-        proto: UDP,
-    };
     let client = "10.244.1.2:5000";
     let p_in = at(1, 10, Direction::Ingress);
     let q = |id, t| msg(id, false, "api.lab.test.", t, "NOERROR", &[], false);
@@ -799,27 +825,7 @@ fn race_drop_with_counters_sibling_and_retry() {
         client,
         msg(2, true, "api.lab.test.", "AAAA", "NOERROR", &[], false),
     );
-    f.c.on_observed(Observed::Drop(Box::new(DropObservation {
-        ts_ns: 10 * MS + 600_000,
-        cpu: 1,
-        netns_cookie: 1,
-        netns: "node".into(),
-        ifname: "vclient".into(),
-        reason: "NETFILTER_DROP".into(),
-        location: "nf_hook_slow+0x9e".into(),
-        function: "nf_hook_slow".into(),
-        benign: false,
-        proto: UDP,
-        src: client.parse().unwrap(),
-        dst: "10.244.1.3:53".parse().unwrap(),
-        confirm_failed: None,
-        ct: Some(CtSnapshot {
-            status: 0x1a0,
-            orig: flow(client, "10.96.0.10:53"),
-            reply: flow("10.244.1.3:53", client),
-        }),
-        msg: Some(q(1, "A").into()),
-    })));
+    f.c.on_observed(dnat_drop(10 * MS + 600_000, client, 0x1a0, q(1, "A")));
     f.c.on_ct_stats(sample(200 * MS, 8));
     // glibc retries the A at its timeout, same socket.
     let retry = 10 * MS + 5_000 * MS;
@@ -907,34 +913,9 @@ fn race_drop_of_a_query_never_read_is_still_reported() {
         }],
     };
     f.c.on_ct_stats(sample(0, 7));
-    let flow = |s: &str, d: &str| CtFlow {
-        src: s.parse().unwrap(),
-        dst: d.parse().unwrap(),
-        proto: UDP,
-    };
     let drop = |ts: u64, port: u16, status: u64| {
-        let client = format!("10.244.1.2:{port}");
-        Observed::Drop(Box::new(DropObservation {
-            ts_ns: ts,
-            cpu: 1,
-            netns_cookie: 1,
-            netns: "node".into(),
-            ifname: "vclient".into(),
-            reason: "NETFILTER_DROP".into(),
-            location: "nf_hook_slow+0x9e".into(),
-            function: "nf_hook_slow".into(),
-            benign: false,
-            proto: UDP,
-            src: client.parse().unwrap(),
-            dst: "10.244.1.3:53".parse().unwrap(),
-            confirm_failed: None,
-            ct: Some(CtSnapshot {
-                status,
-                orig: flow(&client, "10.96.0.10:53"),
-                reply: flow("10.244.1.3:53", &client),
-            }),
-            msg: Some(msg(9, false, "lost.lab.test.", "A", "NOERROR", &[], false).into()),
-        }))
+        let m = msg(9, false, "lost.lab.test.", "A", "NOERROR", &[], false);
+        dnat_drop(ts, &format!("10.244.1.2:{port}"), status, m)
     };
     // A failed confirm (NAT done, not confirmed), and a rule's drop (confirmed: 0x8).
     f.c.on_observed(drop(10 * MS, 5000, 0x1a0));
