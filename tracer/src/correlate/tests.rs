@@ -728,6 +728,38 @@ fn out_of_order_arrival_is_reordered() {
     assert_eq!(f.c.stats().orphan_responses, 0);
 }
 
+/// Conntrack statistics of netns 1 at `ts`: CPU 1 with `insert_failed` (and `drop`) at the
+/// given total, CPU 0 with none.
+fn ct_sample(ts: u64, insert_failed: u64) -> crate::event::CtStatsSample {
+    use crate::event::{CtCpuStats, CtStatsSample};
+    CtStatsSample {
+        ts_ns: ts,
+        netns: 1,
+        per_cpu: vec![
+            CtCpuStats {
+                cpu: 0,
+                ..Default::default()
+            },
+            CtCpuStats {
+                cpu: 1,
+                insert_failed,
+                drop: insert_failed,
+                ..Default::default()
+            },
+        ],
+    }
+}
+
+/// The race records among `out`.
+fn race_records(out: &[Record]) -> Vec<race::RaceRecord> {
+    out.iter()
+        .filter_map(|r| match r {
+            Record::Race(r) => Some(race::RaceRecord::clone(r)),
+            _ => None,
+        })
+        .collect()
+}
+
 /// A kernel drop at `nf_hook_slow` on CPU 1 of netns 1 (`node`, `vclient`) of `client`'s
 /// query `m` to the ClusterIP, DNAT'd to 10.244.1.3:53, its conntrack entry in `status`.
 fn dnat_drop(ts: u64, client: &str, status: u64, m: DnsMessage) -> Observed {
@@ -763,25 +795,8 @@ fn dnat_drop(ts: u64, client: &str, status: u64, m: DnsMessage) -> Observed {
 /// is dropped, and retried at the timeout.
 #[test]
 fn race_drop_with_counters_sibling_and_retry() {
-    use crate::event::{CtCpuStats, CtStatsSample};
     let mut f = Feed::new();
-    let sample = |ts: u64, insert_failed: u64| CtStatsSample {
-        ts_ns: ts,
-        netns: 1,
-        per_cpu: vec![
-            CtCpuStats {
-                cpu: 0,
-                ..Default::default()
-            },
-            CtCpuStats {
-                cpu: 1,
-                insert_failed,
-                drop: insert_failed,
-                ..Default::default()
-            },
-        ],
-    };
-    f.c.on_ct_stats(sample(0, 7));
+    f.c.on_ct_stats(ct_sample(0, 7));
     let client = "10.244.1.2:5000";
     let p_in = at(1, 10, Direction::Ingress);
     let q = |id, t| msg(id, false, "api.lab.test.", t, "NOERROR", &[], false);
@@ -826,7 +841,7 @@ fn race_drop_with_counters_sibling_and_retry() {
         msg(2, true, "api.lab.test.", "AAAA", "NOERROR", &[], false),
     );
     f.c.on_observed(dnat_drop(10 * MS + 600_000, client, 0x1a0, q(1, "A")));
-    f.c.on_ct_stats(sample(200 * MS, 8));
+    f.c.on_ct_stats(ct_sample(200 * MS, 8));
     // glibc retries the A at its timeout, same socket.
     let retry = 10 * MS + 5_000 * MS;
     f.see(
@@ -858,14 +873,7 @@ fn race_drop_with_counters_sibling_and_retry() {
         ),
     );
     f.c.tick(9_000 * MS, &mut f.out);
-    let races: Vec<_> = f
-        .out
-        .iter()
-        .filter_map(|r| match r {
-            Record::Race(r) => Some(r.clone()),
-            _ => None,
-        })
-        .collect();
+    let races = race_records(&f.out);
     assert_eq!(races.len(), 1, "{races:#?}");
     let r = &races[0];
     assert_eq!(r.verdict, race::RaceVerdict::RaceDrop);
@@ -900,19 +908,8 @@ fn race_drop_with_counters_sibling_and_retry() {
 /// sampled after it, and says so; a rule's drop of a confirmed entry is not.
 #[test]
 fn race_drop_of_a_query_never_read_is_still_reported() {
-    use crate::event::{CtCpuStats, CtStatsSample};
     let mut f = Feed::new();
-    let sample = |ts: u64, insert_failed: u64| CtStatsSample {
-        ts_ns: ts,
-        netns: 1,
-        per_cpu: vec![CtCpuStats {
-            cpu: 1,
-            insert_failed,
-            drop: insert_failed,
-            ..Default::default()
-        }],
-    };
-    f.c.on_ct_stats(sample(0, 7));
+    f.c.on_ct_stats(ct_sample(0, 7));
     let drop = |ts: u64, port: u16, status: u64| {
         let m = msg(9, false, "lost.lab.test.", "A", "NOERROR", &[], false);
         dnat_drop(ts, &format!("10.244.1.2:{port}"), status, m)
@@ -923,16 +920,9 @@ fn race_drop_of_a_query_never_read_is_still_reported() {
     // Not before the counters after it are sampled.
     f.c.tick(150 * MS, &mut f.out);
     assert!(!f.out.iter().any(|r| matches!(r, Record::Race(_))));
-    f.c.on_ct_stats(sample(200 * MS, 8));
+    f.c.on_ct_stats(ct_sample(200 * MS, 8));
     f.c.tick(300 * MS, &mut f.out);
-    let races: Vec<_> = f
-        .out
-        .iter()
-        .filter_map(|r| match r {
-            Record::Race(r) => Some(r.clone()),
-            _ => None,
-        })
-        .collect();
+    let races = race_records(&f.out);
     assert_eq!(races.len(), 1, "{races:#?}");
     let r = &races[0];
     assert_eq!(r.verdict, race::RaceVerdict::RaceDrop);
