@@ -395,7 +395,9 @@ pub fn analyze_source<R: std::io::Read>(
             sinks.batch(&mut records, &mut sources, None, now)?;
         }
     }
-    pipeline.finish(now, &mut records);
+    while pipeline.finish(now, &mut records) {
+        sinks.batch(&mut records, &mut sources, None, now)?;
+    }
     sinks.batch(&mut records, &mut sources, None, now)?;
     let mut stats = pipeline.stats();
     sinks.finish(&mut stats, now)?;

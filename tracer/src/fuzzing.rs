@@ -168,7 +168,7 @@ impl Harness {
 
     /// The input ended: everything pending comes out, then the checks (no fragment held).
     pub fn finish(&mut self) -> Result<(), String> {
-        self.pipeline.finish(0, &mut self.out);
+        while self.pipeline.finish(0, &mut self.out) {}
         self.check(true)
     }
 
@@ -546,7 +546,7 @@ mod tests {
         let mut out = Vec::new();
         h.pipeline.push(packet(1_000_000_000, false), &mut out);
         h.pipeline.push(packet(1_001_000_000, true), &mut out);
-        h.pipeline.finish(0, &mut out);
+        while h.pipeline.finish(0, &mut out) {}
         let mut t = out
             .iter()
             .find_map(|r| match r {
@@ -616,7 +616,7 @@ mod tests {
         let mut out = Vec::new();
         h.pipeline.push(packet(1_000_000_000, false), &mut out);
         h.pipeline.push(packet(1_001_000_000, true), &mut out);
-        h.pipeline.finish(0, &mut out);
+        while h.pipeline.finish(0, &mut out) {}
         let t = out
             .iter()
             .find_map(|r| match r {

@@ -5,7 +5,8 @@
 //! shown what the correlator sees: loops, races) → records for the sinks. What a detector
 //! asks of the stages before it ([`Control`]: shed a looping question) is applied here. `trace`, `analyze` and the agent differ only in their source and
 //! their sinks: each calls [`Pipeline::push`] per source event, [`Pipeline::tick`] as time
-//! passes and [`Pipeline::finish`] once at the end, and writes what comes out.
+//! passes and [`Pipeline::finish`] at the end until it says nothing is left, and writes
+//! what comes out.
 use crate::{
     correlate::{CorrelateConfig, Correlator, Observed},
     decode::{
@@ -26,6 +27,10 @@ use crate::{
 pub(crate) const TICK_NS: u64 = 50_000_000;
 /// [`TICK_NS`] as a [`std::time::Duration`].
 pub(crate) const TICK: std::time::Duration = std::time::Duration::from_nanos(TICK_NS);
+/// Open transactions one [`Pipeline::finish`] call reports: a stop with the correlate
+/// stage's table full (65,536 legs) hands its records to the sinks in batches of this many,
+/// not all at once (the agent's memory limit).
+pub(crate) const FINISH_BATCH: usize = 1024;
 
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct PipelineConfig {
@@ -53,6 +58,8 @@ pub(crate) struct Pipeline {
     /// Some source applies [`ShedChange`]s (and takes them every turn).
     kernel_shedding: bool,
     shed_changes: Vec<ShedChange>,
+    /// [`Pipeline::finish`] was called: the decode stage is finished.
+    finishing: bool,
 }
 
 impl Pipeline {
@@ -88,6 +95,7 @@ impl Pipeline {
             summarised: Vec::new(),
             kernel_shedding: false,
             shed_changes: Vec::new(),
+            finishing: false,
         }
     }
 
@@ -155,13 +163,18 @@ impl Pipeline {
     }
 
     /// The input ended: everything still pending is decided and comes out (unfinished TCP
-    /// messages as malformed, open transactions as they stand). `now_ns` 0: the time of the
-    /// last packet.
-    pub(crate) fn finish(&mut self, now_ns: u64, out: &mut Vec<Record>) {
-        self.decoder.finish(now_ns, out);
-        self.hand_over();
-        if let Some(c) = self.correlator.as_mut() {
-            c.flush(now_ns.max(self.decoder.now_ns()), out);
+    /// messages as malformed, open transactions as they stand), at most [`FINISH_BATCH`]
+    /// transactions a call. True while some are left: hand `out` to the sinks and call it
+    /// again. `now_ns` 0: the time of the last packet.
+    pub(crate) fn finish(&mut self, now_ns: u64, out: &mut Vec<Record>) -> bool {
+        if !self.finishing {
+            self.finishing = true;
+            self.decoder.finish(now_ns, out);
+            self.hand_over();
+        }
+        match self.correlator.as_mut() {
+            Some(c) => c.flush(now_ns.max(self.decoder.now_ns()), FINISH_BATCH, out),
+            None => false,
         }
     }
 

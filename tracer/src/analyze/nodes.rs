@@ -206,8 +206,9 @@ pub fn analyze_nodes(
         join.ready(Some(now), &mut joined);
         write_joined(&nodes, &mut joined, &shown, &mut out)?;
     }
+    // Every node's open transactions at once: the join pairs them across nodes.
     for n in &mut nodes {
-        n.pipeline.finish(now, &mut n.records);
+        while n.pipeline.finish(now, &mut n.records) {}
     }
     route(&mut nodes, &mut join, now, &shown, &mut out, &mut joined)?;
     join.ready(None, &mut joined);

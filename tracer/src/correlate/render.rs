@@ -18,30 +18,36 @@ impl<D: Detector> Correlator<D> {
         // Hops added to legs since the last new leg count too; and a storm's room goes back.
         self.enforce_bounds();
         self.legs.shrink();
-        self.finish(now_ns, false, out);
+        self.finish(now_ns, None, out);
     }
 
-    /// End of input: correlate everything and report every transaction.
+    /// End of input: correlate everything, then report the open transactions as they
+    /// stand, the oldest first and at most `max` a call, so that a stop with a full table
+    /// does not hold every record at once. True while some are left: call it again.
     pub(crate) fn flush(
         &mut self,
         now_ns: u64,
+        max: usize,
         out: &mut Vec<impl From<CorrelateReport<D::Report>>>,
-    ) {
+    ) -> bool {
         while let Some(o) = self.pending.pop_first() {
             self.watermark = self.watermark.max(o.ts());
             self.process(o);
         }
-        self.finish(now_ns, true, out);
+        self.finish(now_ns, Some(max.max(1)), out);
+        !self.txs.is_empty()
     }
 
+    /// Reports what is decided at `now`; `all`: the input ended, and up to this many open
+    /// transactions are reported whatever their state.
     pub(super) fn finish(
         &mut self,
         now: u64,
-        all: bool,
+        all: Option<usize>,
         out: &mut Vec<impl From<CorrelateReport<D::Report>>>,
     ) {
         self.detect
-            .tick(now, all, &mut self.reports, &mut self.controls);
+            .tick(now, all.is_some(), &mut self.reports, &mut self.controls);
         out.extend(
             self.reports
                 .drain(..)
@@ -52,15 +58,22 @@ impl<D: Detector> Correlator<D> {
             self.legs.time_out(id);
         }
         let mut done: Vec<u64> = Vec::new();
-        if all {
+        if let Some(max) = all {
             for leg in self.legs.values_mut() {
                 if leg.response.is_none() && !leg.timed_out {
                     leg.cut_short = true;
                 }
             }
-            done.extend(self.txs.keys().copied());
-            done.sort_unstable();
-            self.wakes.clear();
+            // `tx_order` holds every open transaction, in id order: the oldest `max`.
+            while done.len() < max {
+                let Some(id) = self.tx_order.pop_front() else {
+                    break;
+                };
+                if let Some(t) = self.txs.get(&id) {
+                    self.wakes.remove(&(t.wake_at, id));
+                    done.push(id);
+                }
+            }
         } else {
             // Only transactions due to be looked at: each a bounded number of times.
             while let Some(&(at, id)) = self.wakes.first() {

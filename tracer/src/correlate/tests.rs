@@ -940,7 +940,7 @@ fn race_drop_of_a_query_never_read_is_still_reported() {
     let s = f.c.stats();
     assert_eq!((s.detect.races.race_drops, s.drops_unmatched), (1, 2));
     // Nothing more at the end.
-    f.c.flush(10_000 * MS, &mut f.out);
+    while f.c.flush(10_000 * MS, 1024, &mut f.out) {}
     assert_eq!(
         f.out
             .iter()
@@ -2775,4 +2775,64 @@ fn a_retry_of_a_full_transaction_begins_its_own_and_is_answered() {
     assert_eq!(first.legs[1].role, LegRole::Retry);
     assert_eq!(third.legs.len(), 1, "{}", summary(third));
     assert_eq!(third.outcome, Outcome::Answered, "{}", summary(third));
+}
+
+/// At the end of input the open transactions come out at most `max` a call, the oldest
+/// first, each once, and every one of them in the end (a stop with a full table hands the
+/// sinks batches, not 65,536 records at once).
+#[test]
+fn the_end_reports_open_transactions_in_batches_oldest_first() {
+    let mut f = Feed::new();
+    let n = 2_500u32;
+    for i in 0..n {
+        let client = format!("10.0.{}.{}:{}", i / 250, i % 250, 1024 + i);
+        let m = msg(
+            i as u16,
+            false,
+            &format!("n{i}.end.test."),
+            "A",
+            "NOERROR",
+            &[],
+            false,
+        );
+        let p = at(1, 1, Direction::Egress);
+        f.see(
+            u64::from(i) * MS,
+            p,
+            "c",
+            "eth0",
+            UDP,
+            &client,
+            "10.96.0.10:53",
+            m,
+        );
+    }
+    let end = u64::from(n) * MS + 10;
+    let mut batches = Vec::new();
+    loop {
+        let more = f.c.flush(end, 1_000, &mut f.out);
+        let names: Vec<String> = f
+            .out
+            .drain(..)
+            .filter_map(|r| match r {
+                Record::Transaction(t) => Some(t.question.name.clone()),
+                _ => None,
+            })
+            .collect();
+        batches.push(names);
+        if !more {
+            break;
+        }
+        assert!(batches.len() < 10, "flush never says it is done");
+    }
+    let sizes: Vec<usize> = batches.iter().map(Vec::len).collect();
+    assert_eq!(sizes, [1_000, 1_000, 500]);
+    let all: Vec<String> = batches.concat();
+    let expected: Vec<String> = (0..n).map(|i| format!("n{i}.end.test.")).collect();
+    assert_eq!(all, expected, "each once, the oldest first");
+    assert_eq!(f.c.stats().transactions, u64::from(n));
+    f.c.check_bounds().unwrap();
+    // Nothing left: another call reports nothing.
+    assert!(!f.c.flush(end, 1_000, &mut f.out));
+    assert!(f.out.is_empty());
 }

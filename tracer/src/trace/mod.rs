@@ -498,10 +498,16 @@ pub async fn run_live(
     }
     let now = clock.now_ns();
     shedder.finish(&mut maps, |q, n| pipeline.kernel_shed(q, n, now));
-    pipeline.finish(clock.now_ns(), &mut records);
-    annotate_pods(&mut records, &output_names);
-    let allowed = policy.admit(&records);
-    let end = sinks.batch(&mut records, &mut sources, allowed, clock.now_ns());
+    // The open transactions come out in batches, each to the sinks before the next.
+    let end = loop {
+        let more = pipeline.finish(clock.now_ns(), &mut records);
+        annotate_pods(&mut records, &output_names);
+        let allowed = policy.admit(&records);
+        let end = sinks.batch(&mut records, &mut sources, allowed, clock.now_ns());
+        if !more || end.is_err() {
+            break end;
+        }
+    };
     let loop_found = policy.loop_found();
     refresh_counters(&mut pipeline, &maps);
     let mut stats = pipeline.stats();

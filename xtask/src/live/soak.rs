@@ -712,10 +712,32 @@ fn soak(
     stop.store(true, Ordering::Relaxed);
     let pid = agent.as_ref().map(Tool::pid);
     let (packets_end, lost_end) = scrape(lab).unwrap_or_default();
-    if let Some(a) = agent.take() {
-        let f = a.stop(libc::SIGTERM);
+    let stopped = agent.take().map(|a| {
+        let ooms_before = cg.oom_kills().unwrap_or(0);
+        let started = Instant::now();
+        let done = AtomicBool::new(false);
+        let (f, cg_max) = thread::scope(|s| {
+            // The cgroup's charge through the stop, which settles every open transaction.
+            let watch = s.spawn(|| {
+                let mut max = cg.current();
+                while !done.load(Ordering::Relaxed) {
+                    max = max.max(cg.current());
+                    thread::sleep(Duration::from_millis(10));
+                }
+                max
+            });
+            let f = a.stop(libc::SIGTERM);
+            done.store(true, Ordering::Relaxed);
+            (f, watch.join().unwrap_or(None))
+        });
         lines.extend(f.stdout);
-    }
+        Stopped {
+            status: f.status.map(|s| s.to_string()),
+            secs: started.elapsed().as_secs_f64(),
+            oom_kills: cg.oom_kills().unwrap_or(0).saturating_sub(ooms_before),
+            cg_max,
+        }
+    });
     drop(hole);
     drop(receiver);
     report(&Report {
@@ -735,6 +757,7 @@ fn soak(
         end: (packets_end, lost_end),
         record,
         leftovers: leftovers(lab, pid),
+        stopped,
     });
     Ok(())
 }
@@ -880,6 +903,18 @@ struct Report<'a> {
     end: (u64, u64),
     record: &'a Path,
     leftovers: Vec<String>,
+    stopped: Option<Stopped>,
+}
+
+/// The agent's SIGTERM stop at the end.
+struct Stopped {
+    /// Its exit status; `None` if waiting for it failed.
+    status: Option<String>,
+    secs: f64,
+    /// OOM kills in the cgroup during the stop.
+    oom_kills: u64,
+    /// The cgroup's most charged memory seen during the stop.
+    cg_max: Option<u64>,
 }
 
 /// The sum of a statistic over every dnsperf run in `out`.
@@ -1045,6 +1080,16 @@ fn report(r: &Report) {
         field(r.tcp, "Queries completed:").unwrap_or(0.0),
         field(r.tcp, "Queries lost:").unwrap_or(0.0),
     );
+    if let Some(st) = &r.stopped {
+        println!(
+            "  SIGTERM stop: {} in {:.1} s; cgroup charge up to {} MiB of {} meanwhile; OOM kills meanwhile {}",
+            st.status.as_deref().unwrap_or("exit status unknown"),
+            st.secs,
+            mib_b(st.cg_max),
+            r.o.memory_mib,
+            st.oom_kills
+        );
+    }
     if r.leftovers.is_empty() {
         println!(
             "  left behind after SIGTERM: nothing (TC filters on the lab's veths, bpffs pins)"
