@@ -209,6 +209,23 @@ fn agent_scrape_agrees_with_a_trace_of_the_same_traffic() {
     );
     assert!(sum(&scrape, "dnspath_packets_total", &[]) > 0.0);
     assert_eq!(sum(&scrape, "dnspath_forwarding_loops_active", &[]), 0.0);
+    // The queries were DNAT'd: the conntrack watchers read their entries, and a quiet
+    // node loses none — in the metrics and in the trace's last `stats` record.
+    assert!(
+        sum(&scrape, "dnspath_conntrack_events_total", &[]) >= 17.0,
+        "{scrape}"
+    );
+    assert_eq!(
+        sum(&scrape, "dnspath_conntrack_events_lost_total", &[]),
+        0.0,
+        "{scrape}"
+    );
+    let ct = &recs
+        .iter()
+        .rfind(|r| r["type"] == "stats")
+        .expect("a stats record")["conntrack"];
+    assert!(ct["events"].as_u64().unwrap() >= 17, "{ct}");
+    assert_eq!(ct["lost"], 0, "{ct}");
 
     // SIGTERM: out within a second, exit 0, its pins gone, start and stop lines written.
     let pid = agent.pid();

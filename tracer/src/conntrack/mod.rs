@@ -25,8 +25,8 @@ pub use message::{decode_datagram, CtEntry, CtMessage};
 pub use procfs::{parse_cpu_list, parse_proc_stat};
 pub use stats::{read_stats, read_stats_netlink, read_stats_procfs, sample_stats};
 pub use watch::{
-    spawn_watch, spawn_watch_with, ConntrackWatcher, PortFilter, WatchCounters, WatchOptions,
-    WatchSummary, MAX_DUMP_ENTRIES, QUEUE_EVENTS,
+    spawn_watch, spawn_watch_with, ConntrackStats, ConntrackWatcher, PortFilter, WatchCounters,
+    WatchOptions, WatchSummary, MAX_DUMP_ENTRIES, QUEUE_EVENTS,
 };
 
 use crate::kernel::KernelError;

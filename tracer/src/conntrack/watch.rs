@@ -98,6 +98,38 @@ impl WatchCounters {
     fn add(c: &AtomicU64, n: u64) {
         c.fetch_add(n, Ordering::Relaxed);
     }
+
+    /// The counters now, for the `stats` records and the metrics (one set may be shared by
+    /// every watcher of a run: they only add).
+    pub fn snapshot(&self) -> ConntrackStats {
+        let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        ConntrackStats {
+            events: get(&self.events),
+            existing: get(&self.existing),
+            lost: get(&self.lost),
+            overruns: get(&self.overruns),
+            resyncs: get(&self.resyncs),
+            malformed: get(&self.malformed),
+            dump_cut: get(&self.dump_cut),
+            queue_full: get(&self.queue_full),
+        }
+    }
+}
+
+/// The conntrack watchers' counters in a `stats` record (live, with transactions; see
+/// [`WatchCounters`] for each): what was read, and what was lost and why. `lost` is
+/// `overruns + malformed + dump_cut + queue_full`, a lower bound (an overrun drops an
+/// unknown number of events, counted once).
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct ConntrackStats {
+    pub events: u64,
+    pub existing: u64,
+    pub lost: u64,
+    pub overruns: u64,
+    pub resyncs: u64,
+    pub malformed: u64,
+    pub dump_cut: u64,
+    pub queue_full: u64,
 }
 
 /// How a watcher runs.
@@ -147,17 +179,18 @@ pub struct WatchSummary {
 impl WatchSummary {
     fn new(c: &WatchCounters, error: Option<ConntrackError>) -> Self {
         let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        let s = c.snapshot();
         Self {
-            events: get(&c.events),
-            existing: get(&c.existing),
-            lost: get(&c.lost),
-            overruns: get(&c.overruns),
-            resyncs: get(&c.resyncs),
-            malformed: get(&c.malformed),
+            events: s.events,
+            existing: s.existing,
+            lost: s.lost,
+            overruns: s.overruns,
+            resyncs: s.resyncs,
+            malformed: s.malformed,
             filtered: get(&c.filtered),
             stats_samples: get(&c.stats_samples),
-            dump_cut: get(&c.dump_cut),
-            queue_full: get(&c.queue_full),
+            dump_cut: s.dump_cut,
+            queue_full: s.queue_full,
             error,
         }
     }

@@ -61,6 +61,9 @@ pub struct StatsRecord {
     /// Live, with `--otlp`: what the exporter sent and lost.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub otlp: Option<crate::output::otlp::OtlpStats>,
+    /// Live, with transactions: what the conntrack watchers read and lost.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub conntrack: Option<crate::conntrack::ConntrackStats>,
 }
 
 impl Record {

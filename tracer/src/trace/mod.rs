@@ -292,10 +292,18 @@ pub async fn run_live(
     // Conntrack of the namespaces where DNAT happens, for joining hops across NAT.
     let (ct_tx, ct_rx) =
         std::sync::mpsc::sync_channel::<SourceEvent>(crate::conntrack::QUEUE_EVENTS);
+    // One set of counters for every watcher: the `stats` records' and metrics' `conntrack`.
+    let ct_counters = Arc::new(crate::conntrack::WatchCounters::default());
     let ct_watchers = if opts.transactions {
-        start_conntrack(&opts, &ct_tx, &stop)
+        start_conntrack(&opts, &ct_tx, &stop, &ct_counters)
     } else {
         Vec::new()
+    };
+    let ct_stats = |mut s: StatsRecord| {
+        if opts.transactions {
+            s.conntrack = Some(ct_counters.snapshot());
+        }
+        s
     };
     drop(ct_tx);
 
@@ -376,7 +384,7 @@ pub async fn run_live(
             if now >= next_periodic_ns {
                 next_periodic_ns = now.saturating_add(PERIODIC_NS);
                 refresh_counters(&mut pipeline, &maps);
-                sinks.periodic(&pipeline.stats(), now);
+                sinks.periodic(&ct_stats(pipeline.stats()), now);
             }
             tokio::task::yield_now().await;
         }
@@ -430,15 +438,14 @@ pub async fn run_live(
     }
     stop.store(true, Ordering::Relaxed);
     let (warnings, attach_failures) = watcher.join().unwrap_or_default();
-    let mut ct_lost = 0;
     for w in ct_watchers {
         if let Ok(summary) = w.join() {
-            ct_lost += summary.lost;
             if let Some(e) = summary.error {
                 log::warn!("conntrack watcher: {e}");
             }
         }
     }
+    let ct_lost = ct_counters.snapshot().lost;
     if ct_lost > 0 {
         log::warn!(
             "conntrack: {ct_lost} events lost (socket overruns, dumps cut, a full queue); \
@@ -510,7 +517,7 @@ pub async fn run_live(
     };
     let loop_found = policy.loop_found();
     refresh_counters(&mut pipeline, &maps);
-    let mut stats = pipeline.stats();
+    let mut stats = ct_stats(pipeline.stats());
     stats.not_written = policy.not_written();
     stats.stopped_by = Some(stopped_by.to_string());
     if let Some(k) = stats.decode.kernel.as_mut() {
@@ -591,6 +598,7 @@ fn start_conntrack(
     opts: &RunOptions,
     tx: &std::sync::mpsc::SyncSender<SourceEvent>,
     stop: &Arc<AtomicBool>,
+    counters: &Arc<crate::conntrack::WatchCounters>,
 ) -> Vec<std::thread::JoinHandle<crate::conntrack::WatchSummary>> {
     const MAX_CT_WATCHERS: usize = 64;
     let mut namespaces = Vec::new();
@@ -622,6 +630,7 @@ fn start_conntrack(
         let watch = crate::conntrack::WatchOptions {
             ports: opts.ports.clone(),
             stats_interval: Some(Duration::from_millis(200)),
+            counters: Arc::clone(counters),
             ..Default::default()
         };
         match crate::conntrack::spawn_watch_with(

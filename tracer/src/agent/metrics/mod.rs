@@ -6,6 +6,7 @@
 //! traffic. Names follow CoreDNS (`coredns_dns_requests_total`, `…_request_duration_seconds`)
 //! and Hubble (`hubble_dns_queries_total`): `dnspath_<subsystem>_<what>_<unit>`. The table is
 //! in docs/metrics.md.
+mod conntrack;
 mod labels;
 mod observe;
 mod otlp;
@@ -83,6 +84,7 @@ pub struct Metrics {
     netns_unreadable: Gauge,
     fragment_losses: Counter,
     otlp: otlp::OtlpMetrics,
+    conntrack: conntrack::ConntrackMetrics,
 }
 
 impl Default for Metrics {
@@ -127,6 +129,7 @@ impl Metrics {
             table_entries: Family::default(),
             netns_unreadable: Gauge::default(),
             otlp: otlp::OtlpMetrics::default(),
+            conntrack: conntrack::ConntrackMetrics::default(),
         };
         let r = &mut registry;
         // A gauge rather than an OpenMetrics `info`: Prometheus' classic text format (what
@@ -303,6 +306,21 @@ impl Metrics {
             "otlp_export_requests",
             "Export requests (each attempt) by result",
             m.otlp.requests.clone(),
+        );
+        r.register(
+            "conntrack_events",
+            "Conntrack events the watchers read (dump entries included), for joining hops across NAT",
+            m.conntrack.events.clone(),
+        );
+        r.register(
+            "conntrack_events_lost",
+            "Conntrack events lost (a lower bound): socket overrun (at least one each), malformed, resync dump over its cap, the run loop's queue full",
+            m.conntrack.lost.clone(),
+        );
+        r.register(
+            "conntrack_resyncs",
+            "Conntrack tables dumped again after an overrun",
+            m.conntrack.resyncs.clone(),
         );
         Metrics { registry, ..m }
     }

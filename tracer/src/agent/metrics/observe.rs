@@ -388,6 +388,9 @@ impl Metrics {
         if let Some(o) = &s.otlp {
             self.otlp.observe(o);
         }
+        if let Some(c) = &s.conntrack {
+            self.conntrack.observe(c);
+        }
         let correlate = s.correlate.as_ref();
         let now = SeenTotals {
             lost: s.decode.lost,
