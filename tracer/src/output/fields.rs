@@ -244,6 +244,8 @@ fn records() -> Vec<Record> {
             dropped: 1,
         }],
         otlp: Some(Default::default()),
+        conntrack: Some(Default::default()),
+        drops_reserve: Some(0),
         ..StatsRecord::default()
     };
     let (whole_again, _) = messages();

@@ -61,6 +61,10 @@ pub struct StatsRecord {
     /// Live, with `--otlp`: what the exporter sent and lost.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub otlp: Option<crate::output::otlp::OtlpStats>,
+    /// Live: of `drops`, those read from the reserve ring: the kernel found the ring buffer
+    /// full and put them there instead of losing them.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub drops_reserve: Option<u64>,
     /// Live, with transactions: what the conntrack watchers read and lost.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub conntrack: Option<crate::conntrack::ConntrackStats>,

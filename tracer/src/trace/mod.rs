@@ -299,10 +299,12 @@ pub async fn run_live(
     } else {
         Vec::new()
     };
-    let ct_stats = |mut s: StatsRecord| {
+    // The live run's own counts in a `stats` record.
+    let live_stats = |mut s: StatsRecord, reserve: &DropReserve| {
         if opts.transactions {
             s.conntrack = Some(ct_counters.snapshot());
         }
+        s.drops_reserve = Some(reserve.read);
         s
     };
     drop(ct_tx);
@@ -384,7 +386,7 @@ pub async fn run_live(
             if now >= next_periodic_ns {
                 next_periodic_ns = now.saturating_add(PERIODIC_NS);
                 refresh_counters(&mut pipeline, &maps);
-                sinks.periodic(&ct_stats(pipeline.stats()), now);
+                sinks.periodic(&live_stats(pipeline.stats(), &reserve), now);
             }
             tokio::task::yield_now().await;
         }
@@ -517,7 +519,7 @@ pub async fn run_live(
     };
     let loop_found = policy.loop_found();
     refresh_counters(&mut pipeline, &maps);
-    let mut stats = ct_stats(pipeline.stats());
+    let mut stats = live_stats(pipeline.stats(), &reserve);
     stats.not_written = policy.not_written();
     stats.stopped_by = Some(stopped_by.to_string());
     if let Some(k) = stats.decode.kernel.as_mut() {
