@@ -740,6 +740,13 @@ fn soak(
     });
     drop(hole);
     drop(receiver);
+    // The event stream, for reading a report's figures back (one file, each run's over the
+    // last one's).
+    let kept = Path::new(dnspath).with_file_name("soak-events.ndjson");
+    match fs::write(&kept, lines.join("\n")) {
+        Ok(()) => eprintln!("soak: the agent's event stream is in {}", kept.display()),
+        Err(e) => eprintln!("soak: {}: {e}", kept.display()),
+    }
     report(&Report {
         o,
         samples: &samples,
@@ -1175,8 +1182,12 @@ pub(crate) fn loop_reports(recs: &[Value]) -> LoopReports {
             continue;
         }
         let q = x["question"]["name"].as_str().unwrap_or("?").to_owned();
-        // Reports are keyed by question and cycle: a second cycle is another loop.
-        let key = (q.clone(), x["cycle"].to_string());
+        // Reports are keyed by question (name, type, class: the soak asks www.lab.test. for
+        // A and AAAA, two loops) and cycle: a second cycle is another loop.
+        let key = (
+            format!("{q} {} {}", x["question"]["type"], x["question"]["class"]),
+            x["cycle"].to_string(),
+        );
         match x["state"].as_str() {
             Some("detected") => {
                 out.detected += 1;

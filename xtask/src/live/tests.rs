@@ -83,10 +83,15 @@ Statistics:\n  Queries sent:         30\n";
 #[test]
 fn loop_reports_tell_a_loop_reported_twice_from_a_question_asked_again() {
     use super::soak::{loop_reports, LoopReports};
-    let ev = |ty: &str, state: &str, q: &str, cycle: &str| serde_json::json!({"type": ty, "state": state, "question": {"name": q}, "cycle": [cycle]});
+    let ev = |ty: &str, state: &str, q: &str, cycle: &str| {
+        let (name, qtype) = q.split_once(' ').unwrap_or((q, "A"));
+        serde_json::json!({"type": ty, "state": state, "question": {"name": name, "type": qtype, "class": "IN"}, "cycle": [cycle]})
+    };
     let recs = vec![
         ev("agent", "start", "", ""),
         ev("loop", "detected", "a.", "x"),
+        ev("loop", "detected", "a. AAAA", "x"), // the other type: another loop
+        ev("loop", "ended", "a. AAAA", "x"),
         ev("loop", "detected", "a.", "x"), // twice while active
         ev("loop", "detected", "a.", "y"), // another cycle: another loop
         ev("loop", "ended", "a.", "x"),
@@ -99,7 +104,7 @@ fn loop_reports_tell_a_loop_reported_twice_from_a_question_asked_again() {
     assert_eq!(
         loop_reports(&recs),
         LoopReports {
-            detected: 6,
+            detected: 7,
             questions: 2,
             again_after_end: 2,
             again_while_active: 1,
