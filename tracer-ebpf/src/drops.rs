@@ -126,6 +126,37 @@ pub fn dnspath_confirm_exit(ctx: RetProbeContext) -> u32 {
     0
 }
 
+/// `ct->status` bits (include/uapi/linux/netfilter/nf_conntrack_common.h).
+const IPS_CONFIRMED: u64 = 1 << 3;
+const IPS_SRC_NAT_DONE: u64 = 1 << 7;
+const IPS_DST_NAT_DONE: u64 = 1 << 8;
+
+/// Could this freed skb be a conntrack race's loser (and so worth the reserve ring)? The
+/// kprobe pair saw its confirm fail, or its entry went through a NAT hook and was never
+/// confirmed: freed inside netfilter. The flood's drops that fill `EVENTS` (full socket
+/// buffers, closed ports) are on confirmed entries or none. A superset of what userspace
+/// calls a race candidate (`detect::race::is_race_candidate`), which decides.
+#[inline(always)]
+unsafe fn race_like(o: &KernelOffsets, skb: u64) -> bool {
+    // SAFETY: a lookup by value; every read of kernel memory goes through kread.
+    unsafe {
+        if CONFIRM_FAILED.get(&skb).is_some() {
+            return true;
+        }
+        if o.has_nfct == 0 {
+            return false;
+        }
+        let ct = kread::<u64>(skb, o.skb_nfct).unwrap_or(0) & !7u64;
+        if ct == 0 {
+            return false;
+        }
+        match kread::<u64>(ct, o.nfct_status) {
+            Ok(s) => s & IPS_CONFIRMED == 0 && s & (IPS_SRC_NAT_DONE | IPS_DST_NAT_DONE) != 0,
+            Err(()) => false,
+        }
+    }
+}
+
 #[inline(always)]
 unsafe fn kread<T>(base: u64, off: u32) -> Result<T, ()> {
     // SAFETY: bpf_probe_read_kernel faults safely on a bad address.
@@ -250,11 +281,14 @@ fn try_kfree_skb(ctx: &BtfTracePointContext, reason: u32) -> Result<(), ()> {
         let len: u32 = kread(skb, o.skb_len)?;
         let data: u64 = kread(skb, o.skb_data)?;
         let data_off = data.saturating_sub(head);
-        // `EVENTS` full: the reserve ring (read once `EVENTS` is drained).
-        let Some(mut entry) = EVENTS
-            .reserve::<DropEvent>(0)
-            .or_else(|| DROP_RESERVE.reserve::<DropEvent>(0))
-        else {
+        // `EVENTS` full: the reserve ring (read once `EVENTS` is drained) takes what may
+        // be a race's evidence, never the flood's ordinary drops (which would fill it).
+        let entry = match EVENTS.reserve::<DropEvent>(0) {
+            Some(e) => Some(e),
+            None if race_like(o, skb) => DROP_RESERVE.reserve::<DropEvent>(0),
+            None => None,
+        };
+        let Some(mut entry) = entry else {
             count(counter::DROPS_LOST_RINGBUF);
             return Ok(());
         };

@@ -53,10 +53,12 @@ const TC_NEXT: i32 = -1;
 #[map]
 static EVENTS: RingBuf = RingBuf::with_byte_size(16 * 1024 * 1024, 0);
 
-/// Where a kernel drop goes when `EVENTS` is full: under a flood the reader cannot drain
-/// (a forwarding loop), packets fill `EVENTS` and a drop — a race's one piece of kernel
-/// evidence, rare — was lost with them. Read by the run loop's poll once `EVENTS` is
-/// drained; no wakeups. 256 KiB: ~700 drops.
+/// Where a kernel drop that may be a race's loser goes when `EVENTS` is full: under a flood
+/// the reader cannot drain (a forwarding loop), packets fill `EVENTS` and a drop — a race's
+/// one piece of kernel evidence, rare — was lost with them. Only such drops
+/// (`drops::race_like`): the flood's own drops (tens of thousands a second in a loop) filled
+/// it before. Read by the run loop's poll once `EVENTS` is drained; no wakeups. 256 KiB:
+/// ~390 drops.
 #[map]
 static DROP_RESERVE: RingBuf = RingBuf::with_byte_size(256 * 1024, 0);
 
