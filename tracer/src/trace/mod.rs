@@ -472,7 +472,9 @@ pub async fn run_live(
     }
     // What arrived before detaching still counts, unless `--count` was reached, or reading
     // it takes longer than [`STOP_READ_NS`] (a starved CPU under a flood): then the rest
-    // stays unread (counted in `stats.unread`).
+    // stays unread (counted in `stats.unread`). Each batch read is decided and written as
+    // in the run, not held until the end (a full ring buffer is ~25,000 packets).
+    let mut end: std::io::Result<()> = Ok(());
     if !policy.count_reached() {
         while let Ok(ev) = ct_rx.try_recv() {
             pipeline.push(ev, &mut records);
@@ -490,6 +492,15 @@ pub async fn run_live(
                 &mut records,
                 keep_sources.then_some(&mut sources),
             );
+            pipeline.tick(clock.now_ns(), &mut records);
+            pipeline.take_shed_changes(&mut shed_changes);
+            shedder.apply(&mut maps, &mut shed_changes);
+            annotate_pods(&mut records, &output_names);
+            let allowed = policy.admit(&records);
+            end = sinks.batch(&mut records, &mut sources, allowed, clock.now_ns());
+            if end.is_err() {
+                break;
+            }
             if clock.now_ns() >= give_up_at {
                 log::warn!(
                     "stopping: the kernel's queue not read to its end within {} s; the rest is counted unread",
@@ -508,15 +519,15 @@ pub async fn run_live(
     let now = clock.now_ns();
     shedder.finish(&mut maps, |q, n| pipeline.kernel_shed(q, n, now));
     // The open transactions come out in batches, each to the sinks before the next.
-    let end = loop {
+    while end.is_ok() {
         let more = pipeline.finish(clock.now_ns(), &mut records);
         annotate_pods(&mut records, &output_names);
         let allowed = policy.admit(&records);
-        let end = sinks.batch(&mut records, &mut sources, allowed, clock.now_ns());
-        if !more || end.is_err() {
-            break end;
+        end = sinks.batch(&mut records, &mut sources, allowed, clock.now_ns());
+        if !more {
+            break;
         }
-    };
+    }
     let loop_found = policy.loop_found();
     refresh_counters(&mut pipeline, &maps);
     let mut stats = live_stats(pipeline.stats(), &reserve);
