@@ -191,8 +191,8 @@ fn watcher_reports_the_dnat_of_a_query_to_the_cluster_ip() {
     stop.store(true, Ordering::Relaxed);
     let summary = handle.join().unwrap();
     assert!(summary.error.is_none(), "{:?}", summary.error);
-    assert_eq!(summary.lost, 0, "{summary:?}");
-    assert!(summary.events >= 3, "{summary:?}");
+    assert_eq!(summary.counts.lost, 0, "{summary:?}");
+    assert!(summary.counts.events >= 3, "{summary:?}");
     assert!(summary.stats_samples >= 2, "{summary:?}");
 }
 

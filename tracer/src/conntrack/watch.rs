@@ -162,16 +162,10 @@ impl Default for WatchOptions {
 /// What a watch thread did, returned when it ends.
 #[derive(Debug, Default)]
 pub struct WatchSummary {
-    pub events: u64,
-    pub existing: u64,
-    pub lost: u64,
-    pub overruns: u64,
-    pub resyncs: u64,
-    pub malformed: u64,
+    /// Its counters (shared with every watcher of the same [`WatchOptions::counters`]).
+    pub counts: ConntrackStats,
     pub filtered: u64,
     pub stats_samples: u64,
-    pub dump_cut: u64,
-    pub queue_full: u64,
     /// Why the thread ended early, if it did.
     pub error: Option<ConntrackError>,
 }
@@ -179,18 +173,10 @@ pub struct WatchSummary {
 impl WatchSummary {
     fn new(c: &WatchCounters, error: Option<ConntrackError>) -> Self {
         let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
-        let s = c.snapshot();
         Self {
-            events: s.events,
-            existing: s.existing,
-            lost: s.lost,
-            overruns: s.overruns,
-            resyncs: s.resyncs,
-            malformed: s.malformed,
+            counts: c.snapshot(),
             filtered: get(&c.filtered),
             stats_samples: get(&c.stats_samples),
-            dump_cut: s.dump_cut,
-            queue_full: s.queue_full,
             error,
         }
     }
