@@ -74,6 +74,19 @@ impl<D: Detector> Correlator<D> {
                     done.push(id);
                 }
             }
+            if done.len() < max && !self.txs.is_empty() && self.tx_order.is_empty() {
+                // Not expected (every transaction is queued when it is made), but the end
+                // must never loop without reporting: the rest, the oldest first.
+                let mut rest: Vec<u64> = self.txs.keys().copied().collect();
+                rest.sort_unstable();
+                rest.truncate(max - done.len());
+                for id in rest {
+                    if let Some(t) = self.txs.get(&id) {
+                        self.wakes.remove(&(t.wake_at, id));
+                    }
+                    done.push(id);
+                }
+            }
         } else {
             // Only transactions due to be looked at: each a bounded number of times.
             while let Some(&(at, id)) = self.wakes.first() {

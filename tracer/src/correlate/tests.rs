@@ -2835,4 +2835,37 @@ fn the_end_reports_open_transactions_in_batches_oldest_first() {
     // Nothing left: another call reports nothing.
     assert!(!f.c.flush(end, 1_000, &mut f.out));
     assert!(f.out.is_empty());
+
+    // Open transactions missing from the order queue still come out: the end never loops
+    // without reporting.
+    let mut f = Feed::new();
+    for i in 0..30u32 {
+        let client = format!("10.0.0.{}:{}", i + 1, 2000 + i);
+        let m = msg(
+            i as u16,
+            false,
+            &format!("q{i}.end.test."),
+            "A",
+            "NOERROR",
+            &[],
+            false,
+        );
+        let p = at(1, 1, Direction::Egress);
+        f.see(
+            u64::from(i) * MS,
+            p,
+            "c",
+            "eth0",
+            UDP,
+            &client,
+            "10.96.0.10:53",
+            m,
+        );
+    }
+    assert!(f.c.flush(end, 10, &mut f.out));
+    f.c.tx_order.clear();
+    // 20 left: 10, then the last 10.
+    assert!(f.c.flush(end, 10, &mut f.out));
+    assert!(!f.c.flush(end, 10, &mut f.out));
+    assert_eq!(f.c.stats().transactions, 30);
 }
