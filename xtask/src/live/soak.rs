@@ -1039,9 +1039,10 @@ fn report(r: &Report) {
         .count();
     let loops = loop_reports(&recs);
     println!(
-        "  loops: {loops_started} started; detected {} (questions {}, detected again after an end {}, \
-         detected again while still active {}), ended {} (event stream, across {} SIGKILL \
-         restart(s) and {} crash(es))",
+        "  loops: {loops_started} started; detected {} (questions {}, detected again after an end {} \
+         — the query file asks each name again every few seconds —, detected again while still \
+         active {}: a fault if not 0), ended {} (event stream, across {} SIGKILL restart(s) and \
+         {} crash(es))",
         loops.detected,
         loops.questions,
         loops.again_after_end,
