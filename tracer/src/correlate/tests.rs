@@ -2784,29 +2784,7 @@ fn a_retry_of_a_full_transaction_begins_its_own_and_is_answered() {
 fn the_end_reports_open_transactions_in_batches_oldest_first() {
     let mut f = Feed::new();
     let n = 2_500u32;
-    for i in 0..n {
-        let client = format!("10.0.{}.{}:{}", i / 250, i % 250, 1024 + i);
-        let m = msg(
-            i as u16,
-            false,
-            &format!("n{i}.end.test."),
-            "A",
-            "NOERROR",
-            &[],
-            false,
-        );
-        let p = at(1, 1, Direction::Egress);
-        f.see(
-            u64::from(i) * MS,
-            p,
-            "c",
-            "eth0",
-            UDP,
-            &client,
-            "10.96.0.10:53",
-            m,
-        );
-    }
+    open_queries(&mut f, n, "n");
     let end = u64::from(n) * MS + 10;
     let mut batches = Vec::new();
     loop {
@@ -2839,17 +2817,21 @@ fn the_end_reports_open_transactions_in_batches_oldest_first() {
     // Open transactions missing from the order queue still come out: the end never loops
     // without reporting.
     let mut f = Feed::new();
-    for i in 0..30u32 {
-        let client = format!("10.0.0.{}:{}", i + 1, 2000 + i);
-        let m = msg(
-            i as u16,
-            false,
-            &format!("q{i}.end.test."),
-            "A",
-            "NOERROR",
-            &[],
-            false,
-        );
+    open_queries(&mut f, 30, "q");
+    assert!(f.c.flush(end, 10, &mut f.out));
+    f.c.tx_order.clear();
+    // 20 left: 10, then the last 10.
+    assert!(f.c.flush(end, 10, &mut f.out));
+    assert!(!f.c.flush(end, 10, &mut f.out));
+    assert_eq!(f.c.stats().transactions, 30);
+}
+
+/// `n` client queries (names `{prefix}{i}.end.test.`), 1 ms apart from 0, none answered.
+fn open_queries(f: &mut Feed, n: u32, prefix: &str) {
+    for i in 0..n {
+        let client = format!("10.0.{}.{}:{}", i / 250, i % 250, 1024 + i);
+        let name = format!("{prefix}{i}.end.test.");
+        let m = msg(i as u16, false, &name, "A", "NOERROR", &[], false);
         let p = at(1, 1, Direction::Egress);
         f.see(
             u64::from(i) * MS,
@@ -2862,10 +2844,4 @@ fn the_end_reports_open_transactions_in_batches_oldest_first() {
             m,
         );
     }
-    assert!(f.c.flush(end, 10, &mut f.out));
-    f.c.tx_order.clear();
-    // 20 left: 10, then the last 10.
-    assert!(f.c.flush(end, 10, &mut f.out));
-    assert!(!f.c.flush(end, 10, &mut f.out));
-    assert_eq!(f.c.stats().transactions, 30);
 }
