@@ -17,3 +17,31 @@ pub(crate) fn root_or_skip(why: &str) -> bool {
          skip the tests that need it"
     );
 }
+
+/// Conntrack statistics of `netns` at `ts`: CPU 1 with `insert_failed` (and `drop`) and
+/// `clash_resolve` at the given totals, CPU 0 with none.
+pub(crate) fn ct_sample(
+    ts: u64,
+    netns: u64,
+    insert_failed: u64,
+    clash_resolve: u64,
+) -> crate::event::CtStatsSample {
+    use crate::event::{CtCpuStats, CtStatsSample};
+    CtStatsSample {
+        ts_ns: ts,
+        netns,
+        per_cpu: vec![
+            CtCpuStats {
+                cpu: 0,
+                ..Default::default()
+            },
+            CtCpuStats {
+                cpu: 1,
+                insert_failed,
+                drop: insert_failed,
+                clash_resolve,
+                ..Default::default()
+            },
+        ],
+    }
+}

@@ -731,23 +731,7 @@ fn out_of_order_arrival_is_reordered() {
 /// Conntrack statistics of netns 1 at `ts`: CPU 1 with `insert_failed` (and `drop`) at the
 /// given total, CPU 0 with none.
 fn ct_sample(ts: u64, insert_failed: u64) -> crate::event::CtStatsSample {
-    use crate::event::{CtCpuStats, CtStatsSample};
-    CtStatsSample {
-        ts_ns: ts,
-        netns: 1,
-        per_cpu: vec![
-            CtCpuStats {
-                cpu: 0,
-                ..Default::default()
-            },
-            CtCpuStats {
-                cpu: 1,
-                insert_failed,
-                drop: insert_failed,
-                ..Default::default()
-            },
-        ],
-    }
+    crate::test_support::ct_sample(ts, 1, insert_failed, 0)
 }
 
 /// The race records among `out`.

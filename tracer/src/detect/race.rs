@@ -726,23 +726,8 @@ mod tests {
 
     #[test]
     fn counter_growth_around_a_drop() {
-        let sample = |ts: u64, insert_failed: u64, clash: u64| CtStatsSample {
-            ts_ns: ts,
-            netns: 7,
-            per_cpu: vec![
-                CtCpuStats {
-                    cpu: 0,
-                    ..Default::default()
-                },
-                CtCpuStats {
-                    cpu: 1,
-                    insert_failed,
-                    drop: insert_failed,
-                    clash_resolve: clash,
-                    ..Default::default()
-                },
-            ],
-        };
+        let sample =
+            |ts, insert_failed, clash| crate::test_support::ct_sample(ts, 7, insert_failed, clash);
         let mut s = CtSamples::default();
         assert!(s.add(sample(100, 5, 0)).is_empty());
         assert!(s.around(7, 1, 150).is_none());

@@ -8,6 +8,7 @@ use prometheus_client::{
     metrics::{counter::Counter, family::Family},
 };
 
+use super::add_growth;
 use crate::conntrack::ConntrackStats;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -29,20 +30,15 @@ impl ConntrackMetrics {
     /// Adds what grew since the last totals.
     pub(super) fn observe(&self, now: &ConntrackStats) {
         let mut last = self.last.lock().unwrap_or_else(|e| e.into_inner());
-        let add = |c: &Counter, now: u64, was: u64| {
-            if now > was {
-                c.inc_by(now - was);
-            }
-        };
-        add(&self.events, now.events, last.events);
-        add(&self.resyncs, now.resyncs, last.resyncs);
+        add_growth(&self.events, now.events, last.events);
+        add_growth(&self.resyncs, now.resyncs, last.resyncs);
         for (reason, n, was) in [
             ("overrun", now.overruns, last.overruns),
             ("malformed", now.malformed, last.malformed),
             ("dump_cut", now.dump_cut, last.dump_cut),
             ("queue_full", now.queue_full, last.queue_full),
         ] {
-            add(&self.lost.get_or_create(&CtLostLabels { reason }), n, was);
+            add_growth(&self.lost.get_or_create(&CtLostLabels { reason }), n, was);
         }
         *last = now.clone();
     }

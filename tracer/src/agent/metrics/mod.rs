@@ -87,6 +87,14 @@ pub struct Metrics {
     conntrack: conntrack::ConntrackMetrics,
 }
 
+/// Adds to `c` what a running total grew by since `was` (totals kept elsewhere: the OTLP
+/// exporter's, the conntrack watchers').
+fn add_growth(c: &Counter, now: u64, was: u64) {
+    if now > was {
+        c.inc_by(now - was);
+    }
+}
+
 impl Default for Metrics {
     fn default() -> Self {
         Self::new()

@@ -7,6 +7,7 @@ use prometheus_client::{
     metrics::{counter::Counter, family::Family},
 };
 
+use super::add_growth;
 use crate::output::otlp::OtlpStats;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -35,22 +36,17 @@ impl OtlpMetrics {
     /// Adds what grew since the last totals.
     pub(super) fn observe(&self, now: &OtlpStats) {
         let mut last = self.last.lock().unwrap_or_else(|e| e.into_inner());
-        let add = |c: &Counter, now: u64, was: u64| {
-            if now > was {
-                c.inc_by(now - was);
-            }
-        };
-        add(
+        add_growth(
             &self.spans_exported,
             now.spans_exported,
             last.spans_exported,
         );
-        add(
+        add_growth(
             &self.transactions_exported,
             now.transactions_exported,
             last.transactions_exported,
         );
-        add(&self.sampled_out, now.sampled_out, last.sampled_out);
+        add_growth(&self.sampled_out, now.sampled_out, last.sampled_out);
         for (reason, n, was) in [
             (
                 "queue_full",
@@ -64,7 +60,7 @@ impl OtlpMetrics {
             ),
             ("at_exit", now.dropped_at_exit, last.dropped_at_exit),
         ] {
-            add(
+            add_growth(
                 &self.dropped.get_or_create(&OtlpDropLabels { reason }),
                 n,
                 was,
@@ -72,14 +68,14 @@ impl OtlpMetrics {
         }
         let ok = now.requests.saturating_sub(now.request_failures);
         let was_ok = last.requests.saturating_sub(last.request_failures);
-        add(
+        add_growth(
             &self
                 .requests
                 .get_or_create(&OtlpResultLabels { result: "ok" }),
             ok,
             was_ok,
         );
-        add(
+        add_growth(
             &self
                 .requests
                 .get_or_create(&OtlpResultLabels { result: "failed" }),
