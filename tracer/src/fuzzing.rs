@@ -294,16 +294,31 @@ pub fn check_otlp(cfg: &SpanConfig, tx: &TransactionRecord) -> Result<u64, Strin
     check_spans(cfg, tx, &ids, &placed)?;
     let id = tx.id;
     let n = placed.len() as u64;
-    let (req, count) = export::request(cfg, std::iter::once(Box::new(tx.clone())));
+    let (bytes, count) = export::request(cfg, std::iter::once(tx));
     if count != n {
         return Err(format!(
             "transaction {id}: {n} spans, {count} in the request"
         ));
     }
-    let bytes = req.encode_to_vec();
+    // Written as prost writes it: it decodes, to as many spans, and encodes back the same.
     match ExportTraceServiceRequest::decode(bytes.as_slice()) {
-        Ok(back) if back == req => Ok(n),
-        Ok(_) => Err(format!("transaction {id}: the request decodes to another")),
+        Ok(back) if back.encode_to_vec() != bytes => Err(format!(
+            "transaction {id}: the request is not written as prost writes it"
+        )),
+        Ok(back)
+            if back
+                .resource_spans
+                .iter()
+                .flat_map(|r| &r.scope_spans)
+                .map(|s| s.spans.len() as u64)
+                .sum::<u64>()
+                != n =>
+        {
+            Err(format!(
+                "transaction {id}: the request decodes to other spans"
+            ))
+        }
+        Ok(_) => Ok(n),
         Err(e) => Err(format!(
             "transaction {id}: the request does not decode: {e}"
         )),

@@ -3,7 +3,6 @@
 //! backoff. The tracing side only offers: a full queue or a backend that is down loses spans,
 //! counted, never time (docs/otlp.md, "Exporter").
 use std::{
-    collections::HashMap,
     sync::{
         atomic::{AtomicU64, Ordering},
         Arc,
@@ -12,19 +11,16 @@ use std::{
     time::{Duration, Instant},
 };
 
-use bytes::Bytes;
-use opentelemetry_proto::tonic::{
-    collector::trace::v1::{trace_service_client::TraceServiceClient, ExportTraceServiceRequest},
-    common::v1::InstrumentationScope,
-    resource::v1::Resource,
-    trace::v1::{ResourceSpans, ScopeSpans},
-};
+use std::borrow::Borrow;
+
+use bytes::{Buf, BufMut, Bytes};
 use serde::Serialize;
 
 use super::{
     ids,
     spans::{self, SpanConfig},
     tls::TlsPem,
+    wire,
 };
 use crate::output::record::TransactionRecord;
 
@@ -421,6 +417,7 @@ async fn drain(cfg: OtlpConfig, mut rx: tokio::sync::mpsc::Receiver<Queued>, cou
     // A request goes once its transactions reach a quarter of the byte budget.
     let batch_bytes = (cfg.queue_bytes as u64 / 4).max(1);
     let mut buf: Vec<Queued> = Vec::with_capacity(batch);
+    let mut requests = Requests::default();
     let mut first: Option<Instant> = None;
     loop {
         let wait = first.map_or(BATCH_DELAY, |f| BATCH_DELAY.saturating_sub(f.elapsed()));
@@ -436,7 +433,7 @@ async fn drain(cfg: OtlpConfig, mut rx: tokio::sync::mpsc::Receiver<Queued>, cou
         let bytes: u64 = buf.iter().map(|(_, b)| b).sum();
         if !buf.is_empty() && (closed || due || buf.len() >= batch || bytes >= batch_bytes) {
             let n = buf.len() as u64;
-            let (request, spans) = request(&cfg.spans, buf.drain(..).map(|(t, _)| t));
+            let (request, spans) = requests.request(&cfg.spans, buf.drain(..).map(|(t, _)| t));
             first = None;
             let sent = client.send(request, counters).await;
             // Until now the batch, its spans and its encoded request were held.
@@ -525,70 +522,46 @@ fn summary_bytes(s: &crate::correlate::record::Summary) -> usize {
     }
 }
 
-/// The spans of `txs` as one request, grouped by resource; and how many spans.
-pub fn request(
-    cfg: &SpanConfig,
-    txs: impl Iterator<Item = Box<TransactionRecord>>,
-) -> (ExportTraceServiceRequest, u64) {
-    let mut groups: Vec<(Resource, Vec<opentelemetry_proto::tonic::trace::v1::Span>)> = Vec::new();
-    // By a hash of the resource's attributes; equal resources share a group (a hash shared
-    // by unequal ones is looked up among all the groups).
-    let mut index: HashMap<u64, usize> = HashMap::new();
-    let mut count = 0;
-    for tx in txs {
-        let (_, placed) = spans::build(cfg, &tx);
-        for p in placed {
-            count += 1;
-            let h = resource_hash(&p.resource);
-            let found = match index.get(&h) {
-                Some(&i) if groups.get(i).is_some_and(|(r, _)| *r == p.resource) => Some(i),
-                Some(_) => groups.iter().position(|(r, _)| *r == p.resource),
-                None => None,
-            };
-            match found.and_then(|i| groups.get_mut(i)) {
-                Some((_, spans)) => spans.push(p.span),
-                None => {
-                    index.entry(h).or_insert(groups.len());
-                    groups.push((p.resource, vec![p.span]));
-                }
-            }
-        }
-    }
-    let scope = InstrumentationScope {
-        name: "dnspath".into(),
-        version: env!("CARGO_PKG_VERSION").into(),
-        ..Default::default()
-    };
-    let resource_spans = groups
-        .into_iter()
-        .map(|(resource, spans)| ResourceSpans {
-            resource: Some(resource),
-            scope_spans: vec![ScopeSpans {
-                scope: Some(scope.clone()),
-                spans,
-                schema_url: String::new(),
-            }],
-            schema_url: String::new(),
-        })
-        .collect();
-    (ExportTraceServiceRequest { resource_spans }, count)
+/// Transactions into OTLP requests; its buffers are kept from one request to the next.
+pub struct Requests {
+    buf: wire::RequestBuf,
+    scratch: spans::Scratch,
+    /// The `InstrumentationScope` of every request: dnspath and its version.
+    scope: Vec<u8>,
 }
 
-/// A hash of a resource's attribute keys and values, for [`request`]'s grouping.
-fn resource_hash(r: &Resource) -> u64 {
-    use opentelemetry_proto::tonic::common::v1::any_value::Value;
-    use std::hash::{Hash, Hasher};
-    let mut h = std::collections::hash_map::DefaultHasher::new();
-    for kv in &r.attributes {
-        kv.key.hash(&mut h);
-        match kv.value.as_ref().and_then(|v| v.value.as_ref()) {
-            Some(Value::StringValue(s)) => s.hash(&mut h),
-            Some(Value::IntValue(i)) => i.hash(&mut h),
-            // Not written by spans.rs: equal by the lookup among all groups.
-            _ => 0u8.hash(&mut h),
+impl Default for Requests {
+    fn default() -> Self {
+        Self {
+            buf: wire::RequestBuf::default(),
+            scratch: spans::Scratch::default(),
+            scope: wire::scope("dnspath", env!("CARGO_PKG_VERSION")),
         }
     }
-    h.finish()
+}
+
+impl Requests {
+    /// The spans of `txs` as one `ExportTraceServiceRequest`'s protobuf, grouped by
+    /// resource; and how many spans.
+    pub fn request<T: Borrow<TransactionRecord>>(
+        &mut self,
+        cfg: &SpanConfig,
+        txs: impl Iterator<Item = T>,
+    ) -> (Vec<u8>, u64) {
+        for tx in txs {
+            spans::write(cfg, tx.borrow(), &mut self.buf, &mut self.scratch);
+        }
+        let count = self.buf.len() as u64;
+        (self.buf.encode(&self.scope), count)
+    }
+}
+
+/// [`Requests::request`] with buffers of its own.
+pub fn request<T: Borrow<TransactionRecord>>(
+    cfg: &SpanConfig,
+    txs: impl Iterator<Item = T>,
+) -> (Vec<u8>, u64) {
+    Requests::default().request(cfg, txs)
 }
 
 type Body = http_body_util::Full<Bytes>;
@@ -625,7 +598,7 @@ impl HttpClient {
 
 enum Transport {
     Http(HttpClient),
-    Grpc(TraceServiceClient<tonic::transport::Channel>),
+    Grpc(tonic::client::Grpc<tonic::transport::Channel>),
 }
 
 struct Client {
@@ -654,7 +627,7 @@ impl Client {
                         .tls_config(cfg.tls.grpc_config())
                         .map_err(|e| OtlpError::Endpoint(cfg.endpoint.clone(), e.to_string()))?;
                 }
-                let mut c = TraceServiceClient::new(ep.connect_lazy());
+                let mut c = tonic::client::Grpc::new(ep.connect_lazy());
                 if cfg.gzip {
                     c = c.send_compressed(tonic::codec::CompressionEncoding::Gzip);
                 }
@@ -667,20 +640,18 @@ impl Client {
         })
     }
 
-    /// Sends with retries and backoff; whether the backend took it.
-    async fn send(&mut self, request: ExportTraceServiceRequest, counters: &Counters) -> bool {
+    /// Sends a request's protobuf with retries and backoff; whether the backend took it.
+    async fn send(&mut self, request: Vec<u8>, counters: &Counters) -> bool {
         let body = match self.transport {
-            Transport::Http(_) => Some(http_body(&request, self.cfg.gzip)),
-            Transport::Grpc(_) => None,
+            Transport::Http(_) => http_body(request, self.cfg.gzip),
+            Transport::Grpc(_) => Bytes::from(request),
         };
         let mut backoff = BACKOFF_START;
         for attempt in 1..=ATTEMPTS {
             counters.requests.fetch_add(1, Ordering::Relaxed);
             let r = match &mut self.transport {
-                Transport::Http(c) => {
-                    http_attempt(c, &self.cfg, body.clone().unwrap_or_default()).await
-                }
-                Transport::Grpc(c) => grpc_attempt(c, &self.cfg, request.clone()).await,
+                Transport::Http(c) => http_attempt(c, &self.cfg, body.clone()).await,
+                Transport::Grpc(c) => grpc_attempt(c, &self.cfg, body.clone()).await,
             };
             match r {
                 Attempt::Ok => return true,
@@ -708,10 +679,9 @@ impl Client {
     }
 }
 
-/// The body of an OTLP/HTTP request: the protobuf (prost's bytes, written in linear time by
-/// `wire.rs`), gzipped (fast) if asked.
-pub fn http_body(request: &ExportTraceServiceRequest, gzip: bool) -> Bytes {
-    let raw = super::wire::encode(request);
+/// The body of an OTLP/HTTP request: the request's protobuf (`wire.rs`), gzipped (fast) if
+/// asked.
+pub fn http_body(raw: Vec<u8>, gzip: bool) -> Bytes {
     if !gzip {
         return Bytes::from(raw);
     }
@@ -762,12 +732,59 @@ async fn http_attempt(c: &HttpClient, cfg: &OtlpConfig, body: Bytes) -> Attempt 
     }
 }
 
+/// The gRPC method spans are exported with.
+const GRPC_EXPORT: &str = "/opentelemetry.proto.collector.trace.v1.TraceService/Export";
+
+/// The gRPC codec of a request already encoded (`wire.rs`): its bytes as they are; the
+/// response (an `ExportTraceServiceResponse`, whose partial success is not read) consumed.
+#[derive(Clone, Copy, Default)]
+struct RawCodec;
+
+impl tonic::codec::Codec for RawCodec {
+    type Encode = Bytes;
+    type Decode = ();
+    type Encoder = RawCodec;
+    type Decoder = RawCodec;
+
+    fn encoder(&mut self) -> Self::Encoder {
+        RawCodec
+    }
+
+    fn decoder(&mut self) -> Self::Decoder {
+        RawCodec
+    }
+}
+
+impl tonic::codec::Encoder for RawCodec {
+    type Item = Bytes;
+    type Error = tonic::Status;
+
+    fn encode(
+        &mut self,
+        item: Bytes,
+        dst: &mut tonic::codec::EncodeBuf<'_>,
+    ) -> Result<(), Self::Error> {
+        dst.put(item);
+        Ok(())
+    }
+}
+
+impl tonic::codec::Decoder for RawCodec {
+    type Item = ();
+    type Error = tonic::Status;
+
+    fn decode(&mut self, src: &mut tonic::codec::DecodeBuf<'_>) -> Result<Option<()>, Self::Error> {
+        src.advance(src.remaining());
+        Ok(Some(()))
+    }
+}
+
 async fn grpc_attempt(
-    c: &mut TraceServiceClient<tonic::transport::Channel>,
+    c: &mut tonic::client::Grpc<tonic::transport::Channel>,
     cfg: &OtlpConfig,
-    request: ExportTraceServiceRequest,
+    body: Bytes,
 ) -> Attempt {
-    let mut req = tonic::Request::new(request);
+    let mut req = tonic::Request::new(body);
     for (k, v) in &cfg.headers {
         if let (Ok(k), Ok(v)) = (
             tonic::metadata::MetadataKey::from_bytes(k.as_bytes()),
@@ -776,7 +793,14 @@ async fn grpc_attempt(
             req.metadata_mut().insert(k, v);
         }
     }
-    match tokio::time::timeout(cfg.timeout, c.export(req)).await {
+    let path = tonic::codegen::http::uri::PathAndQuery::from_static(GRPC_EXPORT);
+    let call = async {
+        c.ready()
+            .await
+            .map_err(|e| tonic::Status::unavailable(format!("not ready: {e}")))?;
+        c.unary::<_, (), _>(req, path, RawCodec).await
+    };
+    match tokio::time::timeout(cfg.timeout, call).await {
         Err(_) => Attempt::Retry(format!("no response in {:?}", cfg.timeout)),
         Ok(Ok(_)) => Attempt::Ok,
         Ok(Err(s)) => match s.code() {

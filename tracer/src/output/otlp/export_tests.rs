@@ -1,3 +1,4 @@
+use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 use prost::Message;
 use std::{
     io::{Read, Write},

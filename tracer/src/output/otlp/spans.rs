@@ -2,19 +2,20 @@
 //! question (INTERNAL, on the client's node), a CLIENT span per leg, a SERVER span where a
 //! leg's query was delivered, parented as the legs' tree; hops, drops, conntrack races,
 //! forwarding loops, late answers and fragment losses as events.
-use std::net::SocketAddr;
+//!
+//! The spans are written as protobuf bytes straight from the record (`wire.rs`), with no
+//! message structs in between: [`build`] decodes them back for tests and fuzzing.
+use std::{fmt::Write as _, net::SocketAddr};
 
 use opentelemetry_proto::tonic::{
-    common::v1::{any_value::Value, AnyValue, ArrayValue, KeyValue},
     resource::v1::Resource,
-    trace::v1::{
-        span::{Event, Link, SpanKind},
-        status::StatusCode,
-        Span, Status,
-    },
+    trace::v1::{span::SpanKind, status::StatusCode, Span},
 };
 
-use super::ids::{self, IdKey, QueryIdentity, Role};
+use super::{
+    ids::{self, IdKey, QueryIdentity, Role},
+    wire::{self, tag, RequestBuf},
+};
 use crate::{
     correlate::{
         record::{Answered, Join, LegLoop, LegOutcome, NodeCache, Outcome, Summary},
@@ -86,42 +87,160 @@ pub fn failing(tx: &TransactionRecord) -> bool {
         || tx.first_loop().is_some()
 }
 
-/// One span and the resource (pod, namespace, node) it happened in.
+/// One span and the resource (pod, namespace, node) it happened in, decoded from the bytes
+/// written ([`build`]).
 pub struct PlacedSpan {
     pub resource: Resource,
     pub span: Span,
 }
 
-fn kv(key: &str, value: Value) -> KeyValue {
-    KeyValue {
-        key: key.to_string(),
-        value: Some(AnyValue { value: Some(value) }),
-        ..Default::default()
+/// The buffers [`write`] reuses from one transaction to the next.
+#[derive(Default)]
+pub struct Scratch {
+    /// The `Resource` body of the span being written.
+    resource: Vec<u8>,
+    /// A leg's attributes (fields of its CLIENT and its SERVER span).
+    attrs: Vec<u8>,
+    /// The span's events (whole fields), and each one's time and place, sorted by time.
+    events: Vec<u8>,
+    order: Vec<(u64, usize, usize)>,
+    /// Text made for a value (an address, a key in hex).
+    text: String,
+    leg_ids: Vec<LegIds>,
+}
+
+/// `v` as text in `text`.
+fn shown(text: &mut String, v: impl std::fmt::Display) -> &str {
+    text.clear();
+    let _ = write!(text, "{v}");
+    text
+}
+
+/// An address as text in `text`, as `Display` writes it; IPv4 (the common case) without
+/// the formatting machinery.
+fn shown_ip(text: &mut String, ip: std::net::IpAddr) -> &str {
+    match ip {
+        std::net::IpAddr::V4(v4) => {
+            text.clear();
+            push_v4(text, v4);
+            text
+        }
+        v6 => shown(text, v6),
     }
 }
 
-fn s(key: &str, v: impl Into<String>) -> KeyValue {
-    kv(key, Value::StringValue(v.into()))
+/// A socket address as text in `text`, as `Display` writes it.
+fn shown_addr(text: &mut String, a: SocketAddr) -> &str {
+    match a {
+        SocketAddr::V4(v4) => {
+            text.clear();
+            push_v4(text, *v4.ip());
+            text.push(':');
+            push_decimal(text, u32::from(v4.port()));
+            text
+        }
+        v6 => shown(text, v6),
+    }
 }
 
-fn i(key: &str, v: i64) -> KeyValue {
-    kv(key, Value::IntValue(v))
+fn push_v4(text: &mut String, ip: std::net::Ipv4Addr) {
+    for (i, o) in ip.octets().into_iter().enumerate() {
+        if i > 0 {
+            text.push('.');
+        }
+        push_decimal(text, u32::from(o));
+    }
 }
 
-fn strings(key: &str, v: &[String]) -> KeyValue {
-    kv(
-        key,
-        Value::ArrayValue(ArrayValue {
-            values: v
-                .iter()
-                .map(|a| AnyValue {
-                    value: Some(Value::StringValue(a.clone())),
-                })
-                .collect(),
-        }),
-    )
+fn push_decimal(text: &mut String, v: u32) {
+    let mut digits = [0u8; 10];
+    let mut at = digits.len();
+    let mut v = v;
+    loop {
+        at -= 1;
+        if let Some(d) = digits.get_mut(at) {
+            *d = b'0' + (v % 10) as u8;
+        }
+        v /= 10;
+        if v == 0 || at == 0 {
+            break;
+        }
+    }
+    text.push_str(std::str::from_utf8(digits.get(at..).unwrap_or_default()).unwrap_or("?"));
 }
 
+/// `b` in lowercase hex in `text`.
+fn hex<'a>(text: &'a mut String, b: &[u8]) -> &'a str {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    text.clear();
+    for x in b {
+        text.push(char::from(DIGITS[usize::from(x >> 4)]));
+        text.push(char::from(DIGITS[usize::from(x & 15)]));
+    }
+    text
+}
+
+fn clamp(v: u64) -> i64 {
+    i64::try_from(v).unwrap_or(i64::MAX)
+}
+
+/// Starts an event (`Span.events`) in `sc.events`; [`event_end`] ends it.
+fn event_begin(events: &mut Vec<u8>, time: u64, name: &str) -> (wire::Mark, usize, u64) {
+    let start = events.len();
+    let m = wire::begin(events, tag::SPAN_EVENTS);
+    wire::put_fixed64(events, tag::EVENT_TIME, time);
+    wire::put_bytes(events, tag::EVENT_NAME, name.as_bytes());
+    (m, start, time)
+}
+
+fn event_end(sc: &mut Scratch, (m, start, time): (wire::Mark, usize, u64)) {
+    wire::end(&mut sc.events, m);
+    sc.order.push((time, start, sc.events.len()));
+}
+
+/// The events written so far, in order of time (stable: equal times keep their order), into
+/// the span `out`; the event buffers emptied.
+fn put_events(out: &mut Vec<u8>, sc: &mut Scratch) {
+    sc.order.sort_by_key(|&(t, _, _)| t);
+    for &(_, a, b) in &sc.order {
+        out.extend_from_slice(sc.events.get(a..b).unwrap_or_default());
+    }
+    sc.order.clear();
+    sc.events.clear();
+}
+
+/// The span's fields before its attributes.
+struct Head<'a> {
+    trace: &'a [u8; 16],
+    id: &'a [u8; 8],
+    parent: Option<&'a [u8; 8]>,
+    name: [&'a str; 3],
+    kind: SpanKind,
+    start: u64,
+    end: u64,
+}
+
+fn put_head(out: &mut Vec<u8>, h: &Head) {
+    wire::put_bytes(out, tag::SPAN_TRACE_ID, h.trace);
+    wire::put_bytes(out, tag::SPAN_SPAN_ID, h.id);
+    if let Some(p) = h.parent {
+        wire::put_bytes(out, tag::SPAN_PARENT_SPAN_ID, p);
+    }
+    wire::put_str_parts(out, tag::SPAN_NAME, &h.name);
+    wire::put_uint(out, tag::SPAN_KIND, h.kind as i32 as u64);
+    wire::put_fixed64(out, tag::SPAN_START, h.start);
+    wire::put_fixed64(out, tag::SPAN_END, h.end);
+}
+
+/// The span's status: ERROR with `error` as its message, else UNSET (an empty message).
+fn put_status(out: &mut Vec<u8>, error: Option<&str>) {
+    let m = wire::begin(out, tag::SPAN_STATUS);
+    if let Some(message) = error {
+        wire::put_bytes(out, tag::STATUS_MESSAGE, message.as_bytes());
+        wire::put_uint(out, tag::STATUS_CODE, StatusCode::Error as i32 as u64);
+    }
+    wire::end(out, m);
+}
 fn transport(proto: u8) -> &'static str {
     if proto == tracer_common::proto::IPPROTO_TCP {
         "tcp"
@@ -200,53 +319,43 @@ fn workload(pod_name: &str) -> &str {
     name
 }
 
-/// Where a span happened: the pod (if the node knows it), its namespace and the node.
-fn resource(pod: &PodRef, netns: &str, node: Option<&str>) -> Resource {
-    let mut attributes = Vec::with_capacity(8);
+/// Where a span happened, as a `Resource` body in `out`: the pod (if the node knows it), its
+/// namespace and the node.
+fn resource(out: &mut Vec<u8>, pod: &PodRef, netns: &str, node: Option<&str>) {
+    const T: u32 = tag::RESOURCE_ATTRIBUTES;
+    out.clear();
     match pod.pod.as_deref().and_then(|p| p.split_once('/')) {
         Some((ns, name)) => {
-            attributes.push(s("service.name", workload(name)));
-            attributes.push(s("k8s.namespace.name", ns));
-            attributes.push(s("k8s.pod.name", name));
+            wire::kv_str(out, T, "service.name", workload(name));
+            wire::kv_str(out, T, "k8s.namespace.name", ns);
+            wire::kv_str(out, T, "k8s.pod.name", name);
         }
-        None => attributes.push(s("service.name", netns)),
+        None => wire::kv_str(out, T, "service.name", netns),
     }
     if let Some(uid) = &pod.pod_uid {
-        attributes.push(s("k8s.pod.uid", uid.as_str()));
+        wire::kv_str(out, T, "k8s.pod.uid", uid);
     }
     if let Some(c) = &pod.container {
-        attributes.push(s("k8s.container.name", c.as_str()));
+        wire::kv_str(out, T, "k8s.container.name", c);
     }
     if let Some(c) = &pod.container_id {
-        attributes.push(s("container.id", c.as_str()));
+        wire::kv_str(out, T, "container.id", c);
     }
     if let Some(n) = node {
-        attributes.push(s("k8s.node.name", n));
+        wire::kv_str(out, T, "k8s.node.name", n);
     }
-    attributes.push(s("dnspath.netns", netns));
-    Resource {
-        attributes,
-        ..Default::default()
-    }
+    wire::kv_str(out, T, "dnspath.netns", netns);
 }
 
-fn status(error: Option<String>) -> Option<Status> {
-    Some(match error {
-        Some(message) => Status {
-            message,
-            code: StatusCode::Error as i32,
-        },
-        None => Status {
-            message: String::new(),
-            code: StatusCode::Unset as i32,
-        },
-    })
+/// `<prefix>.address` and `<prefix>.port` attributes (`keys`) of `a`.
+fn endpoint(out: &mut Vec<u8>, text: &mut String, t: u32, keys: [&str; 2], a: SocketAddr) {
+    wire::kv_str(out, t, keys[0], shown_ip(text, a.ip()));
+    wire::kv_int(out, t, keys[1], i64::from(a.port()));
 }
 
-fn endpoint(prefix: &str, a: SocketAddr, out: &mut Vec<KeyValue>) {
-    out.push(s(&format!("{prefix}.address"), a.ip().to_string()));
-    out.push(i(&format!("{prefix}.port"), i64::from(a.port())));
-}
+const CLIENT: [&str; 2] = ["client.address", "client.port"];
+const SERVER: [&str; 2] = ["server.address", "server.port"];
+const PEER: [&str; 2] = ["network.peer.address", "network.peer.port"];
 
 /// Boot-clock nanoseconds → Unix nanoseconds, by the transaction's own pair of the two.
 struct Wall {
@@ -259,34 +368,32 @@ impl Wall {
     }
 }
 
-fn hop_event(h: &HopRecord, index: usize, wall: &Wall, node: Option<&str>) -> Event {
-    let mut attributes = vec![
-        i("dnspath.hop", i64::try_from(index).unwrap_or(i64::MAX)),
-        s("dnspath.netns", h.netns.as_ref()),
-        s("dnspath.ifname", h.ifname.as_ref()),
-        s("dnspath.dir", h.dir.as_str()),
-        s("dnspath.msg", if h.qr { "response" } else { "query" }),
-        s("dnspath.src", h.src.to_string()),
-        s("dnspath.dst", h.dst.to_string()),
-    ];
+fn hop_event(sc: &mut Scratch, h: &HopRecord, index: usize, wall: &Wall, node: Option<&str>) {
+    const T: u32 = tag::EVENT_ATTRIBUTES;
+    let e = event_begin(&mut sc.events, wall.of(h.ts_ns), "hop");
+    let out = &mut sc.events;
+    wire::kv_int(out, T, "dnspath.hop", clamp(index as u64));
+    wire::kv_str(out, T, "dnspath.netns", &h.netns);
+    wire::kv_str(out, T, "dnspath.ifname", &h.ifname);
+    wire::kv_str(out, T, "dnspath.dir", h.dir.as_str());
+    wire::kv_str(
+        out,
+        T,
+        "dnspath.msg",
+        if h.qr { "response" } else { "query" },
+    );
+    wire::kv_str(out, T, "dnspath.src", shown_addr(&mut sc.text, h.src));
+    wire::kv_str(out, T, "dnspath.dst", shown_addr(&mut sc.text, h.dst));
     if let Some(p) = &h.pod.pod {
-        attributes.push(s("dnspath.pod", p.as_str()));
+        wire::kv_str(out, T, "dnspath.pod", p);
     }
     if let Some(n) = node {
-        attributes.push(s("k8s.node.name", n));
+        wire::kv_str(out, T, "k8s.node.name", n);
     }
     if let Some(l) = h.latency_ns {
-        attributes.push(i(
-            "dnspath.latency_ns",
-            i64::try_from(l).unwrap_or(i64::MAX),
-        ));
+        wire::kv_int(out, T, "dnspath.latency_ns", clamp(l));
     }
-    Event {
-        time_unix_nano: wall.of(h.ts_ns),
-        name: "hop".into(),
-        attributes,
-        dropped_attributes_count: 0,
-    }
+    event_end(sc, e);
 }
 
 /// Whether the client is on this node (the root and the client spans are this node's),
@@ -364,76 +471,70 @@ fn leg_times(l: &LegRecord, wall: &Wall, fallback_ns: u64) -> (u64, u64) {
     (wall.of(start), wall.of(end.max(start)))
 }
 
-/// A leg's endpoints as `address:port` strings.
-fn sockets<'a>(
-    legs: impl Iterator<Item = &'a LegRecord>,
-    f: fn(&LegRecord) -> SocketAddr,
-) -> Vec<String> {
-    legs.map(|l| f(l).to_string()).collect()
-}
-
 /// `forwarding loop`: the cycle's servers in order, each leg's forwarder and where it was
 /// delivered, and the chain's length (as in the `loop` record, docs/output.md).
-fn loop_event(tx: &TransactionRecord, lp: &LegLoop, time: u64, node: Option<&str>) -> Event {
+fn loop_event(
+    sc: &mut Scratch,
+    tx: &TransactionRecord,
+    lp: &LegLoop,
+    time: u64,
+    node: Option<&str>,
+) {
+    const T: u32 = tag::EVENT_ATTRIBUTES;
     let legs = || lp.cycle.iter().filter_map(|&k| tx.legs.get(k));
-    let mut attributes = vec![
-        s("dnspath.loop.kind", "cycle"),
-        strings("dnspath.loop.servers", &sockets(legs(), |l| l.backend)),
-        strings("dnspath.loop.from", &sockets(legs(), |l| l.client)),
-        strings(
-            "dnspath.loop.netns",
-            &legs()
-                .map(|l| delivery(l).map_or(String::new(), |h| h.netns.to_string()))
-                .collect::<Vec<_>>(),
-        ),
-        i(
-            "dnspath.loop.hop_count",
-            i64::try_from(lp.hop_count).unwrap_or(i64::MAX),
-        ),
-    ];
+    let e = event_begin(&mut sc.events, time, "forwarding loop");
+    let (out, text) = (&mut sc.events, &mut sc.text);
+    wire::kv_str(out, T, "dnspath.loop.kind", "cycle");
+    wire::kv_strings(
+        out,
+        text,
+        T,
+        "dnspath.loop.servers",
+        legs().map(|l| l.backend),
+    );
+    wire::kv_strings(out, text, T, "dnspath.loop.from", legs().map(|l| l.client));
+    wire::kv_strings(
+        out,
+        text,
+        T,
+        "dnspath.loop.netns",
+        legs().map(|l| delivery(l).map_or("", |h| &*h.netns)),
+    );
+    wire::kv_int(out, T, "dnspath.loop.hop_count", clamp(lp.hop_count as u64));
     if let Some(n) = node {
-        attributes.push(s("k8s.node.name", n));
+        wire::kv_str(out, T, "k8s.node.name", n);
     }
-    Event {
-        time_unix_nano: time,
-        name: "forwarding loop".into(),
-        attributes,
-        dropped_attributes_count: 0,
-    }
+    event_end(sc, e);
 }
 
 /// `conntrack race` on the root: which of the client's queries the race dropped (its DNS
 /// id, the backend DNAT chose), where, and when the client tried again.
-fn race_event(tx: &TransactionRecord, wall: &Wall) -> Option<Event> {
+fn race_event(sc: &mut Scratch, tx: &TransactionRecord, wall: &Wall) {
+    const T: u32 = tag::EVENT_ATTRIBUTES;
     let roots = || tx.legs.iter().filter(|l| l.parent.is_none());
-    let lost = roots().find(|l| l.race_drop)?;
+    let Some(lost) = roots().find(|l| l.race_drop) else {
+        return;
+    };
     let start = lost.hops.first().map_or(tx.ts_ns, |h| h.ts_ns);
-    let mut attributes = vec![
-        s("dnspath.race.verdict", "race-drop"),
-        i("dnspath.dns_id", i64::from(lost.dns_id)),
-    ];
-    endpoint("network.peer", lost.backend, &mut attributes);
+    let time = wall.of(lost.drop.as_ref().map_or(start, |d| d.ts_ns));
+    let e = event_begin(&mut sc.events, time, "conntrack race");
+    let out = &mut sc.events;
+    wire::kv_str(out, T, "dnspath.race.verdict", "race-drop");
+    wire::kv_int(out, T, "dnspath.dns_id", i64::from(lost.dns_id));
+    endpoint(out, &mut sc.text, T, PEER, lost.backend);
     if let Some(d) = &lost.drop {
-        attributes.push(s("dnspath.drop.reason", d.reason.as_str()));
-        attributes.push(s("dnspath.drop.location", d.location.as_str()));
-        attributes.push(s("dnspath.netns", d.netns.as_ref()));
+        wire::kv_str(out, T, "dnspath.drop.reason", &d.reason);
+        wire::kv_str(out, T, "dnspath.drop.location", &d.location);
+        wire::kv_str(out, T, "dnspath.netns", &d.netns);
     }
     if let Some(retry) = roots()
         .filter_map(|l| l.hops.first())
         .map(|h| h.ts_ns)
         .find(|&t| t > start)
     {
-        attributes.push(i(
-            "dnspath.retry_after_ns",
-            i64::try_from(retry - start).unwrap_or(i64::MAX),
-        ));
+        wire::kv_int(out, T, "dnspath.retry_after_ns", clamp(retry - start));
     }
-    Some(Event {
-        time_unix_nano: wall.of(lost.drop.as_ref().map_or(start, |d| d.ts_ns)),
-        name: "conntrack race".into(),
-        attributes,
-        dropped_attributes_count: 0,
-    })
+    event_end(sc, e);
 }
 
 struct LegIds {
@@ -488,8 +589,15 @@ fn serve_role(tx: &TransactionRecord, n: usize, l: &LegRecord) -> Role {
     }
 }
 
-/// The spans of one decided transaction, and its ids.
-pub fn build(cfg: &SpanConfig, tx: &TransactionRecord) -> (TraceIds, Vec<PlacedSpan>) {
+/// The spans of one decided transaction, written into `req` (`sc`: reused buffers); its ids
+/// and how many spans.
+pub fn write(
+    cfg: &SpanConfig,
+    tx: &TransactionRecord,
+    req: &mut RequestBuf,
+    sc: &mut Scratch,
+) -> (TraceIds, usize) {
+    const A: u32 = tag::SPAN_ATTRIBUTES;
     let ids = trace_ids(&cfg.key, tx);
     let trace = ids.trace;
     let key = &cfg.key;
@@ -497,10 +605,11 @@ pub fn build(cfg: &SpanConfig, tx: &TransactionRecord) -> (TraceIds, Vec<PlacedS
     let wall = Wall {
         offset: i128::from(tx.wall_ns) - i128::from(tx.ts_ns),
     };
-    let qtype = tx.question.qtype.name();
+    let qtype_text = tx.question.qtype.name();
+    let qtype: &str = &qtype_text;
     let local = client_is_local(tx);
     let root_id = ids::span_id(key, &trace, Role::Root);
-    let mut out = Vec::with_capacity(1 + 2 * tx.legs.len());
+    let placed_before = req.len();
     // The correlator marked the leg that closed a forwarding cycle, if any.
     let looped = tx.first_loop();
 
@@ -508,15 +617,12 @@ pub fn build(cfg: &SpanConfig, tx: &TransactionRecord) -> (TraceIds, Vec<PlacedS
     // Legs of one socket and DNS id (a forwarder asking several upstreams at once) would
     // share a CLIENT span id: the later ones count their repeat (legs per transaction are
     // capped, so the scan is bounded).
-    let leg_ids: Vec<LegIds> = tx
-        .legs
-        .iter()
-        .enumerate()
-        .map(|(n, l)| LegIds {
-            client: ids::span_id(key, &trace, query_role(tx, n, l)),
-            server: delivery(l).map(|_| ids::span_id(key, &trace, serve_role(tx, n, l))),
-        })
-        .collect();
+    let mut leg_ids = std::mem::take(&mut sc.leg_ids);
+    leg_ids.clear();
+    leg_ids.extend(tx.legs.iter().enumerate().map(|(n, l)| LegIds {
+        client: ids::span_id(key, &trace, query_role(tx, n, l)),
+        server: delivery(l).map(|_| ids::span_id(key, &trace, serve_role(tx, n, l))),
+    }));
 
     let mut root_end = tx.wall_ns;
     for (n, l) in tx.legs.iter().enumerate() {
@@ -529,96 +635,94 @@ pub fn build(cfg: &SpanConfig, tx: &TransactionRecord) -> (TraceIds, Vec<PlacedS
             // Another node's client: its CLIENT span is there, named by the same role.
             None => None,
         };
-        let mut attributes = Vec::with_capacity(20);
-        endpoint("client", l.client, &mut attributes);
-        endpoint("server", l.server, &mut attributes);
-        endpoint("network.peer", l.backend, &mut attributes);
-        attributes.push(s("network.transport", transport(l.proto)));
-        attributes.push(s("dnspath.leg_role", role_word(l.role)));
-        attributes.push(i("dnspath.dns_id", i64::from(l.dns_id)));
-        attributes.push(s("dnspath.qtype", &*qtype));
-        attributes.push(s("dnspath.outcome", leg_outcome_word(l.outcome)));
-        attributes.push(s("dnspath.join", join_word(l.join)));
+        // The attributes of the leg's CLIENT and SERVER spans.
+        let a = &mut sc.attrs;
+        a.clear();
+        endpoint(a, &mut sc.text, A, CLIENT, l.client);
+        endpoint(a, &mut sc.text, A, SERVER, l.server);
+        endpoint(a, &mut sc.text, A, PEER, l.backend);
+        wire::kv_str(a, A, "network.transport", transport(l.proto));
+        wire::kv_str(a, A, "dnspath.leg_role", role_word(l.role));
+        wire::kv_int(a, A, "dnspath.dns_id", i64::from(l.dns_id));
+        wire::kv_str(a, A, "dnspath.qtype", qtype);
+        wire::kv_str(a, A, "dnspath.outcome", leg_outcome_word(l.outcome));
+        wire::kv_str(a, A, "dnspath.join", join_word(l.join));
         if let Some(r) = &l.rcode {
-            attributes.push(s("dnspath.rcode", r.as_str()));
+            wire::kv_str(a, A, "dnspath.rcode", r);
         }
         if l.retransmits > 0 {
-            attributes.push(i("dnspath.retransmits", i64::from(l.retransmits)));
+            wire::kv_int(a, A, "dnspath.retransmits", i64::from(l.retransmits));
         }
         if let Some(nc) = l.node_cache {
-            attributes.push(s("dnspath.node_cache", node_cache_word(nc)));
+            wire::kv_str(a, A, "dnspath.node_cache", node_cache_word(nc));
         }
         if !cfg.redact_names {
-            attributes.push(s("dns.question.name", tx.question.name.as_str()));
+            wire::kv_str(a, A, "dns.question.name", &tx.question.name);
             if !l.answers.is_empty() {
-                attributes.push(strings("dns.answers", &l.answers));
+                wire::kv_strings(a, &mut sc.text, A, "dns.answers", l.answers.iter());
             }
         }
-        let mut events: Vec<Event> = l
-            .hops
-            .iter()
-            .enumerate()
-            .map(|(k, h)| hop_event(h, k, &wall, node))
-            .collect();
-        if let Some(d) = &l.drop {
-            let mut a = vec![
-                s("error.type", d.reason.as_str()),
-                s("dnspath.drop.reason", d.reason.as_str()),
-                s("dnspath.drop.location", d.location.as_str()),
-                s("dnspath.netns", d.netns.as_ref()),
-                s("dnspath.ifname", d.ifname.as_ref()),
-                s("dnspath.msg", if d.response { "response" } else { "query" }),
-            ];
-            if let Some(n) = node {
-                a.push(s("k8s.node.name", n));
-            }
-            // A kernel drop; named for what it was when that is known.
-            let name = if d.reason == FRAGMENT_LOSS {
-                "fragment loss"
-            } else if l.race_drop {
-                a.push(s("dnspath.race.verdict", "race-drop"));
-                "conntrack race"
-            } else {
-                "kernel drop"
-            };
-            events.push(Event {
-                time_unix_nano: wall.of(d.ts_ns),
-                name: name.into(),
-                attributes: a,
-                dropped_attributes_count: 0,
-            });
-        }
-        let mut error = leg_error(l);
-        if let Some((_, lp)) = looped.filter(|(closing, _)| *closing == n) {
-            events.push(loop_event(tx, lp, start, node));
-            error = error.or_else(|| Some("forwarding loop".into()));
-        }
-        events.sort_by_key(|e| e.time_unix_nano);
-        // The client span lives where its first hop is (the client's or the forwarder's pod).
-        let (pod, netns) = match l.hops.first() {
-            Some(h) => (&h.pod, h.netns.as_ref()),
-            None => (&tx.pod, tx.client_netns.as_ref()),
-        };
+        // The client span lives where its first hop is (the client's or the forwarder's
+        // pod); only the serving half is here when the client is another node's.
         if local || l.parent.is_some() {
-            out.push(PlacedSpan {
-                resource: resource(pod, netns, node),
-                span: Span {
-                    trace_id: trace.to_vec(),
-                    span_id: lid.client.to_vec(),
-                    parent_span_id: parent.map(|p| p.to_vec()).unwrap_or_default(),
-                    name: format!("{} {qtype}", role_word(l.role)),
-                    kind: SpanKind::Client as i32,
-                    start_time_unix_nano: start,
-                    end_time_unix_nano: end,
-                    attributes: attributes.clone(),
-                    events,
-                    status: status(error),
-                    ..Default::default()
+            for (k, h) in l.hops.iter().enumerate() {
+                hop_event(sc, h, k, &wall, node);
+            }
+            if let Some(d) = &l.drop {
+                const T: u32 = tag::EVENT_ATTRIBUTES;
+                // A kernel drop; named for what it was when that is known.
+                let name = if d.reason == FRAGMENT_LOSS {
+                    "fragment loss"
+                } else if l.race_drop {
+                    "conntrack race"
+                } else {
+                    "kernel drop"
+                };
+                let e = event_begin(&mut sc.events, wall.of(d.ts_ns), name);
+                let out = &mut sc.events;
+                wire::kv_str(out, T, "error.type", &d.reason);
+                wire::kv_str(out, T, "dnspath.drop.reason", &d.reason);
+                wire::kv_str(out, T, "dnspath.drop.location", &d.location);
+                wire::kv_str(out, T, "dnspath.netns", &d.netns);
+                wire::kv_str(out, T, "dnspath.ifname", &d.ifname);
+                let msg = if d.response { "response" } else { "query" };
+                wire::kv_str(out, T, "dnspath.msg", msg);
+                if let Some(n) = node {
+                    wire::kv_str(out, T, "k8s.node.name", n);
+                }
+                if d.reason != FRAGMENT_LOSS && l.race_drop {
+                    wire::kv_str(out, T, "dnspath.race.verdict", "race-drop");
+                }
+                event_end(sc, e);
+            }
+            let mut error = leg_error(l);
+            if let Some((_, lp)) = looped.filter(|(closing, _)| *closing == n) {
+                loop_event(sc, tx, lp, start, node);
+                error = error.or_else(|| Some("forwarding loop".into()));
+            }
+            let (pod, netns) = match l.hops.first() {
+                Some(h) => (&h.pod, h.netns.as_ref()),
+                None => (&tx.pod, tx.client_netns.as_ref()),
+            };
+            resource(&mut sc.resource, pod, netns, node);
+            let at = req.span_start();
+            let out = &mut req.spans;
+            put_head(
+                out,
+                &Head {
+                    trace: &trace,
+                    id: &lid.client,
+                    parent: parent.as_ref(),
+                    name: [role_word(l.role), " ", qtype],
+                    kind: SpanKind::Client,
+                    start,
+                    end,
                 },
-            });
-        } else {
-            // Only the serving half is here: the hops go on the server span.
-            let _ = events;
+            );
+            out.extend_from_slice(&sc.attrs);
+            put_events(out, sc);
+            put_status(out, error.as_deref());
+            req.place(at, &sc.resource);
         }
         if let (Some(sid), Some(d)) = (lid.server, delivery(l)) {
             let s_start = wall.of(d.ts_ns);
@@ -627,99 +731,73 @@ pub fn build(cfg: &SpanConfig, tx: &TransactionRecord) -> (TraceIds, Vec<PlacedS
                 .iter()
                 .find(|h| h.qr && h.src == l.backend && h.ts_ns >= d.ts_ns)
                 .map_or(s_start, |h| wall.of(h.ts_ns));
-            let mut links = Vec::new();
-            let mut server_events = Vec::new();
             // The CLIENT span this serves: here when this node sent the query; else the
             // client's node's, named by its role. That node may have sent several legs
             // from this socket with this DNS id, and this node need not see them all: it
             // names the first ([`Role::Query`]), as docs/otlp.md says.
             let mut served_for = lid.client;
+            // Seen near an epoch boundary: the client's node may have put it in the
+            // neighbouring epoch's trace.
+            let mut link = None;
             if !(local || l.parent.is_some()) {
                 served_for = ids::span_id(key, &trace, first_query(l));
-                server_events = l
-                    .hops
-                    .iter()
-                    .enumerate()
-                    .map(|(k, h)| hop_event(h, k, &wall, node))
-                    .collect();
-                // Seen near an epoch boundary: the client's node may have put it in the
-                // neighbouring epoch's trace.
+                for (k, h) in l.hops.iter().enumerate() {
+                    hop_event(sc, h, k, &wall, node);
+                }
                 if let Some(e) = ids::neighbour_epoch(tx.wall_ns) {
                     let other = ids::trace_id(key, &ids.query_key, e);
-                    links.push(Link {
-                        trace_id: other.to_vec(),
-                        span_id: ids::span_id(key, &other, first_query(l)).to_vec(),
-                        attributes: vec![s("dnspath.link", "neighbouring_epoch")],
-                        ..Default::default()
-                    });
+                    link = Some((other, ids::span_id(key, &other, first_query(l))));
                 }
             }
-            let mut sattrs = attributes;
-            sattrs.push(s("dnspath.query_key", ids::hex(&ids.query_key)));
-            out.push(PlacedSpan {
-                resource: resource(&d.pod, d.netns.as_ref(), node),
-                span: Span {
-                    trace_id: trace.to_vec(),
-                    span_id: sid.to_vec(),
-                    parent_span_id: served_for.to_vec(),
-                    name: format!("serve {qtype}"),
-                    kind: SpanKind::Server as i32,
-                    start_time_unix_nano: s_start,
-                    end_time_unix_nano: s_end.max(s_start),
-                    attributes: sattrs,
-                    events: server_events,
-                    links,
-                    status: status(match l.rcode.as_deref() {
-                        Some(r @ ("SERVFAIL" | "REFUSED")) => Some(r.to_string()),
-                        Some(_) => None,
-                        None if l.hops.iter().any(|h| h.qr && h.src == l.backend) => None,
-                        None => Some("no response from the server".into()),
-                    }),
-                    ..Default::default()
+            resource(&mut sc.resource, &d.pod, d.netns.as_ref(), node);
+            let at = req.span_start();
+            let out = &mut req.spans;
+            put_head(
+                out,
+                &Head {
+                    trace: &trace,
+                    id: &sid,
+                    parent: Some(&served_for),
+                    name: ["serve ", qtype, ""],
+                    kind: SpanKind::Server,
+                    start: s_start,
+                    end: s_end.max(s_start),
                 },
-            });
+            );
+            out.extend_from_slice(&sc.attrs);
+            let qk = hex(&mut sc.text, &ids.query_key);
+            wire::kv_str(out, A, "dnspath.query_key", qk);
+            put_events(out, sc);
+            if let Some((other, span)) = link {
+                let m = wire::begin(out, tag::SPAN_LINKS);
+                wire::put_bytes(out, tag::LINK_TRACE_ID, &other);
+                wire::put_bytes(out, tag::LINK_SPAN_ID, &span);
+                wire::kv_str(
+                    out,
+                    tag::LINK_ATTRIBUTES,
+                    "dnspath.link",
+                    "neighbouring_epoch",
+                );
+                wire::end(out, m);
+            }
+            let error = match l.rcode.as_deref() {
+                Some(r @ ("SERVFAIL" | "REFUSED")) => Some(r),
+                Some(_) => None,
+                None if l.hops.iter().any(|h| h.qr && h.src == l.backend) => None,
+                None => Some("no response from the server"),
+            };
+            put_status(out, error);
+            req.place(at, &sc.resource);
         }
     }
+    sc.leg_ids = leg_ids;
 
     if local {
         let end = match tx.latency_ns {
             Some(l) => tx.wall_ns.saturating_add(l),
             None => root_end,
         };
-        let mut attributes = Vec::with_capacity(16);
-        endpoint("client", tx.client, &mut attributes);
-        if let Some(l) = first_leg(tx) {
-            endpoint("server", l.server, &mut attributes);
-            attributes.push(s("network.transport", transport(l.proto)));
-            attributes.push(i("dnspath.dns_id", i64::from(l.dns_id)));
-        }
-        attributes.push(s("dnspath.qtype", &*qtype));
-        attributes.push(s("dnspath.qclass", &*tx.question.class.name()));
-        attributes.push(s("dnspath.outcome", outcome_word(tx.outcome)));
-        if let Some(r) = &tx.rcode {
-            attributes.push(s("dnspath.rcode", r.as_str()));
-        }
-        attributes.push(s("dnspath.query_key", ids::hex(&ids.query_key)));
-        attributes.push(i("dnspath.id_scheme", i64::from(ids::VERSION)));
-        attributes.push(i(
-            "dnspath.transaction",
-            i64::try_from(tx.id).unwrap_or(i64::MAX),
-        ));
-        attributes.push(i(
-            "dnspath.lookup",
-            i64::try_from(tx.lookup.id).unwrap_or(i64::MAX),
-        ));
-        attributes.push(i(
-            "dnspath.retries",
-            tx.legs.iter().filter(|l| l.role == LegRole::Retry).count() as i64,
-        ));
-        if !cfg.redact_names {
-            attributes.push(s("dns.question.name", tx.question.name.as_str()));
-            if !tx.answers.is_empty() {
-                attributes.push(strings("dns.answers", &tx.answers));
-            }
-        }
-        let mut events = Vec::new();
+        let events = &mut sc.events;
         match &tx.summary {
             Summary::Late {
                 answer_ns,
@@ -728,81 +806,119 @@ pub fn build(cfg: &SpanConfig, tx: &TransactionRecord) -> (TraceIds, Vec<PlacedS
                 location,
                 ..
             } => {
-                let mut a = vec![
-                    i(
-                        "dnspath.answer_after_ns",
-                        i64::try_from(*answer_ns).unwrap_or(i64::MAX),
-                    ),
-                    s("dnspath.drop.reason", reason.as_str()),
-                    s("dnspath.drop.location", location.as_str()),
-                ];
+                const T: u32 = tag::EVENT_ATTRIBUTES;
+                let time = tx.wall_ns.saturating_add(*answer_ns);
+                let e = event_begin(events, time, "late answer");
+                wire::kv_int(events, T, "dnspath.answer_after_ns", clamp(*answer_ns));
+                wire::kv_str(events, T, "dnspath.drop.reason", reason);
+                wire::kv_str(events, T, "dnspath.drop.location", location);
                 if let Some(g) = gave_up_ns {
-                    a.push(i(
-                        "dnspath.gave_up_after_ns",
-                        i64::try_from(*g).unwrap_or(i64::MAX),
-                    ));
+                    wire::kv_int(events, T, "dnspath.gave_up_after_ns", clamp(*g));
                 }
-                events.push(Event {
-                    time_unix_nano: tx.wall_ns.saturating_add(*answer_ns),
-                    name: "late answer".into(),
-                    attributes: a,
-                    dropped_attributes_count: 0,
-                });
+                event_end(sc, e);
             }
             Summary::AnswerLost {
                 location,
                 netns,
                 ifname,
                 ..
-            } => events.push(Event {
-                time_unix_nano: end,
-                name: "fragment loss".into(),
-                attributes: vec![
-                    s("dnspath.location", location.as_str()),
-                    s("dnspath.netns", netns.as_str()),
-                    s("dnspath.ifname", ifname.as_str()),
-                ],
-                dropped_attributes_count: 0,
-            }),
-            Summary::Answered(Answered::AfterTimeout { timeout_ns, .. }) => events.push(Event {
-                time_unix_nano: tx.wall_ns.saturating_add(*timeout_ns),
-                name: "retry after timeout".into(),
-                attributes: vec![i(
-                    "dnspath.timeout_ns",
-                    i64::try_from(*timeout_ns).unwrap_or(i64::MAX),
-                )],
-                dropped_attributes_count: 0,
-            }),
+            } => {
+                const T: u32 = tag::EVENT_ATTRIBUTES;
+                let e = event_begin(events, end, "fragment loss");
+                wire::kv_str(events, T, "dnspath.location", location);
+                wire::kv_str(events, T, "dnspath.netns", netns);
+                wire::kv_str(events, T, "dnspath.ifname", ifname);
+                event_end(sc, e);
+            }
+            Summary::Answered(Answered::AfterTimeout { timeout_ns, .. }) => {
+                const T: u32 = tag::EVENT_ATTRIBUTES;
+                let time = tx.wall_ns.saturating_add(*timeout_ns);
+                let e = event_begin(events, time, "retry after timeout");
+                wire::kv_int(events, T, "dnspath.timeout_ns", clamp(*timeout_ns));
+                event_end(sc, e);
+            }
             _ => {}
         }
-        events.extend(race_event(tx, &wall));
+        race_event(sc, tx, &wall);
         if let Some((closing, lp)) = looped {
             let at = tx
                 .legs
                 .get(closing)
                 .and_then(|l| l.hops.first())
                 .map_or(tx.wall_ns, |h| wall.of(h.ts_ns));
-            events.push(loop_event(tx, lp, at, node));
+            loop_event(sc, tx, lp, at, node);
         }
-        events.sort_by_key(|e| e.time_unix_nano);
         let error = tx_error(tx).or_else(|| looped.map(|_| "forwarding loop".into()));
-        out.push(PlacedSpan {
-            resource: resource(&tx.pod, tx.client_netns.as_ref(), node),
-            span: Span {
-                trace_id: trace.to_vec(),
-                span_id: root_id.to_vec(),
-                name: format!("DNS {qtype}"),
-                kind: SpanKind::Internal as i32,
-                start_time_unix_nano: tx.wall_ns,
-                end_time_unix_nano: end.max(tx.wall_ns),
-                attributes,
-                events,
-                status: status(error),
-                ..Default::default()
+        resource(&mut sc.resource, &tx.pod, tx.client_netns.as_ref(), node);
+        let at = req.span_start();
+        let out = &mut req.spans;
+        put_head(
+            out,
+            &Head {
+                trace: &trace,
+                id: &root_id,
+                parent: None,
+                name: ["DNS ", qtype, ""],
+                kind: SpanKind::Internal,
+                start: tx.wall_ns,
+                end: end.max(tx.wall_ns),
             },
-        });
+        );
+        let text = &mut sc.text;
+        endpoint(out, text, A, CLIENT, tx.client);
+        if let Some(l) = first_leg(tx) {
+            endpoint(out, text, A, SERVER, l.server);
+            wire::kv_str(out, A, "network.transport", transport(l.proto));
+            wire::kv_int(out, A, "dnspath.dns_id", i64::from(l.dns_id));
+        }
+        wire::kv_str(out, A, "dnspath.qtype", qtype);
+        wire::kv_str(out, A, "dnspath.qclass", &tx.question.class.name());
+        wire::kv_str(out, A, "dnspath.outcome", outcome_word(tx.outcome));
+        if let Some(r) = &tx.rcode {
+            wire::kv_str(out, A, "dnspath.rcode", r);
+        }
+        wire::kv_str(out, A, "dnspath.query_key", hex(text, &ids.query_key));
+        wire::kv_int(out, A, "dnspath.id_scheme", i64::from(ids::VERSION));
+        wire::kv_int(out, A, "dnspath.transaction", clamp(tx.id));
+        wire::kv_int(out, A, "dnspath.lookup", clamp(tx.lookup.id));
+        let retries = tx.legs.iter().filter(|l| l.role == LegRole::Retry).count();
+        wire::kv_int(out, A, "dnspath.retries", clamp(retries as u64));
+        if !cfg.redact_names {
+            wire::kv_str(out, A, "dns.question.name", &tx.question.name);
+            if !tx.answers.is_empty() {
+                wire::kv_strings(out, text, A, "dns.answers", tx.answers.iter());
+            }
+        }
+        put_events(out, sc);
+        put_status(out, error.as_deref());
+        req.place(at, &sc.resource);
     }
-    (ids, out)
+    (ids, req.len() - placed_before)
+}
+
+/// The spans of one decided transaction, decoded from the bytes [`write`] makes, and its
+/// ids (for tests and fuzzing; a body prost cannot decode is an empty message).
+pub fn build(cfg: &SpanConfig, tx: &TransactionRecord) -> (TraceIds, Vec<PlacedSpan>) {
+    use prost::Message;
+    let mut req = RequestBuf::default();
+    let (ids, _) = write(cfg, tx, &mut req, &mut Scratch::default());
+    let placed = req
+        .placed()
+        .map(|(r, s)| {
+            let p = PlacedSpan {
+                resource: Resource::decode(r).unwrap_or_default(),
+                span: Span::decode(s).unwrap_or_default(),
+            };
+            // Every test's spans are written as prost writes them.
+            #[cfg(test)]
+            assert_eq!(
+                (p.resource.encode_to_vec(), p.span.encode_to_vec()),
+                (r.to_vec(), s.to_vec())
+            );
+            p
+        })
+        .collect();
+    (ids, placed)
 }
 
 /// The hop where a leg's query was delivered to its server on this node: the leg's last

@@ -1,3 +1,8 @@
+use opentelemetry_proto::tonic::{
+    collector::trace::v1::ExportTraceServiceRequest,
+    common::v1::any_value::Value,
+    trace::v1::span::{Event, SpanKind},
+};
 use prost::Message;
 
 use super::*;
@@ -555,11 +560,11 @@ fn harness_export(txs: &[TransactionRecord], gzip: bool) -> (u64, usize) {
         ..Default::default()
     };
     let (mut spans, mut bytes) = (0, 0);
+    let mut requests = super::super::export::Requests::default();
     for batch in txs.chunks(512) {
-        let (req, n) =
-            super::super::export::request(&cfg, batch.iter().map(|t| Box::new(t.clone())));
+        let (req, n) = requests.request(&cfg, batch.iter().map(|t| Box::new(t.clone())));
         spans += n;
-        bytes += super::super::export::http_body(&req, gzip).len();
+        bytes += super::super::export::http_body(req, gzip).len();
     }
     (spans, bytes)
 }
@@ -584,7 +589,8 @@ fn cost_harness() {
     eprintln!("{n} transactions, {spans} spans, {bytes} bytes (gzip {gzip})");
 }
 
-/// The request's bytes (`wire.rs`) are prost's for the spans of the tests' transactions:
+/// The request's bytes (`wire.rs`) are prost's (they decode and encode back the same) for
+/// the spans of the tests' transactions:
 /// a node's whole tree, the serving node's half (with its link to the neighbouring epoch),
 /// redacted, drops, several resources in a request.
 #[test]
@@ -613,22 +619,19 @@ fn requests_are_encoded_as_prost_encodes_them() {
             redact_names,
             ..Default::default()
         };
-        let (req, spans) = super::super::export::request(
-            &cfg,
-            txs.iter()
-                .chain(&[nth_tx(1), nth_tx(2)])
-                .map(|t| Box::new(t.clone())),
-        );
+        let (bytes, spans) =
+            super::super::export::request(&cfg, txs.iter().chain(&[nth_tx(1), nth_tx(2)]));
+        let req = ExportTraceServiceRequest::decode(bytes.as_slice()).unwrap();
         assert!(spans > 10 && req.resource_spans.len() > 2, "{spans}");
-        let links = req
-            .resource_spans
-            .iter()
-            .flat_map(|r| &r.scope_spans)
-            .flat_map(|s| &s.spans)
-            .map(|s| s.links.len())
-            .sum::<usize>();
-        assert!(links > 0);
-        assert_eq!(super::super::wire::encode(&req), req.encode_to_vec());
+        let all = || {
+            req.resource_spans
+                .iter()
+                .flat_map(|r| &r.scope_spans)
+                .flat_map(|s| &s.spans)
+        };
+        assert_eq!(all().count() as u64, spans);
+        assert!(all().map(|s| s.links.len()).sum::<usize>() > 0);
+        assert_eq!(req.encode_to_vec(), bytes);
     }
 }
 
@@ -742,4 +745,28 @@ fn assert_ids_distinct(spans: &[PlacedSpan]) {
         spans.len(),
         "every span has an id of its own"
     );
+}
+
+/// Addresses are written as `Display` writes them (IPv4 without the formatting machinery).
+#[test]
+fn addresses_are_shown_as_display_shows_them() {
+    let mut text = String::new();
+    for a in [
+        "0.0.0.0:0",
+        "255.255.255.255:65535",
+        "10.244.1.2:40005",
+        "1.20.100.9:53",
+        "[::1]:53",
+        "[fd00::a:2]:5353",
+        "[::ffff:10.0.0.1]:1",
+    ] {
+        let a: SocketAddr = a.parse().unwrap();
+        assert_eq!(shown_addr(&mut text, a), a.to_string());
+        assert_eq!(shown_ip(&mut text, a.ip()), a.ip().to_string());
+    }
+    for n in [0u32, 9, 10, 99, 100, 65535, u32::MAX] {
+        text.clear();
+        push_decimal(&mut text, n);
+        assert_eq!(text, n.to_string());
+    }
 }

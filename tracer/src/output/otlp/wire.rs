@@ -1,569 +1,372 @@
-//! The request's protobuf bytes, the same as prost's `encode_to_vec` writes them, in linear
-//! time: prost measures a nested message again at every level it is nested in (a hop
-//! event's attribute value is seven levels down, so it was measured seven times), this
-//! measures each message once, keeping the lengths in pre-order for the writing pass.
+//! The request's protobuf, written straight from the transactions with no message structs in
+//! between (docs/bench/README.md, "OTLP export's cost"): `spans.rs` writes each span's and
+//! each resource's bytes with the writers here; [`RequestBuf`] groups the spans by resource
+//! (equal bytes, equal resource) and writes the `ExportTraceServiceRequest` around them.
 //!
-//! Every struct is taken apart field by field with no `..`: a field added by a new
-//! `opentelemetry-proto` is a compile error here, not bytes silently left out. The unit
-//! tests compare the bytes with prost's for every span the tests build and for a request
-//! with every field set.
-use opentelemetry_proto::tonic::{
-    collector::trace::v1::ExportTraceServiceRequest,
-    common::v1::{
-        any_value::Value, AnyValue, ArrayValue, EntityRef, InstrumentationScope, KeyValue,
-        KeyValueList,
-    },
-    resource::v1::Resource,
-    trace::v1::{
-        span::{Event, Link},
-        ResourceSpans, ScopeSpans, Span, Status,
-    },
-};
+//! Fields are written in field-number order and proto3's defaults are left out, as prost
+//! writes them, but for a oneof's value, which is written whenever it is set: the unit tests
+//! decode every request with prost and check that it encodes back to the same bytes.
+use std::collections::HashMap;
 
 /// Wire types.
 const VARINT: u32 = 0;
 const I64: u32 = 1;
 const LEN: u32 = 2;
-const I32: u32 = 5;
 
-fn varint_len(v: u64) -> usize {
+/// The field numbers written (opentelemetry-proto's `.proto` files).
+pub mod tag {
+    /// `ExportTraceServiceRequest.resource_spans`.
+    pub const REQUEST_RESOURCE_SPANS: u32 = 1;
+    /// `ResourceSpans`.
+    pub const RS_RESOURCE: u32 = 1;
+    pub const RS_SCOPE_SPANS: u32 = 2;
+    /// `ScopeSpans`.
+    pub const SS_SCOPE: u32 = 1;
+    pub const SS_SPANS: u32 = 2;
+    /// `InstrumentationScope`.
+    pub const SCOPE_NAME: u32 = 1;
+    pub const SCOPE_VERSION: u32 = 2;
+    /// `Resource.attributes`.
+    pub const RESOURCE_ATTRIBUTES: u32 = 1;
+    /// `Span`.
+    pub const SPAN_TRACE_ID: u32 = 1;
+    pub const SPAN_SPAN_ID: u32 = 2;
+    pub const SPAN_PARENT_SPAN_ID: u32 = 4;
+    pub const SPAN_NAME: u32 = 5;
+    pub const SPAN_KIND: u32 = 6;
+    pub const SPAN_START: u32 = 7;
+    pub const SPAN_END: u32 = 8;
+    pub const SPAN_ATTRIBUTES: u32 = 9;
+    pub const SPAN_EVENTS: u32 = 11;
+    pub const SPAN_LINKS: u32 = 13;
+    pub const SPAN_STATUS: u32 = 15;
+    /// `Span.Event`.
+    pub const EVENT_TIME: u32 = 1;
+    pub const EVENT_NAME: u32 = 2;
+    pub const EVENT_ATTRIBUTES: u32 = 3;
+    /// `Span.Link`.
+    pub const LINK_TRACE_ID: u32 = 1;
+    pub const LINK_SPAN_ID: u32 = 2;
+    pub const LINK_ATTRIBUTES: u32 = 4;
+    /// `Status`.
+    pub const STATUS_MESSAGE: u32 = 2;
+    pub const STATUS_CODE: u32 = 3;
+    /// `KeyValue`.
+    pub const KV_KEY: u32 = 1;
+    pub const KV_VALUE: u32 = 2;
+    /// `AnyValue`'s oneof.
+    pub const ANY_STRING: u32 = 1;
+    pub const ANY_INT: u32 = 3;
+    pub const ANY_ARRAY: u32 = 5;
+    /// `ArrayValue.values`.
+    pub const ARRAY_VALUES: u32 = 1;
+}
+
+#[inline]
+pub fn varint_len(v: u64) -> usize {
     // 1 byte per 7 bits, at least one.
     (64 - (v | 1).leading_zeros() as usize).div_ceil(7)
 }
 
-fn key_len(tag: u32) -> usize {
-    varint_len(u64::from(tag << 3))
+#[inline]
+pub fn put_varint(out: &mut Vec<u8>, mut v: u64) {
+    while v >= 0x80 {
+        out.push((v as u8) | 0x80);
+        v >>= 7;
+    }
+    out.push(v as u8);
 }
 
-/// The lengths of the request's nested messages in pre-order, then its bytes.
-pub fn encode(req: &ExportTraceServiceRequest) -> Vec<u8> {
-    let mut m = Measure { lens: Vec::new() };
-    let total = m.request(req);
-    let mut w = Write {
-        out: Vec::with_capacity(total),
-        lens: m.lens.iter(),
-    };
-    w.request(req);
-    w.out
+#[inline]
+fn put_key(out: &mut Vec<u8>, tag: u32, wire_type: u32) {
+    put_varint(out, u64::from(tag << 3 | wire_type));
 }
 
-/// The first pass: each message's length, pushed before its children's (a slot filled
-/// once they are measured).
-struct Measure {
-    lens: Vec<usize>,
+/// A length-delimited field's size: key, length, body.
+#[inline]
+fn field_len(tag: u32, body: usize) -> usize {
+    varint_len(u64::from(tag << 3)) + varint_len(body as u64) + body
 }
 
-/// A field of a nested message: key, length, body.
-fn field(tag: u32, body: usize) -> usize {
-    key_len(tag) + varint_len(body as u64) + body
-}
-
-fn bytes_field(tag: u32, b: &[u8]) -> usize {
-    if b.is_empty() {
-        0
-    } else {
-        field(tag, b.len())
+/// A string or bytes field, left out when empty (proto3's default).
+#[inline]
+pub fn put_bytes(out: &mut Vec<u8>, tag: u32, b: &[u8]) {
+    if !b.is_empty() {
+        put_bytes_always(out, tag, b);
     }
 }
 
-fn varint_field(tag: u32, v: u64) -> usize {
-    if v == 0 {
-        0
-    } else {
-        key_len(tag) + varint_len(v)
+/// A string or bytes field written even when empty (a oneof's value).
+#[inline]
+pub fn put_bytes_always(out: &mut Vec<u8>, tag: u32, b: &[u8]) {
+    put_key(out, tag, LEN);
+    put_varint(out, b.len() as u64);
+    out.extend_from_slice(b);
+}
+
+/// A string made of `parts`, left out when empty.
+pub fn put_str_parts(out: &mut Vec<u8>, tag: u32, parts: &[&str]) {
+    let len: usize = parts.iter().map(|p| p.len()).sum();
+    if len == 0 {
+        return;
+    }
+    put_key(out, tag, LEN);
+    put_varint(out, len as u64);
+    for p in parts {
+        out.extend_from_slice(p.as_bytes());
     }
 }
 
-fn fixed_field(tag: u32, zero: bool, size: usize) -> usize {
-    if zero {
-        0
-    } else {
-        key_len(tag) + size
+/// An unsigned varint field (or an enum's non-negative value), left out when zero.
+#[inline]
+pub fn put_uint(out: &mut Vec<u8>, tag: u32, v: u64) {
+    if v != 0 {
+        put_key(out, tag, VARINT);
+        put_varint(out, v);
     }
 }
 
-/// int32 and enums: negative values are 10-byte varints (sign-extended).
-fn i32_u64(v: i32) -> u64 {
-    i64::from(v) as u64
+/// A `fixed64` field, left out when zero.
+#[inline]
+pub fn put_fixed64(out: &mut Vec<u8>, tag: u32, v: u64) {
+    if v != 0 {
+        put_key(out, tag, I64);
+        out.extend_from_slice(&v.to_le_bytes());
+    }
 }
 
-impl Measure {
-    /// A nested message: its slot, its body measured by `f`; the whole field's length.
-    fn nested(&mut self, tag: u32, f: impl FnOnce(&mut Self) -> usize) -> usize {
-        let slot = self.lens.len();
-        self.lens.push(0);
-        let body = f(self);
-        if let Some(l) = self.lens.get_mut(slot) {
-            *l = body;
+/// Where a nested message's one-byte length was reserved ([`begin`]).
+#[must_use]
+pub struct Mark(usize);
+
+/// Starts a nested message (always written, even empty, as an optional message that is set):
+/// its key and a one-byte length that [`end`] fills in.
+#[inline]
+pub fn begin(out: &mut Vec<u8>, tag: u32) -> Mark {
+    put_key(out, tag, LEN);
+    out.push(0);
+    Mark(out.len() - 1)
+}
+
+/// Ends the message [`begin`] started: its length, moving the body up if the length takes
+/// more than its one byte (once per message, so the writing stays linear per level).
+pub fn end(out: &mut Vec<u8>, Mark(at): Mark) {
+    let body = out.len() - at - 1;
+    let n = varint_len(body as u64);
+    if n > 1 {
+        let old = out.len();
+        out.resize(old + n - 1, 0);
+        out.copy_within(at + 1..old, at + n);
+    }
+    let mut v = body as u64;
+    for b in out.iter_mut().skip(at).take(n) {
+        *b = if v >= 0x80 { (v as u8) | 0x80 } else { v as u8 };
+        v >>= 7;
+    }
+}
+
+/// A `KeyValue` with a string value, as field `tag`.
+#[inline]
+pub fn kv_str(out: &mut Vec<u8>, tag: u32, key: &str, value: &str) {
+    let any = field_len(tag::ANY_STRING, value.len());
+    let kv = field_len(tag::KV_KEY, key.len()) + field_len(tag::KV_VALUE, any);
+    out.reserve(field_len(tag, kv));
+    put_key(out, tag, LEN);
+    put_varint(out, kv as u64);
+    put_bytes(out, tag::KV_KEY, key.as_bytes());
+    put_key(out, tag::KV_VALUE, LEN);
+    put_varint(out, any as u64);
+    put_bytes_always(out, tag::ANY_STRING, value.as_bytes());
+}
+
+/// A `KeyValue` with an integer value, as field `tag`.
+#[inline]
+pub fn kv_int(out: &mut Vec<u8>, tag: u32, key: &str, value: i64) {
+    let any = varint_len(u64::from(tag::ANY_INT << 3)) + varint_len(value as u64);
+    let kv = field_len(tag::KV_KEY, key.len()) + field_len(tag::KV_VALUE, any);
+    put_key(out, tag, LEN);
+    put_varint(out, kv as u64);
+    put_bytes(out, tag::KV_KEY, key.as_bytes());
+    put_key(out, tag::KV_VALUE, LEN);
+    put_varint(out, any as u64);
+    put_key(out, tag::ANY_INT, VARINT);
+    // int64: negative values are ten-byte varints (two's complement).
+    put_varint(out, value as u64);
+}
+
+/// A `KeyValue` with an array of strings, as field `tag`: each of `values` as it displays.
+pub fn kv_strings<T: std::fmt::Display>(
+    out: &mut Vec<u8>,
+    text: &mut String,
+    tag: u32,
+    key: &str,
+    values: impl Iterator<Item = T>,
+) {
+    use std::fmt::Write;
+    let kv = begin(out, tag);
+    put_bytes(out, tag::KV_KEY, key.as_bytes());
+    let any = begin(out, tag::KV_VALUE);
+    let array = begin(out, tag::ANY_ARRAY);
+    for v in values {
+        text.clear();
+        let _ = write!(text, "{v}");
+        let item = begin(out, tag::ARRAY_VALUES);
+        put_bytes_always(out, tag::ANY_STRING, text.as_bytes());
+        end(out, item);
+    }
+    end(out, array);
+    end(out, any);
+    end(out, kv);
+}
+
+/// One span's place in a [`RequestBuf`]: its resource's group and its bytes.
+#[derive(Clone, Copy)]
+struct Placed {
+    group: usize,
+    start: usize,
+    end: usize,
+}
+
+/// The spans of a request being made, grouped by resource, and the request's bytes once
+/// they are all in. Its buffers are kept from one request to the next.
+#[derive(Default)]
+pub struct RequestBuf {
+    /// The `Span` messages' bodies, back to back; `spans.rs` writes the next one at the end.
+    pub spans: Vec<u8>,
+    placed: Vec<Placed>,
+    /// Each distinct resource's `Resource` body, in order of first use, and its group.
+    resources: Vec<Vec<u8>>,
+    index: HashMap<Vec<u8>, usize>,
+    /// The groups' spans in order ([`RequestBuf::encode`]'s counting sort).
+    order: Vec<usize>,
+}
+
+impl RequestBuf {
+    /// Spans placed so far.
+    pub fn len(&self) -> usize {
+        self.placed.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.placed.is_empty()
+    }
+
+    /// Where the next span's body starts in [`RequestBuf::spans`].
+    pub fn span_start(&self) -> usize {
+        self.spans.len()
+    }
+
+    /// The span written from `start` to the end of `spans` belongs to the resource whose
+    /// body is `resource`.
+    pub fn place(&mut self, start: usize, resource: &[u8]) {
+        let group = match self.index.get(resource) {
+            Some(&g) => g,
+            None => {
+                let g = self.resources.len();
+                self.resources.push(resource.to_vec());
+                self.index.insert(resource.to_vec(), g);
+                g
+            }
+        };
+        self.placed.push(Placed {
+            group,
+            start,
+            end: self.spans.len(),
+        });
+    }
+
+    /// Each span placed, in order, with its resource: `(resource, span)` bodies.
+    pub fn placed(&self) -> impl Iterator<Item = (&[u8], &[u8])> {
+        self.placed.iter().map(|p| {
+            (
+                self.resources.get(p.group).map_or(&[][..], Vec::as_slice),
+                self.spans.get(p.start..p.end).unwrap_or_default(),
+            )
+        })
+    }
+
+    /// The `ExportTraceServiceRequest` of every span placed: one `ResourceSpans` per
+    /// resource (in order of first use) holding one `ScopeSpans` of `scope` (an
+    /// `InstrumentationScope` body) with the resource's spans in the order placed. Empties
+    /// the buffer for the next request.
+    pub fn encode(&mut self, scope: &[u8]) -> Vec<u8> {
+        let groups = self.resources.len();
+        // Counting sort of the spans by group, and each group's `ScopeSpans` body length.
+        let mut first = vec![0usize; groups + 1];
+        let mut scope_spans = vec![field_len(tag::SS_SCOPE, scope.len()); groups];
+        for p in &self.placed {
+            if let Some(c) = first.get_mut(p.group + 1) {
+                *c += 1;
+            }
+            if let Some(l) = scope_spans.get_mut(p.group) {
+                *l += field_len(tag::SS_SPANS, p.end - p.start);
+            }
         }
-        field(tag, body)
-    }
-
-    fn request(&mut self, r: &ExportTraceServiceRequest) -> usize {
-        let ExportTraceServiceRequest { resource_spans } = r;
-        resource_spans
+        for g in 0..groups {
+            let before = first.get(g).copied().unwrap_or(0);
+            if let Some(c) = first.get_mut(g + 1) {
+                *c += before;
+            }
+        }
+        self.order.clear();
+        self.order.resize(self.placed.len(), 0);
+        let mut next = first.clone();
+        for (i, p) in self.placed.iter().enumerate() {
+            if let Some(n) = next.get_mut(p.group) {
+                if let Some(o) = self.order.get_mut(*n) {
+                    *o = i;
+                }
+                *n += 1;
+            }
+        }
+        let resource_spans = |g: usize, ss: usize| {
+            let r = self.resources.get(g).map_or(0, Vec::len);
+            field_len(tag::RS_RESOURCE, r) + field_len(tag::RS_SCOPE_SPANS, ss)
+        };
+        let total: usize = scope_spans
             .iter()
-            .map(|rs| self.nested(1, |m| m.resource_spans(rs)))
-            .sum()
-    }
-
-    fn resource_spans(&mut self, r: &ResourceSpans) -> usize {
-        let ResourceSpans {
-            resource,
-            scope_spans,
-            schema_url,
-        } = r;
-        resource
-            .as_ref()
-            .map_or(0, |res| self.nested(1, |m| m.resource(res)))
-            + scope_spans
-                .iter()
-                .map(|s| self.nested(2, |m| m.scope_spans(s)))
-                .sum::<usize>()
-            + bytes_field(3, schema_url.as_bytes())
-    }
-
-    fn resource(&mut self, r: &Resource) -> usize {
-        let Resource {
-            attributes,
-            dropped_attributes_count,
-            entity_refs,
-        } = r;
-        self.key_values(1, attributes)
-            + varint_field(2, u64::from(*dropped_attributes_count))
-            + entity_refs
-                .iter()
-                .map(|e| self.nested(3, |_| entity_ref_len(e)))
-                .sum::<usize>()
-    }
-
-    fn scope_spans(&mut self, s: &ScopeSpans) -> usize {
-        let ScopeSpans {
-            scope,
-            spans,
-            schema_url,
-        } = s;
-        scope
-            .as_ref()
-            .map_or(0, |sc| self.nested(1, |m| m.scope(sc)))
-            + spans
-                .iter()
-                .map(|sp| self.nested(2, |m| m.span(sp)))
-                .sum::<usize>()
-            + bytes_field(3, schema_url.as_bytes())
-    }
-
-    fn scope(&mut self, s: &InstrumentationScope) -> usize {
-        let InstrumentationScope {
-            name,
-            version,
-            attributes,
-            dropped_attributes_count,
-        } = s;
-        bytes_field(1, name.as_bytes())
-            + bytes_field(2, version.as_bytes())
-            + self.key_values(3, attributes)
-            + varint_field(4, u64::from(*dropped_attributes_count))
-    }
-
-    fn span(&mut self, s: &Span) -> usize {
-        let Span {
-            trace_id,
-            span_id,
-            trace_state,
-            parent_span_id,
-            flags,
-            name,
-            kind,
-            start_time_unix_nano,
-            end_time_unix_nano,
-            attributes,
-            dropped_attributes_count,
-            events,
-            dropped_events_count,
-            links,
-            dropped_links_count,
-            status,
-        } = s;
-        bytes_field(1, trace_id)
-            + bytes_field(2, span_id)
-            + bytes_field(3, trace_state.as_bytes())
-            + bytes_field(4, parent_span_id)
-            + bytes_field(5, name.as_bytes())
-            + varint_field(6, i32_u64(*kind))
-            + fixed_field(7, *start_time_unix_nano == 0, 8)
-            + fixed_field(8, *end_time_unix_nano == 0, 8)
-            + self.key_values(9, attributes)
-            + varint_field(10, u64::from(*dropped_attributes_count))
-            + events
-                .iter()
-                .map(|e| self.nested(11, |m| m.event(e)))
-                .sum::<usize>()
-            + varint_field(12, u64::from(*dropped_events_count))
-            + links
-                .iter()
-                .map(|l| self.nested(13, |m| m.link(l)))
-                .sum::<usize>()
-            + varint_field(14, u64::from(*dropped_links_count))
-            + status
-                .as_ref()
-                .map_or(0, |st| self.nested(15, |_| status_len(st)))
-            + fixed_field(16, *flags == 0, 4)
-    }
-
-    fn event(&mut self, e: &Event) -> usize {
-        let Event {
-            time_unix_nano,
-            name,
-            attributes,
-            dropped_attributes_count,
-        } = e;
-        fixed_field(1, *time_unix_nano == 0, 8)
-            + bytes_field(2, name.as_bytes())
-            + self.key_values(3, attributes)
-            + varint_field(4, u64::from(*dropped_attributes_count))
-    }
-
-    fn link(&mut self, l: &Link) -> usize {
-        let Link {
-            trace_id,
-            span_id,
-            trace_state,
-            attributes,
-            dropped_attributes_count,
-            flags,
-        } = l;
-        bytes_field(1, trace_id)
-            + bytes_field(2, span_id)
-            + bytes_field(3, trace_state.as_bytes())
-            + self.key_values(4, attributes)
-            + varint_field(5, u64::from(*dropped_attributes_count))
-            + fixed_field(6, *flags == 0, 4)
-    }
-
-    fn key_values(&mut self, tag: u32, kvs: &[KeyValue]) -> usize {
-        kvs.iter()
-            .map(|kv| self.nested(tag, |m| m.key_value(kv)))
-            .sum()
-    }
-
-    fn key_value(&mut self, kv: &KeyValue) -> usize {
-        let KeyValue {
-            key,
-            value,
-            key_strindex,
-        } = kv;
-        bytes_field(1, key.as_bytes())
-            + value
-                .as_ref()
-                .map_or(0, |v| self.nested(2, |m| m.any_value(v)))
-            + varint_field(3, i32_u64(*key_strindex))
-    }
-
-    fn any_value(&mut self, v: &AnyValue) -> usize {
-        let AnyValue { value } = v;
-        // A oneof's field is written whenever it is set, default or not.
-        match value {
-            None => 0,
-            Some(Value::StringValue(s)) => field(1, s.len()),
-            Some(Value::BoolValue(_)) => key_len(2) + 1,
-            Some(Value::IntValue(i)) => key_len(3) + varint_len(*i as u64),
-            Some(Value::DoubleValue(_)) => key_len(4) + 8,
-            Some(Value::ArrayValue(a)) => self.nested(5, |m| {
-                let ArrayValue { values } = a;
-                values.iter().map(|v| m.nested(1, |m| m.any_value(v))).sum()
-            }),
-            Some(Value::KvlistValue(l)) => self.nested(6, |m| {
-                let KeyValueList { values } = l;
-                m.key_values(1, values)
-            }),
-            Some(Value::BytesValue(b)) => field(7, b.len()),
-            Some(Value::StringValueStrindex(i)) => key_len(8) + varint_len(i32_u64(*i)),
+            .enumerate()
+            .map(|(g, &ss)| field_len(tag::REQUEST_RESOURCE_SPANS, resource_spans(g, ss)))
+            .sum();
+        let mut out = Vec::with_capacity(total);
+        for (g, &ss) in scope_spans.iter().enumerate() {
+            put_key(&mut out, tag::REQUEST_RESOURCE_SPANS, LEN);
+            put_varint(&mut out, resource_spans(g, ss) as u64);
+            let resource = self.resources.get(g).map_or(&[][..], Vec::as_slice);
+            put_bytes_always(&mut out, tag::RS_RESOURCE, resource);
+            put_key(&mut out, tag::RS_SCOPE_SPANS, LEN);
+            put_varint(&mut out, ss as u64);
+            put_bytes_always(&mut out, tag::SS_SCOPE, scope);
+            let (from, to) = (
+                first.get(g).copied().unwrap_or(0),
+                first.get(g + 1).copied().unwrap_or(0),
+            );
+            for &i in self.order.get(from..to).unwrap_or_default() {
+                if let Some(p) = self.placed.get(i) {
+                    let body = self.spans.get(p.start..p.end).unwrap_or_default();
+                    put_bytes_always(&mut out, tag::SS_SPANS, body);
+                }
+            }
         }
+        self.clear();
+        out
+    }
+
+    /// Forgets every span and resource, keeping the buffers.
+    pub fn clear(&mut self) {
+        self.spans.clear();
+        self.placed.clear();
+        self.resources.clear();
+        self.index.clear();
     }
 }
 
-fn status_len(s: &Status) -> usize {
-    let Status { message, code } = s;
-    bytes_field(2, message.as_bytes()) + varint_field(3, i32_u64(*code))
-}
-
-fn entity_ref_len(e: &EntityRef) -> usize {
-    let EntityRef {
-        schema_url,
-        r#type,
-        id_keys,
-        description_keys,
-    } = e;
-    bytes_field(1, schema_url.as_bytes())
-        + bytes_field(2, r#type.as_bytes())
-        + id_keys.iter().map(|k| field(3, k.len())).sum::<usize>()
-        + description_keys
-            .iter()
-            .map(|k| field(4, k.len()))
-            .sum::<usize>()
-}
-
-/// The second pass: the bytes, each nested message's length taken from the first.
-struct Write<'a> {
-    out: Vec<u8>,
-    lens: std::slice::Iter<'a, usize>,
-}
-
-impl Write<'_> {
-    fn varint(&mut self, mut v: u64) {
-        while v >= 0x80 {
-            self.out.push((v as u8) | 0x80);
-            v >>= 7;
-        }
-        self.out.push(v as u8);
-    }
-
-    fn key(&mut self, tag: u32, wire: u32) {
-        self.varint(u64::from(tag << 3 | wire));
-    }
-
-    fn bytes(&mut self, tag: u32, b: &[u8]) {
-        if !b.is_empty() {
-            self.bytes_always(tag, b);
-        }
-    }
-
-    fn bytes_always(&mut self, tag: u32, b: &[u8]) {
-        self.key(tag, LEN);
-        self.varint(b.len() as u64);
-        self.out.extend_from_slice(b);
-    }
-
-    fn uint(&mut self, tag: u32, v: u64) {
-        if v != 0 {
-            self.key(tag, VARINT);
-            self.varint(v);
-        }
-    }
-
-    fn fixed64(&mut self, tag: u32, v: u64) {
-        if v != 0 {
-            self.key(tag, I64);
-            self.out.extend_from_slice(&v.to_le_bytes());
-        }
-    }
-
-    fn fixed32(&mut self, tag: u32, v: u32) {
-        if v != 0 {
-            self.key(tag, I32);
-            self.out.extend_from_slice(&v.to_le_bytes());
-        }
-    }
-
-    /// A nested message's key and length (measured by the first pass), then its body.
-    fn nested(&mut self, tag: u32, f: impl FnOnce(&mut Self)) {
-        let len = self.lens.next().copied().unwrap_or(0);
-        self.key(tag, LEN);
-        self.varint(len as u64);
-        f(self);
-    }
-
-    fn request(&mut self, r: &ExportTraceServiceRequest) {
-        let ExportTraceServiceRequest { resource_spans } = r;
-        for rs in resource_spans {
-            self.nested(1, |w| w.resource_spans(rs));
-        }
-    }
-
-    fn resource_spans(&mut self, r: &ResourceSpans) {
-        let ResourceSpans {
-            resource,
-            scope_spans,
-            schema_url,
-        } = r;
-        if let Some(res) = resource {
-            self.nested(1, |w| w.resource(res));
-        }
-        for s in scope_spans {
-            self.nested(2, |w| w.scope_spans(s));
-        }
-        self.bytes(3, schema_url.as_bytes());
-    }
-
-    fn resource(&mut self, r: &Resource) {
-        let Resource {
-            attributes,
-            dropped_attributes_count,
-            entity_refs,
-        } = r;
-        self.key_values(1, attributes);
-        self.uint(2, u64::from(*dropped_attributes_count));
-        for e in entity_refs {
-            self.nested(3, |w| {
-                let EntityRef {
-                    schema_url,
-                    r#type,
-                    id_keys,
-                    description_keys,
-                } = e;
-                w.bytes(1, schema_url.as_bytes());
-                w.bytes(2, r#type.as_bytes());
-                for k in id_keys {
-                    w.bytes_always(3, k.as_bytes());
-                }
-                for k in description_keys {
-                    w.bytes_always(4, k.as_bytes());
-                }
-            });
-        }
-    }
-
-    fn scope_spans(&mut self, s: &ScopeSpans) {
-        let ScopeSpans {
-            scope,
-            spans,
-            schema_url,
-        } = s;
-        if let Some(sc) = scope {
-            self.nested(1, |w| {
-                let InstrumentationScope {
-                    name,
-                    version,
-                    attributes,
-                    dropped_attributes_count,
-                } = sc;
-                w.bytes(1, name.as_bytes());
-                w.bytes(2, version.as_bytes());
-                w.key_values(3, attributes);
-                w.uint(4, u64::from(*dropped_attributes_count));
-            });
-        }
-        for sp in spans {
-            self.nested(2, |w| w.span(sp));
-        }
-        self.bytes(3, schema_url.as_bytes());
-    }
-
-    fn span(&mut self, s: &Span) {
-        let Span {
-            trace_id,
-            span_id,
-            trace_state,
-            parent_span_id,
-            flags,
-            name,
-            kind,
-            start_time_unix_nano,
-            end_time_unix_nano,
-            attributes,
-            dropped_attributes_count,
-            events,
-            dropped_events_count,
-            links,
-            dropped_links_count,
-            status,
-        } = s;
-        self.bytes(1, trace_id);
-        self.bytes(2, span_id);
-        self.bytes(3, trace_state.as_bytes());
-        self.bytes(4, parent_span_id);
-        self.bytes(5, name.as_bytes());
-        self.uint(6, i32_u64(*kind));
-        self.fixed64(7, *start_time_unix_nano);
-        self.fixed64(8, *end_time_unix_nano);
-        self.key_values(9, attributes);
-        self.uint(10, u64::from(*dropped_attributes_count));
-        for e in events {
-            self.nested(11, |w| {
-                let Event {
-                    time_unix_nano,
-                    name,
-                    attributes,
-                    dropped_attributes_count,
-                } = e;
-                w.fixed64(1, *time_unix_nano);
-                w.bytes(2, name.as_bytes());
-                w.key_values(3, attributes);
-                w.uint(4, u64::from(*dropped_attributes_count));
-            });
-        }
-        self.uint(12, u64::from(*dropped_events_count));
-        for l in links {
-            self.nested(13, |w| {
-                let Link {
-                    trace_id,
-                    span_id,
-                    trace_state,
-                    attributes,
-                    dropped_attributes_count,
-                    flags,
-                } = l;
-                w.bytes(1, trace_id);
-                w.bytes(2, span_id);
-                w.bytes(3, trace_state.as_bytes());
-                w.key_values(4, attributes);
-                w.uint(5, u64::from(*dropped_attributes_count));
-                w.fixed32(6, *flags);
-            });
-        }
-        self.uint(14, u64::from(*dropped_links_count));
-        if let Some(st) = status {
-            self.nested(15, |w| {
-                let Status { message, code } = st;
-                w.bytes(2, message.as_bytes());
-                w.uint(3, i32_u64(*code));
-            });
-        }
-        self.fixed32(16, *flags);
-    }
-
-    fn key_values(&mut self, tag: u32, kvs: &[KeyValue]) {
-        for kv in kvs {
-            self.nested(tag, |w| {
-                let KeyValue {
-                    key,
-                    value,
-                    key_strindex,
-                } = kv;
-                w.bytes(1, key.as_bytes());
-                if let Some(v) = value {
-                    w.nested(2, |w| w.any_value(v));
-                }
-                w.uint(3, i32_u64(*key_strindex));
-            });
-        }
-    }
-
-    fn any_value(&mut self, v: &AnyValue) {
-        let AnyValue { value } = v;
-        match value {
-            None => {}
-            Some(Value::StringValue(s)) => self.bytes_always(1, s.as_bytes()),
-            Some(Value::BoolValue(b)) => {
-                self.key(2, VARINT);
-                self.out.push(u8::from(*b));
-            }
-            Some(Value::IntValue(i)) => {
-                self.key(3, VARINT);
-                self.varint(*i as u64);
-            }
-            Some(Value::DoubleValue(d)) => {
-                self.key(4, I64);
-                self.out.extend_from_slice(&d.to_le_bytes());
-            }
-            Some(Value::ArrayValue(a)) => self.nested(5, |w| {
-                let ArrayValue { values } = a;
-                for v in values {
-                    w.nested(1, |w| w.any_value(v));
-                }
-            }),
-            Some(Value::KvlistValue(l)) => self.nested(6, |w| {
-                let KeyValueList { values } = l;
-                w.key_values(1, values);
-            }),
-            Some(Value::BytesValue(b)) => self.bytes_always(7, b),
-            Some(Value::StringValueStrindex(i)) => {
-                self.key(8, VARINT);
-                self.varint(i32_u64(*i));
-            }
-        }
-    }
+/// An `InstrumentationScope` body: its name and version.
+pub fn scope(name: &str, version: &str) -> Vec<u8> {
+    let mut out = Vec::new();
+    put_bytes(&mut out, tag::SCOPE_NAME, name.as_bytes());
+    put_bytes(&mut out, tag::SCOPE_VERSION, version.as_bytes());
+    out
 }
 
 #[cfg(test)]

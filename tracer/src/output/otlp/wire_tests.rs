@@ -1,163 +1,194 @@
-use opentelemetry_proto::tonic::trace::v1::span::SpanKind;
+use opentelemetry_proto::tonic::{
+    collector::trace::v1::ExportTraceServiceRequest,
+    common::v1::{any_value::Value, AnyValue, ArrayValue, KeyValue},
+    resource::v1::Resource,
+    trace::v1::{span::Event, Span},
+};
 use prost::Message;
 
 use super::*;
 
-fn kv(key: &str, value: Option<Value>) -> KeyValue {
+fn kv(key: &str, value: Value) -> KeyValue {
     KeyValue {
         key: key.into(),
-        value: Some(AnyValue { value }),
+        value: Some(AnyValue { value: Some(value) }),
         key_strindex: 0,
     }
 }
 
-/// Every field of every message set, most to values that are not their default (and some
-/// to their default inside a oneof, which is still written); negative int32s, big varints.
-fn everything() -> ExportTraceServiceRequest {
-    let values = vec![
-        kv("s", Some(Value::StringValue("value".into()))),
-        kv("empty", Some(Value::StringValue(String::new()))),
-        kv("t", Some(Value::BoolValue(true))),
-        kv("f", Some(Value::BoolValue(false))),
-        kv("i", Some(Value::IntValue(-5))),
-        kv("big", Some(Value::IntValue(i64::MAX))),
-        kv("zero", Some(Value::IntValue(0))),
-        kv("d", Some(Value::DoubleValue(-1.5))),
-        kv("d0", Some(Value::DoubleValue(0.0))),
-        kv(
-            "a",
-            Some(Value::ArrayValue(ArrayValue {
-                values: vec![
-                    AnyValue {
-                        value: Some(Value::StringValue("x".repeat(300))),
-                    },
-                    AnyValue { value: None },
-                ],
-            })),
-        ),
-        kv(
-            "l",
-            Some(Value::KvlistValue(KeyValueList {
-                values: vec![kv("inner", Some(Value::IntValue(1)))],
-            })),
-        ),
-        kv("b", Some(Value::BytesValue(vec![0, 1, 2]))),
-        kv("si", Some(Value::StringValueStrindex(-1))),
-        kv("none", None),
-        KeyValue {
-            key: String::new(),
-            value: None,
-            key_strindex: 7,
-        },
-    ];
-    let span = Span {
-        trace_id: vec![1; 16],
-        span_id: vec![2; 8],
-        trace_state: "k=v".into(),
-        parent_span_id: vec![3; 8],
-        flags: 0x301,
-        name: "n".repeat(200),
-        kind: SpanKind::Server as i32,
-        start_time_unix_nano: 1_700_000_000_000_000_000,
-        end_time_unix_nano: u64::MAX,
-        attributes: values.clone(),
-        dropped_attributes_count: 3,
-        events: vec![
-            Event {
-                time_unix_nano: 5,
-                name: "e".into(),
-                attributes: values.clone(),
-                dropped_attributes_count: 1,
-            },
-            Event::default(),
-        ],
-        dropped_events_count: 4,
-        links: vec![
-            Link {
-                trace_id: vec![4; 16],
-                span_id: vec![5; 8],
-                trace_state: "x".into(),
-                attributes: values.clone(),
-                dropped_attributes_count: 2,
-                flags: 1,
-            },
-            Link::default(),
-        ],
-        dropped_links_count: 5,
-        status: Some(Status {
-            message: "m".into(),
-            code: 2,
-        }),
-    };
-    let scope = InstrumentationScope {
-        name: "dnspath".into(),
-        version: "1".into(),
-        attributes: values.clone(),
-        dropped_attributes_count: 9,
-    };
-    ExportTraceServiceRequest {
-        resource_spans: vec![
-            ResourceSpans {
-                resource: Some(Resource {
-                    attributes: values,
-                    dropped_attributes_count: 6,
-                    entity_refs: vec![EntityRef {
-                        schema_url: "u".into(),
-                        r#type: "k8s.pod".into(),
-                        id_keys: vec!["a".into(), String::new()],
-                        description_keys: vec!["b".into()],
-                    }],
-                }),
-                scope_spans: vec![
-                    ScopeSpans {
-                        scope: Some(scope),
-                        spans: vec![span.clone(), Span::default()],
-                        schema_url: "https://opentelemetry.io/schemas/1.0".into(),
-                    },
-                    ScopeSpans {
-                        scope: Some(InstrumentationScope::default()),
-                        spans: vec![span],
-                        schema_url: String::new(),
-                    },
-                ],
-                schema_url: "r".into(),
-            },
-            ResourceSpans {
-                resource: Some(Resource::default()),
-                scope_spans: vec![ScopeSpans::default()],
-                schema_url: String::new(),
-            },
-            ResourceSpans::default(),
-        ],
+/// A `KeyValue` written as a field of a message whose only field it is: prost's bytes of
+/// that message.
+fn as_resource(kvs: Vec<KeyValue>) -> Vec<u8> {
+    Resource {
+        attributes: kvs,
+        ..Default::default()
     }
+    .encode_to_vec()
 }
 
 #[test]
-fn every_field_is_written_as_prost_writes_it() {
-    let r = everything();
-    assert_eq!(encode(&r), r.encode_to_vec());
-    assert!(encode(&r).len() > 2000);
+fn varint_lengths_are_prosts() {
+    for v in [
+        0,
+        1,
+        127,
+        128,
+        16_383,
+        16_384,
+        u64::from(u32::MAX),
+        u64::MAX,
+    ] {
+        let mut out = Vec::new();
+        put_varint(&mut out, v);
+        assert_eq!(out.len(), varint_len(v), "{v}");
+        assert_eq!(out.len(), prost::encoding::encoded_len_varint(v), "{v}");
+    }
+}
+
+/// Strings and integers, empty and zero ones too (a oneof's value is written even then),
+/// negative integers as ten-byte varints.
+#[test]
+fn key_values_are_encoded_as_prost_encodes_them() {
+    let cases: Vec<(&str, Value)> = vec![
+        ("s", Value::StringValue("value".into())),
+        ("empty", Value::StringValue(String::new())),
+        ("long", Value::StringValue("x".repeat(300))),
+        ("i", Value::IntValue(-5)),
+        ("big", Value::IntValue(i64::MAX)),
+        ("zero", Value::IntValue(0)),
+    ];
+    for (k, v) in cases {
+        let mut out = Vec::new();
+        match &v {
+            Value::StringValue(s) => kv_str(&mut out, tag::RESOURCE_ATTRIBUTES, k, s),
+            Value::IntValue(i) => kv_int(&mut out, tag::RESOURCE_ATTRIBUTES, k, *i),
+            _ => unreachable!(),
+        }
+        assert_eq!(out, as_resource(vec![kv(k, v.clone())]), "{k}");
+    }
+}
+
+/// A nested message's length is filled in after its body, moving the body when the length
+/// takes more than one byte: bodies of 0, 127, 128, 16,383 and 16,384 bytes and more, at
+/// three levels of nesting.
+#[test]
+fn nested_lengths_of_every_size_are_prosts() {
+    for sizes in [
+        vec![],
+        vec![0],
+        vec![120],
+        vec![125, 0],
+        vec![126],
+        vec![16_370],
+        vec![16_380, 3],
+        vec![70_000, 1, 200],
+    ] {
+        let strings: Vec<String> = sizes.iter().map(|&n| "a".repeat(n)).collect();
+        let mut out = Vec::new();
+        let mut text = String::new();
+        kv_strings(
+            &mut out,
+            &mut text,
+            tag::RESOURCE_ATTRIBUTES,
+            "k",
+            strings.iter(),
+        );
+        let want = kv(
+            "k",
+            Value::ArrayValue(ArrayValue {
+                values: strings
+                    .iter()
+                    .map(|s| AnyValue {
+                        value: Some(Value::StringValue(s.clone())),
+                    })
+                    .collect(),
+            }),
+        );
+        assert_eq!(out, as_resource(vec![want]), "{sizes:?}");
+    }
+}
+
+/// Spans of three resources, interleaved: one `ResourceSpans` per resource in order of first
+/// use, each span under its own resource in the order placed; the bytes are prost's (they
+/// decode, and encode back the same); the buffer is empty after.
+#[test]
+fn requests_group_spans_by_resource_as_prost_encodes_them() {
+    let mut buf = RequestBuf::default();
+    let resource = |name: &str| {
+        let mut r = Vec::new();
+        kv_str(&mut r, tag::RESOURCE_ATTRIBUTES, "service.name", name);
+        r
+    };
+    let span = |buf: &mut RequestBuf, name: &str, res: &str, events: usize| {
+        let at = buf.span_start();
+        put_bytes(&mut buf.spans, tag::SPAN_TRACE_ID, &[7; 16]);
+        put_bytes(&mut buf.spans, tag::SPAN_NAME, name.as_bytes());
+        put_fixed64(&mut buf.spans, tag::SPAN_START, 1_700_000_000_000_000_000);
+        for e in 0..events {
+            let m = begin(&mut buf.spans, tag::SPAN_EVENTS);
+            put_fixed64(&mut buf.spans, tag::EVENT_TIME, e as u64 + 1);
+            put_bytes(&mut buf.spans, tag::EVENT_NAME, b"hop");
+            kv_str(
+                &mut buf.spans,
+                tag::EVENT_ATTRIBUTES,
+                "k",
+                &"v".repeat(40 * e),
+            );
+            end(&mut buf.spans, m);
+        }
+        let m = begin(&mut buf.spans, tag::SPAN_STATUS);
+        end(&mut buf.spans, m);
+        buf.place(at, &resource(res));
+    };
+    for round in 0..2 {
+        span(&mut buf, "a1", "a", 0);
+        span(&mut buf, "b1", "b", 5);
+        span(&mut buf, "a2", "a", 1);
+        span(&mut buf, "c1", "c", 200);
+        span(&mut buf, "b2", "b", 0);
+        assert_eq!(buf.len(), 5);
+        let scope = scope("dnspath", "1.2.3");
+        let bytes = buf.encode(&scope);
+        assert!(buf.is_empty() && buf.spans.is_empty(), "round {round}");
+        let req = ExportTraceServiceRequest::decode(bytes.as_slice()).unwrap();
+        assert_eq!(req.encode_to_vec(), bytes);
+        let got: Vec<(String, Vec<String>)> = req
+            .resource_spans
+            .iter()
+            .map(|rs| {
+                let r = rs.resource.as_ref().unwrap();
+                let Some(Value::StringValue(n)) =
+                    r.attributes[0].value.as_ref().and_then(|v| v.value.clone())
+                else {
+                    panic!("{r:?}")
+                };
+                assert_eq!(rs.scope_spans.len(), 1);
+                let ss = &rs.scope_spans[0];
+                assert_eq!(ss.scope.as_ref().unwrap().name, "dnspath");
+                assert_eq!(ss.scope.as_ref().unwrap().version, "1.2.3");
+                (n, ss.spans.iter().map(|s: &Span| s.name.clone()).collect())
+            })
+            .collect();
+        let names = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        assert_eq!(
+            got,
+            vec![
+                ("a".into(), names(&["a1", "a2"])),
+                ("b".into(), names(&["b1", "b2"])),
+                ("c".into(), names(&["c1"])),
+            ]
+        );
+        let c1 = &req.resource_spans[2].scope_spans[0].spans[0];
+        assert_eq!(c1.events.len(), 200);
+        let last: &Event = &c1.events[199];
+        assert_eq!(last.time_unix_nano, 200);
+        assert_eq!(c1.status.as_ref().map(|s| s.code), Some(0));
+    }
 }
 
 #[test]
 fn an_empty_request_is_empty() {
-    let r = ExportTraceServiceRequest::default();
-    assert!(encode(&r).is_empty());
-    assert_eq!(encode(&r), r.encode_to_vec());
-}
-
-#[test]
-fn varint_lengths_at_their_edges() {
-    for (v, n) in [
-        (0u64, 1),
-        (127, 1),
-        (128, 2),
-        (16_383, 2),
-        (16_384, 3),
-        (u64::MAX >> 1, 9),
-        (u64::MAX, 10),
-    ] {
-        assert_eq!(varint_len(v), n, "{v}");
-        assert_eq!(varint_len(v), prost::encoding::encoded_len_varint(v), "{v}");
-    }
+    assert!(RequestBuf::default()
+        .encode(&scope("dnspath", "0"))
+        .is_empty());
 }
