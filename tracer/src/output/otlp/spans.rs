@@ -153,20 +153,10 @@ fn push_v4(text: &mut String, ip: std::net::Ipv4Addr) {
 }
 
 fn push_decimal(text: &mut String, v: u32) {
-    let mut digits = [0u8; 10];
-    let mut at = digits.len();
-    let mut v = v;
-    loop {
-        at -= 1;
-        if let Some(d) = digits.get_mut(at) {
-            *d = b'0' + (v % 10) as u8;
-        }
-        v /= 10;
-        if v == 0 || at == 0 {
-            break;
-        }
+    if v >= 10 {
+        push_decimal(text, v / 10);
     }
-    text.push_str(std::str::from_utf8(digits.get(at..).unwrap_or_default()).unwrap_or("?"));
+    text.push(char::from(b'0' + (v % 10) as u8));
 }
 
 /// `b` in lowercase hex in `text`.
