@@ -207,6 +207,16 @@ impl Pipeline {
         self.decoder.set_kernel_counters(k);
     }
 
+    /// See [`Decoder::hold_packet_records`].
+    pub(crate) fn hold_packet_records(&mut self, hold: bool) {
+        self.decoder.hold_packet_records(hold);
+    }
+
+    /// See [`Decoder::take_held`].
+    pub(crate) fn take_held_packet_records(&mut self) -> u64 {
+        self.decoder.take_held()
+    }
+
     pub(crate) fn stats(&self) -> StatsRecord {
         StatsRecord::new(
             self.decoder.stats(),

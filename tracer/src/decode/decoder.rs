@@ -59,6 +59,11 @@ pub struct Decoder {
     messages: cache::MessageCache,
     /// A record for every packet (else only for malformed and cut ones).
     every_packet: bool,
+    /// For now, no record of a whole message even though every packet is wanted: the one
+    /// sink that writes them cannot take them ([`Decoder::hold_packet_records`]).
+    holding: bool,
+    /// Records of whole messages not made while holding.
+    held: u64,
 }
 
 /// The names of the last few places (namespace cookie, ifindex) packets were seen at, as
@@ -125,6 +130,8 @@ impl Decoder {
             places: PlaceCache::default(),
             messages: cache::MessageCache::default(),
             every_packet: true,
+            holding: false,
+            held: 0,
             confirm_hook: false,
         }
     }
@@ -165,6 +172,20 @@ impl Decoder {
     /// Every packet is still decoded, counted and handed to the correlate stage.
     pub fn unusual_packets_only(&mut self) {
         self.every_packet = false;
+    }
+
+    /// While `hold` is set, whole messages get no packet record (as with
+    /// [`Decoder::unusual_packets_only`]) and are counted instead: `trace` holds them while
+    /// its output's queue is full, where they would be dropped anyway, so the reading thread
+    /// does not make them. Every packet is still decoded, counted and handed to the correlate
+    /// stage.
+    pub fn hold_packet_records(&mut self, hold: bool) {
+        self.holding = hold;
+    }
+
+    /// The packet records not made while holding, since the last call.
+    pub fn take_held(&mut self) -> u64 {
+        std::mem::take(&mut self.held)
     }
 
     /// Also hand typed observations to the correlate stage ([`Decoder::take_observed`]).

@@ -207,6 +207,21 @@ impl<T: Send + 'static> Queued<T> {
         }
     }
 
+    /// The queue holds as many items as it may: the next one handed over would be dropped.
+    pub fn is_full(&self) -> bool {
+        self.shared.lock().pending >= self.capacity
+    }
+
+    /// `n` items were not even made because the queue was full ([`Queued::is_full`]):
+    /// counted as dropped, with the same warning.
+    pub fn count_dropped(&mut self, n: u64) {
+        if n == 0 {
+            return;
+        }
+        self.shared.lock().dropped += n;
+        self.warn_once();
+    }
+
     /// Items written and dropped so far.
     pub fn stats(&self) -> SinkStats {
         let s = self.shared.lock();
@@ -426,6 +441,11 @@ impl QueuedSink {
 
     pub fn queue(&mut self) -> &mut Queued<Record> {
         &mut self.0
+    }
+
+    /// See [`Queued::is_full`].
+    pub fn is_full(&self) -> bool {
+        self.0.is_full()
     }
 }
 

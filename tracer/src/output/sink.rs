@@ -67,6 +67,18 @@ impl<'a> Batch<'a> {
     }
 }
 
+/// What a sink would do with the packet records of whole messages made now
+/// ([`Sink::packet_records`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PacketRecords {
+    /// It writes or reads them (the default: a sink that says nothing gets them).
+    Wanted,
+    /// It never uses them (the OTLP exporter; trace's output without the packet view).
+    Ignored,
+    /// It would drop them, counted: its queue is full.
+    Refused,
+}
+
 /// Where records go. Every method but [`Sink::batch`] and [`Sink::finish`] has a default
 /// that does nothing.
 pub trait Sink {
@@ -79,6 +91,15 @@ pub trait Sink {
     /// Before any sink sees the batch: what this sink writes into the records for every
     /// sink (the flight recorder's file of an incident).
     fn enrich(&mut self, _records: &mut [Record], _now_ns: u64) {}
+    /// Before a turn's packets are decoded: whether it wants their packet records. When no
+    /// sink wants them and one refuses them, the decoder holds them back
+    /// ([`Sinks::hold_packet_records`]).
+    fn packet_records(&self) -> PacketRecords {
+        PacketRecords::Wanted
+    }
+    /// Packet records held back while this sink refused them: dropped at this sink, to be
+    /// counted as its own drops.
+    fn packet_records_held(&mut self, _n: u64) {}
     /// Each turn: the records decided since the last one.
     fn batch(&mut self, batch: Batch<'_>) -> io::Result<()>;
     /// [`Sink::batch`] for the last sink of the list: `records` are the batch's (not in
@@ -109,6 +130,12 @@ impl<S: Sink + ?Sized> Sink for &mut S {
     }
     fn enrich(&mut self, records: &mut [Record], now_ns: u64) {
         (**self).enrich(records, now_ns);
+    }
+    fn packet_records(&self) -> PacketRecords {
+        (**self).packet_records()
+    }
+    fn packet_records_held(&mut self, n: u64) {
+        (**self).packet_records_held(n);
     }
     fn batch(&mut self, batch: Batch<'_>) -> io::Result<()> {
         (**self).batch(batch)
@@ -164,6 +191,27 @@ impl<'a> Sinks<'a> {
     /// Some sink reads the batches' sources: the runner keeps them.
     pub fn wants_sources(&self) -> bool {
         self.list.iter().any(|s| s.wants_sources())
+    }
+
+    /// No sink wants packet records now and one refuses them (its queue is full): the
+    /// turn's whole messages may go without (counted by [`Sinks::packet_records_held`]).
+    pub fn hold_packet_records(&self) -> bool {
+        let wants = |w| self.list.iter().any(|s| s.packet_records() == w);
+        !wants(PacketRecords::Wanted) && wants(PacketRecords::Refused)
+    }
+
+    /// `n` packet records were held back (after [`Sinks::hold_packet_records`] said so):
+    /// each sink that does not ignore them — each one that refused them then, whether or
+    /// not its queue has room since — counts them as dropped.
+    pub fn packet_records_held(&mut self, n: u64) {
+        if n == 0 {
+            return;
+        }
+        for s in &mut self.list {
+            if s.packet_records() != PacketRecords::Ignored {
+                s.packet_records_held(n);
+            }
+        }
     }
 
     pub fn started(&mut self, setup: &KernelSetup, now_ns: u64) {

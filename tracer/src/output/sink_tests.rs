@@ -213,3 +213,49 @@ fn a_failing_sink_still_lets_the_others_see_the_batch() {
         ]
     );
 }
+
+/// Answers [`Sink::packet_records`] as told and keeps what it was told was held back.
+struct Asks(PacketRecords, Rc<RefCell<u64>>);
+
+impl Sink for Asks {
+    fn packet_records(&self) -> PacketRecords {
+        self.0
+    }
+    fn packet_records_held(&mut self, n: u64) {
+        *self.1.borrow_mut() += n;
+    }
+    fn batch(&mut self, _batch: Batch<'_>) -> io::Result<()> {
+        Ok(())
+    }
+    fn finish(&mut self, _stats: &mut StatsRecord, _now_ns: u64) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+/// Packet records are held back only when no sink wants them and one refuses them; those
+/// held are counted by every sink that does not ignore them.
+#[test]
+fn packet_records_are_held_only_when_no_sink_wants_them_and_one_refuses() {
+    use PacketRecords::{Ignored, Refused, Wanted};
+    for (answers, hold) in [
+        (vec![], false),
+        (vec![Ignored], false),
+        (vec![Wanted], false),
+        (vec![Refused], true),
+        (vec![Ignored, Refused], true),
+        (vec![Wanted, Refused], false),
+        (vec![Refused, Wanted, Ignored], false),
+    ] {
+        let counts: Vec<Rc<RefCell<u64>>> = answers.iter().map(|_| Rc::default()).collect();
+        let mut sinks = Sinks::new();
+        for (a, c) in answers.iter().zip(&counts) {
+            sinks.push(Box::new(Asks(*a, Rc::clone(c))));
+        }
+        assert_eq!(sinks.hold_packet_records(), hold, "{answers:?}");
+        sinks.packet_records_held(7);
+        for (a, c) in answers.iter().zip(&counts) {
+            let want = if *a == Ignored { 0 } else { 7 };
+            assert_eq!(*c.borrow(), want, "{answers:?}");
+        }
+    }
+}

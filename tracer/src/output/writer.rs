@@ -26,6 +26,17 @@ impl RecordsOut {
         }
     }
 
+    /// Every packet record is written (the view shows packets, no filter): none held back
+    /// is one that would not have been written anyway.
+    pub fn writes_every_packet(&self) -> bool {
+        self.show_packets && !self.filter.is_active()
+    }
+
+    /// Whether no packet record is ever written (the view has no packets).
+    pub fn writes_no_packet(&self) -> bool {
+        !self.show_packets
+    }
+
     /// Whether `r` is written; `packets_allowed` counts down the packet records within
     /// `--count` ([`Batch::packets_allowed`]).
     pub fn keep(&self, r: &Record, packets_allowed: &mut Option<u64>) -> bool {

@@ -396,6 +396,10 @@ pub async fn run_live(
         }
         // Drops that found `EVENTS` full, once what came before them is read.
         reserve.poll_after(&source, &mut events);
+        // The output's queue is full: this turn's packet records would be dropped there, so
+        // they are not made (counted as its drops); the packets are decoded all the same.
+        let hold = !policy.counts_packets() && sinks.hold_packet_records();
+        pipeline.hold_packet_records(hold);
         push_events(
             &mut events,
             &mut pipeline,
@@ -403,6 +407,10 @@ pub async fn run_live(
             keep_sources.then_some(&mut sources),
         );
         pipeline.tick(clock.now_ns(), &mut records);
+        if hold {
+            pipeline.hold_packet_records(false);
+            sinks.packet_records_held(pipeline.take_held_packet_records());
+        }
         pipeline.take_shed_changes(&mut shed_changes);
         shedder.apply(&mut maps, &mut shed_changes);
         if ticked {

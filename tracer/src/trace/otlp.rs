@@ -4,7 +4,7 @@
 use crate::output::{
     otlp::{Exporter, OtlpStats},
     record::StatsRecord,
-    sink::{Batch, Sink},
+    sink::{Batch, PacketRecords, Sink},
     Record,
 };
 
@@ -34,6 +34,9 @@ impl OtlpSink {
 }
 
 impl Sink for OtlpSink {
+    fn packet_records(&self) -> PacketRecords {
+        PacketRecords::Ignored
+    }
     fn batch(&mut self, batch: Batch<'_>) -> std::io::Result<()> {
         if let Some(e) = &self.exporter {
             for r in batch.records {

@@ -46,6 +46,11 @@ impl StopPolicy {
         self.count.map(|_| allowed)
     }
 
+    /// `--count` counts packet records (each must be made, written or not).
+    pub fn counts_packets(&self) -> bool {
+        self.count.is_some()
+    }
+
     /// Why the run should stop now, if it should: `count` or `loop` (`stats.stopped_by`).
     pub fn stop(&self) -> Option<&'static str> {
         if self.count_reached() {

@@ -7,7 +7,7 @@ use crate::output::{
     self,
     queue::{self, QueuedSink},
     record::StatsRecord,
-    sink::{Batch, Sink},
+    sink::{Batch, PacketRecords, Sink},
     writer::RecordsOut,
     Record, RecordWriter,
 };
@@ -30,6 +30,20 @@ impl TraceWriter {
 }
 
 impl Sink for TraceWriter {
+    /// Refused while the queue is full, if every packet record would be written (with a
+    /// filter, some would not: those are not drops, so they are made and filtered).
+    fn packet_records(&self) -> PacketRecords {
+        if self.out.writes_no_packet() {
+            PacketRecords::Ignored
+        } else if self.out.writes_every_packet() && self.sink.is_full() {
+            PacketRecords::Refused
+        } else {
+            PacketRecords::Wanted
+        }
+    }
+    fn packet_records_held(&mut self, n: u64) {
+        self.sink.queue().count_dropped(n);
+    }
     /// Not the last of the list: what is written is copied.
     fn batch(&mut self, batch: Batch<'_>) -> std::io::Result<()> {
         let mut allowed = batch.packets_allowed;
@@ -308,5 +322,74 @@ mod tests {
         let mut w = BatchWriter::new(&opts(None, true, View::Both));
         let mut batch = vec![packet(1), loop_record(LoopState::Ongoing)];
         assert!(!w.write(&mut batch, &mut sink).unwrap());
+    }
+    /// Lets writes through once opened; until then the output's thread waits in its first
+    /// write (a reader that does not read).
+    #[derive(Clone, Default)]
+    struct Gate(std::sync::Arc<(std::sync::Mutex<bool>, std::sync::Condvar)>);
+
+    impl Gate {
+        fn open(&self) {
+            *self.0 .0.lock().unwrap() = true;
+            self.0 .1.notify_all();
+        }
+    }
+
+    impl Write for Gate {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            let mut open = self.0 .0.lock().unwrap();
+            while !*open {
+                open = self.0 .1.wait(open).unwrap();
+            }
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    /// The output refuses packet records while its queue is full, if it writes every one;
+    /// the ones held back for it are its drops, in the final `stats`. Without the packet
+    /// view it ignores them; with a filter it wants them (a filtered record is no drop).
+    #[test]
+    fn a_full_output_refuses_packet_records_and_counts_those_held_back() {
+        let gate = Gate::default();
+        let mut w =
+            TraceWriter::new(&opts(None, false, View::Both), Box::new(gate.clone())).unwrap();
+        assert_eq!(w.packet_records(), PacketRecords::Wanted);
+        let mut batch: Vec<Record> = (0..queue::RECORDS as u64 + 10).map(packet).collect();
+        let b = Batch {
+            records: &[],
+            sources: &[],
+            packets_allowed: None,
+            now_ns: 0,
+        };
+        w.batch_owned(&mut batch, b).unwrap();
+        assert_eq!(w.packet_records(), PacketRecords::Refused);
+        w.packet_records_held(5);
+        gate.open();
+        let mut stats = StatsRecord::default();
+        w.finish(&mut stats, 0).unwrap();
+        let q = w.sink.queue().stats();
+        assert_eq!((q.written, q.dropped), (queue::RECORDS as u64 + 1, 15));
+
+        let w = TraceWriter::new(
+            &opts(None, false, View::Transactions),
+            Box::new(std::io::sink()),
+        )
+        .unwrap();
+        assert_eq!(w.packet_records(), PacketRecords::Ignored);
+        let mut filtered = opts(None, false, View::Both);
+        filtered.filter = Filter::new(&crate::output::filter::FilterSpec {
+            failures: true,
+            ..Default::default()
+        })
+        .unwrap();
+        let gate = Gate::default();
+        let mut w = TraceWriter::new(&filtered, Box::new(gate.clone())).unwrap();
+        let mut batch: Vec<Record> = (0..queue::RECORDS as u64 + 10).map(packet).collect();
+        w.batch_owned(&mut batch, b).unwrap();
+        assert_eq!(w.packet_records(), PacketRecords::Wanted);
+        gate.open();
     }
 }

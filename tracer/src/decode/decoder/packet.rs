@@ -102,7 +102,10 @@ impl Decoder {
         match decoded {
             Decoded::Whole(m) => {
                 self.stats.decoded += 1;
-                if !self.every_packet {
+                if !self.every_packet || self.holding {
+                    if self.every_packet {
+                        self.held += 1;
+                    }
                     if let Some(obs) = self.observed.as_mut() {
                         obs.push(Observed::Message(Observation {
                             ts_ns: r.ts_ns,

@@ -407,6 +407,42 @@ fn records_name_their_place_as_the_names_are_now() {
 
 /// The agent's decoder: every packet decoded, counted and observed; records only for the
 /// malformed and cut ones. The same message at two hops is decoded once and shared.
+/// Held packet records (trace's output queue full): whole messages get none and are counted
+/// as held; malformed and cut ones still get theirs; every packet is decoded, counted and
+/// observed; once released, records come again. With only the unusual packets wanted
+/// (the agent), nothing is counted as held.
+#[test]
+fn held_packet_records_are_counted_and_still_observed() {
+    let whole = txt_response();
+    let good = udp(&whole);
+    let malformed = udp(&whole[..20]);
+    let mut d = decoder();
+    let mut out: Vec<Record> = Vec::new();
+    d.hold_packet_records(true);
+    d.on_packet(captured(1, &good, good.len()), &mut out);
+    d.on_packet(captured(2, &good, good.len()), &mut out);
+    d.on_packet(captured(3, &malformed, malformed.len()), &mut out);
+    assert_eq!(out.len(), 1, "only the malformed one's record");
+    assert_eq!(d.take_held(), 2);
+    assert_eq!(d.take_held(), 0);
+    d.hold_packet_records(false);
+    d.on_packet(captured(4, &good, good.len()), &mut out);
+    assert_eq!(out.len(), 2);
+    assert_eq!(d.take_held(), 0);
+    let s = d.stats();
+    assert_eq!((s.packets, s.decoded, s.malformed), (4, 3, 1));
+    assert!(accounted(&s));
+    let mut observed = Vec::new();
+    d.take_observed(&mut observed);
+    assert_eq!(observed.len(), 3, "every whole message observed");
+
+    let mut agent = decoder();
+    agent.unusual_packets_only();
+    agent.hold_packet_records(true);
+    agent.on_packet(captured(1, &good, good.len()), &mut out);
+    assert_eq!(agent.take_held(), 0);
+}
+
 #[test]
 fn unusual_packets_only_still_decodes_counts_and_observes_every_packet() {
     let mut d = decoder();
