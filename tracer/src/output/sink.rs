@@ -193,11 +193,14 @@ impl<'a> Sinks<'a> {
         self.list.iter().any(|s| s.wants_sources())
     }
 
-    /// No sink wants packet records now and one refuses them (its queue is full): the
-    /// turn's whole messages may go without (counted by [`Sinks::packet_records_held`]).
+    /// No sink wants packet records now: one refuses them (its queue is full), or every
+    /// one ignores them (`trace`'s text, whose view has no packets). The turn's whole
+    /// messages may go without (the refused ones counted by [`Sinks::packet_records_held`]).
     pub fn hold_packet_records(&self) -> bool {
-        let wants = |w| self.list.iter().any(|s| s.packet_records() == w);
-        !wants(PacketRecords::Wanted) && wants(PacketRecords::Refused)
+        !self
+            .list
+            .iter()
+            .any(|s| s.packet_records() == PacketRecords::Wanted)
     }
 
     /// `n` packet records were held back (after [`Sinks::hold_packet_records`] said so):

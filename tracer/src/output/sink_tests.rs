@@ -232,14 +232,15 @@ impl Sink for Asks {
     }
 }
 
-/// Packet records are held back only when no sink wants them and one refuses them; those
-/// held are counted by every sink that does not ignore them.
+/// Packet records are held back only when no sink wants them (one refuses them, or all
+/// ignore them); those held are counted by every sink that does not ignore them.
 #[test]
-fn packet_records_are_held_only_when_no_sink_wants_them_and_one_refuses() {
+fn packet_records_are_held_only_when_no_sink_wants_them() {
     use PacketRecords::{Ignored, Refused, Wanted};
     for (answers, hold) in [
-        (vec![], false),
-        (vec![Ignored], false),
+        (vec![], true),
+        (vec![Ignored], true),
+        (vec![Ignored, Ignored], true),
         (vec![Wanted], false),
         (vec![Refused], true),
         (vec![Ignored, Refused], true),

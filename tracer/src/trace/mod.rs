@@ -396,8 +396,9 @@ pub async fn run_live(
         }
         // Drops that found `EVENTS` full, once what came before them is read.
         reserve.poll_after(&source, &mut events);
-        // The output's queue is full: this turn's packet records would be dropped there, so
-        // they are not made (counted as its drops); the packets are decoded all the same.
+        // No sink wants this turn's packet records: the output's queue is full (they would
+        // be dropped there: counted as its drops), or its view has none. They are not made;
+        // the packets are decoded, counted and correlated all the same.
         let hold = !policy.counts_packets() && sinks.hold_packet_records();
         pipeline.hold_packet_records(hold);
         push_events(
