@@ -35,17 +35,34 @@ enum Mode {
     Agent,
     /// The agent exporting every transaction (`--otlp-sample 1`) to Phoenix.
     AgentOtlp,
+    /// The agent exporting a tenth of the traces (`--otlp-sample 0.1`) and every failing or
+    /// slow transaction to Phoenix.
+    AgentOtlpTenth,
     Tcpdump,
 }
 
 impl Mode {
-    const ALL: [Mode; 5] = [
+    const ALL: [Mode; 6] = [
         Mode::Nothing,
         Mode::Trace,
         Mode::Agent,
         Mode::AgentOtlp,
+        Mode::AgentOtlpTenth,
         Mode::Tcpdump,
     ];
+
+    /// `--otlp-sample` of an exporting agent's row.
+    fn otlp_sample(self) -> Option<&'static str> {
+        match self {
+            Mode::AgentOtlp => Some("1"),
+            Mode::AgentOtlpTenth => Some("0.1"),
+            _ => None,
+        }
+    }
+
+    fn is_agent(self) -> bool {
+        matches!(self, Mode::Agent | Mode::AgentOtlp | Mode::AgentOtlpTenth)
+    }
 
     fn label(self) -> &'static str {
         match self {
@@ -53,6 +70,7 @@ impl Mode {
             Mode::Trace => "dnspath trace --all-netns -o json",
             Mode::Agent => "dnspath agent",
             Mode::AgentOtlp => "dnspath agent --otlp (Phoenix)",
+            Mode::AgentOtlpTenth => "dnspath agent --otlp --otlp-sample 0.1",
             Mode::Tcpdump => "tcpdump -w + tshark -r",
         }
     }
@@ -161,13 +179,13 @@ fn measure(s: &Setup, mode: Mode, rate: u32, o: &LiveOptions) -> crate::Result<R
             is_stats,
             "dnspath: tracing",
         )?),
-        Mode::Agent | Mode::AgentOtlp => {
+        Mode::Agent | Mode::AgentOtlp | Mode::AgentOtlpTenth => {
             let mut args = vec![dnspath, "agent", "--listen", AGENT_LISTEN];
-            if mode == Mode::AgentOtlp {
+            if let Some(sample) = mode.otlp_sample() {
                 let url = otlp
                     .as_deref()
                     .ok_or_else(|| anyhow!("no OTLP receiver (`cargo xtask setup`)"))?;
-                args.extend(["--otlp", url, "--otlp-sample", "1"]);
+                args.extend(["--otlp", url, "--otlp-sample", sample]);
             }
             let t = Tool::start(lab, node, &args, is_stats, "dnspath: tracing")?;
             let deadline = Instant::now() + Duration::from_secs(15);
@@ -204,12 +222,9 @@ fn measure(s: &Setup, mode: Mode, rate: u32, o: &LiveOptions) -> crate::Result<R
     let after_progs = tool.as_ref().map(|t| progs(t.pid())).unwrap_or_default();
     let hwm_kib = tool.as_ref().and_then(|t| vm_hwm_kib(t.pid()));
     let rss_kib = tool.as_ref().and_then(|t| vm_rss_kib(t.pid()));
-    let scrape = match mode {
-        Mode::Agent | Mode::AgentOtlp => curl(lab, "/metrics"),
-        _ => None,
-    };
+    let scrape = mode.is_agent().then(|| curl(lab, "/metrics")).flatten();
     let stopped = tool.map(|t| {
-        t.stop(if matches!(mode, Mode::Agent | Mode::AgentOtlp) {
+        t.stop(if mode.is_agent() {
             libc::SIGTERM
         } else {
             libc::SIGINT
@@ -265,7 +280,7 @@ fn measure(s: &Setup, mode: Mode, rate: u32, o: &LiveOptions) -> crate::Result<R
                 );
             }
         }
-        Mode::Agent | Mode::AgentOtlp => {
+        Mode::Agent | Mode::AgentOtlp | Mode::AgentOtlpTenth => {
             let threads: Vec<String> = thread_cpu_delta(&before_threads, &after_threads)
                 .iter()
                 .filter(|(_, s)| *s >= 0.01)
@@ -280,15 +295,19 @@ fn measure(s: &Setup, mode: Mode, rate: u32, o: &LiveOptions) -> crate::Result<R
             row.captured = metric(&scrape, "dnspath_packets_total", "");
             row.lost = metric(&scrape, "dnspath_events_lost_total", "event=\"packet\"");
             row.summarised = metric(&scrape, "dnspath_summarised_packets_total", "");
-            if mode == Mode::AgentOtlp {
+            if mode.otlp_sample().is_some() {
                 let spans = metric(&scrape, "dnspath_otlp_spans_exported_total", "");
                 let txs = metric(&scrape, "dnspath_otlp_transactions_exported_total", "");
                 let dropped = metric(&scrape, "dnspath_otlp_transactions_dropped_total", "");
+                let sampled_out =
+                    metric(&scrape, "dnspath_otlp_transactions_sampled_out_total", "");
                 eprintln!(
-                    "bench: dnspath agent --otlp exported {} transactions ({} spans), dropped {}",
+                    "bench: {} exported {} transactions ({} spans), dropped {}, sampled out {}",
+                    mode.label(),
                     opt_u64(txs),
                     opt_u64(spans),
-                    opt_u64(dropped)
+                    opt_u64(dropped),
+                    opt_u64(sampled_out)
                 );
                 // The exporter thread's CPU per transaction it sent (its thread is named).
                 let export_s = thread_cpu_delta(&before_threads, &after_threads)
@@ -297,7 +316,8 @@ fn measure(s: &Setup, mode: Mode, rate: u32, o: &LiveOptions) -> crate::Result<R
                     .map(|(_, s)| *s);
                 if let (Some(s), Some(t)) = (export_s, txs.filter(|t| *t > 0)) {
                     eprintln!(
-                        "bench: dnspath agent --otlp's otlp-export thread: {s:.2} s CPU, {:.1} µs per transaction exported",
+                        "bench: {}: otlp-export thread {s:.2} s CPU, {:.1} µs per transaction exported",
+                        mode.label(),
                         s * 1e6 / t as f64
                     );
                 }
@@ -415,7 +435,7 @@ fn print_rate(rate: u32, seconds: u64, rows: &[(Mode, Row)]) {
             .iter()
             .find(|(m, _)| *m == Mode::Agent)
             .and_then(|(_, r)| r.tool_us_per_query());
-        if let (Mode::AgentOtlp, Some(a)) = (mode, agent) {
+        if let (Some(_), Some(a)) = (mode.otlp_sample(), agent) {
             line.push_str(&format!(
                 " = {:.2}× the agent without export (same run, {:+.0} %)",
                 us / a.max(1e-9),
@@ -487,7 +507,7 @@ pub(super) fn run_live(dnspath: &Path, o: &LiveOptions) -> crate::Result<()> {
     for &rate in &o.rates {
         let mut rows = Vec::new();
         for mode in Mode::ALL {
-            if mode == Mode::AgentOtlp && setup.otlp.is_none() {
+            if mode.otlp_sample().is_some() && setup.otlp.is_none() {
                 eprintln!("bench: live: no Phoenix (`cargo xtask setup`): no --otlp row");
                 continue;
             }
