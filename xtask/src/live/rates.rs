@@ -42,12 +42,14 @@ enum Mode {
 }
 
 impl Mode {
+    /// The sampled export before the full one: Phoenix takes seconds to ingest what a
+    /// full export sent it, and refuses more meanwhile.
     const ALL: [Mode; 6] = [
         Mode::Nothing,
         Mode::Trace,
         Mode::Agent,
-        Mode::AgentOtlp,
         Mode::AgentOtlpTenth,
+        Mode::AgentOtlp,
         Mode::Tcpdump,
     ];
 
