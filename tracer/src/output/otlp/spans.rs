@@ -222,6 +222,47 @@ fn put_head(out: &mut Vec<u8>, h: &Head) {
     wire::put_fixed64(out, tag::SPAN_END, h.end);
 }
 
+/// Starts a span: the `Resource` of where it happened (`pod`, `netns`, `node`) into
+/// `sc.resource`, its fields before the attributes into `req.spans`; where its body starts.
+fn start_span(
+    req: &mut RequestBuf,
+    sc: &mut Scratch,
+    (pod, netns, node): (&PodRef, &str, Option<&str>),
+    head: &Head,
+) -> usize {
+    resource(&mut sc.resource, pod, netns, node);
+    let at = req.span_start();
+    put_head(&mut req.spans, head);
+    at
+}
+
+/// Ends the span started at `at` (its attributes written since): its events, its link to
+/// another trace (`link`: trace and span id), its status, and its place under its resource.
+fn end_span(
+    req: &mut RequestBuf,
+    sc: &mut Scratch,
+    at: usize,
+    link: Option<([u8; 16], [u8; 8])>,
+    error: Option<&str>,
+) {
+    let out = &mut req.spans;
+    put_events(out, sc);
+    if let Some((trace, span)) = link {
+        let m = wire::begin(out, tag::SPAN_LINKS);
+        wire::put_bytes(out, tag::LINK_TRACE_ID, &trace);
+        wire::put_bytes(out, tag::LINK_SPAN_ID, &span);
+        wire::kv_str(
+            out,
+            tag::LINK_ATTRIBUTES,
+            "dnspath.link",
+            "neighbouring_epoch",
+        );
+        wire::end(out, m);
+    }
+    put_status(out, error);
+    req.place(at, &sc.resource);
+}
+
 /// The span's status: ERROR with `error` as its message, else UNSET (an empty message).
 fn put_status(out: &mut Vec<u8>, error: Option<&str>) {
     let m = wire::begin(out, tag::SPAN_STATUS);
@@ -694,25 +735,18 @@ pub fn write(
                 Some(h) => (&h.pod, h.netns.as_ref()),
                 None => (&tx.pod, tx.client_netns.as_ref()),
             };
-            resource(&mut sc.resource, pod, netns, node);
-            let at = req.span_start();
-            let out = &mut req.spans;
-            put_head(
-                out,
-                &Head {
-                    trace: &trace,
-                    id: &lid.client,
-                    parent: parent.as_ref(),
-                    name: [role_word(l.role), " ", qtype],
-                    kind: SpanKind::Client,
-                    start,
-                    end,
-                },
-            );
-            out.extend_from_slice(&sc.attrs);
-            put_events(out, sc);
-            put_status(out, error.as_deref());
-            req.place(at, &sc.resource);
+            let head = Head {
+                trace: &trace,
+                id: &lid.client,
+                parent: parent.as_ref(),
+                name: [role_word(l.role), " ", qtype],
+                kind: SpanKind::Client,
+                start,
+                end,
+            };
+            let at = start_span(req, sc, (pod, netns, node), &head);
+            req.spans.extend_from_slice(&sc.attrs);
+            end_span(req, sc, at, None, error.as_deref());
         }
         if let (Some(sid), Some(d)) = (lid.server, delivery(l)) {
             let s_start = wall.of(d.ts_ns);
@@ -739,45 +773,26 @@ pub fn write(
                     link = Some((other, ids::span_id(key, &other, first_query(l))));
                 }
             }
-            resource(&mut sc.resource, &d.pod, d.netns.as_ref(), node);
-            let at = req.span_start();
-            let out = &mut req.spans;
-            put_head(
-                out,
-                &Head {
-                    trace: &trace,
-                    id: &sid,
-                    parent: Some(&served_for),
-                    name: ["serve ", qtype, ""],
-                    kind: SpanKind::Server,
-                    start: s_start,
-                    end: s_end.max(s_start),
-                },
-            );
-            out.extend_from_slice(&sc.attrs);
+            let head = Head {
+                trace: &trace,
+                id: &sid,
+                parent: Some(&served_for),
+                name: ["serve ", qtype, ""],
+                kind: SpanKind::Server,
+                start: s_start,
+                end: s_end.max(s_start),
+            };
+            let at = start_span(req, sc, (&d.pod, d.netns.as_ref(), node), &head);
+            req.spans.extend_from_slice(&sc.attrs);
             let qk = hex(&mut sc.text, &ids.query_key);
-            wire::kv_str(out, A, "dnspath.query_key", qk);
-            put_events(out, sc);
-            if let Some((other, span)) = link {
-                let m = wire::begin(out, tag::SPAN_LINKS);
-                wire::put_bytes(out, tag::LINK_TRACE_ID, &other);
-                wire::put_bytes(out, tag::LINK_SPAN_ID, &span);
-                wire::kv_str(
-                    out,
-                    tag::LINK_ATTRIBUTES,
-                    "dnspath.link",
-                    "neighbouring_epoch",
-                );
-                wire::end(out, m);
-            }
+            wire::kv_str(&mut req.spans, A, "dnspath.query_key", qk);
             let error = match l.rcode.as_deref() {
                 Some(r @ ("SERVFAIL" | "REFUSED")) => Some(r),
                 Some(_) => None,
                 None if l.hops.iter().any(|h| h.qr && h.src == l.backend) => None,
                 None => Some("no response from the server"),
             };
-            put_status(out, error);
-            req.place(at, &sc.resource);
+            end_span(req, sc, at, link, error);
         }
     }
     sc.leg_ids = leg_ids;
@@ -839,21 +854,17 @@ pub fn write(
             loop_event(sc, tx, lp, at, node);
         }
         let error = tx_error(tx).or_else(|| looped.map(|_| "forwarding loop".into()));
-        resource(&mut sc.resource, &tx.pod, tx.client_netns.as_ref(), node);
-        let at = req.span_start();
+        let head = Head {
+            trace: &trace,
+            id: &root_id,
+            parent: None,
+            name: ["DNS ", qtype, ""],
+            kind: SpanKind::Internal,
+            start: tx.wall_ns,
+            end: end.max(tx.wall_ns),
+        };
+        let at = start_span(req, sc, (&tx.pod, tx.client_netns.as_ref(), node), &head);
         let out = &mut req.spans;
-        put_head(
-            out,
-            &Head {
-                trace: &trace,
-                id: &root_id,
-                parent: None,
-                name: ["DNS ", qtype, ""],
-                kind: SpanKind::Internal,
-                start: tx.wall_ns,
-                end: end.max(tx.wall_ns),
-            },
-        );
         let text = &mut sc.text;
         endpoint(out, text, A, CLIENT, tx.client);
         if let Some(l) = first_leg(tx) {
@@ -879,9 +890,7 @@ pub fn write(
                 wire::kv_strings(out, text, A, "dns.answers", tx.answers.iter());
             }
         }
-        put_events(out, sc);
-        put_status(out, error.as_deref());
-        req.place(at, &sc.resource);
+        end_span(req, sc, at, None, error.as_deref());
     }
     (ids, req.len() - placed_before)
 }
