@@ -660,8 +660,18 @@ pub fn write(
         let Some(lid) = leg_ids.get(n) else { continue };
         let (start, end) = leg_times(l, &wall, tx.ts_ns);
         root_end = root_end.max(end);
-        let parent = match l.parent.and_then(|p| leg_ids.get(p)) {
-            Some(p) => Some(p.server.unwrap_or(p.client)),
+        let parent_leg = l
+            .parent
+            .and_then(|p| Some((tx.legs.get(p)?, leg_ids.get(p)?)));
+        let parent = match parent_leg {
+            Some((_, p)) if p.server.is_some() => p.server,
+            // The query forwarded is another node's client's, not seen delivered here: its
+            // CLIENT span is on that node, named by its first query's role as a SERVER span
+            // names it (this node need not see every leg that node sent from the socket).
+            Some((pl, _)) if !local && pl.parent.is_none() => {
+                Some(ids::span_id(key, &trace, first_query(pl)))
+            }
+            Some((_, p)) => Some(p.client),
             None if local => Some(root_id),
             // Another node's client: its CLIENT span is there, named by the same role.
             None => None,
