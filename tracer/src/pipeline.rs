@@ -162,6 +162,19 @@ impl Pipeline {
         }
     }
 
+    /// [`Pipeline::tick`] for a live source read at `clock_ns`: at that time, unless the
+    /// source is `behind` (records still wait in the ring buffer: a reader late by up to
+    /// seconds, stopped or starved): then at the latest time read, so that no query is
+    /// timed out whose answer is still unread.
+    pub(crate) fn tick_live(&mut self, clock_ns: u64, behind: bool, out: &mut Vec<Record>) {
+        let now = if behind {
+            self.decoder.now_ns().min(clock_ns)
+        } else {
+            clock_ns
+        };
+        self.tick(now, out);
+    }
+
     /// The input ended: everything still pending is decided and comes out (unfinished TCP
     /// messages as malformed, open transactions as they stand), at most [`FINISH_BATCH`]
     /// transactions a call. True while some are left: hand `out` to the sinks and call it
@@ -276,3 +289,7 @@ impl Pipeline {
         }
     }
 }
+
+#[cfg(test)]
+#[path = "pipeline_tests.rs"]
+mod tests;

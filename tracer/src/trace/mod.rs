@@ -407,7 +407,7 @@ pub async fn run_live(
             &mut records,
             keep_sources.then_some(&mut sources),
         );
-        pipeline.tick(clock.now_ns(), &mut records);
+        pipeline.tick_live(clock.now_ns(), source.behind(), &mut records);
         if hold {
             pipeline.hold_packet_records(false);
             sinks.packet_records_held(pipeline.take_held_packet_records());
@@ -501,7 +501,7 @@ pub async fn run_live(
                 &mut records,
                 keep_sources.then_some(&mut sources),
             );
-            pipeline.tick(clock.now_ns(), &mut records);
+            pipeline.tick_live(clock.now_ns(), source.behind(), &mut records);
             pipeline.take_shed_changes(&mut shed_changes);
             shedder.apply(&mut maps, &mut shed_changes);
             annotate_pods(&mut records, &output_names);
