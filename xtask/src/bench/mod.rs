@@ -310,5 +310,24 @@ fn measure(dnspath: &Path, path: &Path, o: &Options, size: u64, tshark: &str) ->
             tshark_t / t.as_secs_f64().max(1e-9)
         );
     }
+    // Issue #29's offline goals (one `analyze` is one reading thread: per core).
+    for (i, what, target) in [
+        (1, "analyze, decode only: ≥ 1M packets/s", 1e6),
+        (0, "analyze, correlation and JSON: ≥ 500k packets/s", 5e5),
+    ] {
+        let r = rate(medians[i]);
+        let shown = format!("{r:.0} packets/s");
+        println!("{}", crate::live::goal(what, &shown, r, target, false));
+    }
+    println!(
+        "{}",
+        crate::live::goal(
+            "analyze -o json: ≥ 20× tshark's speed",
+            &format!("{:.1}×", tshark_t / medians[0].as_secs_f64().max(1e-9)),
+            tshark_t / medians[0].as_secs_f64().max(1e-9),
+            20.0,
+            false
+        )
+    );
     Ok(())
 }

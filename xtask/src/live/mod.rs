@@ -46,6 +46,31 @@ impl Default for LiveOptions {
     }
 }
 
+/// One of the project's performance goals (README, "Targets") next to the figure measured:
+/// `value` against `target` (`at_most`: lower is better), with how far it is missed.
+pub(crate) fn goal(what: &str, shown: &str, value: f64, target: f64, at_most: bool) -> String {
+    let met = if at_most {
+        value <= target
+    } else {
+        value >= target
+    };
+    let verdict = if met {
+        "met".to_string()
+    } else if at_most {
+        format!("missed by {:.2}×", value / target.max(1e-9))
+    } else {
+        format!("missed by {:.2}×", target / value.max(1e-9))
+    };
+    format!("  goal: {what:<52} {shown:>18}  {verdict}")
+}
+
+/// A goal of nothing lost: `lost` of `of`.
+pub(crate) fn goal_no_loss(what: &str, lost: u64, of: u64) -> String {
+    let verdict = if lost == 0 { "met" } else { "missed" };
+    let shown = format!("{} of {} lost", thousands(lost), thousands(of));
+    format!("  goal: {what:<52} {shown:>18}  {verdict}")
+}
+
 fn thousands(n: u64) -> String {
     let s = n.to_string();
     let mut out = String::new();

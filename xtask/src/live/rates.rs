@@ -477,6 +477,60 @@ fn print_rate(rate: u32, seconds: u64, rows: &[(Mode, Row)]) {
         println!("{line}");
         print_progs(&r.progs);
     }
+    print_goals(rate, rows);
+}
+
+/// The goals of issues #29 and #26 at this rate, each next to its figure of this run.
+fn print_goals(rate: u32, rows: &[(Mode, Row)]) {
+    use super::{goal, goal_no_loss};
+    let row = |mode| rows.iter().find(|(m, _)| *m == mode).map(|(_, r)| r);
+    let agent_us = row(Mode::Agent).and_then(Row::tool_us_per_query);
+    if let Some(r) = row(Mode::Agent) {
+        if let Some(us) = agent_us {
+            let ratio = us / per_query_us(r.servers_cpu_s, r.perf.completed).max(1e-9);
+            let shown = format!("{ratio:.2}×");
+            println!(
+                "{}",
+                goal(
+                    "agent CPU/query ≤ 0.5× the dnsmasq pods'",
+                    &shown,
+                    ratio,
+                    0.5,
+                    true
+                )
+            );
+        }
+        if let Some(c) = r.captured {
+            let lost = r.lost.unwrap_or(0);
+            println!("{}", goal_no_loss("agent: no packet lost", lost, lost + c));
+        }
+        if let Some(kib) = r.rss_kib {
+            let mib = kib as f64 / 1024.0;
+            let what = format!("agent VmRSS ≤ 64 MiB (the goal's rate: 20k qps; {rate})");
+            println!("{}", goal(&what, &format!("{mib:.0} MiB"), mib, 64.0, true));
+        }
+    }
+    if let Some(c) = row(Mode::Trace).and_then(|r| Some((r.captured?, r.lost.unwrap_or(0)))) {
+        println!(
+            "{}",
+            goal_no_loss("trace --all-netns -o json: no packet lost", c.1, c.0 + c.1)
+        );
+    }
+    for mode in [Mode::AgentOtlpTenth, Mode::AgentOtlp] {
+        let (Some(sample), Some(us), Some(a)) = (
+            mode.otlp_sample(),
+            row(mode).and_then(Row::tool_us_per_query),
+            agent_us,
+        ) else {
+            continue;
+        };
+        let ratio = us / a.max(1e-9);
+        let what = format!("agent --otlp-sample {sample}: ≤ 1.10× the agent's CPU");
+        println!(
+            "{}",
+            goal(&what, &format!("{ratio:.2}×"), ratio, 1.10, true)
+        );
+    }
 }
 
 pub(super) fn run_live(dnspath: &Path, o: &LiveOptions) -> crate::Result<()> {
@@ -494,7 +548,7 @@ pub(super) fn run_live(dnspath: &Path, o: &LiveOptions) -> crate::Result<()> {
     // Warm both pods' caches (the Service picks a pod at random per flow).
     dnsperf(&lab, &queries, 1_000, 1)?;
     // The OTLP receiver of the `--otlp` row, as the soak starts it; given time to listen.
-    let receiver = super::soak::Receiver::start(&lab);
+    let mut receiver = super::soak::Receiver::start(&lab);
     if receiver.is_some() {
         thread::sleep(Duration::from_secs(10));
     }
@@ -512,6 +566,11 @@ pub(super) fn run_live(dnspath: &Path, o: &LiveOptions) -> crate::Result<()> {
             if mode.otlp_sample().is_some() && setup.otlp.is_none() {
                 eprintln!("bench: live: no Phoenix (`cargo xtask setup`): no --otlp row");
                 continue;
+            }
+            // An exporting row starts with a receiver that takes what it is sent, not one
+            // still ingesting the last row's spans.
+            if let (Some(_), Some(r)) = (mode.otlp_sample(), receiver.as_mut()) {
+                r.restart_for_row();
             }
             eprintln!("bench: live: {} at {rate} qps", mode.label());
             rows.push((mode, measure(&setup, mode, rate, o)?));

@@ -253,6 +253,26 @@ impl Receiver {
     pub(super) fn url(&self) -> String {
         format!("http://127.0.0.1:{}", self.http)
     }
+    /// A receiver that takes what it is sent, for the next bench row: Phoenix ingests a
+    /// 10 s export's spans for minutes after the load ends (~170 spans/s on the bench's 2
+    /// cores) and takes nothing meanwhile, so it is started again, its backlog dropped, and
+    /// given time to listen. One that had exited says why (its log's end).
+    pub(super) fn restart_for_row(&mut self) {
+        if let Some(status) = self
+            .child
+            .as_mut()
+            .and_then(|c| c.try_wait().ok().flatten())
+        {
+            let log = fs::read_to_string(self.dir.join("phoenix.log")).unwrap_or_default();
+            let tail: Vec<&str> = log.lines().rev().take(5).collect();
+            eprintln!(
+                "bench: Phoenix had exited ({status}); its log ended:\n{}",
+                tail.into_iter().rev().collect::<Vec<_>>().join("\n")
+            );
+        }
+        self.restart();
+        thread::sleep(Duration::from_secs(10));
+    }
     fn restart(&mut self) {
         self.kill();
         let log = fs::File::create(self.dir.join("phoenix.log")).ok();

@@ -1,4 +1,4 @@
-use super::{dnsperf::parse_dnsperf, rates::metric, thousands};
+use super::{dnsperf::parse_dnsperf, goal, goal_no_loss, rates::metric, thousands};
 
 #[test]
 fn dnsperf_output_is_parsed() {
@@ -110,4 +110,17 @@ fn loop_reports_tell_a_loop_reported_twice_from_a_question_asked_again() {
             again_while_active: 1,
         }
     );
+}
+
+/// A goal says met only when the figure is on the right side of its target, and by how
+/// much it is missed otherwise, in both directions.
+#[test]
+fn goals_say_met_or_by_how_much_they_are_missed() {
+    assert!(goal("cpu", "0.40×", 0.4, 0.5, true).ends_with("  met"));
+    assert!(goal("cpu", "0.50×", 0.5, 0.5, true).ends_with("  met"));
+    assert!(goal("cpu", "1.10×", 1.1, 0.5, true).ends_with("missed by 2.20×"));
+    assert!(goal("rate", "2M", 2e6, 1e6, false).ends_with("  met"));
+    assert!(goal("rate", "250k", 2.5e5, 1e6, false).ends_with("missed by 4.00×"));
+    assert!(goal_no_loss("loss", 0, 1000).ends_with("0 of 1,000 lost  met"));
+    assert!(goal_no_loss("loss", 12, 1000).ends_with("12 of 1,000 lost  missed"));
 }
