@@ -25,8 +25,9 @@ pub struct HopRecord {
     /// Display names of the namespace and interface.
     pub netns: Arc<str>,
     pub ifname: Arc<str>,
+    /// The pod where it was seen, shared with the node's names (`None`: no pod known).
     #[serde(flatten)]
-    pub pod: PodRef,
+    pub pod: Option<Arc<PodRef>>,
     pub dir: Direction,
     #[serde(serialize_with = "serialize_addr")]
     pub src: SocketAddr,
@@ -42,18 +43,33 @@ pub struct HopRecord {
     pub tunnel: Option<Arc<crate::decode::tunnel::Tunnel>>,
 }
 
+impl HopRecord {
+    /// The pod where it was seen (all fields unset where none is known).
+    pub fn pod_ref(&self) -> &PodRef {
+        crate::decode::record::pod_or_none(&self.pod)
+    }
+}
+
 /// The kernel drop that ended a leg.
 #[derive(Clone, Debug, Serialize)]
 pub struct LegDrop {
     pub ts_ns: u64,
     pub netns: Arc<str>,
     pub ifname: Arc<str>,
+    /// Shared, as a hop's (`None`: no pod known).
     #[serde(flatten)]
-    pub pod: PodRef,
+    pub pod: Option<Arc<PodRef>>,
     pub reason: String,
     pub location: String,
     /// The response was dropped (not the query).
     pub response: bool,
+}
+
+impl LegDrop {
+    /// The pod where it was dropped (all fields unset where none is known).
+    pub fn pod_ref(&self) -> &PodRef {
+        crate::decode::record::pod_or_none(&self.pod)
+    }
 }
 
 /// How a leg's hops were joined: written as `same-tuple`, `conntrack`, `fallback`.
@@ -562,7 +578,8 @@ impl RecordKind for TransactionRecord {
     fn any_pod(&self, f: &mut dyn FnMut(&PodRef) -> bool) -> bool {
         f(&self.pod)
             || self.legs.iter().any(|l| {
-                l.hops.iter().any(|h| f(&h.pod)) || l.drop.as_ref().is_some_and(|d| f(&d.pod))
+                l.hops.iter().any(|h| f(h.pod_ref()))
+                    || l.drop.as_ref().is_some_and(|d| f(d.pod_ref()))
             })
     }
     fn any_question(&self, f: &mut dyn FnMut(&str, RrType) -> bool) -> bool {
@@ -595,10 +612,10 @@ impl RecordKind for TransactionRecord {
     fn annotate_pods(&mut self, names: &Names) {
         for leg in &mut self.legs {
             for h in &mut leg.hops {
-                h.pod = names.pod_of(&h.netns, &h.ifname);
+                h.pod = names.pod_ref_at(&h.netns, &h.ifname).cloned();
             }
             if let Some(d) = &mut leg.drop {
-                d.pod = names.pod_of(&d.netns, &d.ifname);
+                d.pod = names.pod_ref_at(&d.netns, &d.ifname).cloned();
             }
         }
         self.pod = names.pod_of(&self.client_netns, "");
@@ -608,7 +625,7 @@ impl RecordKind for TransactionRecord {
             if let Some(h) = self.legs.first().and_then(|l| l.hops.first()) {
                 self.pod = PodRef {
                     pod_veth: false,
-                    ..h.pod.clone()
+                    ..h.pod_ref().clone()
                 };
             }
         }

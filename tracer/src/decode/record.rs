@@ -151,7 +151,7 @@ pub struct PacketRecord {
 }
 
 /// The pod of a record that may have none.
-fn pod_or_none(pod: &Option<Arc<PodRef>>) -> &PodRef {
+pub(crate) fn pod_or_none(pod: &Option<Arc<PodRef>>) -> &PodRef {
     pod.as_deref().unwrap_or(&PodRef::NONE)
 }
 

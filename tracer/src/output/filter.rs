@@ -452,7 +452,10 @@ mod tests {
     #[test]
     fn transaction_matches_when_any_hop_does() {
         let mut t = transaction("answered", "NOERROR", Some(2));
-        t.legs[0].hops[1].pod.pod = Some("kube-system/coredns-a".into());
+        t.legs[0].hops[1].pod = Some(std::sync::Arc::new(PodRef {
+            pod: Some("kube-system/coredns-a".into()),
+            ..PodRef::default()
+        }));
         let f = filter(|s| s.pods = vec!["kube-system/*".into()]);
         assert!(f.keep(&Record::Transaction(Box::new(t.clone()))));
         let f = filter(|s| s.pods = vec!["default/*".into()]);

@@ -46,4 +46,74 @@ mod tests {
         assert_eq!(r.container.as_deref(), Some("coredns"));
         assert!(r.pod_veth);
     }
+
+    /// A transaction's hops and drop share the names' pod (a reference count, not four
+    /// strings copied a hop); a client seen only at its pod's veth is that pod, not a veth.
+    #[test]
+    fn transaction_hops_share_the_pod_of_their_place() {
+        use crate::{agent::fixtures, correlate::LegRole, event::Direction};
+        let mut names = Names::default();
+        names.learn(1, "host", 5, "veth-a");
+        let pod = Arc::new(Pod {
+            uid: "u-1".into(),
+            label: Some("default/client-1".into()),
+            container: None,
+            container_id: None,
+        });
+        names.set_pods(
+            HashMap::new(),
+            HashMap::from([((1, "veth-a".to_string()), pod)]),
+        );
+        let mut leg = fixtures::leg(
+            LegRole::Query,
+            "10.244.1.2:40000",
+            "10.96.0.10:53",
+            "10.244.1.3:53",
+            Some("NOERROR"),
+            Some(1_000),
+        );
+        let at = |netns: &str, ifname: &str, qr| {
+            let mut h = fixtures::hop(
+                1,
+                netns,
+                Direction::Ingress,
+                "10.244.1.2:40000",
+                "10.96.0.10:53",
+                qr,
+                None,
+            );
+            h.ifname = ifname.into();
+            h
+        };
+        leg.hops = vec![at("host", "veth-a", false), at("host", "eth0", false)];
+        leg.drop = Some(crate::output::record::LegDrop {
+            ts_ns: 2,
+            netns: "host".into(),
+            ifname: "veth-a".into(),
+            pod: None,
+            reason: "NETFILTER_DROP".into(),
+            location: "nf_hook_slow".into(),
+            response: true,
+        });
+        let mut r = Record::Transaction(Box::new(fixtures::transaction(
+            "www.lab.test.",
+            "A",
+            "10.244.1.2:40000",
+            Some("NOERROR"),
+            vec![leg],
+        )));
+        annotate(&mut r, &names);
+        let Record::Transaction(t) = r else {
+            unreachable!()
+        };
+        let shared = names.pod_ref_at("host", "veth-a").unwrap();
+        let hops = &t.legs[0].hops;
+        assert!(Arc::ptr_eq(hops[0].pod.as_ref().unwrap(), shared));
+        assert!(hops[0].pod_ref().pod_veth);
+        assert!(hops[1].pod.is_none(), "the node's eth0 is no pod's");
+        let drop = t.legs[0].drop.as_ref().unwrap();
+        assert!(Arc::ptr_eq(drop.pod.as_ref().unwrap(), shared));
+        assert_eq!(t.pod.pod.as_deref(), Some("default/client-1"));
+        assert!(!t.pod.pod_veth);
+    }
 }

@@ -192,7 +192,7 @@ fn leg_line(l: &LegRecord) -> String {
                 esc(rc.as_deref().unwrap_or("")),
                 esc(&d.reason),
                 esc(&d.location),
-                at(&d.netns, &d.ifname, &d.pod)
+                at(&d.netns, &d.ifname, d.pod_ref())
             ),
             None => "LATE".to_string(),
         },
@@ -201,7 +201,7 @@ fn leg_line(l: &LegRecord) -> String {
                 "DROPPED {} at {} ({})",
                 esc(&d.reason),
                 esc(&d.location),
-                at(&d.netns, &d.ifname, &d.pod)
+                at(&d.netns, &d.ifname, d.pod_ref())
             ),
             None => "DROPPED".to_string(),
         },
@@ -258,7 +258,7 @@ fn hops_line(l: &LegRecord) -> String {
         };
         parts.push(format!(
             "{arrow}{}{} {dir} +{}",
-            at(&h.netns, &h.ifname, &h.pod),
+            at(&h.netns, &h.ifname, h.pod_ref()),
             tunnel(h.tunnel.as_deref()),
             dur(h.ts_ns.saturating_sub(start))
         ));

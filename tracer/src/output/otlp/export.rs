@@ -478,12 +478,11 @@ pub fn record_bytes(tx: &TransactionRecord) -> usize {
     let legs = tx.legs.iter().map(|l: &LegRecord| {
         // The allocator's size classes round a vector up to an eighth.
         l.hops.capacity() * size_of::<HopRecord>() * 9 / 8
-            + l.hops.iter().map(|h| pod(&h.pod)).sum::<usize>()
             + strings(&l.answers)
             + opt(&l.rcode)
             + l.drop
                 .as_ref()
-                .map_or(0, |d| string(&d.reason) + string(&d.location) + pod(&d.pod))
+                .map_or(0, |d| string(&d.reason) + string(&d.location))
             + l.closes_loop.as_ref().map_or(0, |lp| {
                 size_of::<crate::correlate::record::LegLoop>()
                     + lp.cycle.capacity() * size_of::<usize>()

@@ -415,7 +415,7 @@ fn hop_event(sc: &mut Scratch, h: &HopRecord, index: usize, wall: &Wall, node: O
     );
     wire::kv_str(out, T, "dnspath.src", shown_addr(&mut sc.text, h.src));
     wire::kv_str(out, T, "dnspath.dst", shown_addr(&mut sc.text, h.dst));
-    if let Some(p) = &h.pod.pod {
+    if let Some(p) = &h.pod_ref().pod {
         wire::kv_str(out, T, "dnspath.pod", p);
     }
     if let Some(n) = node {
@@ -446,7 +446,10 @@ pub fn client_is_local(tx: &TransactionRecord) -> bool {
     let Some(h) = leg.hops.first() else {
         return true;
     };
-    h.dir != Direction::Ingress || h.pod.pod_veth || h.dst != leg.backend || tx.pod.pod.is_some()
+    h.dir != Direction::Ingress
+        || h.pod_ref().pod_veth
+        || h.dst != leg.backend
+        || tx.pod.pod.is_some()
 }
 
 fn leg_error(l: &LegRecord) -> Option<String> {
@@ -742,7 +745,7 @@ pub fn write(
                 error = error.or_else(|| Some("forwarding loop".into()));
             }
             let (pod, netns) = match l.hops.first() {
-                Some(h) => (&h.pod, h.netns.as_ref()),
+                Some(h) => (h.pod_ref(), h.netns.as_ref()),
                 None => (&tx.pod, tx.client_netns.as_ref()),
             };
             let head = Head {
@@ -792,7 +795,7 @@ pub fn write(
                 start: s_start,
                 end: s_end.max(s_start),
             };
-            let at = start_span(req, sc, (&d.pod, d.netns.as_ref(), node), &head);
+            let at = start_span(req, sc, (d.pod_ref(), d.netns.as_ref(), node), &head);
             req.spans.extend_from_slice(&sc.attrs);
             let qk = hex(&mut sc.text, &ids.query_key);
             wire::kv_str(&mut req.spans, A, "dnspath.query_key", qk);
@@ -939,7 +942,7 @@ fn delivery(l: &LegRecord) -> Option<&HopRecord> {
     l.hops
         .iter()
         .rfind(|h| !h.qr)
-        .filter(|h| h.dst == l.backend && (h.dir != Direction::Egress || h.pod.pod_veth))
+        .filter(|h| h.dst == l.backend && (h.dir != Direction::Egress || h.pod_ref().pod_veth))
 }
 
 #[cfg(test)]

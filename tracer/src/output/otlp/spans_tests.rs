@@ -262,11 +262,19 @@ fn redaction_leaves_no_name() {
 /// Traced in the node's namespace only: the client's query arrives from its pod's veth
 /// (ingress, still to the Service) and is handed to CoreDNS's veth (egress): a client of this
 /// node, served here.
+/// A pod's veth on the node side, its pod unknown.
+fn veth() -> std::sync::Arc<PodRef> {
+    std::sync::Arc::new(PodRef {
+        pod_veth: true,
+        ..PodRef::default()
+    })
+}
+
 #[test]
 fn node_namespace_only_is_still_a_local_client() {
     let mut t = tx(Direction::Egress);
     t.legs[0].hops[0].dir = Direction::Ingress;
-    t.legs[0].hops[1].pod.pod_veth = true;
+    t.legs[0].hops[1].pod = Some(veth());
     t.legs[0].hops.remove(2);
     let (_, spans) = build(&SpanConfig::default(), &t);
     let root = by_name(&spans, "DNS A");
@@ -277,7 +285,7 @@ fn node_namespace_only_is_still_a_local_client() {
         .any(|p| p.span.name == "serve A" && p.span.parent_span_id == query.span_id));
     // A direct query to a pod address, arriving from a pod's veth: local too.
     let mut t = tx(Direction::Ingress);
-    t.legs[0].hops[0].pod.pod_veth = true;
+    t.legs[0].hops[0].pod = Some(veth());
     let (_, spans) = build(&SpanConfig::default(), &t);
     assert!(spans.iter().any(|p| p.span.name == "DNS A"));
 }
