@@ -319,15 +319,11 @@ fn measure(dnspath: &Path, path: &Path, o: &Options, size: u64, tshark: &str) ->
         let shown = format!("{r:.0} packets/s");
         println!("{}", crate::live::goal(what, &shown, r, target, false));
     }
+    let speed = tshark_t / medians[0].as_secs_f64().max(1e-9);
+    let what = "analyze -o json: ≥ 20× tshark's speed";
     println!(
         "{}",
-        crate::live::goal(
-            "analyze -o json: ≥ 20× tshark's speed",
-            &format!("{:.1}×", tshark_t / medians[0].as_secs_f64().max(1e-9)),
-            tshark_t / medians[0].as_secs_f64().max(1e-9),
-            20.0,
-            false
-        )
+        crate::live::goal(what, &format!("{speed:.1}×"), speed, 20.0, false)
     );
     Ok(())
 }

@@ -547,11 +547,9 @@ pub(super) fn run_live(dnspath: &Path, o: &LiveOptions) -> crate::Result<()> {
         .collect();
     // Warm both pods' caches (the Service picks a pod at random per flow).
     dnsperf(&lab, &queries, 1_000, 1)?;
-    // The OTLP receiver of the `--otlp` row, as the soak starts it; given time to listen.
+    // The OTLP receiver of the export rows, as the soak starts it; each export row starts
+    // it again and gives it time to listen (`Receiver::restart_for_row`).
     let mut receiver = super::soak::Receiver::start(&lab);
-    if receiver.is_some() {
-        thread::sleep(Duration::from_secs(10));
-    }
     let setup = Setup {
         lab: &lab,
         truth: Truth::install(&lab)?,

@@ -259,9 +259,6 @@ fn redaction_leaves_no_name() {
     assert!(String::from_utf8_lossy(&bytes).contains("secret.lab.test."));
 }
 
-/// Traced in the node's namespace only: the client's query arrives from its pod's veth
-/// (ingress, still to the Service) and is handed to CoreDNS's veth (egress): a client of this
-/// node, served here.
 /// A pod's veth on the node side, its pod unknown.
 fn veth() -> std::sync::Arc<PodRef> {
     std::sync::Arc::new(PodRef {
@@ -270,6 +267,9 @@ fn veth() -> std::sync::Arc<PodRef> {
     })
 }
 
+/// Traced in the node's namespace only: the client's query arrives from its pod's veth
+/// (ingress, still to the Service) and is handed to CoreDNS's veth (egress): a client of this
+/// node, served here.
 #[test]
 fn node_namespace_only_is_still_a_local_client() {
     let mut t = tx(Direction::Egress);
