@@ -1,4 +1,4 @@
-//! dnspath's library: the pipeline's stages (see README's Layout). Modules used only inside
+//! dnspath's library: the pipeline's stages (see docs/layout.md). Modules used only inside
 //! the crate are `pub(crate)`, and `unreachable_pub` keeps their items from claiming more.
 #![warn(unreachable_pub)]
 

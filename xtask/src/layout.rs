@@ -1,13 +1,13 @@
-//! README.md's "Layout" lists the tree, one line a file or folder: this test fails on a listed
-//! path that does not exist, and on a file or folder missing from a folder whose files are
-//! listed (but `mod.rs` and unit tests: `tests.rs`, `*_tests.rs`), so the list cannot drift.
+//! docs/layout.md's "Layout" lists the tree, one line a file or folder: this test fails on a
+//! listed path that does not exist, and on a file or folder missing from a folder whose files
+//! are listed (but `mod.rs` and unit tests: `tests.rs`, `*_tests.rs`), so the list cannot drift.
 use std::{
     collections::BTreeSet,
     fs,
     path::{Path, PathBuf},
 };
 
-const README: &str = include_str!("../../README.md");
+const LAYOUT: &str = include_str!("../../docs/layout.md");
 
 fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -19,11 +19,11 @@ fn root() -> PathBuf {
 /// The paths the section's code block lists (folders end in `/`): each line a name, indented
 /// two spaces a level under its folder, then what it is.
 fn listed() -> Vec<String> {
-    let section = README
+    let section = LAYOUT
         .split("\n## Layout\n")
         .nth(1)
         .and_then(|s| s.split("\n## ").next())
-        .expect("README.md has a \"## Layout\" section");
+        .expect("docs/layout.md has a \"## Layout\" section");
     let block = section
         .split("```")
         .nth(1)
@@ -70,7 +70,7 @@ fn must_list(dir: &Path) -> Vec<String> {
 }
 
 #[test]
-fn readme_layout_matches_the_tree() {
+fn layout_matches_the_tree() {
     let root = root();
     let listed = listed();
     let set: BTreeSet<&str> = listed.iter().map(String::as_str).collect();
@@ -87,7 +87,7 @@ fn readme_layout_matches_the_tree() {
         .collect();
     assert!(
         absent.is_empty(),
-        "README Layout lists what is not there: {absent:?}"
+        "docs/layout.md lists what is not there: {absent:?}"
     );
     // The folders whose files are listed: the top, and every folder with a line under it.
     let mut open: BTreeSet<&str> = BTreeSet::from([""]);
@@ -112,7 +112,7 @@ fn readme_layout_matches_the_tree() {
     }
     assert!(
         missing.is_empty(),
-        "missing from README Layout: {missing:?}"
+        "missing from docs/layout.md: {missing:?}"
     );
     // The test sees what it is about.
     assert!(set.contains("tracer/src/correlate/index.rs"));
