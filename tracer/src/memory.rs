@@ -2,7 +2,7 @@
 //!
 //! mimalloc: decoding and correlating allocate and free a few dozen small blocks per
 //! packet, and glibc's malloc/free spent about a quarter of a run's instructions on them
-//! (README, Performance). mimalloc returns freed memory to the system some time after it
+//! (docs/performance.md). mimalloc returns freed memory to the system some time after it
 //! is freed, on a later allocation; start-up's big, short-lived parses of the kernel's BTF
 //! (tens of MiB each) would then add up to a peak of resident memory twice what they need,
 //! so [`release_freed`] hands them back at once.

@@ -46,8 +46,8 @@ impl Default for LiveOptions {
     }
 }
 
-/// One of the project's performance goals (README, "Targets") next to the figure measured:
-/// `value` against `target` (`at_most`: lower is better), with how far it is missed.
+/// One of the project's performance goals (docs/performance.md, "Targets") next to the figure
+/// measured: `value` against `target` (`at_most`: lower is better), with how far it is missed.
 pub(crate) fn goal(what: &str, shown: &str, value: f64, target: f64, at_most: bool) -> String {
     let met = if at_most {
         value <= target
