@@ -47,7 +47,7 @@ pub fn run_all(extra: &[String]) -> Result<()> {
     }
     // The kernels nodes run, whatever the tests above said.
     let matrix = vm::run_matrix(&bin, &[]);
-    // A short fuzz campaign of every target, seeded (the long ones are recorded in README).
+    // A short fuzz campaign of every target, seeded (the long campaigns: docs/fuzzing.md).
     let fuzz = fuzz::run_targets(30, Some(fuzz::CI_SEED), &[]);
     let failed: Vec<String> = [tests, matrix, fuzz]
         .into_iter()
