@@ -4,7 +4,7 @@
 #
 # Offline, on the project's machines, `cargo xtask image` builds the same image with buildah
 # from scratch (the binary and the libraries ldd names for it); deploy/daemonset.yaml runs
-# it. README.md, "Deploy".
+# it. docs/deploy.md.
 
 # Build: Debian 12 with rustup, plus what `cargo xtask setup` installs (Debian's rustc-web
 # with a prebuilt core for bpfel as the `debian-bpf` toolchain, bpf-linker against LLVM 22,
