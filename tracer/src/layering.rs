@@ -1,4 +1,4 @@
-//! The module graph points one way (docs: STYLE.md, "Shape of the userspace pipeline"):
+//! The module graph points one way (docs/style.md, "Shape of the userspace pipeline"):
 //! event → decode → correlate → detect (loops, races) → output (records, the sink trait)
 //! → evidence (pcapng sinks) and pipeline → the modes, with shared pieces (time, host, names,
 //! kallsyms, kube, conntrack status) below them all.
