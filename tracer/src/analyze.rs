@@ -32,9 +32,10 @@ use crate::{
         sink::{Sink, Sinks},
         text::TextSink,
         writer::{RecordsOut, WriterSink},
-        Format, JsonSink, Record, View,
+        Format, JsonSink, View,
     },
     pipeline::{Pipeline, PipelineConfig, TICK_NS},
+    runner::{stop::StopPolicy, Runner, Tick},
     source::file::{CaptureFormat, FileError, FileProgress, FileSource, LinkSkips},
     time::Clock,
 };
@@ -340,7 +341,7 @@ pub fn analyze_source<R: std::io::Read>(
         Default::default(),
     );
     // Without conntrack, hops across DNAT are joined by the fallback method.
-    let mut pipeline = Pipeline::new(
+    let pipeline = Pipeline::new(
         decoder,
         PipelineConfig {
             transactions: opts.view.transactions(),
@@ -359,13 +360,15 @@ pub fn analyze_source<R: std::io::Read>(
     };
     let mut sinks = Sinks::new();
     sinks.push(writer);
-    let mut sources = Vec::new();
+    // Handed over in batches: the same output, the list's calls shared by many packets.
+    let mut runner = Runner::new(pipeline, names, &sinks, RECORDS_A_BATCH);
+    let mut policy = StopPolicy::default();
 
     let ports = PortSet::new(&opts.ports);
     let mut filter = PortFilter::new(&ports);
     let mut keep = |ip: &[u8]| filter.keep(ip);
 
-    let mut records: Vec<Record> = Vec::new();
+    let mut events: Vec<SourceEvent> = Vec::with_capacity(1);
     let mut stopped_by = None;
     // Capture time: the latest timestamp so far (files are mostly, not strictly, in order).
     let mut now: u64 = 0;
@@ -385,21 +388,17 @@ pub fn analyze_source<R: std::io::Read>(
             _ => now,
         };
         now = now.max(ts_ns);
-        pipeline.push(event, &mut records);
-        if now.saturating_sub(last_tick) >= TICK_NS {
-            pipeline.tick(now, &mut records);
+        events.push(event);
+        let tick = if now.saturating_sub(last_tick) >= TICK_NS {
             last_tick = now;
-        }
-        // Handed over in batches: the same output, the list's calls shared by many packets.
-        if records.len() >= RECORDS_A_BATCH {
-            sinks.batch(&mut records, &mut sources, None, now)?;
-        }
+            Tick::At(now)
+        } else {
+            Tick::No
+        };
+        runner.turn(&mut events, tick, &mut sinks, &mut policy, now)?;
     }
-    while pipeline.finish(now, &mut records) {
-        sinks.batch(&mut records, &mut sources, None, now)?;
-    }
-    sinks.batch(&mut records, &mut sources, None, now)?;
-    let mut stats = pipeline.stats();
+    runner.finish(now, &mut sinks, &mut policy)?;
+    let mut stats = runner.stats();
     sinks.finish(&mut stats, now)?;
     Ok(report_of(&source, filter.skipped, stats, stopped_by))
 }

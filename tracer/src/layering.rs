@@ -75,6 +75,12 @@ const LAYERS: &[(&str, &[&str])] = &[
         "pipeline",
         &["correlate", "decode", "detect", "event", "output", "time"],
     ),
+    // The one runner every mode drives: the pipeline, the enrich stage, the stop policy,
+    // the sinks.
+    (
+        "runner",
+        &["detect", "event", "names", "output", "pipeline"],
+    ),
     // The fuzz targets' harness: the pipeline with small tables, and its checks.
     (
         "fuzzing",
@@ -89,15 +95,9 @@ const LAYERS: &[(&str, &[&str])] = &[
             "time",
         ],
     ),
-    // The modes: what drives the pipeline from a source into sinks.
+    // The live engine: the kernel's programs and conntrack as the runner's source.
     (
-        "analyze",
-        &[
-            "decode", "event", "kallsyms", "names", "output", "pipeline", "source", "time",
-        ],
-    ),
-    (
-        "trace",
+        "engine",
         &[
             "conntrack",
             "correlate",
@@ -110,10 +110,20 @@ const LAYERS: &[(&str, &[&str])] = &[
             "names",
             "output",
             "pipeline",
+            "runner",
             "source",
             "time",
         ],
     ),
+    // The modes: a source and their sinks under the runner.
+    (
+        "analyze",
+        &[
+            "decode", "event", "kallsyms", "names", "output", "pipeline", "runner", "source",
+            "time",
+        ],
+    ),
+    ("trace", &["engine", "evidence", "output", "runner"]),
     // Findings: folded from the records and the node's files.
     (
         "doctor",
@@ -122,11 +132,12 @@ const LAYERS: &[(&str, &[&str])] = &[
             "correlate",
             "decode",
             "detect",
+            "engine",
             "event",
             "host",
             "kube",
             "output",
-            "trace",
+            "runner",
         ],
     ),
     // The DaemonSet mode: doctor's traffic findings over windows, as events and metrics.
@@ -138,12 +149,14 @@ const LAYERS: &[(&str, &[&str])] = &[
             "decode",
             "detect",
             "doctor",
+            "engine",
             "event",
             "kernel",
             "kube",
             "names",
             "output",
             "pipeline",
+            "runner",
             "source",
             "time",
             "trace",

@@ -10,6 +10,7 @@ pub mod decode;
 pub(crate) mod detect;
 pub mod doctor;
 pub(crate) mod ebpf;
+pub mod engine;
 pub mod event;
 pub mod evidence;
 /// The fuzz targets' entry into the pipeline (fuzz/): not an API.
@@ -23,6 +24,7 @@ pub(crate) mod memory;
 pub mod names;
 pub mod output;
 pub(crate) mod pipeline;
+pub mod runner;
 pub mod source;
 pub mod time;
 pub mod trace;

@@ -178,6 +178,11 @@ impl Names {
         self.pod_entry(ns, ifname).map(|((p, _), veth)| (p, veth))
     }
 
+    /// Some pod is known (live, after a scan found one): naming records is worth a lookup.
+    pub fn knows_pods(&self) -> bool {
+        !self.pods.is_empty() || !self.pod_veths.is_empty()
+    }
+
     /// [`Names::pod_at`] in record form, owned (all fields unset where no pod is known).
     pub fn pod_of(&self, ns: &str, ifname: &str) -> PodRef {
         self.pod_at(ns, ifname)

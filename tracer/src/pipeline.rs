@@ -1,12 +1,12 @@
-//! The one pipeline every mode drives: source events in, records out.
+//! The stages in order: source events in, records out.
 //!
 //! **decode** ([`Decoder`]: packets and drops → packet/drop records and typed observations)
 //! → **correlate** ([`Correlator`]: hops, legs, transactions) and **detect** ([`Detectors`],
 //! shown what the correlator sees: loops, races) → records for the sinks. What a detector
-//! asks of the stages before it ([`Control`]: shed a looping question) is applied here. `trace`, `analyze` and the agent differ only in their source and
-//! their sinks: each calls [`Pipeline::push`] per source event, [`Pipeline::tick`] as time
-//! passes and [`Pipeline::finish`] at the end until it says nothing is left, and writes
-//! what comes out.
+//! asks of the stages before it ([`Control`]: shed a looping question) is applied here.
+//! [`Pipeline::push`] takes a source event, [`Pipeline::tick`] tells it time passed, and
+//! [`Pipeline::finish`] ends it; every mode calls them through the one runner
+//! ([`crate::runner::Runner`]), which hands what comes out to the sinks.
 use crate::{
     correlate::{CorrelateConfig, Correlator, Observed},
     decode::{

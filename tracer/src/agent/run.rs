@@ -17,14 +17,16 @@ use super::{
     metrics::{Metrics, MetricsConfig},
 };
 use crate::{
+    engine::{self, LiveError, LiveSummary, RunOptions},
     event::KernelSetup,
     output::{
         queue::{self, QueuedLines},
         record::{Record, StatsRecord},
         sink::{Batch, Sink, Sinks},
     },
+    runner::stop::StopPolicy,
     time::Clock,
-    trace::{self, RunOptions, StopPolicy, TraceError, TraceSummary},
+    trace,
 };
 
 #[derive(Debug, thiserror::Error)]
@@ -32,7 +34,7 @@ pub enum AgentError {
     #[error(transparent)]
     Http(#[from] HttpError),
     #[error(transparent)]
-    Trace(#[from] TraceError),
+    Live(#[from] LiveError),
     #[error("event stream: {0}")]
     Events(#[from] EventsError),
 }
@@ -165,7 +167,7 @@ impl Sink for EventsSink {
 pub async fn run(
     mut opts: AgentOptions,
     out: impl Write + Send + 'static,
-) -> Result<TraceSummary, AgentError> {
+) -> Result<LiveSummary, AgentError> {
     // Every namespace of the node, unless named ones were asked for (`--netns`, a lab aid).
     opts.trace.attach.all_netns = opts.trace.attach.netns.is_empty();
     opts.trace.transactions = true;
@@ -200,7 +202,7 @@ pub async fn run(
         events_failed: None,
         netns_unreadable,
     }));
-    let result = trace::run_live(opts.trace, &mut sinks, &mut StopPolicy::default()).await;
+    let result = engine::run_live(opts.trace, &mut sinks, &mut StopPolicy::default()).await;
     if let Err(e) = server.stop().await {
         log::warn!("{e}");
     }

@@ -30,6 +30,7 @@ pub mod watch;
 mod fields;
 
 use crate::{
+    engine::{self, LiveError, RunOptions},
     event::KernelSetup,
     output::{
         self,
@@ -37,13 +38,13 @@ use crate::{
         sink::{Batch, Sink, Sinks},
         Format,
     },
-    trace::{self, RunOptions, StopPolicy, TraceError},
+    runner::stop::StopPolicy,
 };
 
 #[derive(Debug, thiserror::Error)]
 pub enum DoctorError {
     #[error(transparent)]
-    Trace(#[from] TraceError),
+    Live(#[from] LiveError),
     #[error("writing the report: {0}")]
     Io(#[from] std::io::Error),
     #[error("encoding the report: {0}")]
@@ -271,16 +272,17 @@ fn counter_findings(
     findings.extend(ct::findings(ct_before, &ct_after, &release, race_found));
 }
 
-/// The live half's sink: folds records, shows progress.
-struct DoctorSink {
-    watch: Watch,
-    stats: Option<StatsRecord>,
+/// The live half's sink: folds records into the caller's watch, shows progress.
+struct DoctorSink<'w> {
+    watch: &'w mut Watch,
+    /// The final counts, set at the end.
+    stats: &'w mut Option<StatsRecord>,
     progress: bool,
     started_ns: u64,
     duration: Duration,
 }
 
-impl Sink for DoctorSink {
+impl Sink for DoctorSink<'_> {
     fn started(&mut self, _setup: &KernelSetup, now_ns: u64) {
         self.started_ns = now_ns;
     }
@@ -304,7 +306,7 @@ impl Sink for DoctorSink {
         if self.progress {
             eprintln!();
         }
-        self.stats = Some(stats.clone());
+        *self.stats = Some(stats.clone());
         Ok(())
     }
 }
@@ -339,26 +341,27 @@ pub async fn run(opts: DoctorOptions, out: &mut dyn Write) -> Result<u8, DoctorE
             output::escape(&f.seen)
         );
     }
-    let mut sink = DoctorSink {
-        watch: Watch::default(),
-        stats: None,
+    let mut watch = Watch::default();
+    let mut final_stats = None;
+    let mut sinks = Sinks::new();
+    sinks.push(Box::new(DoctorSink {
+        watch: &mut watch,
+        stats: &mut final_stats,
         progress: opts.progress,
         started_ns: 0,
         duration: opts.duration,
-    };
-    let mut sinks = Sinks::new();
-    sinks.push(Box::new(&mut sink));
-    let summary = trace::run_live(opts.trace, &mut sinks, &mut StopPolicy::default()).await?;
+    }));
+    let summary = engine::run_live(opts.trace, &mut sinks, &mut StopPolicy::default()).await?;
     drop(sinks);
-    findings.extend(sink.watch.findings());
+    findings.extend(watch.findings());
     findings.extend(services::findings(&no_endpoints, &|a| {
-        sink.watch.more.queries_to(a)
+        watch.more.queries_to(a)
     }));
     counter_findings(&mut findings, &cgroups, &ct_before);
     rank(&mut findings);
-    checked.transactions = sink.watch.traffic.transactions;
-    checked.untracked = sink.watch.untracked();
-    let stats = sink.stats.unwrap_or(summary.stats);
+    checked.transactions = watch.traffic.transactions;
+    checked.untracked = watch.untracked();
+    let stats = final_stats.unwrap_or(summary.stats);
     checked.packets = stats.decode.packets;
     checked.drops = stats.decode.drops;
     let worst = findings.iter().map(|f| f.severity).max();

@@ -42,11 +42,8 @@ pub fn run(a: AgentArgs, kernel_log: bool) -> anyhow::Result<ExitCode> {
     a.capture.check()?;
     a.host_root.apply()?;
     let mut trace = RunOptions::node_wide(
-        a.capture.ports,
-        a.capture.snaplen,
+        a.capture.probe(kernel_log),
         a.timeout.timeout.positive("--timeout")?,
-        !a.capture.no_drops,
-        kernel_log,
         a.record.config()?,
     );
     if !a.netns.is_empty() {

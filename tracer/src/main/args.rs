@@ -3,7 +3,10 @@
 use std::path::PathBuf;
 
 use clap::Args;
-use dnspath::output::filter::{Filter, FilterSpec};
+use dnspath::{
+    kernel::ProbeOptions,
+    output::filter::{Filter, FilterSpec},
+};
 
 use crate::units::{parse_secs, parse_size, Secs};
 
@@ -33,6 +36,16 @@ pub struct CaptureArgs {
 }
 
 impl CaptureArgs {
+    /// What the kernel programs capture, with `-vv`'s `kernel_log`.
+    pub fn probe(&self, kernel_log: bool) -> ProbeOptions {
+        ProbeOptions {
+            ports: self.ports.clone(),
+            snaplen: self.snaplen,
+            drops: !self.no_drops,
+            kernel_log,
+        }
+    }
+
     /// Refuses a port that would capture nothing.
     pub fn check(&self) -> anyhow::Result<()> {
         if self.ports.contains(&0) {

@@ -4,6 +4,7 @@ use std::{io::IsTerminal, process::ExitCode};
 use clap::Args;
 use dnspath::{
     doctor::{self, DoctorOptions},
+    kernel::ProbeOptions,
     output::Format,
     trace::RunOptions,
 };
@@ -61,11 +62,13 @@ fn run_inner(a: DoctorArgs, kernel_log: bool) -> anyhow::Result<u8> {
         trace: RunOptions {
             duration: Some(duration),
             ..RunOptions::node_wide(
-                vec![53],
-                2048,
+                ProbeOptions {
+                    ports: vec![53],
+                    snaplen: crate::args::DEFAULT_SNAPLEN,
+                    drops: true,
+                    kernel_log,
+                },
                 timeout,
-                true,
-                kernel_log,
                 a.record.config()?,
             )
         },

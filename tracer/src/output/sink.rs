@@ -17,7 +17,7 @@
 //! and thread (output/queue.rs): a slow reader costs records at that sink, counted in
 //! `stats.sinks`, never packets of the ring buffer. When a run stops on its own (`--count`,
 //! `--until loop`) is not a sink's business but the runner's stop policy, beside the list
-//! (`trace::stop`); it tells the sinks how many of a batch's packet records are within
+//! (`runner::stop`); it tells the sinks how many of a batch's packet records are within
 //! `--count` ([`Batch::packets_allowed`]).
 //!
 //! **Adding a sink**: one file with a type that implements [`Sink`] (only [`Sink::batch`]
@@ -118,43 +118,6 @@ pub trait Sink {
     /// The run failed, or the output's reader went away: no `stats` record; what the sink
     /// holds is completed where it can be (pcapng files).
     fn abort(&mut self, _now_ns: u64) {}
-}
-
-/// A sink the caller keeps (doctor reads its findings after the run).
-impl<S: Sink + ?Sized> Sink for &mut S {
-    fn started(&mut self, setup: &KernelSetup, now_ns: u64) {
-        (**self).started(setup, now_ns);
-    }
-    fn wants_sources(&self) -> bool {
-        (**self).wants_sources()
-    }
-    fn enrich(&mut self, records: &mut [Record], now_ns: u64) {
-        (**self).enrich(records, now_ns);
-    }
-    fn packet_records(&self) -> PacketRecords {
-        (**self).packet_records()
-    }
-    fn packet_records_held(&mut self, n: u64) {
-        (**self).packet_records_held(n);
-    }
-    fn batch(&mut self, batch: Batch<'_>) -> io::Result<()> {
-        (**self).batch(batch)
-    }
-    fn batch_owned(&mut self, records: &mut Vec<Record>, batch: Batch<'_>) -> io::Result<()> {
-        (**self).batch_owned(records, batch)
-    }
-    fn stats(&self, stats: &mut StatsRecord) {
-        (**self).stats(stats);
-    }
-    fn periodic(&mut self, stats: &StatsRecord, now_ns: u64) {
-        (**self).periodic(stats, now_ns);
-    }
-    fn finish(&mut self, stats: &mut StatsRecord, now_ns: u64) -> io::Result<()> {
-        (**self).finish(stats, now_ns)
-    }
-    fn abort(&mut self, now_ns: u64) {
-        (**self).abort(now_ns);
-    }
 }
 
 /// The sinks of a run, in order: each turn's batch goes to every one.

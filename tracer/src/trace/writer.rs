@@ -80,7 +80,7 @@ mod tests {
         detect::loops::{LoopKind, LoopRecord, LoopState},
         output::record::{DropRecord, LookupRef, PacketRecord, QuestionRecord, TransactionRecord},
         output::{filter::Filter, writer::RecordsOut, Format, View},
-        trace::stop::StopPolicy,
+        runner::stop::StopPolicy,
     };
 
     /// Keeps what is written.
