@@ -150,8 +150,10 @@ pub(crate) fn netns_id(path: &Path) -> Option<(u64, u64)> {
 
 /// SIGKILLs every process whose network namespace is one of `netns` (ids from
 /// [`netns_id`]): descendants of lab processes, such as dnsmasq's per-TCP-connection
-/// children, that would otherwise keep a deleted namespace and its veths alive.
-/// Returns how many it killed.
+/// children, that would otherwise keep a deleted namespace and its veths alive. A `dnspath`
+/// is spared: another lab's tracer (`--all-netns`, the agent) enters every namespace of the
+/// machine for a moment while it scans, and is that lab's to stop; this lab's own were
+/// stopped by PID before. Returns how many it killed.
 pub(crate) fn kill_netns_members(netns: &[(u64, u64)]) -> usize {
     if netns.is_empty() {
         return 0;
@@ -170,6 +172,10 @@ pub(crate) fn kill_netns_members(netns: &[(u64, u64)]) -> usize {
         };
         let ns_path = entry.path().join("ns/net");
         if !netns_id(&ns_path).is_some_and(|id| netns.contains(&id)) {
+            continue;
+        }
+        let comm = std::fs::read_to_string(entry.path().join("comm")).unwrap_or_default();
+        if comm.trim_end() == "dnspath" {
             continue;
         }
         // Pin the process first, then check again that it is the one we listed: a PID

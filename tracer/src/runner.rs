@@ -47,6 +47,8 @@ pub(crate) struct Runner {
     /// The packets and drops of the records waiting, when a sink wants them.
     sources: Vec<Sourced>,
     keep_sources: bool,
+    /// Packet records held back since the last hand-over (no sink wanted them).
+    held: u64,
     /// Records wait until this many are decided (0: every turn hands over what it has).
     batch_at: usize,
 }
@@ -66,6 +68,7 @@ impl Runner {
             records: Vec::new(),
             sources: Vec::new(),
             keep_sources: sinks.wants_sources(),
+            held: 0,
             batch_at,
         }
     }
@@ -106,7 +109,7 @@ impl Runner {
         }
         if hold {
             self.pipeline.hold_packet_records(false);
-            sinks.packet_records_held(self.pipeline.take_held_packet_records());
+            self.held += self.pipeline.take_held_packet_records();
         }
         if self.records.len() >= self.batch_at {
             self.hand_over(sinks, policy, now_ns)?;
@@ -159,7 +162,8 @@ impl Runner {
     ) -> io::Result<()> {
         self.name_pods();
         let allowed = policy.admit(&self.records);
-        sinks.batch(&mut self.records, &mut self.sources, allowed, now_ns)
+        let held = std::mem::take(&mut self.held);
+        sinks.batch_with(&mut self.records, &mut self.sources, allowed, held, now_ns)
     }
 
     /// Names the pods of every place in the waiting records (one map lookup each), under

@@ -14,7 +14,7 @@ use crate::{
     names::SharedNames,
     output::{
         record::{PacketRecord, StatsRecord},
-        sink::{Batch, Sink, Source},
+        sink::{Batch, Sink, Source, Wants},
         Record,
     },
     time::Clock,
@@ -154,8 +154,11 @@ impl Evidence {
 }
 
 impl Sink for Evidence {
-    fn wants_sources(&self) -> bool {
-        true
+    fn wants(&self) -> Wants {
+        Wants {
+            sources: true,
+            ..Wants::default()
+        }
     }
 
     /// Incidents among the records start recorder files, and name them.

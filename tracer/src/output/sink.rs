@@ -21,7 +21,7 @@
 //! `--count` ([`Batch::packets_allowed`]).
 //!
 //! **Adding a sink**: one file with a type that implements [`Sink`] (only [`Sink::batch`]
-//! and [`Sink::finish`] are required; [`Sink::wants_sources`] if it wants the packets), and
+//! and [`Sink::finish`] are required; [`Sink::wants`] if it wants the packets), and
 //! one line where the mode assembles its list (`trace::output_sinks` for `trace`,
 //! `agent::run::run` for the agent): `sinks.push(Box::new(MySink::new(…)))`.
 use std::{io, ops::Range};
@@ -57,6 +57,11 @@ pub struct Batch<'a> {
     /// How many of this batch's packet records are within `--count`: those beyond were
     /// decided after it was reached and are not written. `None`: no limit.
     pub packets_allowed: Option<u64>,
+    /// Packet records not made since the last batch because no sink wanted them
+    /// ([`Sinks::hold_packet_records`]): a sink that does not ignore packet records (one
+    /// that refused them then, whether or not its queue has room since) counts them as its
+    /// own drops.
+    pub packet_records_held: u64,
     pub now_ns: u64,
 }
 
@@ -67,8 +72,29 @@ impl<'a> Batch<'a> {
     }
 }
 
+/// What a sink wants made for it ([`Sink::wants`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Wants {
+    /// The batches' sources ([`Batch::sources`]): only when a sink wants them are the
+    /// packets kept (asked once, when the run starts).
+    pub sources: bool,
+    /// What it would do with the packet records of whole messages made now (asked every
+    /// turn, before the turn's packets are decoded).
+    pub packet_records: PacketRecords,
+}
+
+impl Default for Wants {
+    /// No sources; packet records wanted (a sink that says nothing gets them).
+    fn default() -> Self {
+        Self {
+            sources: false,
+            packet_records: PacketRecords::Wanted,
+        }
+    }
+}
+
 /// What a sink would do with the packet records of whole messages made now
-/// ([`Sink::packet_records`]).
+/// ([`Wants::packet_records`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum PacketRecords {
     /// It writes or reads them (the default: a sink that says nothing gets them).
@@ -84,22 +110,15 @@ pub enum PacketRecords {
 pub trait Sink {
     /// Attached (live): what this kernel gave.
     fn started(&mut self, _setup: &KernelSetup, _now_ns: u64) {}
-    /// Whether this sink reads [`Batch::sources`]: only then are the packets kept.
-    fn wants_sources(&self) -> bool {
-        false
+    /// What this sink wants made for it: the sources, the packet records. When no sink
+    /// wants a turn's packet records and one refuses them, the decoder holds them back
+    /// ([`Sinks::hold_packet_records`]; [`Batch::packet_records_held`] says how many).
+    fn wants(&self) -> Wants {
+        Wants::default()
     }
     /// Before any sink sees the batch: what this sink writes into the records for every
     /// sink (the flight recorder's file of an incident).
     fn enrich(&mut self, _records: &mut [Record], _now_ns: u64) {}
-    /// Before a turn's packets are decoded: whether it wants their packet records. When no
-    /// sink wants them and one refuses them, the decoder holds them back
-    /// ([`Sinks::hold_packet_records`]).
-    fn packet_records(&self) -> PacketRecords {
-        PacketRecords::Wanted
-    }
-    /// Packet records held back while this sink refused them: dropped at this sink, to be
-    /// counted as its own drops.
-    fn packet_records_held(&mut self, _n: u64) {}
     /// Each turn: the records decided since the last one.
     fn batch(&mut self, batch: Batch<'_>) -> io::Result<()>;
     /// [`Sink::batch`] for the last sink of the list: `records` are the batch's (not in
@@ -153,31 +172,18 @@ impl<'a> Sinks<'a> {
 
     /// Some sink reads the batches' sources: the runner keeps them.
     pub fn wants_sources(&self) -> bool {
-        self.list.iter().any(|s| s.wants_sources())
+        self.list.iter().any(|s| s.wants().sources)
     }
 
     /// No sink wants packet records now: one refuses them (its queue is full), or every
     /// one ignores them (`trace`'s text, whose view has no packets). The turn's whole
-    /// messages may go without (the refused ones counted by [`Sinks::packet_records_held`]).
+    /// messages may go without (the refused ones counted from
+    /// [`Batch::packet_records_held`]).
     pub fn hold_packet_records(&self) -> bool {
         !self
             .list
             .iter()
-            .any(|s| s.packet_records() == PacketRecords::Wanted)
-    }
-
-    /// `n` packet records were held back (after [`Sinks::hold_packet_records`] said so):
-    /// each sink that does not ignore them — each one that refused them then, whether or
-    /// not its queue has room since — counts them as dropped.
-    pub fn packet_records_held(&mut self, n: u64) {
-        if n == 0 {
-            return;
-        }
-        for s in &mut self.list {
-            if s.packet_records() != PacketRecords::Ignored {
-                s.packet_records_held(n);
-            }
-        }
+            .any(|s| s.wants().packet_records == PacketRecords::Wanted)
     }
 
     pub fn started(&mut self, setup: &KernelSetup, now_ns: u64) {
@@ -196,6 +202,19 @@ impl<'a> Sinks<'a> {
         packets_allowed: Option<u64>,
         now_ns: u64,
     ) -> io::Result<()> {
+        self.batch_with(records, sources, packets_allowed, 0, now_ns)
+    }
+
+    /// [`Sinks::batch`], telling the sinks how many packet records were held back since the
+    /// last batch ([`Batch::packet_records_held`]).
+    pub fn batch_with(
+        &mut self,
+        records: &mut Vec<Record>,
+        sources: &mut Vec<Sourced>,
+        packets_allowed: Option<u64>,
+        packet_records_held: u64,
+        now_ns: u64,
+    ) -> io::Result<()> {
         for s in &mut self.list {
             s.enrich(records, now_ns);
         }
@@ -205,6 +224,7 @@ impl<'a> Sinks<'a> {
                 records,
                 sources,
                 packets_allowed,
+                packet_records_held,
                 now_ns,
             };
             for s in rest {
@@ -219,6 +239,7 @@ impl<'a> Sinks<'a> {
                     records: &[],
                     sources,
                     packets_allowed,
+                    packet_records_held,
                     now_ns,
                 },
             );

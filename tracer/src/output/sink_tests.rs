@@ -44,8 +44,11 @@ impl Probe {
 }
 
 impl Sink for Probe {
-    fn wants_sources(&self) -> bool {
-        self.enrich
+    fn wants(&self) -> Wants {
+        Wants {
+            sources: self.enrich,
+            ..Wants::default()
+        }
     }
     fn enrich(&mut self, records: &mut [Record], _now_ns: u64) {
         if !self.enrich {
@@ -214,17 +217,18 @@ fn a_failing_sink_still_lets_the_others_see_the_batch() {
     );
 }
 
-/// Answers [`Sink::packet_records`] as told and keeps what it was told was held back.
+/// Answers [`Wants::packet_records`] as told and keeps what it was told was held back.
 struct Asks(PacketRecords, Rc<RefCell<u64>>);
 
 impl Sink for Asks {
-    fn packet_records(&self) -> PacketRecords {
-        self.0
+    fn wants(&self) -> Wants {
+        Wants {
+            packet_records: self.0,
+            ..Wants::default()
+        }
     }
-    fn packet_records_held(&mut self, n: u64) {
-        *self.1.borrow_mut() += n;
-    }
-    fn batch(&mut self, _batch: Batch<'_>) -> io::Result<()> {
+    fn batch(&mut self, batch: Batch<'_>) -> io::Result<()> {
+        *self.1.borrow_mut() += batch.packet_records_held;
         Ok(())
     }
     fn finish(&mut self, _stats: &mut StatsRecord, _now_ns: u64) -> io::Result<()> {
@@ -233,7 +237,7 @@ impl Sink for Asks {
 }
 
 /// Packet records are held back only when no sink wants them (one refuses them, or all
-/// ignore them); those held are counted by every sink that does not ignore them.
+/// ignore them); every sink is told how many in the next batch.
 #[test]
 fn packet_records_are_held_only_when_no_sink_wants_them() {
     use PacketRecords::{Ignored, Refused, Wanted};
@@ -253,10 +257,11 @@ fn packet_records_are_held_only_when_no_sink_wants_them() {
             sinks.push(Box::new(Asks(*a, Rc::clone(c))));
         }
         assert_eq!(sinks.hold_packet_records(), hold, "{answers:?}");
-        sinks.packet_records_held(7);
-        for (a, c) in answers.iter().zip(&counts) {
-            let want = if *a == Ignored { 0 } else { 7 };
-            assert_eq!(*c.borrow(), want, "{answers:?}");
+        sinks
+            .batch_with(&mut Vec::new(), &mut Vec::new(), None, 7, 1)
+            .unwrap();
+        for c in &counts {
+            assert_eq!(*c.borrow(), 7, "{answers:?}");
         }
     }
 }

@@ -4,7 +4,7 @@
 use crate::output::{
     otlp::{Exporter, OtlpStats},
     record::StatsRecord,
-    sink::{Batch, PacketRecords, Sink},
+    sink::{Batch, PacketRecords, Sink, Wants},
     Record,
 };
 
@@ -34,8 +34,11 @@ impl OtlpSink {
 }
 
 impl Sink for OtlpSink {
-    fn packet_records(&self) -> PacketRecords {
-        PacketRecords::Ignored
+    fn wants(&self) -> Wants {
+        Wants {
+            packet_records: PacketRecords::Ignored,
+            ..Wants::default()
+        }
     }
     fn batch(&mut self, batch: Batch<'_>) -> std::io::Result<()> {
         if let Some(e) = &self.exporter {

@@ -7,7 +7,7 @@ use crate::output::{
     self,
     queue::{self, QueuedSink},
     record::StatsRecord,
-    sink::{Batch, PacketRecords, Sink},
+    sink::{Batch, PacketRecords, Sink, Wants},
     writer::RecordsOut,
     Record, RecordWriter,
 };
@@ -29,7 +29,7 @@ impl TraceWriter {
     }
 }
 
-impl Sink for TraceWriter {
+impl TraceWriter {
     /// Refused while the queue is full, if every packet record would be written (with a
     /// filter, some would not: those are not drops, so they are made and filtered).
     fn packet_records(&self) -> PacketRecords {
@@ -41,11 +41,25 @@ impl Sink for TraceWriter {
             PacketRecords::Wanted
         }
     }
-    fn packet_records_held(&mut self, n: u64) {
-        self.sink.queue().count_dropped(n);
+
+    /// Packet records held back while this sink did not ignore them: its drops.
+    fn count_held(&mut self, batch: &Batch<'_>) {
+        if batch.packet_records_held > 0 && !self.out.writes_no_packet() {
+            self.sink.queue().count_dropped(batch.packet_records_held);
+        }
+    }
+}
+
+impl Sink for TraceWriter {
+    fn wants(&self) -> Wants {
+        Wants {
+            packet_records: self.packet_records(),
+            ..Wants::default()
+        }
     }
     /// Not the last of the list: what is written is copied.
     fn batch(&mut self, batch: Batch<'_>) -> std::io::Result<()> {
+        self.count_held(&batch);
         let mut allowed = batch.packets_allowed;
         for r in batch.records {
             if self.out.keep(r, &mut allowed) {
@@ -55,6 +69,7 @@ impl Sink for TraceWriter {
         self.sink.flush()
     }
     fn batch_owned(&mut self, records: &mut Vec<Record>, batch: Batch<'_>) -> std::io::Result<()> {
+        self.count_held(&batch);
         self.out
             .write(records, batch.packets_allowed, &mut self.sink)
     }
@@ -362,11 +377,20 @@ mod tests {
             records: &[],
             sources: &[],
             packets_allowed: None,
+            packet_records_held: 0,
             now_ns: 0,
         };
         w.batch_owned(&mut batch, b).unwrap();
-        assert_eq!(w.packet_records(), PacketRecords::Refused);
-        w.packet_records_held(5);
+        assert_eq!(w.wants().packet_records, PacketRecords::Refused);
+        // The next batch says 5 were held back meanwhile.
+        w.batch_owned(
+            &mut Vec::new(),
+            Batch {
+                packet_records_held: 5,
+                ..b
+            },
+        )
+        .unwrap();
         gate.open();
         let mut stats = StatsRecord::default();
         w.finish(&mut stats, 0).unwrap();
