@@ -1,4 +1,4 @@
-use super::{dnsperf::parse_dnsperf, goal, goal_no_loss, rates::metric, thousands};
+use super::{dnsperf::parse_dnsperf, goal, goal_no_loss, thousands, tool::metric};
 
 #[test]
 fn dnsperf_output_is_parsed() {
