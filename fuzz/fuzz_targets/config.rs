@@ -9,7 +9,9 @@
 //!
 //! The first byte picks the parser; the rest is the file (UTF-8, lossily).
 #![no_main]
-use dnspath::doctor::{cgroups, config, kube_proxy, kubelet, node, node_local, restarts, services};
+use dnspath::doctor::{
+    cgroups, config, iptables, kube_proxy, kubelet, node_local, restarts, services,
+};
 use libfuzzer_sys::fuzz_target;
 
 fn short(f: &config::Forward) {
@@ -61,7 +63,7 @@ fuzz_target!(|data: &[u8]| {
             let _ = restarts::scan(&text);
         }
         7 => {
-            let _ = node::parse_iptables_nat(&text);
+            let _ = iptables::parse_iptables_nat(&text);
         }
         8 => {
             let _ = services::parse_filter(&text);

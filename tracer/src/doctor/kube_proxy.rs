@@ -13,7 +13,7 @@ use std::{
 
 use serde_json::Value;
 
-use super::{node::Service, services::NoEndpoints};
+use super::{iptables::Service, services::NoEndpoints};
 
 /// What kube-proxy's rules on this node say.
 #[derive(Clone, Debug, Default)]
@@ -22,7 +22,7 @@ pub struct ProxyRules {
     /// during a change of mode).
     pub modes: Vec<&'static str>,
     /// Service ports and their backends from the nftables and ipvs rules (the iptables ones
-    /// are [`super::node::parse_iptables_nat`]'s).
+    /// are [`super::iptables::parse_iptables_nat`]'s).
     pub services: Vec<Service>,
     /// Services without endpoints from the nftables rules.
     pub no_endpoints: Vec<NoEndpoints>,
@@ -258,7 +258,7 @@ pub fn parse_nft_json(text: &str) -> Result<(Vec<Service>, Vec<NoEndpoints>), Nf
             }
         }
     }
-    let out = super::node::services_from_chains(entries, &dnat, &jumps);
+    let out = super::iptables::services_from_chains(entries, &dnat, &jumps);
     Ok((out, no_endpoints))
 }
 

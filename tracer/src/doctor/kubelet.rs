@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 use super::{
     config::{self, ResolvConf},
     finding::{Finding, FindingKind},
-    node::Service,
+    iptables::Service,
 };
 
 /// Where kubelet's configuration is read, beneath `--host-root`.

@@ -1,24 +1,32 @@
-//! The node's own files, read through `--host-root` and each process's `/proc/PID/root`:
-//! the DNS servers of pod namespaces (processes with a socket on port 53), their forward
-//! targets, kube-proxy's Service DNAT rules, the node's and the pods' resolv.conf. From
-//! them, static findings: a forwarding loop found before a packet is sent, with the config
-//! line that causes it; resolv.conf files beyond the resolver's limits.
+//! The node's own files, read through `--host-root` and each process's `/proc/PID/root`
+//! (procfs.rs): the DNS servers of pod namespaces (processes with a socket on port 53), their
+//! forward targets, the node's and the pods' resolv.conf. From them and kube-proxy's Services
+//! (iptables.rs, kube_proxy.rs), static findings: a forwarding loop found before a packet is
+//! sent, with the config line that causes it; resolv.conf files beyond the resolver's limits.
 use std::{
-    collections::{BTreeSet, HashMap, HashSet},
-    fs::{self, File},
-    io::Read,
+    collections::{HashMap, HashSet},
+    fs,
     net::{IpAddr, SocketAddr},
-    os::fd::AsRawFd,
     path::Path,
 };
 
 use super::{
     config::{self, ConfigError, Forward, ResolvConf, ServerKind, Target},
     finding::{Finding, FindingKind},
+    iptables::Service,
+    procfs::{
+        cmdline, holds_socket, list_in_process_root, local_addrs, port53_inodes, read_in_process,
+        read_in_process_root, read_small,
+    },
 };
 use crate::{
     host,
     kube::resolver::{ns_key, NsKey, PodResolver},
+};
+// doctor/mod.rs reads kube-proxy's rules and the host's files through `node::`.
+pub(super) use super::{
+    iptables::{add_service, parse_iptables_nat},
+    procfs::read_host,
 };
 
 /// A process serving DNS (a socket on port 53) in a pod's network namespace.
@@ -54,16 +62,6 @@ impl DnsServer {
     }
 }
 
-/// A Service port and the pod addresses its DNAT rules send to.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Service {
-    pub ip: IpAddr,
-    pub port: u16,
-    /// kube-proxy's comment, e.g. `kube-system/kube-dns:dns cluster IP`.
-    pub name: Option<String>,
-    pub backends: Vec<SocketAddr>,
-}
-
 /// What the node's files say.
 #[derive(Debug, Default)]
 pub struct NodeView {
@@ -85,144 +83,6 @@ pub struct NodeNameserver {
     pub how: String,
     /// The stub's config line that sends there.
     pub config: Option<super::finding::ConfigLine>,
-}
-
-/// At most this much of a `/proc` or config file.
-fn read_small(path: &Path) -> std::io::Result<String> {
-    let mut buf = Vec::new();
-    File::open(path)?
-        .take(config::MAX_CONFIG_BYTES)
-        .read_to_end(&mut buf)?;
-    Ok(String::from_utf8_lossy(&buf).into_owned())
-}
-
-/// `p` (a path a pod's process or its files name) as process `pid` sees it, at most
-/// [`config::MAX_CONFIG_BYTES`] of it: under its root if absolute, its working directory if
-/// not, never outside them (see [`read_beneath`]).
-fn read_in_process_root(pid: u32, p: &str) -> std::io::Result<String> {
-    let (base, rel) = match p.strip_prefix('/') {
-        Some(rel) => ("root", rel),
-        None => ("cwd", p),
-    };
-    let dir = File::open(host::path(&format!("/proc/{pid}/{base}")))?;
-    read_beneath(&dir, rel)
-}
-
-/// The node's file `p` under the host root, its symlinks (`/etc/resolv.conf` →
-/// `/run/systemd/resolve/stub-resolv.conf`) followed from that root, not from this
-/// container's (see [`read_beneath`]).
-pub(super) fn read_host(p: &str) -> std::io::Result<String> {
-    read_beneath(&File::open(host::root())?, p.trim_start_matches('/'))
-}
-
-/// At most [`config::MAX_CONFIG_BYTES`] of the regular file `rel` under the directory `root`,
-/// resolved as if `root` were `/`: `..` stops at it and absolute symlinks start from it
-/// (`openat2`'s `RESOLVE_IN_ROOT`, Linux ≥ 5.6). A pod's process names these paths, and the
-/// pod's files are its own: joined to `/proc/PID/root` as a string, `../../etc/shadow` or a
-/// symlink `/etc/resolv.conf -> /etc/shadow` would have been read on the host, and a
-/// symlink to a FIFO or a device (a host's `/dev/watchdog`) opened. Opened as a path first:
-/// only a regular file is then opened for reading (`/dev/null`, the device, reads as empty).
-fn read_beneath(root: &File, rel: &str) -> std::io::Result<String> {
-    use nix::fcntl::{openat2, OFlag, OpenHow, ResolveFlag};
-    use std::io::{Error, ErrorKind};
-    let how = OpenHow::new()
-        .flags(OFlag::O_PATH | OFlag::O_CLOEXEC)
-        .resolve(ResolveFlag::RESOLVE_IN_ROOT | ResolveFlag::RESOLVE_NO_MAGICLINKS);
-    let rel = if rel.is_empty() { "." } else { rel };
-    let at = File::from(openat2(root, rel, how).map_err(Error::from)?);
-    let meta = at.metadata()?;
-    if !meta.is_file() {
-        // `-C /dev/null`: dnsmasq's way of saying no conf file. Empty, not opened.
-        use std::os::unix::fs::{FileTypeExt, MetadataExt};
-        if meta.file_type().is_char_device() && meta.rdev() == libc::makedev(1, 3) {
-            return Ok(String::new());
-        }
-        return Err(Error::new(ErrorKind::InvalidInput, "not a regular file"));
-    }
-    // The O_PATH descriptor reopened for reading: the very file checked.
-    read_small(Path::new(&format!("/proc/self/fd/{}", at.as_raw_fd())))
-}
-
-pub(super) fn read_in_process(pid: u32, p: &str) -> Result<String, ConfigError> {
-    read_in_process_root(pid, p).map_err(|e| ConfigError::File {
-        file: p.to_owned(),
-        what: e.to_string(),
-    })
-}
-
-/// Socket inodes bound to local port 53 in `/proc/PID/net/{udp,udp6,tcp,tcp6}` (UDP any
-/// state, TCP listening).
-fn port53_inodes(pid: u32) -> HashSet<u64> {
-    let mut out = HashSet::new();
-    for (file, tcp) in [
-        ("udp", false),
-        ("udp6", false),
-        ("tcp", true),
-        ("tcp6", true),
-    ] {
-        let Ok(text) = read_small(&host::path(&format!("/proc/{pid}/net/{file}"))) else {
-            continue;
-        };
-        for line in text.lines().skip(1) {
-            let f: Vec<&str> = line.split_whitespace().collect();
-            let (Some(local), Some(state), Some(inode)) = (f.get(1), f.get(3), f.get(9)) else {
-                continue;
-            };
-            let port = local.rsplit(':').next().unwrap_or_default();
-            if port != "0035" || (tcp && *state != "0A") {
-                continue;
-            }
-            if let Ok(i) = inode.parse::<u64>() {
-                if i != 0 {
-                    out.insert(i);
-                }
-            }
-        }
-    }
-    out
-}
-
-/// The namespace's local IPv4 addresses (`/proc/PID/net/fib_trie`, `/32 host LOCAL`) and
-/// IPv6 ones (`if_inet6`).
-fn local_addrs(pid: u32) -> Vec<IpAddr> {
-    let mut out = BTreeSet::new();
-    if let Ok(text) = read_small(&host::path(&format!("/proc/{pid}/net/fib_trie"))) {
-        let mut last: Option<IpAddr> = None;
-        for line in text.lines() {
-            let t = line.trim_start_matches([' ', '|', '+', '-', '`']);
-            if let Ok(ip) = t.trim().parse::<IpAddr>() {
-                last = Some(ip);
-            } else if t.contains("host LOCAL") {
-                if let Some(ip) = last {
-                    out.insert(ip);
-                }
-            }
-        }
-    }
-    if let Ok(text) = read_small(&host::path(&format!("/proc/{pid}/net/if_inet6"))) {
-        for line in text.lines() {
-            let Some(hex) = line.split_whitespace().next() else {
-                continue;
-            };
-            if hex.len() == 32 {
-                if let Ok(v) = u128::from_str_radix(hex, 16) {
-                    out.insert(IpAddr::from(std::net::Ipv6Addr::from(v)));
-                }
-            }
-        }
-    }
-    out.into_iter().collect()
-}
-
-fn cmdline(pid: u32) -> Vec<String> {
-    read_small(&host::path(&format!("/proc/{pid}/cmdline")))
-        .map(|s| {
-            s.split('\0')
-                .filter(|a| !a.is_empty())
-                .map(str::to_owned)
-                .collect()
-        })
-        .unwrap_or_default()
 }
 
 /// A server's forward targets, from its command line and its config files read through
@@ -280,19 +140,6 @@ const RESOLVED_DROPINS: [&str; 4] = [
 ];
 /// systemd-resolved's upstreams as it uses them (global and per link).
 const RESOLVED_RESOLV_CONF: &str = "/run/systemd/resolve/resolv.conf";
-
-/// The entries of directory `p` (absolute) as process `pid` sees it, resolved beneath its
-/// root as [`read_beneath`] does: a pod's symlink cannot list a host directory.
-fn list_in_process_root(pid: u32, p: &str) -> std::io::Result<fs::ReadDir> {
-    use nix::fcntl::{openat2, OFlag, OpenHow, ResolveFlag};
-    let root = File::open(host::path(&format!("/proc/{pid}/root")))?;
-    let how = OpenHow::new()
-        .flags(OFlag::O_PATH | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC)
-        .resolve(ResolveFlag::RESOLVE_IN_ROOT | ResolveFlag::RESOLVE_NO_MAGICLINKS);
-    let rel = p.trim_start_matches('/');
-    let dir = File::from(openat2(&root, if rel.is_empty() { "." } else { rel }, how)?);
-    fs::read_dir(format!("/proc/self/fd/{}", dir.as_raw_fd()))
-}
 
 /// systemd-resolved's `DNS=` lines, read through its root.
 fn resolved_conf_lines(pid: u32) -> Vec<(SocketAddr, super::finding::ConfigLine)> {
@@ -361,123 +208,6 @@ fn resolved_forwards(pid: u32) -> Result<Vec<Forward>, ConfigError> {
         Err(_) if !dns.is_empty() => Ok(from_conf(&dns)),
         Err(e) => Err(e),
     }
-}
-
-/// kube-proxy's iptables `nat` rules (`iptables-save -t nat`): each `KUBE-SERVICES` rule
-/// with a destination address and port, and the DNAT targets its chains reach.
-pub fn parse_iptables_nat(text: &str) -> Vec<Service> {
-    let mut jumps: HashMap<String, Vec<String>> = HashMap::new();
-    let mut dnat: HashMap<String, Vec<SocketAddr>> = HashMap::new();
-    let mut entries: Vec<ServiceEntry> = Vec::new();
-    for line in text.lines() {
-        let w = words(line);
-        if w.first().map(String::as_str) != Some("-A") {
-            continue;
-        }
-        let Some(chain) = w.get(1) else { continue };
-        let val = |flag: &str| -> Option<&String> {
-            w.iter().position(|x| x == flag).and_then(|i| w.get(i + 1))
-        };
-        let Some(target) = val("-j") else { continue };
-        if target == "DNAT" {
-            if let Some(to) = val("--to-destination").and_then(|t| config::parse_addr(t, 0)) {
-                dnat.entry(chain.clone()).or_default().push(to);
-            }
-            continue;
-        }
-        jumps.entry(chain.clone()).or_default().push(target.clone());
-        if chain == "KUBE-SERVICES" {
-            let dst = val("-d").and_then(|d| d.split('/').next()?.parse::<IpAddr>().ok());
-            let port = val("--dport").and_then(|p| p.parse::<u16>().ok());
-            if let (Some(ip), Some(port)) = (dst, port) {
-                entries.push((ip, port, val("--comment").cloned(), target.clone()));
-            }
-        }
-    }
-    services_from_chains(entries, &dnat, &jumps)
-}
-
-/// A Service entry of kube-proxy's rules: its IP, port, name (a comment), first chain.
-pub(super) type ServiceEntry = (IpAddr, u16, Option<String>, String);
-
-/// Each Service entry's backends: the DNAT targets of the chains reached from its chain
-/// (through `jumps`, 8 deep at most, each chain once), in iptables and nftables mode alike.
-pub(super) fn services_from_chains(
-    entries: Vec<ServiceEntry>,
-    dnat: &HashMap<String, Vec<SocketAddr>>,
-    jumps: &HashMap<String, Vec<String>>,
-) -> Vec<Service> {
-    let mut out: Vec<Service> = Vec::new();
-    for (ip, port, name, chain) in entries {
-        let mut backends = BTreeSet::new();
-        let mut stack = vec![(chain, 0)];
-        let mut seen = HashSet::new();
-        while let Some((c, depth)) = stack.pop() {
-            if depth > 8 || !seen.insert(c.clone()) {
-                continue;
-            }
-            for d in dnat.get(&c).into_iter().flatten() {
-                let p = if d.port() == 0 { port } else { d.port() };
-                backends.insert(SocketAddr::new(d.ip(), p));
-            }
-            for j in jumps.get(&c).into_iter().flatten() {
-                stack.push((j.clone(), depth + 1));
-            }
-        }
-        add_service(
-            &mut out,
-            Service {
-                ip,
-                port,
-                name,
-                backends: backends.into_iter().collect(),
-            },
-        );
-    }
-    out
-}
-
-/// Adds `s` to `out`, its backends joined (sorted, once each) to those of an entry of the
-/// same IP and port already there.
-pub(super) fn add_service(out: &mut Vec<Service>, s: Service) {
-    match out.iter_mut().find(|x| x.ip == s.ip && x.port == s.port) {
-        Some(x) => {
-            x.backends.extend(s.backends);
-            x.backends.sort();
-            x.backends.dedup();
-        }
-        None => out.push(s),
-    }
-}
-
-/// Shell-like words of an `iptables-save` line (double quotes group).
-pub(super) fn words(line: &str) -> Vec<String> {
-    let mut out = Vec::new();
-    let mut cur = String::new();
-    let mut quoted = false;
-    let mut any = false;
-    for c in line.chars() {
-        match c {
-            '"' => {
-                quoted = !quoted;
-                any = true;
-            }
-            c if c.is_whitespace() && !quoted => {
-                if any {
-                    out.push(std::mem::take(&mut cur));
-                    any = false;
-                }
-            }
-            c => {
-                cur.push(c);
-                any = true;
-            }
-        }
-    }
-    if any {
-        out.push(cur);
-    }
-    out
 }
 
 /// Reads the node: every process's namespace and sockets, the servers' configs, the pods'
@@ -688,24 +418,6 @@ fn bind_line(s: &DnsServer, addr: IpAddr) -> Option<super::finding::ConfigLine> 
                 text: t.chars().take(400).collect(),
             }
         })
-    })
-}
-
-fn holds_socket(pid: u32, inodes: &HashSet<u64>) -> bool {
-    let Ok(dir) = fs::read_dir(host::path(&format!("/proc/{pid}/fd"))) else {
-        return false;
-    };
-    dir.flatten().any(|e| {
-        fs::read_link(e.path())
-            .ok()
-            .and_then(|l| {
-                l.to_str()?
-                    .strip_prefix("socket:[")?
-                    .strip_suffix(']')?
-                    .parse::<u64>()
-                    .ok()
-            })
-            .is_some_and(|i| inodes.contains(&i))
     })
 }
 

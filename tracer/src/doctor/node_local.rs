@@ -81,7 +81,7 @@ pub fn notrack(raw: &str, addr: IpAddr) -> (Vec<String>, Vec<String>) {
     let mut found = Vec::new();
     let mut present = [false; 4];
     for line in raw.lines().take(1 << 20) {
-        let w = super::node::words(line);
+        let w = super::iptables::words(line);
         if w.first().map(String::as_str) != Some("-A") {
             continue;
         }

@@ -1,56 +1,5 @@
 use super::*;
-use crate::doctor::finding::ConfigLine;
-
-/// The lab's rules (tests/src/kube_proxy.rs), as `iptables-save -t nat` prints them.
-const LAB_NAT: &str = r#"*nat
-:PREROUTING ACCEPT [0:0]
-:KUBE-SERVICES - [0:0]
-:KUBE-SVC-DNS-UDP - [0:0]
--A PREROUTING -m comment --comment "kubernetes service portals" -j KUBE-SERVICES
--A KUBE-MARK-MASQ -j MARK --set-xmark 0x4000/0x4000
--A KUBE-SERVICES -d 10.96.0.10/32 -p udp -m comment --comment "kube-system/kube-dns:dns cluster IP" -m udp --dport 53 -j KUBE-SVC-DNS-UDP
--A KUBE-SVC-DNS-UDP -m statistic --mode random --probability 0.50000000000 -j KUBE-SEP-DNS-UDP-A
--A KUBE-SVC-DNS-UDP -j KUBE-SEP-DNS-UDP-B
--A KUBE-SEP-DNS-UDP-A -s 10.244.1.3/32 -j KUBE-MARK-MASQ
--A KUBE-SEP-DNS-UDP-A -p udp -m udp -j DNAT --to-destination 10.244.1.3:53
--A KUBE-SEP-DNS-UDP-B -p udp -m udp -j DNAT --to-destination 10.244.1.4:53
-COMMIT
-"#;
-
-#[test]
-fn kube_proxy_rules_give_the_service_backends() {
-    let s = parse_iptables_nat(LAB_NAT);
-    assert_eq!(s.len(), 1, "{s:?}");
-    assert_eq!(s[0].ip, "10.96.0.10".parse::<IpAddr>().unwrap());
-    assert_eq!(s[0].port, 53);
-    assert_eq!(
-        s[0].name.as_deref(),
-        Some("kube-system/kube-dns:dns cluster IP")
-    );
-    assert_eq!(
-        s[0].backends,
-        [
-            "10.244.1.3:53".parse().unwrap(),
-            "10.244.1.4:53".parse().unwrap()
-        ] as [SocketAddr; 2]
-    );
-}
-
-#[test]
-fn hostile_iptables_text_does_not_panic() {
-    for t in [
-        "",
-        "-A",
-        "-A X -j",
-        "-A KUBE-SERVICES -d -j",
-        "-A KUBE-SERVICES -d 1.2.3.4/32 --dport 99999 -j X",
-        "-A X -j X\n-A KUBE-SERVICES -d 1.1.1.1/32 --dport 53 -j X",
-        "-A X -j DNAT --to-destination",
-        "\"\"\"",
-    ] {
-        let _ = parse_iptables_nat(t);
-    }
-}
+use crate::doctor::{finding::ConfigLine, iptables::tests::LAB_NAT};
 
 fn server(pid: u32, addr: &str, ns: u64, forwards: Vec<Forward>) -> DnsServer {
     DnsServer {
@@ -263,42 +212,4 @@ fn a_pod_forwarding_to_the_node_stub_that_forwards_to_its_service_is_a_loop() {
         "{:#?}",
         pod.evidence
     );
-}
-
-/// A pod's paths stay in its root: an absolute symlink and `..` resolve from the root
-/// given, not from the host's; a FIFO or a directory is refused, without blocking.
-#[test]
-fn files_a_pod_names_are_read_beneath_its_root_only() {
-    let root = std::env::temp_dir().join(format!("dnspath-beneath-{}", std::process::id()));
-    let _ = fs::remove_dir_all(&root);
-    fs::create_dir_all(root.join("etc")).unwrap();
-    fs::write(root.join("etc/hostname"), "inside the root\n").unwrap();
-    std::os::unix::fs::symlink("/etc/hostname", root.join("etc/resolv.conf")).unwrap();
-    std::os::unix::fs::symlink("/../../../../etc/hostname", root.join("etc/up")).unwrap();
-    nix::unistd::mkfifo(&root.join("etc/fifo"), nix::sys::stat::Mode::S_IRWXU).unwrap();
-    std::os::unix::fs::symlink("/etc/fifo", root.join("etc/to-fifo")).unwrap();
-    let dir = File::open(&root).unwrap();
-    let read = |p: &str| read_beneath(&dir, p);
-    for p in [
-        "etc/hostname",
-        "etc/resolv.conf",
-        "etc/up",
-        "../../../etc/hostname",
-    ] {
-        assert_eq!(read(p).unwrap(), "inside the root\n", "{p}");
-    }
-    // What the host has there is not what was read (the test proves something only then).
-    let host = fs::read_to_string("/etc/hostname").unwrap_or_default();
-    assert_ne!(host, "inside the root\n");
-    for p in ["etc/fifo", "etc/to-fifo", "etc", ""] {
-        let e = read(p).unwrap_err();
-        assert_eq!(e.kind(), std::io::ErrorKind::InvalidInput, "{p}: {e}");
-    }
-    assert!(read("etc/missing").is_err());
-    // dnsmasq's `-C /dev/null`: the null device reads as empty; other devices are refused.
-    let slash = File::open("/").unwrap();
-    assert_eq!(read_beneath(&slash, "dev/null").unwrap(), "");
-    let e = read_beneath(&slash, "dev/zero").unwrap_err();
-    assert_eq!(e.kind(), std::io::ErrorKind::InvalidInput, "{e}");
-    fs::remove_dir_all(&root).unwrap();
 }

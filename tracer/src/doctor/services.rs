@@ -8,7 +8,7 @@ use std::net::{IpAddr, SocketAddr};
 
 use super::{
     finding::{Finding, FindingKind},
-    node::{words, Service},
+    iptables::{words, Service},
 };
 
 /// A Service port that sends nowhere.

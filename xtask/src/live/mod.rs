@@ -16,6 +16,7 @@ use std::path::Path;
 
 mod bpf;
 mod dnsperf;
+mod phoenix;
 mod proc;
 mod rates;
 pub mod soak;

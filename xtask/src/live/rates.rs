@@ -15,9 +15,10 @@ use super::{
     bpf::{print_progs, prog_delta, progs, ProgCosts},
     dnsperf::{dnsperf, Dnsperf},
     opt_u64,
+    phoenix::Receiver,
     proc::{cpu_children_self, cpu_s, thread_cpu_delta, thread_cpu_s, vm_hwm_kib, vm_rss_kib},
     thousands,
-    tool::{is_stats, last_stats, Tool},
+    tool::{is_stats, last_stats, metric, Tool},
     truth::Truth,
     LiveOptions,
 };
@@ -118,23 +119,6 @@ fn per_query_us(cpu_s: f64, queries: u64) -> f64 {
 
 fn servers_cpu(pids: &[String]) -> f64 {
     pids.iter().filter_map(|p| cpu_s(p, true)).sum()
-}
-
-/// Sum of the samples of `metric` (any labels) in a Prometheus exposition; `labels` must
-/// appear in the sample's label set.
-pub(super) fn metric(scrape: &str, metric: &str, labels: &str) -> Option<u64> {
-    let mut found = false;
-    let sum: f64 = scrape
-        .lines()
-        .filter(|l| !l.starts_with('#'))
-        .filter_map(|l| {
-            let (series, value) = l.rsplit_once(' ')?;
-            let (name, rest) = series.split_once('{').unwrap_or((series, ""));
-            (name == metric && rest.contains(labels)).then(|| value.parse::<f64>().ok())?
-        })
-        .inspect(|_| found = true)
-        .sum();
-    found.then_some(sum as u64)
 }
 
 fn curl(lab: &Lab, path: &str) -> Option<String> {
@@ -549,7 +533,7 @@ pub(super) fn run_live(dnspath: &Path, o: &LiveOptions) -> crate::Result<()> {
     dnsperf(&lab, &queries, 1_000, 1)?;
     // The OTLP receiver of the export rows, as the soak starts it; each export row starts
     // it again and gives it time to listen (`Receiver::restart_for_row`).
-    let mut receiver = super::soak::Receiver::start(&lab);
+    let mut receiver = Receiver::start(&lab);
     let setup = Setup {
         lab: &lab,
         truth: Truth::install(&lab)?,

@@ -1,4 +1,5 @@
-//! The tools measured: started in a lab namespace, watched until ready, stopped by a signal.
+//! The tools measured: started in a lab namespace, watched until ready, stopped by a signal;
+//! their stats records and the agent's metrics read back.
 use anyhow::anyhow;
 use std::{process::Stdio, time::Duration};
 
@@ -72,4 +73,21 @@ pub(super) fn last_stats(lines: &[String]) -> Option<Value> {
         .rev()
         .filter(|l| is_stats(l))
         .find_map(|l| serde_json::from_str::<Value>(l).ok())
+}
+
+/// Sum of the samples of `metric` (any labels) in a Prometheus exposition; `labels` must
+/// appear in the sample's label set.
+pub(super) fn metric(scrape: &str, metric: &str, labels: &str) -> Option<u64> {
+    let mut found = false;
+    let sum: f64 = scrape
+        .lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter_map(|l| {
+            let (series, value) = l.rsplit_once(' ')?;
+            let (name, rest) = series.split_once('{').unwrap_or((series, ""));
+            (name == metric && rest.contains(labels)).then(|| value.parse::<f64>().ok())?
+        })
+        .inspect(|_| found = true)
+        .sum();
+    found.then_some(sum as u64)
 }

@@ -2,6 +2,7 @@
 //! the section and record they occurred in.
 use hickory_proto::serialize::binary::{BinDecoder, DecodeError};
 
+use super::reader::describe;
 use super::*;
 
 pub(super) struct Header {
@@ -331,25 +332,5 @@ pub(super) fn wire(section: Section, index: u16, what: &str, e: DecodeError) -> 
         } else {
             format!("{what}: {reason}")
         },
-    }
-}
-
-/// hickory's messages, reworded where they are cryptic for the hostile cases that matter.
-pub(super) fn describe(e: DecodeError) -> String {
-    match e {
-        DecodeError::PointerNotPriorToLabel { idx, ptr } => format!(
-            "compression pointer at offset {idx} targets offset {ptr}, which is not before \
-             the name (pointer loop, forward or out-of-range pointer)"
-        ),
-        DecodeError::LabelOverlapsWithOther { label, other } => {
-            format!("compressed name at offset {label} runs into offset {other} (pointer loop)")
-        }
-        DecodeError::UnrecognizedLabelCode(b) => format!(
-            "label length byte {b:#04x} has reserved high bits (label longer than 63 bytes?)"
-        ),
-        DecodeError::LabelBytesTooLong(n) => format!("label of {n} bytes exceeds 63"),
-        DecodeError::DomainNameTooLong(_) => "domain name exceeds 255 bytes".into(),
-        DecodeError::InsufficientBytes => "message ends in the middle of this entry".into(),
-        other => other.to_string(),
     }
 }

@@ -206,6 +206,7 @@ pub fn decode_cut(bytes: &[u8], message_bytes: usize) -> Result<Option<DnsMessag
 mod message;
 mod names;
 mod rdata;
+mod reader;
 mod svcb;
 #[cfg(test)]
 mod tests;

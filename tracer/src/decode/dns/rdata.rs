@@ -2,8 +2,9 @@
 use std::net::{Ipv4Addr, Ipv6Addr};
 
 use hickory_proto::rr::{RData, RecordType};
-use hickory_proto::serialize::binary::{BinDecoder, DecodeError, Restrict};
+use hickory_proto::serialize::binary::{BinDecoder, Restrict};
 
+use super::reader::RdataReader;
 use super::*;
 
 /// RFC 7871 §6: FAMILY, SOURCE PREFIX, SCOPE PREFIX, then the address cut to the prefix.
@@ -127,66 +128,4 @@ pub(super) fn rdata_summary(
         _ => push_generic(&mut s, rdata),
     }
     Ok(s)
-}
-
-/// Reads rdata fields through a decoder over the whole message, since names in rdata may
-/// point anywhere before them (RFC 1035 §4.1.4).
-pub(super) struct RdataReader<'a> {
-    dec: BinDecoder<'a>,
-    end: usize,
-    rtype: u16,
-}
-
-impl<'a> RdataReader<'a> {
-    pub(super) fn new(msg: &'a [u8], start: usize, len: usize, rtype: u16) -> Result<Self, String> {
-        let mut dec = BinDecoder::new(msg);
-        dec.read_slice(start).map_err(|e| e.to_string())?;
-        Ok(Self {
-            dec,
-            end: start.saturating_add(len),
-            rtype,
-        })
-    }
-
-    pub(super) fn fail(&self, e: DecodeError) -> String {
-        format!("{} rdata: {}", type_name(self.rtype), describe(e))
-    }
-
-    pub(super) fn name<'n>(&mut self, names: &'n mut NameReader<'_>) -> Result<&'n str, String> {
-        names.read(&mut self.dec).map_err(|e| self.fail(e))
-    }
-
-    pub(super) fn u16(&mut self) -> Result<u16, String> {
-        self.dec
-            .read_u16()
-            .map(Restrict::unverified)
-            .map_err(|e| self.fail(e))
-    }
-
-    pub(super) fn u32(&mut self) -> Result<u32, String> {
-        self.dec
-            .read_u32()
-            .map(Restrict::unverified)
-            .map_err(|e| self.fail(e))
-    }
-
-    /// How far into the rdata (which starts at `start` in the message) the fields read so
-    /// far reach.
-    pub(super) fn offset_in(&self, start: usize) -> usize {
-        self.dec.index().saturating_sub(start)
-    }
-
-    /// The fields must fill the rdata exactly; anything else means the record is misframed.
-    pub(super) fn finish(self) -> Result<(), String> {
-        let at = self.dec.index();
-        if at == self.end {
-            Ok(())
-        } else {
-            Err(format!(
-                "{} fields end at offset {at}, rdata ends at {}",
-                type_name(self.rtype),
-                self.end
-            ))
-        }
-    }
 }

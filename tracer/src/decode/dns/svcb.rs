@@ -9,7 +9,7 @@ use std::{fmt::Write as _, net::Ipv6Addr};
 
 use super::{
     names::{push_decimal_escape, push_ipv4, push_u32, NameReader},
-    rdata::RdataReader,
+    reader::RdataReader,
 };
 
 /// The key's registered name (RFC 9460 §14.3.2, the ECH draft for `ech`), or `keyNNNNN`.

@@ -1,7 +1,7 @@
 //! A datagram given up: what was seen of it, what never came, and what its first fragment said.
 use std::net::SocketAddr;
 
-use super::{first::first_identity, reassemble::Partial, DatagramKey};
+use super::DatagramKey;
 use crate::decode::dns::DnsMessage;
 
 /// Why a datagram was given up.
@@ -83,42 +83,5 @@ impl FragmentLoss {
             Some((_, d)) => SocketAddr::new(self.key.dst, d).to_string(),
             None => self.key.dst.to_string(),
         }
-    }
-}
-
-pub(super) fn loss(key: DatagramKey, p: Partial, cause: LossCause) -> FragmentLoss {
-    let seen: Vec<(usize, usize)> = p.pieces.iter().map(|x| (x.offset, x.len)).collect();
-    let mut missing = Vec::new();
-    let mut end = 0;
-    for &(o, l) in &seen {
-        if o > end {
-            missing.push((end, Some(o)));
-        }
-        end = end.max(o + l);
-    }
-    match p.total {
-        Some(total) if end < total => missing.push((end, Some(total))),
-        Some(_) => {}
-        None => missing.push((end, None)),
-    }
-    let (ports, dns) = match p
-        .pieces
-        .first()
-        .filter(|x| x.offset == 0)
-        .and_then(|x| first_identity(key.proto, &x.data))
-    {
-        Some((ports, dns)) => (Some(ports), dns),
-        None => (None, None),
-    };
-    FragmentLoss {
-        key,
-        first_ts_ns: p.first_ts,
-        last_ts_ns: p.last_ts,
-        cause,
-        seen,
-        missing,
-        total_len: p.total,
-        ports,
-        dns,
     }
 }

@@ -4,9 +4,9 @@ use std::collections::{hash_map::Entry, HashMap, VecDeque};
 use std::net::IpAddr;
 
 use super::{
-    first::{FirstFragment, FirstFragments},
-    loss::{loss, LossCause},
-    parse_fragment, DatagramKey, FragError, FragLimits, Fragment, FragmentLoss, MAX_IP_LENGTH,
+    first::{first_identity, FirstFragment, FirstFragments},
+    parse_fragment, DatagramKey, FragError, FragLimits, Fragment, FragmentLoss, LossCause,
+    MAX_IP_LENGTH,
 };
 use crate::event::CapturedPacket;
 
@@ -40,20 +40,20 @@ pub struct FragStats {
     pub datagrams_evicted: u64,
 }
 
-pub(super) struct Piece {
-    pub(super) offset: usize,
-    pub(super) len: usize,
+struct Piece {
+    offset: usize,
+    len: usize,
     /// Captured bytes of the fragment's data (a prefix of it when the capture cut it).
-    pub(super) data: Vec<u8>,
+    data: Vec<u8>,
 }
 
-pub(super) struct Partial {
-    pub(super) first_ts: u64,
-    pub(super) last_ts: u64,
+struct Partial {
+    first_ts: u64,
+    last_ts: u64,
     /// By offset; overlapping pieces agree where both hold bytes.
-    pub(super) pieces: Vec<Piece>,
+    pieces: Vec<Piece>,
     /// Payload length, from the fragment with more-fragments clear.
-    pub(super) total: Option<usize>,
+    total: Option<usize>,
     /// Captured fragments counted into this datagram (duplicates included).
     packets: u64,
     bytes: usize,
@@ -422,4 +422,43 @@ fn rebuild(key: &DatagramKey, p: Partial) -> Option<(Vec<u8>, usize)> {
     let wire = out.len() + total;
     out.extend_from_slice(&payload);
     Some((out, wire))
+}
+
+/// What was seen of the datagram `p` at hop `key`, what never came, and what its first
+/// fragment said, as the [`FragmentLoss`] of giving it up.
+fn loss(key: DatagramKey, p: Partial, cause: LossCause) -> FragmentLoss {
+    let seen: Vec<(usize, usize)> = p.pieces.iter().map(|x| (x.offset, x.len)).collect();
+    let mut missing = Vec::new();
+    let mut end = 0;
+    for &(o, l) in &seen {
+        if o > end {
+            missing.push((end, Some(o)));
+        }
+        end = end.max(o + l);
+    }
+    match p.total {
+        Some(total) if end < total => missing.push((end, Some(total))),
+        Some(_) => {}
+        None => missing.push((end, None)),
+    }
+    let (ports, dns) = match p
+        .pieces
+        .first()
+        .filter(|x| x.offset == 0)
+        .and_then(|x| first_identity(key.proto, &x.data))
+    {
+        Some((ports, dns)) => (Some(ports), dns),
+        None => (None, None),
+    };
+    FragmentLoss {
+        key,
+        first_ts_ns: p.first_ts,
+        last_ts_ns: p.last_ts,
+        cause,
+        seen,
+        missing,
+        total_len: p.total,
+        ports,
+        dns,
+    }
 }
