@@ -145,9 +145,9 @@ pub struct StaticPart {
 pub fn static_findings() -> StaticPart {
     let nat = nat_rules();
     let proxy = kube_proxy::read(&nat);
-    let mut services = node::parse_iptables_nat(&nat);
+    let mut services = iptables::parse_iptables_nat(&nat);
     for s in proxy.services {
-        node::add_service(&mut services, s);
+        iptables::add_service(&mut services, s);
     }
     let view = node::read_node(services);
     let mut f = node::static_loops(&view);
@@ -209,7 +209,7 @@ fn kubelet_findings(
         x.fix = "Check the file named; run doctor with --host-root at the node's root.".into();
         x
     };
-    let text = match node::read_host(kubelet::CONFIG) {
+    let text = match procfs::read_host(kubelet::CONFIG) {
         Ok(t) => t,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return None,
         Err(e) => {
@@ -230,7 +230,7 @@ fn kubelet_findings(
         .unwrap_or_else(|| kubelet::DEFAULT_RESOLV_CONF.to_owned());
     // kubelet's `resolvConf: ""` turns it off.
     let resolv = (!file.is_empty())
-        .then(|| node::read_host(&file).ok())
+        .then(|| procfs::read_host(&file).ok())
         .flatten()
         .map(|t| kubelet::resolv(&t));
     f.extend(kubelet::findings(

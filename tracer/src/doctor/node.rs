@@ -10,6 +10,7 @@ use std::{
     path::Path,
 };
 
+use super::procfs::read_host;
 use super::{
     config::{self, ConfigError, Forward, ResolvConf, ServerKind, Target},
     finding::{Finding, FindingKind},
@@ -22,11 +23,6 @@ use super::{
 use crate::{
     host,
     kube::resolver::{ns_key, NsKey, PodResolver},
-};
-// doctor/mod.rs reads kube-proxy's rules and the host's files through `node::`.
-pub(super) use super::{
-    iptables::{add_service, parse_iptables_nat},
-    procfs::read_host,
 };
 
 /// A process serving DNS (a socket on port 53) in a pod's network namespace.

@@ -1,5 +1,8 @@
 use super::*;
-use crate::doctor::{finding::ConfigLine, iptables::tests::LAB_NAT};
+use crate::doctor::{
+    finding::ConfigLine,
+    iptables::{parse_iptables_nat, tests::LAB_NAT},
+};
 
 fn server(pid: u32, addr: &str, ns: u64, forwards: Vec<Forward>) -> DnsServer {
     DnsServer {
