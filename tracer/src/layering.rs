@@ -114,7 +114,10 @@ const LAYERS: &[(&str, &[&str])] = &[
             "time",
         ],
     ),
-    // Findings: folded from the records and the node's files.
+    // Findings: what the records amount to (doctor's traffic checks, the agent's findings
+    // windows) and the per-server tally the agent's event lines share.
+    ("findings", &["correlate", "decode", "detect", "output"]),
+    // The node's triage: the findings of its files and counters, and of a watch.
     (
         "doctor",
         &[
@@ -123,13 +126,14 @@ const LAYERS: &[(&str, &[&str])] = &[
             "decode",
             "detect",
             "event",
+            "findings",
             "host",
             "kube",
             "output",
             "trace",
         ],
     ),
-    // The DaemonSet mode: doctor's traffic findings over windows, as events and metrics.
+    // The DaemonSet mode: the traffic's findings over windows, as events and metrics.
     (
         "agent",
         &[
@@ -137,8 +141,8 @@ const LAYERS: &[(&str, &[&str])] = &[
             "correlate",
             "decode",
             "detect",
-            "doctor",
             "event",
+            "findings",
             "kernel",
             "kube",
             "names",

@@ -12,6 +12,7 @@ pub mod doctor;
 pub(crate) mod ebpf;
 pub mod event;
 pub mod evidence;
+pub mod findings;
 /// The fuzz targets' entry into the pipeline (fuzz/): not an API.
 #[doc(hidden)]
 pub mod fuzzing;

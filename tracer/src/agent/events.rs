@@ -27,7 +27,7 @@ use crate::{
         loops::{LoopRecord, LoopState},
         race::{RaceRecord, RaceVerdict},
     },
-    doctor::{
+    findings::{
         finding::{rank, Finding, FindingKind},
         watch::{Watch, TRAFFIC_KINDS},
     },
