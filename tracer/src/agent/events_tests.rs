@@ -1,9 +1,9 @@
 use serde_json::Value;
 
 use super::*;
-use crate::agent::fixtures::{drop_record, dropped, leg, loop_record, race, transaction};
 use crate::correlate::LegRole;
 use crate::output::record::DecodeStats;
+use crate::test_support::fixtures::{drop_record, dropped, leg, loop_record, race, transaction};
 
 const S: u64 = 1_000_000_000;
 
@@ -102,7 +102,7 @@ fn unanswered_and_servfail_fold_per_server_and_window() {
         &mut out,
     );
     ev.observe(
-        &crate::agent::fixtures::service_transaction("ok.lab.test.", "A", 1, "NOERROR"),
+        &crate::test_support::fixtures::service_transaction("ok.lab.test.", "A", 1, "NOERROR"),
         4 * S,
         &mut out,
     );
@@ -461,7 +461,7 @@ fn findings_windows_fold_doctors_checks_and_reset() {
     let mut out = Vec::new();
     // A healthy window: many answered questions, one lost query (below the thresholds).
     for i in 0..50 {
-        let t = crate::agent::fixtures::service_transaction(
+        let t = crate::test_support::fixtures::service_transaction(
             &format!("ok{i}.lab.test."),
             "A",
             i,
