@@ -131,7 +131,10 @@ const LAYERS: &[(&str, &[&str])] = &[
         ],
     ),
     ("trace", &["engine", "evidence", "output", "runner"]),
-    // Findings: folded from the records and the node's files.
+    // Findings: what the records amount to (doctor's traffic checks, the agent's findings
+    // windows) and the per-server tally the agent's event lines share.
+    ("findings", &["correlate", "decode", "detect", "output"]),
+    // The node's triage: the findings of its files and counters, and of a watch.
     (
         "doctor",
         &[
@@ -141,13 +144,14 @@ const LAYERS: &[(&str, &[&str])] = &[
             "detect",
             "engine",
             "event",
+            "findings",
             "host",
             "kube",
             "output",
             "runner",
         ],
     ),
-    // The DaemonSet mode: doctor's traffic findings over windows, as events and metrics.
+    // The DaemonSet mode: the traffic's findings over windows, as events and metrics.
     (
         "agent",
         &[
@@ -155,9 +159,9 @@ const LAYERS: &[(&str, &[&str])] = &[
             "correlate",
             "decode",
             "detect",
-            "doctor",
             "engine",
             "event",
+            "findings",
             "kernel",
             "kube",
             "names",
@@ -303,7 +307,12 @@ fn non_test_files(src: &Path) -> Vec<(PathBuf, String)> {
         }
         code_of.push((path, code));
     }
-    code_of.retain(|(path, _)| !test_files.contains(path));
+    // A test module's own modules (test_support/fixtures.rs) are test code too.
+    code_of.retain(|(path, _)| {
+        !path
+            .ancestors()
+            .any(|a| test_files.contains(a) || test_files.contains(&a.with_extension("rs")))
+    });
     code_of
 }
 

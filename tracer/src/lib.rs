@@ -13,6 +13,7 @@ pub(crate) mod ebpf;
 pub mod engine;
 pub mod event;
 pub mod evidence;
+pub mod findings;
 /// The fuzz targets' entry into the pipeline (fuzz/): not an API.
 #[doc(hidden)]
 pub mod fuzzing;

@@ -1,4 +1,6 @@
-//! Helpers of the unit tests.
+//! Helpers of the unit tests; [`fixtures`]: records as the pipeline makes them.
+
+pub(crate) mod fixtures;
 
 /// Whether a unit test that needs root (`why`) may run. Without root it must not pass as if
 /// it had run: it fails, saying how to run it, unless `DNSPATH_SKIP_ROOT_TESTS=1` asks to

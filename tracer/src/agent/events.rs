@@ -17,18 +17,18 @@
 //!   that window folded by `dnspath doctor`'s traffic checks ([`Watch`]) into findings,
 //!   ranked, at most `max_lines_per_window` of them (the rest one `suppressed` line) — the
 //!   same findings, thresholds and words as `doctor`'s report (docs/doctor.md).
-use std::{collections::HashMap, io::Write, net::SocketAddr};
+use std::{io::Write, net::SocketAddr};
 
 use serde::Serialize;
 
 use crate::{
-    correlate::record::Outcome,
     detect::{
         loops::{LoopRecord, LoopState},
         race::{RaceRecord, RaceVerdict},
     },
-    doctor::{
+    findings::{
         finding::{rank, Finding, FindingKind},
+        servers::{Failure, PerServer},
         watch::{Watch, TRAFFIC_KINDS},
     },
     output::{
@@ -187,7 +187,7 @@ const LIMITED: [(Limited, &str); 3] = [
 ];
 
 /// What an aggregated line is keyed by: the server of the transaction's first leg.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 enum ServerKey {
     Addr(SocketAddr),
     /// A transaction without legs.
@@ -219,9 +219,9 @@ pub struct Events {
     cfg: EventsConfig,
     clock: Clock,
     window_start: Option<u64>,
-    unanswered: HashMap<ServerKey, Folded>,
-    servfail: HashMap<ServerKey, Folded>,
-    keys_folded: u64,
+    /// Client questions to a server that failed them, by how; at most `max_keys` keys (the
+    /// table's refused ones are the questions folded into server `*`).
+    failed: PerServer<(Failure, ServerKey), Folded>,
     passed: [u32; 3],
     held: [u64; 3],
     /// Totals of the latest `stats` record (lost, drops_lost), and growth this window.
@@ -261,9 +261,7 @@ impl Events {
             cfg,
             clock,
             window_start: None,
-            unanswered: HashMap::new(),
-            servfail: HashMap::new(),
-            keys_folded: 0,
+            failed: PerServer::default(),
             passed: [0; 3],
             held: [0; 3],
             lost_totals: (0, 0),
@@ -290,13 +288,13 @@ impl Events {
     /// Questions folded into server `*` because `max_keys` servers were already kept, over
     /// the run.
     pub fn keys_folded(&self) -> u64 {
-        self.keys_folded
+        self.failed.refused()
     }
 
     /// Servers kept in the current window (unanswered and SERVFAIL together; at most
     /// `max_keys`, plus `*`).
     pub fn keys(&self) -> usize {
-        self.unanswered.len() + self.servfail.len()
+        self.failed.len()
     }
 
     pub fn agent(&self, state: &'static str, now_ns: u64, detail: Option<String>) -> Event {
@@ -395,9 +393,12 @@ impl Events {
     pub fn close_window(&mut self, now_ns: u64, out: &mut Vec<Event>) {
         let start = self.window_start.unwrap_or(now_ns);
         let time = self.clock.wall(now_ns).to_string();
-        for (map, servfail) in [(&mut self.unanswered, false), (&mut self.servfail, true)] {
-            let mut lines: Vec<(String, Folded)> =
-                map.drain().map(|(k, f)| (k.name(), f)).collect();
+        let mut failed = self.failed.take();
+        for failure in [Failure::Unanswered, Failure::Servfail] {
+            let mut lines: Vec<(String, Folded)> = failed
+                .extract_if(.., |k, _| k.0 == failure)
+                .map(|((_, k), f)| (k.name(), f))
+                .collect();
             lines.sort_by(|a, b| b.1.count.cmp(&a.1.count).then_with(|| a.0.cmp(&b.0)));
             for (server, f) in lines {
                 let a = Aggregate {
@@ -409,10 +410,9 @@ impl Events {
                     examples: f.examples,
                     evidence: f.evidence,
                 };
-                out.push(if servfail {
-                    Event::Servfail(a)
-                } else {
-                    Event::Unanswered(a)
+                out.push(match failure {
+                    Failure::Servfail => Event::Servfail(a),
+                    Failure::Unanswered => Event::Unanswered(a),
                 });
             }
         }
@@ -458,31 +458,17 @@ impl Events {
     }
 
     fn fold_transaction(&mut self, t: &TransactionRecord) {
-        let unanswered = matches!(
-            t.outcome,
-            Outcome::Unanswered | Outcome::Dropped | Outcome::Late
-        );
-        let servfail = t.rcode.as_deref() == Some("SERVFAIL");
-        if !unanswered && !servfail {
+        let Some(failure) = Failure::of_question(t) else {
             return;
-        }
+        };
         let server = t
             .legs
             .first()
             .map_or(ServerKey::Unknown, |l| ServerKey::Addr(l.server));
-        let keys = self.unanswered.len() + self.servfail.len();
-        let map = if servfail {
-            &mut self.servfail
-        } else {
-            &mut self.unanswered
+        let folded = match self.failed.tally((failure, server), self.cfg.max_keys) {
+            Some(folded) => folded,
+            None => self.failed.overflow((failure, ServerKey::Overflow)),
         };
-        let key = if map.contains_key(&server) || keys < self.cfg.max_keys {
-            server
-        } else {
-            self.keys_folded += 1;
-            ServerKey::Overflow
-        };
-        let folded = map.entry(key).or_default();
         folded.count += 1;
         if folded.examples.len() < self.cfg.examples {
             folded.examples.push(Example {

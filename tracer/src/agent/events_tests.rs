@@ -1,9 +1,9 @@
 use serde_json::Value;
 
 use super::*;
-use crate::agent::fixtures::{drop_record, dropped, leg, loop_record, race, transaction};
-use crate::correlate::LegRole;
+use crate::correlate::{record::Outcome, LegRole};
 use crate::output::record::DecodeStats;
+use crate::test_support::fixtures::{drop_record, dropped, leg, loop_record, race, transaction};
 
 const S: u64 = 1_000_000_000;
 
@@ -102,7 +102,7 @@ fn unanswered_and_servfail_fold_per_server_and_window() {
         &mut out,
     );
     ev.observe(
-        &crate::agent::fixtures::service_transaction("ok.lab.test.", "A", 1, "NOERROR"),
+        &crate::test_support::fixtures::service_transaction("ok.lab.test.", "A", 1, "NOERROR"),
         4 * S,
         &mut out,
     );
@@ -164,6 +164,50 @@ fn aggregation_keys_are_capped() {
     assert_eq!(lines[0], ("*", 12));
     assert_eq!(lines.iter().map(|l| l.1).sum::<u64>(), 20);
     assert_eq!(ev.keys_folded(), 12);
+}
+
+/// Unanswered and SERVFAIL lines share the cap on servers; a late answer is unanswered, and a
+/// late SERVFAIL is SERVFAIL.
+#[test]
+fn unanswered_and_servfail_share_the_key_cap() {
+    let cfg = EventsConfig {
+        max_keys: 2,
+        ..EventsConfig::default()
+    };
+    let mut ev = Events::new(cfg, Clock::Epoch);
+    let mut out = Vec::new();
+    let late = |server: &str, rcode: Option<&str>| {
+        let Record::Transaction(mut t) = unanswered(server, 9) else {
+            unreachable!()
+        };
+        t.outcome = Outcome::Late;
+        t.rcode = rcode.map(str::to_owned);
+        Record::Transaction(t)
+    };
+    ev.observe(&late("10.0.0.1:53", None), S, &mut out);
+    ev.observe(&late("10.0.0.2:53", Some("SERVFAIL")), S, &mut out);
+    // Two servers kept: a third key, even of a server kept for the other failure, is `*`.
+    ev.observe(&unanswered("10.0.0.2:53", 1), S, &mut out);
+    ev.observe(&servfail("10.0.0.2:53"), S, &mut out);
+    assert_eq!(ev.keys(), 3);
+    ev.close_window(2 * S, &mut out);
+    let lines: Vec<(&str, &str, u64)> = out
+        .iter()
+        .filter_map(|e| match e {
+            Event::Unanswered(a) => Some(("unanswered", a.server.as_str(), a.count)),
+            Event::Servfail(a) => Some(("servfail", a.server.as_str(), a.count)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        lines,
+        [
+            ("unanswered", "*", 1),
+            ("unanswered", "10.0.0.1:53", 1),
+            ("servfail", "10.0.0.2:53", 2)
+        ]
+    );
+    assert_eq!(ev.keys_folded(), 1);
 }
 
 #[test]
@@ -461,7 +505,7 @@ fn findings_windows_fold_doctors_checks_and_reset() {
     let mut out = Vec::new();
     // A healthy window: many answered questions, one lost query (below the thresholds).
     for i in 0..50 {
-        let t = crate::agent::fixtures::service_transaction(
+        let t = crate::test_support::fixtures::service_transaction(
             &format!("ok{i}.lab.test."),
             "A",
             i,

@@ -279,7 +279,7 @@ pub async fn serve(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::agent::fixtures::service_transaction;
+    use crate::test_support::fixtures::service_transaction;
 
     struct Reply {
         status: u16,

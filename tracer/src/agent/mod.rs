@@ -5,6 +5,3 @@ pub mod events;
 pub mod http;
 pub mod metrics;
 pub mod run;
-
-#[cfg(test)]
-pub(crate) mod fixtures;

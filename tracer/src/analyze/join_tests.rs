@@ -2,10 +2,10 @@ use std::sync::Arc;
 
 use super::*;
 use crate::{
-    agent::fixtures,
     correlate::LegRole,
     event::Direction::{self, Egress, Ingress},
     output::record::{HopRecord, LegRecord},
+    test_support::fixtures,
 };
 
 const SEC: u64 = 1_000_000_000;

@@ -564,4 +564,10 @@ impl<D: Detector> Correlator<D> {
 }
 
 #[cfg(test)]
-mod tests;
+mod join_tests;
+#[cfg(test)]
+mod outcome_tests;
+#[cfg(test)]
+mod tables_tests;
+#[cfg(test)]
+pub(crate) mod test_support;

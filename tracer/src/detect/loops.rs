@@ -650,46 +650,5 @@ impl Detector for LoopTracker {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::decode::dns::RrClass;
-
-    fn q(i: u64) -> QKey {
-        QKey::new(format!("q{i}.scan.test."), RrType::A, RrClass::IN)
-    }
-
-    #[test]
-    fn client_questions_of_distinct_names_are_forgotten_once_stale() {
-        let mut t = LoopTracker::new(Clock::boot(), &CorrelateConfig::default());
-        // 1,000 distinct questions a second for 200 s: only the last seconds' are kept.
-        for i in 0..200_000u64 {
-            t.client_ask(&q(i), i * 1_000_000);
-        }
-        assert!(t.asks.len() <= 2 * SWEEP_AT, "{}", t.asks.len());
-        // The current window is still there (the amplification baseline).
-        assert!(t.asks.contains_key(&q(199_999)));
-        assert!(!t.asks.contains_key(&q(0)));
-    }
-
-    #[test]
-    fn a_rate_above_the_sweep_size_keeps_sweeping_in_o1() {
-        let mut t = LoopTracker::new(Clock::boot(), &CorrelateConfig::default());
-        // 100,000 a second: 200,000 questions are current at any time.
-        for i in 0..600_000u64 {
-            t.client_ask(&q(i), i * 10_000);
-        }
-        assert!(t.asks.len() <= 2 * 200_001 + SWEEP_AT, "{}", t.asks.len());
-        assert!(t.asks_sweep_at >= t.asks.len());
-        t.check_bounds().unwrap();
-    }
-
-    /// The fuzz harness's check fires on a question counted towards a loop that is gone.
-    #[test]
-    fn check_bounds_fires_on_a_question_without_its_loop() {
-        let mut t = LoopTracker::new(Clock::boot(), &CorrelateConfig::default());
-        t.check_bounds().unwrap();
-        t.by_question.insert(q(1), (q(1), Vec::new()));
-        let e = t.check_bounds().unwrap_err();
-        assert!(e.contains("counts towards no loop"), "{e}");
-    }
-}
+#[path = "loops_tests.rs"]
+mod tests;

@@ -1,8 +1,8 @@
 //! `dnspath doctor`: the runbooks' triage from one node. Reads the node's files ([`node`]'s
 //! checks: static forwarding loops, resolv.conf; [`config`] parses DNS server and resolver
 //! configs), watches the traffic for `--duration` through the live pipeline with a sink that
-//! folds loops, races, drops and transactions into findings ([`traffic`]), then prints them
-//! ([`finding`]) ranked by severity. Exit status by the worst finding
+//! folds loops, races, drops and transactions into findings ([`crate::findings`]), then prints
+//! them ranked by severity. Exit status by the worst finding
 //! ([`Severity::exit_status`]). Schema of `-o json`: docs/doctor.md.
 use std::{io::Write, time::Duration};
 
@@ -10,12 +10,12 @@ use serde::Serialize;
 
 use finding::FindingKind;
 use finding::{rank, Finding, Severity};
-use watch::Watch;
+// The checks of the node's files name the findings' types as `super::finding`.
+use crate::findings::{finding, watch::Watch};
 
 pub mod cgroups;
 pub mod config;
 pub mod ct;
-pub mod finding;
 pub mod iptables;
 pub mod kube_proxy;
 pub mod kubelet;
@@ -24,12 +24,6 @@ pub mod node_local;
 mod procfs;
 pub mod restarts;
 pub mod services;
-pub mod traffic;
-pub mod traffic_more;
-pub mod watch;
-
-#[cfg(test)]
-mod fields;
 
 use crate::{
     engine::{self, LiveError, RunOptions},
@@ -453,7 +447,7 @@ pub fn write_text(r: &Report, out: &mut dyn Write) -> std::io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::doctor::finding::{Finding, FindingKind};
+    use crate::findings::finding::{Finding, FindingKind};
 
     fn report() -> Report {
         let mut f = Finding::new(
@@ -462,7 +456,7 @@ mod tests {
             "coredns forwards to 10.96.0.10:53\u{1b}[31m",
         );
         f.evidence = vec!["e".into()];
-        f.config = Some(crate::doctor::finding::ConfigLine {
+        f.config = Some(crate::findings::finding::ConfigLine {
             file: "/etc/coredns/Corefile".into(),
             line: 3,
             text: "forward . 10.96.0.10".into(),

@@ -1,6 +1,7 @@
 use super::*;
 use crate::{
-    agent::fixtures, correlate::LegRole, decode::dns, event::Direction, output::record::HopRecord,
+    correlate::LegRole, decode::dns, event::Direction, output::record::HopRecord,
+    test_support::fixtures,
 };
 
 /// A query for `name` A with DNS id `id`, as an IPv4/UDP packet and its record.

@@ -228,9 +228,9 @@ fn incident(rec: &mut Recorder, r: &mut Record, now_ns: u64) {
 mod tests {
     use super::*;
     use crate::{
-        agent::fixtures,
         event::{CapturedPacket, Direction, ObservationPoint},
         output::sink::{Sinks, Sourced},
+        test_support::fixtures,
     };
 
     /// A UDP packet of 10.0.0.1:5000 → 10.0.0.2:53 (no DNS message: the record says what

@@ -7,12 +7,12 @@ use std::collections::BTreeSet;
 use serde_json::Value;
 
 use crate::{
-    agent::fixtures,
     correlate::CorrelateStats,
     decode::dns,
     detect::{loops::LoopState, race::RaceVerdict},
     event::{KernelCounters, KernelSetup},
     output::record::{CtEndpoints, CtRecord, DecodeStats, KernelStats, Record, StatsRecord},
+    test_support::fixtures,
 };
 
 const DOC: &str = include_str!("../../../docs/output.md");

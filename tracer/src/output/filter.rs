@@ -195,7 +195,6 @@ impl Filter {
 mod tests {
     use super::*;
     use crate::{
-        agent::fixtures::addr,
         correlate::{
             record::{Join, LegOutcome, Outcome, Summary},
             LegRole,
@@ -205,6 +204,7 @@ mod tests {
             HopRecord, LegRecord, LookupRef, PacketRecord, PodRef, QuestionRecord,
             TransactionRecord,
         },
+        test_support::fixtures::addr,
     };
 
     fn packet_json(name: &str, qtype: &str, qr: bool, rcode: &str, pod: Option<&str>) -> Record {

@@ -51,7 +51,7 @@ mod tests {
     /// strings copied a hop); a client seen only at its pod's veth is that pod, not a veth.
     #[test]
     fn transaction_hops_share_the_pod_of_their_place() {
-        use crate::{agent::fixtures, correlate::LegRole, event::Direction};
+        use crate::{correlate::LegRole, event::Direction, test_support::fixtures};
         let mut names = Names::default();
         names.learn(1, "host", 5, "veth-a");
         let pod = Arc::new(Pod {

@@ -179,13 +179,13 @@ mod tests {
     #[test]
     fn records_write_their_json_as_before() {
         use crate::{
-            agent::fixtures::{addr, question, race, service_transaction},
             correlate::record::Summary,
             detect::{
                 loops::{LoopHop, Peer},
                 race::RaceNetns,
             },
             output::{record::PodRef, Record},
+            test_support::fixtures::{addr, question, race, service_transaction},
         };
         let pod = PodRef {
             pod: Some("ns/p".into()),
@@ -230,7 +230,7 @@ mod tests {
             r#"{"type":"race","verdict":"resolved-clash","ts_ns":2000,"time":"2026-11-30T21:00:00.000000Z","netns":"netns:0x1234","client":"","client_netns":"client","pod":"ns/p","pod_uid":"u-1","container":"c","container_id":"cid","pod_veth":true,"dropped":null,"sibling":null,"cpu":1,"counters":{"insert_failed":1,"drop":1,"clash_resolve":0},"counter_confirmed":true,"kernel_confirm_failed":null,"drop_reason":"NETFILTER_DROP","drop_location":"nf_hook_slow+0x9e","retry_ns":5000000000,"total_delay_ns":5001000000,"summary":"0 conntrack clash(es) resolved by the kernel on CPU 1: the race happened, nothing was lost","evidence":"e"}"#
         );
 
-        let mut l = crate::agent::fixtures::loop_record(3, LoopState::Detected, 10);
+        let mut l = crate::test_support::fixtures::loop_record(3, LoopState::Detected, 10);
         l.kind = LoopKind::Amplification;
         l.question = question("com.", "A");
         l.cycle[0].pod = pod;

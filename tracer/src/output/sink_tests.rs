@@ -2,8 +2,8 @@ use std::{cell::RefCell, rc::Rc};
 
 use super::*;
 use crate::{
-    agent::fixtures,
     event::{Direction, ObservationPoint},
+    test_support::fixtures,
 };
 
 type Log = Rc<RefCell<Vec<String>>>;

@@ -257,7 +257,7 @@ impl Metrics {
             m.evictions.clone(),
         );
         // Every kind at 0 from the start: an alert tells "none" from "not exported".
-        for kind in crate::doctor::watch::TRAFFIC_KINDS {
+        for kind in crate::findings::watch::TRAFFIC_KINDS {
             m.findings
                 .get_or_create(&FindingLabels {
                     kind: kind.as_str(),

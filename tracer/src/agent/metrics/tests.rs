@@ -1,16 +1,16 @@
 use super::*;
 use crate::{
-    agent::fixtures,
-    agent::fixtures::{
-        drop_record, dropped, leg, loop_record, malformed_packet, race, service_transaction,
-        transaction,
-    },
     correlate::{
         record::{LegOutcome, Outcome},
         CorrelateStats, LegRole,
     },
     detect::{loops::LoopState, race::RaceVerdict},
     output::record::{DecodeStats, Record, StatsRecord},
+    test_support::fixtures,
+    test_support::fixtures::{
+        drop_record, dropped, leg, loop_record, malformed_packet, race, service_transaction,
+        transaction,
+    },
 };
 
 /// The value of one series, e.g. `dnspath_dns_queries_total{leg="service",proto="udp",qtype="A"}`.

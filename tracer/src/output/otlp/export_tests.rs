@@ -6,7 +6,7 @@ use std::{
 };
 
 use super::*;
-use crate::agent::fixtures;
+use crate::test_support::fixtures;
 
 fn env<'a>(vars: &'a [(&'a str, &'a str)]) -> impl Fn(&str) -> Option<String> + 'a {
     move |k| {

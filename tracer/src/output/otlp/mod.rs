@@ -92,7 +92,8 @@ mod tests {
 
     #[test]
     fn transactions_carry_their_trace_id() {
-        let r = crate::agent::fixtures::service_transaction("www.lab.test.", "A", 1, "NOERROR");
+        let r =
+            crate::test_support::fixtures::service_transaction("www.lab.test.", "A", 1, "NOERROR");
         let mut line = serde_json::to_vec(&r).unwrap();
         extend_json(&r, &mut line);
         let v: serde_json::Value = serde_json::from_slice(&line).unwrap();

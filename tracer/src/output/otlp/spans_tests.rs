@@ -7,8 +7,8 @@ use prost::Message;
 
 use super::*;
 use crate::{
-    agent::fixtures::{self, addr},
     output::record::{LegDrop, Record},
+    test_support::fixtures::{self, addr},
 };
 
 fn hop(ts_ns: u64, netns: &str, dir: Direction, src: &str, dst: &str, qr: bool) -> HopRecord {

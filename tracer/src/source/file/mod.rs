@@ -159,52 +159,12 @@ pub struct FileProgress {
     pub bytes: u64,
 }
 
-/// Converts a pcapng interface's timestamp units into nanoseconds (if_tsresol, if_tsoffset;
-/// pcapng §4.2).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum TsUnit {
-    /// 10^-n seconds.
-    Decimal(u8),
-    /// 2^-n seconds.
-    Binary(u8),
-}
-
-impl TsUnit {
-    fn from_tsresol(v: u8) -> Self {
-        if v & 0x80 == 0 {
-            TsUnit::Decimal(v)
-        } else {
-            TsUnit::Binary(v & 0x7f)
-        }
-    }
-
-    fn to_ns(self, raw: u64) -> u64 {
-        let ns: u128 = match self {
-            TsUnit::Decimal(n) if n <= 9 => u128::from(raw) * 10u128.pow(u32::from(9 - n)),
-            TsUnit::Decimal(n) => match 10u128.checked_pow(u32::from(n - 9)) {
-                Some(div) => u128::from(raw) / div,
-                None => 0,
-            },
-            // raw < 2^64 and 1e9 < 2^30: the product fits; n ≤ 127.
-            TsUnit::Binary(n) => (u128::from(raw) * 1_000_000_000) >> n,
-        };
-        u64::try_from(ns).unwrap_or(u64::MAX)
-    }
-}
-
-#[derive(Clone, Debug)]
-struct Interface {
-    linktype: u32,
-    ts: TsUnit,
-    /// if_tsoffset, seconds (a signed value in the spec).
-    ts_offset_s: i64,
-}
-
 pub mod drops;
 mod input;
 mod link;
 mod pcap;
 mod pcapng;
+mod places;
 #[cfg(test)]
 mod tests;
 
@@ -500,112 +460,6 @@ impl<R: Read> FileSource<R> {
     /// UTF-8, read lossily; an option of the wrong length, ignored), and the first of them.
     pub fn repaired_blocks(&self) -> (u64, Option<&str>) {
         (self.repaired, self.first_repaired.as_deref())
-    }
-
-    /// Names interface `ifindex`. In a file dnspath wrote (`trace -w`: its section header
-    /// says so), interfaces are named `netns/ifname` (Linux interface names cannot hold `/`):
-    /// each namespace then gets an id of its own, so hops keep the namespaces they were seen
-    /// in. Other files' names are taken as they are.
-    fn learn(&mut self, ifindex: u32, ifname: &str) {
-        if !self.by_dnspath {
-            self.iface_netns.insert(ifindex, FILE_NETNS);
-            if let Ok(mut names) = self.names.write() {
-                names.learn(FILE_NETNS, &self.netns_name, ifindex, ifname);
-            }
-            return;
-        }
-        if ifname == DROPS_IFNAME {
-            self.drops_ifaces.insert(ifindex);
-            return;
-        }
-        let _ = self
-            .ifaces_by_name
-            .insert(ifname.to_string(), (FILE_NETNS, ifindex));
-        let (cookie, ns, ifname) = match ifname.split_once('/') {
-            Some((ns, name)) if !ns.is_empty() && !name.is_empty() => (self.netns_id(ns), ns, name),
-            _ => (FILE_NETNS, self.netns_name.as_str(), ifname),
-        };
-        self.iface_netns.insert(ifindex, cookie);
-        if let Some(place) = self.ifaces_by_name.get_mut(&format!("{ns}/{ifname}")) {
-            place.0 = cookie;
-        }
-        if let Ok(mut names) = self.names.write() {
-            names.learn(cookie, ns, ifindex, ifname);
-        }
-    }
-
-    /// Where a drop's comment says it happened: the namespace id and ifindex the file's
-    /// interface block of that name got, or, for a place no packet was written at, new ones
-    /// (ifindexes from [`DROP_PLACES`] up, clear of the file's interface ids).
-    fn drop_place(&mut self, netns: &str, ifname: &str) -> (u64, u32) {
-        let name = format!("{netns}/{ifname}");
-        if let Some(&place) = self.ifaces_by_name.get(&name) {
-            return place;
-        }
-        let ifindex = DROP_PLACES.saturating_add(
-            u32::try_from(self.ifaces_by_name.len()).unwrap_or(u32::MAX - DROP_PLACES),
-        );
-        let cookie = self.netns_id(netns);
-        self.iface_netns.insert(ifindex, cookie);
-        let _ = self.ifaces_by_name.insert(name, (cookie, ifindex));
-        // An empty ifname (a drop with no device, e.g. a socket's queue purged) stays empty.
-        if let Ok(mut names) = self.names.write() {
-            names.learn(cookie, netns, ifindex, ifname);
-        }
-        (cookie, ifindex)
-    }
-
-    /// The id of the namespace named `ns` in a dnspath-written file (from 1; 0 is
-    /// [`FILE_NETNS`]).
-    fn netns_id(&mut self, ns: &str) -> u64 {
-        let next = u64::try_from(self.netns_ids.len()).unwrap_or(u64::MAX) + 1;
-        *self.netns_ids.entry(ns.to_string()).or_insert(next)
-    }
-
-    /// A packet on the drops interface: the drop its comment describes, or `None` (counted,
-    /// the first remembered) when the comment cannot be read.
-    fn drop_of(&mut self, frame: &Frame, ip: Range<usize>, offset: usize) -> Option<KernelDrop> {
-        let comment = frame
-            .comment
-            .clone()
-            .and_then(|r| self.input.avail().get(r))
-            .map(String::from_utf8_lossy);
-        let parsed = match comment.as_deref() {
-            Some(c) => drops::parse_drop_comment(c),
-            None => Err(drops::DropCommentError::NoComment),
-        };
-        let d = match parsed {
-            Ok(d) => d,
-            Err(e) => {
-                self.skips.unreadable_drops += 1;
-                if self.first_unreadable_drop.is_none() {
-                    self.first_unreadable_drop = Some(format!(
-                        "block {} at byte offset {}: {e}",
-                        self.progress.records,
-                        self.input.offset()
-                    ));
-                }
-                return None;
-            }
-        };
-        let data = bytes::Bytes::copy_from_slice(self.input.avail().get(ip).unwrap_or(&[]));
-        let (netns, ifindex) = self.drop_place(&d.netns, &d.ifname);
-        self.drops += 1;
-        Some(KernelDrop {
-            ts_ns: frame.ts_ns,
-            cpu: d.cpu,
-            netns,
-            ifindex,
-            reason: 0,
-            location: 0,
-            ct: d.ct,
-            orig_len: frame
-                .wire_len
-                .saturating_sub(u32::try_from(offset).unwrap_or(u32::MAX)),
-            data,
-            confirm_failed: d.named.confirm_failed.unwrap_or(false),
-            named: Some(Box::new(d.named)),
-        })
     }
 
     fn note_linktype(&mut self, linktype: u32) {

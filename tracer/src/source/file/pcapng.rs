@@ -2,6 +2,47 @@
 //! whose optional fields are damaged are read without them.
 use super::*;
 
+/// Converts a pcapng interface's timestamp units into nanoseconds (if_tsresol, if_tsoffset;
+/// pcapng §4.2).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum TsUnit {
+    /// 10^-n seconds.
+    Decimal(u8),
+    /// 2^-n seconds.
+    Binary(u8),
+}
+
+impl TsUnit {
+    pub(super) fn from_tsresol(v: u8) -> Self {
+        if v & 0x80 == 0 {
+            TsUnit::Decimal(v)
+        } else {
+            TsUnit::Binary(v & 0x7f)
+        }
+    }
+
+    pub(super) fn to_ns(self, raw: u64) -> u64 {
+        let ns: u128 = match self {
+            TsUnit::Decimal(n) if n <= 9 => u128::from(raw) * 10u128.pow(u32::from(9 - n)),
+            TsUnit::Decimal(n) => match 10u128.checked_pow(u32::from(n - 9)) {
+                Some(div) => u128::from(raw) / div,
+                None => 0,
+            },
+            // raw < 2^64 and 1e9 < 2^30: the product fits; n ≤ 127.
+            TsUnit::Binary(n) => (u128::from(raw) * 1_000_000_000) >> n,
+        };
+        u64::try_from(ns).unwrap_or(u64::MAX)
+    }
+}
+
+#[derive(Clone, Debug)]
+pub(super) struct Interface {
+    pub(super) linktype: u32,
+    pub(super) ts: TsUnit,
+    /// if_tsoffset, seconds (a signed value in the spec).
+    pub(super) ts_offset_s: i64,
+}
+
 pub(super) fn u32_at(b: &[u8], at: usize, endian: Endianness) -> Option<u32> {
     let s: [u8; 4] = b.get(at..at + 4)?.try_into().ok()?;
     Some(match endian {

@@ -1,4 +1,4 @@
-//! Records as the pipeline makes them, for the agent's tests.
+//! Records as the pipeline makes them, for the tests of the sinks, the agent and evidence.
 use std::net::SocketAddr;
 
 use crate::{

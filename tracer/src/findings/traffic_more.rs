@@ -9,7 +9,10 @@ use std::{
     net::SocketAddr,
 };
 
-use super::finding::{Finding, FindingKind};
+use super::{
+    finding::{Finding, FindingKind},
+    servers::PerServer,
+};
 use crate::{
     correlate::{
         record::{LegOutcome, NodeCache, TransactionRecord},
@@ -55,10 +58,9 @@ pub struct MoreFolder {
     /// By client (pod or namespace).
     truncated: BTreeMap<String, Agg>,
     bypass: BTreeMap<String, Agg>,
-    /// Client queries (first legs) per server: (queries, unanswered).
-    per_server: BTreeMap<SocketAddr, (u64, u64)>,
-    /// Client queries to servers beyond [`super::traffic::MAX_SERVERS`].
-    per_server_untracked: u64,
+    /// Client queries (first legs) per server: (queries, unanswered); those to servers
+    /// beyond [`super::traffic::MAX_SERVERS`] are refused.
+    per_server: PerServer<SocketAddr, (u64, u64)>,
 }
 
 /// A drop that belongs to a fragment loss: an IP fragment's, or one where the kernel was
@@ -129,12 +131,10 @@ impl MoreFolder {
         };
         let q = || format!("{} {}", t.question.name, t.question.qtype);
         if let Some(first) = t.legs.first() {
-            if self.per_server.len() >= super::traffic::MAX_SERVERS
-                && !self.per_server.contains_key(&first.server)
+            if let Some(e) = self
+                .per_server
+                .tally(first.server, super::traffic::MAX_SERVERS)
             {
-                self.per_server_untracked += 1;
-            } else {
-                let e = self.per_server.entry(first.server).or_default();
                 e.0 += 1;
                 if first.outcome == LegOutcome::Unanswered {
                     e.1 += 1;
@@ -168,7 +168,7 @@ impl MoreFolder {
 
     /// Client queries not counted per server: more than [`super::traffic::MAX_SERVERS`].
     pub fn untracked(&self) -> u64 {
-        self.per_server_untracked
+        self.per_server.refused()
     }
 
     /// Client queries to `server` seen, and how many of them went unanswered.

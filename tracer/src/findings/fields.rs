@@ -2,20 +2,17 @@
 //! serialises to must be named there, and every finding kind and severity too.
 use serde_json::Value;
 
-use super::finding::{ConfigLine, Finding, FindingKind};
+use super::{
+    finding::{ConfigLine, Finding, FindingKind},
+    watch::TRAFFIC_KINDS,
+};
 
 const DOC: &str = include_str!("../../../docs/doctor.md");
 
-/// Every kind of finding.
-pub(super) const KINDS: &[FindingKind] = &[
+/// The kinds found in the node's files and counters. With the traffic's ([`TRAFFIC_KINDS`]):
+/// every kind, each listed once.
+const NODE_KINDS: [FindingKind; 15] = [
     FindingKind::StaticForwardingLoop,
-    FindingKind::RuntimeLoop,
-    FindingKind::KernelDrops,
-    FindingKind::ConntrackRace,
-    FindingKind::UnansweredQueries,
-    FindingKind::Servfail,
-    FindingKind::LateAnswers,
-    FindingKind::NdotsAmplification,
     FindingKind::ResolvConf,
     FindingKind::NodeResolverToClusterDns,
     FindingKind::ConfigUnreadable,
@@ -27,13 +24,15 @@ pub(super) const KINDS: &[FindingKind] = &[
     FindingKind::ConntrackTableFill,
     FindingKind::OomKilled,
     FindingKind::CpuThrottled,
-    FindingKind::FragmentLoss,
-    FindingKind::TruncatedNotRetried,
-    FindingKind::NodeCacheBypassed,
     FindingKind::KubeletClusterDns,
     FindingKind::KubeletResolvConfLoopback,
     FindingKind::NodeCacheNotrackMissing,
 ];
+
+/// Every kind of finding.
+pub(super) fn kinds() -> impl Iterator<Item = FindingKind> {
+    TRAFFIC_KINDS.into_iter().chain(NODE_KINDS)
+}
 
 fn documented(key: &str) -> bool {
     DOC.contains(&format!("`{key}`"))
@@ -45,8 +44,8 @@ fn documented(key: &str) -> bool {
 
 #[test]
 fn every_finding_field_kind_and_severity_is_documented() {
-    for kind in KINDS {
-        let mut f = Finding::new(*kind, "s", "seen");
+    for kind in kinds() {
+        let mut f = Finding::new(kind, "s", "seen");
         f.config = Some(ConfigLine {
             file: "f".into(),
             line: 1,
@@ -70,4 +69,10 @@ fn every_finding_field_kind_and_severity_is_documented() {
             "kind `{name}` with severity {sev} not in docs/doctor.md's table"
         );
     }
+}
+
+#[test]
+fn no_kind_is_listed_twice() {
+    let all: std::collections::BTreeSet<FindingKind> = kinds().collect();
+    assert_eq!(all.len(), kinds().count());
 }

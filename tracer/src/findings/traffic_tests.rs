@@ -1,6 +1,6 @@
 use super::*;
 use crate::correlate::{
-    record::{Join, LegRecord, LookupRef, QuestionRecord},
+    record::{Join, LegOutcome, LegRecord, LookupRef, QuestionRecord},
     LegRole,
 };
 

@@ -250,7 +250,7 @@ mod tests {
 
     #[test]
     fn kind_names_are_serde_names() {
-        for &kind in crate::doctor::fields::KINDS {
+        for kind in crate::findings::fields::kinds() {
             let json = serde_json::to_value(kind).unwrap();
             assert_eq!(json, kind.as_str(), "{kind:?}");
         }

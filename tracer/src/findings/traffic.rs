@@ -7,9 +7,12 @@ use std::{
     net::SocketAddr,
 };
 
-use super::finding::{Finding, FindingKind};
+use super::{
+    finding::{Finding, FindingKind},
+    servers::{Failure, PerServer},
+};
 use crate::{
-    correlate::record::{LegOutcome, Outcome, Summary, TransactionRecord},
+    correlate::record::{Outcome, Summary, TransactionRecord},
     decode::record::DropRecord,
     detect::{
         loops::{peer, LoopKind, LoopRecord},
@@ -110,11 +113,10 @@ pub struct TrafficFolder {
     /// (client, DNS id) of queries the race detector says conntrack dropped.
     race_keys: BTreeSet<(String, u16)>,
     drops: BTreeMap<(String, String, String), DropAgg>,
-    servers: BTreeMap<SocketAddr, ServerAgg>,
+    /// Legs to servers beyond [`MAX_SERVERS`] are refused.
+    servers: PerServer<SocketAddr, ServerAgg>,
     late: BTreeMap<String, LateAgg>,
     clients: BTreeMap<String, ClientAgg>,
-    /// Legs to servers beyond [`MAX_SERVERS`].
-    servers_untracked: u64,
     pub transactions: u64,
 }
 
@@ -243,19 +245,15 @@ impl TrafficFolder {
     pub fn transaction(&mut self, t: &TransactionRecord) {
         self.transactions += 1;
         for leg in &t.legs {
-            if self.servers.len() >= MAX_SERVERS && !self.servers.contains_key(&leg.server) {
-                self.servers_untracked += 1;
+            let Some(s) = self.servers.tally(leg.server, MAX_SERVERS) else {
                 continue;
-            }
-            let s = self.servers.entry(leg.server).or_default();
-            s.queries += 1;
-            let failed = match leg.outcome {
-                LegOutcome::Unanswered => Some(&mut s.unanswered),
-                _ if leg.rcode.as_deref() == Some("SERVFAIL") => Some(&mut s.servfail),
-                _ => None,
             };
-            if let Some(n) = failed {
-                *n += 1;
+            s.queries += 1;
+            if let Some(failure) = Failure::of_leg(leg) {
+                match failure {
+                    Failure::Unanswered => s.unanswered += 1,
+                    Failure::Servfail => s.servfail += 1,
+                }
                 add_example(&mut s.names, &t.question.name);
             }
         }
@@ -313,7 +311,7 @@ impl TrafficFolder {
 
     /// Legs and lookups not followed because their table was full.
     pub fn untracked(&self) -> u64 {
-        self.servers_untracked + self.clients.values().map(|c| c.untracked).sum::<u64>()
+        self.servers.refused() + self.clients.values().map(|c| c.untracked).sum::<u64>()
     }
 
     pub fn findings(&self) -> Vec<Finding> {
@@ -332,7 +330,7 @@ impl TrafficFolder {
             f.fix = "Add `options single-request-reopen` (glibc) to the pod's dnsConfig, run NodeLocal DNSCache (no DNAT for pod queries), or use a kernel ≥ 5.6 whose clash resolution keeps both.".into();
             out.push(f);
         }
-        for (server, s) in &self.servers {
+        for (server, s) in self.servers.iter() {
             for how in [&UNANSWERED, &SERVFAIL] {
                 out.extend(how.finding(server, s));
             }
