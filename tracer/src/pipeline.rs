@@ -292,4 +292,4 @@ impl Pipeline {
 
 #[cfg(test)]
 #[path = "pipeline_tests.rs"]
-mod tests;
+pub(crate) mod tests;

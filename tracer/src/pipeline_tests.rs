@@ -48,7 +48,7 @@ fn dns_udp(response: bool) -> Vec<u8> {
 }
 
 /// Seen on the client pod's interface: the query leaving, the answer arriving.
-fn packet(ts_ns: u64, response: bool) -> SourceEvent {
+pub(crate) fn packet(ts_ns: u64, response: bool) -> SourceEvent {
     let data = dns_udp(response);
     SourceEvent::Packet(CapturedPacket {
         ts_ns,
@@ -69,7 +69,13 @@ fn packet(ts_ns: u64, response: bool) -> SourceEvent {
 }
 
 fn pipeline() -> Pipeline {
-    let names = Arc::new(RwLock::new(crate::kernel::attach::Names::default()));
+    pipeline_naming(Arc::new(RwLock::new(
+        crate::kernel::attach::Names::default(),
+    )))
+}
+
+/// [`pipeline`] with the names of `names`.
+pub(crate) fn pipeline_naming(names: crate::names::SharedNames) -> Pipeline {
     let decoder = Decoder::new(Clock::Epoch, names, Kallsyms::default(), HashMap::new());
     Pipeline::new(
         decoder,

@@ -182,3 +182,7 @@ impl Runner {
         }
     }
 }
+
+#[cfg(test)]
+#[path = "runner_tests.rs"]
+mod tests;
