@@ -60,7 +60,7 @@ pub struct StatsRecord {
     pub sinks: Vec<crate::output::queue::SinkStats>,
     /// Live, with `--otlp`: what the exporter sent and lost.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub otlp: Option<crate::output::otlp::OtlpStats>,
+    pub otlp: Option<OtlpStats>,
     /// Live: of `drops`, those read from the reserve ring: the kernel found the ring buffer
     /// full and put them there instead of losing them.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -68,6 +68,25 @@ pub struct StatsRecord {
     /// Live, with transactions: what the conntrack watchers read and lost.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub conntrack: Option<crate::conntrack::ConntrackStats>,
+}
+
+/// What the exporter did, for the final `stats` record (`otlp`) and the agent's metrics.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct OtlpStats {
+    /// Transactions whose spans the backend accepted, and those spans.
+    pub transactions_exported: u64,
+    pub spans_exported: u64,
+    /// Not kept by `--otlp-sample` (neither failing nor slow).
+    pub sampled_out: u64,
+    /// Dropped because the queue was full (the backend slow or down for a while).
+    pub dropped_queue_full: u64,
+    /// Dropped after every attempt to send them failed.
+    pub dropped_export_failed: u64,
+    /// Still queued or being sent when the run's flush time was over.
+    pub dropped_at_exit: u64,
+    /// Requests sent, and those that failed (each attempt counts).
+    pub requests: u64,
+    pub request_failures: u64,
 }
 
 impl Record {

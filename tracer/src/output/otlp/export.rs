@@ -14,25 +14,15 @@ use std::{
 use std::borrow::Borrow;
 
 use bytes::{Buf, BufMut, Bytes};
-use serde::Serialize;
 
 use super::{
+    error::OtlpError,
     ids,
     spans::{self, SpanConfig},
     tls::TlsPem,
     wire,
 };
-use crate::output::record::TransactionRecord;
-
-#[derive(Debug, thiserror::Error)]
-pub enum OtlpError {
-    #[error("OTLP endpoint {0:?}: {1}")]
-    Endpoint(String, String),
-    #[error("{0}: {1}")]
-    Setting(&'static str, String),
-    #[error("OTLP exporter: {0}")]
-    Start(#[from] std::io::Error),
-}
+use crate::output::record::{OtlpStats, TransactionRecord};
 
 /// How spans are sent.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -234,25 +224,6 @@ fn percent_decode(s: &str) -> String {
         }
     }
     String::from_utf8_lossy(&out).into_owned()
-}
-
-/// What the exporter did, for the final `stats` record (`otlp`) and the agent's metrics.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
-pub struct OtlpStats {
-    /// Transactions whose spans the backend accepted, and those spans.
-    pub transactions_exported: u64,
-    pub spans_exported: u64,
-    /// Not kept by `--otlp-sample` (neither failing nor slow).
-    pub sampled_out: u64,
-    /// Dropped because the queue was full (the backend slow or down for a while).
-    pub dropped_queue_full: u64,
-    /// Dropped after every attempt to send them failed.
-    pub dropped_export_failed: u64,
-    /// Still queued or being sent when the run's flush time was over.
-    pub dropped_at_exit: u64,
-    /// Requests sent, and those that failed (each attempt counts).
-    pub requests: u64,
-    pub request_failures: u64,
 }
 
 #[derive(Default)]
