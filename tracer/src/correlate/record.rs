@@ -404,6 +404,36 @@ pub struct TransactionRecord {
 }
 
 impl TransactionRecord {
+    /// Whether the client's question failed, what `--failures` keeps of transactions: not
+    /// answered, answered SERVFAIL or REFUSED (the client or any leg), or with a leg dropped,
+    /// late or unanswered.
+    pub fn failed(&self) -> bool {
+        self.outcome != Outcome::Answered
+            || self.any_rcode(&mut |rc| FAILED_RCODES.contains(&rc))
+            || self.legs.iter().any(|l| {
+                matches!(
+                    l.outcome,
+                    LegOutcome::Dropped | LegOutcome::Unanswered | LegOutcome::Late
+                )
+            })
+    }
+
+    /// Whether it [failed](Self::failed) or got its answer only past trouble: after a
+    /// timeout, past a conntrack race, or through a forwarding loop. OTLP exports these
+    /// whatever the sampling ratio. Wider than `failed` because a trace is all OTLP shows:
+    /// the race and the loop, which JSON and text write as `race` and `loop` records of their
+    /// own (and `--failures` keeps), are in OTLP only this transaction's spans, and a retry
+    /// after a timeout may leave every leg answered (the same query re-sent on one leg).
+    pub fn troubled(&self) -> bool {
+        self.failed()
+            || matches!(
+                self.summary,
+                Summary::Answered(Answered::AfterTimeout { .. })
+            )
+            || self.legs.iter().any(|l| l.race_drop)
+            || self.first_loop().is_some()
+    }
+
     /// The first leg (in leg order) that closed a forwarding cycle, and the cycle.
     pub fn first_loop(&self) -> Option<(usize, &LegLoop)> {
         self.legs
@@ -592,14 +622,7 @@ impl RecordKind for TransactionRecord {
             .any(|rc| f(rc))
     }
     fn is_failure(&self) -> bool {
-        self.outcome != Outcome::Answered
-            || self.any_rcode(&mut |rc| FAILED_RCODES.contains(&rc))
-            || self.legs.iter().any(|l| {
-                matches!(
-                    l.outcome,
-                    LegOutcome::Dropped | LegOutcome::Unanswered | LegOutcome::Late
-                )
-            })
+        self.failed()
     }
     /// Unanswered counts as slower than any limit.
     fn slower_than(&self, limit_ns: u64) -> bool {
@@ -654,5 +677,71 @@ impl RecordKind for TransactionRecord {
     }
     fn set_evidence(&mut self, file: Option<String>) {
         self.evidence = file;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::agent::fixtures::{leg, transaction};
+
+    /// `failed` (`--failures`) and `troubled` (OTLP's always-exported) on a few transactions:
+    /// they differ only where an answer came past trouble that JSON reports elsewhere.
+    #[test]
+    fn failed_and_troubled_truth_tables() {
+        let c = "10.244.1.2:5000";
+        let s = "10.96.0.10:53";
+        let answered = |rcode: &str| {
+            let l = leg(LegRole::Query, c, s, s, Some(rcode), Some(1000));
+            transaction("a.test.", "A", c, Some(rcode), vec![l])
+        };
+        let unanswered = transaction(
+            "a.test.",
+            "A",
+            c,
+            None,
+            vec![leg(LegRole::Query, c, s, s, None, None)],
+        );
+        let dropped = {
+            let l = crate::agent::fixtures::dropped(leg(LegRole::Query, c, s, s, None, None), "X");
+            transaction("a.test.", "A", c, None, vec![l])
+        };
+        let mut late = answered("NOERROR");
+        late.outcome = Outcome::Late;
+        let mut upstream_servfail = answered("NOERROR");
+        let mut fwd = leg(LegRole::Forward, s, s, s, Some("SERVFAIL"), Some(10));
+        fwd.parent = Some(0);
+        upstream_servfail.legs.push(fwd);
+        let mut after_timeout = answered("NOERROR");
+        after_timeout.summary = Summary::Answered(Answered::AfterTimeout {
+            timeout_ns: 5_000_000_000,
+            drop: None,
+        });
+        let mut raced = answered("NOERROR");
+        raced.legs[0].race_drop = true;
+        let mut looped = answered("NOERROR");
+        looped.legs[0].closes_loop = Some(Box::new(LegLoop {
+            cycle: vec![0],
+            hop_count: 0,
+        }));
+
+        let cases: [(&str, TransactionRecord, bool, bool); 11] = [
+            ("NOERROR", answered("NOERROR"), false, false),
+            ("NXDOMAIN", answered("NXDOMAIN"), false, false),
+            ("SERVFAIL", answered("SERVFAIL"), true, true),
+            ("REFUSED", answered("REFUSED"), true, true),
+            ("unanswered", unanswered, true, true),
+            ("dropped", dropped, true, true),
+            ("late", late, true, true),
+            ("upstream SERVFAIL", upstream_servfail, true, true),
+            ("answered after a timeout", after_timeout, false, true),
+            ("past a conntrack race", raced, false, true),
+            ("through a forwarding loop", looped, false, true),
+        ];
+        for (what, t, failed, troubled) in cases {
+            assert_eq!(t.failed(), failed, "{what}: failed");
+            assert_eq!(t.is_failure(), failed, "{what}: --failures");
+            assert_eq!(t.troubled(), troubled, "{what}: troubled");
+        }
     }
 }

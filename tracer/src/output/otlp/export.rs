@@ -320,7 +320,7 @@ impl Exporter {
         let Some(q) = &self.queue else { return };
         // Every transaction kept (`--otlp-sample 1`): no trace id needed to decide.
         let keep = self.sample >= 1.0
-            || spans::failing(tx)
+            || tx.troubled()
             || tx.latency_ns.is_some_and(|l| l >= self.slow_ns)
             || ids::sampled(&spans::trace_ids(&self.key, tx).trace, self.sample);
         if !keep {

@@ -68,25 +68,6 @@ pub fn trace_ids(key: &IdKey, tx: &TransactionRecord) -> TraceIds {
     }
 }
 
-/// Exported whatever the sampling ratio: unanswered, dropped, late, SERVFAIL/REFUSED,
-/// answered only after a timeout, a conntrack race, a forwarding loop.
-pub fn failing(tx: &TransactionRecord) -> bool {
-    tx.outcome != Outcome::Answered
-        || matches!(tx.rcode.as_deref(), Some("SERVFAIL" | "REFUSED"))
-        || matches!(
-            tx.summary,
-            Summary::Answered(Answered::AfterTimeout { .. }) | Summary::AnswerLost { .. }
-        )
-        || tx.legs.iter().any(|l| {
-            matches!(
-                l.outcome,
-                LegOutcome::Dropped | LegOutcome::Late | LegOutcome::Unanswered
-            ) || matches!(l.rcode.as_deref(), Some("SERVFAIL" | "REFUSED"))
-                || l.race_drop
-        })
-        || tx.first_loop().is_some()
-}
-
 /// One span and the resource (pod, namespace, node) it happened in, decoded from the bytes
 /// written ([`build`]).
 pub struct PlacedSpan {

@@ -211,7 +211,7 @@ fn a_drop_is_an_error_event() {
     t.summary = t2.summary;
     t.rcode = None;
     t.latency_ns = None;
-    assert!(failing(&t));
+    assert!(t.troubled());
     let (_, spans) = build(&SpanConfig::default(), &t);
     let query = by_name(&spans, "query A");
     let drop = query
@@ -322,7 +322,7 @@ fn event_attr<'a>(e: &'a Event, key: &str) -> Option<&'a Value> {
 #[test]
 fn a_healthy_query_has_no_incident_events() {
     let t = tx(Direction::Egress);
-    assert!(!failing(&t));
+    assert!(!t.troubled());
     assert_eq!(t.first_loop(), None);
     let (_, spans) = build(&SpanConfig::default(), &t);
     assert!(event_names(&spans).iter().all(|&n| n == "hop"));
@@ -373,7 +373,7 @@ fn a_race_drop_is_a_race_event() {
         timeout_ns: 5_000_000_000,
         drop: Some(("NETFILTER_DROP".into(), "nf_hook_slow+0x9e".into())),
     });
-    assert!(failing(&t));
+    assert!(t.troubled());
     let (_, spans) = build(&SpanConfig::default(), &t);
     let query = by_name(&spans, "query A");
     assert!(is_error(query));
@@ -465,7 +465,7 @@ fn a_forwarding_cycle_is_a_loop_event() {
         cycle: vec![1, 2],
         hop_count: 2,
     }));
-    assert!(failing(&t));
+    assert!(t.troubled());
     let (_, spans) = build(
         &SpanConfig {
             node: Some("node-a".into()),
@@ -517,7 +517,7 @@ fn a_lost_fragment_is_a_fragment_loss_event() {
         d.location = "ip_defrag".into();
     }
     t.legs[1] = l;
-    assert!(failing(&t));
+    assert!(t.troubled());
     let (_, spans) = build(&SpanConfig::default(), &t);
     let fwd = by_name(&spans, "forward A");
     assert!(fwd.events.iter().any(|e| e.name == "fragment loss"));
