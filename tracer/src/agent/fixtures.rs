@@ -73,9 +73,9 @@ pub(crate) fn leg(
         },
         role,
         proto: if role == LegRole::TcpFallback {
-            tracer_common::proto::IPPROTO_TCP
+            crate::decode::record::Proto::Tcp
         } else {
-            tracer_common::proto::IPPROTO_UDP
+            crate::decode::record::Proto::Udp
         },
         client: addr(client),
         server: addr(server),

@@ -51,9 +51,8 @@ pub(super) struct Hop {
     pub(super) tunnel: Option<Arc<crate::decode::tunnel::Tunnel>>,
 }
 
-/// Written as `query`, `retry`, `tcp-fallback`, `forward`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
-#[serde(rename_all = "kebab-case")]
+/// Why a leg was sent.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum LegRole {
     /// The client's first query.
     Query,
@@ -64,6 +63,13 @@ pub enum LegRole {
     /// A server forwarding the question it received.
     Forward,
 }
+
+words!(LegRole {
+    Query => "query",
+    Retry => "retry",
+    TcpFallback => "tcp-fallback",
+    Forward => "forward",
+});
 
 #[derive(Clone, Debug)]
 pub(super) struct Response {

@@ -12,7 +12,7 @@ use crate::{
     decode::{
         dns::{Cut, RrClass, RrType},
         ip::{serialize_addr, Addr},
-        record::{Incident, Names, PodRef, RecordKind, FAILED_RCODES},
+        record::{Incident, Names, PodRef, Proto, RecordKind, FAILED_RCODES},
     },
     event::Direction,
     time::{format_duration as dur, WallTime},
@@ -72,9 +72,8 @@ impl LegDrop {
     }
 }
 
-/// How a leg's hops were joined: written as `same-tuple`, `conntrack`, `fallback`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "kebab-case")]
+/// How a leg's hops were joined.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Join {
     /// Every hop had the addresses of the first.
     SameTuple,
@@ -84,9 +83,14 @@ pub enum Join {
     Fallback,
 }
 
-/// What became of a leg's query (written in lower case).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "kebab-case")]
+words!(Join {
+    SameTuple => "same-tuple",
+    Conntrack => "conntrack",
+    Fallback => "fallback",
+});
+
+/// What became of a leg's query.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum LegOutcome {
     Answered,
     /// Answered with TC set.
@@ -100,9 +104,17 @@ pub enum LegOutcome {
     Unanswered,
 }
 
-/// What became of a client's question (written in lower case).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "kebab-case")]
+words!(LegOutcome {
+    Answered => "answered",
+    Truncated => "truncated",
+    Dropped => "dropped",
+    Late => "late",
+    Pending => "pending",
+    Unanswered => "unanswered",
+});
+
+/// What became of a client's question.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Outcome {
     /// The answer could reach the asking socket.
     Answered,
@@ -116,10 +128,16 @@ pub enum Outcome {
     Unanswered,
 }
 
-/// A leg and a cache in the node's own network namespace (NodeLocal DNSCache); written as
-/// `hit`, `miss`, `bypass`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "kebab-case")]
+words!(Outcome {
+    Answered => "answered",
+    Dropped => "dropped",
+    Late => "late",
+    Pending => "pending",
+    Unanswered => "unanswered",
+});
+
+/// A leg and a cache in the node's own network namespace (NodeLocal DNSCache).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum NodeCache {
     /// The node cache answered without asking anyone.
     Hit,
@@ -129,6 +147,12 @@ pub enum NodeCache {
     Bypass,
 }
 
+words!(NodeCache {
+    Hit => "hit",
+    Miss => "miss",
+    Bypass => "bypass",
+});
+
 /// One query and its response between a client socket and a server.
 #[derive(Clone, Debug, Serialize)]
 pub struct LegRecord {
@@ -136,9 +160,8 @@ pub struct LegRecord {
     /// Index in `legs` of the leg whose server sent this one (forwarding), if any.
     pub parent: Option<usize>,
     pub role: LegRole,
-    /// IPPROTO_UDP or IPPROTO_TCP (written `udp`, `tcp`).
-    #[serde(serialize_with = "serialize_proto")]
-    pub proto: u8,
+    /// UDP or TCP.
+    pub proto: Proto,
     /// Client and server as seen at the leg's first hop.
     #[serde(serialize_with = "serialize_addr")]
     pub client: SocketAddr,
@@ -189,19 +212,6 @@ pub struct LegLoop {
     pub cycle: Vec<usize>,
     /// Legs in the chain from the client's query to the closing one, less one.
     pub hop_count: usize,
-}
-
-/// A leg's transport: `tcp` for IPPROTO_TCP, else `udp` (what a DNS leg can be).
-pub fn proto_name(proto: u8) -> &'static str {
-    if proto == tracer_common::proto::IPPROTO_TCP {
-        "tcp"
-    } else {
-        "udp"
-    }
-}
-
-fn serialize_proto<S: Serializer>(proto: &u8, s: S) -> Result<S::Ok, S::Error> {
-    s.serialize_str(proto_name(*proto))
 }
 
 #[derive(Clone, Debug, Serialize)]

@@ -53,7 +53,7 @@ fn tx(
             id,
             parent: None,
             role: LegRole::Query,
-            proto: 17,
+            proto: crate::decode::record::Proto::Udp,
             client: addr("10.244.1.2:1000"),
             server: addr("10.96.0.10:53"),
             backend: addr("10.244.1.3:53"),

@@ -312,7 +312,7 @@ mod tests {
                 id: 1,
                 parent: None,
                 role: LegRole::Query,
-                proto: tracer_common::proto::IPPROTO_UDP,
+                proto: crate::decode::record::Proto::Udp,
                 client: addr("10.0.0.1:1000"),
                 server: addr("10.0.0.2:53"),
                 backend: addr("10.0.0.2:53"),

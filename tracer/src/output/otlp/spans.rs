@@ -18,7 +18,7 @@ use super::{
 };
 use crate::{
     correlate::{
-        record::{Answered, Join, LegLoop, LegOutcome, NodeCache, Outcome, Summary},
+        record::{Answered, LegLoop, LegOutcome, Outcome, Summary},
         LegRole, FRAGMENT_LOSS,
     },
     event::Direction,
@@ -51,7 +51,7 @@ fn identity(tx: &TransactionRecord) -> QueryIdentity<'_> {
     let first = first_leg(tx);
     QueryIdentity {
         client: tx.client,
-        proto: first.map_or(tracer_common::proto::IPPROTO_UDP, |l| l.proto),
+        proto: first.map_or(tracer_common::proto::IPPROTO_UDP, |l| l.proto.number()),
         dns_id: first.map_or(0, |l| l.dns_id),
         name: &tx.question.name,
         qtype: tx.question.qtype,
@@ -253,59 +253,6 @@ fn put_status(out: &mut Vec<u8>, error: Option<&str>) {
     }
     wire::end(out, m);
 }
-fn transport(proto: u8) -> &'static str {
-    if proto == tracer_common::proto::IPPROTO_TCP {
-        "tcp"
-    } else {
-        "udp"
-    }
-}
-
-fn outcome_word(o: Outcome) -> &'static str {
-    match o {
-        Outcome::Answered => "answered",
-        Outcome::Dropped => "dropped",
-        Outcome::Late => "late",
-        Outcome::Pending => "pending",
-        Outcome::Unanswered => "unanswered",
-    }
-}
-
-fn leg_outcome_word(o: LegOutcome) -> &'static str {
-    match o {
-        LegOutcome::Answered => "answered",
-        LegOutcome::Truncated => "truncated",
-        LegOutcome::Dropped => "dropped",
-        LegOutcome::Late => "late",
-        LegOutcome::Pending => "pending",
-        LegOutcome::Unanswered => "unanswered",
-    }
-}
-
-fn role_word(r: LegRole) -> &'static str {
-    match r {
-        LegRole::Query => "query",
-        LegRole::Retry => "retry",
-        LegRole::TcpFallback => "tcp_fallback",
-        LegRole::Forward => "forward",
-    }
-}
-
-fn join_word(j: Join) -> &'static str {
-    match j {
-        Join::SameTuple => "same_tuple",
-        Join::Conntrack => "conntrack",
-        Join::Fallback => "fallback",
-    }
-}
-
-fn node_cache_word(n: NodeCache) -> &'static str {
-    match n {
-        NodeCache::Hit => "hit",
-        NodeCache::Miss => "miss",
-        NodeCache::Bypass => "bypass",
-    }
-}
 
 /// The workload a pod belongs to, from its name: a Deployment's pod
 /// `coredns-5d78c9869d-x7k2p` is `coredns`, a DaemonSet's `node-local-dns-x7k2p`
@@ -463,7 +410,7 @@ fn tx_error(tx: &TransactionRecord) -> Option<String> {
         Summary::Pending => None,
         Summary::Answered(_) => match tx.rcode.as_deref() {
             Some(r @ ("SERVFAIL" | "REFUSED")) => Some(r.to_string()),
-            _ if tx.outcome != Outcome::Answered => Some(outcome_word(tx.outcome).into()),
+            _ if tx.outcome != Outcome::Answered => Some(tx.outcome.as_str().into()),
             _ => None,
         },
     }
@@ -566,7 +513,7 @@ fn query_role(tx: &TransactionRecord, n: usize, l: &LegRecord) -> Role {
         Ok(0) => first_query(l),
         r => Role::QueryAgain {
             client: l.client,
-            proto: l.proto,
+            proto: l.proto.number(),
             dns_id: l.dns_id,
             repeat: r.unwrap_or(u16::MAX),
         },
@@ -578,7 +525,7 @@ fn query_role(tx: &TransactionRecord, n: usize, l: &LegRecord) -> Role {
 fn first_query(l: &LegRecord) -> Role {
     Role::Query {
         client: l.client,
-        proto: l.proto,
+        proto: l.proto.number(),
         dns_id: l.dns_id,
     }
 }
@@ -598,7 +545,7 @@ fn serve_role(tx: &TransactionRecord, n: usize, l: &LegRecord) -> Role {
     Role::Serve {
         client: l.client,
         server: l.backend,
-        proto: l.proto,
+        proto: l.proto.number(),
         dns_id: l.dns_id,
         repeat: u16::try_from(repeat).unwrap_or(u16::MAX),
     }
@@ -666,12 +613,12 @@ pub fn write(
         endpoint(a, &mut sc.text, A, CLIENT, l.client);
         endpoint(a, &mut sc.text, A, SERVER, l.server);
         endpoint(a, &mut sc.text, A, PEER, l.backend);
-        wire::kv_str(a, A, "network.transport", transport(l.proto));
-        wire::kv_str(a, A, "dnspath.leg_role", role_word(l.role));
+        wire::kv_str(a, A, "network.transport", l.proto.as_str());
+        wire::kv_str(a, A, "dnspath.leg_role", l.role.as_str());
         wire::kv_int(a, A, "dnspath.dns_id", i64::from(l.dns_id));
         wire::kv_str(a, A, "dnspath.qtype", qtype);
-        wire::kv_str(a, A, "dnspath.outcome", leg_outcome_word(l.outcome));
-        wire::kv_str(a, A, "dnspath.join", join_word(l.join));
+        wire::kv_str(a, A, "dnspath.outcome", l.outcome.as_str());
+        wire::kv_str(a, A, "dnspath.join", l.join.as_str());
         if let Some(r) = &l.rcode {
             wire::kv_str(a, A, "dnspath.rcode", r);
         }
@@ -679,7 +626,7 @@ pub fn write(
             wire::kv_int(a, A, "dnspath.retransmits", i64::from(l.retransmits));
         }
         if let Some(nc) = l.node_cache {
-            wire::kv_str(a, A, "dnspath.node_cache", node_cache_word(nc));
+            wire::kv_str(a, A, "dnspath.node_cache", nc.as_str());
         }
         if !cfg.redact_names {
             wire::kv_str(a, A, "dns.question.name", &tx.question.name);
@@ -733,7 +680,7 @@ pub fn write(
                 trace: &trace,
                 id: &lid.client,
                 parent: parent.as_ref(),
-                name: [role_word(l.role), " ", qtype],
+                name: [l.role.as_str(), " ", qtype],
                 kind: SpanKind::Client,
                 start,
                 end,
@@ -863,12 +810,12 @@ pub fn write(
         endpoint(out, text, A, CLIENT, tx.client);
         if let Some(l) = first_leg(tx) {
             endpoint(out, text, A, SERVER, l.server);
-            wire::kv_str(out, A, "network.transport", transport(l.proto));
+            wire::kv_str(out, A, "network.transport", l.proto.as_str());
             wire::kv_int(out, A, "dnspath.dns_id", i64::from(l.dns_id));
         }
         wire::kv_str(out, A, "dnspath.qtype", qtype);
         wire::kv_str(out, A, "dnspath.qclass", &tx.question.class.name());
-        wire::kv_str(out, A, "dnspath.outcome", outcome_word(tx.outcome));
+        wire::kv_str(out, A, "dnspath.outcome", tx.outcome.as_str());
         if let Some(r) = &tx.rcode {
             wire::kv_str(out, A, "dnspath.rcode", r);
         }

@@ -151,6 +151,40 @@ fn a_service_query_is_a_tree_of_spans() {
     assert!(res.attributes.iter().any(|kv| kv.key == "k8s.node.name"));
 }
 
+/// A leg's words are those of its JSON (`tcp-fallback`, `same-tuple`), not spellings of
+/// their own.
+#[test]
+fn leg_words_are_those_of_the_json() {
+    let mut t = tx(Direction::Egress);
+    t.legs[0].role = LegRole::TcpFallback;
+    t.legs[0].proto = crate::decode::record::Proto::Tcp;
+    t.legs[0].join = crate::correlate::record::Join::SameTuple;
+    let (_, spans) = build(&SpanConfig::default(), &t);
+    let leg = by_name(&spans, "tcp-fallback A");
+    let json = serde_json::to_value(&t.legs[0]).unwrap();
+    for (key, field) in [
+        ("dnspath.leg_role", "role"),
+        ("dnspath.join", "join"),
+        ("dnspath.outcome", "outcome"),
+        ("network.transport", "proto"),
+    ] {
+        let word = json[field].as_str().unwrap();
+        assert_eq!(
+            attr(leg, key),
+            Some(&Value::StringValue(word.into())),
+            "{key}"
+        );
+    }
+    assert_eq!(
+        attr(leg, "dnspath.leg_role"),
+        Some(&Value::StringValue("tcp-fallback".into()))
+    );
+    assert_eq!(
+        attr(leg, "dnspath.join"),
+        Some(&Value::StringValue("same-tuple".into()))
+    );
+}
+
 /// Node B sees the query arrive from node A's client: no root, no client span of its own,
 /// and its server span's parent is node A's client span, by id alone.
 #[test]
@@ -669,7 +703,7 @@ fn two_upstreams_asked_from_one_socket_and_id_are_two_spans() {
         &ids.trace,
         ids::Role::Query {
             client: t.legs[1].client,
-            proto: t.legs[1].proto,
+            proto: t.legs[1].proto.number(),
             dns_id: t.legs[1].dns_id,
         },
     );
