@@ -87,7 +87,7 @@ pub(crate) fn leg(
         } else {
             LegOutcome::Unanswered
         },
-        rcode: rcode.map(str::to_string),
+        rcode: rcode.map(Into::into),
         answers: Vec::new(),
         answer_cut: None,
         latency_ns: rcode.and(latency_ns),
@@ -153,7 +153,7 @@ pub(crate) fn transaction(
         client_netns: "client".into(),
         question: question(name, qtype),
         outcome,
-        rcode: rcode.map(str::to_string),
+        rcode: rcode.map(Into::into),
         answers: Vec::new(),
         answer_cut: None,
         latency_ns: rcode.map(|_| 630_000),

@@ -1,6 +1,6 @@
 //! The correlator's model: questions, hops, legs, transactions, lookups.
 use super::*;
-use crate::event::Direction;
+use crate::{decode::dns::Rcode, event::Direction};
 
 /// A question as the correlator matches it (name in lower case), shared by its legs,
 /// indexes and records.
@@ -74,7 +74,7 @@ words!(LegRole {
 #[derive(Clone, Debug)]
 pub(super) struct Response {
     pub(super) ts_ns: u64,
-    pub(super) rcode: String,
+    pub(super) rcode: Rcode,
     pub(super) tc: bool,
     pub(super) answers: Vec<String>,
     /// The capture cut the response (at every hop it was seen whole at none): `answers` are
@@ -87,7 +87,7 @@ impl Response {
     pub(super) fn of(ts_ns: u64, msg: &DnsMessage) -> Self {
         Response {
             ts_ns,
-            rcode: msg.rcode.to_string(),
+            rcode: msg.rcode.clone(),
             tc: msg.flags.tc,
             // `TYPE data`, as `format!("{} {}", ..)` without its formatting machinery.
             answers: msg

@@ -10,9 +10,9 @@ use serde::{ser::SerializeMap, Serialize, Serializer};
 use crate::{
     correlate::LegRole,
     decode::{
-        dns::{Cut, RrClass, RrType},
+        dns::{Cut, Rcode, RrClass, RrType},
         ip::{serialize_addr, Addr},
-        record::{Incident, Names, PodRef, Proto, RecordKind, FAILED_RCODES},
+        record::{Incident, Names, PodRef, Proto, RecordKind},
     },
     event::Direction,
     time::{format_duration as dur, WallTime},
@@ -173,7 +173,7 @@ pub struct LegRecord {
     pub dns_id: u16,
     pub join: Join,
     pub outcome: LegOutcome,
-    pub rcode: Option<String>,
+    pub rcode: Option<Rcode>,
     pub answers: Vec<String>,
     /// The response was cut by the capture (snaplen) wherever it was seen: how (as the
     /// packet's `dns.cut`); `answers` are those that fit.
@@ -396,7 +396,7 @@ pub struct TransactionRecord {
     pub pod: PodRef,
     pub question: QuestionRecord,
     pub outcome: Outcome,
-    pub rcode: Option<String>,
+    pub rcode: Option<Rcode>,
     pub answers: Vec<String>,
     /// The answer the client got was cut by the capture: how (see [`LegRecord::answer_cut`]).
     pub answer_cut: Option<Cut>,
@@ -419,7 +419,11 @@ impl TransactionRecord {
     /// late or unanswered.
     pub fn failed(&self) -> bool {
         self.outcome != Outcome::Answered
-            || self.any_rcode(&mut |rc| FAILED_RCODES.contains(&rc))
+            || self
+                .rcode
+                .iter()
+                .chain(self.legs.iter().filter_map(|l| l.rcode.as_ref()))
+                .any(Rcode::is_failure)
             || self.legs.iter().any(|l| {
                 matches!(
                     l.outcome,
@@ -668,7 +672,7 @@ impl RecordKind for TransactionRecord {
         let kind = match self.outcome {
             Outcome::Unanswered => "unanswered",
             Outcome::Late => "late",
-            _ if self.rcode.as_deref() == Some("SERVFAIL") => "servfail",
+            _ if self.rcode == Some(Rcode::SERVFAIL) => "servfail",
             _ => return None,
         };
         let detail = format!(

@@ -69,9 +69,6 @@ pub struct Incident {
     pub ts_ns: u64,
 }
 
-/// The response codes `--failures` counts as failed answers.
-pub const FAILED_RCODES: [&str; 2] = ["SERVFAIL", "REFUSED"];
-
 /// The questions of a record's DNS message, if it has one.
 fn any_question_of(dns: Option<&DnsMessage>, f: &mut dyn FnMut(&str, RrType) -> bool) -> bool {
     dns.is_some_and(|m| m.questions.iter().any(|q| f(&q.name, q.qtype)))
@@ -215,7 +212,9 @@ macro_rules! seen_message {
 impl RecordKind for PacketRecord {
     seen_message!();
     fn is_failure(&self) -> bool {
-        response_rcode(self.dns.as_deref()).is_some_and(|rc| FAILED_RCODES.contains(&rc))
+        self.dns
+            .as_deref()
+            .is_some_and(|m| m.qr && m.rcode.is_failure())
     }
 }
 

@@ -30,7 +30,7 @@ fn tx(
         client_netns: "lab-client".into(),
         question: QuestionRecord::new(name, "A".into(), "IN".into()),
         outcome,
-        rcode: rcode.map(str::to_owned),
+        rcode: rcode.map(Into::into),
         answers: if rcode == Some("NOERROR") {
             vec!["A 10.0.0.1".into()]
         } else {
@@ -60,7 +60,7 @@ fn tx(
             dns_id: 1,
             join: Join::SameTuple,
             outcome: leg,
-            rcode: rcode.map(str::to_owned),
+            rcode: rcode.map(Into::into),
             answers: Vec::new(),
             answer_cut: None,
             latency_ns: None,

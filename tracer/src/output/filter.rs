@@ -272,7 +272,7 @@ mod tests {
         rcode: &str,
         latency_ms: Option<u64>,
     ) -> TransactionRecord {
-        let rcode = (!rcode.is_empty()).then(|| rcode.to_string());
+        let rcode = (!rcode.is_empty()).then(|| crate::decode::dns::Rcode::from(rcode));
         let outcome = match outcome {
             "answered" => Outcome::Answered,
             "dropped" => Outcome::Dropped,

@@ -288,7 +288,7 @@ impl Metrics {
         namespace: NamespaceLabel,
     ) {
         let key = (t.lookup.id, qtype);
-        let nxdomain = t.rcode.as_deref() == Some("NXDOMAIN");
+        let nxdomain = t.rcode == Some(crate::decode::dns::Rcode::NXDOMAIN);
         let (counted, evicted) = {
             let mut mem = self.memory();
             let counted = match mem.search_nxdomain.get(&key) {

@@ -133,7 +133,7 @@ pub(super) fn decode_body_with(
         id: h.id,
         qr: b2 & 0x80 != 0,
         opcode: opcode_name((b2 >> 3) & 0x0f),
-        rcode: rcode_name(rcode),
+        rcode: super::Rcode::new(rcode),
         flags: Flags {
             aa: b2 & 0x04 != 0,
             tc: b2 & 0x02 != 0,

@@ -442,6 +442,8 @@ pub fn record_bytes(tx: &TransactionRecord) -> usize {
         }
     };
     let opt = |s: &Option<String>| s.as_ref().map_or(0, string);
+    // Counted as the string it was (a registry name is borrowed now: an overcount).
+    let rcode = |r: &Option<crate::decode::dns::Rcode>| r.as_ref().map_or(0, |r| r.len() + BLOCK);
     let strings = |v: &Vec<String>| {
         v.capacity() * size_of::<String>() + v.iter().map(string).sum::<usize>() + BLOCK
     };
@@ -450,7 +452,7 @@ pub fn record_bytes(tx: &TransactionRecord) -> usize {
         // The allocator's size classes round a vector up to an eighth.
         l.hops.capacity() * size_of::<HopRecord>() * 9 / 8
             + strings(&l.answers)
-            + opt(&l.rcode)
+            + rcode(&l.rcode)
             + l.drop
                 .as_ref()
                 .map_or(0, |d| string(&d.reason) + string(&d.location))
@@ -466,7 +468,7 @@ pub fn record_bytes(tx: &TransactionRecord) -> usize {
         + tx.legs.capacity() * size_of::<LegRecord>() * 9 / 8
         + legs.sum::<usize>()
         + strings(&tx.answers)
-        + opt(&tx.rcode)
+        + rcode(&tx.rcode)
         + opt(&tx.evidence)
         + tx.nodes.capacity() * size_of::<std::sync::Arc<str>>()
         + pod(&tx.pod)

@@ -392,10 +392,11 @@ fn leg_error(l: &LegRecord) -> Option<String> {
         }),
         LegOutcome::Late => Some("late: the answer came after the client gave up".into()),
         LegOutcome::Unanswered => Some("unanswered".into()),
-        _ => match l.rcode.as_deref() {
-            Some(r @ ("SERVFAIL" | "REFUSED")) => Some(r.to_string()),
-            _ => None,
-        },
+        _ => l
+            .rcode
+            .as_ref()
+            .filter(|r| r.is_failure())
+            .map(|r| r.to_string()),
     }
 }
 
@@ -408,8 +409,8 @@ fn tx_error(tx: &TransactionRecord) -> Option<String> {
         Summary::AnswerLost { location, .. } => Some(format!("answer lost: {location}")),
         Summary::Unanswered { .. } => Some("unanswered".into()),
         Summary::Pending => None,
-        Summary::Answered(_) => match tx.rcode.as_deref() {
-            Some(r @ ("SERVFAIL" | "REFUSED")) => Some(r.to_string()),
+        Summary::Answered(_) => match &tx.rcode {
+            Some(r) if r.is_failure() => Some(r.to_string()),
             _ if tx.outcome != Outcome::Answered => Some(tx.outcome.as_str().into()),
             _ => None,
         },
@@ -727,8 +728,8 @@ pub fn write(
             req.spans.extend_from_slice(&sc.attrs);
             let qk = hex(&mut sc.text, &ids.query_key);
             wire::kv_str(&mut req.spans, A, "dnspath.query_key", qk);
-            let error = match l.rcode.as_deref() {
-                Some(r @ ("SERVFAIL" | "REFUSED")) => Some(r),
+            let error = match &l.rcode {
+                Some(r) if r.is_failure() => Some(&**r),
                 Some(_) => None,
                 None if l.hops.iter().any(|h| h.qr && h.src == l.backend) => None,
                 None => Some("no response from the server"),
