@@ -94,8 +94,9 @@ impl Response {
                 .answers
                 .iter()
                 .map(|r| {
-                    let mut s = String::with_capacity(r.rtype.len() + 1 + r.data.len());
-                    s.push_str(&r.rtype);
+                    let rtype = r.rtype.name();
+                    let mut s = String::with_capacity(rtype.len() + 1 + r.data.len());
+                    s.push_str(&rtype);
                     s.push(' ');
                     s.push_str(&r.data);
                     s

@@ -273,7 +273,7 @@ pub(super) fn read_record(
     let data = rdata_summary(names, rdata_start, rtype, rdata).map_err(err)?;
     Ok(Some(Record {
         name,
-        rtype: type_name(rtype),
+        rtype: super::RrType(rtype),
         class: class_name(class),
         ttl,
         data,

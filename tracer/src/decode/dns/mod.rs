@@ -97,7 +97,7 @@ pub struct Question {
 pub struct Record {
     pub name: String,
     #[serde(rename = "type")]
-    pub rtype: Text,
+    pub rtype: RrType,
     pub class: Text,
     pub ttl: u32,
     /// Presentation-format rdata; RFC 3597 `\# len hex` for types without a summary, empty

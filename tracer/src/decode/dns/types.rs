@@ -230,6 +230,13 @@ impl From<&str> for RrType {
 }
 
 #[cfg(test)]
+impl From<String> for RrType {
+    fn from(word: String) -> Self {
+        Self::from(word.as_str())
+    }
+}
+
+#[cfg(test)]
 impl From<&str> for RrClass {
     fn from(word: &str) -> Self {
         (0..=u16::MAX)
