@@ -1,6 +1,7 @@
 //! OTLP export (`--otlp`): each decided transaction as spans with deterministic ids, sent
 //! to a tracing backend by a thread of its own (docs/otlp.md). Also what NDJSON records
 //! carry to link logs with traces: the transaction's `trace_id` and the run's `node`.
+pub mod config;
 pub mod error;
 pub mod export;
 pub mod ids;
@@ -10,8 +11,9 @@ pub mod wire;
 
 use std::sync::OnceLock;
 
+pub use config::{OtlpConfig, Protocol};
 pub use error::OtlpError;
-pub use export::{Exporter, OtlpConfig, Protocol};
+pub use export::Exporter;
 
 pub use crate::output::record::OtlpStats;
 pub use spans::SpanConfig;
