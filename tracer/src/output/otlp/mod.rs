@@ -5,6 +5,8 @@ pub mod config;
 pub mod error;
 pub mod export;
 pub mod ids;
+mod resource;
+mod roles;
 pub mod spans;
 pub mod tls;
 pub mod wire;

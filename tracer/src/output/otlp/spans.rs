@@ -12,8 +12,11 @@ use opentelemetry_proto::tonic::{
     trace::v1::{span::SpanKind, status::StatusCode, Span},
 };
 
+pub use super::roles::{client_is_local, trace_ids, TraceIds};
 use super::{
-    ids::{self, IdKey, QueryIdentity, Role},
+    ids::{self, IdKey, Role},
+    resource::resource,
+    roles::{delivery, first_leg, first_query, query_role, serve_role},
     wire::{self, tag, RequestBuf},
 };
 use crate::{
@@ -21,7 +24,6 @@ use crate::{
         record::{Answered, LegLoop, LegOutcome, Outcome, Summary},
         LegRole, FRAGMENT_LOSS,
     },
-    event::Direction,
     output::record::{HopRecord, LegRecord, PodRef, TransactionRecord},
 };
 
@@ -33,39 +35,6 @@ pub struct SpanConfig {
     pub node: Option<String>,
     /// `--otlp-redact-names`: no query name or answer in any span.
     pub redact_names: bool,
-}
-
-/// A transaction's ids: its trace and its epoch-free query key.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct TraceIds {
-    pub trace: [u8; 16],
-    pub query_key: [u8; 16],
-}
-
-/// The leg that carried the client's first query.
-fn first_leg(tx: &TransactionRecord) -> Option<&LegRecord> {
-    tx.legs.iter().find(|l| l.parent.is_none())
-}
-
-fn identity(tx: &TransactionRecord) -> QueryIdentity<'_> {
-    let first = first_leg(tx);
-    QueryIdentity {
-        client: tx.client,
-        proto: first.map_or(tracer_common::proto::IPPROTO_UDP, |l| l.proto.number()),
-        dns_id: first.map_or(0, |l| l.dns_id),
-        name: &tx.question.name,
-        qtype: tx.question.qtype,
-        class: tx.question.class,
-    }
-}
-
-/// The trace a transaction belongs to (cheap: two SipHash runs over some 60 bytes).
-pub fn trace_ids(key: &IdKey, tx: &TransactionRecord) -> TraceIds {
-    let query_key = ids::query_key(key, &identity(tx));
-    TraceIds {
-        trace: ids::trace_id(key, &query_key, ids::epoch(tx.wall_ns)),
-        query_key,
-    }
 }
 
 /// One span and the resource (pod, namespace, node) it happened in, decoded from the bytes
@@ -254,58 +223,6 @@ fn put_status(out: &mut Vec<u8>, error: Option<&str>) {
     wire::end(out, m);
 }
 
-/// The workload a pod belongs to, from its name: a Deployment's pod
-/// `coredns-5d78c9869d-x7k2p` is `coredns`, a DaemonSet's `node-local-dns-x7k2p`
-/// `node-local-dns`; other names are kept.
-fn workload(pod_name: &str) -> &str {
-    fn hashy(seg: &str, min: usize, max: usize) -> bool {
-        (min..=max).contains(&seg.len())
-            && seg
-                .bytes()
-                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit())
-    }
-    let mut name = pod_name;
-    if let Some((rest, last)) = name.rsplit_once('-') {
-        if hashy(last, 5, 5) && !rest.is_empty() {
-            name = rest;
-            if let Some((rest2, rs)) = name.rsplit_once('-') {
-                if hashy(rs, 6, 10) && rs.bytes().any(|c| c.is_ascii_digit()) && !rest2.is_empty() {
-                    name = rest2;
-                }
-            }
-        }
-    }
-    name
-}
-
-/// Where a span happened, as a `Resource` body in `out`: the pod (if the node knows it), its
-/// namespace and the node.
-fn resource(out: &mut Vec<u8>, pod: &PodRef, netns: &str, node: Option<&str>) {
-    const T: u32 = tag::RESOURCE_ATTRIBUTES;
-    out.clear();
-    match pod.pod.as_deref().and_then(|p| p.split_once('/')) {
-        Some((ns, name)) => {
-            wire::kv_str(out, T, "service.name", workload(name));
-            wire::kv_str(out, T, "k8s.namespace.name", ns);
-            wire::kv_str(out, T, "k8s.pod.name", name);
-        }
-        None => wire::kv_str(out, T, "service.name", netns),
-    }
-    if let Some(uid) = &pod.pod_uid {
-        wire::kv_str(out, T, "k8s.pod.uid", uid);
-    }
-    if let Some(c) = &pod.container {
-        wire::kv_str(out, T, "k8s.container.name", c);
-    }
-    if let Some(c) = &pod.container_id {
-        wire::kv_str(out, T, "container.id", c);
-    }
-    if let Some(n) = node {
-        wire::kv_str(out, T, "k8s.node.name", n);
-    }
-    wire::kv_str(out, T, "dnspath.netns", netns);
-}
-
 /// `<prefix>.address` and `<prefix>.port` attributes (`keys`) of `a`.
 fn endpoint(out: &mut Vec<u8>, text: &mut String, t: u32, keys: [&str; 2], a: SocketAddr) {
     wire::kv_str(out, t, keys[0], shown_ip(text, a.ip()));
@@ -353,31 +270,6 @@ fn hop_event(sc: &mut Scratch, h: &HopRecord, index: usize, wall: &Wall, node: O
         wire::kv_int(out, T, "dnspath.latency_ns", clamp(l));
     }
     event_end(sc, e);
-}
-
-/// Whether the client is on this node (the root and the client spans are this node's),
-/// rather than on another one (this node has only the served half; the root and the client
-/// span are the other node's, and its server span names that client span as parent).
-///
-/// The query came from another node when its first hop here is an arrival (ingress) that
-/// is not from a pod's veth, already addressed to the backend (a Service's DNAT is done on
-/// the client's node), from a client no pod of this node is known as. Anything else — seen
-/// leaving a namespace, arriving from a pod's veth, still addressed to a Service, a known
-/// client pod, a capture with no direction — is a client of this node.
-///
-/// The agent's metrics count by the same rule (docs/metrics.md, `leg="served"`), so that a
-/// question is one client question on the client's node only.
-pub fn client_is_local(tx: &TransactionRecord) -> bool {
-    let Some(leg) = first_leg(tx) else {
-        return true;
-    };
-    let Some(h) = leg.hops.first() else {
-        return true;
-    };
-    h.dir != Direction::Ingress
-        || h.pod_ref().pod_veth
-        || h.dst != leg.backend
-        || tx.pod.pod.is_some()
 }
 
 fn leg_error(l: &LegRecord) -> Option<String> {
@@ -503,53 +395,6 @@ fn race_event(sc: &mut Scratch, tx: &TransactionRecord, wall: &Wall) {
 struct LegIds {
     client: [u8; 8],
     server: Option<[u8; 8]>,
-}
-
-/// The role of leg `n`'s CLIENT span: [`Role::Query`], or [`Role::QueryAgain`] when an
-/// earlier leg of `tx` was sent from the same socket with the same DNS id.
-fn query_role(tx: &TransactionRecord, n: usize, l: &LegRecord) -> Role {
-    let same = |o: &&LegRecord| o.client == l.client && o.proto == l.proto && o.dns_id == l.dns_id;
-    let repeat = tx.legs.iter().take(n).filter(same).count();
-    match u16::try_from(repeat) {
-        Ok(0) => first_query(l),
-        r => Role::QueryAgain {
-            client: l.client,
-            proto: l.proto.number(),
-            dns_id: l.dns_id,
-            repeat: r.unwrap_or(u16::MAX),
-        },
-    }
-}
-
-/// The role of the first query sent from leg `l`'s socket with its DNS id: the CLIENT
-/// span a serving node names as its parent.
-fn first_query(l: &LegRecord) -> Role {
-    Role::Query {
-        client: l.client,
-        proto: l.proto.number(),
-        dns_id: l.dns_id,
-    }
-}
-
-/// The role of leg `n`'s SERVER span (it has one: [`delivery`]), counting the earlier legs
-/// of `tx` served at the same place from the same socket with the same DNS id (a UDP
-/// resend after a truncated answer is such a leg).
-fn serve_role(tx: &TransactionRecord, n: usize, l: &LegRecord) -> Role {
-    let same = |o: &&LegRecord| {
-        o.client == l.client
-            && o.backend == l.backend
-            && o.proto == l.proto
-            && o.dns_id == l.dns_id
-            && delivery(o).is_some()
-    };
-    let repeat = tx.legs.iter().take(n).filter(same).count();
-    Role::Serve {
-        client: l.client,
-        server: l.backend,
-        proto: l.proto.number(),
-        dns_id: l.dns_id,
-        repeat: u16::try_from(repeat).unwrap_or(u16::MAX),
-    }
 }
 
 /// The spans of one decided transaction, written into `req` (`sc`: reused buffers); its ids
@@ -860,18 +705,6 @@ pub fn build(cfg: &SpanConfig, tx: &TransactionRecord) -> (TraceIds, Vec<PlacedS
         })
         .collect();
     (ids, placed)
-}
-
-/// The hop where a leg's query was delivered to its server on this node: the leg's last
-/// query hop, addressed to the backend (after DNAT), arriving in the server's namespace
-/// (ingress), or handed to the server pod's veth (egress on the node's end, when only the
-/// node's namespace is traced). A query whose last hop here leaves the node otherwise has
-/// no server span on this node.
-fn delivery(l: &LegRecord) -> Option<&HopRecord> {
-    l.hops
-        .iter()
-        .rfind(|h| !h.qr)
-        .filter(|h| h.dst == l.backend && (h.dir != Direction::Egress || h.pod_ref().pod_veth))
 }
 
 #[cfg(test)]

@@ -6,6 +6,7 @@ use opentelemetry_proto::tonic::{
 use prost::Message;
 
 use super::*;
+use crate::event::Direction;
 use crate::{
     agent::fixtures::{self, addr},
     output::record::{LegDrop, Record},
@@ -322,14 +323,6 @@ fn node_namespace_only_is_still_a_local_client() {
     t.legs[0].hops[0].pod = Some(veth());
     let (_, spans) = build(&SpanConfig::default(), &t);
     assert!(spans.iter().any(|p| p.span.name == "DNS A"));
-}
-
-#[test]
-fn workloads_from_pod_names() {
-    assert_eq!(workload("coredns-5d78c9869d-x7k2p"), "coredns");
-    assert_eq!(workload("node-local-dns-x7k2p"), "node-local-dns");
-    assert_eq!(workload("client"), "client");
-    assert_eq!(workload("web-0"), "web-0");
 }
 
 /// Every event of every span, by name.
