@@ -57,7 +57,7 @@ pub struct StatsRecord {
     /// Live: each output behind its bounded queue (`output/queue.rs`): records written, and
     /// dropped because its reader did not keep up.
     #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub sinks: Vec<crate::output::queue::SinkStats>,
+    pub sinks: Vec<SinkStats>,
     /// Live, with `--otlp`: what the exporter sent and lost.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub otlp: Option<OtlpStats>,
@@ -68,6 +68,18 @@ pub struct StatsRecord {
     /// Live, with transactions: what the conntrack watchers read and lost.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub conntrack: Option<crate::conntrack::ConntrackStats>,
+}
+
+/// What one queued sink did (`stats.sinks`).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct SinkStats {
+    /// Which sink: `output` (trace's text/NDJSON), `events` (the agent's event stream).
+    pub name: &'static str,
+    /// Items (records, lines) written.
+    pub written: u64,
+    /// Items not written: handed over while the queue was full (the reader was not keeping
+    /// up), or still queued when the wait at the end ran out.
+    pub dropped: u64,
 }
 
 /// What the exporter did, for the final `stats` record (`otlp`) and the agent's metrics.

@@ -30,11 +30,11 @@ pub struct OtlpConfig {
     pub spans: SpanConfig,
     /// Transactions waiting to be exported; beyond, new ones are dropped and counted.
     pub queue: usize,
-    /// Bytes of the transactions waiting or being sent (as [`record_bytes`](super::export::record_bytes) counts them);
-    /// beyond, new ones are dropped and counted as with a full queue. Bounds the memory
-    /// the exporter holds while the backend is down, whatever the transactions' size (a
-    /// loop's have 64 legs of up to 64 hops): the spans and the encoded request of a batch
-    /// are made from at most this much.
+    /// Bytes of the transactions waiting or being sent (as `export::record_bytes` counts
+    /// them); beyond, new ones are dropped and counted as with a full queue. Bounds the
+    /// memory the exporter holds while the backend is down, whatever the transactions' size
+    /// (a loop's have 64 legs of up to 64 hops): the spans and the encoded request of a
+    /// batch are made from at most this much.
     pub queue_bytes: usize,
     /// Transactions per request (at most; a request also goes after [`BATCH_DELAY`]).
     pub batch: usize,
