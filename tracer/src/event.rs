@@ -6,8 +6,7 @@ use serde::Serialize;
 use tracer_common::CtTuple;
 
 /// Direction of a packet at its observation point.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
-#[serde(rename_all = "lowercase")]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Direction {
     Ingress,
     Egress,
@@ -15,14 +14,13 @@ pub enum Direction {
     Unknown,
 }
 
+words!(Direction {
+    Ingress => "ingress",
+    Egress => "egress",
+    Unknown => "unknown",
+});
+
 impl Direction {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Direction::Ingress => "ingress",
-            Direction::Egress => "egress",
-            Direction::Unknown => "unknown",
-        }
-    }
     pub fn as_code(self) -> u8 {
         match self {
             Direction::Ingress => 0,

@@ -356,7 +356,7 @@ fn check_spans(
                 &ids.trace,
                 Role::Query {
                     client: l.client,
-                    proto: l.proto,
+                    proto: l.proto.number(),
                     dns_id: l.dns_id,
                 },
             )

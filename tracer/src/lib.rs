@@ -2,6 +2,34 @@
 //! the crate are `pub(crate)`, and `unreachable_pub` keeps their items from claiming more.
 #![warn(unreachable_pub)]
 
+/// The one word each value of an enum is written as, everywhere (JSON, the text, OTLP,
+/// metric labels): `as_str` gives it, and `Serialize` and `Display` write it.
+macro_rules! words {
+    ($t:ty { $($v:ident => $w:literal),+ $(,)? }) => {
+        impl $t {
+            /// The word this value is written as.
+            pub fn as_str(self) -> &'static str {
+                match self {
+                    $(Self::$v => $w),+
+                }
+            }
+        }
+
+        /// Written as its word ([`as_str`](Self::as_str)).
+        impl serde::Serialize for $t {
+            fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+                s.serialize_str(self.as_str())
+            }
+        }
+
+        impl std::fmt::Display for $t {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str(self.as_str())
+            }
+        }
+    };
+}
+
 pub mod agent;
 pub mod analyze;
 pub mod conntrack;

@@ -181,7 +181,7 @@ fn unanswered_and_servfail_share_the_key_cap() {
             unreachable!()
         };
         t.outcome = Outcome::Late;
-        t.rcode = rcode.map(str::to_owned);
+        t.rcode = rcode.map(Into::into);
         Record::Transaction(t)
     };
     ev.observe(&late("10.0.0.1:53", None), S, &mut out);

@@ -1,6 +1,6 @@
 //! The correlator's model: questions, hops, legs, transactions, lookups.
 use super::*;
-use crate::event::Direction;
+use crate::{decode::dns::Rcode, event::Direction};
 
 /// A question as the correlator matches it (name in lower case), shared by its legs,
 /// indexes and records.
@@ -51,9 +51,8 @@ pub(super) struct Hop {
     pub(super) tunnel: Option<Arc<crate::decode::tunnel::Tunnel>>,
 }
 
-/// Written as `query`, `retry`, `tcp-fallback`, `forward`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
-#[serde(rename_all = "kebab-case")]
+/// Why a leg was sent.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum LegRole {
     /// The client's first query.
     Query,
@@ -65,10 +64,17 @@ pub enum LegRole {
     Forward,
 }
 
+words!(LegRole {
+    Query => "query",
+    Retry => "retry",
+    TcpFallback => "tcp-fallback",
+    Forward => "forward",
+});
+
 #[derive(Clone, Debug)]
 pub(super) struct Response {
     pub(super) ts_ns: u64,
-    pub(super) rcode: String,
+    pub(super) rcode: Rcode,
     pub(super) tc: bool,
     pub(super) answers: Vec<String>,
     /// The capture cut the response (at every hop it was seen whole at none): `answers` are
@@ -81,15 +87,16 @@ impl Response {
     pub(super) fn of(ts_ns: u64, msg: &DnsMessage) -> Self {
         Response {
             ts_ns,
-            rcode: msg.rcode.to_string(),
+            rcode: msg.rcode.clone(),
             tc: msg.flags.tc,
             // `TYPE data`, as `format!("{} {}", ..)` without its formatting machinery.
             answers: msg
                 .answers
                 .iter()
                 .map(|r| {
-                    let mut s = String::with_capacity(r.rtype.len() + 1 + r.data.len());
-                    s.push_str(&r.rtype);
+                    let rtype = r.rtype.name();
+                    let mut s = String::with_capacity(rtype.len() + 1 + r.data.len());
+                    s.push_str(&rtype);
                     s.push(' ');
                     s.push_str(&r.data);
                     s

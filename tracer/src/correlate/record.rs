@@ -10,9 +10,9 @@ use serde::{ser::SerializeMap, Serialize, Serializer};
 use crate::{
     correlate::LegRole,
     decode::{
-        dns::{Cut, RrClass, RrType},
+        dns::{Cut, Rcode, RrClass, RrType},
         ip::{serialize_addr, Addr},
-        record::{Incident, Names, PodRef, RecordKind, FAILED_RCODES},
+        record::{Incident, Names, PodRef, Proto, RecordKind},
     },
     event::Direction,
     time::{format_duration as dur, WallTime},
@@ -72,9 +72,8 @@ impl LegDrop {
     }
 }
 
-/// How a leg's hops were joined: written as `same-tuple`, `conntrack`, `fallback`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "kebab-case")]
+/// How a leg's hops were joined.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Join {
     /// Every hop had the addresses of the first.
     SameTuple,
@@ -84,9 +83,14 @@ pub enum Join {
     Fallback,
 }
 
-/// What became of a leg's query (written in lower case).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "kebab-case")]
+words!(Join {
+    SameTuple => "same-tuple",
+    Conntrack => "conntrack",
+    Fallback => "fallback",
+});
+
+/// What became of a leg's query.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum LegOutcome {
     Answered,
     /// Answered with TC set.
@@ -100,9 +104,17 @@ pub enum LegOutcome {
     Unanswered,
 }
 
-/// What became of a client's question (written in lower case).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "kebab-case")]
+words!(LegOutcome {
+    Answered => "answered",
+    Truncated => "truncated",
+    Dropped => "dropped",
+    Late => "late",
+    Pending => "pending",
+    Unanswered => "unanswered",
+});
+
+/// What became of a client's question.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Outcome {
     /// The answer could reach the asking socket.
     Answered,
@@ -116,10 +128,16 @@ pub enum Outcome {
     Unanswered,
 }
 
-/// A leg and a cache in the node's own network namespace (NodeLocal DNSCache); written as
-/// `hit`, `miss`, `bypass`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "kebab-case")]
+words!(Outcome {
+    Answered => "answered",
+    Dropped => "dropped",
+    Late => "late",
+    Pending => "pending",
+    Unanswered => "unanswered",
+});
+
+/// A leg and a cache in the node's own network namespace (NodeLocal DNSCache).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum NodeCache {
     /// The node cache answered without asking anyone.
     Hit,
@@ -129,6 +147,12 @@ pub enum NodeCache {
     Bypass,
 }
 
+words!(NodeCache {
+    Hit => "hit",
+    Miss => "miss",
+    Bypass => "bypass",
+});
+
 /// One query and its response between a client socket and a server.
 #[derive(Clone, Debug, Serialize)]
 pub struct LegRecord {
@@ -136,9 +160,8 @@ pub struct LegRecord {
     /// Index in `legs` of the leg whose server sent this one (forwarding), if any.
     pub parent: Option<usize>,
     pub role: LegRole,
-    /// IPPROTO_UDP or IPPROTO_TCP (written `udp`, `tcp`).
-    #[serde(serialize_with = "serialize_proto")]
-    pub proto: u8,
+    /// UDP or TCP.
+    pub proto: Proto,
     /// Client and server as seen at the leg's first hop.
     #[serde(serialize_with = "serialize_addr")]
     pub client: SocketAddr,
@@ -150,7 +173,7 @@ pub struct LegRecord {
     pub dns_id: u16,
     pub join: Join,
     pub outcome: LegOutcome,
-    pub rcode: Option<String>,
+    pub rcode: Option<Rcode>,
     pub answers: Vec<String>,
     /// The response was cut by the capture (snaplen) wherever it was seen: how (as the
     /// packet's `dns.cut`); `answers` are those that fit.
@@ -189,19 +212,6 @@ pub struct LegLoop {
     pub cycle: Vec<usize>,
     /// Legs in the chain from the client's query to the closing one, less one.
     pub hop_count: usize,
-}
-
-/// A leg's transport: `tcp` for IPPROTO_TCP, else `udp` (what a DNS leg can be).
-pub fn proto_name(proto: u8) -> &'static str {
-    if proto == tracer_common::proto::IPPROTO_TCP {
-        "tcp"
-    } else {
-        "udp"
-    }
-}
-
-fn serialize_proto<S: Serializer>(proto: &u8, s: S) -> Result<S::Ok, S::Error> {
-    s.serialize_str(proto_name(*proto))
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -386,7 +396,7 @@ pub struct TransactionRecord {
     pub pod: PodRef,
     pub question: QuestionRecord,
     pub outcome: Outcome,
-    pub rcode: Option<String>,
+    pub rcode: Option<Rcode>,
     pub answers: Vec<String>,
     /// The answer the client got was cut by the capture: how (see [`LegRecord::answer_cut`]).
     pub answer_cut: Option<Cut>,
@@ -404,6 +414,40 @@ pub struct TransactionRecord {
 }
 
 impl TransactionRecord {
+    /// Whether the client's question failed, what `--failures` keeps of transactions: not
+    /// answered, answered SERVFAIL or REFUSED (the client or any leg), or with a leg dropped,
+    /// late or unanswered.
+    pub fn failed(&self) -> bool {
+        self.outcome != Outcome::Answered
+            || self
+                .rcode
+                .iter()
+                .chain(self.legs.iter().filter_map(|l| l.rcode.as_ref()))
+                .any(Rcode::is_failure)
+            || self.legs.iter().any(|l| {
+                matches!(
+                    l.outcome,
+                    LegOutcome::Dropped | LegOutcome::Unanswered | LegOutcome::Late
+                )
+            })
+    }
+
+    /// Whether it [failed](Self::failed) or got its answer only past trouble: after a
+    /// timeout, past a conntrack race, or through a forwarding loop. OTLP exports these
+    /// whatever the sampling ratio. Wider than `failed` because a trace is all OTLP shows:
+    /// the race and the loop, which JSON and text write as `race` and `loop` records of their
+    /// own (and `--failures` keeps), are in OTLP only this transaction's spans, and a retry
+    /// after a timeout may leave every leg answered (the same query re-sent on one leg).
+    pub fn troubled(&self) -> bool {
+        self.failed()
+            || matches!(
+                self.summary,
+                Summary::Answered(Answered::AfterTimeout { .. })
+            )
+            || self.legs.iter().any(|l| l.race_drop)
+            || self.first_loop().is_some()
+    }
+
     /// The first leg (in leg order) that closed a forwarding cycle, and the cycle.
     pub fn first_loop(&self) -> Option<(usize, &LegLoop)> {
         self.legs
@@ -592,14 +636,7 @@ impl RecordKind for TransactionRecord {
             .any(|rc| f(rc))
     }
     fn is_failure(&self) -> bool {
-        self.outcome != Outcome::Answered
-            || self.any_rcode(&mut |rc| FAILED_RCODES.contains(&rc))
-            || self.legs.iter().any(|l| {
-                matches!(
-                    l.outcome,
-                    LegOutcome::Dropped | LegOutcome::Unanswered | LegOutcome::Late
-                )
-            })
+        self.failed()
     }
     /// Unanswered counts as slower than any limit.
     fn slower_than(&self, limit_ns: u64) -> bool {
@@ -635,7 +672,7 @@ impl RecordKind for TransactionRecord {
         let kind = match self.outcome {
             Outcome::Unanswered => "unanswered",
             Outcome::Late => "late",
-            _ if self.rcode.as_deref() == Some("SERVFAIL") => "servfail",
+            _ if self.rcode == Some(Rcode::SERVFAIL) => "servfail",
             _ => return None,
         };
         let detail = format!(
@@ -654,5 +691,74 @@ impl RecordKind for TransactionRecord {
     }
     fn set_evidence(&mut self, file: Option<String>) {
         self.evidence = file;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::test_support::fixtures::{leg, transaction};
+
+    /// `failed` (`--failures`) and `troubled` (OTLP's always-exported) on a few transactions:
+    /// they differ only where an answer came past trouble that JSON reports elsewhere.
+    #[test]
+    fn failed_and_troubled_truth_tables() {
+        let c = "10.244.1.2:5000";
+        let s = "10.96.0.10:53";
+        let answered = |rcode: &str| {
+            let l = leg(LegRole::Query, c, s, s, Some(rcode), Some(1000));
+            transaction("a.test.", "A", c, Some(rcode), vec![l])
+        };
+        let unanswered = transaction(
+            "a.test.",
+            "A",
+            c,
+            None,
+            vec![leg(LegRole::Query, c, s, s, None, None)],
+        );
+        let dropped = {
+            let l = crate::test_support::fixtures::dropped(
+                leg(LegRole::Query, c, s, s, None, None),
+                "X",
+            );
+            transaction("a.test.", "A", c, None, vec![l])
+        };
+        let mut late = answered("NOERROR");
+        late.outcome = Outcome::Late;
+        let mut upstream_servfail = answered("NOERROR");
+        let mut fwd = leg(LegRole::Forward, s, s, s, Some("SERVFAIL"), Some(10));
+        fwd.parent = Some(0);
+        upstream_servfail.legs.push(fwd);
+        let mut after_timeout = answered("NOERROR");
+        after_timeout.summary = Summary::Answered(Answered::AfterTimeout {
+            timeout_ns: 5_000_000_000,
+            drop: None,
+        });
+        let mut raced = answered("NOERROR");
+        raced.legs[0].race_drop = true;
+        let mut looped = answered("NOERROR");
+        looped.legs[0].closes_loop = Some(Box::new(LegLoop {
+            cycle: vec![0],
+            hop_count: 0,
+        }));
+
+        let cases: [(&str, TransactionRecord, bool, bool); 11] = [
+            ("NOERROR", answered("NOERROR"), false, false),
+            ("NXDOMAIN", answered("NXDOMAIN"), false, false),
+            ("SERVFAIL", answered("SERVFAIL"), true, true),
+            ("REFUSED", answered("REFUSED"), true, true),
+            ("unanswered", unanswered, true, true),
+            ("dropped", dropped, true, true),
+            ("late", late, true, true),
+            ("upstream SERVFAIL", upstream_servfail, true, true),
+            ("answered after a timeout", after_timeout, false, true),
+            ("past a conntrack race", raced, false, true),
+            ("through a forwarding loop", looped, false, true),
+        ];
+        for (what, t, failed, troubled) in cases {
+            assert_eq!(t.failed(), failed, "{what}: failed");
+            assert_eq!(t.is_failure(), failed, "{what}: --failures");
+            assert_eq!(t.troubled(), troubled, "{what}: troubled");
+        }
     }
 }

@@ -542,7 +542,7 @@ impl<D: Detector> Correlator<D> {
                     id: l.id,
                     parent: l.parent.and_then(index_of),
                     role: l.role,
-                    proto: l.key.proto,
+                    proto: crate::decode::record::Proto::from_number(l.key.proto),
                     client: l.client,
                     server: l.server,
                     backend: l.backend,

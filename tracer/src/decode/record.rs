@@ -69,9 +69,6 @@ pub struct Incident {
     pub ts_ns: u64,
 }
 
-/// The response codes `--failures` counts as failed answers.
-pub const FAILED_RCODES: [&str; 2] = ["SERVFAIL", "REFUSED"];
-
 /// The questions of a record's DNS message, if it has one.
 fn any_question_of(dns: Option<&DnsMessage>, f: &mut dyn FnMut(&str, RrType) -> bool) -> bool {
     dns.is_some_and(|m| m.questions.iter().any(|q| f(&q.name, q.qtype)))
@@ -83,29 +80,46 @@ fn response_rcode(dns: Option<&DnsMessage>) -> Option<&str> {
     dns.filter(|m| m.qr).map(|m| &*m.rcode)
 }
 
-/// The transport of a packet or drop as written: `udp`, `tcp`, or `ip` for a drop whose
-/// transport is not known (a later fragment no first fragment named).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
-#[serde(rename_all = "lowercase")]
+/// The transport of a packet, drop or leg: UDP, TCP, or `Ip` for a drop whose transport is
+/// not known (a later fragment no first fragment named) or is neither.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Proto {
     Ip,
     Udp,
     Tcp,
 }
 
+words!(Proto {
+    Ip => "ip",
+    Udp => "udp",
+    Tcp => "tcp",
+});
+
 impl Proto {
-    pub fn as_str(self) -> &'static str {
+    /// The transport of IP protocol number `n` (`Ip` for one that is neither UDP nor TCP).
+    pub fn from_number(n: u8) -> Self {
+        match n {
+            IPPROTO_UDP => Proto::Udp,
+            IPPROTO_TCP => Proto::Tcp,
+            _ => Proto::Ip,
+        }
+    }
+
+    /// Its IP protocol number (0 for `Ip`, which names none).
+    pub fn number(self) -> u8 {
         match self {
-            Proto::Ip => "ip",
-            Proto::Udp => "udp",
-            Proto::Tcp => "tcp",
+            Proto::Udp => IPPROTO_UDP,
+            Proto::Tcp => IPPROTO_TCP,
+            Proto::Ip => 0,
         }
     }
 }
 
-impl std::fmt::Display for Proto {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.as_str())
+/// Tests compare with the IP protocol number they expect.
+#[cfg(test)]
+impl PartialEq<u8> for Proto {
+    fn eq(&self, n: &u8) -> bool {
+        self.number() == *n
     }
 }
 
@@ -198,7 +212,9 @@ macro_rules! seen_message {
 impl RecordKind for PacketRecord {
     seen_message!();
     fn is_failure(&self) -> bool {
-        response_rcode(self.dns.as_deref()).is_some_and(|rc| FAILED_RCODES.contains(&rc))
+        self.dns
+            .as_deref()
+            .is_some_and(|m| m.qr && m.rcode.is_failure())
     }
 }
 
@@ -336,10 +352,9 @@ impl FragmentLossRecord {
         time: WallTime,
     ) -> Self {
         let numbers = l.fragment_numbers();
-        let proto = match l.key.proto {
-            IPPROTO_UDP => "udp".to_string(),
-            IPPROTO_TCP => "tcp".to_string(),
-            n => format!("proto {n}"),
+        let proto = match Proto::from_number(l.key.proto) {
+            Proto::Ip => format!("proto {}", l.key.proto),
+            p => p.as_str().to_string(),
         };
         let what = match &l.dns {
             Some(m) => {

@@ -286,7 +286,7 @@ impl Annotator {
             } else {
                 String::new()
             };
-            let role = crate::output::report::role_name(leg.role);
+            let role = leg.role.as_str();
             let n = leg.hops.len();
             // An answer that never reached the asking socket says so on every copy of it.
             let fate = match leg.outcome {

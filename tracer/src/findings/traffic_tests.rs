@@ -30,7 +30,7 @@ fn tx(
         client_netns: "lab-client".into(),
         question: QuestionRecord::new(name, "A".into(), "IN".into()),
         outcome,
-        rcode: rcode.map(str::to_owned),
+        rcode: rcode.map(Into::into),
         answers: if rcode == Some("NOERROR") {
             vec!["A 10.0.0.1".into()]
         } else {
@@ -53,14 +53,14 @@ fn tx(
             id,
             parent: None,
             role: LegRole::Query,
-            proto: 17,
+            proto: crate::decode::record::Proto::Udp,
             client: addr("10.244.1.2:1000"),
             server: addr("10.96.0.10:53"),
             backend: addr("10.244.1.3:53"),
             dns_id: 1,
             join: Join::SameTuple,
             outcome: leg,
-            rcode: rcode.map(str::to_owned),
+            rcode: rcode.map(Into::into),
             answers: Vec::new(),
             answer_cut: None,
             latency_ns: None,

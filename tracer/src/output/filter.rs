@@ -272,7 +272,7 @@ mod tests {
         rcode: &str,
         latency_ms: Option<u64>,
     ) -> TransactionRecord {
-        let rcode = (!rcode.is_empty()).then(|| rcode.to_string());
+        let rcode = (!rcode.is_empty()).then(|| crate::decode::dns::Rcode::from(rcode));
         let outcome = match outcome {
             "answered" => Outcome::Answered,
             "dropped" => Outcome::Dropped,
@@ -312,7 +312,7 @@ mod tests {
                 id: 1,
                 parent: None,
                 role: LegRole::Query,
-                proto: tracer_common::proto::IPPROTO_UDP,
+                proto: crate::decode::record::Proto::Udp,
                 client: addr("10.0.0.1:1000"),
                 server: addr("10.0.0.2:53"),
                 backend: addr("10.0.0.2:53"),

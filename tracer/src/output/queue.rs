@@ -19,8 +19,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use serde::Serialize;
-
+pub use super::record::SinkStats;
 use super::{Record, RecordWriter};
 
 /// Records a live run's text/NDJSON output holds in its queue: ~0.1 s of every packet at
@@ -40,18 +39,6 @@ pub const DRAIN_WAIT: Duration = Duration::from_secs(5);
 pub trait Drain<T>: Send + 'static {
     fn write(&mut self, item: T) -> io::Result<()>;
     fn flush(&mut self) -> io::Result<()>;
-}
-
-/// What one queued sink did (`stats.sinks`).
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
-pub struct SinkStats {
-    /// Which sink: `output` (trace's text/NDJSON), `events` (the agent's event stream).
-    pub name: &'static str,
-    /// Items (records, lines) written.
-    pub written: u64,
-    /// Items not written: handed over while the queue was full (the reader was not keeping
-    /// up), or still queued when the wait at the end ran out.
-    pub dropped: u64,
 }
 
 struct State<T> {

@@ -57,10 +57,10 @@ pub struct StatsRecord {
     /// Live: each output behind its bounded queue (`output/queue.rs`): records written, and
     /// dropped because its reader did not keep up.
     #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub sinks: Vec<crate::output::queue::SinkStats>,
+    pub sinks: Vec<SinkStats>,
     /// Live, with `--otlp`: what the exporter sent and lost.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub otlp: Option<crate::output::otlp::OtlpStats>,
+    pub otlp: Option<OtlpStats>,
     /// Live: of `drops`, those read from the reserve ring: the kernel found the ring buffer
     /// full and put them there instead of losing them.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -68,6 +68,37 @@ pub struct StatsRecord {
     /// Live, with transactions: what the conntrack watchers read and lost.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub conntrack: Option<crate::conntrack::ConntrackStats>,
+}
+
+/// What one queued sink did (`stats.sinks`).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct SinkStats {
+    /// Which sink: `output` (trace's text/NDJSON), `events` (the agent's event stream).
+    pub name: &'static str,
+    /// Items (records, lines) written.
+    pub written: u64,
+    /// Items not written: handed over while the queue was full (the reader was not keeping
+    /// up), or still queued when the wait at the end ran out.
+    pub dropped: u64,
+}
+
+/// What the exporter did, for the final `stats` record (`otlp`) and the agent's metrics.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct OtlpStats {
+    /// Transactions whose spans the backend accepted, and those spans.
+    pub transactions_exported: u64,
+    pub spans_exported: u64,
+    /// Not kept by `--otlp-sample` (neither failing nor slow).
+    pub sampled_out: u64,
+    /// Dropped because the queue was full (the backend slow or down for a while).
+    pub dropped_queue_full: u64,
+    /// Dropped after every attempt to send them failed.
+    pub dropped_export_failed: u64,
+    /// Still queued or being sent when the run's flush time was over.
+    pub dropped_at_exit: u64,
+    /// Requests sent, and those that failed (each attempt counts).
+    pub requests: u64,
+    pub request_failures: u64,
 }
 
 impl Record {

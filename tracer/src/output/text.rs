@@ -217,7 +217,7 @@ fn leg_line(l: &LegRecord) -> String {
         String::new()
     };
     let cache = match l.node_cache {
-        Some(c) => format!(", node cache {}", report::node_cache_name(c)),
+        Some(c) => format!(", node cache {}", c.as_str()),
         None => String::new(),
     };
     let node = match &l.node {
@@ -231,11 +231,11 @@ fn leg_line(l: &LegRecord) -> String {
     };
     format!(
         "{role}{} {} → {}{nat} id {}: {result}{lat} [{} join, {} hop{}{retx}{cache}{node}]",
-        report::proto_name(l.proto),
+        l.proto,
         l.client,
         l.server,
         l.dns_id,
-        report::join_name(l.join),
+        l.join.as_str(),
         l.hops.len(),
         if l.hops.len() == 1 { "" } else { "s" }
     )

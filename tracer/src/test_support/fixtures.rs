@@ -73,9 +73,9 @@ pub(crate) fn leg(
         },
         role,
         proto: if role == LegRole::TcpFallback {
-            tracer_common::proto::IPPROTO_TCP
+            crate::decode::record::Proto::Tcp
         } else {
-            tracer_common::proto::IPPROTO_UDP
+            crate::decode::record::Proto::Udp
         },
         client: addr(client),
         server: addr(server),
@@ -87,7 +87,7 @@ pub(crate) fn leg(
         } else {
             LegOutcome::Unanswered
         },
-        rcode: rcode.map(str::to_string),
+        rcode: rcode.map(Into::into),
         answers: Vec::new(),
         answer_cut: None,
         latency_ns: rcode.and(latency_ns),
@@ -153,7 +153,7 @@ pub(crate) fn transaction(
         client_netns: "client".into(),
         question: question(name, qtype),
         outcome,
-        rcode: rcode.map(str::to_string),
+        rcode: rcode.map(Into::into),
         answers: Vec::new(),
         answer_cut: None,
         latency_ns: rcode.map(|_| 630_000),

@@ -63,14 +63,6 @@ pub fn rcode_label(rcode: &str) -> &'static str {
         .unwrap_or("other")
 }
 
-pub(super) fn proto_label(proto: u8) -> &'static str {
-    if proto == tracer_common::proto::IPPROTO_TCP {
-        "tcp"
-    } else {
-        "udp"
-    }
-}
-
 /// Where a leg's query went, from what its record says:
 /// - `stub`: a loopback server (127.0.0.0/8, ::1): a node-local or in-pod stub;
 /// - `upstream`: a server's own query (a forward: CoreDNS to its upstream);
@@ -119,10 +111,7 @@ pub(super) fn is_reason_name(s: &str) -> bool {
 }
 
 pub(super) fn loop_kind_label(kind: LoopKind) -> &'static str {
-    match kind {
-        LoopKind::Cycle => "cycle",
-        LoopKind::Amplification => "amplification",
-    }
+    crate::output::report::loop_kind_name(kind)
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]

@@ -9,19 +9,16 @@ use prometheus_client::metrics::counter::Counter;
 
 use super::{
     labels::{
-        is_reason_name, leg_label, loop_kind_label, malformed_label, pod_namespace, proto_label,
-        qtype_label, rcode_label, CauseLabels, DropLabels, EventLabels, FindingLabels, KindLabels,
-        LegLabels, NamespaceLabel, QtypeLabels, QueryLabels, ReasonLabels, ResponseLabels,
-        SearchLabels, TableLabels, TransactionLabels,
+        is_reason_name, leg_label, loop_kind_label, malformed_label, pod_namespace, qtype_label,
+        rcode_label, CauseLabels, DropLabels, EventLabels, FindingLabels, KindLabels, LegLabels,
+        NamespaceLabel, QtypeLabels, QueryLabels, ReasonLabels, ResponseLabels, SearchLabels,
+        TableLabels, TransactionLabels,
     },
     Metrics, MAX_DROP_REASONS,
 };
 use crate::{
     agent::events::Events,
-    correlate::{
-        record::{LegOutcome, Outcome},
-        LegRole,
-    },
+    correlate::{record::LegOutcome, LegRole},
     detect::{
         loops::{LoopRecord, LoopState},
         race::{RaceRecord, RaceVerdict},
@@ -143,13 +140,7 @@ impl Metrics {
             }
             return;
         }
-        let outcome = match t.outcome {
-            Outcome::Answered => "answered",
-            Outcome::Dropped => "dropped",
-            Outcome::Late => "late",
-            Outcome::Unanswered => "unanswered",
-            Outcome::Pending => "pending",
-        };
+        let outcome = t.outcome.as_str();
         let namespace = self.namespace_of(t);
         self.transactions
             .get_or_create(&TransactionLabels {
@@ -205,7 +196,7 @@ impl Metrics {
         qtype: &'static str,
         namespace: &NamespaceLabel,
     ) {
-        let proto = proto_label(leg.proto);
+        let proto = leg.proto.as_str();
         self.queries
             .get_or_create(&QueryLabels {
                 leg: l,
@@ -297,7 +288,7 @@ impl Metrics {
         namespace: NamespaceLabel,
     ) {
         let key = (t.lookup.id, qtype);
-        let nxdomain = t.rcode.as_deref() == Some("NXDOMAIN");
+        let nxdomain = t.rcode == Some(crate::decode::dns::Rcode::NXDOMAIN);
         let (counted, evicted) = {
             let mut mem = self.memory();
             let counted = match mem.search_nxdomain.get(&key) {

@@ -222,11 +222,7 @@ impl Decoder {
                 // the way, names the message (so the drop joins its transaction).
                 Transport::Other { proto } => match self.frag.first_fragment_of(&d.data, d.ts_ns) {
                     Some(first) => {
-                        r.proto = match proto {
-                            IPPROTO_TCP => Proto::Tcp,
-                            IPPROTO_UDP => Proto::Udp,
-                            _ => Proto::Ip,
-                        };
+                        r.proto = Proto::from_number(proto);
                         let (src, dst) = (
                             SocketAddr::new(ip.src, first.ports.0),
                             SocketAddr::new(ip.dst, first.ports.1),

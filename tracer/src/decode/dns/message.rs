@@ -134,7 +134,7 @@ pub(super) fn decode_body_with(
         id: h.id,
         qr: b2 & 0x80 != 0,
         opcode: opcode_name((b2 >> 3) & 0x0f),
-        rcode: rcode_name(rcode),
+        rcode: super::Rcode::new(rcode),
         flags: Flags {
             aa: b2 & 0x04 != 0,
             tc: b2 & 0x02 != 0,
@@ -274,7 +274,7 @@ pub(super) fn read_record(
     let data = rdata_summary(names, rdata_start, rtype, rdata).map_err(err)?;
     Ok(Some(Record {
         name,
-        rtype: type_name(rtype),
+        rtype: super::RrType(rtype),
         class: class_name(class),
         ttl,
         data,

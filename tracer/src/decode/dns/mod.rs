@@ -35,7 +35,7 @@ pub struct DnsMessage {
     pub qr: bool,
     pub opcode: Text,
     /// Full 12-bit RCODE: header bits plus the EDNS extended bits (RFC 6891 §6.1.3).
-    pub rcode: Text,
+    pub rcode: Rcode,
     pub flags: Flags,
     pub questions: Vec<Question>,
     pub answers: Vec<Record>,
@@ -97,7 +97,7 @@ pub struct Question {
 pub struct Record {
     pub name: String,
     #[serde(rename = "type")]
-    pub rtype: Text,
+    pub rtype: RrType,
     pub class: Text,
     pub ttl: u32,
     /// Presentation-format rdata; RFC 3597 `\# len hex` for types without a summary, empty
@@ -215,7 +215,7 @@ mod types;
 use message::*;
 use names::*;
 use rdata::*;
-pub use types::{RrClass, RrType};
+pub use types::{Rcode, RrClass, RrType};
 
 impl DnsMessage {
     /// One line in tcpdump's style: `12345+ [1au] A? www.lab.test.` for a query,

@@ -142,10 +142,12 @@ fn response_with_common_types() {
 
     let d = decode(&bytes).unwrap();
     assert!(d.qr && d.flags.aa && d.flags.rd && d.flags.ra);
+    let names: Vec<Text> = d.answers.iter().map(|r| r.rtype.name()).collect();
     let got: Vec<(&str, &str, &str)> = d
         .answers
         .iter()
-        .map(|r| (r.name.as_str(), &*r.rtype, r.data.as_str()))
+        .zip(&names)
+        .map(|(r, t)| (r.name.as_str(), &**t, r.data.as_str()))
         .collect();
     assert_eq!(
         got,

@@ -1,11 +1,12 @@
 //! A question's type and class as the wire has them: 16-bit codes, carried as such from
 //! decode to the sinks (correlate keys, metric labels, storm shedding, OTLP ids) and made
-//! into their mnemonic (`A`, `TYPE65534`, `CLASS3`…) only where text is written.
-use std::fmt;
+//! into their mnemonic (`A`, `TYPE65534`, `CLASS3`…) only where text is written. A
+//! response code likewise, carried with its mnemonic (borrowed for the registry's names).
+use std::{borrow::Cow, fmt};
 
 use serde::{Serialize, Serializer};
 
-use super::{class_name, known_type_name, type_name, Text};
+use super::{class_name, known_type_name, names::rcode_name, type_name, Text};
 
 /// A resource record type (RFC 1035 §3.2.2), any 16-bit code.
 #[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -95,6 +96,116 @@ impl Serialize for RrClass {
     }
 }
 
+/// A response code (RFC 1035 §4.1.1; 12 bits with EDNS, RFC 6891 §6.1.3) and its mnemonic:
+/// IANA's name, or `RCODE<code>` for a code without one. Compared by code; written as, and
+/// read as (`Deref`), its mnemonic.
+#[derive(Clone)]
+pub struct Rcode {
+    code: u16,
+    name: Text,
+}
+
+impl Rcode {
+    pub const NOERROR: Self = Self::known(0, "NOERROR");
+    pub const SERVFAIL: Self = Self::known(2, "SERVFAIL");
+    pub const NXDOMAIN: Self = Self::known(3, "NXDOMAIN");
+    pub const REFUSED: Self = Self::known(5, "REFUSED");
+
+    const fn known(code: u16, name: &'static str) -> Self {
+        Self {
+            code,
+            name: Cow::Borrowed(name),
+        }
+    }
+
+    /// The code `code`, named.
+    pub fn new(code: u16) -> Self {
+        Self {
+            code,
+            name: rcode_name(code),
+        }
+    }
+
+    pub fn code(&self) -> u16 {
+        self.code
+    }
+
+    /// SERVFAIL or REFUSED: the server failed, or would not answer (what `--failures` counts
+    /// as a failed answer).
+    pub fn is_failure(&self) -> bool {
+        *self == Self::SERVFAIL || *self == Self::REFUSED
+    }
+}
+
+impl PartialEq for Rcode {
+    fn eq(&self, other: &Self) -> bool {
+        self.code == other.code
+    }
+}
+
+impl Eq for Rcode {}
+
+impl std::hash::Hash for Rcode {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.code.hash(state);
+    }
+}
+
+impl std::ops::Deref for Rcode {
+    type Target = str;
+    fn deref(&self) -> &str {
+        &self.name
+    }
+}
+
+impl fmt::Display for Rcode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.name)
+    }
+}
+
+impl fmt::Debug for Rcode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.name)
+    }
+}
+
+/// Written as its mnemonic.
+impl Serialize for Rcode {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&self.name)
+    }
+}
+
+/// Tests name rcodes by their mnemonic; a word that is none (the text tests write hostile
+/// ones) is kept as the name of a code no message can carry (above 12 bits).
+#[cfg(test)]
+impl From<&str> for Rcode {
+    fn from(word: &str) -> Self {
+        (0..4096)
+            .map(Self::new)
+            .find(|r| &*r.name == word)
+            .unwrap_or_else(|| Self {
+                code: u16::MAX,
+                name: word.to_owned().into(),
+            })
+    }
+}
+
+#[cfg(test)]
+impl From<String> for Rcode {
+    fn from(word: String) -> Self {
+        Self::from(word.as_str())
+    }
+}
+
+#[cfg(test)]
+impl PartialEq<&str> for Rcode {
+    fn eq(&self, other: &&str) -> bool {
+        &*self.name == *other
+    }
+}
+
 /// Tests compare with the mnemonic they expect.
 #[cfg(test)]
 impl PartialEq<&str> for RrType {
@@ -115,6 +226,13 @@ impl PartialEq<&str> for RrClass {
 impl From<&str> for RrType {
     fn from(word: &str) -> Self {
         Self::named(word).unwrap_or(Self(0))
+    }
+}
+
+#[cfg(test)]
+impl From<String> for RrType {
+    fn from(word: String) -> Self {
+        Self::from(word.as_str())
     }
 }
 
@@ -142,6 +260,23 @@ mod tests {
         assert_eq!(RrClass(3).to_string(), "CH");
         assert_eq!(RrClass(42).to_string(), "CLASS42");
         assert_eq!(serde_json::to_string(&RrType(28)).unwrap(), "\"AAAA\"");
+    }
+
+    #[test]
+    fn rcodes_are_their_code_written_as_their_mnemonic() {
+        assert_eq!(Rcode::new(2), Rcode::SERVFAIL);
+        assert_eq!(&*Rcode::new(3), "NXDOMAIN");
+        assert_eq!(Rcode::new(4095).to_string(), "RCODE4095");
+        assert_eq!(
+            serde_json::to_string(&Rcode::new(16)).unwrap(),
+            "\"BADVERS\""
+        );
+        let failures: Vec<u16> = (0..4096)
+            .map(Rcode::new)
+            .filter(Rcode::is_failure)
+            .map(|r| r.code())
+            .collect();
+        assert_eq!(failures, [2, 5]);
     }
 
     #[test]

@@ -1,15 +1,23 @@
 //! OTLP export (`--otlp`): each decided transaction as spans with deterministic ids, sent
 //! to a tracing backend by a thread of its own (docs/otlp.md). Also what NDJSON records
 //! carry to link logs with traces: the transaction's `trace_id` and the run's `node`.
+pub mod config;
+pub mod error;
 pub mod export;
 pub mod ids;
+mod resource;
+mod roles;
 pub mod spans;
 pub mod tls;
 pub mod wire;
 
 use std::sync::OnceLock;
 
-pub use export::{Exporter, OtlpConfig, OtlpError, OtlpStats, Protocol};
+pub use config::{OtlpConfig, Protocol};
+pub use error::OtlpError;
+pub use export::Exporter;
+
+pub use crate::output::record::OtlpStats;
 pub use spans::SpanConfig;
 
 use crate::output::Record;

@@ -12,16 +12,18 @@ use opentelemetry_proto::tonic::{
     trace::v1::{span::SpanKind, status::StatusCode, Span},
 };
 
+pub use super::roles::{client_is_local, trace_ids, TraceIds};
 use super::{
-    ids::{self, IdKey, QueryIdentity, Role},
+    ids::{self, IdKey, Role},
+    resource::resource,
+    roles::{delivery, first_leg, first_query, query_role, serve_role},
     wire::{self, tag, RequestBuf},
 };
 use crate::{
     correlate::{
-        record::{Answered, Join, LegLoop, LegOutcome, NodeCache, Outcome, Summary},
+        record::{Answered, LegLoop, LegOutcome, Outcome, Summary},
         LegRole, FRAGMENT_LOSS,
     },
-    event::Direction,
     output::record::{HopRecord, LegRecord, PodRef, TransactionRecord},
 };
 
@@ -33,58 +35,6 @@ pub struct SpanConfig {
     pub node: Option<String>,
     /// `--otlp-redact-names`: no query name or answer in any span.
     pub redact_names: bool,
-}
-
-/// A transaction's ids: its trace and its epoch-free query key.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct TraceIds {
-    pub trace: [u8; 16],
-    pub query_key: [u8; 16],
-}
-
-/// The leg that carried the client's first query.
-fn first_leg(tx: &TransactionRecord) -> Option<&LegRecord> {
-    tx.legs.iter().find(|l| l.parent.is_none())
-}
-
-fn identity(tx: &TransactionRecord) -> QueryIdentity<'_> {
-    let first = first_leg(tx);
-    QueryIdentity {
-        client: tx.client,
-        proto: first.map_or(tracer_common::proto::IPPROTO_UDP, |l| l.proto),
-        dns_id: first.map_or(0, |l| l.dns_id),
-        name: &tx.question.name,
-        qtype: tx.question.qtype,
-        class: tx.question.class,
-    }
-}
-
-/// The trace a transaction belongs to (cheap: two SipHash runs over some 60 bytes).
-pub fn trace_ids(key: &IdKey, tx: &TransactionRecord) -> TraceIds {
-    let query_key = ids::query_key(key, &identity(tx));
-    TraceIds {
-        trace: ids::trace_id(key, &query_key, ids::epoch(tx.wall_ns)),
-        query_key,
-    }
-}
-
-/// Exported whatever the sampling ratio: unanswered, dropped, late, SERVFAIL/REFUSED,
-/// answered only after a timeout, a conntrack race, a forwarding loop.
-pub fn failing(tx: &TransactionRecord) -> bool {
-    tx.outcome != Outcome::Answered
-        || matches!(tx.rcode.as_deref(), Some("SERVFAIL" | "REFUSED"))
-        || matches!(
-            tx.summary,
-            Summary::Answered(Answered::AfterTimeout { .. }) | Summary::AnswerLost { .. }
-        )
-        || tx.legs.iter().any(|l| {
-            matches!(
-                l.outcome,
-                LegOutcome::Dropped | LegOutcome::Late | LegOutcome::Unanswered
-            ) || matches!(l.rcode.as_deref(), Some("SERVFAIL" | "REFUSED"))
-                || l.race_drop
-        })
-        || tx.first_loop().is_some()
 }
 
 /// One span and the resource (pod, namespace, node) it happened in, decoded from the bytes
@@ -272,111 +222,6 @@ fn put_status(out: &mut Vec<u8>, error: Option<&str>) {
     }
     wire::end(out, m);
 }
-fn transport(proto: u8) -> &'static str {
-    if proto == tracer_common::proto::IPPROTO_TCP {
-        "tcp"
-    } else {
-        "udp"
-    }
-}
-
-fn outcome_word(o: Outcome) -> &'static str {
-    match o {
-        Outcome::Answered => "answered",
-        Outcome::Dropped => "dropped",
-        Outcome::Late => "late",
-        Outcome::Pending => "pending",
-        Outcome::Unanswered => "unanswered",
-    }
-}
-
-fn leg_outcome_word(o: LegOutcome) -> &'static str {
-    match o {
-        LegOutcome::Answered => "answered",
-        LegOutcome::Truncated => "truncated",
-        LegOutcome::Dropped => "dropped",
-        LegOutcome::Late => "late",
-        LegOutcome::Pending => "pending",
-        LegOutcome::Unanswered => "unanswered",
-    }
-}
-
-fn role_word(r: LegRole) -> &'static str {
-    match r {
-        LegRole::Query => "query",
-        LegRole::Retry => "retry",
-        LegRole::TcpFallback => "tcp_fallback",
-        LegRole::Forward => "forward",
-    }
-}
-
-fn join_word(j: Join) -> &'static str {
-    match j {
-        Join::SameTuple => "same_tuple",
-        Join::Conntrack => "conntrack",
-        Join::Fallback => "fallback",
-    }
-}
-
-fn node_cache_word(n: NodeCache) -> &'static str {
-    match n {
-        NodeCache::Hit => "hit",
-        NodeCache::Miss => "miss",
-        NodeCache::Bypass => "bypass",
-    }
-}
-
-/// The workload a pod belongs to, from its name: a Deployment's pod
-/// `coredns-5d78c9869d-x7k2p` is `coredns`, a DaemonSet's `node-local-dns-x7k2p`
-/// `node-local-dns`; other names are kept.
-fn workload(pod_name: &str) -> &str {
-    fn hashy(seg: &str, min: usize, max: usize) -> bool {
-        (min..=max).contains(&seg.len())
-            && seg
-                .bytes()
-                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit())
-    }
-    let mut name = pod_name;
-    if let Some((rest, last)) = name.rsplit_once('-') {
-        if hashy(last, 5, 5) && !rest.is_empty() {
-            name = rest;
-            if let Some((rest2, rs)) = name.rsplit_once('-') {
-                if hashy(rs, 6, 10) && rs.bytes().any(|c| c.is_ascii_digit()) && !rest2.is_empty() {
-                    name = rest2;
-                }
-            }
-        }
-    }
-    name
-}
-
-/// Where a span happened, as a `Resource` body in `out`: the pod (if the node knows it), its
-/// namespace and the node.
-fn resource(out: &mut Vec<u8>, pod: &PodRef, netns: &str, node: Option<&str>) {
-    const T: u32 = tag::RESOURCE_ATTRIBUTES;
-    out.clear();
-    match pod.pod.as_deref().and_then(|p| p.split_once('/')) {
-        Some((ns, name)) => {
-            wire::kv_str(out, T, "service.name", workload(name));
-            wire::kv_str(out, T, "k8s.namespace.name", ns);
-            wire::kv_str(out, T, "k8s.pod.name", name);
-        }
-        None => wire::kv_str(out, T, "service.name", netns),
-    }
-    if let Some(uid) = &pod.pod_uid {
-        wire::kv_str(out, T, "k8s.pod.uid", uid);
-    }
-    if let Some(c) = &pod.container {
-        wire::kv_str(out, T, "k8s.container.name", c);
-    }
-    if let Some(c) = &pod.container_id {
-        wire::kv_str(out, T, "container.id", c);
-    }
-    if let Some(n) = node {
-        wire::kv_str(out, T, "k8s.node.name", n);
-    }
-    wire::kv_str(out, T, "dnspath.netns", netns);
-}
 
 /// `<prefix>.address` and `<prefix>.port` attributes (`keys`) of `a`.
 fn endpoint(out: &mut Vec<u8>, text: &mut String, t: u32, keys: [&str; 2], a: SocketAddr) {
@@ -427,31 +272,6 @@ fn hop_event(sc: &mut Scratch, h: &HopRecord, index: usize, wall: &Wall, node: O
     event_end(sc, e);
 }
 
-/// Whether the client is on this node (the root and the client spans are this node's),
-/// rather than on another one (this node has only the served half; the root and the client
-/// span are the other node's, and its server span names that client span as parent).
-///
-/// The query came from another node when its first hop here is an arrival (ingress) that
-/// is not from a pod's veth, already addressed to the backend (a Service's DNAT is done on
-/// the client's node), from a client no pod of this node is known as. Anything else — seen
-/// leaving a namespace, arriving from a pod's veth, still addressed to a Service, a known
-/// client pod, a capture with no direction — is a client of this node.
-///
-/// The agent's metrics count by the same rule (docs/metrics.md, `leg="served"`), so that a
-/// question is one client question on the client's node only.
-pub fn client_is_local(tx: &TransactionRecord) -> bool {
-    let Some(leg) = first_leg(tx) else {
-        return true;
-    };
-    let Some(h) = leg.hops.first() else {
-        return true;
-    };
-    h.dir != Direction::Ingress
-        || h.pod_ref().pod_veth
-        || h.dst != leg.backend
-        || tx.pod.pod.is_some()
-}
-
 fn leg_error(l: &LegRecord) -> Option<String> {
     match l.outcome {
         LegOutcome::Dropped => Some(match &l.drop {
@@ -464,10 +284,11 @@ fn leg_error(l: &LegRecord) -> Option<String> {
         }),
         LegOutcome::Late => Some("late: the answer came after the client gave up".into()),
         LegOutcome::Unanswered => Some("unanswered".into()),
-        _ => match l.rcode.as_deref() {
-            Some(r @ ("SERVFAIL" | "REFUSED")) => Some(r.to_string()),
-            _ => None,
-        },
+        _ => l
+            .rcode
+            .as_ref()
+            .filter(|r| r.is_failure())
+            .map(|r| r.to_string()),
     }
 }
 
@@ -480,9 +301,9 @@ fn tx_error(tx: &TransactionRecord) -> Option<String> {
         Summary::AnswerLost { location, .. } => Some(format!("answer lost: {location}")),
         Summary::Unanswered { .. } => Some("unanswered".into()),
         Summary::Pending => None,
-        Summary::Answered(_) => match tx.rcode.as_deref() {
-            Some(r @ ("SERVFAIL" | "REFUSED")) => Some(r.to_string()),
-            _ if tx.outcome != Outcome::Answered => Some(outcome_word(tx.outcome).into()),
+        Summary::Answered(_) => match &tx.rcode {
+            Some(r) if r.is_failure() => Some(r.to_string()),
+            _ if tx.outcome != Outcome::Answered => Some(tx.outcome.as_str().into()),
             _ => None,
         },
     }
@@ -576,53 +397,6 @@ struct LegIds {
     server: Option<[u8; 8]>,
 }
 
-/// The role of leg `n`'s CLIENT span: [`Role::Query`], or [`Role::QueryAgain`] when an
-/// earlier leg of `tx` was sent from the same socket with the same DNS id.
-fn query_role(tx: &TransactionRecord, n: usize, l: &LegRecord) -> Role {
-    let same = |o: &&LegRecord| o.client == l.client && o.proto == l.proto && o.dns_id == l.dns_id;
-    let repeat = tx.legs.iter().take(n).filter(same).count();
-    match u16::try_from(repeat) {
-        Ok(0) => first_query(l),
-        r => Role::QueryAgain {
-            client: l.client,
-            proto: l.proto,
-            dns_id: l.dns_id,
-            repeat: r.unwrap_or(u16::MAX),
-        },
-    }
-}
-
-/// The role of the first query sent from leg `l`'s socket with its DNS id: the CLIENT
-/// span a serving node names as its parent.
-fn first_query(l: &LegRecord) -> Role {
-    Role::Query {
-        client: l.client,
-        proto: l.proto,
-        dns_id: l.dns_id,
-    }
-}
-
-/// The role of leg `n`'s SERVER span (it has one: [`delivery`]), counting the earlier legs
-/// of `tx` served at the same place from the same socket with the same DNS id (a UDP
-/// resend after a truncated answer is such a leg).
-fn serve_role(tx: &TransactionRecord, n: usize, l: &LegRecord) -> Role {
-    let same = |o: &&LegRecord| {
-        o.client == l.client
-            && o.backend == l.backend
-            && o.proto == l.proto
-            && o.dns_id == l.dns_id
-            && delivery(o).is_some()
-    };
-    let repeat = tx.legs.iter().take(n).filter(same).count();
-    Role::Serve {
-        client: l.client,
-        server: l.backend,
-        proto: l.proto,
-        dns_id: l.dns_id,
-        repeat: u16::try_from(repeat).unwrap_or(u16::MAX),
-    }
-}
-
 /// The spans of one decided transaction, written into `req` (`sc`: reused buffers); its ids
 /// and how many spans.
 pub fn write(
@@ -685,12 +459,12 @@ pub fn write(
         endpoint(a, &mut sc.text, A, CLIENT, l.client);
         endpoint(a, &mut sc.text, A, SERVER, l.server);
         endpoint(a, &mut sc.text, A, PEER, l.backend);
-        wire::kv_str(a, A, "network.transport", transport(l.proto));
-        wire::kv_str(a, A, "dnspath.leg_role", role_word(l.role));
+        wire::kv_str(a, A, "network.transport", l.proto.as_str());
+        wire::kv_str(a, A, "dnspath.leg_role", l.role.as_str());
         wire::kv_int(a, A, "dnspath.dns_id", i64::from(l.dns_id));
         wire::kv_str(a, A, "dnspath.qtype", qtype);
-        wire::kv_str(a, A, "dnspath.outcome", leg_outcome_word(l.outcome));
-        wire::kv_str(a, A, "dnspath.join", join_word(l.join));
+        wire::kv_str(a, A, "dnspath.outcome", l.outcome.as_str());
+        wire::kv_str(a, A, "dnspath.join", l.join.as_str());
         if let Some(r) = &l.rcode {
             wire::kv_str(a, A, "dnspath.rcode", r);
         }
@@ -698,7 +472,7 @@ pub fn write(
             wire::kv_int(a, A, "dnspath.retransmits", i64::from(l.retransmits));
         }
         if let Some(nc) = l.node_cache {
-            wire::kv_str(a, A, "dnspath.node_cache", node_cache_word(nc));
+            wire::kv_str(a, A, "dnspath.node_cache", nc.as_str());
         }
         if !cfg.redact_names {
             wire::kv_str(a, A, "dns.question.name", &tx.question.name);
@@ -752,7 +526,7 @@ pub fn write(
                 trace: &trace,
                 id: &lid.client,
                 parent: parent.as_ref(),
-                name: [role_word(l.role), " ", qtype],
+                name: [l.role.as_str(), " ", qtype],
                 kind: SpanKind::Client,
                 start,
                 end,
@@ -799,8 +573,8 @@ pub fn write(
             req.spans.extend_from_slice(&sc.attrs);
             let qk = hex(&mut sc.text, &ids.query_key);
             wire::kv_str(&mut req.spans, A, "dnspath.query_key", qk);
-            let error = match l.rcode.as_deref() {
-                Some(r @ ("SERVFAIL" | "REFUSED")) => Some(r),
+            let error = match &l.rcode {
+                Some(r) if r.is_failure() => Some(&**r),
                 Some(_) => None,
                 None if l.hops.iter().any(|h| h.qr && h.src == l.backend) => None,
                 None => Some("no response from the server"),
@@ -882,12 +656,12 @@ pub fn write(
         endpoint(out, text, A, CLIENT, tx.client);
         if let Some(l) = first_leg(tx) {
             endpoint(out, text, A, SERVER, l.server);
-            wire::kv_str(out, A, "network.transport", transport(l.proto));
+            wire::kv_str(out, A, "network.transport", l.proto.as_str());
             wire::kv_int(out, A, "dnspath.dns_id", i64::from(l.dns_id));
         }
         wire::kv_str(out, A, "dnspath.qtype", qtype);
         wire::kv_str(out, A, "dnspath.qclass", &tx.question.class.name());
-        wire::kv_str(out, A, "dnspath.outcome", outcome_word(tx.outcome));
+        wire::kv_str(out, A, "dnspath.outcome", tx.outcome.as_str());
         if let Some(r) = &tx.rcode {
             wire::kv_str(out, A, "dnspath.rcode", r);
         }
@@ -931,18 +705,6 @@ pub fn build(cfg: &SpanConfig, tx: &TransactionRecord) -> (TraceIds, Vec<PlacedS
         })
         .collect();
     (ids, placed)
-}
-
-/// The hop where a leg's query was delivered to its server on this node: the leg's last
-/// query hop, addressed to the backend (after DNAT), arriving in the server's namespace
-/// (ingress), or handed to the server pod's veth (egress on the node's end, when only the
-/// node's namespace is traced). A query whose last hop here leaves the node otherwise has
-/// no server span on this node.
-fn delivery(l: &LegRecord) -> Option<&HopRecord> {
-    l.hops
-        .iter()
-        .rfind(|h| !h.qr)
-        .filter(|h| h.dst == l.backend && (h.dir != Direction::Egress || h.pod_ref().pod_veth))
 }
 
 #[cfg(test)]

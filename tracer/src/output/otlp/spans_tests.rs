@@ -6,6 +6,7 @@ use opentelemetry_proto::tonic::{
 use prost::Message;
 
 use super::*;
+use crate::event::Direction;
 use crate::{
     output::record::{LegDrop, Record},
     test_support::fixtures::{self, addr},
@@ -151,6 +152,40 @@ fn a_service_query_is_a_tree_of_spans() {
     assert!(res.attributes.iter().any(|kv| kv.key == "k8s.node.name"));
 }
 
+/// A leg's words are those of its JSON (`tcp-fallback`, `same-tuple`), not spellings of
+/// their own.
+#[test]
+fn leg_words_are_those_of_the_json() {
+    let mut t = tx(Direction::Egress);
+    t.legs[0].role = LegRole::TcpFallback;
+    t.legs[0].proto = crate::decode::record::Proto::Tcp;
+    t.legs[0].join = crate::correlate::record::Join::SameTuple;
+    let (_, spans) = build(&SpanConfig::default(), &t);
+    let leg = by_name(&spans, "tcp-fallback A");
+    let json = serde_json::to_value(&t.legs[0]).unwrap();
+    for (key, field) in [
+        ("dnspath.leg_role", "role"),
+        ("dnspath.join", "join"),
+        ("dnspath.outcome", "outcome"),
+        ("network.transport", "proto"),
+    ] {
+        let word = json[field].as_str().unwrap();
+        assert_eq!(
+            attr(leg, key),
+            Some(&Value::StringValue(word.into())),
+            "{key}"
+        );
+    }
+    assert_eq!(
+        attr(leg, "dnspath.leg_role"),
+        Some(&Value::StringValue("tcp-fallback".into()))
+    );
+    assert_eq!(
+        attr(leg, "dnspath.join"),
+        Some(&Value::StringValue("same-tuple".into()))
+    );
+}
+
 /// Node B sees the query arrive from node A's client: no root, no client span of its own,
 /// and its server span's parent is node A's client span, by id alone.
 #[test]
@@ -211,7 +246,7 @@ fn a_drop_is_an_error_event() {
     t.summary = t2.summary;
     t.rcode = None;
     t.latency_ns = None;
-    assert!(failing(&t));
+    assert!(t.troubled());
     let (_, spans) = build(&SpanConfig::default(), &t);
     let query = by_name(&spans, "query A");
     let drop = query
@@ -290,14 +325,6 @@ fn node_namespace_only_is_still_a_local_client() {
     assert!(spans.iter().any(|p| p.span.name == "DNS A"));
 }
 
-#[test]
-fn workloads_from_pod_names() {
-    assert_eq!(workload("coredns-5d78c9869d-x7k2p"), "coredns");
-    assert_eq!(workload("node-local-dns-x7k2p"), "node-local-dns");
-    assert_eq!(workload("client"), "client");
-    assert_eq!(workload("web-0"), "web-0");
-}
-
 /// Every event of every span, by name.
 fn event_names(spans: &[PlacedSpan]) -> Vec<&str> {
     spans
@@ -322,7 +349,7 @@ fn event_attr<'a>(e: &'a Event, key: &str) -> Option<&'a Value> {
 #[test]
 fn a_healthy_query_has_no_incident_events() {
     let t = tx(Direction::Egress);
-    assert!(!failing(&t));
+    assert!(!t.troubled());
     assert_eq!(t.first_loop(), None);
     let (_, spans) = build(&SpanConfig::default(), &t);
     assert!(event_names(&spans).iter().all(|&n| n == "hop"));
@@ -373,7 +400,7 @@ fn a_race_drop_is_a_race_event() {
         timeout_ns: 5_000_000_000,
         drop: Some(("NETFILTER_DROP".into(), "nf_hook_slow+0x9e".into())),
     });
-    assert!(failing(&t));
+    assert!(t.troubled());
     let (_, spans) = build(&SpanConfig::default(), &t);
     let query = by_name(&spans, "query A");
     assert!(is_error(query));
@@ -465,7 +492,7 @@ fn a_forwarding_cycle_is_a_loop_event() {
         cycle: vec![1, 2],
         hop_count: 2,
     }));
-    assert!(failing(&t));
+    assert!(t.troubled());
     let (_, spans) = build(
         &SpanConfig {
             node: Some("node-a".into()),
@@ -517,7 +544,7 @@ fn a_lost_fragment_is_a_fragment_loss_event() {
         d.location = "ip_defrag".into();
     }
     t.legs[1] = l;
-    assert!(failing(&t));
+    assert!(t.troubled());
     let (_, spans) = build(&SpanConfig::default(), &t);
     let fwd = by_name(&spans, "forward A");
     assert!(fwd.events.iter().any(|e| e.name == "fragment loss"));
@@ -669,7 +696,7 @@ fn two_upstreams_asked_from_one_socket_and_id_are_two_spans() {
         &ids.trace,
         ids::Role::Query {
             client: t.legs[1].client,
-            proto: t.legs[1].proto,
+            proto: t.legs[1].proto.number(),
             dns_id: t.legs[1].dns_id,
         },
     );

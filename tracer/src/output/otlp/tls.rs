@@ -13,7 +13,7 @@ use std::sync::Arc;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 
-use super::export::OtlpError;
+use super::error::OtlpError;
 
 /// The PEM material of the TLS settings, read from their files.
 #[derive(Clone, Default)]
