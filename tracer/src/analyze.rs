@@ -355,7 +355,10 @@ pub fn analyze_source<R: std::io::Read>(
     // The one sink: the records shown, as text or NDJSON.
     let shown = RecordsOut::new(opts.view, opts.filter.clone());
     let writer: Box<dyn Sink> = match opts.format {
-        Format::Json => Box::new(WriterSink::new(shown, JsonSink::new(BatchWriter::new(out)))),
+        Format::Json => Box::new(WriterSink::new(
+            shown,
+            JsonSink::new(BatchWriter::new(out), Default::default()),
+        )),
         Format::Text => Box::new(WriterSink::new(shown, TextSink::new(BatchWriter::new(out)))),
     };
     let mut sinks = Sinks::new();

@@ -170,7 +170,6 @@ const LAYERS: &[(&str, &[&str])] = &[
             "runner",
             "source",
             "time",
-            "trace",
         ],
     ),
 ];

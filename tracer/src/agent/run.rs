@@ -20,13 +20,13 @@ use crate::{
     engine::{self, LiveError, LiveSummary, RunOptions},
     event::KernelSetup,
     output::{
+        otlp::OtlpSink,
         queue::{self, QueuedLines},
         record::{Record, StatsRecord},
         sink::{Batch, Sink, Sinks},
     },
     runner::stop::StopPolicy,
     time::Clock,
-    trace,
 };
 
 #[derive(Debug, thiserror::Error)]
@@ -183,7 +183,7 @@ pub async fn run(
     let mut sinks = Sinks::new();
     if let Some(cfg) = opts.otlp {
         match crate::output::otlp::Exporter::start(cfg) {
-            Ok(exporter) => sinks.push(Box::new(trace::OtlpSink::new(exporter))),
+            Ok(exporter) => sinks.push(Box::new(OtlpSink::new(exporter))),
             Err(e) => log::warn!("{e}; the agent runs without export"),
         }
     }

@@ -154,7 +154,7 @@ pub fn analyze_nodes(
     }
     let shown = RecordsOut::new(opts.view, opts.filter.clone());
     let mut out = match opts.format {
-        Format::Json => Out::Json(JsonSink::new(BatchWriter::new(out))),
+        Format::Json => Out::Json(JsonSink::new(BatchWriter::new(out), Default::default())),
         Format::Text => Out::Text(TextSink::new(BatchWriter::new(out))),
     };
     let mut join = NodeJoin::new(

@@ -129,9 +129,9 @@ pub struct OtlpArgs {
 }
 
 impl OtlpArgs {
-    /// The id key and node name for NDJSON, and the exporter's settings if export is on.
-    pub fn config(&self) -> anyhow::Result<Option<dnspath::output::otlp::OtlpConfig>> {
-        use dnspath::output::otlp::{ids::IdKey, OtlpConfig, Protocol, SpanConfig};
+    /// The key trace ids are made with (`--otlp-secret-file`, `DNSPATH_OTLP_SECRET`), with
+    /// `--node-name` checked.
+    fn key(&self) -> anyhow::Result<dnspath::output::otlp::ids::IdKey> {
         let secret = match &self.otlp_secret_file {
             Some(f) => std::fs::read(f)
                 .map_err(|e| anyhow::anyhow!("--otlp-secret-file {}: {e}", f.display()))?
@@ -141,13 +141,27 @@ impl OtlpArgs {
                 .unwrap_or_default()
                 .into_bytes(),
         };
-        let key = IdKey::from_secret(&secret);
         if let Some(n) = &self.node_name {
             if n.is_empty() || n.chars().any(char::is_control) {
                 anyhow::bail!("--node-name: give the node's name (no control characters)");
             }
         }
-        dnspath::output::otlp::set_identity(key.clone(), self.node_name.as_deref());
+        Ok(dnspath::output::otlp::ids::IdKey::from_secret(&secret))
+    }
+
+    /// What NDJSON records carry besides themselves: `trace_id` (made with the key) and
+    /// `node`.
+    pub fn identity(&self) -> anyhow::Result<dnspath::output::otlp::Identity> {
+        Ok(dnspath::output::otlp::Identity::new(
+            self.key()?,
+            self.node_name.as_deref(),
+        ))
+    }
+
+    /// The exporter's settings if export is on.
+    pub fn config(&self) -> anyhow::Result<Option<dnspath::output::otlp::OtlpConfig>> {
+        use dnspath::output::otlp::{OtlpConfig, Protocol, SpanConfig};
+        let key = self.key()?;
         if !(0.0..=1.0).contains(&self.otlp_sample) {
             anyhow::bail!("--otlp-sample {}: a ratio from 0 to 1", self.otlp_sample);
         }

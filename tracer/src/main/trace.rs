@@ -151,6 +151,7 @@ fn options(
         count: a.count,
         until_loop: a.until == Some(Until::Loop),
         filter: a.filter.filter()?,
+        identity: a.otlp.identity()?,
     };
     let opts = RunOptions {
         attach: AttachSpec {

@@ -53,7 +53,7 @@ fn table_keys() -> BTreeSet<String> {
 }
 
 /// Keys the NDJSON sink splices into lines after serialising a record (output/otlp): a
-/// transaction's `trace_id` (seen here through [`super::otlp::extend_json`]) and, with
+/// transaction's `trace_id` (seen here through [`super::otlp::Identity::extend_json`]) and, with
 /// `--node-name`, every record's `node` (the run's identity is set once per process, so
 /// not here).
 const SPLICED: [&str; 1] = ["node"];
@@ -296,7 +296,7 @@ fn written() -> BTreeSet<(String, String)> {
     let mut all = BTreeSet::new();
     for r in records() {
         let mut line = serde_json::to_vec(&r).unwrap();
-        super::otlp::extend_json(&r, &mut line);
+        super::otlp::Identity::default().extend_json(&r, &mut line);
         let v: Value = serde_json::from_slice(&line).unwrap();
         let t = v["type"].as_str().unwrap_or("?").to_string();
         keys(&v, &t, &mut all);

@@ -108,14 +108,17 @@ pub struct JsonSink<W: Write> {
     line: Vec<u8>,
     /// `analyze` of several nodes' captures: the `node` of the records written next.
     node: Option<String>,
+    /// What every line carries besides the record: `trace_id`, the run's `node`.
+    identity: otlp::Identity,
 }
 
 impl<W: Write> JsonSink<W> {
-    pub fn new(out: W) -> Self {
+    pub fn new(out: W, identity: otlp::Identity) -> Self {
         Self {
             out,
             line: Vec::with_capacity(4096),
             node: None,
+            identity,
         }
     }
 
@@ -130,7 +133,8 @@ impl<W: Write> RecordWriter for JsonSink<W> {
     fn write(&mut self, record: &Record) -> io::Result<()> {
         self.line.clear();
         serde_json::to_writer(&mut self.line, record)?;
-        otlp::extend_json_as(record, &mut self.line, self.node.as_deref());
+        self.identity
+            .extend_json_as(record, &mut self.line, self.node.as_deref());
         self.line.push(b'\n');
         self.out.write_all(&self.line)
     }
@@ -139,10 +143,15 @@ impl<W: Write> RecordWriter for JsonSink<W> {
     }
 }
 
-pub fn sink(format: Format, out: Box<dyn Write + Send>) -> Box<dyn RecordWriter + Send> {
+/// The text or NDJSON writer of `format` (NDJSON lines carrying `identity`'s fields).
+pub fn sink(
+    format: Format,
+    out: Box<dyn Write + Send>,
+    identity: &otlp::Identity,
+) -> Box<dyn RecordWriter + Send> {
     match format {
         Format::Text => Box::new(text::TextSink::new(out)),
-        Format::Json => Box::new(JsonSink::new(out)),
+        Format::Json => Box::new(JsonSink::new(out, identity.clone())),
     }
 }
 

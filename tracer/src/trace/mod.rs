@@ -1,17 +1,16 @@
 //! `dnspath trace`: the live engine ([`crate::engine`]) with trace's sinks: the text/NDJSON
 //! writer, `--otlp`'s exporter, and its stop policy (`--count`, `--until loop`).
-mod otlp;
 mod writer;
 
 pub use crate::engine::{run_live, LiveError, LiveSummary, RunOptions};
 pub use crate::evidence::EvidenceOptions;
+pub use crate::output::otlp::OtlpSink;
 pub use crate::runner::stop::StopPolicy;
-pub use otlp::OtlpSink;
 pub use writer::TraceWriter;
 
 use crate::output::{
     filter::Filter,
-    otlp::{Exporter, OtlpConfig},
+    otlp::{Exporter, Identity, OtlpConfig},
     sink::Sinks,
     Format, View,
 };
@@ -27,6 +26,8 @@ pub struct OutputOptions {
     pub until_loop: bool,
     /// What is written (`--pod`, `--name`, …); every stage still sees everything.
     pub filter: Filter,
+    /// What NDJSON lines carry besides the record: `trace_id`, `--node-name`.
+    pub identity: Identity,
 }
 
 /// `trace`'s sinks from its options: `--otlp`'s exporter if asked, then the text/NDJSON

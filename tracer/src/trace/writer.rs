@@ -24,7 +24,11 @@ impl TraceWriter {
     pub fn new(opts: &OutputOptions, out: Box<dyn Write + Send>) -> std::io::Result<Self> {
         Ok(Self {
             out: RecordsOut::new(opts.view, opts.filter.clone()),
-            sink: QueuedSink::spawn("output", queue::RECORDS, output::sink(opts.format, out))?,
+            sink: QueuedSink::spawn(
+                "output",
+                queue::RECORDS,
+                output::sink(opts.format, out, &opts.identity),
+            )?,
         })
     }
 }
@@ -145,6 +149,7 @@ mod tests {
             view,
             count,
             until_loop,
+            identity: Default::default(),
         }
     }
 

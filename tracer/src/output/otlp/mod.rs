@@ -7,83 +7,77 @@ pub mod export;
 pub mod ids;
 mod resource;
 mod roles;
+pub mod sink;
 pub mod spans;
 pub mod tls;
 pub mod wire;
 
-use std::sync::OnceLock;
-
 pub use config::{OtlpConfig, Protocol};
 pub use error::OtlpError;
 pub use export::Exporter;
+pub use sink::OtlpSink;
 
 pub use crate::output::record::OtlpStats;
 pub use spans::SpanConfig;
 
 use crate::output::Record;
 
-/// The run's id key and node name, for the NDJSON records (set once, at start).
-struct Identity {
+/// The run's id key and node name, as NDJSON records carry them: the transaction's
+/// `trace_id` (the span's, made with the key) and `node` (`--node-name`). The default: the
+/// empty secret's key, no `node`.
+#[derive(Clone, Debug, Default)]
+pub struct Identity {
     key: ids::IdKey,
     /// `,"node":"…"` ready to append, or empty.
     node_field: String,
 }
 
-static IDENTITY: OnceLock<Identity> = OnceLock::new();
-
-/// Sets the key trace ids are made with and the node name NDJSON records carry (once; later
-/// calls change nothing). Without it, trace ids use the empty secret and no `node` is written.
-pub fn set_identity(key: ids::IdKey, node: Option<&str>) {
-    let node_field = match node.map(serde_json::to_string) {
-        Some(Ok(n)) => format!(",\"node\":{n}"),
-        _ => String::new(),
-    };
-    let _ = IDENTITY.set(Identity { key, node_field });
-}
-
-fn identity() -> &'static Identity {
-    IDENTITY.get_or_init(|| Identity {
-        key: ids::IdKey::default(),
-        node_field: String::new(),
-    })
-}
-
-/// Appends `node` (every record, with `--node-name`) and `trace_id` (transactions) to a
-/// record's JSON object in `line` (which ends with its `}`).
-pub fn extend_json(record: &Record, line: &mut Vec<u8>) {
-    extend_json_as(record, line, None);
-}
-
-/// [`extend_json`] with `node` in place of the run's `--node-name` (`analyze` of several
-/// nodes' captures names each record's node).
-pub fn extend_json_as(record: &Record, line: &mut Vec<u8>, node: Option<&str>) {
-    let id = identity();
-    let trace = match record {
-        Record::Transaction(t) => Some(spans::trace_ids(&id.key, t).trace),
-        _ => None,
-    };
-    let own;
-    let node_field = match node.map(serde_json::to_string) {
-        Some(Ok(n)) => {
-            own = format!(",\"node\":{n}");
-            own.as_str()
+impl Identity {
+    pub fn new(key: ids::IdKey, node: Option<&str>) -> Self {
+        Self {
+            key,
+            node_field: node_field(node).unwrap_or_default(),
         }
-        _ => id.node_field.as_str(),
-    };
-    if node_field.is_empty() && trace.is_none() {
-        return;
     }
-    if line.last() != Some(&b'}') {
-        return;
+
+    /// Appends `node` (every record, with `--node-name`) and `trace_id` (transactions) to a
+    /// record's JSON object in `line` (which ends with its `}`).
+    pub fn extend_json(&self, record: &Record, line: &mut Vec<u8>) {
+        self.extend_json_as(record, line, None);
     }
-    line.pop();
-    if let Some(t) = trace {
-        line.extend_from_slice(b",\"trace_id\":\"");
-        line.extend_from_slice(ids::hex(&t).as_bytes());
-        line.push(b'"');
+
+    /// [`Identity::extend_json`] with `node` in place of the run's `--node-name` (`analyze`
+    /// of several nodes' captures names each record's node).
+    pub fn extend_json_as(&self, record: &Record, line: &mut Vec<u8>, node: Option<&str>) {
+        let trace = match record {
+            Record::Transaction(t) => Some(spans::trace_ids(&self.key, t).trace),
+            _ => None,
+        };
+        let own = node_field(node);
+        let node_field = own.as_deref().unwrap_or(&self.node_field);
+        if node_field.is_empty() && trace.is_none() {
+            return;
+        }
+        if line.last() != Some(&b'}') {
+            return;
+        }
+        line.pop();
+        if let Some(t) = trace {
+            line.extend_from_slice(b",\"trace_id\":\"");
+            line.extend_from_slice(ids::hex(&t).as_bytes());
+            line.push(b'"');
+        }
+        line.extend_from_slice(node_field.as_bytes());
+        line.push(b'}');
     }
-    line.extend_from_slice(node_field.as_bytes());
-    line.push(b'}');
+}
+
+/// `,"node":"…"` of `node`, if given.
+fn node_field(node: Option<&str>) -> Option<String> {
+    match node.map(serde_json::to_string) {
+        Some(Ok(n)) => Some(format!(",\"node\":{n}")),
+        _ => None,
+    }
 }
 
 #[cfg(test)]
@@ -102,14 +96,24 @@ mod tests {
     fn transactions_carry_their_trace_id() {
         let r =
             crate::test_support::fixtures::service_transaction("www.lab.test.", "A", 1, "NOERROR");
-        let mut line = serde_json::to_vec(&r).unwrap();
-        extend_json(&r, &mut line);
-        let v: serde_json::Value = serde_json::from_slice(&line).unwrap();
         let Record::Transaction(t) = &r else {
             unreachable!()
         };
-        let want = ids::hex(&spans::trace_ids(&identity().key, t).trace);
+        // The identity the writer was given: its key makes the id, its node is written.
+        let key = ids::IdKey::from_secret(b"s3cret");
+        let id = Identity::new(key.clone(), Some("node-a"));
+        let mut line = serde_json::to_vec(&r).unwrap();
+        id.extend_json(&r, &mut line);
+        let v: serde_json::Value = serde_json::from_slice(&line).unwrap();
+        let want = ids::hex(&spans::trace_ids(&key, t).trace);
         assert_eq!(v["trace_id"].as_str(), Some(want.as_str()));
+        assert_eq!(v["node"], "node-a");
         assert_eq!(v["type"], "transaction");
+        // Another key, another id; no node by default.
+        let mut line = serde_json::to_vec(&r).unwrap();
+        Identity::default().extend_json(&r, &mut line);
+        let v: serde_json::Value = serde_json::from_slice(&line).unwrap();
+        assert_ne!(v["trace_id"].as_str(), Some(want.as_str()));
+        assert!(v.get("node").is_none());
     }
 }

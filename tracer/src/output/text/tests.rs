@@ -497,7 +497,7 @@ fn json_keeps_lossy_names_and_escapes_controls() {
         malformed: None,
         capture_truncated: false,
     };
-    let mut sink = crate::output::JsonSink::new(Vec::new());
+    let mut sink = crate::output::JsonSink::new(Vec::new(), Default::default());
     sink.write(&Record::Packet(p.clone())).unwrap();
     let out = String::from_utf8(sink.out).unwrap();
     assert_eq!(out.lines().count(), 1, "{out}");
