@@ -787,33 +787,11 @@ fn file_graph() -> FileGraph {
     FileGraph { modules }
 }
 
-/// Circles in files another change of issue #42 owns, allowed for now: a circle whose
-/// modules all lie under these is not reported. The lead removes this list at the merge.
-const KNOWN_ELSEWHERE: &[&[&str]] = &[
-    // The correlator's parts: `model` holds `detector::DropEvidence`, `detector` uses
-    // `model::QKey`, `join` and `model` use each other, `record` uses `model::LegRole`.
-    &[
-        "correlate::detector",
-        "correlate::join",
-        "correlate::model",
-        "correlate::record",
-    ],
-];
-
 /// The files' circles as text: each circle's modules, then the imports between them.
 fn describe_cycles(edges: &BTreeMap<ModPath, BTreeSet<ModPath>>) -> Vec<String> {
     let mut out = Vec::new();
     for scc in cycles(edges) {
         let names: Vec<String> = scc.iter().map(|m| m.join("::")).collect();
-        let known = names.iter().all(|n| {
-            KNOWN_ELSEWHERE
-                .iter()
-                .flat_map(|k| k.iter())
-                .any(|m| n == m || n.starts_with(&format!("{m}::")))
-        });
-        if known {
-            continue;
-        }
         let mut text = names.join(" <-> ");
         for a in &scc {
             for b in edges[a].iter().filter(|b| scc.contains(b)) {

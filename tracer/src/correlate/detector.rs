@@ -8,6 +8,7 @@ use std::{
     sync::Arc,
 };
 
+pub(crate) use super::model::DropEvidence;
 use super::{
     record::{LegDrop, TransactionRecord},
     DropObservation, QKey,
@@ -68,20 +69,6 @@ pub(crate) struct CycleHop {
     pub backend: SocketAddr,
     /// Namespace and interface (display names) where it was seen arriving.
     pub at: Option<(String, String)>,
-}
-
-/// A drop's conntrack evidence, kept on its leg because a detector asked for it
-/// ([`Detector::keeps`]).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct DropEvidence {
-    pub cpu: u32,
-    /// The cookie of the namespace it was dropped in.
-    pub netns: u64,
-    pub ts: u64,
-    /// Where conntrack's DNAT sent it.
-    pub backend: SocketAddr,
-    /// The kernel's own word on the conntrack confirm (where its hook is loaded).
-    pub confirm_failed: Option<bool>,
 }
 
 /// One of the client's own attempts (a leg without a parent) of a decided transaction.

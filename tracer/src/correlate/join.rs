@@ -565,7 +565,3 @@ pub(super) fn via_for(
         Via::Fallback
     }
 }
-
-pub(super) fn same_iface(a: ObservationPoint, b: ObservationPoint) -> bool {
-    a.netns == b.netns && a.ifindex == b.ifindex
-}

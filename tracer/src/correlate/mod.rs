@@ -46,12 +46,12 @@ use crate::{
     time::Clock,
 };
 use ctmap::CtMap;
-use detector::{Attempt, Control, Cycle, CycleHop, Decided, Detector, DropEvidence, LegEvent};
+use detector::{Attempt, Control, Cycle, CycleHop, Decided, Detector, LegEvent};
 use index::LegIndex;
-use join::*;
 use lookup::Lookups;
+pub(crate) use model::QKey;
 use model::*;
-pub(crate) use model::{LegRole, QKey};
+pub(crate) use record::LegRole;
 use record::{
     Answered, HopRecord, Join, LegDrop, LegLoop, LegOutcome, LegRecord, LookupRef, NodeCache,
     Outcome, QuestionRecord, Summary, TransactionRecord,

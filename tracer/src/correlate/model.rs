@@ -51,26 +51,6 @@ pub(super) struct Hop {
     pub(super) tunnel: Option<Arc<crate::decode::tunnel::Tunnel>>,
 }
 
-/// Why a leg was sent.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum LegRole {
-    /// The client's first query.
-    Query,
-    /// The same question again from the same client after no answer.
-    Retry,
-    /// The same question over TCP after a truncated UDP answer.
-    TcpFallback,
-    /// A server forwarding the question it received.
-    Forward,
-}
-
-words!(LegRole {
-    Query => "query",
-    Retry => "retry",
-    TcpFallback => "tcp-fallback",
-    Forward => "forward",
-});
-
 #[derive(Clone, Debug)]
 pub(super) struct Response {
     pub(super) ts_ns: u64,
@@ -136,7 +116,7 @@ pub(super) struct Leg {
     pub(super) drop: Option<LegDrop>,
     /// A drop's conntrack evidence that a detector keeps (a failed conntrack confirm: the
     /// race detector's).
-    pub(super) race: Option<super::detector::DropEvidence>,
+    pub(super) race: Option<DropEvidence>,
     /// The forwarding cycle this leg closed when it was made or moved (`check_cycle`): how
     /// many legs of its chain, this one and its parents, make the cycle, and the chain's
     /// length less one. No allocation: a loop's every leg may hold one.
@@ -286,4 +266,23 @@ pub(super) fn endpoint(l: &Leg) -> Endpoint {
         None
     };
     (l.backend, ns)
+}
+
+/// A drop's conntrack evidence, kept on its leg because a detector asked for it
+/// ([`Detector::keeps`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct DropEvidence {
+    pub cpu: u32,
+    /// The cookie of the namespace it was dropped in.
+    pub netns: u64,
+    pub ts: u64,
+    /// Where conntrack's DNAT sent it.
+    pub backend: SocketAddr,
+    /// The kernel's own word on the conntrack confirm (where its hook is loaded).
+    pub confirm_failed: Option<bool>,
+}
+
+/// Two observation points on the same interface of the same namespace.
+pub(super) fn same_iface(a: ObservationPoint, b: ObservationPoint) -> bool {
+    a.netns == b.netns && a.ifindex == b.ifindex
 }

@@ -8,7 +8,6 @@ use std::{fmt::Write as _, net::SocketAddr, sync::Arc};
 use serde::{ser::SerializeMap, Serialize, Serializer};
 
 use crate::{
-    correlate::LegRole,
     decode::{
         dns::{Cut, Rcode, RrClass, RrType},
         ip::{serialize_addr, Addr},
@@ -17,6 +16,26 @@ use crate::{
     event::Direction,
     time::{format_duration as dur, WallTime},
 };
+
+/// Why a leg was sent.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LegRole {
+    /// The client's first query.
+    Query,
+    /// The same question again from the same client after no answer.
+    Retry,
+    /// The same question over TCP after a truncated UDP answer.
+    TcpFallback,
+    /// A server forwarding the question it received.
+    Forward,
+}
+
+words!(LegRole {
+    Query => "query",
+    Retry => "retry",
+    TcpFallback => "tcp-fallback",
+    Forward => "forward",
+});
 
 /// One observation of one message of a leg.
 #[derive(Clone, Debug, Serialize)]

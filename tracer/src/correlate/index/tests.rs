@@ -4,7 +4,10 @@ use std::net::SocketAddr;
 
 use super::*;
 use crate::{
-    correlate::model::{Hop, LegRole, Via},
+    correlate::{
+        model::{Hop, Via},
+        record::LegRole,
+    },
     event::{Direction, ObservationPoint},
 };
 
