@@ -163,7 +163,7 @@ impl Runner {
         self.name_pods();
         let allowed = policy.admit(&self.records);
         let held = std::mem::take(&mut self.held);
-        sinks.batch_with(&mut self.records, &mut self.sources, allowed, held, now_ns)
+        sinks.batch(&mut self.records, &mut self.sources, allowed, held, now_ns)
     }
 
     /// Names the pods of every place in the waiting records (one map lookup each), under

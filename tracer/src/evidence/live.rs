@@ -379,7 +379,9 @@ mod tests {
                 records: 1..1,
             },
         ];
-        sinks.batch(&mut records, &mut sources, None, 20).unwrap();
+        sinks
+            .batch(&mut records, &mut sources, None, 0, 20)
+            .unwrap();
         assert!(records.is_empty() && sources.is_empty());
         let mut stats = StatsRecord::default();
         sinks.finish(&mut stats, 10_000_000_000).unwrap();

@@ -192,22 +192,11 @@ impl<'a> Sinks<'a> {
         }
     }
 
-    /// One turn: `records` enriched, then handed to every sink (moved into the last);
-    /// `records` and `sources` are left empty. Every sink sees the batch even when one
-    /// fails; the first error is returned.
+    /// One turn: `records` enriched, then handed to every sink (moved into the last), with
+    /// how many packet records were held back since the last batch
+    /// ([`Batch::packet_records_held`]); `records` and `sources` are left empty. Every sink
+    /// sees the batch even when one fails; the first error is returned.
     pub fn batch(
-        &mut self,
-        records: &mut Vec<Record>,
-        sources: &mut Vec<Sourced>,
-        packets_allowed: Option<u64>,
-        now_ns: u64,
-    ) -> io::Result<()> {
-        self.batch_with(records, sources, packets_allowed, 0, now_ns)
-    }
-
-    /// [`Sinks::batch`], telling the sinks how many packet records were held back since the
-    /// last batch ([`Batch::packet_records_held`]).
-    pub fn batch_with(
         &mut self,
         records: &mut Vec<Record>,
         sources: &mut Vec<Sourced>,

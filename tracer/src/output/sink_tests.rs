@@ -153,7 +153,9 @@ fn a_batch_is_enriched_once_then_fanned_out_and_the_last_sink_takes_it() {
             records: 2..3,
         },
     ];
-    sinks.batch(&mut records, &mut sources, Some(1), 9).unwrap();
+    sinks
+        .batch(&mut records, &mut sources, Some(1), 0, 9)
+        .unwrap();
     assert!(records.is_empty() && sources.is_empty());
     assert_eq!(
         *log.borrow(),
@@ -205,7 +207,7 @@ fn a_failing_sink_still_lets_the_others_see_the_batch() {
     sinks.push(Box::new(Probe::new("b", &log)));
     let mut records = vec![packet(1)];
     let e = sinks
-        .batch(&mut records, &mut Vec::new(), None, 1)
+        .batch(&mut records, &mut Vec::new(), None, 0, 1)
         .unwrap_err();
     assert_eq!(e.kind(), io::ErrorKind::BrokenPipe);
     assert_eq!(
@@ -258,7 +260,7 @@ fn packet_records_are_held_only_when_no_sink_wants_them() {
         }
         assert_eq!(sinks.hold_packet_records(), hold, "{answers:?}");
         sinks
-            .batch_with(&mut Vec::new(), &mut Vec::new(), None, 7, 1)
+            .batch(&mut Vec::new(), &mut Vec::new(), None, 7, 1)
             .unwrap();
         for c in &counts {
             assert_eq!(*c.borrow(), 7, "{answers:?}");
