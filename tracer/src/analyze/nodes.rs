@@ -4,8 +4,10 @@
 //! in the join stage ([`super::join`]), where a query that crossed nodes becomes one
 //! transaction. Every record names its node (`node`; text: `[node] `).
 use std::{
+    cell::RefCell,
     io::{Read, Write},
     path::{Path, PathBuf},
+    rc::Rc,
     sync::{Arc, RwLock},
 };
 
@@ -19,10 +21,15 @@ use crate::{
     kallsyms::Kallsyms,
     names::Names,
     output::{
-        otlp::ids::IdKey, record::StatsRecord, text::TextSink, writer::RecordsOut, Format,
-        JsonSink, Record, RecordWriter,
+        otlp::ids::IdKey,
+        record::StatsRecord,
+        sink::{Batch, Sink, Sinks},
+        text::TextSink,
+        writer::RecordsOut,
+        Format, JsonSink, Record, RecordWriter,
     },
     pipeline::{Pipeline, PipelineConfig, TICK_NS},
+    runner::{stop::StopPolicy, Runner, Tick},
     source::file::{netns_name_for, FileError, FileSource},
     time::Clock,
 };
@@ -60,14 +67,36 @@ impl NodeCapture {
 struct Node<'a> {
     name: Arc<str>,
     source: FileSource<Box<dyn Read + Send>>,
-    pipeline: Pipeline,
+    /// The node's stages, handing what they decide to `records` through `sinks`.
+    runner: Runner,
+    sinks: Sinks<'static>,
+    policy: StopPolicy,
+    /// The turn's event (one at a time: the nodes' files are read in capture time).
+    events: Vec<SourceEvent>,
     ports: PortFilter<'a>,
     next: Option<SourceEvent>,
     /// The time of the last event read (events without one come at it).
     last_ts: u64,
     ended: bool,
     stopped_by: Option<FileError>,
-    records: Vec<Record>,
+    records: Rc<RefCell<Vec<Record>>>,
+}
+
+/// A node's one sink: what its runner decides waits in the node's records for [`route`].
+struct Collect(Rc<RefCell<Vec<Record>>>);
+
+impl Sink for Collect {
+    fn batch(&mut self, batch: Batch<'_>) -> std::io::Result<()> {
+        self.0.borrow_mut().extend_from_slice(batch.records);
+        Ok(())
+    }
+    fn batch_owned(&mut self, records: &mut Vec<Record>, _batch: Batch<'_>) -> std::io::Result<()> {
+        self.0.borrow_mut().append(records);
+        Ok(())
+    }
+    fn finish(&mut self, _stats: &mut StatsRecord, _now_ns: u64) -> std::io::Result<()> {
+        Ok(())
+    }
 }
 
 /// The text or NDJSON writer, told each record's node.
@@ -129,7 +158,12 @@ pub fn analyze_nodes(
         // Namespace ids are per file: each node has its own names.
         let names = Arc::new(RwLock::new(Names::default()));
         let source = FileSource::open(&c.path, Arc::clone(&names))?;
-        let decoder = Decoder::new(clock, names, Kallsyms::default(), Default::default());
+        let decoder = Decoder::new(
+            clock,
+            Arc::clone(&names),
+            Kallsyms::default(),
+            Default::default(),
+        );
         let pipeline = Pipeline::new(
             decoder,
             PipelineConfig {
@@ -140,16 +174,22 @@ pub fn analyze_nodes(
             },
             clock,
         );
+        let records = Rc::new(RefCell::new(Vec::new()));
+        let mut sinks = Sinks::new();
+        sinks.push(Box::new(Collect(Rc::clone(&records))));
         nodes.push(Node {
             name: Arc::from(c.node.as_str()),
             source,
-            pipeline,
+            runner: Runner::new(pipeline, names, &sinks, 0),
+            sinks,
+            policy: StopPolicy::default(),
+            events: Vec::with_capacity(1),
             ports: PortFilter::new(&ports),
             next: None,
             last_ts: 0,
             ended: false,
             stopped_by: None,
-            records: Vec::new(),
+            records,
         });
     }
     let shown = RecordsOut::new(opts.view, opts.filter.clone());
@@ -194,11 +234,19 @@ pub fn analyze_nodes(
         n.last_ts = n.last_ts.max(ts);
         now = now.max(ts);
         if let Some(e) = n.next.take() {
-            n.pipeline.push(e, &mut n.records);
+            n.events.push(e);
+            n.runner
+                .turn(&mut n.events, Tick::No, &mut n.sinks, &mut n.policy, now)?;
         }
         if now.saturating_sub(last_tick) >= TICK_NS {
             for n in &mut nodes {
-                n.pipeline.tick(now, &mut n.records);
+                n.runner.turn(
+                    &mut n.events,
+                    Tick::At(now),
+                    &mut n.sinks,
+                    &mut n.policy,
+                    now,
+                )?;
             }
             last_tick = now;
         }
@@ -208,14 +256,14 @@ pub fn analyze_nodes(
     }
     // Every node's open transactions at once: the join pairs them across nodes.
     for n in &mut nodes {
-        while n.pipeline.finish(now, &mut n.records) {}
+        n.runner.finish(now, &mut n.sinks, &mut n.policy)?;
     }
     route(&mut nodes, &mut join, now, &shown, &mut out, &mut joined)?;
     join.ready(None, &mut joined);
     write_joined(&nodes, &mut joined, &shown, &mut out)?;
     let mut reports = Vec::with_capacity(nodes.len());
     for n in nodes {
-        let stats = n.pipeline.stats();
+        let stats = n.runner.stats();
         out.write(&n.name, &Record::Stats(Box::new(stats.clone())))?;
         reports.push(report_of(&n.source, n.ports.skipped, stats, n.stopped_by));
     }
@@ -237,7 +285,7 @@ fn route(
     early: &mut Vec<(usize, crate::output::record::TransactionRecord)>,
 ) -> Result<(), AnalyzeError> {
     for (i, n) in nodes.iter_mut().enumerate() {
-        for r in n.records.drain(..) {
+        for r in n.records.borrow_mut().drain(..) {
             match r {
                 Record::Transaction(t) => join.push(i, *t, now, early),
                 r => {
