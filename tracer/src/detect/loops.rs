@@ -34,9 +34,7 @@ const STORM_MIN_PER_SEC: u64 = 200;
 const STORM_FACTOR: u64 = 10;
 pub(crate) const MAX_LOOPS: usize = 1024;
 
-/// Written as `cycle`, `amplification`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "kebab-case")]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum LoopKind {
     /// The question came back to a server already on its chain.
     Cycle,
@@ -45,14 +43,23 @@ pub enum LoopKind {
     Amplification,
 }
 
-/// Written as `detected`, `ongoing`, `ended`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "kebab-case")]
+words!(LoopKind {
+    Cycle => "cycle",
+    Amplification => "amplification",
+});
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum LoopState {
     Detected,
     Ongoing,
     Ended,
 }
+
+words!(LoopState {
+    Detected => "detected",
+    Ongoing => "ongoing",
+    Ended => "ended",
+});
 
 /// A server of a loop: a socket, or only a host (an amplifying server, whatever port it
 /// sends from).

@@ -75,9 +75,7 @@ pub(crate) fn is_race_candidate(
     }
 }
 
-/// Written as `race-drop`, `resolved-clash`, `suspected`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "kebab-case")]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum RaceVerdict {
     /// Kernel evidence: failed confirm of a DNAT'd query (and, when sampled, the counters).
     RaceDrop,
@@ -87,6 +85,12 @@ pub enum RaceVerdict {
     /// evidence (lost elsewhere, or before the tracer saw it).
     Suspected,
 }
+
+words!(RaceVerdict {
+    RaceDrop => "race-drop",
+    ResolvedClash => "resolved-clash",
+    Suspected => "suspected",
+});
 
 #[derive(Clone, Debug, Default, Serialize)]
 pub struct CounterDeltas {
@@ -254,7 +258,7 @@ impl RecordKind for RaceRecord {
     /// A race drop is an incident (not a resolved clash, nor a suspected race).
     fn incident(&self) -> Option<Incident> {
         (self.verdict == RaceVerdict::RaceDrop).then(|| Incident {
-            kind: "race-drop",
+            kind: RaceVerdict::RaceDrop.as_str(),
             detail: race_summary(self),
             ts_ns: self.ts_ns,
         })

@@ -1,13 +1,8 @@
-//! The words of the correlate and detect stages' reports: names of their enums, wall-clock
-//! time, and the one-line summaries and paths people read (for terminal text and the
+//! The words of the correlate and detect stages' reports: wall-clock time, and the one-line summaries and paths people read (for terminal text and the
 //! agent's events). The summaries and paths are written beside the records they describe,
 //! which write them into their JSON too; they are named here for the sinks.
 use std::fmt;
 
-use crate::detect::{
-    loops::{LoopKind, LoopState},
-    race::RaceVerdict,
-};
 pub use crate::{
     correlate::record::transaction_summary,
     detect::{
@@ -22,56 +17,11 @@ pub fn wall(wall_ns: u64) -> impl fmt::Display {
     crate::time::WallTime(wall_ns)
 }
 
-pub fn verdict_name(verdict: RaceVerdict) -> &'static str {
-    match verdict {
-        RaceVerdict::RaceDrop => "race-drop",
-        RaceVerdict::ResolvedClash => "resolved-clash",
-        RaceVerdict::Suspected => "suspected",
-    }
-}
-
-pub fn loop_state_name(state: LoopState) -> &'static str {
-    match state {
-        LoopState::Detected => "detected",
-        LoopState::Ongoing => "ongoing",
-        LoopState::Ended => "ended",
-    }
-}
-
-pub fn loop_kind_name(kind: LoopKind) -> &'static str {
-    match kind {
-        LoopKind::Cycle => "cycle",
-        LoopKind::Amplification => "amplification",
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use std::net::SocketAddr;
 
-    use serde::Serialize;
-
-    use super::*;
     use crate::decode::ip::Addr;
-
-    /// The detect stage's enums (named here, not beside them: detect/ is not this file's)
-    /// are written with the same words by their own `Serialize`.
-    #[test]
-    fn enum_names_are_those_of_the_json() {
-        fn same<T: Serialize + Copy>(all: &[T], name: fn(T) -> &'static str) {
-            for &v in all {
-                let json = serde_json::to_value(v).unwrap();
-                assert_eq!(json.as_str(), Some(name(v)));
-            }
-        }
-        use RaceVerdict as V;
-        same(&[V::RaceDrop, V::ResolvedClash, V::Suspected], verdict_name);
-        same(
-            &[LoopState::Detected, LoopState::Ongoing, LoopState::Ended],
-            loop_state_name,
-        );
-        same(&[LoopKind::Cycle, LoopKind::Amplification], loop_kind_name);
-    }
 
     #[test]
     fn addresses_are_written_as_display_writes_them() {
@@ -98,8 +48,8 @@ mod tests {
         use crate::{
             correlate::record::{Outcome, Summary},
             detect::{
-                loops::{LoopHop, Peer},
-                race::RaceNetns,
+                loops::{LoopHop, LoopKind, LoopState, Peer},
+                race::{RaceNetns, RaceVerdict},
             },
             output::{record::PodRef, Record},
             test_support::fixtures::{addr, question, race, service_transaction},

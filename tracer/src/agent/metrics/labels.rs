@@ -111,7 +111,7 @@ pub(super) fn is_reason_name(s: &str) -> bool {
 }
 
 pub(super) fn loop_kind_label(kind: LoopKind) -> &'static str {
-    crate::output::report::loop_kind_name(kind)
+    kind.as_str()
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]

@@ -5,6 +5,7 @@
 //!
 //! The spans are written as protobuf bytes straight from the record (`wire.rs`), with no
 //! message structs in between: [`build`] decodes them back for tests and fuzzing.
+use crate::detect::{loops::LoopKind, race::RaceVerdict};
 use std::{fmt::Write as _, net::SocketAddr};
 
 use opentelemetry_proto::tonic::{
@@ -339,7 +340,7 @@ fn loop_event(
     let legs = || lp.cycle.iter().filter_map(|&k| tx.legs.get(k));
     let e = event_begin(&mut sc.events, time, "forwarding loop");
     let (out, text) = (&mut sc.events, &mut sc.text);
-    wire::kv_str(out, T, "dnspath.loop.kind", "cycle");
+    wire::kv_str(out, T, "dnspath.loop.kind", LoopKind::Cycle.as_str());
     wire::kv_strings(
         out,
         text,
@@ -374,7 +375,12 @@ fn race_event(sc: &mut Scratch, tx: &TransactionRecord, wall: &Wall) {
     let time = wall.of(lost.drop.as_ref().map_or(start, |d| d.ts_ns));
     let e = event_begin(&mut sc.events, time, "conntrack race");
     let out = &mut sc.events;
-    wire::kv_str(out, T, "dnspath.race.verdict", "race-drop");
+    wire::kv_str(
+        out,
+        T,
+        "dnspath.race.verdict",
+        RaceVerdict::RaceDrop.as_str(),
+    );
     wire::kv_int(out, T, "dnspath.dns_id", i64::from(lost.dns_id));
     endpoint(out, &mut sc.text, T, PEER, lost.backend);
     if let Some(d) = &lost.drop {
@@ -509,7 +515,12 @@ pub fn write(
                     wire::kv_str(out, T, "k8s.node.name", n);
                 }
                 if d.reason != FRAGMENT_LOSS && l.race_drop {
-                    wire::kv_str(out, T, "dnspath.race.verdict", "race-drop");
+                    wire::kv_str(
+                        out,
+                        T,
+                        "dnspath.race.verdict",
+                        RaceVerdict::RaceDrop.as_str(),
+                    );
                 }
                 event_end(sc, e);
             }
