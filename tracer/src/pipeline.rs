@@ -127,7 +127,7 @@ impl Pipeline {
 
     /// [`Pipeline::push`], keeping a packet or drop in `sources` with the range of `out` the
     /// decoder made of it, for the sinks that want them
-    /// ([`Sink::wants_sources`](crate::output::sink::Sink::wants_sources)): nothing is
+    /// ([`Wants::sources`](crate::output::sink::Wants::sources)): nothing is
     /// searched afterwards, and the packet's bytes are shared with the decoder, not copied.
     pub(crate) fn push_keeping(
         &mut self,

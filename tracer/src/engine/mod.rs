@@ -58,7 +58,7 @@ impl From<KernelError> for LiveError {
 }
 
 /// What a live run captures and how: every live mode (`trace`, the agent, doctor). What
-/// `trace` writes is [`OutputOptions`]'.
+/// `trace` writes is [`OutputOptions`](crate::trace::OutputOptions)'.
 #[derive(Clone, Debug)]
 pub struct RunOptions {
     pub attach: AttachSpec,

@@ -3,7 +3,7 @@
 //! answer through and loses the rest — an MTU mismatch), truncated answers the client never
 //! retried over TCP (a leg `truncated` with no `TcpFallback` leg after it: old musl), and
 //! client queries around NodeLocal DNSCache (legs labelled `bypass`). Queries per server are
-//! kept for the Service findings ([`super::services`]).
+//! kept for the Service findings ([`crate::doctor::services`]).
 use std::{
     collections::{BTreeMap, BTreeSet},
     net::SocketAddr,

@@ -7,7 +7,7 @@ use crate::decode::dns::DnsMessage;
 /// Why a datagram was given up.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum LossCause {
-    /// Still incomplete [`FragLimits::timeout_ns`] after its first fragment.
+    /// Still incomplete [`FragLimits::timeout_ns`](super::FragLimits::timeout_ns) after its first fragment.
     Timeout,
     /// The input ended (end of file, or the trace stopped) with the datagram incomplete.
     EndOfInput,
