@@ -227,14 +227,16 @@ fn agent_scrape_agrees_with_a_trace_of_the_same_traffic() {
     assert!(ct["events"].as_u64().unwrap() >= 17, "{ct}");
     assert_eq!(ct["lost"], 0, "{ct}");
 
-    // SIGTERM: out within a second, exit 0, its pins gone, start and stop lines written.
+    // SIGTERM: out within the DaemonSet's grace period (10 s; a bound, not a timing: it took
+    // 0.1-1.1 s here, the longer on a loaded machine), exit 0, its pins gone, start and stop
+    // lines written.
     let pid = agent.pid();
     let stopping = Instant::now();
     sigterm(&agent);
     let out = agent.wait();
     let took = stopping.elapsed();
     assert!(out.status.success(), "{}", out.stderr);
-    assert!(took < Duration::from_secs(1), "agent took {took:?} to stop");
+    assert!(took < Duration::from_secs(10), "agent took {took:?} to stop");
     assert!(
         !std::path::Path::new(&format!("/sys/fs/bpf/dnspath-{pid}")).exists(),
         "pins left behind"
