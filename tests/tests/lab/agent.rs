@@ -236,7 +236,10 @@ fn agent_scrape_agrees_with_a_trace_of_the_same_traffic() {
     let out = agent.wait();
     let took = stopping.elapsed();
     assert!(out.status.success(), "{}", out.stderr);
-    assert!(took < Duration::from_secs(10), "agent took {took:?} to stop");
+    assert!(
+        took < Duration::from_secs(10),
+        "agent took {took:?} to stop"
+    );
     assert!(
         !std::path::Path::new(&format!("/sys/fs/bpf/dnspath-{pid}")).exists(),
         "pins left behind"

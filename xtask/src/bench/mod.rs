@@ -31,15 +31,16 @@ pub struct Options {
     kernel: bool,
     live: bool,
     storm: bool,
+    scale: bool,
     lab: crate::live::LiveOptions,
 }
 
 /// `cargo xtask bench`'s flags.
 #[derive(clap::Args)]
 pub struct BenchArgs {
-    /// Sections to run, comma-separated: offline, kernel, live, storm [default: all].
+    /// Sections to run, comma-separated: offline, kernel, live, storm, scale [default: all].
     #[arg(long, value_name = "SECTIONS", value_delimiter = ',',
-          value_parser = ["offline", "kernel", "live", "storm"])]
+          value_parser = ["offline", "kernel", "live", "storm", "scale"])]
     only: Vec<String>,
     /// Packets of the offline bench's capture.
     #[arg(long, value_name = "N", default_value_t = DEFAULT_PACKETS)]
@@ -72,6 +73,7 @@ pub fn options(a: BenchArgs) -> crate::Result<Options> {
         kernel: section("kernel"),
         live: section("live"),
         storm: section("storm"),
+        scale: section("scale"),
         lab: crate::live::LiveOptions::default(),
     };
     if let Some(rates) = a.rates {
@@ -189,6 +191,9 @@ pub fn run(dnspath: &Path, o: &Options) -> crate::Result<()> {
     }
     if o.live || o.storm {
         crate::live::run(dnspath, &o.lab, o.live, o.storm)?;
+    }
+    if o.scale {
+        crate::live::scale::run_scale(dnspath)?;
     }
     Ok(())
 }

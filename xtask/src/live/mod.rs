@@ -8,6 +8,8 @@
 //! the same window (utime+stime from /proc/PID/stat), dnsperf's figures, packets captured
 //! and lost, peak RSS (VmHWM) and bpf_stats ns/run of each program of the tool.
 //!
+//! Scale: the agent idle on a node of 110 pod namespaces, then 20 pods replaced (scale.rs).
+//!
 //! Storm: the ping-pong forwarding loop of tests/tests/lab/loops.rs (both dnsdist pods forward
 //! to their own Service) with `dnspath trace` running, and healthy queries meanwhile.
 //!
@@ -19,6 +21,7 @@ mod dnsperf;
 mod phoenix;
 mod proc;
 mod rates;
+pub mod scale;
 pub mod soak;
 mod storm;
 mod tool;
