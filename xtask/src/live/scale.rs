@@ -259,8 +259,10 @@ pub fn run_scale(dnspath: &Path) -> crate::Result<()> {
     // Churn: REPLACED pods go and come back; what it cost above idle, per new pod.
     let before = cpu_s(&pid, false).unwrap_or(0.0);
     let t0 = Instant::now();
+    // New sandboxes get new names, as kubelet's do (and the old veths may outlive their
+    // namespace for a moment: the kernel cleans a namespace up asynchronously).
     pods.delete(0..REPLACED)?;
-    pods.create(0..REPLACED)?;
+    pods.create(PODS..PODS + REPLACED)?;
     thread::sleep(Duration::from_secs(5));
     let churn_cpu = cpu_s(&pid, false).unwrap_or(0.0) - before;
     let idle_share = idle_cpu / IDLE.as_secs_f64() * t0.elapsed().as_secs_f64();
