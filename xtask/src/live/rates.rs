@@ -18,13 +18,11 @@ use super::{
     phoenix::Receiver,
     proc::{cpu_children_self, cpu_s, thread_cpu_delta, thread_cpu_s, vm_hwm_kib, vm_rss_kib},
     thousands,
-    tool::{is_stats, last_stats, metric, Tool},
+    tool::{agent_get, is_stats, last_stats, metric, Tool, AGENT_LISTEN},
     truth::Truth,
     LiveOptions,
 };
 
-/// The agent's metrics address, inside the lab's node namespace.
-const AGENT_LISTEN: &str = "127.0.0.1:9253";
 /// Queries dnsperf cycles through: names of the lab's zone, answered from dnsmasq's cache.
 const QUERIES: &str = "www.lab.test A\nwww.lab.test AAAA\nalias.lab.test A\ntxt.lab.test TXT\n\
 medium.lab.test TXT\n_dns._udp.lab.test SRV\nns.lab.test A\nns.lab.test AAAA\n";
@@ -121,14 +119,6 @@ fn servers_cpu(pids: &[String]) -> f64 {
     pids.iter().filter_map(|p| cpu_s(p, true)).sum()
 }
 
-fn curl(lab: &Lab, path: &str) -> Option<String> {
-    let url = format!("http://{AGENT_LISTEN}{path}");
-    let o = lab.exec(lab.node_ns(), &["curl", "-sf", "-m", "5", &url]);
-    o.status
-        .success()
-        .then(|| String::from_utf8_lossy(&o.stdout).into_owned())
-}
-
 /// What every measurement runs in: the lab, its netfilter counters, the binary, dnsperf's
 /// query file and the DNS servers' PIDs.
 struct Setup<'a> {
@@ -175,7 +165,7 @@ fn measure(s: &Setup, mode: Mode, rate: u32, o: &LiveOptions) -> crate::Result<R
             }
             let t = Tool::start(lab, node, &args, is_stats, "dnspath: tracing")?;
             let deadline = Instant::now() + Duration::from_secs(15);
-            while curl(lab, "/readyz").is_none() {
+            while agent_get(lab, "/readyz").is_none() {
                 if Instant::now() > deadline {
                     let s = t.stop(libc::SIGTERM);
                     return Err(anyhow!("agent never ready: {}", s.stderr));
@@ -208,7 +198,10 @@ fn measure(s: &Setup, mode: Mode, rate: u32, o: &LiveOptions) -> crate::Result<R
     let after_progs = tool.as_ref().map(|t| progs(t.pid())).unwrap_or_default();
     let hwm_kib = tool.as_ref().and_then(|t| vm_hwm_kib(t.pid()));
     let rss_kib = tool.as_ref().and_then(|t| vm_rss_kib(t.pid()));
-    let scrape = mode.is_agent().then(|| curl(lab, "/metrics")).flatten();
+    let scrape = mode
+        .is_agent()
+        .then(|| agent_get(lab, "/metrics"))
+        .flatten();
     let stopped = tool.map(|t| {
         t.stop(if mode.is_agent() {
             libc::SIGTERM

@@ -17,7 +17,7 @@ use lab::{Lab, LabConfig};
 use super::{
     goal,
     proc::{cpu_s, vm_rss_kib},
-    tool::Tool,
+    tool::{agent_get, Tool, AGENT_LISTEN},
 };
 
 /// Kubernetes' default maximum of pods per node.
@@ -26,7 +26,6 @@ pub(super) const PODS: usize = 110;
 const REPLACED: usize = 20;
 /// How long the agent is watched doing nothing.
 const IDLE: Duration = Duration::from_secs(10);
-const AGENT_LISTEN: &str = "127.0.0.1:9253";
 
 /// Pod namespaces of the bench's own, each with a veth into the node namespace; removed on
 /// drop (only those it made).
@@ -130,13 +129,6 @@ fn ip_batch(args: &[&str], batch: &str) -> crate::Result<()> {
     Ok(())
 }
 
-fn ready(lab: &Lab) -> bool {
-    let url = format!("http://{AGENT_LISTEN}/readyz");
-    lab.exec(lab.node_ns(), &["curl", "-sf", "-m", "2", &url])
-        .status
-        .success()
-}
-
 /// TC programs and other BPF programs the process holds open.
 fn bpf_programs(pid: u32) -> usize {
     std::fs::read_dir(format!("/proc/{pid}/fd"))
@@ -235,7 +227,7 @@ pub fn run_scale(dnspath: &Path) -> crate::Result<()> {
     )?;
     let pid = agent.pid().to_string();
     let deadline = Instant::now() + Duration::from_secs(120);
-    while !ready(&lab) {
+    while agent_get(&lab, "/readyz").is_none() {
         if Instant::now() > deadline {
             let s = agent.stop(libc::SIGTERM);
             return Err(anyhow!("agent never ready: {}", s.stderr));

@@ -91,3 +91,16 @@ pub(super) fn metric(scrape: &str, metric: &str, labels: &str) -> Option<u64> {
         .sum();
     found.then_some(sum as u64)
 }
+
+/// The agent's metrics address, inside the lab's node namespace.
+pub(super) const AGENT_LISTEN: &str = "127.0.0.1:9253";
+
+/// The body of the agent's endpoint `path` (`/readyz`, `/metrics`), if it answered with
+/// success within 5 s.
+pub(super) fn agent_get(lab: &Lab, path: &str) -> Option<String> {
+    let url = format!("http://{AGENT_LISTEN}{path}");
+    let o = lab.exec(lab.node_ns(), &["curl", "-sf", "-m", "5", &url]);
+    o.status
+        .success()
+        .then(|| String::from_utf8_lossy(&o.stdout).into_owned())
+}
