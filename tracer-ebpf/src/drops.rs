@@ -158,7 +158,7 @@ unsafe fn race_like(o: &KernelOffsets, skb: u64) -> bool {
 }
 
 #[inline(always)]
-unsafe fn kread<T>(base: u64, off: u32) -> Result<T, ()> {
+pub(crate) unsafe fn kread<T>(base: u64, off: u32) -> Result<T, ()> {
     // SAFETY: bpf_probe_read_kernel faults safely on a bad address.
     unsafe { bpf_probe_read_kernel((base + off as u64) as *const T).map_err(|_| ()) }
 }

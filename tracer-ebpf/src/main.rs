@@ -89,9 +89,11 @@ static CONFIG: CaptureConfig = CaptureConfig {
 };
 
 /// Id of the network namespace whose interfaces this instance is attached to (its cookie,
-/// or its inode number on kernels without `SO_NETNS_COOKIE`). Userspace loads one instance of
-/// the TC programs per namespace: `bpf_get_netns_cookie` in TC reports the namespace of
-/// `skb->sk` and falls back to init_net for forwarded and received packets, which have none.
+/// or its inode number on kernels without `SO_NETNS_COOKIE`), for kernels without BTF only:
+/// userspace then loads one instance of the TC programs per namespace. With BTF one instance
+/// serves every namespace and [`netns_id`] reads the packet's own. (`bpf_get_netns_cookie`
+/// in TC reports the namespace of `skb->sk` and falls back to init_net for forwarded and
+/// received packets, which have none.)
 #[unsafe(no_mangle)]
 static NETNS_COOKIE: u64 = 0;
 
@@ -337,7 +339,7 @@ fn try_tc(ctx: &TcContext, has_eth: bool, dir: u8) -> Result<(), ()> {
             kind: EventKind::Packet as u32,
             cpu: bpf_get_smp_processor_id(),
             ts_ns: bpf_ktime_get_boot_ns(),
-            netns_cookie: read_volatile(&NETNS_COOKIE),
+            netns_cookie: netns_id(skb),
             ifindex: (*skb).ifindex,
             orig_len: pkt_len as u32,
             cap_len: cap,
@@ -378,6 +380,43 @@ fn try_tc(ctx: &TcContext, has_eth: bool, dir: u8) -> Result<(), ()> {
         }
     }
     Ok(())
+}
+
+/// The id of the network namespace of the device the packet is on — `skb->dev->nd_net`'s
+/// cookie (its `ns.inum` before Linux 5.14, as userspace names namespaces there) — read with
+/// the struct offsets userspace took from the kernel's BTF, so that one loaded, verified set
+/// of TC programs serves every namespace it is attached in. Three probe reads, for copied
+/// packets only. Without those offsets (no BTF): this instance's [`NETNS_COOKIE`], since
+/// userspace then loads an instance per namespace.
+#[inline(always)]
+fn netns_id(skb: *mut __sk_buff) -> u64 {
+    // A volatile read of the address hides KERNEL_OFFSETS' initializer (see drops.rs).
+    // SAFETY: a read of a local holding the address of a plain global set before load.
+    let o: &KernelOffsets = unsafe { &*read_volatile(&(&raw const KERNEL_OFFSETS)) };
+    if o.dev_nd_net == 0 || o.skb_dev == 0 {
+        // SAFETY: read of a plain global that userspace sets before load.
+        return unsafe { read_volatile(&NETNS_COOKIE) };
+    }
+    // The context is the kernel's `struct sk_buff` (the verifier rewrites `__sk_buff`
+    // field loads into it); its fields beyond `__sk_buff` are read like any kernel memory.
+    let skb = skb as u64;
+    // SAFETY: every read of kernel memory goes through bpf_probe_read_kernel, which faults
+    // safely on a bad address.
+    unsafe {
+        let Ok(dev) = drops::kread::<u64>(skb, o.skb_dev) else {
+            return 0;
+        };
+        let Ok(net) = drops::kread::<u64>(dev, o.dev_nd_net) else {
+            return 0;
+        };
+        if net == 0 {
+            0
+        } else if o.net_id_is_inum != 0 {
+            drops::kread::<u32>(net, o.net_cookie).map_or(0, u64::from)
+        } else {
+            drops::kread::<u64>(net, o.net_cookie).unwrap_or(0)
+        }
+    }
 }
 
 /// A packet to copy: where its IP and transport headers start, its protocol, its fragment

@@ -103,6 +103,40 @@ fn ipv4_udp_query_is_copied_whole_with_its_direction() {
     }
 }
 
+/// One loaded program set serves every namespace: a record names the namespace of the
+/// device its packet was on (read through BTF offsets), not one fixed at load. A test run's
+/// packet is on the calling thread's namespace's `lo`.
+#[test]
+fn a_record_names_the_namespace_of_its_device() {
+    let Some(mut rig) = rig() else { return };
+    if !rig.probes.shared_programs() {
+        eprintln!("skipped: no kernel BTF, one program instance per namespace");
+        return;
+    }
+    let ip = ipv4(17, 0, 0, &udp(40000, 53, &dns_query(0)));
+    let frame = eth(&[], 0x0800, &ip);
+    let own = dnspath::kernel::netns::current_netns_cookie().unwrap();
+    let (ev, _) = rig.run(ETH_INGRESS, &frame);
+    assert_eq!(one_packet(&ev).at.netns, own, "own namespace");
+    // A namespace of this thread alone (unshare affects the calling thread only).
+    let (other, ev) = std::thread::scope(|s| {
+        s.spawn(|| {
+            // SAFETY: unshare(2) of this thread's network namespace; no memory involved.
+            assert_eq!(unsafe { libc::unshare(libc::CLONE_NEWNET) }, 0, "unshare");
+            let other = dnspath::kernel::netns::current_netns_cookie().unwrap();
+            (other, rig.run(ETH_EGRESS, &frame).0)
+        })
+        .join()
+        .unwrap()
+    });
+    assert_ne!(other, own);
+    assert_eq!(
+        one_packet(&ev).at.netns,
+        other,
+        "the thread's new namespace"
+    );
+}
+
 #[test]
 fn vlan_tags_in_the_packet_are_walked() {
     let Some(mut rig) = rig() else { return };

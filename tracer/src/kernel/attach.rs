@@ -11,11 +11,9 @@ use std::{
     time::Duration,
 };
 
-use aya::programs::tc::SchedClassifierLinkId;
-
 use super::{
     netns::{self, Link, NetnsId, NetnsRef},
-    KernelError, Probes,
+    KernelError, Probes, TcLinks,
 };
 use crate::kube::{
     resolver::{NsKey, PodResolver},
@@ -49,7 +47,7 @@ struct AttachKey {
 
 struct Attached {
     cookie: u64,
-    links: Vec<(usize, SchedClassifierLinkId)>,
+    links: TcLinks,
     /// The namespace, to enter for detaching: clsact filters are removed over netlink in
     /// the namespace of their interface (TCX links go away with their fd anywhere).
     netns_path: std::path::PathBuf,

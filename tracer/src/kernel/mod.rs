@@ -15,7 +15,7 @@ use std::{
 
 use aya::{
     maps::{Array, MapData, RingBuf},
-    programs::{tc, BtfTracePoint, KProbe, SchedClassifier, TcAttachType},
+    programs::{links::Link as _, tc, BtfTracePoint, KProbe, SchedClassifier, TcAttachType},
     util::KernelVersion,
     Ebpf, EbpfLoader,
 };
@@ -79,17 +79,29 @@ const BPFFS: &str = "/sys/fs/bpf";
 /// `BPF_FS_MAGIC` from include/uapi/linux/magic.h.
 const BPF_FS_MAGIC: i64 = 0xcafe4a11;
 
-/// TC programs of one network namespace: an instance of the object whose `NETNS_COOKIE`
-/// says which namespace its events come from.
+/// TC programs of one network namespace, on kernels without BTF only: an instance of the
+/// object whose `NETNS_COOKIE` says which namespace its events come from. With BTF the
+/// primary instance's programs read the namespace from the packet's device and are attached
+/// everywhere ([`Probes::shared`]).
 struct NetnsPrograms {
     ebpf: Ebpf,
     loaded: [bool; TC_PROGRAMS.len()],
 }
 
+/// The TC links of one interface, owned here rather than by their program: a program keeps
+/// its netlink links in a set keyed by (ifindex, priority, handle), which is the same for
+/// `lo` (or `eth0`) of two namespaces, and a second such attach of one program would fail.
+#[derive(Debug, Default)]
+pub struct TcLinks(Vec<tc::SchedClassifierLink>);
+
 /// The loaded programs and maps.
 pub struct Probes {
     /// Owns the shared maps and the kfree_skb program.
     primary: Ebpf,
+    /// The primary instance's TC programs serve every namespace (they read the packet's
+    /// namespace through BTF offsets): loaded and verified once. Without BTF, false, and
+    /// each namespace gets an instance of its own in `per_netns`.
+    shared: bool,
     per_netns: HashMap<u64, NetnsPrograms>,
     pin_dir: PathBuf,
     config: CaptureConfig,
@@ -207,16 +219,34 @@ impl Probes {
             netns_id: netns::netns_id_kind().as_str(),
             ..Default::default()
         };
-        // Drops need the kernel's BTF (for tp_btf and the struct offsets); without it they
-        // are a degraded feature, not a failure.
+        // The kernel's BTF gives the struct offsets the TC programs read a packet's namespace
+        // with (one program set for every namespace) and the drop program needs, and the
+        // drop reasons' names; without it both degrade, neither fails.
         let mut offsets = KernelOffsets::UNSET;
         let mut drop_reasons = HashMap::new();
-        if opts.drops {
-            match btf::KernelBtf::load().and_then(|b| Ok((b.kernel_offsets()?, b.drop_reasons()))) {
-                Ok((o, reasons)) => (offsets, drop_reasons) = (o, reasons),
-                Err(e) => setup.degraded.push(format!("kernel drops not traced: {e}")),
+        match btf::KernelBtf::load().and_then(|b| {
+            let reasons = if opts.drops {
+                b.drop_reasons()
+            } else {
+                HashMap::new()
+            };
+            Ok((b.kernel_offsets()?, reasons))
+        }) {
+            Ok((o, reasons)) => (offsets, drop_reasons) = (o, reasons),
+            Err(e) => {
+                if opts.drops {
+                    setup.degraded.push(format!("kernel drops not traced: {e}"));
+                }
+                setup.degraded.push(format!(
+                    "the TC programs are loaded and verified once per namespace (no struct \
+                     offsets for reading a packet's namespace: {e})"
+                ));
             }
-            adjust(&mut offsets);
+        }
+        adjust(&mut offsets);
+        let shared = offsets.skb_dev != 0 && offsets.dev_nd_net != 0;
+        crate::memory::release_freed();
+        if opts.drops {
             if offsets.skb_head != 0 && offsets.has_skb_window == 0 {
                 setup.degraded.push(format!(
                     "kfree_skb reads skb->network_header, tail and head one by one (at {}, {}, {}: \
@@ -225,7 +255,6 @@ impl Probes {
                     offsets.skb_network_header, offsets.skb_tail, offsets.skb_head
                 ));
             }
-            crate::memory::release_freed();
         }
         let config = CaptureConfig {
             snaplen: opts.snaplen.min(MAX_SNAPLEN),
@@ -276,7 +305,7 @@ impl Probes {
             prog.load().map_err(|e| load_error(name, e))?;
         }
         let mut drops_enabled = false;
-        if offsets.skb_head != 0 {
+        if opts.drops && offsets.skb_head != 0 {
             match Self::attach_drops(&mut primary, at_least(5, 17)) {
                 Ok((hook, with_reason)) => {
                     drops_enabled = true;
@@ -320,6 +349,7 @@ impl Probes {
             log_level,
             kernel_log,
             primary,
+            shared,
             per_netns: HashMap::new(),
             pin_dir,
             config,
@@ -478,12 +508,23 @@ impl Probes {
             .collect()
     }
 
-    /// The TC program `name` of the namespace with `cookie`, loaded on first use.
+    /// Whether one program set serves every namespace (see [`Probes::shared`]).
+    pub fn shared_programs(&self) -> bool {
+        self.shared
+    }
+
+    /// The TC program `index` for the namespace with `cookie`: the primary instance's (loaded
+    /// at start) where it serves every namespace, else the namespace's own instance, loaded
+    /// on first use.
     fn tc_program(
         &mut self,
         cookie: u64,
         index: usize,
     ) -> Result<&mut SchedClassifier, KernelError> {
+        let (name, _, _) = TC_PROGRAMS[index];
+        if self.shared {
+            return Ok(program(&mut self.primary, name)?.try_into()?);
+        }
         let instance = match self.per_netns.entry(cookie) {
             std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
             std::collections::hash_map::Entry::Vacant(v) => {
@@ -502,7 +543,6 @@ impl Probes {
                 })
             }
         };
-        let (name, _, _) = TC_PROGRAMS[index];
         let prog: &mut SchedClassifier = program(&mut instance.ebpf, name)?.try_into()?;
         if !instance.loaded[index] {
             prog.load().map_err(|e| load_error(name, e))?;
@@ -512,13 +552,13 @@ impl Probes {
     }
 
     /// Attaches both directions to `iface` of the calling thread's current namespace, whose
-    /// cookie is `cookie`. Returns the link ids to detach later.
+    /// cookie is `cookie`. Returns the links, to detach later.
     pub fn attach_tc(
         &mut self,
         cookie: u64,
         iface: &str,
         has_eth: bool,
-    ) -> Result<Vec<(usize, tc::SchedClassifierLinkId)>, KernelError> {
+    ) -> Result<TcLinks, KernelError> {
         if !self.tcx {
             // clsact must exist for netlink attachment; remove filters a killed earlier run
             // of ours left (matched by our program names only: clsact filters, unlike TCX
@@ -535,16 +575,18 @@ impl Probes {
                 }
             }
         }
-        let mut links = Vec::new();
+        let mut links = TcLinks::default();
         for (index, (_, eth, ty)) in TC_PROGRAMS.iter().enumerate() {
             if *eth != has_eth {
                 continue;
             }
-            let attached = self
-                .tc_program(cookie, index)
-                .and_then(|p| p.attach(iface, *ty).map_err(Into::into));
+            // Taken out of the program at once (see [`TcLinks`]).
+            let attached = self.tc_program(cookie, index).and_then(|p| {
+                let id = p.attach(iface, *ty)?;
+                Ok(p.take_link(id)?)
+            });
             match attached {
-                Ok(id) => links.push((index, id)),
+                Ok(link) => links.0.push(link),
                 Err(e) => {
                     self.detach_tc(cookie, links);
                     return Err(e);
@@ -554,49 +596,34 @@ impl Probes {
         Ok(links)
     }
 
-    /// Detaches links from [`Probes::attach_tc`]; errors (the interface is already gone) are
-    /// expected and ignored.
-    pub fn detach_tc(&mut self, cookie: u64, links: Vec<(usize, tc::SchedClassifierLinkId)>) {
-        let Some(instance) = self.per_netns.get_mut(&cookie) else {
-            return;
-        };
-        for (index, id) in links {
-            if let Ok(p) = program(&mut instance.ebpf, TC_PROGRAMS[index].0) {
-                if let Ok(p) = <&mut SchedClassifier>::try_from(p) {
-                    if let Err(e) = p.detach(id) {
-                        log::debug!("detaching {}: {e}", TC_PROGRAMS[index].0);
-                    }
-                }
+    /// Detaches links from [`Probes::attach_tc`], from inside their interface's namespace
+    /// (clsact filters are removed over netlink there); errors (the interface is already
+    /// gone) are expected and ignored.
+    pub fn detach_tc(&mut self, _cookie: u64, links: TcLinks) {
+        for link in links.0 {
+            if let Err(e) = link.detach() {
+                log::debug!("detaching a TC link: {e}");
             }
         }
     }
 
     /// Forgets links whose namespace has gone (and their interfaces and filters with it)
-    /// without detaching them: on clsact kernels aya would detach by (ifindex, priority,
-    /// handle) in the *current* namespace, where those may name a live filter of another
-    /// interface (every `lo` is ifindex 1). TCX links are fds, closed normally.
-    pub fn abandon_tc(&mut self, cookie: u64, links: Vec<(usize, tc::SchedClassifierLinkId)>) {
-        let tcx = self.tcx;
-        let Some(instance) = self.per_netns.get_mut(&cookie) else {
-            return;
-        };
-        for (index, id) in links {
-            if let Ok(p) = program(&mut instance.ebpf, TC_PROGRAMS[index].0) {
-                if let Ok(p) = <&mut SchedClassifier>::try_from(p) {
-                    if let Ok(link) = p.take_link(id) {
-                        if tcx {
-                            drop(link);
-                        } else {
-                            // A netlink link holds no fd: nothing leaks.
-                            std::mem::forget(link);
-                        }
-                    }
-                }
+    /// without detaching them: on clsact kernels a netlink link detaches by (ifindex,
+    /// priority, handle) in the *current* namespace, where those may name a live filter of
+    /// another interface (every `lo` is ifindex 1). TCX links are fds, closed normally.
+    pub fn abandon_tc(&mut self, _cookie: u64, links: TcLinks) {
+        for link in links.0 {
+            if self.tcx {
+                drop(link);
+            } else {
+                // A netlink link holds no fd: nothing leaks.
+                std::mem::forget(link);
             }
         }
     }
 
-    /// Unloads the programs of a namespace that has gone away.
+    /// Unloads the programs of a namespace that has gone away (without BTF, where it has
+    /// an instance of its own).
     pub fn forget_netns(&mut self, cookie: u64) {
         self.per_netns.remove(&cookie);
     }
