@@ -7,6 +7,7 @@ pub use crate::kallsyms;
 pub mod maps;
 pub mod netns;
 pub mod shed;
+mod tcx;
 
 use std::{
     collections::HashMap,
@@ -26,6 +27,7 @@ pub use error::KernelError;
 pub(crate) use error::{effective_capabilities, CAP_SYS_PTRACE};
 use error::{is_eperm, load_error};
 pub use maps::KernelMaps;
+pub use tcx::TcxAttacher;
 
 /// What to load.
 #[derive(Clone, Debug)]
@@ -92,7 +94,21 @@ struct NetnsPrograms {
 /// its netlink links in a set keyed by (ifindex, priority, handle), which is the same for
 /// `lo` (or `eth0`) of two namespaces, and a second such attach of one program would fail.
 #[derive(Debug, Default)]
-pub struct TcLinks(Vec<tc::SchedClassifierLink>);
+pub struct TcLinks(Vec<TcLink>);
+
+#[derive(Debug)]
+enum TcLink {
+    /// A clsact filter (or a namespace's own instance's link), through aya.
+    Aya(tc::SchedClassifierLink),
+    /// A TCX link of the shared programs ([`TcxAttacher`]): closing it detaches.
+    Fd(std::os::fd::OwnedFd),
+}
+
+impl TcLinks {
+    pub(crate) fn from_fds(fds: Vec<std::os::fd::OwnedFd>) -> Self {
+        Self(fds.into_iter().map(TcLink::Fd).collect())
+    }
+}
 
 /// The loaded programs and maps.
 pub struct Probes {
@@ -102,6 +118,8 @@ pub struct Probes {
     /// namespace through BTF offsets): loaded and verified once. Without BTF, false, and
     /// each namespace gets an instance of its own in `per_netns`.
     shared: bool,
+    /// Made on first use, with `shared` on a TCX kernel.
+    tcx_attacher: Option<TcxAttacher>,
     per_netns: HashMap<u64, NetnsPrograms>,
     pin_dir: PathBuf,
     config: CaptureConfig,
@@ -350,6 +368,7 @@ impl Probes {
             kernel_log,
             primary,
             shared,
+            tcx_attacher: None,
             per_netns: HashMap::new(),
             pin_dir,
             config,
@@ -513,6 +532,28 @@ impl Probes {
         self.shared
     }
 
+    /// Where the shared programs attach as TCX links (≥ 6.6): a handle that attaches them
+    /// from any thread without this struct's lock, so that several attaches wait out their
+    /// RCU grace periods together (see [`tcx`]).
+    pub fn tcx_attacher(&mut self) -> Result<Option<TcxAttacher>, KernelError> {
+        if !(self.shared && self.tcx) {
+            return Ok(None);
+        }
+        if self.tcx_attacher.is_none() {
+            let mut progs = Vec::with_capacity(TC_PROGRAMS.len());
+            for (name, _, _) in TC_PROGRAMS {
+                let p: &SchedClassifier = self
+                    .primary
+                    .program(name)
+                    .ok_or_else(|| KernelError::Object(format!("program {name}")))?
+                    .try_into()?;
+                progs.push(p);
+            }
+            self.tcx_attacher = Some(TcxAttacher::new(&progs)?);
+        }
+        Ok(self.tcx_attacher.clone())
+    }
+
     /// The TC program `index` for the namespace with `cookie`: the primary instance's (loaded
     /// at start) where it serves every namespace, else the namespace's own instance, loaded
     /// on first use.
@@ -559,6 +600,11 @@ impl Probes {
         iface: &str,
         has_eth: bool,
     ) -> Result<TcLinks, KernelError> {
+        if let Some(tcx) = self.tcx_attacher()? {
+            let index = nix::net::if_::if_nametoindex(iface)
+                .map_err(|e| KernelError::Netlink(format!("{iface}: {e}")))?;
+            return Ok(TcLinks::from_fds(tcx.attach(index, has_eth)?));
+        }
         if !self.tcx {
             // clsact must exist for netlink attachment; remove filters a killed earlier run
             // of ours left (matched by our program names only: clsact filters, unlike TCX
@@ -586,7 +632,7 @@ impl Probes {
                 Ok(p.take_link(id)?)
             });
             match attached {
-                Ok(link) => links.0.push(link),
+                Ok(link) => links.0.push(TcLink::Aya(link)),
                 Err(e) => {
                     self.detach_tc(cookie, links);
                     return Err(e);
@@ -601,8 +647,13 @@ impl Probes {
     /// gone) are expected and ignored.
     pub fn detach_tc(&mut self, _cookie: u64, links: TcLinks) {
         for link in links.0 {
-            if let Err(e) = link.detach() {
-                log::debug!("detaching a TC link: {e}");
+            match link {
+                TcLink::Aya(link) => {
+                    if let Err(e) = link.detach() {
+                        log::debug!("detaching a TC link: {e}");
+                    }
+                }
+                TcLink::Fd(fd) => drop(fd),
             }
         }
     }
@@ -613,11 +664,13 @@ impl Probes {
     /// another interface (every `lo` is ifindex 1). TCX links are fds, closed normally.
     pub fn abandon_tc(&mut self, _cookie: u64, links: TcLinks) {
         for link in links.0 {
-            if self.tcx {
-                drop(link);
-            } else {
-                // A netlink link holds no fd: nothing leaks.
-                std::mem::forget(link);
+            match link {
+                TcLink::Aya(link) if !self.tcx => {
+                    // A netlink link holds no fd: nothing leaks.
+                    std::mem::forget(link);
+                }
+                TcLink::Aya(link) => drop(link),
+                TcLink::Fd(fd) => drop(fd),
             }
         }
     }
