@@ -25,6 +25,8 @@ pub use crate::names::{place, Names, SharedNames};
 
 pub const RESCAN: Duration = Duration::from_millis(500);
 
+pub mod discover;
+
 /// Which interfaces to watch.
 #[derive(Clone, Debug, Default)]
 pub struct AttachSpec {
