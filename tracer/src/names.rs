@@ -19,7 +19,7 @@ pub struct Names {
     /// Namespace by its name, for records that carry only the name (hops, legs).
     by_label: HashMap<String, u64>,
     /// Pods' namespaces, and node-side ends of pods' veths (by namespace and interface
-    /// name), as of the last rescan; each with its record form, shared by the records.
+    /// name), as of the last refresh; each with its record form, shared by the records.
     pods: HashMap<u64, PodEntry>,
     pod_veths: HashMap<u64, HashMap<String, PodEntry>>,
     /// Changes whenever a namespace or interface name does: what [`place`] gave before is
@@ -149,7 +149,7 @@ impl Names {
         self.generation
     }
 
-    /// Replaces the pod map (from a rescan).
+    /// Replaces the pod map (from the attacher's refresh).
     pub fn set_pods(
         &mut self,
         pods: HashMap<u64, Arc<Pod>>,

@@ -401,7 +401,7 @@ fn namespace_label_counts_questions_by_the_client_pods_namespace() {
     )
     .unwrap();
     wait_ready(&lab, node);
-    // The pods are named at the rescans (every 500 ms).
+    // The pods are named at the start-up scan, or after a change (then every 500 ms, 3 s).
     thread::sleep(Duration::from_secs(1));
     for i in 0..6 {
         let o = lab.dig(&["+time=2", "+tries=1", "www.lab.test.", "A"]);
@@ -491,7 +491,7 @@ fn without_sys_ptrace_the_agent_says_so_once_and_counts_it() {
         .env("RUST_LOG", "warn");
     let child = lab.spawn(&mut cmd).unwrap();
     wait_ready(&lab, node);
-    // Several rescans.
+    // A while: further passes come on events and every 10 s, each may see it again.
     thread::sleep(Duration::from_secs(2));
     let (_, scrape) = get(&lab, node, "/metrics");
     // SAFETY: kill(2) on our own child's PID (setpriv and ip netns exec exec dnspath).

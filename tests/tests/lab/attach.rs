@@ -153,7 +153,7 @@ fn namespaces_appearing_and_vanishing_are_followed() {
     let t = Tracer::start(&lab, lab.node_ns(), &["trace", "-o", "json", "--all-netns"]).unwrap();
     let name = format!("{}-late", lab.prefix());
     let late = TestNetns::new(name.clone());
-    // Picked up within a second (rescans every 500 ms).
+    // Picked up as it appears (inotify on /run/netns), well within this.
     thread::sleep(Duration::from_millis(1100));
     let o = Command::new("ip")
         .args([

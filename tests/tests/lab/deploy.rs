@@ -644,7 +644,7 @@ fn daemonset_pod_serves_metrics_and_counts_the_labs_queries() {
     // It runs with the listed capabilities and no others: those suffice.
     let listed: Vec<String> = capabilities(&daemonset()["spec"]["template"]["spec"]);
     assert_eq!(effective_capabilities(pid), cap_mask(&listed), "{listed:?}");
-    // Pods are named at the rescans (every 500 ms).
+    // Pods are named at the start-up scan, or after a change (then every 500 ms for 3 s).
     thread::sleep(Duration::from_secs(1));
     let (_, before) = get("/metrics");
     let before = sum(&before, "dnspath_dns_transactions_total");

@@ -155,7 +155,7 @@ pub async fn run_live(
     let probes = Arc::new(Mutex::new(probes));
 
     let names = Arc::new(RwLock::new(Names::default()));
-    let mut attacher = Attacher::new(Arc::clone(&probes), opts.attach.clone(), Arc::clone(&names));
+    let mut attacher = Attacher::new(Arc::clone(&probes), opts.attach.clone(), Arc::clone(&names))?;
     attacher.scan()?;
     attacher.require_some()?;
     let attached = attacher.attached_count();

@@ -1,18 +1,20 @@
-//! Keeps the TC programs attached to every watched interface: an initial scan, then a rescan
-//! every [`RESCAN`] so that pods starting (new namespaces, new veths) are picked up within a
-//! second and vanished ones forgotten.
+//! Keeps the TC programs attached to every watched interface: an initial scan, then whatever
+//! [`discover`] reports (namespaces appearing and vanishing, interfaces changing), on one
+//! thread that blocks in between.
 use std::{
     collections::{HashMap, HashSet},
+    path::PathBuf,
     sync::{
         atomic::{AtomicBool, AtomicU64, Ordering},
+        mpsc::{SyncSender, TrySendError},
         Arc, Mutex,
     },
     thread,
-    time::Duration,
+    time::{Duration, Instant},
 };
 
 use super::{
-    netns::{self, Link, NetnsId, NetnsRef},
+    netns::{self, Link, NetnsId},
     KernelError, Probes, TcLinks,
 };
 use crate::kube::{
@@ -21,7 +23,25 @@ use crate::kube::{
 };
 pub use crate::names::{place, Names, SharedNames};
 
-pub const RESCAN: Duration = Duration::from_millis(500);
+pub mod discover;
+use discover::{Discovery, Found, Waker};
+
+/// After a change, pods are looked up again this often ...
+const POD_FOLLOW_UP: Duration = Duration::from_millis(500);
+/// ... this many times: a new namespace has no process yet, and a container's first process
+/// enters its cgroup a moment after it starts (`runc init`, see `kube::resolver`); kubelet's
+/// log directory, which names the pod, may come later still (read every `LOGS_EVERY`).
+const POD_FOLLOW_UPS: u8 = 6;
+
+/// A namespace appearing or going away, for whoever follows them (a conntrack watcher per
+/// namespace, say) through [`AttachSpec::ns_changes`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum NsChange {
+    /// A namespace found (at start-up too), with a path it can be entered by while it lives.
+    Appeared { path: PathBuf, cookie: u64 },
+    /// No process or bind mount holds it any more.
+    Gone { cookie: u64 },
+}
 
 /// Which interfaces to watch.
 #[derive(Clone, Debug, Default)]
@@ -36,6 +56,9 @@ pub struct AttachSpec {
     /// whose namespace the latest `all_netns` scan was refused (see
     /// [`netns::AllNetns::unreadable`]).
     pub netns_unreadable: Arc<AtomicU64>,
+    /// Told of every namespace appearing and going away; a full channel loses the change
+    /// (counted in [`Attacher::ns_changes_lost`]), it never blocks the attacher.
+    pub ns_changes: Option<SyncSender<NsChange>>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -50,7 +73,9 @@ struct Attached {
     links: TcLinks,
     /// The namespace, to enter for detaching: clsact filters are removed over netlink in
     /// the namespace of their interface (TCX links go away with their fd anywhere).
-    netns_path: std::path::PathBuf,
+    netns: NetnsId,
+    /// Where it was when attached, for when discovery no longer knows it.
+    netns_path: PathBuf,
 }
 
 /// The one line that says some namespaces cannot be traced, and why.
@@ -84,11 +109,12 @@ pub struct Attacher {
     first_failure: Option<String>,
     pub warnings: Vec<String>,
     pods: PodResolver,
-    /// The refused namespace reads were reported (once a run).
-    unreadable_reported: bool,
     /// Cookie and links of pod namespaces this run does not attach to (entered once each,
     /// to find the node-side ends of their veths).
     pod_links: HashMap<NsKey, (u64, Vec<Link>)>,
+    discovery: Discovery,
+    /// Namespace changes [`AttachSpec::ns_changes`] had no room for.
+    pub ns_changes_lost: u64,
 }
 
 /// One namespace as a scan found it.
@@ -100,8 +126,13 @@ struct Scanned {
 }
 
 impl Attacher {
-    pub fn new(probes: Arc<Mutex<Probes>>, spec: AttachSpec, names: SharedNames) -> Self {
-        Self {
+    pub fn new(
+        probes: Arc<Mutex<Probes>>,
+        spec: AttachSpec,
+        names: SharedNames,
+    ) -> Result<Self, KernelError> {
+        let discovery = Discovery::new(&spec)?;
+        Ok(Self {
             probes,
             spec,
             names,
@@ -112,9 +143,10 @@ impl Attacher {
             first_failure: None,
             warnings: Vec::new(),
             pods: PodResolver::new(crate::host::root()),
-            unreadable_reported: false,
             pod_links: HashMap::new(),
-        }
+            discovery,
+            ns_changes_lost: 0,
+        })
     }
 
     /// After the first scan: a run that could attach to no interface at all is an error
@@ -134,156 +166,93 @@ impl Attacher {
         self.attached.len()
     }
 
-    fn namespaces(&mut self) -> Result<Vec<NetnsRef>, KernelError> {
-        if self.spec.all_netns {
-            let all = netns::all_netns()?;
-            self.spec
-                .netns_unreadable
-                .store(all.unreadable, Ordering::Relaxed);
-            if all.unreadable > 0 && !self.unreadable_reported {
-                self.unreadable_reported = true;
-                eprintln!("dnspath: {}", unreadable_message(all.unreadable));
-            }
-            return Ok(all.namespaces);
-        }
-        let mut out = vec![netns::own_netns()?];
-        if !self.spec.netns.is_empty() {
-            let named = netns::named_netns();
-            for want in &self.spec.netns {
-                match named.iter().find(|n| &n.name == want) {
-                    Some(n) if n.id != out[0].id => out.push(n.clone()),
-                    Some(_) => {}
-                    None => {
-                        if self.attached.is_empty() {
-                            return Err(KernelError::Netns(format!(
-                                "no network namespace named {want} under /run/netns"
-                            )));
-                        }
-                    }
-                }
-            }
-        }
-        Ok(out)
-    }
-
-    /// One pass: attach to new interfaces, forget vanished ones. The first call fails on an
-    /// interface given with `-i` that does not exist; later calls only warn.
+    /// The initial pass: attach to every interface of every watched namespace. It fails on
+    /// an interface given with `-i` that does not exist, or a `--netns` name that does not.
+    /// Called again, it is a discovery pass (new namespaces only, vanished ones forgotten).
     pub fn scan(&mut self) -> Result<(), KernelError> {
         let first = self.attached.is_empty() && self.failed.is_empty();
-        let namespaces = self.namespaces()?;
-        let mut seen: HashSet<AttachKey> = HashSet::new();
-        let mut scanned = Vec::with_capacity(namespaces.len());
-        for ns in &namespaces {
-            let listed = netns::with_netns(&ns.path, || {
-                let cookie = netns::current_netns_cookie()?;
-                let links = netns::list_links()?;
-                Ok((cookie, links))
-            });
-            let (cookie, links) = match listed {
-                Ok(v) => v,
-                // The namespace went away between listing and entering: not an error.
-                Err(e) if !ns.is_own => {
-                    log::debug!("skipping netns {}: {e}", ns.name);
-                    continue;
+        let found = self.discovery.pass(first)?;
+        self.apply(found, first)?;
+        self.refresh_pods();
+        Ok(())
+    }
+
+    /// Acts on what discovery found; `first` makes the own namespace's failures errors.
+    fn apply(&mut self, found: Vec<Found>, first: bool) -> Result<(), KernelError> {
+        for f in found {
+            match f {
+                Found::Vanished { id, cookie } => {
+                    self.forget(id);
+                    self.tell(NsChange::Gone { cookie });
                 }
-                Err(e) => return Err(e),
-            };
-            scanned.push(Scanned {
-                id: ns.id,
-                is_own: ns.is_own,
-                cookie,
-                links: links.clone(),
-            });
-            if ns.is_own && first {
-                for want in &self.spec.interfaces {
-                    if !links.iter().any(|l| &l.name == want) {
-                        return Err(KernelError::NoSuchInterface(want.clone()));
+                Found::Appeared(id) => {
+                    self.sync(id, first)?;
+                    if let Some(w) = self.discovery.get(id) {
+                        let change = NsChange::Appeared {
+                            path: w.ns.path.clone(),
+                            cookie: w.cookie,
+                        };
+                        self.tell(change);
                     }
                 }
+                Found::Relinked(id) => self.sync(id, first)?,
             }
-            let wanted: Vec<_> = links
-                .into_iter()
-                .filter(|l| {
-                    !ns.is_own
-                        || self.spec.interfaces.is_empty()
-                        || self.spec.interfaces.contains(&l.name)
-                })
-                .collect();
-            let mut to_attach = Vec::new();
-            for link in wanted {
-                let key = AttachKey {
-                    netns: ns.id,
-                    ifindex: link.index,
-                    ifname: link.name.clone(),
-                };
-                seen.insert(key.clone());
-                if !self.attached.contains_key(&key) && !self.failed.contains(&key) {
-                    to_attach.push((key, link));
-                }
-            }
-            if to_attach.is_empty() {
-                continue;
-            }
-            if let Ok(mut names) = self.names.write() {
-                for (_, link) in &to_attach {
-                    names.learn(cookie, &ns.name, link.index, &link.name);
-                }
-            }
-            let probes = Arc::clone(&self.probes);
-            let results = netns::with_netns(&ns.path, || {
-                let mut probes = probes.lock().map_err(|_| KernelError::Poisoned("probe"))?;
-                Ok(to_attach
-                    .into_iter()
-                    .map(|(key, link)| {
-                        let r = probes.attach_tc(cookie, &link.name, link.has_eth);
-                        (key, r)
-                    })
-                    .collect::<Vec<_>>())
-            });
-            let results = match results {
-                Ok(r) => r,
-                Err(e) if !ns.is_own => {
-                    log::debug!("skipping netns {}: {e}", ns.name);
-                    continue;
-                }
-                Err(e) => return Err(e),
-            };
-            for (key, r) in results {
-                match r {
-                    Ok(links) => {
-                        self.attached.insert(
-                            key,
-                            Attached {
-                                cookie,
-                                links,
-                                netns_path: ns.path.clone(),
-                            },
-                        );
-                    }
-                    Err(e) => {
-                        if first && ns.is_own && !self.spec.interfaces.is_empty() {
-                            return Err(e);
-                        }
-                        let msg = format!("cannot attach to {}/{}: {e}", ns.name, key.ifname);
-                        let cause = e.to_string().replace(&key.ifname, "IFACE");
-                        if self.causes.len() < 64 && self.causes.insert(cause) {
-                            log::warn!("{msg} (further interfaces failing the same way are counted in stats)");
-                        } else {
-                            log::debug!("{msg}");
-                        }
-                        self.failures += 1;
-                        self.first_failure.get_or_insert(msg.clone());
-                        self.warnings.push(msg);
-                        self.warnings.truncate(256);
-                        self.failed.insert(key);
-                    }
+        }
+        Ok(())
+    }
+
+    fn tell(&mut self, change: NsChange) {
+        let Some(tx) = &self.spec.ns_changes else {
+            return;
+        };
+        match tx.try_send(change) {
+            Ok(()) => {}
+            Err(TrySendError::Full(_)) => self.ns_changes_lost += 1,
+            // Nobody listens any more.
+            Err(TrySendError::Disconnected(_)) => self.spec.ns_changes = None,
+        }
+    }
+
+    /// Brings one namespace's attachments in line with its interfaces as discovery lists
+    /// them: attach to new ones, detach from vanished ones.
+    fn sync(&mut self, id: NetnsId, first: bool) -> Result<(), KernelError> {
+        let Some(w) = self.discovery.get(id) else {
+            return Ok(());
+        };
+        let (ns, cookie, links) = (w.ns.clone(), w.cookie, w.links.clone());
+        if ns.is_own && first {
+            for want in &self.spec.interfaces {
+                if !links.iter().any(|l| &l.name == want) {
+                    return Err(KernelError::NoSuchInterface(want.clone()));
                 }
             }
         }
+        let wanted: Vec<_> = links
+            .into_iter()
+            .filter(|l| {
+                !ns.is_own
+                    || self.spec.interfaces.is_empty()
+                    || self.spec.interfaces.contains(&l.name)
+            })
+            .collect();
+        let mut seen: HashSet<AttachKey> = HashSet::new();
+        let mut to_attach = Vec::new();
+        for link in wanted {
+            let key = AttachKey {
+                netns: id,
+                ifindex: link.index,
+                ifname: link.name.clone(),
+            };
+            seen.insert(key.clone());
+            if !self.attached.contains_key(&key) && !self.failed.contains(&key) {
+                to_attach.push((key, link));
+            }
+        }
+        // Before attaching: a renamed interface keeps its ifindex.
         let gone: Vec<AttachKey> = self
             .attached
             .keys()
-            .filter(|k| !seen.contains(*k))
+            .filter(|k| k.netns == id && !seen.contains(*k))
             .cloned()
             .collect();
         for key in gone {
@@ -292,15 +261,108 @@ impl Attacher {
                 self.detach(a, forget);
             }
         }
-        self.failed.retain(|k| seen.contains(k));
-        self.refresh_pods(&scanned);
+        self.failed.retain(|k| k.netns != id || seen.contains(k));
+        if to_attach.is_empty() {
+            return Ok(());
+        }
+        if let Ok(mut names) = self.names.write() {
+            for (_, link) in &to_attach {
+                names.learn(cookie, &ns.name, link.index, &link.name);
+            }
+        }
+        let probes = Arc::clone(&self.probes);
+        let results = netns::with_netns_id(&ns.path, id, || {
+            let mut probes = probes.lock().map_err(|_| KernelError::Poisoned("probe"))?;
+            Ok(to_attach
+                .into_iter()
+                .map(|(key, link)| {
+                    let r = probes.attach_tc(cookie, &link.name, link.has_eth);
+                    (key, r)
+                })
+                .collect::<Vec<_>>())
+        });
+        let results = match results {
+            Ok(r) => r,
+            // Gone since it was listed: the next pass forgets it.
+            Err(e) if !ns.is_own => {
+                log::debug!("skipping netns {}: {e}", ns.name);
+                return Ok(());
+            }
+            Err(e) => return Err(e),
+        };
+        for (key, r) in results {
+            match r {
+                Ok(links) => {
+                    self.attached.insert(
+                        key,
+                        Attached {
+                            cookie,
+                            links,
+                            netns: id,
+                            netns_path: ns.path.clone(),
+                        },
+                    );
+                }
+                Err(e) => {
+                    if first && ns.is_own && !self.spec.interfaces.is_empty() {
+                        return Err(e);
+                    }
+                    let msg = format!("cannot attach to {}/{}: {e}", ns.name, key.ifname);
+                    let cause = e.to_string().replace(&key.ifname, "IFACE");
+                    if self.causes.len() < 64 && self.causes.insert(cause) {
+                        log::warn!(
+                            "{msg} (further interfaces failing the same way are counted in stats)"
+                        );
+                    } else {
+                        log::debug!("{msg}");
+                    }
+                    self.failures += 1;
+                    self.first_failure.get_or_insert(msg.clone());
+                    self.warnings.push(msg);
+                    self.warnings.truncate(256);
+                    self.failed.insert(key);
+                }
+            }
+        }
         Ok(())
+    }
+
+    /// Detaches everything of a namespace that vanished.
+    fn forget(&mut self, id: NetnsId) {
+        let gone: Vec<AttachKey> = self
+            .attached
+            .keys()
+            .filter(|k| k.netns == id)
+            .cloned()
+            .collect();
+        for key in gone {
+            if let Some(a) = self.attached.remove(&key) {
+                let forget = !self.attached.values().any(|other| other.cookie == a.cookie);
+                self.detach(a, forget);
+            }
+        }
+        self.failed.retain(|k| k.netns != id);
+    }
+
+    /// Pods of the namespaces discovery knows.
+    fn refresh_pods(&mut self) {
+        let scanned: Vec<Scanned> = self
+            .discovery
+            .namespaces()
+            .map(|w| Scanned {
+                id: w.ns.id,
+                is_own: w.ns.is_own,
+                cookie: w.cookie,
+                links: w.links.clone(),
+            })
+            .collect();
+        self.refresh_pods_of(&scanned);
     }
 
     /// Pods of the namespaces, and the node-side ends of their veths: a pair is a link in a
     /// pod namespace and one in a scanned namespace that name each other's ifindex as peer
     /// (`IFLA_LINK`) in another namespace (`IFLA_LINK_NETNSID`).
-    fn refresh_pods(&mut self, scanned: &[Scanned]) {
+    fn refresh_pods_of(&mut self, scanned: &[Scanned]) {
         let key = |id: &NetnsId| -> NsKey { (id.dev, id.ino) };
         let mut not_pods: HashSet<NsKey> = scanned
             .iter()
@@ -381,14 +443,19 @@ impl Attacher {
         let probes = Arc::clone(&self.probes);
         let cookie = a.cookie;
         let mut links = Some(a.links);
-        let entered = netns::with_netns(&a.netns_path, || {
+        // Where discovery last found it; a `/proc/PID` path goes stale with its process.
+        let path = self
+            .discovery
+            .get(a.netns)
+            .map_or(a.netns_path, |w| w.ns.path.clone());
+        let entered = netns::with_netns_id(&path, a.netns, || {
             if let (Ok(mut p), Some(links)) = (probes.lock(), links.take()) {
                 p.detach_tc(cookie, links);
             }
             Ok(())
         });
         if let Err(e) = entered {
-            log::debug!("namespace {} gone: {e}", a.netns_path.display());
+            log::debug!("namespace {} gone: {e}", path.display());
         }
         if let (Some(links), Ok(mut p)) = (links, self.probes.lock()) {
             p.abandon_tc(cookie, links);
@@ -400,21 +467,82 @@ impl Attacher {
         }
     }
 
-    /// Rescans every [`RESCAN`] on a thread of its own until `stop` is set, then detaches
-    /// everything. setns(2) affects only that thread.
-    pub fn spawn(mut self, stop: Arc<AtomicBool>) -> thread::JoinHandle<(Vec<String>, u64)> {
-        thread::spawn(move || {
+    /// Follows [`discover`]'s reports on a thread of its own until stopped, then detaches
+    /// everything. setns(2) affects only that thread. It blocks in poll(2) between events;
+    /// pods are looked up again after a change ([`POD_FOLLOW_UPS`]) and at each safety rescan.
+    pub fn spawn(mut self, stop: Arc<AtomicBool>) -> AttachThread {
+        let waker = self.discovery.waker();
+        let flag = Arc::clone(&stop);
+        let thread = thread::spawn(move || {
+            let mut follow_ups = 0u8;
+            let mut refreshed = Instant::now();
             while !stop.load(Ordering::Relaxed) {
-                thread::sleep(RESCAN);
+                let max_wait = if follow_ups > 0 {
+                    POD_FOLLOW_UP.saturating_sub(refreshed.elapsed())
+                } else {
+                    Duration::MAX
+                };
+                let turn = match self.discovery.turn(max_wait) {
+                    Ok(t) => t,
+                    Err(e) => {
+                        log::warn!("interface scan: {e}");
+                        // Not a tight loop on an error that stays.
+                        thread::sleep(POD_FOLLOW_UP);
+                        continue;
+                    }
+                };
                 if stop.load(Ordering::Relaxed) {
                     break;
                 }
-                if let Err(e) = self.scan() {
+                let changed = !turn.found.is_empty();
+                if let Err(e) = self.apply(turn.found, false) {
                     log::warn!("interface scan: {e}");
                 }
+                // A safety rescan that changed nothing refreshes once, with no follow-ups.
+                let follow_up = follow_ups > 0 && refreshed.elapsed() >= POD_FOLLOW_UP;
+                if changed {
+                    follow_ups = POD_FOLLOW_UPS;
+                } else if follow_up {
+                    follow_ups -= 1;
+                } else if !turn.full {
+                    continue;
+                }
+                self.refresh_pods();
+                refreshed = Instant::now();
             }
             self.detach_all();
             (std::mem::take(&mut self.warnings), self.failures)
-        })
+        });
+        AttachThread {
+            stop: flag,
+            waker,
+            thread: Some(thread),
+        }
+    }
+}
+
+/// The attacher's thread: [`AttachThread::join`] stops it at once (it is woken, not
+/// polled) and returns its warnings and failure count once it has detached everything.
+pub struct AttachThread {
+    stop: Arc<AtomicBool>,
+    waker: Waker,
+    thread: Option<thread::JoinHandle<(Vec<String>, u64)>>,
+}
+
+impl AttachThread {
+    pub fn join(mut self) -> thread::Result<(Vec<String>, u64)> {
+        self.stop.store(true, Ordering::Relaxed);
+        self.waker.wake();
+        match self.thread.take() {
+            Some(t) => t.join(),
+            None => Ok(Default::default()),
+        }
+    }
+}
+
+impl Drop for AttachThread {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        self.waker.wake();
     }
 }

@@ -1,8 +1,10 @@
 //! Network namespaces and their interfaces: discovery, entering, listing links.
 //!
-//! A namespace is entered only for as long as it takes to list its links and attach programs,
-//! by the calling thread alone (`setns(2)` is per thread), and never kept open: holding a
-//! namespace file would keep a deleted pod's namespace (and its veth) alive.
+//! A namespace is entered only for as long as it takes to open its link subscription and
+//! attach programs, by the calling thread alone (`setns(2)` is per thread). No namespace file
+//! is kept open; the subscription socket ([`LinkSubscription`]) does keep its namespace alive,
+//! so it is closed as soon as no process or bind mount holds the namespace any more
+//! (`attach::discover`): otherwise a deleted pod's namespace (and its veth) would live on.
 use std::{
     collections::BTreeMap,
     fs::{self, File},
@@ -13,17 +15,12 @@ use std::{
     path::{Path, PathBuf},
 };
 
-use netlink_packet_core::{
-    NetlinkHeader, NetlinkMessage, NetlinkPayload, NLM_F_DUMP, NLM_F_REQUEST,
-};
-use netlink_packet_route::{
-    link::{LinkAttribute, LinkLayerType, LinkMessage},
-    RouteNetlinkMessage,
-};
-use netlink_sys::{protocols::NETLINK_ROUTE, Socket, SocketAddr};
 use nix::sched::{setns, CloneFlags};
 
 use super::KernelError;
+
+mod links;
+pub use links::{list_links, Link, LinkSubscription};
 
 /// Identity of a namespace: device and inode of its nsfs file.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -42,21 +39,7 @@ pub struct NetnsRef {
     pub is_own: bool,
 }
 
-/// One interface of a namespace.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Link {
-    pub index: u32,
-    pub name: String,
-    /// Ethernet-like framing at TC (Ethernet and loopback); otherwise the packet starts at
-    /// its IP header (tun, wireguard, ipip, …).
-    pub has_eth: bool,
-    /// `IFLA_LINK`: for a veth, its peer's ifindex (in the peer's namespace).
-    pub peer: Option<u32>,
-    /// `IFLA_LINK_NETNSID`: the peer is in another namespace.
-    pub peer_elsewhere: bool,
-}
-
-fn id_of(path: &Path) -> Option<NetnsId> {
+pub fn id_of(path: &Path) -> Option<NetnsId> {
     let md = fs::metadata(path).ok()?;
     Some(NetnsId {
         dev: md.dev(),
@@ -192,6 +175,30 @@ pub fn with_netns<T>(
     result
 }
 
+/// Identity of the calling thread's current namespace.
+pub fn current_netns_id() -> Result<NetnsId, KernelError> {
+    id_of(Path::new("/proc/thread-self/ns/net"))
+        .ok_or_else(|| KernelError::Netns("cannot stat /proc/thread-self/ns/net".into()))
+}
+
+/// [`with_netns`], provided the namespace at `path` is still `id`: a `/proc/PID/ns/net`
+/// found earlier names another namespace once that process is gone and its PID reused.
+pub fn with_netns_id<T>(
+    path: &Path,
+    id: NetnsId,
+    f: impl FnOnce() -> Result<T, KernelError>,
+) -> Result<T, KernelError> {
+    with_netns(path, || {
+        if current_netns_id()? != id {
+            return Err(KernelError::Netns(format!(
+                "{}: no longer the namespace it named",
+                path.display()
+            )));
+        }
+        f()
+    })
+}
+
 /// What an `op` (`open`, `setns`) on the namespace at `path` failing with `errno` means
 /// when that is EPERM or EACCES: the capability to enter it is missing
 /// ([`KernelError::NetnsPermission`]); `None` for any other failure.
@@ -272,74 +279,6 @@ pub fn current_netns_cookie() -> Result<u64, KernelError> {
         NetnsIdKind::Inode => std::fs::metadata("/proc/thread-self/ns/net")
             .map(|m| std::os::unix::fs::MetadataExt::ino(&m))
             .map_err(|e| KernelError::Netns(format!("/proc/thread-self/ns/net: {e}"))),
-    }
-}
-
-/// Interfaces of the calling thread's current namespace (RTM_GETLINK dump).
-pub fn list_links() -> Result<Vec<Link>, KernelError> {
-    let nl = |e: std::io::Error| KernelError::Netlink(format!("RTM_GETLINK: {e}"));
-    let mut socket = Socket::new(NETLINK_ROUTE).map_err(nl)?;
-    socket.bind_auto().map_err(nl)?;
-    socket.connect(&SocketAddr::new(0, 0)).map_err(nl)?;
-    let mut req = NetlinkMessage::new(
-        NetlinkHeader::default(),
-        NetlinkPayload::from(RouteNetlinkMessage::GetLink(LinkMessage::default())),
-    );
-    req.header.flags = NLM_F_DUMP | NLM_F_REQUEST;
-    req.header.sequence_number = 1;
-    req.finalize();
-    let mut buf = vec![0u8; req.buffer_len()];
-    req.serialize(&mut buf[..]);
-    socket.send(&buf[..], 0).map_err(nl)?;
-
-    let mut links = Vec::new();
-    let mut rx = vec![0u8; 64 * 1024];
-    loop {
-        let size = socket.recv(&mut &mut rx[..], 0).map_err(nl)?;
-        let mut offset = 0;
-        while offset < size {
-            let bytes = &rx[offset..size];
-            let msg: NetlinkMessage<RouteNetlinkMessage> = NetlinkMessage::deserialize(bytes)
-                .map_err(|e| KernelError::Netlink(format!("RTM_GETLINK reply: {e}")))?;
-            match msg.payload {
-                NetlinkPayload::Done(_) => return Ok(links),
-                NetlinkPayload::Error(e) => {
-                    return Err(KernelError::Netlink(format!("RTM_GETLINK: {e:?}")))
-                }
-                NetlinkPayload::InnerMessage(RouteNetlinkMessage::NewLink(link)) => {
-                    let name = link.attributes.iter().find_map(|a| match a {
-                        LinkAttribute::IfName(n) => Some(n.clone()),
-                        _ => None,
-                    });
-                    let peer = link.attributes.iter().find_map(|a| match a {
-                        LinkAttribute::Link(i) => Some(*i),
-                        _ => None,
-                    });
-                    let peer_elsewhere = link
-                        .attributes
-                        .iter()
-                        .any(|a| matches!(a, LinkAttribute::LinkNetNsId(_)));
-                    if let Some(name) = name {
-                        links.push(Link {
-                            peer,
-                            peer_elsewhere,
-                            index: link.header.index,
-                            name,
-                            has_eth: matches!(
-                                link.header.link_layer_type,
-                                LinkLayerType::Ether | LinkLayerType::Loopback
-                            ),
-                        });
-                    }
-                }
-                _ => {}
-            }
-            let len = msg.header.length as usize;
-            if len == 0 {
-                break;
-            }
-            offset += len;
-        }
     }
 }
 

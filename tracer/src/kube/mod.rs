@@ -1,7 +1,7 @@
 //! Kubernetes pods of a node, from what the node itself has (no API server): the processes of
 //! each network namespace, their cgroups ([`cgroup`]), and kubelet's log directories
-//! ([`logs`]). [`resolver::PodResolver`] maps namespaces to pods during the tracer's rescans;
-//! packets only look the result up.
+//! ([`logs`]). [`resolver::PodResolver`] maps namespaces to pods whenever the attacher sees
+//! namespaces change; packets only look the result up.
 pub(crate) mod cgroup;
 pub(crate) mod logs;
 pub(crate) mod resolver;

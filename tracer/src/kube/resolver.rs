@@ -1,7 +1,8 @@
-//! Network namespace → pod, refreshed with the interface rescans.
+//! Network namespace → pod, refreshed when the attacher sees namespaces or interfaces change
+//! (then a few times more, every 500 ms) and at its safety rescan (`attach::discover`).
 //!
-//! Each rescan looks only at processes it has not seen before, or first saw less than
-//! [`REREADS`] rescans ago (one `stat` of `/proc/<pid>/ns/net` and one bounded read of
+//! Each refresh looks only at processes it has not seen before, or first saw less than
+//! [`REREADS`] refreshes ago (one `stat` of `/proc/<pid>/ns/net` and one bounded read of
 //! `/proc/<pid>/cgroup` each), forgets those that are gone, and reads kubelet's log
 //! directories only when a pod UID has no names yet (at most every [`LOGS_EVERY`]).
 use std::{
@@ -27,7 +28,7 @@ pub(crate) type NsKey = (u64, u64);
 /// Longest `/proc/<pid>/cgroup` read: a v1 machine has a line per hierarchy, each well under
 /// 4 KiB (PATH_MAX).
 const MAX_CGROUP_FILE: u64 = 64 * 1024;
-/// New processes looked at per rescan; the rest wait for the next one.
+/// New processes looked at per refresh; the rest wait for the next one.
 const MAX_NEW_PIDS: usize = 4096;
 /// Most processes remembered.
 const MAX_PIDS: usize = 4 * MAX_ENTRIES;
@@ -37,12 +38,12 @@ pub(crate) const LOGS_EVERY: Duration = Duration::from_secs(2);
 struct Process {
     netns: NsKey,
     pod: Option<CgroupPod>,
-    /// Rescans left that read it again: a container's first process shows up before the
+    /// Refreshes left that read it again: a container's first process shows up before the
     /// runtime has put it in its cgroup and namespace (`runc init`).
     rereads: u8,
 }
 
-/// Rescans that read a new process again (2 s at the 500 ms rescan).
+/// Refreshes that read a new process again (2 s at the attacher's 500 ms follow-ups).
 const REREADS: u8 = 4;
 
 /// A namespace that belongs to a pod, and a path to open it by.
@@ -323,7 +324,7 @@ mod tests {
         // Cut at 64 KiB: the container part is lost, the pod is not.
         assert_eq!(pods[&f.key("huge")].pod.uid, UID_A);
 
-        // A new process is read again on the next few rescans (the runtime moves it into its
+        // A new process is read again on the next few refreshes (the runtime moves it into its
         // cgroup just after it appears), then no more; a gone process is forgotten.
         fs::write(
             f.0.join("proc/40/cgroup"),

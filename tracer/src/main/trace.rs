@@ -23,7 +23,8 @@ pub struct TraceArgs {
     interfaces: Vec<String>,
     /// Also attach to every interface (including `lo`) of every other network namespace:
     /// named ones (/run/netns) and those of running processes. New ones are picked up
-    /// within a second.
+    /// as they appear (bind-mounted under /run/netns, or with a veth into this namespace),
+    /// others within 10 s.
     #[arg(long)]
     all_netns: bool,
     /// Also attach to all interfaces of this named network namespace (repeatable).
@@ -158,7 +159,7 @@ fn options(
             interfaces: a.interfaces,
             all_netns: a.all_netns,
             netns: a.netns,
-            netns_unreadable: Default::default(),
+            ..Default::default()
         },
         capture: a.capture.probe(kernel_log),
         transactions: output.view.transactions(),

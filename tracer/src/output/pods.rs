@@ -1,4 +1,4 @@
-//! Names each record's pod from the namespace → pod map the rescans keep (a map lookup per
+//! Names each record's pod from the namespace → pod map the attacher keeps (a map lookup per
 //! place in the record).
 use crate::{names::Names, output::record::Record};
 
