@@ -192,7 +192,7 @@ impl KernelCounters {
 pub struct KernelSetup {
     /// `uname -r`
     pub release: String,
-    /// `tcx` (Linux ≥ 6.6: links die with the process) or `clsact` (netlink filters).
+    /// `clsact` (netlink filters) on every kernel: TCX links wait an RCU grace period each.
     pub tc_attach: &'static str,
     /// Hooks in use: `tc`, `tp_btf/kfree_skb`, …
     pub hooks: Vec<&'static str>,

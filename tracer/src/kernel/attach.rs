@@ -72,7 +72,7 @@ struct Attached {
     cookie: u64,
     links: TcLinks,
     /// The namespace, to enter for detaching: clsact filters are removed over netlink in
-    /// the namespace of their interface (TCX links go away with their fd anywhere).
+    /// the namespace of their interface.
     netns: NetnsId,
     /// Where it was when attached, for when discovery no longer knows it.
     netns_path: PathBuf,
@@ -116,6 +116,17 @@ pub struct Attacher {
     /// Namespace changes [`AttachSpec::ns_changes`] had no room for.
     pub ns_changes_lost: u64,
 }
+
+/// A namespace's interfaces to attach to.
+struct Plan {
+    id: NetnsId,
+    ns: netns::NetnsRef,
+    cookie: u64,
+    to_attach: Vec<(AttachKey, Link)>,
+}
+
+/// Each interface's links or error; `Err` when the namespace could not be entered.
+type PlanResults = Result<Vec<(AttachKey, Result<TcLinks, KernelError>)>, KernelError>;
 
 /// One namespace as a scan found it.
 struct Scanned {
@@ -179,6 +190,8 @@ impl Attacher {
 
     /// Acts on what discovery found; `first` makes the own namespace's failures errors.
     fn apply(&mut self, found: Vec<Found>, first: bool) -> Result<(), KernelError> {
+        let mut changed = Vec::new();
+        let mut appeared = Vec::new();
         for f in found {
             match f {
                 Found::Vanished { id, cookie } => {
@@ -186,16 +199,28 @@ impl Attacher {
                     self.tell(NsChange::Gone { cookie });
                 }
                 Found::Appeared(id) => {
-                    self.sync(id, first)?;
-                    if let Some(w) = self.discovery.get(id) {
-                        let change = NsChange::Appeared {
-                            path: w.ns.path.clone(),
-                            cookie: w.cookie,
-                        };
-                        self.tell(change);
-                    }
+                    changed.push(id);
+                    appeared.push(id);
                 }
-                Found::Relinked(id) => self.sync(id, first)?,
+                Found::Relinked(id) => changed.push(id),
+            }
+        }
+        let mut plans = Vec::with_capacity(changed.len());
+        for id in changed {
+            if let Some(plan) = self.plan(id, first)? {
+                plans.push(plan);
+            }
+        }
+        for (plan, results) in self.attach_all(plans) {
+            self.record(plan, results, first)?;
+        }
+        for id in appeared {
+            if let Some(w) = self.discovery.get(id) {
+                let change = NsChange::Appeared {
+                    path: w.ns.path.clone(),
+                    cookie: w.cookie,
+                };
+                self.tell(change);
             }
         }
         Ok(())
@@ -214,10 +239,10 @@ impl Attacher {
     }
 
     /// Brings one namespace's attachments in line with its interfaces as discovery lists
-    /// them: attach to new ones, detach from vanished ones.
-    fn sync(&mut self, id: NetnsId, first: bool) -> Result<(), KernelError> {
+    /// them: detaches from vanished ones, and returns the new ones to attach to.
+    fn plan(&mut self, id: NetnsId, first: bool) -> Result<Option<Plan>, KernelError> {
         let Some(w) = self.discovery.get(id) else {
-            return Ok(());
+            return Ok(None);
         };
         let (ns, cookie, links) = (w.ns.clone(), w.cookie, w.links.clone());
         if ns.is_own && first {
@@ -263,24 +288,51 @@ impl Attacher {
         }
         self.failed.retain(|k| k.netns != id || seen.contains(k));
         if to_attach.is_empty() {
-            return Ok(());
+            return Ok(None);
         }
         if let Ok(mut names) = self.names.write() {
             for (_, link) in &to_attach {
                 names.learn(cookie, &ns.name, link.index, &link.name);
             }
         }
+        Ok(Some(Plan {
+            id,
+            ns,
+            cookie,
+            to_attach,
+        }))
+    }
+
+    /// Attaches every plan's interfaces, one namespace after another.
+    fn attach_all(&self, plans: Vec<Plan>) -> Vec<(Plan, PlanResults)> {
+        plans
+            .into_iter()
+            .map(|plan| {
+                let r = self.attach_plan(&plan);
+                (plan, r)
+            })
+            .collect()
+    }
+
+    /// One plan's interfaces, on this thread, under the probes' lock.
+    fn attach_plan(&self, plan: &Plan) -> PlanResults {
         let probes = Arc::clone(&self.probes);
-        let results = netns::with_netns_id(&ns.path, id, || {
+        netns::with_netns_id(&plan.ns.path, plan.id, || {
             let mut probes = probes.lock().map_err(|_| KernelError::Poisoned("probe"))?;
-            Ok(to_attach
-                .into_iter()
+            Ok(plan
+                .to_attach
+                .iter()
                 .map(|(key, link)| {
-                    let r = probes.attach_tc(cookie, &link.name, link.has_eth);
-                    (key, r)
+                    let r = probes.attach_tc(plan.cookie, &link.name, link.has_eth);
+                    (key.clone(), r)
                 })
-                .collect::<Vec<_>>())
-        });
+                .collect())
+        })
+    }
+
+    /// Keeps what a plan attached; warns of (and counts) what it could not.
+    fn record(&mut self, plan: Plan, results: PlanResults, first: bool) -> Result<(), KernelError> {
+        let Plan { id, ns, cookie, .. } = plan;
         let results = match results {
             Ok(r) => r,
             // Gone since it was listed: the next pass forgets it.

@@ -7,7 +7,6 @@ pub use crate::kallsyms;
 pub mod maps;
 pub mod netns;
 pub mod shed;
-mod tcx;
 
 use std::{
     collections::HashMap,
@@ -27,7 +26,6 @@ pub use error::KernelError;
 pub(crate) use error::{effective_capabilities, CAP_SYS_PTRACE};
 use error::{is_eperm, load_error};
 pub use maps::KernelMaps;
-pub use tcx::TcxAttacher;
 
 /// What to load.
 #[derive(Clone, Debug)]
@@ -56,6 +54,16 @@ pub fn kernel_release() -> String {
 
 /// The optional precise race hook, as named in `stats.kernel.hooks`.
 pub const CONFIRM_HOOK: &str = "kprobe+kretprobe/__nf_conntrack_confirm";
+
+/// How the TC programs attach, on every kernel: clsact filters over netlink. A TCX link
+/// (Linux ≥ 6.6, aya's default there) waits for an RCU grace period holding the rtnl lock
+/// (`tcx_link_attach` → `tcx_entry_sync`), one link at a time: 14 ms each here, 8.3 s of the
+/// 10.6 s a node of 110 pods (675 links) took to be ready, and as long again to detach. A
+/// clsact filter is added in well under a millisecond (ready in 0.7 s on that node); the
+/// price is that filters outlive a killed process, so each start removes ours first.
+fn netlink() -> tc::TcAttachOptions {
+    tc::TcAttachOptions::Netlink(tc::NlOptions::default())
+}
 
 /// TC program names in the object, by framing and direction.
 pub const TC_PROGRAMS: [(&str, bool, TcAttachType); 4] = [
@@ -90,25 +98,12 @@ struct NetnsPrograms {
     loaded: [bool; TC_PROGRAMS.len()],
 }
 
-/// The TC links of one interface, owned here rather than by their program: a program keeps
-/// its netlink links in a set keyed by (ifindex, priority, handle), which is the same for
-/// `lo` (or `eth0`) of two namespaces, and a second such attach of one program would fail.
+/// The TC links (clsact filters) of one interface, owned here rather than by their program:
+/// a program keeps its netlink links in a set keyed by (ifindex, priority, handle), which is
+/// the same for `lo` (or `eth0`) of two namespaces, and a second such attach of one program
+/// would fail.
 #[derive(Debug, Default)]
-pub struct TcLinks(Vec<TcLink>);
-
-#[derive(Debug)]
-enum TcLink {
-    /// A clsact filter (or a namespace's own instance's link), through aya.
-    Aya(tc::SchedClassifierLink),
-    /// A TCX link of the shared programs ([`TcxAttacher`]): closing it detaches.
-    Fd(std::os::fd::OwnedFd),
-}
-
-impl TcLinks {
-    pub(crate) fn from_fds(fds: Vec<std::os::fd::OwnedFd>) -> Self {
-        Self(fds.into_iter().map(TcLink::Fd).collect())
-    }
-}
+pub struct TcLinks(Vec<tc::SchedClassifierLink>);
 
 /// The loaded programs and maps.
 pub struct Probes {
@@ -118,13 +113,9 @@ pub struct Probes {
     /// namespace through BTF offsets): loaded and verified once. Without BTF, false, and
     /// each namespace gets an instance of its own in `per_netns`.
     shared: bool,
-    /// Made on first use, with `shared` on a TCX kernel.
-    tcx_attacher: Option<TcxAttacher>,
     per_netns: HashMap<u64, NetnsPrograms>,
     pin_dir: PathBuf,
     config: CaptureConfig,
-    /// Kernel ≥ 6.6: TC attaches as TCX links, which go away with the process.
-    pub tcx: bool,
     pub drops_enabled: bool,
     /// What could be set up on this kernel (said at start and in the final stats).
     pub setup: KernelSetup,
@@ -229,10 +220,9 @@ impl Probes {
         }
         let version = KernelVersion::current().ok();
         let at_least = |a, b| version.is_some_and(|v| v >= KernelVersion::new(a, b, 0));
-        let tcx = at_least(6, 6);
         let mut setup = KernelSetup {
             release: kernel_release(),
-            tc_attach: if tcx { "tcx" } else { "clsact" },
+            tc_attach: "clsact",
             hooks: vec!["tc"],
             netns_id: netns::netns_id_kind().as_str(),
             ..Default::default()
@@ -368,11 +358,9 @@ impl Probes {
             kernel_log,
             primary,
             shared,
-            tcx_attacher: None,
             per_netns: HashMap::new(),
             pin_dir,
             config,
-            tcx,
             drops_enabled,
             setup,
             other_instance,
@@ -532,28 +520,6 @@ impl Probes {
         self.shared
     }
 
-    /// Where the shared programs attach as TCX links (≥ 6.6): a handle that attaches them
-    /// from any thread without this struct's lock, so that several attaches wait out their
-    /// RCU grace periods together (see [`tcx`]).
-    pub fn tcx_attacher(&mut self) -> Result<Option<TcxAttacher>, KernelError> {
-        if !(self.shared && self.tcx) {
-            return Ok(None);
-        }
-        if self.tcx_attacher.is_none() {
-            let mut progs = Vec::with_capacity(TC_PROGRAMS.len());
-            for (name, _, _) in TC_PROGRAMS {
-                let p: &SchedClassifier = self
-                    .primary
-                    .program(name)
-                    .ok_or_else(|| KernelError::Object(format!("program {name}")))?
-                    .try_into()?;
-                progs.push(p);
-            }
-            self.tcx_attacher = Some(TcxAttacher::new(&progs)?);
-        }
-        Ok(self.tcx_attacher.clone())
-    }
-
     /// The TC program `index` for the namespace with `cookie`: the primary instance's (loaded
     /// at start) where it serves every namespace, else the namespace's own instance, loaded
     /// on first use.
@@ -600,25 +566,18 @@ impl Probes {
         iface: &str,
         has_eth: bool,
     ) -> Result<TcLinks, KernelError> {
-        if let Some(tcx) = self.tcx_attacher()? {
-            let index = nix::net::if_::if_nametoindex(iface)
-                .map_err(|e| KernelError::Netlink(format!("{iface}: {e}")))?;
-            return Ok(TcLinks::from_fds(tcx.attach(index, has_eth)?));
+        // clsact must exist for netlink attachment; remove filters a killed earlier run of
+        // ours left (matched by our program names only: clsact filters outlive their
+        // process).
+        match tc::qdisc_add_clsact(iface) {
+            Ok(()) => {}
+            Err(tc::TcError::NetlinkError(e)) if e.raw_os_error() == Some(libc::EEXIST) => {}
+            Err(e) => return Err(KernelError::Netlink(format!("clsact on {iface}: {e}"))),
         }
-        if !self.tcx {
-            // clsact must exist for netlink attachment; remove filters a killed earlier run
-            // of ours left (matched by our program names only: clsact filters, unlike TCX
-            // links, outlive their process).
-            match tc::qdisc_add_clsact(iface) {
-                Ok(()) => {}
-                Err(tc::TcError::NetlinkError(e)) if e.raw_os_error() == Some(libc::EEXIST) => {}
-                Err(e) => return Err(KernelError::Netlink(format!("clsact on {iface}: {e}"))),
-            }
-            // With another dnspath running, filters of our names may be its: leave them.
-            if self.other_instance.is_none() {
-                for (name, _, ty) in TC_PROGRAMS {
-                    let _ = tc::qdisc_detach_program(iface, ty, name);
-                }
+        // With another dnspath running, filters of our names may be its: leave them.
+        if self.other_instance.is_none() {
+            for (name, _, ty) in TC_PROGRAMS {
+                let _ = tc::qdisc_detach_program(iface, ty, name);
             }
         }
         let mut links = TcLinks::default();
@@ -628,11 +587,11 @@ impl Probes {
             }
             // Taken out of the program at once (see [`TcLinks`]).
             let attached = self.tc_program(cookie, index).and_then(|p| {
-                let id = p.attach(iface, *ty)?;
+                let id = p.attach_with_options(iface, *ty, netlink())?;
                 Ok(p.take_link(id)?)
             });
             match attached {
-                Ok(link) => links.0.push(TcLink::Aya(link)),
+                Ok(link) => links.0.push(link),
                 Err(e) => {
                     self.detach_tc(cookie, links);
                     return Err(e);
@@ -647,31 +606,20 @@ impl Probes {
     /// gone) are expected and ignored.
     pub fn detach_tc(&mut self, _cookie: u64, links: TcLinks) {
         for link in links.0 {
-            match link {
-                TcLink::Aya(link) => {
-                    if let Err(e) = link.detach() {
-                        log::debug!("detaching a TC link: {e}");
-                    }
-                }
-                TcLink::Fd(fd) => drop(fd),
+            if let Err(e) = link.detach() {
+                log::debug!("detaching a TC link: {e}");
             }
         }
     }
 
     /// Forgets links whose namespace has gone (and their interfaces and filters with it)
-    /// without detaching them: on clsact kernels a netlink link detaches by (ifindex,
-    /// priority, handle) in the *current* namespace, where those may name a live filter of
-    /// another interface (every `lo` is ifindex 1). TCX links are fds, closed normally.
+    /// without detaching them: a netlink link detaches by (ifindex, priority, handle) in the
+    /// *current* namespace, where those may name a live filter of another interface (every
+    /// `lo` is ifindex 1).
     pub fn abandon_tc(&mut self, _cookie: u64, links: TcLinks) {
         for link in links.0 {
-            match link {
-                TcLink::Aya(link) if !self.tcx => {
-                    // A netlink link holds no fd: nothing leaks.
-                    std::mem::forget(link);
-                }
-                TcLink::Aya(link) => drop(link),
-                TcLink::Fd(fd) => drop(fd),
-            }
+            // A netlink link holds no fd: nothing leaks.
+            std::mem::forget(link);
         }
     }
 

@@ -56,7 +56,7 @@ const CREATED_WAIT: Duration = Duration::from_secs(2);
 /// New files waiting to become namespaces; beyond that a pass is made at once instead.
 const MAX_CREATED: usize = 256;
 /// Most namespaces with a subscription of their own, and the share of the open-files limit
-/// (`RLIMIT_NOFILE`) they may take (TCX links and maps need fds too). The others are listed
+/// (`RLIMIT_NOFILE`) they may take (maps and conntrack sockets need fds too). The others are listed
 /// at each [`SAFETY_RESCAN`], and counted in [`Discovery::unsubscribed`].
 const MAX_SUBSCRIPTIONS: u64 = 8192;
 const SUBSCRIPTIONS_OF_NOFILE: u64 = 4;
