@@ -139,9 +139,13 @@ pub struct WatchOptions {
     /// See [`PortFilter`]; default 53.
     pub ports: Vec<u16>,
     /// Interval of a namespace's [`SourceEvent::CtStats`] samples from
-    /// [`super::ConntrackWatchers`] (one when it is added and one at the stop too); `None`
-    /// for none. Default 1 s.
+    /// [`super::ConntrackWatchers`] while it is active (see [`WatchOptions::active_window`]);
+    /// `None` for none. Default 1 s.
     pub stats_interval: Option<Duration>,
+    /// How long a namespace stays active (sampled) after it last handed out an event on
+    /// `ports`: at least how long the race detector waits for the counters after a drop
+    /// (`CorrelateConfig::counters_wait_ns`). Default 2 s.
+    pub active_window: Duration,
     /// Namespaces watched at once; more are counted in `netns_capped`. Default
     /// [`MAX_NAMESPACES`].
     pub max_namespaces: usize,
@@ -157,6 +161,7 @@ impl Default for WatchOptions {
         Self {
             ports: vec![53],
             stats_interval: Some(Duration::from_secs(1)),
+            active_window: Duration::from_secs(2),
             max_namespaces: MAX_NAMESPACES,
             rcvbuf: 4 << 20,
             max_dump: MAX_DUMP_ENTRIES,

@@ -1,6 +1,6 @@
 //! Every watched namespace's conntrack on one thread: the event sockets of all of them and
-//! a wake socket in one `poll(2)`, which wakes otherwise only when a namespace's statistics
-//! are due. Namespaces are added and removed from other threads through [`CtNamespaces`].
+//! a wake socket in one `poll(2)`, which has no timeout unless a namespace's statistics are
+//! due. Namespaces are added and removed from other threads through [`CtNamespaces`].
 use std::{
     collections::{HashSet, VecDeque},
     os::unix::net::UnixDatagram,
@@ -21,7 +21,74 @@ use super::{
     watch::{hand_over, ConntrackWatcher, WatchCounters, WatchOptions, WatchSummary},
     ConntrackError,
 };
-use crate::{event::SourceEvent, kernel::netns::with_netns};
+use crate::{
+    event::{CtChange, SourceEvent},
+    kernel::netns::with_netns,
+};
+
+/// When a namespace's conntrack statistics are sampled.
+///
+/// The race verdict (`detect/race.rs`) reads the per-CPU counters of the drop's namespace
+/// from the last sample at or before the drop to the first after it, and holds a drop for
+/// at most `counters_wait_ns` (2 s) waiting for that later sample. A race needs two DNS
+/// queries of one socket in that namespace's table, and the one that wins is confirmed:
+/// a NEW event on the watched ports, next to the drop in time. So a namespace is sampled:
+/// - once when it is added: the "before" of a drop that comes while it is idle;
+/// - once when it becomes **active**, that is hands out a NEW/UPDATE/DESTROY event on the
+///   watched ports (dump entries do not count);
+/// - every [`WatchOptions::stats_interval`] while active, which it stays for
+///   [`WatchOptions::active_window`] (2 s, the race's wait) after its last such event;
+/// - once when it goes idle (the first due sample after the window), and once at the stop.
+///
+/// A drop within the window after an event therefore has a sample on each side, the later
+/// within one interval, as with sampling all the time; a drop of an idle namespace is
+/// bracketed by its last sample and the one its winner's event triggers. An idle namespace
+/// costs no wake-up at all.
+#[derive(Clone, Debug)]
+pub(super) struct StatsSchedule {
+    interval: Duration,
+    window: Duration,
+    last_event: Option<Instant>,
+    /// The next sample, while active.
+    next: Option<Instant>,
+}
+
+impl StatsSchedule {
+    pub(super) fn new(interval: Duration, window: Duration) -> Self {
+        Self {
+            interval,
+            window,
+            last_event: None,
+            next: None,
+        }
+    }
+
+    /// Events on the watched ports were handed out at `now`: active, and if it was idle, a
+    /// sample is due at once.
+    pub(super) fn events(&mut self, now: Instant) {
+        self.last_event = Some(now);
+        if self.next.is_none() {
+            self.next = Some(now);
+        }
+    }
+
+    pub(super) fn due(&self, now: Instant) -> bool {
+        self.next.is_some_and(|t| now >= t)
+    }
+
+    /// When the next sample is due; `None` while idle.
+    pub(super) fn next(&self) -> Option<Instant> {
+        self.next
+    }
+
+    /// A due sample was taken at `now`: the next one, or idle once the window is over.
+    pub(super) fn sampled(&mut self, now: Instant) {
+        let active = self
+            .last_event
+            .is_some_and(|t| now.saturating_duration_since(t) < self.window);
+        self.next = active.then(|| now.checked_add(self.interval)).flatten();
+    }
+}
 
 /// What [`CtNamespaces::add`] did.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -38,8 +105,7 @@ struct Watched {
     watcher: ConntrackWatcher,
     /// `None`: statistics not wanted, or not readable there.
     stats: Option<StatsSource>,
-    /// The next statistics sample.
-    next_sample: Option<Instant>,
+    schedule: StatsSchedule,
 }
 
 enum Request {
@@ -131,7 +197,10 @@ impl CtNamespaces {
         Ok(Watched {
             watcher,
             stats,
-            next_sample: None,
+            schedule: StatsSchedule::new(
+                opts.stats_interval.unwrap_or(Duration::MAX),
+                opts.active_window,
+            ),
         })
     }
 
@@ -162,8 +231,11 @@ impl CtNamespaces {
 
 /// The conntrack watch thread: every namespace added through [`ConntrackWatchers::add`] (or
 /// a [`CtNamespaces`] handle), sending UDP/TCP entries on [`WatchOptions::ports`] and
-/// statistics samples every [`WatchOptions::stats_interval`] to `tx` until stopped or `tx`'s receiver is
-/// gone. Dropping it stops the thread without waiting for it.
+/// statistics samples to `tx` until stopped or `tx`'s receiver is gone: a namespace's
+/// statistics when it is added, every [`WatchOptions::stats_interval`] while it has events
+/// on those ports (and for [`WatchOptions::active_window`] after), and at the stop
+/// (`StatsSchedule` says why that is enough for the race verdict). Dropping it stops the
+/// thread without waiting for it.
 pub struct ConntrackWatchers {
     namespaces: CtNamespaces,
     thread: Option<JoinHandle<WatchSummary>>,
@@ -263,7 +335,6 @@ fn run(shared: &Shared, tx: &SyncSender<SourceEvent>) -> Result<(), ConntrackErr
                         continue;
                     }
                     sample(&mut w, counters, &mut batch);
-                    w.next_sample = next_sample(&shared.opts, Instant::now());
                     if !hand_over(&mut batch, tx, counters, netns) {
                         return Ok(());
                     }
@@ -277,7 +348,7 @@ fn run(shared: &Shared, tx: &SyncSender<SourceEvent>) -> Result<(), ConntrackErr
         }
 
         let now = Instant::now();
-        let timeout = match watched.iter().filter_map(|w| w.next_sample).min() {
+        let timeout = match watched.iter().filter_map(|w| w.schedule.next()).min() {
             // Rounded up: a timeout of 0 ms before the due time would spin.
             Some(at) => {
                 let ms = at.saturating_duration_since(now).as_micros().div_ceil(1000);
@@ -330,12 +401,9 @@ fn run(shared: &Shared, tx: &SyncSender<SourceEvent>) -> Result<(), ConntrackErr
         watched.retain(|w| !failed.contains(&w.watcher.netns()));
 
         let now = Instant::now();
-        for w in watched
-            .iter_mut()
-            .filter(|w| w.next_sample.is_some_and(|t| now >= t))
-        {
+        for w in watched.iter_mut().filter(|w| w.schedule.due(now)) {
             sample(w, counters, &mut batch);
-            w.next_sample = next_sample(&shared.opts, now);
+            w.schedule.sampled(now);
             if !hand_over(&mut batch, tx, counters, w.watcher.netns()) {
                 return Ok(());
             }
@@ -350,13 +418,20 @@ fn run(shared: &Shared, tx: &SyncSender<SourceEvent>) -> Result<(), ConntrackErr
     Ok(())
 }
 
-/// Appends what `w`'s sockets hold to `batch` (the dump first, after an add).
+/// Appends what `w`'s sockets hold to `batch` (the dump first, after an add), and marks it
+/// active if that holds events on the watched ports ([`StatsSchedule`]).
 fn take_events(w: &mut Watched, batch: &mut Vec<SourceEvent>) -> Result<(), ConntrackError> {
-    w.watcher.next_events(batch, Duration::ZERO).map(drop)
-}
-
-fn next_sample(opts: &WatchOptions, now: Instant) -> Option<Instant> {
-    opts.stats_interval.and_then(|i| now.checked_add(i))
+    let start = batch.len();
+    let result = w.watcher.next_events(batch, Duration::ZERO);
+    let active = batch
+        .get(start..)
+        .unwrap_or_default()
+        .iter()
+        .any(|e| matches!(e, SourceEvent::Conntrack(c) if c.change != CtChange::Existing));
+    if active && w.stats.is_some() {
+        w.schedule.events(Instant::now());
+    }
+    result.map(drop)
 }
 
 /// Appends a statistics sample of `w` to `batch`; a namespace whose statistics fail is

@@ -5,9 +5,41 @@ use std::{
 };
 
 use super::*;
-use crate::event::{ConntrackEvent, CtChange};
+use crate::event::ConntrackEvent;
 
 const OWN: &str = "/proc/self/ns/net";
+
+#[test]
+fn schedule_samples_while_active_then_once_more_and_stops() {
+    let t0 = Instant::now();
+    let ms = Duration::from_millis;
+    let mut s = StatsSchedule::new(ms(200), ms(2000));
+    assert_eq!(s.next(), None, "idle from the start");
+    assert!(!s.due(t0 + ms(10_000)));
+    s.events(t0);
+    assert!(s.due(t0), "a sample at once when it becomes active");
+    s.sampled(t0);
+    assert_eq!(s.next(), Some(t0 + ms(200)));
+    // More events while active do not pull the next sample forward.
+    s.events(t0 + ms(100));
+    assert_eq!(s.next(), Some(t0 + ms(200)));
+    s.sampled(t0 + ms(2000));
+    assert_eq!(s.next(), Some(t0 + ms(2200)), "1.9 s since the last event");
+    // The first sample after the window is the last.
+    s.sampled(t0 + ms(2200));
+    assert_eq!(s.next(), None);
+    s.events(t0 + ms(5000));
+    assert!(s.due(t0 + ms(5000)));
+}
+
+#[test]
+fn schedule_without_an_interval_never_overflows() {
+    let now = Instant::now();
+    let mut s = StatsSchedule::new(Duration::MAX, Duration::from_secs(2));
+    s.events(now);
+    s.sampled(now);
+    assert_eq!(s.next(), None);
+}
 
 /// Runs `conntrack` (conntrack-tools) in our namespace; `false` (said) when it is missing.
 fn conntrack_tool(args: &[&str]) -> bool {
@@ -64,8 +96,13 @@ fn options(ports: &[u16]) -> WatchOptions {
     WatchOptions {
         ports: ports.to_vec(),
         stats_interval: Some(Duration::from_millis(100)),
+        active_window: Duration::from_millis(500),
         ..WatchOptions::default()
     }
+}
+
+fn samples(w: &ConntrackWatchers) -> u64 {
+    w.counters().stats_samples.load(Ordering::Relaxed)
 }
 
 /// Events on `rx` until `done` holds or 5 s pass.
@@ -132,14 +169,50 @@ fn stop_wakes_a_blocked_loop_at_once() {
     let (tx, _rx) = mpsc::sync_channel(QUEUE);
     let w = ConntrackWatchers::start(options(&[7]), tx).unwrap();
     assert_eq!(w.add(Path::new(OWN), 7).unwrap(), Added::Watching);
-    // No events: the loop blocks in poll(2) until the next sample.
+    // Idle: the loop blocks in poll(2) with no timeout.
     std::thread::sleep(Duration::from_millis(300));
     let t = Instant::now();
     let summary = w.stop();
     let took = t.elapsed();
     assert!(took < Duration::from_millis(100), "stop took {took:?}");
     assert!(summary.error.is_none(), "{:?}", summary.error);
-    assert!(summary.stats_samples >= 2, "{summary:?}");
+    // The first sample and the last, at the stop.
+    assert_eq!(summary.stats_samples, 2);
+}
+
+#[test]
+fn an_idle_namespace_is_not_sampled_and_a_busy_one_is_until_idle_again() {
+    if !crate::test_support::root_or_skip("CAP_NET_ADMIN for ctnetlink") {
+        return;
+    }
+    let (idle_tx, _idle_rx) = mpsc::sync_channel(QUEUE);
+    let (busy_tx, busy_rx) = mpsc::sync_channel(QUEUE);
+    let idle = ConntrackWatchers::start(options(&[7]), idle_tx).unwrap();
+    let busy = ConntrackWatchers::start(options(&[65003]), busy_tx).unwrap();
+    idle.add(Path::new(OWN), 1).unwrap();
+    busy.add(Path::new(OWN), 2).unwrap();
+    let mut seen = Vec::new();
+    assert!(collect_until(&busy_rx, &mut seen, |s| !s.is_empty()));
+    let Some(entry) = TestEntry::insert(65003) else {
+        return;
+    };
+    assert!(collect_until(&busy_rx, &mut seen, |s| s
+        .iter()
+        .any(|e| is_ours(e, CtChange::New, 65003).is_some())));
+    // Active for 0.5 s after the event, sampled every 0.1 s, then once more.
+    std::thread::sleep(Duration::from_millis(1000));
+    let (idle_n, busy_n) = (samples(&idle), samples(&busy));
+    assert_eq!(
+        idle_n, 1,
+        "only the first sample of a namespace without events"
+    );
+    assert!(busy_n >= 5, "{busy_n} samples of the busy namespace");
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(samples(&busy), busy_n, "idle again after the window");
+    assert_eq!(samples(&idle), 1);
+    drop(entry);
+    drop(busy_rx);
+    drop((idle.stop(), busy.stop()));
 }
 
 #[test]

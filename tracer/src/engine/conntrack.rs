@@ -31,8 +31,8 @@ pub(super) fn start(
             namespaces.push(n);
         }
     }
-    // Statistics every 200 ms: a race drop is judged by the per-CPU counters sampled on both
-    // sides of it.
+    // Statistics every 200 ms while a namespace has DNS flows (see `StatsSchedule`): a race
+    // drop is judged by the per-CPU counters sampled on both sides of it.
     let watch = WatchOptions {
         ports: opts.capture.ports.clone(),
         stats_interval: Some(Duration::from_millis(200)),
