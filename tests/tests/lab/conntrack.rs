@@ -10,14 +10,14 @@
 use std::{
     net::{IpAddr, SocketAddr, UdpSocket},
     path::{Path, PathBuf},
-    sync::{atomic::AtomicBool, atomic::Ordering, mpsc, Arc},
+    sync::{atomic::Ordering, mpsc},
     time::{Duration, Instant},
 };
 
 use dnspath::{
     conntrack::{
-        parse_cpu_list, read_stats, read_stats_netlink, read_stats_procfs, spawn_watch,
-        ConntrackError, ConntrackWatcher, WatchOptions,
+        parse_cpu_list, read_stats, read_stats_netlink, read_stats_procfs, Added, ConntrackError,
+        ConntrackWatcher, ConntrackWatchers, WatchOptions,
     },
     event::{ConntrackEvent, CtChange, CtCpuStats, SourceEvent},
     kernel::netns::{current_netns_cookie, with_netns},
@@ -108,8 +108,8 @@ fn watcher_reports_the_dnat_of_a_query_to_the_cluster_ip() {
     let node = ns_path(lab.node_ns());
     let cookie = with_netns(&node, current_netns_cookie).unwrap();
     let (tx, rx) = mpsc::sync_channel(dnspath::conntrack::QUEUE_EVENTS);
-    let stop = Arc::new(AtomicBool::new(false));
-    let handle = spawn_watch(node.clone(), cookie, vec![53], tx, stop.clone()).unwrap();
+    let watchers = ConntrackWatchers::start(WatchOptions::default(), tx).unwrap();
+    assert_eq!(watchers.add(&node, cookie).unwrap(), Added::Watching);
 
     // The first statistics sample is taken once the sockets are open and subscribed.
     let deadline = Instant::now() + Duration::from_secs(10);
@@ -121,7 +121,7 @@ fn watcher_reports_the_dnat_of_a_query_to_the_cluster_ip() {
         match rx.recv_timeout(Duration::from_millis(200)) {
             Ok(SourceEvent::CtStats(s)) => break s,
             Ok(_) | Err(mpsc::RecvTimeoutError::Timeout) => {}
-            Err(e) => panic!("watcher ended: {e}; {:?}", handle.join()),
+            Err(e) => panic!("watcher ended: {e}; {:?}", watchers.stop()),
         }
     };
     assert_eq!(first.netns, cookie);
@@ -188,8 +188,7 @@ fn watcher_reports_the_dnat_of_a_query_to_the_cluster_ip() {
     });
     assert!(got, "no Destroy event for {orig:?} in {seen:#?}");
 
-    stop.store(true, Ordering::Relaxed);
-    let summary = handle.join().unwrap();
+    let summary = watchers.stop();
     assert!(summary.error.is_none(), "{:?}", summary.error);
     assert_eq!(summary.counts.lost, 0, "{summary:?}");
     assert!(summary.counts.events >= 3, "{summary:?}");

@@ -8,8 +8,9 @@
 //! taken from its generic `DefaultNla`s: `CTA_ZONE`, and IPCTNL_MSG_CT_GET_STATS_CPU (which it
 //! parses as `ConntrackMessage::Other` with the `CTA_STATS_*` attributes as `DefaultNla`s).
 //!
-//! Everything here works on the calling thread's current network namespace (`setns(2)` is per
-//! thread); [`spawn_watch`] runs a watcher on a dedicated thread inside a given namespace.
+//! Sockets and procfs files work on the namespace of the thread that opened them (`setns(2)`
+//! is per thread); [`ConntrackWatchers`] opens each namespace's sockets inside it and then
+//! follows every namespace from one thread.
 //!
 //! Kernel references: `net/netfilter/nf_conntrack_netlink.c` (ctnetlink_conntrack_event,
 //! ctnetlink_dump_table, ctnetlink_ct_stat_cpu_dump), `include/uapi/linux/netfilter/
@@ -20,14 +21,16 @@ mod procfs;
 mod socket;
 mod stats;
 mod watch;
+mod watchers;
 
 pub use message::{decode_datagram, CtEntry, CtMessage};
 pub use procfs::{parse_cpu_list, parse_proc_stat};
 pub use stats::{read_stats, read_stats_netlink, read_stats_procfs, sample_stats};
 pub use watch::{
-    spawn_watch, spawn_watch_with, ConntrackStats, ConntrackWatcher, PortFilter, WatchCounters,
-    WatchOptions, WatchSummary, MAX_DUMP_ENTRIES, QUEUE_EVENTS,
+    ConntrackStats, ConntrackWatcher, PortFilter, WatchCounters, WatchOptions, WatchSummary,
+    MAX_DUMP_ENTRIES, MAX_NAMESPACES, QUEUE_EVENTS,
 };
+pub use watchers::{Added, ConntrackWatchers, CtNamespaces};
 
 use crate::kernel::KernelError;
 

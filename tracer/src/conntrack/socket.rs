@@ -75,6 +75,12 @@ impl CtSocket {
         })
     }
 
+    /// The socket, to wait on it with others (`poll(2)`).
+    pub(crate) fn as_fd(&self) -> std::os::fd::BorrowedFd<'_> {
+        // SAFETY: the fd stays open while `self.sock` lives, which outlives the borrow.
+        unsafe { std::os::fd::BorrowedFd::borrow_raw(self.sock.as_raw_fd()) }
+    }
+
     /// Joins a multicast group (`NFNLGRP_*`); needs CAP_NET_ADMIN.
     pub(crate) fn subscribe(&self, group: u32) -> Result<(), ConntrackError> {
         self.sock

@@ -213,12 +213,14 @@ pub async fn run_live(
     // Conntrack of the namespaces where DNAT happens, for joining hops across NAT.
     let (ct_tx, ct_rx) =
         std::sync::mpsc::sync_channel::<SourceEvent>(crate::conntrack::QUEUE_EVENTS);
-    // One set of counters for every watcher: the `stats` records' and metrics' `conntrack`.
+    // The watch thread's counters: the `stats` records' and metrics' `conntrack`.
     let ct_counters = Arc::new(crate::conntrack::WatchCounters::default());
+    // `ct_watchers.namespaces()` is the handle that adds a pod namespace's conntrack when it
+    // appears (and removes it when it goes): the attacher's to call.
     let ct_watchers = if opts.transactions {
-        conntrack::start(&opts, &ct_tx, &stop, &ct_counters)
+        conntrack::start(&opts, &ct_tx, &ct_counters)
     } else {
-        Vec::new()
+        None
     };
     // The live run's own counts in a `stats` record.
     let live_stats = |mut s: StatsRecord, reserve: &DropReserve| {
@@ -365,12 +367,8 @@ pub async fn run_live(
     }
     stop.store(true, Ordering::Relaxed);
     let (warnings, attach_failures) = watcher.join().unwrap_or_default();
-    for w in ct_watchers {
-        if let Ok(summary) = w.join() {
-            if let Some(e) = summary.error {
-                log::warn!("conntrack watcher: {e}");
-            }
-        }
+    if let Some(e) = ct_watchers.and_then(|w| w.stop().error) {
+        log::warn!("conntrack watcher: {e}");
     }
     let ct_lost = ct_counters.snapshot().lost;
     if ct_lost > 0 {
