@@ -155,7 +155,13 @@ pub async fn run_live(
     let probes = Arc::new(Mutex::new(probes));
 
     let names = Arc::new(RwLock::new(Names::default()));
-    let mut attacher = Attacher::new(Arc::clone(&probes), opts.attach.clone(), Arc::clone(&names))?;
+    // Namespaces the attacher finds (at start-up too) and loses, for conntrack to follow.
+    let (ns_tx, ns_rx) = std::sync::mpsc::sync_channel(conntrack::NS_CHANGES);
+    let mut spec = opts.attach.clone();
+    if opts.transactions {
+        spec.ns_changes = Some(ns_tx);
+    }
+    let mut attacher = Attacher::new(Arc::clone(&probes), spec, Arc::clone(&names))?;
     attacher.scan()?;
     attacher.require_some()?;
     let attached = attacher.attached_count();
@@ -215,10 +221,8 @@ pub async fn run_live(
         std::sync::mpsc::sync_channel::<SourceEvent>(crate::conntrack::QUEUE_EVENTS);
     // The watch thread's counters: the `stats` records' and metrics' `conntrack`.
     let ct_counters = Arc::new(crate::conntrack::WatchCounters::default());
-    // `ct_watchers.namespaces()` is the handle that adds a pod namespace's conntrack when it
-    // appears (and removes it when it goes): the attacher's to call.
     let ct_watchers = if opts.transactions {
-        conntrack::start(&opts, &ct_tx, &ct_counters)
+        conntrack::start(&opts, &ct_tx, &ct_counters, ns_rx)
     } else {
         None
     };
