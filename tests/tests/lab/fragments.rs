@@ -392,12 +392,13 @@ fn later_fragments_dropped_on_a_hop_are_a_fragment_loss_there() {
     let (client, up, node) = (lab.client_ns(), lab.upstream_ns(), lab.node_ns());
     let vclient = lab.veth_of(Pod::Client);
     // On the node's veth towards the client, on egress, after dnspath's own TC program has
-    // seen them (TCX runs before clsact filters), u32 filters redirect fragments to the
+    // seen them (dnspath's clsact filter, added later with the kernel's automatic priority,
+    // takes the one before the first filter there, 50001), u32 filters redirect fragments to the
     // node's service device, whose veth peer is down: mirred cannot deliver them and the
     // packet is dropped (TC_EGRESS) at the veth. (This kernel has neither act_gact nor
     // cls_flower, and the node's conntrack reassembles IPv4 before any chain iptables can
     // add.) IPv4: every later fragment (a u32 match without action ends classification with
-    // TC_ACT_OK, so pref 1 lets first fragments and whole packets through); the node
+    // TC_ACT_OK, so pref 50001 lets first fragments and whole packets through); the node
     // re-fragments IPv4 and stops sending a datagram's fragments at the first that fails,
     // so its last fragment never leaves either. IPv6 (forwarded fragment by fragment: no
     // IPv6 conntrack on the node): only the middle fragment, at offset 1232.
@@ -409,18 +410,18 @@ fn later_fragments_dropped_on_a_hop_are_a_fragment_loss_there() {
         // IPv4: fragment offset (13 bits at byte 6) zero.
         (
             "ip",
-            "1",
+            "50001",
             vec!["match", "u16", "0", "0x1fff", "at", "6", "classid", "1:1"],
         ),
         (
             "ip",
-            "2",
+            "50002",
             [&["match", "u32", "0", "0"][..], &redirect].concat(),
         ),
         // IPv6: a Fragment header right after the fixed one, offset 1232 (154 × 8).
         (
             "ipv6",
-            "3",
+            "50003",
             [
                 &[
                     "match", "u8", "44", "0xff", "at", "6", "match", "u16", "0x04d0", "0xfff8",

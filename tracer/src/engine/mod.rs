@@ -163,6 +163,10 @@ pub async fn run_live(
     }
     let mut attacher = Attacher::new(Arc::clone(&probes), spec, Arc::clone(&names))?;
     attacher.scan()?;
+    probes
+        .lock()
+        .map_err(|_| KernelError::Poisoned("probe"))?
+        .initial_attach_done();
     attacher.require_some()?;
     let attached = attacher.attached_count();
     let setup = probes

@@ -119,9 +119,13 @@ pub struct Probes {
     pub drops_enabled: bool,
     /// What could be set up on this kernel (said at start and in the final stats).
     pub setup: KernelSetup,
-    /// Another dnspath runs here: clsact filters of ours are then not removed at attach,
-    /// since they may be its.
-    other_instance: Option<u32>,
+    /// Filters with our programs' names are removed before attaching (a killed earlier
+    /// run's): only while the first scan attaches, and only if no other dnspath runs here
+    /// (they may be its). Interfaces found later are new: nothing of an earlier run's is on
+    /// them, and another dnspath started meanwhile may have attached there first.
+    clean_stale: bool,
+    /// This process's [`INSTANCE_SOCKET`], held while it runs.
+    _instance: Option<std::os::unix::net::UnixListener>,
     /// The conntrack-confirm kprobes are attached (drops then say whether the confirm failed).
     pub confirm_hook: bool,
     /// Names of the kernel's drop reasons (`enum skb_drop_reason`), read from its BTF with
@@ -149,6 +153,32 @@ fn ensure_bpffs() -> Result<(), KernelError> {
         .map_err(|e| KernelError::Permission(format!("mounting bpffs at {BPFFS}: {e}")))?;
     }
     Ok(())
+}
+
+/// Prefix of the abstract unix socket (`@dnspath-instance-PID`) every running dnspath binds.
+/// It belongs to the network namespace, as the TC filters do, and goes away with its process
+/// however that ends; pin directories are per bpffs mount, and `ip netns exec` and
+/// containers give each run a mount of its own, where another run's cannot be seen.
+const INSTANCE_SOCKET: &str = "dnspath-instance-";
+
+/// Binds this process's instance socket (kept for its lifetime), and says whether another
+/// dnspath has one in this network namespace (`/proc/net/unix`).
+fn claim_instance() -> (Option<std::os::unix::net::UnixListener>, bool) {
+    use std::os::linux::net::SocketAddrExt as _;
+    let own = format!("{INSTANCE_SOCKET}{}", std::process::id());
+    let listener = std::os::unix::net::SocketAddr::from_abstract_name(own.as_bytes())
+        .and_then(|a| std::os::unix::net::UnixListener::bind_addr(&a))
+        .map_err(|e| log::debug!("instance socket @{own}: {e}"))
+        .ok();
+    let other = std::fs::read_to_string("/proc/net/unix").is_ok_and(|t| {
+        t.lines().any(|l| {
+            l.split_whitespace().last().is_some_and(|path| {
+                path.strip_prefix('@')
+                    .is_some_and(|n| n.starts_with(INSTANCE_SOCKET) && n != own)
+            })
+        })
+    });
+    (listener, other)
 }
 
 /// Removes pin directories of earlier runs whose process is gone; returns the pid of
@@ -269,7 +299,8 @@ impl Probes {
             _reserved: 0,
         };
         ensure_bpffs()?;
-        let other_instance = remove_stale_pins();
+        let other_pinned = remove_stale_pins();
+        let (instance, other_bound) = claim_instance();
         let pin_dir = Path::new(BPFFS).join(format!("dnspath-{}", std::process::id()));
         std::fs::create_dir_all(&pin_dir)?;
         let mut probes_dir_guard = PinDirGuard(Some(pin_dir.clone()));
@@ -363,7 +394,8 @@ impl Probes {
             config,
             drops_enabled,
             setup,
-            other_instance,
+            clean_stale: other_pinned.is_none() && !other_bound,
+            _instance: instance,
             confirm_hook,
             drop_reasons,
         })
@@ -515,6 +547,12 @@ impl Probes {
             .collect()
     }
 
+    /// The first scan is done: from now on interfaces are new, and no filter of ours is
+    /// removed before attaching (see [`Probes::clean_stale`]).
+    pub fn initial_attach_done(&mut self) {
+        self.clean_stale = false;
+    }
+
     /// Whether one program set serves every namespace (see [`Probes::shared`]).
     pub fn shared_programs(&self) -> bool {
         self.shared
@@ -574,8 +612,7 @@ impl Probes {
             Err(tc::TcError::NetlinkError(e)) if e.raw_os_error() == Some(libc::EEXIST) => {}
             Err(e) => return Err(KernelError::Netlink(format!("clsact on {iface}: {e}"))),
         }
-        // With another dnspath running, filters of our names may be its: leave them.
-        if self.other_instance.is_none() {
+        if self.clean_stale {
             for (name, _, ty) in TC_PROGRAMS {
                 let _ = tc::qdisc_detach_program(iface, ty, name);
             }
