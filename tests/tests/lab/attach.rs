@@ -189,3 +189,74 @@ fn namespaces_appearing_and_vanishing_are_followed() {
         "query in the new namespace not seen: {seen:?}"
     );
 }
+
+/// A pod's namespace made while dnspath runs is attached to, and its conntrack followed, from
+/// events (a bind mount under /run/netns), not a rescan: a query made 300 ms after the
+/// namespace appeared is traced, and the NAT its own iptables rule makes is read from its
+/// conntrack table (before, conntrack was followed only in namespaces there at start, and
+/// interfaces were rescanned every 500 ms).
+#[test]
+fn a_namespace_made_while_tracing_is_traced_from_its_first_query() {
+    let Some(lab) = lab() else { return };
+    let t = Tracer::start(&lab, lab.node_ns(), &["trace", "-o", "json", "--all-netns"]).unwrap();
+    let name = format!("{}-new", lab.prefix());
+    let late = TestNetns::new(name.clone());
+    // NAT in the new namespace, so that its conntrack has a DNS flow to report: the query to
+    // 127.0.0.1:53 is sent to 127.0.0.2:53 (nothing listens; the query is still on `lo`).
+    let out = lab.iptables_rule(
+        &name,
+        "-t",
+        &[
+            "nat",
+            "-A",
+            "OUTPUT",
+            "-p",
+            "udp",
+            "-d",
+            "127.0.0.1",
+            "--dport",
+            "53",
+            "-j",
+            "DNAT",
+            "--to-destination",
+            "127.0.0.2:53",
+        ],
+    );
+    assert!(out.status.success(), "{out:?}");
+    thread::sleep(Duration::from_millis(300));
+    let o = Command::new("ip")
+        .args([
+            "netns",
+            "exec",
+            &name,
+            "dig",
+            "+time=1",
+            "+tries=1",
+            "@127.0.0.1",
+            "first.test.",
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        String::from_utf8_lossy(&o.stdout).contains("first.test"),
+        "{o:?}"
+    );
+    let out = t.stop();
+    drop(late);
+    assert!(out.status.success(), "{}", out.stderr);
+    let recs = records(&out.stdout);
+    let seen = packets_for(&recs, "first.test.");
+    assert!(
+        seen.iter()
+            .any(|r| r["netns"] == name.as_str() && r["ifname"] == "lo"),
+        "the first query in the new namespace not seen: {seen:?}"
+    );
+    let ct = &recs
+        .iter()
+        .rfind(|r| r["type"] == "stats")
+        .expect("a stats record")["conntrack"];
+    assert!(
+        ct["events"].as_u64().unwrap_or(0) >= 1,
+        "no conntrack event from the new namespace's NAT: {ct}"
+    );
+}
