@@ -147,6 +147,8 @@ pub async fn run_live(
     let mut sigint = signal(SignalKind::interrupt())?;
     let mut sigterm = signal(SignalKind::terminate())?;
     let mut sighup = signal(SignalKind::hangup())?;
+    // Start-up's big parses are handed back as they are freed (until the run loop starts).
+    crate::memory::purge_at_once(true);
     let mut probes = Probes::load(&opts.capture)?;
     let ring = probes.take_events()?;
     let mut reserve = DropReserve::new(probes.take_drop_reserve()?);
@@ -258,6 +260,8 @@ pub async fn run_live(
         clock,
     );
     pipeline.enable_kernel_shedding();
+    crate::memory::release_freed();
+    crate::memory::purge_at_once(false);
     // Every turn hands over what it decided (`batch_at` 0).
     let mut runner = Runner::new(pipeline, output_names, sinks, 0);
     let mut shedder = Shedder::default();
