@@ -114,6 +114,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "evidence",
             "kallsyms",
             "kernel",
+            "memory",
             "names",
             "output",
             "pipeline",
