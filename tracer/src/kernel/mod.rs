@@ -284,15 +284,13 @@ impl Probes {
         adjust(&mut offsets);
         let shared = offsets.skb_dev != 0 && offsets.dev_nd_net != 0;
         crate::memory::release_freed();
-        if opts.drops {
-            if offsets.skb_head != 0 && offsets.has_skb_window == 0 {
-                setup.degraded.push(format!(
-                    "kfree_skb reads skb->network_header, tail and head one by one (at {}, {}, {}: \
-                     not in one {SKB_WINDOW}-byte window of sk_buff): every freed packet costs \
-                     two more helper calls",
-                    offsets.skb_network_header, offsets.skb_tail, offsets.skb_head
-                ));
-            }
+        if opts.drops && offsets.skb_head != 0 && offsets.has_skb_window == 0 {
+            setup.degraded.push(format!(
+                "kfree_skb reads skb->network_header, tail and head one by one (at {}, {}, {}: \
+                 not in one {SKB_WINDOW}-byte window of sk_buff): every freed packet costs two \
+                 more helper calls",
+                offsets.skb_network_header, offsets.skb_tail, offsets.skb_head
+            ));
         }
         let config = CaptureConfig {
             snaplen: opts.snaplen.min(MAX_SNAPLEN),
