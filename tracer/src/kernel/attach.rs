@@ -274,19 +274,7 @@ impl Attacher {
             }
         }
         // Before attaching: a renamed interface keeps its ifindex.
-        let gone: Vec<AttachKey> = self
-            .attached
-            .keys()
-            .filter(|k| k.netns == id && !seen.contains(*k))
-            .cloned()
-            .collect();
-        for key in gone {
-            if let Some(a) = self.attached.remove(&key) {
-                let forget = !self.attached.values().any(|other| other.cookie == a.cookie);
-                self.detach(a, forget);
-            }
-        }
-        self.failed.retain(|k| k.netns != id || seen.contains(k));
+        self.detach_where(|k| k.netns == id && !seen.contains(k));
         if to_attach.is_empty() {
             return Ok(None);
         }
@@ -381,19 +369,20 @@ impl Attacher {
 
     /// Detaches everything of a namespace that vanished.
     fn forget(&mut self, id: NetnsId) {
-        let gone: Vec<AttachKey> = self
-            .attached
-            .keys()
-            .filter(|k| k.netns == id)
-            .cloned()
-            .collect();
-        for key in gone {
+        self.detach_where(|k| k.netns == id);
+    }
+
+    /// Detaches the interfaces `gone` picks (a namespace's own program instance, where it
+    /// has one, unloaded with its last), and forgets their failures.
+    fn detach_where(&mut self, gone: impl Fn(&AttachKey) -> bool) {
+        let keys: Vec<AttachKey> = self.attached.keys().filter(|k| gone(k)).cloned().collect();
+        for key in keys {
             if let Some(a) = self.attached.remove(&key) {
                 let forget = !self.attached.values().any(|other| other.cookie == a.cookie);
                 self.detach(a, forget);
             }
         }
-        self.failed.retain(|k| k.netns != id);
+        self.failed.retain(|k| !gone(k));
     }
 
     /// Pods of the namespaces discovery knows.
