@@ -241,10 +241,7 @@ fn a_namespace_made_while_tracing_is_traced_from_its_first_query() {
             .any(|r| r["netns"] == name.as_str() && r["ifname"] == "lo"),
         "the first query in the new namespace not seen: {seen:?}"
     );
-    let ct = &recs
-        .iter()
-        .rfind(|r| r["type"] == "stats")
-        .expect("a stats record")["conntrack"];
+    let ct = &lab::tracer::last_stats(&recs)["conntrack"];
     assert!(
         ct["events"].as_u64().unwrap_or(0) >= 1,
         "no conntrack event from the new namespace's NAT: {ct}"

@@ -491,7 +491,7 @@ impl Attacher {
             .map_or(a.netns_path, |w| w.ns.path.clone());
         let entered = netns::with_netns_id(&path, a.netns, || {
             if let (Ok(mut p), Some(links)) = (probes.lock(), links.take()) {
-                p.detach_tc(cookie, links);
+                p.detach_tc(links);
             }
             Ok(())
         });
@@ -499,7 +499,7 @@ impl Attacher {
             log::debug!("namespace {} gone: {e}", path.display());
         }
         if let (Some(links), Ok(mut p)) = (links, self.probes.lock()) {
-            p.abandon_tc(cookie, links);
+            p.abandon_tc(links);
         }
         if forget {
             if let Ok(mut p) = self.probes.lock() {

@@ -628,7 +628,7 @@ impl Probes {
             match attached {
                 Ok(link) => links.0.push(link),
                 Err(e) => {
-                    self.detach_tc(cookie, links);
+                    self.detach_tc(links);
                     return Err(e);
                 }
             }
@@ -639,7 +639,7 @@ impl Probes {
     /// Detaches links from [`Probes::attach_tc`], from inside their interface's namespace
     /// (clsact filters are removed over netlink there); errors (the interface is already
     /// gone) are expected and ignored.
-    pub fn detach_tc(&mut self, _cookie: u64, links: TcLinks) {
+    pub fn detach_tc(&mut self, links: TcLinks) {
         for link in links.0 {
             if let Err(e) = link.detach() {
                 log::debug!("detaching a TC link: {e}");
@@ -651,7 +651,7 @@ impl Probes {
     /// without detaching them: a netlink link detaches by (ifindex, priority, handle) in the
     /// *current* namespace, where those may name a live filter of another interface (every
     /// `lo` is ifindex 1).
-    pub fn abandon_tc(&mut self, _cookie: u64, links: TcLinks) {
+    pub fn abandon_tc(&mut self, links: TcLinks) {
         for link in links.0 {
             // A netlink link holds no fd: nothing leaks.
             std::mem::forget(link);

@@ -83,6 +83,19 @@ pub(super) fn thread_cpu_s(pid: &str) -> Vec<(String, String, f64)> {
     out
 }
 
+/// [`thread_cpu_delta`] as one line, `name 1.23 s, …`, threads under 10 ms left out.
+pub(super) fn thread_cpu_line(
+    before: &[(String, String, f64)],
+    after: &[(String, String, f64)],
+) -> String {
+    thread_cpu_delta(before, after)
+        .iter()
+        .filter(|(_, s)| *s >= 0.01)
+        .map(|(n, s)| format!("{n} {s:.2} s"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 /// The CPU each thread name took between two [`thread_cpu_s`] readings (threads that
 /// started in between count from zero), largest first.
 pub(super) fn thread_cpu_delta(

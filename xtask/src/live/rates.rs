@@ -16,7 +16,10 @@ use super::{
     dnsperf::{dnsperf, Dnsperf},
     opt_u64,
     phoenix::Receiver,
-    proc::{cpu_children_self, cpu_s, thread_cpu_delta, thread_cpu_s, vm_hwm_kib, vm_rss_kib},
+    proc::{
+        cpu_children_self, cpu_s, thread_cpu_delta, thread_cpu_line, thread_cpu_s, vm_hwm_kib,
+        vm_rss_kib,
+    },
     thousands,
     tool::{agent_get, is_stats, last_stats, metric, Tool, AGENT_LISTEN},
     truth::Truth,
@@ -260,15 +263,10 @@ fn measure(s: &Setup, mode: Mode, rate: u32, o: &LiveOptions) -> crate::Result<R
             }
         }
         Mode::Agent | Mode::AgentOtlp | Mode::AgentOtlpTenth => {
-            let threads: Vec<String> = thread_cpu_delta(&before_threads, &after_threads)
-                .iter()
-                .filter(|(_, s)| *s >= 0.01)
-                .map(|(n, s)| format!("{n} {s:.2} s"))
-                .collect();
             eprintln!(
                 "bench: {} CPU by thread: {}",
                 mode.label(),
-                threads.join(", ")
+                thread_cpu_line(&before_threads, &after_threads)
             );
             let scrape = scrape.unwrap_or_default();
             row.captured = metric(&scrape, "dnspath_packets_total", "");

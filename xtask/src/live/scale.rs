@@ -16,7 +16,7 @@ use lab::{Lab, LabConfig};
 
 use super::{
     goal,
-    proc::{cpu_s, thread_cpu_delta, thread_cpu_s, vm_rss_kib},
+    proc::{cpu_s, thread_cpu_line, thread_cpu_s, vm_rss_kib},
     tool::{agent_get, Tool, AGENT_LISTEN},
 };
 
@@ -317,14 +317,9 @@ pub fn run_scale(dnspath: &Path) -> crate::Result<()> {
     let sent = flood(&lab)?;
     let took = t0.elapsed().as_secs_f64();
     let flood_cpu = cpu_s(&pid, false).unwrap_or(0.0) - before;
-    let threads: Vec<String> = thread_cpu_delta(&before_threads, &thread_cpu_s(&pid))
-        .iter()
-        .filter(|(_, s)| *s >= 0.01)
-        .map(|(n, s)| format!("{n} {s:.2} s"))
-        .collect();
     eprintln!(
         "bench: scale: the agent's CPU by thread during the flood: {}",
-        threads.join(", ")
+        thread_cpu_line(&before_threads, &thread_cpu_s(&pid))
     );
     let idle_share = idle_cpu / IDLE.as_secs_f64() * took;
     f.flood_flows_per_s = sent as f64 / took;
