@@ -32,6 +32,9 @@ pub enum EventKind {
     Packet = 1,
     /// A [`DropEvent`].
     Drop = 2,
+    /// A [`PacketHeader`] and only the IP and UDP headers of a packet: a later copy of the
+    /// message of the packet record [`PacketHeader::msg`] names (see [`copies`]).
+    Copy = 3,
 }
 
 /// The direction of a packet at its TC hook ([`PacketHeader::dir`]).
@@ -174,8 +177,11 @@ pub mod counter {
     /// UDP packets of a question under a detected forwarding loop that the TC program only
     /// counted (per question in `SHED_COUNT`), not copied: see [`crate::shed`].
     pub const PACKETS_SHED: u32 = 7;
+    /// Of `PACKETS_MATCHED`, those sent as copy records: a message already sent whole, seen
+    /// again on its way (its IP and UDP headers only; see [`crate::copies`]).
+    pub const PACKETS_COPIED: u32 = 8;
     /// Number of counters (the `COUNTERS` array's size).
-    pub const COUNT: u32 = 8;
+    pub const COUNT: u32 = 9;
 }
 
 /// Tunables of the TC programs, written by userspace into the `CONFIG` global before load.
@@ -210,6 +216,71 @@ pub struct PacketHeader {
     pub dir: u8,
     /// Unused, 0: keeps the header padding-free (the IP version is the packet's first nibble).
     pub _reserved: u8,
+    /// [`EventKind::Packet`]: the id later copies of this message name, 0 if none will
+    /// (see [`copies`]). [`EventKind::Copy`]: the id of the packet record it copies.
+    pub msg: u64,
+}
+
+/// One message, many records: a DNS message crosses a node's hops as one `sk_buff` (the
+/// client pod's veth, the node's side of it, DNAT, the DNS pod's veth: four TC hooks, the
+/// same kernel object), and each hook used to send its whole payload. Now the first sends a
+/// packet record with a message id ([`PacketHeader::msg`]); a later hook that sees the same
+/// `sk_buff` carrying the same DNS bytes within [`WINDOW_NS`] at another point sends an
+/// [`EventKind::Copy`] record: the header and its own IP and UDP headers (addresses after
+/// NAT, TTL, checksums), which userspace puts in front of the first record's payload —
+/// the bytes that hook would have copied. Only plain UDP datagrams take part: not a
+/// fragment, not tunnelled, IPv4 (options allowed) or IPv6 without extension headers; and
+/// only with the kernel's BTF (the `sk_buff`'s socket is read with its offsets).
+///
+/// A copy is the same `sk_buff` address, within the window of the last sighting, with the
+/// same DNS length, first 16 and last 8 captured DNS bytes and IPv4 identification, at a
+/// point (namespace, interface, direction) other than where the message was first and last
+/// seen, and owned by no socket or the last sighting's. A new message in a freed `sk_buff`'s
+/// address fails one of these: a retransmission starts where the first did, a forwarder's
+/// byte-identical query is owned by the forwarder's socket.
+pub mod copies {
+    /// How long after a message's last sighting a copy is recognised. A message crosses a
+    /// node in microseconds; a later sighting is sent whole (which is always correct).
+    pub const WINDOW_NS: u64 = 50_000_000;
+    /// Messages the kernel remembers at once (`SEEN`, an LRU map keyed by `sk_buff`).
+    pub const MAX_MESSAGES: u32 = 8192;
+    /// Bytes of DNS payload a message must have to take part: the 16 compared at its start
+    /// and the 8 at the end of what was captured.
+    pub const MIN_DNS_LEN: u32 = 24;
+    /// Longest IP + UDP header of a message that takes part: IPv4 with the most options.
+    pub const MAX_HEADERS: u32 = 60 + 8;
+}
+
+/// What the TC programs remember of a message's last sighting (`SEEN`'s value, keyed by
+/// the `sk_buff`'s address), to tell a later copy of it from a new message that got the
+/// freed `sk_buff`'s address.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct SeenMessage {
+    /// [`PacketHeader::msg`] of its packet record.
+    pub msg: u64,
+    /// When it was last seen (boot ns).
+    pub ts_ns: u64,
+    /// Its first 16 DNS bytes (id, flags, counts, the question's start)…
+    pub head: [u64; 2],
+    /// …and the last 8 it captured.
+    pub tail: u64,
+    /// `skb->sk` at its last sighting: a socket's own `sk_buff` is a message just sent, so a
+    /// sighting owned by another socket is a new message (a forwarder's byte-identical
+    /// query in the `sk_buff` its client's query was freed from).
+    pub sk: u64,
+    /// Where it was first seen and last seen: a copy is somewhere else (the same message
+    /// again where it started is a retransmission, a new message).
+    pub first_netns: u64,
+    pub last_netns: u64,
+    pub first_ifindex: u32,
+    pub last_ifindex: u32,
+    /// Its UDP payload length.
+    pub dns_len: u32,
+    /// IPv4 identification (0 for IPv6): NAT keeps it, a retransmission usually changes it.
+    pub ip_id: u16,
+    pub first_dir: u8,
+    pub last_dir: u8,
 }
 
 /// Size of [`PacketHeader`] in a record.
@@ -380,6 +451,9 @@ pub enum RecordError {
     },
     UnknownKind(u32),
     UnknownDir(u8),
+    /// A copy record of a message whose packet record userspace no longer holds (or never
+    /// read: lost): the copy is counted as lost.
+    UnknownMessage(u64),
 }
 
 #[cfg(feature = "user")]
@@ -395,6 +469,9 @@ impl core::fmt::Display for RecordError {
             RecordError::NoKind { len } => write!(f, "record of {len} bytes has no kind"),
             RecordError::UnknownKind(k) => write!(f, "record of unknown kind {k}"),
             RecordError::UnknownDir(d) => write!(f, "packet record with unknown direction {d}"),
+            RecordError::UnknownMessage(m) => {
+                write!(f, "copy of message {m:#x}, whose packet record is not held")
+            }
         }
     }
 }
@@ -410,6 +487,7 @@ impl TryFrom<u32> for EventKind {
         match kind {
             k if k == EventKind::Packet as u32 => Ok(EventKind::Packet),
             k if k == EventKind::Drop as u32 => Ok(EventKind::Drop),
+            k if k == EventKind::Copy as u32 => Ok(EventKind::Copy),
             k => Err(RecordError::UnknownKind(k)),
         }
     }
@@ -444,6 +522,13 @@ pub enum RingRecord<'a> {
     },
     /// A drop: the event, and its copied packet bytes (at most `cap_len` of `data`).
     Drop { ev: DropEvent, data: &'a [u8] },
+    /// A later copy of the message of packet record `hdr.msg`: its header, its direction,
+    /// and its own IP and UDP headers (at most `cap_len`; see [`copies`]).
+    Copy {
+        hdr: PacketHeader,
+        dir: Dir,
+        headers: &'a [u8],
+    },
 }
 
 #[cfg(feature = "user")]
@@ -455,15 +540,20 @@ impl RingRecord<'_> {
             .map(|b| u32::from_ne_bytes(*b))
             .ok_or(RecordError::NoKind { len: bytes.len() })?;
         match EventKind::try_from(kind)? {
-            EventKind::Packet => {
-                let hdr: PacketHeader = read_unaligned(bytes, EventKind::Packet)?;
+            kind @ (EventKind::Packet | EventKind::Copy) => {
+                let hdr: PacketHeader = read_unaligned(bytes, kind)?;
                 let dir = Dir::try_from(hdr.dir)?;
                 let data = bytes.get(PACKET_HEADER_LEN..).unwrap_or_default();
                 let cap = (hdr.cap_len as usize).min(data.len());
-                Ok(RingRecord::Packet {
-                    hdr,
-                    dir,
-                    data: data.get(..cap).unwrap_or_default(),
+                let data = data.get(..cap).unwrap_or_default();
+                Ok(if kind == EventKind::Copy {
+                    RingRecord::Copy {
+                        hdr,
+                        dir,
+                        headers: data,
+                    }
+                } else {
+                    RingRecord::Packet { hdr, dir, data }
                 })
             }
             EventKind::Drop => {
@@ -504,6 +594,7 @@ mod pod {
     unsafe impl aya::Pod for super::FragKey {}
     unsafe impl aya::Pod for super::PacketHeader {}
     unsafe impl aya::Pod for super::DropEvent {}
+    unsafe impl aya::Pod for super::SeenMessage {}
 }
 
 #[cfg(test)]
@@ -522,7 +613,8 @@ mod tests {
     #[test]
     fn layouts_are_padding_free() {
         assert_eq!(size_of::<CtTuple>(), 40);
-        assert_eq!(PACKET_HEADER_LEN, 40);
+        assert_eq!(PACKET_HEADER_LEN, 48);
+        assert_eq!(size_of::<SeenMessage>(), 8 * 8 + 4 * 3 + 2 + 2);
         assert_eq!(
             size_of::<PacketEvent>(),
             PACKET_HEADER_LEN + PACKET_DATA_BUF

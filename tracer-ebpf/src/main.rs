@@ -29,6 +29,7 @@ use tracer_common::{
     PACKET_HEADER_LEN,
 };
 
+mod copies;
 mod drops;
 mod packet;
 mod storm;
@@ -346,6 +347,7 @@ fn try_tc(ctx: &TcContext, has_eth: bool, dir: u8) -> Result<(), ()> {
             vlan_tci,
             dir,
             _reserved: 0,
+            msg: 0,
         };
         let ret = bpf_skb_load_bytes(
             skb as *const c_void,
@@ -371,16 +373,59 @@ fn try_tc(ctx: &TcContext, has_eth: bool, dir: u8) -> Result<(), ()> {
                 }
             }
         }
+        // A plain UDP datagram: a later copy of a message sent whole goes as its headers.
+        let sighting = if t.proto == IPPROTO_UDP && t.frag == packet::FRAG_NONE {
+            match socket_of(skb) {
+                Some(sk) => copies::sighting(
+                    ev,
+                    skb as u64,
+                    sk,
+                    (t.l4_off - t.l3_off) + UDP_HEADER_LEN,
+                    pkt_len,
+                ),
+                None => None,
+            }
+        } else {
+            None
+        };
+        if let Some(s) = &sighting {
+            if let Some(msg) = copies::copy_of(s) {
+                (*ev).hdr.kind = EventKind::Copy as u32;
+                (*ev).hdr.msg = msg;
+                (*ev).hdr.cap_len = s.hdr_len;
+                let len = PACKET_HEADER_LEN + (s.hdr_len as usize & COPY_HEADERS_MASK);
+                let bytes = core::slice::from_raw_parts(ev as *const u8, len);
+                if EVENTS
+                    .output::<[u8]>(bytes, wakeup_flag(bytes.len() as u64))
+                    .is_err()
+                {
+                    count(counter::PACKETS_LOST_RINGBUF);
+                } else {
+                    count(counter::PACKETS_COPIED);
+                }
+                return Ok(());
+            }
+            (*ev).hdr.msg = copies::next_id();
+        }
         let bytes = core::slice::from_raw_parts(ev as *const u8, PACKET_HEADER_LEN + cap as usize);
         if EVENTS
             .output::<[u8]>(bytes, wakeup_flag(bytes.len() as u64))
             .is_err()
         {
             count(counter::PACKETS_LOST_RINGBUF);
+        } else if let Some(s) = &sighting {
+            let msg = (*ev).hdr.msg;
+            if msg != 0 {
+                copies::remember(s, msg);
+            }
         }
     }
     Ok(())
 }
+
+/// Bounds a copy record's header bytes for the verifier (`tracer_common::copies::MAX_HEADERS`
+/// is below it).
+const COPY_HEADERS_MASK: usize = 127;
 
 /// The id of the network namespace of the device the packet is on — `skb->dev->nd_net`'s
 /// cookie (its `ns.inum` before Linux 5.14, as userspace names namespaces there) — read with
@@ -417,6 +462,19 @@ fn netns_id(skb: *mut __sk_buff) -> u64 {
             drops::kread::<u64>(net, o.net_cookie).unwrap_or(0)
         }
     }
+}
+
+/// `skb->sk` (0 for none), read with the offsets from BTF; `None` without them (or when
+/// the read fails): then no message takes part in `copies`.
+#[inline(always)]
+fn socket_of(skb: *mut __sk_buff) -> Option<u64> {
+    // SAFETY: as in `netns_id`.
+    let o: &KernelOffsets = unsafe { &*read_volatile(&(&raw const KERNEL_OFFSETS)) };
+    if o.skb_sk == 0 {
+        return None;
+    }
+    // SAFETY: bpf_probe_read_kernel faults safely on a bad address.
+    unsafe { drops::kread::<u64>(skb as u64, o.skb_sk).ok() }
 }
 
 /// A packet to copy: where its IP and transport headers start, its protocol, its fragment

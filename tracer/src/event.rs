@@ -167,6 +167,9 @@ pub struct KernelCounters {
     pub drops_read_failed: u64,
     /// Matched packets of a looping question only counted (in `packets_matched`).
     pub packets_shed: u64,
+    /// Of `packets_matched`, those the kernel sent as copy records (a message already sent
+    /// whole, seen again on its way: its headers only; `tracer_common::copies`).
+    pub packets_copied: u64,
 }
 
 impl KernelCounters {
@@ -182,6 +185,7 @@ impl KernelCounters {
             drops_lost_ringbuf: at(k::DROPS_LOST_RINGBUF),
             drops_read_failed: at(k::DROPS_READ_FAILED),
             packets_shed: at(k::PACKETS_SHED),
+            packets_copied: at(k::PACKETS_COPIED),
         }
     }
 }

@@ -13,7 +13,7 @@ use dnspath::decode::tunnel::{decapsulate, Decap, TunnelKind};
 use dnspath::{
     event::{Direction, SourceEvent},
     kernel::{KernelMaps, ProbeOptions, Probes, TC_PROGRAMS},
-    source::live::parse_record,
+    source::live::RecordReader,
 };
 use lab::frames::{
     dns_query, eth, ext_frag, ext_frag_id, ext_opts, geneve, gre, ipv4, ipv6, tcp, udp, vxlan,
@@ -28,6 +28,9 @@ struct Rig {
     probes: Probes,
     maps: KernelMaps,
     ring: RingBuf<MapData>,
+    /// Reads the records as the live source does (a test run's `sk_buff` may be the last
+    /// one's address: a frame run again elsewhere can come out as a copy record, rebuilt).
+    records: RecordReader,
 }
 
 fn rig() -> Option<Rig> {
@@ -49,7 +52,12 @@ fn rig_with(kernel_log: bool) -> Option<Rig> {
     let maps = probes.maps().unwrap();
     assert_eq!(TC_PROGRAMS[ETH_INGRESS].0, "dnspath_tc_eth_ingress");
     assert_eq!(TC_PROGRAMS[ETH_EGRESS].0, "dnspath_tc_eth_egress");
-    Some(Rig { probes, maps, ring })
+    Some(Rig {
+        probes,
+        maps,
+        ring,
+        records: RecordReader::default(),
+    })
 }
 
 /// Number of kernel counters (`tracer_common::counter`).
@@ -70,7 +78,7 @@ impl Rig {
         }
         let mut out = Vec::new();
         while let Some(item) = self.ring.next() {
-            out.push(parse_record(&item));
+            out.push(self.records.parse(&item));
         }
         (out, grew)
     }

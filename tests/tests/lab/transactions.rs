@@ -11,7 +11,7 @@ use lab::{
     hole::{Hole, SLOW_ADDR},
     node_cache::NodeCache,
     tracer::ndjson,
-    tracer::Tracer,
+    tracer::{assert_accounted, last_stats, Tracer},
     DnsPodConfig, DnsServerKind, Lab, Pod,
 };
 
@@ -77,6 +77,59 @@ fn dig_through_the_cluster_ip_is_one_transaction_tree() {
         .unwrap()
         .starts_with(&backend[..backend.len() - 3]));
     assert!(t["latency_ns"].as_u64().unwrap() >= up["latency_ns"].as_u64().unwrap());
+}
+
+/// A message crosses the node as one `sk_buff`: the kernel sends it whole at its first hook
+/// and as its headers at the others (`tracer_common::copies`), and userspace rebuilds each
+/// hop's packet. Every hop is still there with the same message, after DNAT as before it,
+/// and every matched packet is accounted for.
+#[test]
+fn a_message_is_sent_whole_once_and_as_headers_at_its_other_hops() {
+    let Some(lab) = lab() else { return };
+    let args = ["trace", "-o", "json", "--view", "both", "--all-netns"];
+    let t = Tracer::start(&lab, lab.node_ns(), &args).unwrap();
+    let o = lab.dig(&["+time=2", "+tries=1", "www.lab.test.", "A"]);
+    assert!(o.status.success());
+    std::thread::sleep(Duration::from_millis(600));
+    let out = t.stop();
+    assert!(out.status.success(), "{}", out.stderr);
+    let recs = ndjson(&out.stdout);
+    let stats = last_stats(&recs);
+    assert_accounted(stats);
+    if !std::path::Path::new("/sys/kernel/btf/vmlinux").exists() {
+        eprintln!("skipped: no kernel BTF, no copy records");
+        return;
+    }
+    let copied = stats["kernel"]["packets_copied"].as_u64().unwrap();
+    let txs = transactions(&out.stdout);
+    let ours: Vec<_> = txs
+        .iter()
+        .filter(|t| t["question"]["name"] == "www.lab.test.")
+        .collect();
+    assert_eq!(ours.len(), 1, "{txs:#?}");
+    let client_leg = &ours[0]["legs"][0];
+    let hops = client_leg["hops"].as_array().unwrap();
+    // The query and the answer, each at both ends of two veth pairs.
+    assert_eq!(hops.len(), 8, "{client_leg:#}");
+    assert!(
+        hops.iter().all(|h| h["dns_id"] == client_leg["dns_id"]),
+        "{client_leg:#}"
+    );
+    // Each of those messages sent whole once: at least three copies of each.
+    assert!(copied >= 6, "packets_copied {copied}: {stats}");
+    // Every packet record of the answer carries the same answer, rebuilt or not.
+    let answers: Vec<&Value> = recs
+        .iter()
+        .filter(|r| {
+            r["type"] == "packet"
+                && r["dns"]["questions"][0]["name"] == "www.lab.test."
+                && r["dns"]["id"] == client_leg["dns_id"]
+                && r["dns"]["qr"] == true
+        })
+        .map(|r| &r["dns"]["answers"])
+        .collect();
+    assert_eq!(answers.len(), 4, "{recs:#?}");
+    assert!(answers.windows(2).all(|w| w[0] == w[1]), "{answers:#?}");
 }
 
 #[test]

@@ -64,6 +64,8 @@ pub struct Decoder {
     holding: bool,
     /// Records of whole messages not made while holding.
     held: u64,
+    /// Of `stats.lost`, copy records whose message was not held (`tracer_common::copies`).
+    lost_copies: u64,
 }
 
 /// The names of the last few places (namespace cookie, ifindex) packets were seen at, as
@@ -132,6 +134,7 @@ impl Decoder {
             every_packet: true,
             holding: false,
             held: 0,
+            lost_copies: 0,
             confirm_hook: false,
         }
     }
@@ -235,7 +238,18 @@ impl Decoder {
     /// to [`Decoder::on_packet`] and [`Decoder::on_drop`]; conntrack events and samples
     /// bypass this stage.)
     pub fn on_garbled(&mut self, len: usize, why: tracer_common::RecordError) {
-        log::warn!("unreadable ring-buffer record of {len} bytes: {why}");
+        if let tracer_common::RecordError::UnknownMessage(_) = why {
+            // A copy of a message whose record was lost (counted there too) or is too old:
+            // counted as lost, said once at warn level.
+            if self.lost_copies == 0 {
+                log::warn!("{why}: counted in stats.lost (said once)");
+            } else {
+                log::debug!("{why}");
+            }
+            self.lost_copies += 1;
+        } else {
+            log::warn!("unreadable ring-buffer record of {len} bytes: {why}");
+        }
         self.stats.lost += 1;
     }
 

@@ -73,8 +73,10 @@ pub const TC_PROGRAMS: [(&str, bool, TcAttachType); 4] = [
     ("dnspath_tc_raw_egress", false, TcAttachType::Egress),
 ];
 
-/// Maps shared by every instance of the object, pinned so that later instances reuse them.
-const SHARED_MAPS: [&str; 9] = [
+/// Maps shared by every instance of the object, pinned so that later instances reuse them
+/// (`SEEN` and `NEXT_MSG` are only used with BTF, by the one instance; shared, the others
+/// cost no kernel memory of their own).
+const SHARED_MAPS: [&str; 11] = [
     "EVENTS",
     "DROP_RESERVE",
     "AYA_LOGS",
@@ -84,6 +86,8 @@ const SHARED_MAPS: [&str; 9] = [
     "SHED_ON",
     "SHED_COUNT",
     "SHED_ACTIVE",
+    "SEEN",
+    "NEXT_MSG",
 ];
 const BPFFS: &str = "/sys/fs/bpf";
 /// `BPF_FS_MAGIC` from include/uapi/linux/magic.h.
