@@ -147,6 +147,7 @@ pub async fn run_live(
     let mut sigint = signal(SignalKind::interrupt())?;
     let mut sigterm = signal(SignalKind::terminate())?;
     let mut sighup = signal(SignalKind::hangup())?;
+    crate::memory::no_huge_pages();
     // Start-up's big parses are handed back as they are freed (until the run loop starts).
     crate::memory::purge_at_once(true);
     let mut probes = Probes::load(&opts.capture)?;
