@@ -2,7 +2,8 @@
 //! kernel drops the events of flows on none of the watched ports before they are queued, so
 //! a node busy with other traffic costs the watch thread nothing for it. Before, each was
 //! read, parsed and dropped in userspace (the bench's 21,800 new UDP flows/s: 14.7 % of a
-//! core). The kernel still builds each event (once, for every listener); what is saved is its copy to
+//! core; the flood test here, 20,000/s: 9–10 % without the filter, under 1 % with it). The
+//! kernel still builds each event (once, for every listener); what is saved is its copy to
 //! our queue, the wake-up and the parse.
 //!
 //! The program walks the message's attributes with the netlink ancillary loads of classic
