@@ -16,6 +16,7 @@
 //! ctnetlink_dump_table, ctnetlink_ct_stat_cpu_dump), `include/uapi/linux/netfilter/
 //! nfnetlink_conntrack.h` (attributes), `net/netfilter/nf_conntrack_standalone.c`
 //! (ct_cpu_seq_show, the /proc/net/stat/nf_conntrack format).
+mod filter;
 mod message;
 mod procfs;
 mod socket;

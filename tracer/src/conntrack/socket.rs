@@ -92,6 +92,14 @@ impl CtSocket {
             .map_err(socket_error("joining a conntrack event group"))
     }
 
+    /// Attaches the classic BPF program `prog` ([`super::filter`]) to the socket.
+    pub(crate) fn attach_filter(&self, prog: &[libc::sock_filter]) -> Result<(), ConntrackError> {
+        super::filter::attach(self.as_fd(), prog).map_err(|source| ConntrackError::Socket {
+            op: "SO_ATTACH_FILTER",
+            source,
+        })
+    }
+
     /// Sets the receive buffer, past `net.core.rmem_max` where allowed (SO_RCVBUFFORCE
     /// needs CAP_NET_ADMIN), else as far as SO_RCVBUF goes. Returns the size in effect.
     pub(crate) fn set_rcvbuf(&self, bytes: usize) -> usize {

@@ -11,6 +11,7 @@ use std::{
 
 use super::{
     boottime_ns,
+    filter::event_filter,
     message::{decode_datagram, table_dump_request, CtEntry, CtMessage},
     socket::{CtSocket, Received},
     ConntrackError,
@@ -43,6 +44,11 @@ pub const MAX_NAMESPACES: usize = 1024;
 
 /// Which entries are reported: UDP and TCP flows with one of `ports` as source or
 /// destination port of the original or reply tuple. No ports: every UDP/TCP flow.
+///
+/// On the event socket the kernel drops the other ports' events first (see
+/// `conntrack/filter.rs`); this check stays behind it for dumps, which are not filtered, for
+/// the protocol (the kernel filter looks at ports only), and for namespaces where the
+/// filter could not be attached.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PortFilter {
     ports: Vec<u16>,
@@ -80,8 +86,17 @@ pub struct WatchCounters {
     pub resyncs: AtomicU64,
     /// Messages that did not parse or did not fit the buffer (also counted in `lost`).
     pub malformed: AtomicU64,
-    /// Entries of other protocols or ports.
+    /// Entries of other protocols or ports dropped here, after they were read and parsed.
+    /// Events of other ports mostly never reach us: the kernel filter of the event socket
+    /// drops them uncounted (`conntrack/filter.rs`), and with it ICMP's. What is left: dump
+    /// entries (dumps are not filtered), events of other protocols with a watched port (SCTP,
+    /// GRE keys), and every event of a namespace without the kernel filter
+    /// ([`WatchCounters::kernel_unfiltered`]).
     pub filtered: AtomicU64,
+    /// Namespaces whose event socket has no kernel filter though ports were given: too many
+    /// ports for one program, or SO_ATTACH_FILTER refused it (warned once). Their events are
+    /// all read, and those of other ports dropped here (`filtered`).
+    pub kernel_unfiltered: AtomicU64,
     /// Statistics samples delivered.
     pub stats_samples: AtomicU64,
     /// Dump entries beyond [`WatchOptions::max_dump`] (also counted in `lost`).
@@ -153,6 +168,10 @@ pub struct WatchOptions {
     pub rcvbuf: usize,
     /// Entries one dump hands out. Default [`MAX_DUMP_ENTRIES`].
     pub max_dump: usize,
+    /// Whether the kernel drops events of other ports before they are read (a socket filter,
+    /// `conntrack/filter.rs`); default true. Off, every event is read and parsed, and those
+    /// of other ports dropped here: only to compare the two.
+    pub kernel_filter: bool,
     pub counters: Arc<WatchCounters>,
 }
 
@@ -165,6 +184,7 @@ impl Default for WatchOptions {
             max_namespaces: MAX_NAMESPACES,
             rcvbuf: 4 << 20,
             max_dump: MAX_DUMP_ENTRIES,
+            kernel_filter: true,
             counters: Arc::default(),
         }
     }
@@ -176,6 +196,8 @@ pub struct WatchSummary {
     /// Its counters (shared with whoever else holds [`WatchOptions::counters`]).
     pub counts: ConntrackStats,
     pub filtered: u64,
+    /// See [`WatchCounters::kernel_unfiltered`].
+    pub kernel_unfiltered: u64,
     pub stats_samples: u64,
     /// Why the thread ended early, if it did (a namespace that fails is warned about and
     /// no longer watched; the others go on).
@@ -188,6 +210,7 @@ impl WatchSummary {
         Self {
             counts: c.snapshot(),
             filtered: get(&c.filtered),
+            kernel_unfiltered: get(&c.kernel_unfiltered),
             stats_samples: get(&c.stats_samples),
             error,
         }
@@ -199,9 +222,11 @@ impl WatchSummary {
 /// Two sockets: one subscribed to NFNLGRP_CONNTRACK_NEW/UPDATE/DESTROY, one for dumps, so
 /// dump replies and events never interleave. The event socket subscribes before the first
 /// dump, so nothing falls between them; an entry created meanwhile may be reported twice
-/// (Existing and New).
+/// (Existing and New). The event socket gets its kernel filter before it subscribes.
 pub struct ConntrackWatcher {
     events: CtSocket,
+    /// The event socket has the kernel filter of the ports.
+    kernel_filter: bool,
     dump: CtSocket,
     netns: u64,
     ports: PortFilter,
@@ -231,6 +256,7 @@ impl ConntrackWatcher {
     pub fn open_with(netns_cookie: u64, opts: &WatchOptions) -> Result<Self, ConntrackError> {
         let events = CtSocket::open()?;
         events.set_rcvbuf(opts.rcvbuf);
+        let kernel_filter = opts.kernel_filter && attach_port_filter(&events, opts, netns_cookie);
         for group in [
             NFNLGRP_CONNTRACK_NEW,
             NFNLGRP_CONNTRACK_UPDATE,
@@ -240,6 +266,7 @@ impl ConntrackWatcher {
         }
         let mut w = Self {
             events,
+            kernel_filter,
             dump: CtSocket::open()?,
             netns: netns_cookie,
             ports: PortFilter::new(&opts.ports),
@@ -264,6 +291,11 @@ impl ConntrackWatcher {
 
     pub fn netns(&self) -> u64 {
         self.netns
+    }
+
+    /// Whether the kernel drops the other ports' events before they are read.
+    pub fn kernel_filter(&self) -> bool {
+        self.kernel_filter
     }
 
     pub fn counters(&self) -> &Arc<WatchCounters> {
@@ -357,6 +389,48 @@ impl ConntrackWatcher {
         WatchCounters::add(&self.counters.lost, malformed);
         self.resync = false;
         Ok(())
+    }
+}
+
+/// Attaches the kernel filter of [`WatchOptions::ports`] to `events`; whether it is attached.
+/// No ports: no filter, every event wanted. A filter that cannot be built or attached is
+/// counted in [`WatchCounters::kernel_unfiltered`] and warned about once: the watcher reads
+/// every event then, as it did before there was a filter.
+fn attach_port_filter(events: &CtSocket, opts: &WatchOptions, netns: u64) -> bool {
+    let attached = match event_filter(&opts.ports) {
+        Ok(None) => return false,
+        Ok(Some(prog)) => events
+            .attach_filter(&prog)
+            .map(|()| prog.len())
+            .map_err(|e| e.to_string()),
+        Err(e) => Err(e.to_string()),
+    };
+    match attached {
+        Ok(insns) => {
+            log::debug!(
+                "conntrack of netns {netns:#x}: kernel filter of {insns} instructions for \
+                 ports {:?}",
+                opts.ports
+            );
+            true
+        }
+        Err(e) => {
+            if opts
+                .counters
+                .kernel_unfiltered
+                .fetch_add(1, Ordering::Relaxed)
+                == 0
+            {
+                log::warn!(
+                    "conntrack of netns {netns:#x}: no kernel filter of the ports ({e}); \
+                     every conntrack event is read and the other ports' dropped here \
+                     (counted in kernel_unfiltered)"
+                );
+            } else {
+                log::debug!("conntrack of netns {netns:#x}: no kernel filter of the ports: {e}");
+            }
+            false
+        }
     }
 }
 
