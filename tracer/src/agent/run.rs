@@ -208,3 +208,7 @@ pub async fn run(
     }
     Ok(result?)
 }
+
+#[cfg(test)]
+#[path = "cost_tests.rs"]
+mod cost_tests;
