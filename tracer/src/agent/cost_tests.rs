@@ -20,6 +20,7 @@ use std::{
 use super::*;
 use crate::{
     decode::decoder::Decoder,
+    event::SourceEvent,
     event::{CapturedPacket, ConntrackEvent, CtChange, CtFlow, Direction, ObservationPoint},
     kallsyms::Kallsyms,
     kube::Pod,
@@ -27,7 +28,6 @@ use crate::{
     output::sink::Sinks,
     pipeline::{Pipeline, PipelineConfig},
     runner::{Runner, Tick},
-    event::SourceEvent,
 };
 
 /// Queries fed (at 10,000 a second: two seconds of traffic).
@@ -68,7 +68,11 @@ fn dns(id: u16, name: &str, response: bool) -> Vec<u8> {
     let mut m = Message::new(id, kind, OpCode::Query);
     m.add_query(Query::query(name.clone(), RecordType::A));
     if response {
-        m.add_answer(HRecord::from_rdata(name, 30, RData::A(A::new(10, 96, 3, 7))));
+        m.add_answer(HRecord::from_rdata(
+            name,
+            30,
+            RData::A(A::new(10, 96, 3, 7)),
+        ));
     }
     m.to_vec().unwrap()
 }
@@ -184,7 +188,10 @@ fn names() -> Arc<RwLock<Names>> {
     names.learn(NODE, "host", DNS_VETH, "veth-coredns");
     names.learn(DNS_POD, "pid2:coredns", 2, "eth0");
     pods.insert(DNS_POD, pod("kube-system/coredns-1".into()));
-    veths.insert((NODE, "veth-coredns".to_string()), pod("kube-system/coredns-1".into()));
+    veths.insert(
+        (NODE, "veth-coredns".to_string()),
+        pod("kube-system/coredns-1".into()),
+    );
     for k in 0..CLIENTS {
         let veth = format!("veth-client-{k}");
         names.learn(client_netns(k), &format!("pid{k}:client"), 2, "eth0");

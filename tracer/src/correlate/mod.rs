@@ -329,7 +329,20 @@ impl KeyCache {
         if let Some((_, q)) = self.entries.iter().find(|(m, _)| Arc::ptr_eq(m, msg)) {
             return Some(q.clone());
         }
-        let q = QKey::of(msg)?;
+        let asked = msg.questions.first()?;
+        // Another message of the same question (the query of this answer): its key, not
+        // another lowercased copy of the name and its digest. A key's name is in lower
+        // case, so it is the one `QKey::of` would make exactly when it equals the name
+        // asked but for case.
+        let same = |q: &QKey| {
+            q.qtype == asked.qtype
+                && q.class == asked.class
+                && q.name.eq_ignore_ascii_case(&asked.name)
+        };
+        let q = match self.entries.iter().rev().find(|(_, q)| same(q)) {
+            Some((_, q)) => q.clone(),
+            None => QKey::asked(&asked.name, asked.qtype, asked.class),
+        };
         let entry = (Arc::clone(msg), q.clone());
         if self.entries.len() < KEYS {
             self.entries.push(entry);

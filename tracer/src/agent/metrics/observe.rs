@@ -128,7 +128,11 @@ impl Metrics {
     ) {
         let key = series_key(family, labels);
         let mut mem = self.memory();
-        mem.series.histograms.entry(key).or_insert_with(get).observe(v);
+        mem.series
+            .histograms
+            .entry(key)
+            .or_insert_with(get)
+            .observe(v);
     }
 
     /// Counts one record of the pipeline's output.
@@ -203,15 +207,20 @@ impl Metrics {
         }
         let outcome = t.outcome.as_str();
         let namespace = self.namespace_of(t);
-        self.inc(Family::Transactions, [qtype, outcome, "", ""], &namespace, || {
-            self.transactions
-                .get_or_create(&TransactionLabels {
-                    qtype,
-                    outcome,
-                    namespace: namespace.clone(),
-                })
-                .clone()
-        });
+        self.inc(
+            Family::Transactions,
+            [qtype, outcome, "", ""],
+            &namespace,
+            || {
+                self.transactions
+                    .get_or_create(&TransactionLabels {
+                        qtype,
+                        outcome,
+                        namespace: namespace.clone(),
+                    })
+                    .clone()
+            },
+        );
         if let Some(ns) = t.latency_ns {
             self.observe_in(
                 Family::TransactionDuration,
@@ -280,17 +289,22 @@ impl Metrics {
         match (leg.outcome, &leg.rcode) {
             (LegOutcome::Answered | LegOutcome::Truncated, Some(rcode)) => {
                 let rcode = rcode_label(rcode);
-                self.inc(Family::Responses, [l, proto, qtype, rcode], namespace, || {
-                    self.responses
-                        .get_or_create(&ResponseLabels {
-                            leg: l,
-                            proto,
-                            qtype,
-                            rcode,
-                            namespace: namespace.clone(),
-                        })
-                        .clone()
-                });
+                self.inc(
+                    Family::Responses,
+                    [l, proto, qtype, rcode],
+                    namespace,
+                    || {
+                        self.responses
+                            .get_or_create(&ResponseLabels {
+                                leg: l,
+                                proto,
+                                qtype,
+                                rcode,
+                                namespace: namespace.clone(),
+                            })
+                            .clone()
+                    },
+                );
                 if let Some(ns) = leg.latency_ns {
                     self.observe_in(
                         Family::LegDuration,
