@@ -74,7 +74,19 @@ impl Lookups {
                 }
                 let id = new_id();
                 if !full {
-                    *state = new_state(id);
+                    // A new lookup in the old one's place: its vector and first name's
+                    // buffer reused.
+                    state.id = id;
+                    state.step = 0;
+                    state.last_ts = ts;
+                    state.names.truncate(1);
+                    match state.names.first_mut() {
+                        Some(first) => {
+                            first.clear();
+                            first.push_str(name);
+                        }
+                        None => state.names.push(name.to_string()),
+                    }
                     return (id, 0);
                 }
                 // Pruned with its old state still there, then replaced.

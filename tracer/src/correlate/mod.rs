@@ -30,7 +30,7 @@ mod reorder;
 pub(crate) mod sip;
 
 use std::{
-    collections::{BTreeSet, HashMap, VecDeque},
+    collections::{hash_map::Entry, BTreeSet, HashMap, VecDeque},
     net::{IpAddr, SocketAddr},
     sync::Arc,
 };
@@ -180,6 +180,60 @@ pub struct CorrelateStats<S> {
 /// A reported client query: (first ts, dns id, question, backend).
 type RecentQuery = (u64, u16, QKey, SocketAddr);
 
+/// A socket's recent queries, oldest first. Most sockets ask once (a resolver takes a new
+/// port a query) or twice (an A/AAAA pair): one is kept without a queue's allocation.
+enum RecentQueries {
+    One(RecentQuery),
+    Many(VecDeque<RecentQuery>),
+}
+
+/// Recent queries kept per socket (the newest).
+const RECENT_PER_SOCKET: usize = 16;
+
+impl RecentQueries {
+    fn push(&mut self, r: RecentQuery) {
+        match self {
+            RecentQueries::Many(v) => {
+                v.push_back(r);
+                if v.len() > RECENT_PER_SOCKET {
+                    v.pop_front();
+                }
+            }
+            RecentQueries::One(_) => {
+                let mut v = VecDeque::with_capacity(2);
+                if let RecentQueries::One(first) =
+                    std::mem::replace(self, RecentQueries::Many(VecDeque::new()))
+                {
+                    v.push_back(first);
+                }
+                v.push_back(r);
+                *self = RecentQueries::Many(v);
+            }
+        }
+    }
+
+    /// Takes the oldest off if it was first seen at `ts` or before; true when none is left.
+    fn forget_until(&mut self, ts: u64) -> bool {
+        match self {
+            RecentQueries::One(r) => r.0 <= ts,
+            RecentQueries::Many(v) => {
+                if v.front().is_some_and(|r| r.0 <= ts) {
+                    v.pop_front();
+                }
+                v.is_empty()
+            }
+        }
+    }
+
+    fn iter(&self) -> impl Iterator<Item = &RecentQuery> {
+        let (one, many) = match self {
+            RecentQueries::One(r) => (Some(r), None),
+            RecentQueries::Many(v) => (None, Some(v)),
+        };
+        one.into_iter().chain(many.into_iter().flatten())
+    }
+}
+
 /// The correlator. Feed it observations and conntrack events; call [`Correlator::tick`]
 /// regularly (live: every 50 ms; offline: as file time advances) and
 /// [`Correlator::flush`] at the end. `D`: the detect stage, shown what the correlator sees
@@ -213,7 +267,7 @@ pub(crate) struct Correlator<D: Detector> {
     controls: Vec<Control>,
     /// Recent client queries by socket, to find the sibling of a dropped one (A/AAAA pair)
     /// after its own transaction has been reported: (first ts, dns id, question, backend).
-    recent: HashMap<SocketAddr, VecDeque<RecentQuery>, sip::Sip>,
+    recent: HashMap<SocketAddr, RecentQueries, sip::Sip>,
     /// `recent`'s entries in insertion order, for pruning the oldest in O(1).
     recent_order: VecDeque<(u64, SocketAddr)>,
     /// The questions of the last messages seen (the decode stage shares one decoded
@@ -396,14 +450,12 @@ impl<D: Detector> Correlator<D> {
         &mut self,
         (client, first_ts, id, q, backend): (SocketAddr, u64, u16, QKey, SocketAddr),
     ) {
-        // Most sockets ask once or twice (an A/AAAA pair).
-        let per_socket = self
-            .recent
-            .entry(client)
-            .or_insert_with(|| VecDeque::with_capacity(2));
-        per_socket.push_back((first_ts, id, q, backend));
-        if per_socket.len() > 16 {
-            per_socket.pop_front();
+        let r = (first_ts, id, q, backend);
+        match self.recent.entry(client) {
+            Entry::Occupied(e) => e.into_mut().push(r),
+            Entry::Vacant(e) => {
+                e.insert(RecentQueries::One(r));
+            }
         }
         self.recent_order.push_back((first_ts, client));
         // Forget what is older than a retry could be, and bound the size.
@@ -413,12 +465,10 @@ impl<D: Detector> Correlator<D> {
                 break;
             }
             self.recent_order.pop_front();
-            if let Some(v) = self.recent.get_mut(&socket) {
-                if v.front().is_some_and(|r| r.0 <= ts) {
-                    v.pop_front();
-                }
-                if v.is_empty() {
-                    self.recent.remove(&socket);
+            // One hash of the socket, whether its entry goes or stays.
+            if let Entry::Occupied(mut e) = self.recent.entry(socket) {
+                if e.get_mut().forget_until(ts) {
+                    e.remove();
                 }
             }
         }
@@ -438,7 +488,7 @@ impl<D: Detector> Correlator<D> {
             .recent
             .get(&l.client)
             .into_iter()
-            .flatten()
+            .flat_map(RecentQueries::iter)
             .map(|(ts, id, q, backend)| (*ts, *id, q, *backend));
         live.chain(old)
             .filter(|(ts, id, _, _)| *id != l.key.id && near(*ts))
