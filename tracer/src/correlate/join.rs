@@ -290,9 +290,11 @@ impl<D: Detector> Correlator<D> {
             delivered_at: o.at,
             client_netns: o.netns.clone(),
             client_point: o.at,
-            // Room for the answer's hop and a few more without growing.
+            // Room for as many hops as the last leg taken had (on a node, every query
+            // crosses the same few points: both ends of each veth, there and back), so
+            // that the vector does not grow as they come.
             hops: {
-                let mut hops = Vec::with_capacity(4);
+                let mut hops = Vec::with_capacity(self.hop_room);
                 hops.push(hop(Via::Same));
                 hops
             },
@@ -559,6 +561,7 @@ impl<D: Detector> Correlator<D> {
     /// Removes a leg and its index entries, and hands it back.
     pub(super) fn take_leg(&mut self, id: u64) -> Option<Box<Leg>> {
         let leg = self.legs.remove(id)?;
+        self.hop_room = leg.hops.len().clamp(MIN_HOP_ROOM, MAX_HOP_ROOM);
         // Its timeout entry stays, passed over when due, until a sweep.
         let legs = &self.legs;
         self.timeouts

@@ -278,7 +278,15 @@ pub(crate) struct Correlator<D: Detector> {
     /// Where the node cache sends its misses (servers and backends; at most
     /// [`MAX_CACHE_UPSTREAMS`]): a client asking one of them directly bypasses the cache.
     cache_upstreams: std::collections::HashSet<IpAddr>,
+    /// Hops a new leg has room for: as many as the last leg taken out had (within
+    /// [`MIN_HOP_ROOM`]..=[`MAX_HOP_ROOM`]).
+    hop_room: usize,
 }
+
+/// Room for the query's hop and its answer's at least, and at most for a node's usual
+/// path and then some: a leg of more hops grows its vector.
+const MIN_HOP_ROOM: usize = 4;
+const MAX_HOP_ROOM: usize = 16;
 
 /// Addresses kept of the node cache's upstreams.
 const MAX_CACHE_UPSTREAMS: usize = 64;
@@ -432,6 +440,7 @@ impl<D: Detector> Correlator<D> {
             keys: KeyCache::default(),
             join_memo: None,
             cache_upstreams: Default::default(),
+            hop_room: MIN_HOP_ROOM,
         }
     }
 
