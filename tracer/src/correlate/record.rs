@@ -432,6 +432,9 @@ pub struct TransactionRecord {
     pub legs: Vec<LegRecord>,
 }
 
+/// A place's names (by their addresses: namespace, interface) and its pod.
+type NamedPlace = (*const str, *const str, Option<Arc<PodRef>>);
+
 impl TransactionRecord {
     /// [`RecordKind::annotate_pods`] but the hops' own pods (no sink reads them:
     /// [`Wants::hop_pods`](crate::output::sink::Wants::hop_pods)): the client's pod, the
@@ -445,8 +448,7 @@ impl TransactionRecord {
         // A place's hops share its names (the decode stage's Arcs): one lookup a place,
         // the rest by address (every hop lives as long as this call, so no address is
         // another name's).
-        let mut places: [Option<(*const str, *const str, Option<Arc<PodRef>>)>; 8] =
-            Default::default();
+        let mut places: [Option<NamedPlace>; 8] = Default::default();
         for leg in &mut self.legs {
             for h in leg.hops.iter_mut().filter(|_| hops) {
                 let place = (Arc::as_ptr(&h.netns), Arc::as_ptr(&h.ifname));
