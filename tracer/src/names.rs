@@ -14,18 +14,23 @@ use crate::kube::Pod;
 /// (`Arc<str>`), so a record naming its place costs a reference count, not a copy.
 #[derive(Debug, Default)]
 pub struct Names {
-    netns: HashMap<u64, Arc<str>>,
-    ifaces: HashMap<(u64, u32), Arc<str>>,
+    netns: Map<u64, Arc<str>>,
+    ifaces: Map<(u64, u32), Arc<str>>,
     /// Namespace by its name, for records that carry only the name (hops, legs).
-    by_label: HashMap<String, u64>,
+    by_label: Map<String, u64>,
     /// Pods' namespaces, and node-side ends of pods' veths (by namespace and interface
     /// name), as of the last refresh; each with its record form, shared by the records.
-    pods: HashMap<u64, PodEntry>,
-    pod_veths: HashMap<u64, HashMap<String, PodEntry>>,
+    pods: Map<u64, PodEntry>,
+    pod_veths: Map<u64, Map<String, PodEntry>>,
     /// Changes whenever a namespace or interface name does: what [`place`] gave before is
     /// still right while it stays the same.
     generation: u64,
 }
+
+/// The names' maps: keyed by what the node says (namespace cookies, interface indexes, the
+/// names the scans and netlink give), never by what a packet carries, so a fast hasher is
+/// safe; every packet's place and every record's pods are looked up in them.
+type Map<K, V> = HashMap<K, V, foldhash::fast::RandomState>;
 
 /// A pod, and how records name it there.
 type PodEntry = (Arc<Pod>, Arc<PodRef>);

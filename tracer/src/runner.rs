@@ -47,6 +47,8 @@ pub(crate) struct Runner {
     /// The packets and drops of the records waiting, when a sink wants them.
     sources: Vec<Sourced>,
     keep_sources: bool,
+    /// Some sink reads the pods of transactions' hops: they are named.
+    hop_pods: bool,
     /// Packet records held back since the last hand-over (no sink wanted them).
     held: u64,
     /// Records wait until this many are decided (0: every turn hands over what it has).
@@ -68,6 +70,7 @@ impl Runner {
             records: Vec::new(),
             sources: Vec::new(),
             keep_sources: sinks.wants_sources(),
+            hop_pods: sinks.wants_hop_pods(),
             held: 0,
             batch_at,
         }
@@ -172,12 +175,13 @@ impl Runner {
         if self.records.is_empty() {
             return;
         }
+        let hops = self.hop_pods;
         if let Ok(names) = self.names.read() {
             if !names.knows_pods() {
                 return;
             }
             for r in &mut self.records {
-                pods::annotate(r, &names);
+                pods::annotate(r, &names, hops);
             }
         }
     }

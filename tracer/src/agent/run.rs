@@ -23,7 +23,7 @@ use crate::{
         otlp::OtlpSink,
         queue::{self, QueuedLines},
         record::{Record, StatsRecord},
-        sink::{Batch, Sink, Sinks},
+        sink::{Batch, Sink, Sinks, Wants},
     },
     runner::stop::StopPolicy,
     time::Clock,
@@ -65,6 +65,14 @@ struct MetricsSink {
 }
 
 impl Sink for MetricsSink {
+    /// A transaction's client and drops only ([`Metrics::observe`]).
+    fn wants(&self) -> Wants {
+        Wants {
+            hop_pods: false,
+            ..Wants::default()
+        }
+    }
+
     fn started(&mut self, _setup: &KernelSetup, _now_ns: u64) {
         self.health.set_attached(true);
         self.health.mark_read();
@@ -117,6 +125,14 @@ impl EventsSink {
 }
 
 impl Sink for EventsSink {
+    /// A transaction's client and drops only (its findings).
+    fn wants(&self) -> Wants {
+        Wants {
+            hop_pods: false,
+            ..Wants::default()
+        }
+    }
+
     fn started(&mut self, setup: &KernelSetup, now_ns: u64) {
         let unreadable = self.netns_unreadable.load(Ordering::Relaxed);
         let mut detail = format!(
@@ -208,3 +224,7 @@ pub async fn run(
     }
     Ok(result?)
 }
+
+#[cfg(test)]
+#[path = "cost_tests.rs"]
+mod cost_tests;

@@ -37,6 +37,50 @@ pub(super) struct Candidate {
     pub(super) id: u64,
 }
 
+/// A key's candidates, oldest first. Most keys (a client's socket, its question) hold one
+/// leg at a time: that one is kept without a vector (an allocation and its free a leg).
+#[derive(Debug)]
+pub(super) enum Candidates {
+    One(Candidate),
+    Many(Vec<Candidate>),
+}
+
+impl std::ops::Deref for Candidates {
+    type Target = [Candidate];
+    fn deref(&self) -> &[Candidate] {
+        match self {
+            Candidates::One(c) => std::slice::from_ref(c),
+            Candidates::Many(v) => v,
+        }
+    }
+}
+
+impl Candidates {
+    /// Adds the newest, dropping the oldest beyond [`MAX_CANDIDATES`].
+    fn push_capped(&mut self, c: Candidate) {
+        match self {
+            Candidates::One(first) => *self = Candidates::Many(vec![*first, c]),
+            Candidates::Many(v) => {
+                if v.len() >= MAX_CANDIDATES {
+                    v.remove(0);
+                }
+                v.push(c);
+            }
+        }
+    }
+
+    /// Takes `id` off; true when none is left.
+    fn remove(&mut self, id: u64) -> bool {
+        match self {
+            Candidates::One(c) => c.id == id,
+            Candidates::Many(v) => {
+                v.retain(|c| c.id != id);
+                v.is_empty()
+            }
+        }
+    }
+}
+
 #[derive(Default)]
 pub(super) struct LegIndex {
     /// By the correlator's own leg ids (a counter, not the wire's): a fast hasher is safe.
@@ -47,9 +91,9 @@ pub(super) struct LegIndex {
     /// By wire data: SipHash (fed at once, see [`Sip`]).
     by_key: HashMap<LegKey, u64, Sip>,
     /// By question alone: its digest is the hash.
-    open_by_q: QMap<Vec<Candidate>>,
-    roots_by_q: HashMap<(IpAddr, QKey), Vec<Candidate>, Sip>,
-    roots_by_socket: HashMap<SocketAddr, Vec<Candidate>, Sip>,
+    open_by_q: QMap<Candidates>,
+    roots_by_q: HashMap<(IpAddr, QKey), Candidates, Sip>,
+    roots_by_socket: HashMap<SocketAddr, Candidates, Sip>,
     /// Changes whenever a leg comes or goes: what `by_key` answers can change only then.
     generation: u64,
     /// Hops the legs hold (see [`LegIndex::bytes`]).
@@ -190,19 +234,17 @@ impl LegIndex {
 
     /// [`LegIndex::open`]'s candidates, oldest first.
     pub(super) fn open_candidates(&self, q: &QKey) -> &[Candidate] {
-        self.open_by_q.get(q).map_or(&[], Vec::as_slice)
+        self.open_by_q.get(q).map_or(&[], |c| c)
     }
 
     /// [`LegIndex::roots`]'s candidates, oldest first.
     pub(super) fn root_candidates(&self, client: IpAddr, q: &QKey) -> &[Candidate] {
-        self.roots_by_q
-            .get(&(client, q.clone()))
-            .map_or(&[], Vec::as_slice)
+        self.roots_by_q.get(&(client, q.clone())).map_or(&[], |c| c)
     }
 
     /// [`LegIndex::roots_from`]'s candidates, oldest first.
     pub(super) fn socket_candidates(&self, socket: &SocketAddr) -> &[Candidate] {
-        self.roots_by_socket.get(socket).map_or(&[], Vec::as_slice)
+        self.roots_by_socket.get(socket).map_or(&[], |c| c)
     }
 
     /// Every leg, to change what no index holds it by (see [`LegIndex::get_mut`]).
@@ -245,27 +287,27 @@ impl LegIndex {
 }
 
 fn push_capped<K: Hash + Eq, S: BuildHasher>(
-    index: &mut HashMap<K, Vec<Candidate>, S>,
+    index: &mut HashMap<K, Candidates, S>,
     key: K,
     c: Candidate,
 ) {
-    let v = index.entry(key).or_default();
-    if v.len() >= MAX_CANDIDATES {
-        v.remove(0);
+    match index.entry(key) {
+        Entry::Occupied(e) => e.into_mut().push_capped(c),
+        Entry::Vacant(e) => {
+            e.insert(Candidates::One(c));
+        }
     }
-    v.push(c);
 }
 
 /// Takes `id` off `key`'s list, and the list out when it is left empty: one lookup (one
 /// hash of the key) either way.
 fn remove_from<K: Hash + Eq, S: BuildHasher>(
-    index: &mut HashMap<K, Vec<Candidate>, S>,
+    index: &mut HashMap<K, Candidates, S>,
     key: K,
     id: u64,
 ) {
     if let Entry::Occupied(mut e) = index.entry(key) {
-        e.get_mut().retain(|c| c.id != id);
-        if e.get().is_empty() {
+        if e.get_mut().remove(id) {
             e.remove();
         }
     }

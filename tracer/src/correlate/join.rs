@@ -66,11 +66,25 @@ impl<D: Detector> Correlator<D> {
             .join_memo
             .as_ref()
             .filter(|m| m.generation == generation && m.is_for(&o));
-        let (client, by_ct, memo_leg) = match memo {
-            Some(m) => (m.client, m.by_ct, Some(m.leg)),
+        let (client, by_ct, memo_leg, same_key) = match memo {
+            Some(m) => (m.client, m.by_ct, Some(m.leg), None),
             None => {
                 let (client, by_ct) = self.canonical_client(o.proto, o.src, o.dst, qr);
-                (client, by_ct, None)
+                // The same message at another point, its addresses NATed on the way: the
+                // same leg key when the client port is the same (its id and question are
+                // the message's), which the leg index answers the same while no leg came
+                // or went.
+                let same_key = self
+                    .join_memo
+                    .as_ref()
+                    .filter(|m| {
+                        m.generation.0 == generation.0
+                            && m.proto == o.proto
+                            && m.client.port() == client.port()
+                            && Arc::ptr_eq(&m.msg, &o.msg)
+                    })
+                    .map(|m| m.leg);
+                (client, by_ct, None, same_key)
             }
         };
         let key = LegKey {
@@ -95,7 +109,10 @@ impl<D: Detector> Correlator<D> {
         let existing = match memo_leg {
             Some(leg) => leg,
             None => {
-                let leg = self.legs.by_key(&key);
+                let leg = match same_key {
+                    Some(leg) => leg,
+                    None => self.legs.by_key(&key),
+                };
                 self.join_memo = Some(JoinMemo {
                     msg: Arc::clone(&o.msg),
                     proto: o.proto,
@@ -273,9 +290,11 @@ impl<D: Detector> Correlator<D> {
             delivered_at: o.at,
             client_netns: o.netns.clone(),
             client_point: o.at,
-            // Room for the answer's hop and a few more without growing.
+            // Room for as many hops as the last leg taken had (on a node, every query
+            // crosses the same few points: both ends of each veth, there and back), so
+            // that the vector does not grow as they come.
             hops: {
-                let mut hops = Vec::with_capacity(4);
+                let mut hops = Vec::with_capacity(self.hop_room);
                 hops.push(hop(Via::Same));
                 hops
             },
@@ -542,6 +561,7 @@ impl<D: Detector> Correlator<D> {
     /// Removes a leg and its index entries, and hands it back.
     pub(super) fn take_leg(&mut self, id: u64) -> Option<Box<Leg>> {
         let leg = self.legs.remove(id)?;
+        self.hop_room = leg.hops.len().clamp(MIN_HOP_ROOM, MAX_HOP_ROOM);
         // Its timeout entry stays, passed over when due, until a sweep.
         let legs = &self.legs;
         self.timeouts

@@ -74,7 +74,19 @@ impl Lookups {
                 }
                 let id = new_id();
                 if !full {
-                    *state = new_state(id);
+                    // A new lookup in the old one's place: its vector and first name's
+                    // buffer reused.
+                    state.id = id;
+                    state.step = 0;
+                    state.last_ts = ts;
+                    state.names.truncate(1);
+                    match state.names.first_mut() {
+                        Some(first) => {
+                            first.clear();
+                            first.push_str(name);
+                        }
+                        None => state.names.push(name.to_string()),
+                    }
                     return (id, 0);
                 }
                 // Pruned with its old state still there, then replaced.
@@ -117,8 +129,8 @@ pub(super) fn same_lookup_names(a: &str, b: &str) -> bool {
     // Walk the leading labels both share; then what is left of each (`None`: no labels).
     let (mut pa, mut pb, mut common) = (0, 0, 0);
     let (ra, rb) = loop {
-        let ea = a[pa..].find('.').map_or(a.len(), |i| pa + i);
-        let eb = b[pb..].find('.').map_or(b.len(), |i| pb + i);
+        let ea = label_end(a, pa);
+        let eb = label_end(b, pb);
         if a[pa..ea] != b[pb..eb] {
             break (Some(&a[pa..]), Some(&b[pb..]));
         }
@@ -133,6 +145,17 @@ pub(super) fn same_lookup_names(a: &str, b: &str) -> bool {
         return false;
     }
     labels_end_with(ra, rb) || labels_end_with(rb, ra)
+}
+
+/// Where the label of `s` that starts at `from` ends: at its dot, or at the end. A byte
+/// search: labels are short, and `str::find`'s searcher costs more to set up than it
+/// saves on them.
+fn label_end(s: &str, from: usize) -> usize {
+    s.as_bytes()
+        .iter()
+        .skip(from)
+        .position(|&b| b == b'.')
+        .map_or(s.len(), |i| from + i)
 }
 
 /// What follows the label of `s` that ends at `end` (`None`: it was the last).

@@ -30,7 +30,7 @@ mod reorder;
 pub(crate) mod sip;
 
 use std::{
-    collections::{BTreeSet, HashMap, VecDeque},
+    collections::{hash_map::Entry, BTreeSet, HashMap, VecDeque},
     net::{IpAddr, SocketAddr},
     sync::Arc,
 };
@@ -180,6 +180,60 @@ pub struct CorrelateStats<S> {
 /// A reported client query: (first ts, dns id, question, backend).
 type RecentQuery = (u64, u16, QKey, SocketAddr);
 
+/// A socket's recent queries, oldest first. Most sockets ask once (a resolver takes a new
+/// port a query) or twice (an A/AAAA pair): one is kept without a queue's allocation.
+enum RecentQueries {
+    One(RecentQuery),
+    Many(VecDeque<RecentQuery>),
+}
+
+/// Recent queries kept per socket (the newest).
+const RECENT_PER_SOCKET: usize = 16;
+
+impl RecentQueries {
+    fn push(&mut self, r: RecentQuery) {
+        match self {
+            RecentQueries::Many(v) => {
+                v.push_back(r);
+                if v.len() > RECENT_PER_SOCKET {
+                    v.pop_front();
+                }
+            }
+            RecentQueries::One(_) => {
+                let mut v = VecDeque::with_capacity(2);
+                if let RecentQueries::One(first) =
+                    std::mem::replace(self, RecentQueries::Many(VecDeque::new()))
+                {
+                    v.push_back(first);
+                }
+                v.push_back(r);
+                *self = RecentQueries::Many(v);
+            }
+        }
+    }
+
+    /// Takes the oldest off if it was first seen at `ts` or before; true when none is left.
+    fn forget_until(&mut self, ts: u64) -> bool {
+        match self {
+            RecentQueries::One(r) => r.0 <= ts,
+            RecentQueries::Many(v) => {
+                if v.front().is_some_and(|r| r.0 <= ts) {
+                    v.pop_front();
+                }
+                v.is_empty()
+            }
+        }
+    }
+
+    fn iter(&self) -> impl Iterator<Item = &RecentQuery> {
+        let (one, many) = match self {
+            RecentQueries::One(r) => (Some(r), None),
+            RecentQueries::Many(v) => (None, Some(v)),
+        };
+        one.into_iter().chain(many.into_iter().flatten())
+    }
+}
+
 /// The correlator. Feed it observations and conntrack events; call [`Correlator::tick`]
 /// regularly (live: every 50 ms; offline: as file time advances) and
 /// [`Correlator::flush`] at the end. `D`: the detect stage, shown what the correlator sees
@@ -213,7 +267,7 @@ pub(crate) struct Correlator<D: Detector> {
     controls: Vec<Control>,
     /// Recent client queries by socket, to find the sibling of a dropped one (A/AAAA pair)
     /// after its own transaction has been reported: (first ts, dns id, question, backend).
-    recent: HashMap<SocketAddr, VecDeque<RecentQuery>, sip::Sip>,
+    recent: HashMap<SocketAddr, RecentQueries, sip::Sip>,
     /// `recent`'s entries in insertion order, for pruning the oldest in O(1).
     recent_order: VecDeque<(u64, SocketAddr)>,
     /// The questions of the last messages seen (the decode stage shares one decoded
@@ -224,7 +278,15 @@ pub(crate) struct Correlator<D: Detector> {
     /// Where the node cache sends its misses (servers and backends; at most
     /// [`MAX_CACHE_UPSTREAMS`]): a client asking one of them directly bypasses the cache.
     cache_upstreams: std::collections::HashSet<IpAddr>,
+    /// Hops a new leg has room for: as many as the last leg taken out had (within
+    /// [`MIN_HOP_ROOM`]..=[`MAX_HOP_ROOM`]).
+    hop_room: usize,
 }
+
+/// Room for the query's hop and its answer's at least, and at most for a node's usual
+/// path and then some: a leg of more hops grows its vector.
+const MIN_HOP_ROOM: usize = 4;
+const MAX_HOP_ROOM: usize = 16;
 
 /// Addresses kept of the node cache's upstreams.
 const MAX_CACHE_UPSTREAMS: usize = 64;
@@ -329,7 +391,20 @@ impl KeyCache {
         if let Some((_, q)) = self.entries.iter().find(|(m, _)| Arc::ptr_eq(m, msg)) {
             return Some(q.clone());
         }
-        let q = QKey::of(msg)?;
+        let asked = msg.questions.first()?;
+        // Another message of the same question (the query of this answer): its key, not
+        // another lowercased copy of the name and its digest. A key's name is in lower
+        // case, so it is the one `QKey::of` would make exactly when it equals the name
+        // asked but for case.
+        let same = |q: &QKey| {
+            q.qtype == asked.qtype
+                && q.class == asked.class
+                && q.name.eq_ignore_ascii_case(&asked.name)
+        };
+        let q = match self.entries.iter().rev().find(|(_, q)| same(q)) {
+            Some((_, q)) => q.clone(),
+            None => QKey::asked(&asked.name, asked.qtype, asked.class),
+        };
         let entry = (Arc::clone(msg), q.clone());
         if self.entries.len() < KEYS {
             self.entries.push(entry);
@@ -365,6 +440,7 @@ impl<D: Detector> Correlator<D> {
             keys: KeyCache::default(),
             join_memo: None,
             cache_upstreams: Default::default(),
+            hop_room: MIN_HOP_ROOM,
         }
     }
 
@@ -383,14 +459,12 @@ impl<D: Detector> Correlator<D> {
         &mut self,
         (client, first_ts, id, q, backend): (SocketAddr, u64, u16, QKey, SocketAddr),
     ) {
-        // Most sockets ask once or twice (an A/AAAA pair).
-        let per_socket = self
-            .recent
-            .entry(client)
-            .or_insert_with(|| VecDeque::with_capacity(2));
-        per_socket.push_back((first_ts, id, q, backend));
-        if per_socket.len() > 16 {
-            per_socket.pop_front();
+        let r = (first_ts, id, q, backend);
+        match self.recent.entry(client) {
+            Entry::Occupied(e) => e.into_mut().push(r),
+            Entry::Vacant(e) => {
+                e.insert(RecentQueries::One(r));
+            }
         }
         self.recent_order.push_back((first_ts, client));
         // Forget what is older than a retry could be, and bound the size.
@@ -400,12 +474,10 @@ impl<D: Detector> Correlator<D> {
                 break;
             }
             self.recent_order.pop_front();
-            if let Some(v) = self.recent.get_mut(&socket) {
-                if v.front().is_some_and(|r| r.0 <= ts) {
-                    v.pop_front();
-                }
-                if v.is_empty() {
-                    self.recent.remove(&socket);
+            // One hash of the socket, whether its entry goes or stays.
+            if let Entry::Occupied(mut e) = self.recent.entry(socket) {
+                if e.get_mut().forget_until(ts) {
+                    e.remove();
                 }
             }
         }
@@ -425,7 +497,7 @@ impl<D: Detector> Correlator<D> {
             .recent
             .get(&l.client)
             .into_iter()
-            .flatten()
+            .flat_map(RecentQueries::iter)
             .map(|(ts, id, q, backend)| (*ts, *id, q, *backend));
         live.chain(old)
             .filter(|(ts, id, _, _)| *id != l.key.id && near(*ts))

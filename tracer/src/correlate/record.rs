@@ -432,7 +432,63 @@ pub struct TransactionRecord {
     pub legs: Vec<LegRecord>,
 }
 
+/// A place's names (by their addresses: namespace, interface) and its pod.
+type NamedPlace = (*const str, *const str, Option<Arc<PodRef>>);
+
 impl TransactionRecord {
+    /// [`RecordKind::annotate_pods`] but the hops' own pods (no sink reads them:
+    /// [`Wants::hop_pods`](crate::output::sink::Wants::hop_pods)): the client's pod, the
+    /// drops' pods, as they would be with them.
+    pub(crate) fn annotate_pods_but_hops(&mut self, names: &Names) {
+        self.annotate(names, false);
+    }
+
+    /// The pods of the record's places; of every hop only when `hops`.
+    fn annotate(&mut self, names: &Names, hops: bool) {
+        // A place's hops share its names (the decode stage's Arcs): one lookup a place,
+        // the rest by address (every hop lives as long as this call, so no address is
+        // another name's).
+        let mut places: [Option<NamedPlace>; 8] = Default::default();
+        for leg in &mut self.legs {
+            for h in leg.hops.iter_mut().filter(|_| hops) {
+                let place = (Arc::as_ptr(&h.netns), Arc::as_ptr(&h.ifname));
+                let known = places.iter().flatten().find(|(ns, ifname, _)| {
+                    std::ptr::addr_eq(*ns, place.0) && std::ptr::addr_eq(*ifname, place.1)
+                });
+                h.pod = match known {
+                    Some((_, _, pod)) => pod.clone(),
+                    None => {
+                        let pod = names.pod_ref_at(&h.netns, &h.ifname).cloned();
+                        if let Some(free) = places.iter_mut().find(|p| p.is_none()) {
+                            *free = Some((place.0, place.1, pod.clone()));
+                        }
+                        pod
+                    }
+                };
+            }
+            if let Some(d) = &mut leg.drop {
+                d.pod = names.pod_ref_at(&d.netns, &d.ifname).cloned();
+            }
+        }
+        self.pod = names.pod_of(&self.client_netns, "");
+        // Traced from the node side only: the client's pod is that of the veth its query
+        // was first seen on.
+        if !self.pod.is_known() {
+            if let Some(h) = self.legs.first().and_then(|l| l.hops.first()) {
+                let named;
+                let pod = if hops {
+                    h.pod_ref()
+                } else {
+                    named = names.pod_ref_at(&h.netns, &h.ifname).cloned();
+                    crate::decode::record::pod_or_none(&named)
+                };
+                self.pod = PodRef {
+                    pod_veth: false,
+                    ..pod.clone()
+                };
+            }
+        }
+    }
     /// Whether the client's question failed, what `--failures` keeps of transactions: not
     /// answered, answered SERVFAIL or REFUSED (the client or any leg), or with a leg dropped,
     /// late or unanswered.
@@ -666,25 +722,7 @@ impl RecordKind for TransactionRecord {
                 .any(|l| l.latency_ns.is_some_and(|l| l > limit_ns))
     }
     fn annotate_pods(&mut self, names: &Names) {
-        for leg in &mut self.legs {
-            for h in &mut leg.hops {
-                h.pod = names.pod_ref_at(&h.netns, &h.ifname).cloned();
-            }
-            if let Some(d) = &mut leg.drop {
-                d.pod = names.pod_ref_at(&d.netns, &d.ifname).cloned();
-            }
-        }
-        self.pod = names.pod_of(&self.client_netns, "");
-        // Traced from the node side only: the client's pod is that of the veth its query
-        // was first seen on.
-        if !self.pod.is_known() {
-            if let Some(h) = self.legs.first().and_then(|l| l.hops.first()) {
-                self.pod = PodRef {
-                    pod_veth: false,
-                    ..h.pod_ref().clone()
-                };
-            }
-        }
+        self.annotate(names, true);
     }
     /// An unanswered or late transaction is an incident, and one answered SERVFAIL.
     fn incident(&self) -> Option<Incident> {

@@ -460,12 +460,25 @@ impl<D: Detector> Correlator<D> {
             .unwrap_or_default();
         let answer_cut = final_root.response.as_ref().and_then(|r| r.cut);
         let client = root.client;
-        let ids: Vec<u64> = legs.iter().map(|l| l.id).collect();
+        // Each leg's index by its id (a transaction of one leg, the usual one, needs no
+        // table of them).
+        let (root_id, one_leg) = (root.id, legs.len() == 1);
+        let ids: Vec<u64> = match legs.len() {
+            1 => Vec::new(),
+            _ => legs.iter().map(|l| l.id).collect(),
+        };
         let parents: Vec<u64> = legs.iter().filter_map(|l| l.parent).collect();
-        let index_of = |id: u64| ids.iter().position(|&l| l == id);
-        // Each leg's parent as an index (a loop's cycle is walked up them).
-        let legs_parent: Vec<Option<usize>> =
-            legs.iter().map(|l| l.parent.and_then(index_of)).collect();
+        let index_of = |id: u64| match one_leg {
+            true => (id == root_id).then_some(0),
+            false => ids.iter().position(|&l| l == id),
+        };
+        // Each leg's parent as an index (a loop's cycle is walked up them), when a leg
+        // closed one.
+        let legs_parent: Vec<Option<usize>> = if legs.iter().any(|l| l.closes_cycle.is_some()) {
+            legs.iter().map(|l| l.parent.and_then(index_of)).collect()
+        } else {
+            Vec::new()
+        };
         let (client_netns, q) = match legs.first_mut() {
             Some(root) => (std::mem::take(&mut root.client_netns), root.key.q.clone()),
             None => return None,

@@ -74,7 +74,8 @@ struct LateAgg {
 struct ClientAgg {
     pod: Option<String>,
     dropped: u64,
-    lookups: HashMap<u64, LookupAgg>,
+    /// By the correlator's own lookup ids (a counter): a fast hasher is safe.
+    lookups: HashMap<u64, LookupAgg, foldhash::fast::RandomState>,
     /// Lookups not followed: more than [`MAX_LOOKUPS`].
     untracked: u64,
     names: BTreeSet<String>,

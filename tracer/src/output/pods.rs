@@ -3,9 +3,15 @@
 use crate::{names::Names, output::record::Record};
 
 /// Fills in the pod fields of `r` where `names` knows the pod (each kind knows its places:
-/// [`annotate_pods`](crate::output::record::RecordKind::annotate_pods)).
-pub fn annotate(r: &mut Record, names: &Names) {
-    r.kind_mut().annotate_pods(names);
+/// [`annotate_pods`](crate::output::record::RecordKind::annotate_pods)); a transaction's
+/// hops only when `hops` (some sink reads them: [`Wants::hop_pods`]).
+///
+/// [`Wants::hop_pods`]: crate::output::sink::Wants::hop_pods
+pub fn annotate(r: &mut Record, names: &Names, hops: bool) {
+    match r {
+        Record::Transaction(t) if !hops => t.annotate_pods_but_hops(names),
+        _ => r.kind_mut().annotate_pods(names),
+    }
 }
 
 #[cfg(test)]
@@ -95,14 +101,30 @@ mod tests {
             location: "nf_hook_slow".into(),
             response: true,
         });
-        let mut r = Record::Transaction(Box::new(fixtures::transaction(
+        let record = Record::Transaction(Box::new(fixtures::transaction(
             "www.lab.test.",
             "A",
             "10.244.1.2:40000",
             Some("NOERROR"),
             vec![leg],
         )));
-        annotate(&mut r, &names);
+        // No sink reads the hops' pods: the client's and the drop's are named all the same.
+        let mut r = record.clone();
+        annotate(&mut r, &names, false);
+        let Record::Transaction(t) = r else {
+            unreachable!()
+        };
+        assert!(t.legs[0].hops.iter().all(|h| h.pod.is_none()));
+        let drop = t.legs[0].drop.as_ref().unwrap();
+        assert!(Arc::ptr_eq(
+            drop.pod.as_ref().unwrap(),
+            names.pod_ref_at("host", "veth-a").unwrap()
+        ));
+        assert_eq!(t.pod.pod.as_deref(), Some("default/client-1"));
+        assert!(!t.pod.pod_veth);
+
+        let mut r = record;
+        annotate(&mut r, &names, true);
         let Record::Transaction(t) = r else {
             unreachable!()
         };

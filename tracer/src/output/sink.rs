@@ -81,14 +81,20 @@ pub struct Wants {
     /// What it would do with the packet records of whole messages made now (asked every
     /// turn, before the turn's packets are decoded).
     pub packet_records: PacketRecords,
+    /// The pods of transactions' hops (asked once, when the run starts): a sink that
+    /// reads only a transaction's client and drops (the agent's metrics and events) spares
+    /// every hop its lookup when no sink wants them.
+    pub hop_pods: bool,
 }
 
 impl Default for Wants {
-    /// No sources; packet records wanted (a sink that says nothing gets them).
+    /// No sources; packet records and hops' pods wanted (a sink that says nothing gets
+    /// them).
     fn default() -> Self {
         Self {
             sources: false,
             packet_records: PacketRecords::Wanted,
+            hop_pods: true,
         }
     }
 }
@@ -173,6 +179,11 @@ impl<'a> Sinks<'a> {
     /// Some sink reads the batches' sources: the runner keeps them.
     pub fn wants_sources(&self) -> bool {
         self.list.iter().any(|s| s.wants().sources)
+    }
+
+    /// Some sink reads the pods of transactions' hops ([`Wants::hop_pods`]).
+    pub fn wants_hop_pods(&self) -> bool {
+        self.list.iter().any(|s| s.wants().hop_pods)
     }
 
     /// No sink wants packet records now: one refuses them (its queue is full), or every

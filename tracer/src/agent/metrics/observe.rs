@@ -5,7 +5,7 @@ use std::{
     sync::Arc,
 };
 
-use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::{counter::Counter, histogram::Histogram};
 
 use super::{
     labels::{
@@ -67,9 +67,74 @@ pub(super) struct Memory {
     /// Findings windows closed, and records they did not follow, at the last look.
     findings_closed: u64,
     findings_untracked: u64,
+    series: Series,
+}
+
+/// The per-query series of the metrics without a `namespace` label, by their labels'
+/// addresses: every label of these is a `&'static str` of a fixed set, so a handful of
+/// series, each found by a few words hashed instead of its labels' text (a family's map
+/// hashes every label with SipHash; a transaction of one leg looks up five series). A
+/// handle shares its series' value with the family (the registry encodes the same one).
+#[derive(Debug, Default)]
+struct Series {
+    counters: HashMap<SeriesKey, Counter, foldhash::fast::RandomState>,
+    histograms: HashMap<SeriesKey, Histogram, foldhash::fast::RandomState>,
+}
+
+/// (family, its labels' addresses and lengths): the same key is the same labels. Labels
+/// of equal text at two addresses are two keys of one series (the family's).
+type SeriesKey = (Family, [(usize, usize); 4]);
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+enum Family {
+    Queries,
+    Responses,
+    Unanswered,
+    LegDuration,
+    Transactions,
+    TransactionDuration,
+}
+
+fn series_key(family: Family, labels: [&'static str; 4]) -> SeriesKey {
+    (family, labels.map(|l| (l.as_ptr() as usize, l.len())))
 }
 
 impl Metrics {
+    /// Adds one to the counter of `family` with `labels`: from the series' handle when
+    /// `namespace` is none (every label static), else from the family by `make`'s labels.
+    fn inc(
+        &self,
+        family: Family,
+        labels: [&'static str; 4],
+        namespace: &NamespaceLabel,
+        get: impl FnOnce() -> Counter,
+    ) {
+        if namespace.0.is_some() {
+            get().inc();
+            return;
+        }
+        let key = series_key(family, labels);
+        let mut mem = self.memory();
+        mem.series.counters.entry(key).or_insert_with(get).inc();
+    }
+
+    /// [`Metrics::inc`] for a histogram (whose labels are all static): observes `v`.
+    fn observe_in(
+        &self,
+        family: Family,
+        labels: [&'static str; 4],
+        v: f64,
+        get: impl FnOnce() -> Histogram,
+    ) {
+        let key = series_key(family, labels);
+        let mut mem = self.memory();
+        mem.series
+            .histograms
+            .entry(key)
+            .or_insert_with(get)
+            .observe(v);
+    }
+
     /// Counts one record of the pipeline's output.
     pub fn observe(&self, record: &Record) {
         match record {
@@ -142,17 +207,31 @@ impl Metrics {
         }
         let outcome = t.outcome.as_str();
         let namespace = self.namespace_of(t);
-        self.transactions
-            .get_or_create(&TransactionLabels {
-                qtype,
-                outcome,
-                namespace: namespace.clone(),
-            })
-            .inc();
+        self.inc(
+            Family::Transactions,
+            [qtype, outcome, "", ""],
+            &namespace,
+            || {
+                self.transactions
+                    .get_or_create(&TransactionLabels {
+                        qtype,
+                        outcome,
+                        namespace: namespace.clone(),
+                    })
+                    .clone()
+            },
+        );
         if let Some(ns) = t.latency_ns {
-            self.transaction_duration
-                .get_or_create(&QtypeLabels { qtype })
-                .observe(ns as f64 / 1e9);
+            self.observe_in(
+                Family::TransactionDuration,
+                [qtype, "", "", ""],
+                ns as f64 / 1e9,
+                || {
+                    self.transaction_duration
+                        .get_or_create(&QtypeLabels { qtype })
+                        .clone()
+                },
+            );
         }
         for leg in &t.legs {
             self.observe_leg(leg, leg_label(leg), qtype, &namespace);
@@ -197,40 +276,59 @@ impl Metrics {
         namespace: &NamespaceLabel,
     ) {
         let proto = leg.proto.as_str();
-        self.queries
-            .get_or_create(&QueryLabels {
-                leg: l,
-                proto,
-                qtype,
-                namespace: namespace.clone(),
-            })
-            .inc();
+        self.inc(Family::Queries, [l, proto, qtype, ""], namespace, || {
+            self.queries
+                .get_or_create(&QueryLabels {
+                    leg: l,
+                    proto,
+                    qtype,
+                    namespace: namespace.clone(),
+                })
+                .clone()
+        });
         match (leg.outcome, &leg.rcode) {
             (LegOutcome::Answered | LegOutcome::Truncated, Some(rcode)) => {
-                self.responses
-                    .get_or_create(&ResponseLabels {
-                        leg: l,
-                        proto,
-                        qtype,
-                        rcode: rcode_label(rcode),
-                        namespace: namespace.clone(),
-                    })
-                    .inc();
+                let rcode = rcode_label(rcode);
+                self.inc(
+                    Family::Responses,
+                    [l, proto, qtype, rcode],
+                    namespace,
+                    || {
+                        self.responses
+                            .get_or_create(&ResponseLabels {
+                                leg: l,
+                                proto,
+                                qtype,
+                                rcode,
+                                namespace: namespace.clone(),
+                            })
+                            .clone()
+                    },
+                );
                 if let Some(ns) = leg.latency_ns {
-                    self.leg_duration
-                        .get_or_create(&LegLabels { leg: l, proto })
-                        .observe(ns as f64 / 1e9);
+                    self.observe_in(
+                        Family::LegDuration,
+                        [l, proto, "", ""],
+                        ns as f64 / 1e9,
+                        || {
+                            self.leg_duration
+                                .get_or_create(&LegLabels { leg: l, proto })
+                                .clone()
+                        },
+                    );
                 }
             }
             (LegOutcome::Unanswered | LegOutcome::Dropped | LegOutcome::Late, _) => {
-                self.unanswered
-                    .get_or_create(&QueryLabels {
-                        leg: l,
-                        proto,
-                        qtype,
-                        namespace: namespace.clone(),
-                    })
-                    .inc();
+                self.inc(Family::Unanswered, [l, proto, qtype, ""], namespace, || {
+                    self.unanswered
+                        .get_or_create(&QueryLabels {
+                            leg: l,
+                            proto,
+                            qtype,
+                            namespace: namespace.clone(),
+                        })
+                        .clone()
+                });
             }
             _ => {}
         }
