@@ -1,5 +1,6 @@
 //! Following a namespace's conntrack table: a dump of what exists, then the kernel's
-//! NEW/UPDATE/DESTROY events, resynchronised with a new dump whenever events were lost.
+//! NEW and DESTROY events (no UPDATEs: they repeat a NEW's tuples), resynchronised with a
+//! new dump whenever events were lost.
 use std::{
     sync::{
         atomic::{AtomicU64, Ordering},
@@ -20,7 +21,6 @@ use crate::event::{ConntrackEvent, CtChange, SourceEvent};
 
 /// `enum nfnetlink_groups` (nfnetlink_compat.h / nfnetlink.h).
 const NFNLGRP_CONNTRACK_NEW: u32 = 1;
-const NFNLGRP_CONNTRACK_UPDATE: u32 = 2;
 const NFNLGRP_CONNTRACK_DESTROY: u32 = 3;
 /// Datagrams taken per [`ConntrackWatcher::next_events`] call, so a busy table cannot keep
 /// a caller from its stop or from the other namespaces.
@@ -219,7 +219,7 @@ impl WatchSummary {
 
 /// Conntrack events of the network namespace the opening thread was in.
 ///
-/// Two sockets: one subscribed to NFNLGRP_CONNTRACK_NEW/UPDATE/DESTROY, one for dumps, so
+/// Two sockets: one subscribed to NFNLGRP_CONNTRACK_NEW and _DESTROY, one for dumps, so
 /// dump replies and events never interleave. The event socket subscribes before the first
 /// dump, so nothing falls between them; an entry created meanwhile may be reported twice
 /// (Existing and New). The event socket gets its kernel filter before it subscribes.
@@ -257,11 +257,11 @@ impl ConntrackWatcher {
         let events = CtSocket::open()?;
         events.set_rcvbuf(opts.rcvbuf);
         let kernel_filter = opts.kernel_filter && attach_port_filter(&events, opts, netns_cookie);
-        for group in [
-            NFNLGRP_CONNTRACK_NEW,
-            NFNLGRP_CONNTRACK_UPDATE,
-            NFNLGRP_CONNTRACK_DESTROY,
-        ] {
+        // No UPDATE group: an update (a flow's first reply, then ASSURED) repeats the tuples
+        // its NEW gave, and the correlator learns nothing from it; a DNS forwarder's every
+        // query is a new flow (a random source port), so updates were a third of the events
+        // (a NEW missed in an overrun is made up by the resync dump).
+        for group in [NFNLGRP_CONNTRACK_NEW, NFNLGRP_CONNTRACK_DESTROY] {
             events.subscribe(group)?;
         }
         let mut w = Self {
