@@ -244,7 +244,7 @@ fn drops_are_reported_with_and_without_the_skb_window() {
 /// A drop that finds the `EVENTS` ring buffer full goes to the reserve ring when it may be a
 /// race's loser — its entry went through a NAT hook and was never confirmed (freed inside
 /// netfilter) — and is counted lost otherwise: the flood's own drops never take the
-/// reserve's room. 26,000 drops to a closed port (656-byte records into 16 MiB: ~25,000)
+/// reserve's room. 26,000 drops to a closed port (656-byte records into 8 MiB: ~12,800)
 /// fill `EVENTS`; then 20 queries DNAT'd and dropped by a filter rule (unconfirmed,
 /// `DST_NAT_DONE`) in a namespace of the test's own all go to the reserve.
 #[test]
