@@ -35,7 +35,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "ebpf", "event", "host", "kallsyms", "kube", "memory", "names", "time",
         ],
     ),
-    ("conntrack", &["event", "kernel", "time"]),
+    ("conntrack", &["event", "kernel", "memory", "time"]),
     ("source", &["event", "names", "time"]),
     // The stages.
     (

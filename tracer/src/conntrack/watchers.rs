@@ -329,6 +329,7 @@ fn run(shared: &Shared, tx: &SyncSender<SourceEvent>) -> Result<(), ConntrackErr
     loop {
         // Requests first: a namespace added hands out its dump and a first sample.
         let requests: Vec<Request> = lock(&shared.requests).drain(..).collect();
+        let added = requests.iter().any(|r| matches!(r, Request::Add(_)));
         for r in requests {
             match r {
                 Request::Add(w) => {
@@ -346,6 +347,12 @@ fn run(shared: &Shared, tx: &SyncSender<SourceEvent>) -> Result<(), ConntrackErr
                 }
                 Request::Remove(cookie) => watched.retain(|w| w.watcher.netns() != cookie),
             }
+        }
+        if added {
+            // A namespace's first dump allocates its socket's buffer and parses the table,
+            // then frees them: handed back now, not kept resident by an idle thread (110
+            // namespaces at start-up).
+            crate::memory::release_freed();
         }
         if shared.stop.load(Ordering::Relaxed) {
             break;
