@@ -20,6 +20,26 @@ pub(crate) fn root_or_skip(why: &str) -> bool {
     );
 }
 
+/// Runs a tool a test needs (`conntrack`, `nft`, `ip`); `false` (said: `SKIPPED`) when it
+/// is not installed, so the test can say it did not run; a failure of the tool fails the
+/// test with its stderr.
+pub(crate) fn tool(name: &str, args: &[&str]) -> bool {
+    match std::process::Command::new(name).args(args).output() {
+        Ok(o) => {
+            assert!(
+                o.status.success(),
+                "{name} {args:?}: {}",
+                String::from_utf8_lossy(&o.stderr)
+            );
+            true
+        }
+        Err(e) => {
+            eprintln!("SKIPPED: {name} not runnable: {e}");
+            false
+        }
+    }
+}
+
 /// Conntrack statistics of `netns` at `ts`: CPU 1 with `insert_failed` (and `drop`) and
 /// `clash_resolve` at the given totals, CPU 0 with none.
 pub(crate) fn ct_sample(

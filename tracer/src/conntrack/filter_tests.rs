@@ -5,7 +5,6 @@
 //! nothing of the host's namespaces is touched).
 use std::{
     net::{Ipv4Addr, UdpSocket},
-    process::Command,
     sync::{
         atomic::{AtomicBool, Ordering},
         Arc,
@@ -27,6 +26,7 @@ use crate::{
         ConntrackWatcher, PortFilter, WatchOptions,
     },
     event::{CtChange, SourceEvent},
+    test_support::tool,
 };
 
 // ---------------------------------------------------------------------------------------
@@ -353,23 +353,6 @@ fn in_new_netns<T: Send>(f: impl FnOnce() -> T + Send) -> T {
     })
 }
 
-/// Runs a tool; `false` (said) when it is not installed, so the test can say it did not run.
-fn tool(name: &str, args: &[&str]) -> bool {
-    match Command::new(name).args(args).output() {
-        Ok(o) => {
-            assert!(
-                o.status.success(),
-                "{name} {args:?}: {}",
-                String::from_utf8_lossy(&o.stderr)
-            );
-            true
-        }
-        Err(e) => {
-            eprintln!("SKIPPED: {name} not runnable: {e}");
-            false
-        }
-    }
-}
 
 /// `enum nfnetlink_groups`: NFNLGRP_CONNTRACK_NEW, _UPDATE, _DESTROY.
 const EVENT_GROUPS: [u32; 3] = [1, 2, 3];

@@ -41,23 +41,6 @@ fn schedule_without_an_interval_never_overflows() {
     assert_eq!(s.next(), None);
 }
 
-/// Runs `conntrack` (conntrack-tools) in our namespace; `false` (said) when it is missing.
-fn conntrack_tool(args: &[&str]) -> bool {
-    match Command::new("conntrack").args(args).output() {
-        Ok(o) => {
-            assert!(
-                o.status.success(),
-                "conntrack {args:?}: {}",
-                String::from_utf8_lossy(&o.stderr)
-            );
-            true
-        }
-        Err(e) => {
-            eprintln!("SKIPPED: conntrack (conntrack-tools) not runnable: {e}");
-            false
-        }
-    }
-}
 
 /// A conntrack entry of ours (TEST-NET-1, no traffic) to port `dport`, deleted on drop.
 struct TestEntry(String);
@@ -80,7 +63,7 @@ impl TestEntry {
             "-t",
             "60",
         ];
-        conntrack_tool(&args).then(|| Self(port))
+        crate::test_support::tool("conntrack", &args).then(|| Self(port))
     }
 }
 
