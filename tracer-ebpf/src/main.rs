@@ -55,7 +55,7 @@ const TC_NEXT: i32 = -1;
 /// (`copies.rs`), ~1 KB a query in all, and 0 were lost at 20,000 qps in the bench (two
 /// runs; 665 of 1.9 million at 4 MiB on a busy machine). Userspace maps its pages twice (the
 /// ring's wrap-around), which resident-memory figures count twice: 16 of an idle agent's
-/// 49 MiB (32 of 65 at 16 MiB).
+/// 47 MiB (32 of 65 at 16 MiB).
 #[map]
 static EVENTS: RingBuf = RingBuf::with_byte_size(8 * 1024 * 1024, 0);
 

@@ -33,6 +33,9 @@ pub struct RecordReader {
     /// a slot is taken again only by the message `per_cpu` later).
     messages: Vec<Vec<Held>>,
     per_cpu: usize,
+    /// The kernel's possible CPUs: an id naming another is not the kernel's (a garbled
+    /// record) and is never held, so the tables stay within `cpus × per_cpu`.
+    cpus: usize,
 }
 
 /// A message sent whole: its id, its record's bytes, and where its UDP payload starts.
@@ -56,16 +59,19 @@ impl Default for RecordReader {
         Self {
             messages: Vec::new(),
             per_cpu: (HELD_MESSAGES / cpus).next_power_of_two().max(MIN_HELD_PER_CPU),
+            cpus,
         }
     }
 }
 
 impl RecordReader {
     fn slot(&mut self, msg: u64) -> Option<&mut Held> {
-        let cpu = ((msg >> 48) as usize).checked_sub(1)?;
+        let cpu = ((msg >> 48) as usize)
+            .checked_sub(1)
+            .filter(|&c| c < self.cpus)?;
         let n = (msg & ((1 << 48) - 1)) as usize % self.per_cpu;
         if self.messages.len() <= cpu {
-            // At most 65,535 CPUs (16 bits); one table each, made when its CPU is first seen.
+            // One table a CPU, made when its CPU is first seen.
             self.messages.resize_with(cpu + 1, Vec::new);
         }
         let table = self.messages.get_mut(cpu)?;
@@ -326,6 +332,8 @@ mod tests {
     #[test]
     fn copy_records_are_rebuilt_from_their_message() {
         let mut r = RecordReader::default();
+        // As on a node of four CPUs, whatever this machine has.
+        r.cpus = 4;
         let cpu2 = 3u64 << 48;
         let first = datagram(5, 0xaa, b"the dns payload");
         let whole = record(EventKind::Packet, cpu2 | 7, 0, first.len() as u32, &first);
@@ -362,6 +370,14 @@ mod tests {
         ));
         // A copy read on its own (no reader before it) is lost too, never made up.
         assert!(matches!(parse_record(&copy), SourceEvent::Garbled { .. }));
+        // An id naming a CPU beyond the kernel's (a garbled record): never held.
+        let beyond = ((r.cpus as u64 + 1) << 48) | 7;
+        r.parse(&record(EventKind::Packet, beyond, 0, first.len() as u32, &first));
+        assert!(r.messages.len() <= r.cpus);
+        assert!(matches!(
+            r.parse(&record(EventKind::Copy, beyond, 1, 32, headers)),
+            SourceEvent::Garbled { .. }
+        ));
         // Message id 0 (no CPU): not held, never found.
         assert!(matches!(
             r.parse(&record(EventKind::Copy, 0, 1, 32, headers)),
