@@ -247,3 +247,70 @@ fn a_namespace_made_while_tracing_is_traced_from_its_first_query() {
         "no conntrack event from the new namespace's NAT: {ct}"
     );
 }
+
+/// Conntrack is followed in every namespace, not the first 64 (its old cap): 70 namespaces
+/// of the test's own besides the lab's, there before the tracer starts, and the NAT of a
+/// query in the last of them is read from its table; no namespace is capped. The tracer
+/// watches a port only that query uses, so every conntrack event it counts is that NAT's.
+#[test]
+fn conntrack_is_followed_in_a_namespace_beyond_the_64th() {
+    const PORT: &str = "5399";
+    let Some(lab) = lab() else { return };
+    let many: Vec<TestNetns> = (0..70)
+        .map(|i| TestNetns::new(format!("{}-ct{i}", lab.prefix())))
+        .collect();
+    let last = many[many.len() - 1].0.clone();
+    let to = format!("127.0.0.2:{PORT}");
+    let out = lab.iptables_rule(
+        &last,
+        "-t",
+        &[
+            "nat",
+            "-A",
+            "OUTPUT",
+            "-p",
+            "udp",
+            "-d",
+            "127.0.0.1",
+            "--dport",
+            PORT,
+            "-j",
+            "DNAT",
+            "--to-destination",
+            &to,
+        ],
+    );
+    assert!(out.status.success(), "{out:?}");
+    let args = ["trace", "-o", "json", "--all-netns", "--port", PORT];
+    let t = Tracer::start(&lab, lab.node_ns(), &args).unwrap();
+    // The conntrack thread opens each namespace after the first scan.
+    thread::sleep(Duration::from_millis(1500));
+    let o = Command::new("ip")
+        .args([
+            "netns", "exec", &last, "dig", "+time=1", "+tries=1", "-p", PORT,
+        ])
+        .args(["@127.0.0.1", "beyond.test."])
+        .output()
+        .unwrap();
+    assert!(
+        String::from_utf8_lossy(&o.stdout).contains("beyond.test"),
+        "{o:?}"
+    );
+    let out = t.stop();
+    drop(many);
+    assert!(out.status.success(), "{}", out.stderr);
+    let recs = records(&out.stdout);
+    assert!(
+        packets_for(&recs, "beyond.test.")
+            .iter()
+            .any(|r| r["netns"] == last.as_str()),
+        "the query in the 70th namespace not seen"
+    );
+    let ct = &lab::tracer::last_stats(&recs)["conntrack"];
+    assert_eq!(ct["netns_capped"], 0, "{ct}");
+    let live = ct["events"].as_u64().unwrap_or(0) - ct["existing"].as_u64().unwrap_or(0);
+    assert!(
+        live >= 1,
+        "no conntrack event from the 70th namespace's NAT: {ct}"
+    );
+}

@@ -353,7 +353,6 @@ fn in_new_netns<T: Send>(f: impl FnOnce() -> T + Send) -> T {
     })
 }
 
-
 /// `enum nfnetlink_groups`: NFNLGRP_CONNTRACK_NEW, _UPDATE, _DESTROY.
 const EVENT_GROUPS: [u32; 3] = [1, 2, 3];
 

@@ -41,7 +41,6 @@ fn schedule_without_an_interval_never_overflows() {
     assert_eq!(s.next(), None);
 }
 
-
 /// A conntrack entry of ours (TEST-NET-1, no traffic) to port `dport`, deleted on drop.
 struct TestEntry(String);
 

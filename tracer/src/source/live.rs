@@ -58,7 +58,9 @@ impl Default for RecordReader {
         let cpus = aya::util::nr_cpus().unwrap_or(1).max(1);
         Self {
             messages: Vec::new(),
-            per_cpu: (HELD_MESSAGES / cpus).next_power_of_two().max(MIN_HELD_PER_CPU),
+            per_cpu: (HELD_MESSAGES / cpus)
+                .next_power_of_two()
+                .max(MIN_HELD_PER_CPU),
             cpus,
         }
     }
@@ -360,7 +362,13 @@ mod tests {
             } if m == (1 << 48) | 7
         ));
         let n = r.per_cpu as u64;
-        r.parse(&record(EventKind::Packet, cpu2 | (7 + n), 0, first.len() as u32, &first));
+        r.parse(&record(
+            EventKind::Packet,
+            cpu2 | (7 + n),
+            0,
+            first.len() as u32,
+            &first,
+        ));
         assert!(matches!(
             r.parse(&copy),
             SourceEvent::Garbled {
@@ -372,7 +380,13 @@ mod tests {
         assert!(matches!(parse_record(&copy), SourceEvent::Garbled { .. }));
         // An id naming a CPU beyond the kernel's (a garbled record): never held.
         let beyond = ((r.cpus as u64 + 1) << 48) | 7;
-        r.parse(&record(EventKind::Packet, beyond, 0, first.len() as u32, &first));
+        r.parse(&record(
+            EventKind::Packet,
+            beyond,
+            0,
+            first.len() as u32,
+            &first,
+        ));
         assert!(r.messages.len() <= r.cpus);
         assert!(matches!(
             r.parse(&record(EventKind::Copy, beyond, 1, 32, headers)),
