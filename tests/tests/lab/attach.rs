@@ -147,6 +147,29 @@ s.send(dmac + smac + struct.pack('!HHH', 0x8100, 100, 0x0800) + ip + udp)
         .all(|r| r["dns"]["id"] == 0x4242 && r["src"] == "10.244.1.2:40000"));
 }
 
+/// In namespace `ns`, UDP queries to 127.0.0.1:`port` DNATed to 127.0.0.2:`port` (nothing
+/// listens there; the query is still on `lo`), so that its conntrack has a flow to report.
+fn nat_loopback(lab: &lab::Lab, ns: &str, port: &str) {
+    let to = format!("127.0.0.2:{port}");
+    let rule = [
+        "nat",
+        "-A",
+        "OUTPUT",
+        "-p",
+        "udp",
+        "-d",
+        "127.0.0.1",
+        "--dport",
+        port,
+        "-j",
+        "DNAT",
+        "--to-destination",
+        &to,
+    ];
+    let out = lab.iptables_rule(ns, "-t", &rule);
+    assert!(out.status.success(), "{out:?}");
+}
+
 /// One query to 127.0.0.1 from inside namespace `ns` (nothing need listen: the query is on
 /// its `lo` either way).
 fn dig_loopback(ns: &str, name: &str) {
@@ -209,26 +232,7 @@ fn a_namespace_made_while_tracing_is_traced_from_its_first_query() {
     let late = TestNetns::new(name.clone());
     // NAT in the new namespace, so that its conntrack has a DNS flow to report: the query to
     // 127.0.0.1:53 is sent to 127.0.0.2:53 (nothing listens; the query is still on `lo`).
-    let out = lab.iptables_rule(
-        &name,
-        "-t",
-        &[
-            "nat",
-            "-A",
-            "OUTPUT",
-            "-p",
-            "udp",
-            "-d",
-            "127.0.0.1",
-            "--dport",
-            "53",
-            "-j",
-            "DNAT",
-            "--to-destination",
-            "127.0.0.2:53",
-        ],
-    );
-    assert!(out.status.success(), "{out:?}");
+    nat_loopback(&lab, &name, "53");
     thread::sleep(Duration::from_millis(300));
     dig_loopback(&name, "first.test.");
     let out = t.stop();
@@ -260,27 +264,7 @@ fn conntrack_is_followed_in_a_namespace_beyond_the_64th() {
         .map(|i| TestNetns::new(format!("{}-ct{i}", lab.prefix())))
         .collect();
     let last = many[many.len() - 1].0.clone();
-    let to = format!("127.0.0.2:{PORT}");
-    let out = lab.iptables_rule(
-        &last,
-        "-t",
-        &[
-            "nat",
-            "-A",
-            "OUTPUT",
-            "-p",
-            "udp",
-            "-d",
-            "127.0.0.1",
-            "--dport",
-            PORT,
-            "-j",
-            "DNAT",
-            "--to-destination",
-            &to,
-        ],
-    );
-    assert!(out.status.success(), "{out:?}");
+    nat_loopback(&lab, &last, PORT);
     let args = ["trace", "-o", "json", "--all-netns", "--port", PORT];
     let t = Tracer::start(&lab, lab.node_ns(), &args).unwrap();
     // The conntrack thread opens each namespace after the first scan.
