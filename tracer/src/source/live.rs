@@ -333,9 +333,11 @@ mod tests {
     /// message's payload; a copy of a message not held is lost, said why.
     #[test]
     fn copy_records_are_rebuilt_from_their_message() {
-        let mut r = RecordReader::default();
         // As on a node of four CPUs, whatever this machine has.
-        r.cpus = 4;
+        let mut r = RecordReader {
+            cpus: 4,
+            ..Default::default()
+        };
         let cpu2 = 3u64 << 48;
         let first = datagram(5, 0xaa, b"the dns payload");
         let whole = record(EventKind::Packet, cpu2 | 7, 0, first.len() as u32, &first);

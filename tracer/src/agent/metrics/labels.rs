@@ -8,7 +8,10 @@ use prometheus_client::{
 };
 
 use crate::{
-    correlate::LegRole, decode::dns::RrType, detect::loops::LoopKind, output::record::LegRecord,
+    correlate::LegRole,
+    decode::dns::{Rcode, RrType},
+    detect::loops::LoopKind,
+    output::record::LegRecord,
 };
 
 /// Latency buckets (seconds): 100 µs … 1 ms resolve hops inside a node (a veth, a DNAT, a
@@ -24,22 +27,22 @@ pub const QTYPES: [&str; 13] = [
     "A", "AAAA", "PTR", "SRV", "CNAME", "MX", "TXT", "NS", "SOA", "HTTPS", "SVCB", "ANY", "HINFO",
 ];
 
-/// Response codes with a label of their own (IANA mnemonics, as `dns.rcode` spells them);
-/// every other code is `other`.
-pub const RCODES: [&str; 13] = [
-    "NOERROR",
-    "FORMERR",
-    "SERVFAIL",
-    "NXDOMAIN",
-    "NOTIMP",
-    "REFUSED",
-    "YXDOMAIN",
-    "YXRRSET",
-    "NXRRSET",
-    "NOTAUTH",
-    "NOTZONE",
-    "BADVERS",
-    "BADCOOKIE",
+/// Response codes with a label of their own (IANA mnemonics, as `dns.rcode` spells them),
+/// by code; every other code is `other`.
+pub const RCODES: [(u16, &str); 13] = [
+    (0, "NOERROR"),
+    (1, "FORMERR"),
+    (2, "SERVFAIL"),
+    (3, "NXDOMAIN"),
+    (4, "NOTIMP"),
+    (5, "REFUSED"),
+    (6, "YXDOMAIN"),
+    (7, "YXRRSET"),
+    (8, "NXRRSET"),
+    (9, "NOTAUTH"),
+    (10, "NOTZONE"),
+    (16, "BADVERS"),
+    (23, "BADCOOKIE"),
 ];
 
 /// Distinct kernel drop reasons kept as labels (`enum skb_drop_reason` has ~120 names on
@@ -55,12 +58,12 @@ pub fn qtype_label(qtype: RrType) -> &'static str {
         .unwrap_or("other")
 }
 
-pub fn rcode_label(rcode: &str) -> &'static str {
+/// A response code's label: its mnemonic if it is one of [`RCODES`], else `other`.
+pub fn rcode_label(rcode: &Rcode) -> &'static str {
     RCODES
         .iter()
-        .find(|r| r.eq_ignore_ascii_case(rcode))
-        .copied()
-        .unwrap_or("other")
+        .find(|(code, _)| *code == rcode.code())
+        .map_or("other", |(_, name)| name)
 }
 
 /// Where a leg's query went, from what its record says:

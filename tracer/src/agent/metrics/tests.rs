@@ -152,8 +152,19 @@ fn label_maps_are_fixed() {
     // ANY (255), once spelt `*` too.
     assert_eq!(qtype_label(crate::decode::dns::RrType(255)), "ANY");
     assert_eq!(qtype_label("CAA".into()), "other");
-    assert_eq!(rcode_label("NXDOMAIN"), "NXDOMAIN");
-    assert_eq!(rcode_label("RCODE42"), "other");
+    assert_eq!(
+        rcode_label(&crate::decode::dns::Rcode::NXDOMAIN),
+        "NXDOMAIN"
+    );
+    assert_eq!(
+        rcode_label(&crate::decode::dns::Rcode::new(23)),
+        "BADCOOKIE"
+    );
+    assert_eq!(rcode_label(&crate::decode::dns::Rcode::new(42)), "other");
+    // Every label is the code's own mnemonic.
+    for (code, name) in RCODES {
+        assert_eq!(&*crate::decode::dns::Rcode::new(code), name);
+    }
     assert_eq!(
         malformed_label("IP: IPv4 IHL of 3 words is below the 5-word minimum"),
         "ip_header"

@@ -275,7 +275,7 @@ pub(super) fn read_record(
     Ok(Some(Record {
         name,
         rtype: super::RrType(rtype),
-        class: class_name(class),
+        class: super::RrClass(class),
         ttl,
         data,
     }))

@@ -98,7 +98,7 @@ pub struct Record {
     pub name: String,
     #[serde(rename = "type")]
     pub rtype: RrType,
-    pub class: Text,
+    pub class: RrClass,
     pub ttl: u32,
     /// Presentation-format rdata; RFC 3597 `\# len hex` for types without a summary, empty
     /// for empty rdata (RFC 2136 update prerequisites).

@@ -166,7 +166,7 @@ fn response_with_common_types() {
         ]
     );
     assert_eq!(d.answers[0].ttl, 30);
-    assert_eq!(d.answers[0].class, "IN");
+    assert_eq!(d.answers[0].class, RrClass::IN);
     assert_eq!(
         d.authority[0].data,
         "ns1.lab.test. hostmaster.lab.test. 2024010101 3600 600 86400 30"
