@@ -37,7 +37,7 @@ def answer(q, peer):
     a = bytes(h) + q[12:end] + b"\xc0\x0c\0\1\0\1\0\0\0\x1e\0\x04" + bytes([10, 250, 0, 80])
     for n in range(copies):
         if n:
-            time.sleep(0.005)
+            time.sleep(0.1)
         s.sendto(a, peer)
 deadline = time.time() + 120
 while time.time() < deadline:
@@ -64,7 +64,8 @@ impl Hole {
     }
 
     /// A server at [`SLOW_ADDR`] (namespace `<prefix>-slow`) that answers every query after
-    /// `delay`, `copies` times.
+    /// `delay`, `copies` times, 100 ms apart (a client that took the first has closed its
+    /// socket by the next, even on a busy machine).
     pub fn slow(lab: &Lab, delay: std::time::Duration, copies: u32) -> Result<Self, LabError> {
         let delay = format!("{:.3}", delay.as_secs_f64());
         let copies = copies.to_string();

@@ -14,7 +14,8 @@
 //! Pods sit on routed /32 (/128) veths: the node-side end (named like the pod's namespace)
 //! carries `169.254.1.1/32` and `fe80::1/64`, the pod's `eth0` its own address with
 //! default routes via those. Nothing is configured in the machine's root namespace.
-//! Every lab takes a fresh prefix `dpXXXX`, so labs can run side by side; [`Lab::teardown`]
+//! Every lab takes a fresh prefix `dpXXXX`, so labs can run side by side (and a lab test
+//! binary runs in namespaces of its own, [`sandbox`]); [`Lab::teardown`]
 //! (also run on drop, including during a panic) removes exactly what that lab made.
 
 pub mod addr;
@@ -33,6 +34,7 @@ mod process;
 pub mod race;
 mod ready;
 pub mod resolved;
+pub mod sandbox;
 mod servers;
 pub mod tracer;
 pub mod tunnel;

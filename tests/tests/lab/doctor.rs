@@ -883,27 +883,35 @@ fn the_node_systemd_resolved_forwarding_upstream_is_no_finding() {
 
 const CT_MAX: &str = "/proc/sys/net/netfilter/nf_conntrack_max";
 
-/// `nf_conntrack_max` (one value for the machine) lowered for a test, put back on drop, also
-/// when the test panics. Only under the lab lock: no other lab runs meanwhile.
+/// `nf_conntrack_max` (one value for the machine, written in its own network namespace)
+/// lowered for a test, put back on drop, also when the test panics. Each namespace's table
+/// counts its own entries against it: another lab's namespaces, far below it, are not
+/// touched.
 struct CtMax {
     old: String,
 }
 
 impl CtMax {
     fn set(max: u64) -> CtMax {
-        let old = fs::read_to_string(CT_MAX).unwrap();
+        let old = machine_sysctl(|| fs::read_to_string(CT_MAX)).unwrap();
         let guard = CtMax { old };
-        fs::write(CT_MAX, max.to_string()).unwrap();
+        machine_sysctl(|| fs::write(CT_MAX, max.to_string())).unwrap();
         guard
     }
 }
 
 impl Drop for CtMax {
     fn drop(&mut self) {
-        if let Err(e) = fs::write(CT_MAX, self.old.trim()) {
-            eprintln!("could not restore {CT_MAX} to {}: {e}", self.old.trim());
+        let old = self.old.trim();
+        if let Err(e) = machine_sysctl(|| fs::write(CT_MAX, old)) {
+            eprintln!("could not restore {CT_MAX} to {old}: {e}");
         }
     }
+}
+
+/// A machine-wide sysctl read or written in the machine's network namespace.
+fn machine_sysctl<T: Send>(f: impl FnOnce() -> std::io::Result<T> + Send) -> std::io::Result<T> {
+    lab::sandbox::in_machine_netns(f)?
 }
 
 fn ct_count(lab: &Lab, ns: &str) -> u64 {
@@ -930,11 +938,12 @@ fn a_nearly_full_conntrack_table_is_found() {
     let count = ct_count(&lab, node);
     assert!(count >= 400, "{count}");
     // Nothing else may hit the lowered maximum: the machine's namespace stays far below it.
-    let host: u64 = fs::read_to_string("/proc/sys/net/netfilter/nf_conntrack_count")
-        .unwrap()
-        .trim()
-        .parse()
-        .unwrap();
+    let host: u64 =
+        machine_sysctl(|| fs::read_to_string("/proc/sys/net/netfilter/nf_conntrack_count"))
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap();
     let max = count * 100 / 90;
     assert!(
         host < max / 2,
@@ -959,7 +968,12 @@ fn a_nearly_full_conntrack_table_is_found() {
     );
     assert!(f["count"].as_u64().unwrap() >= 400, "{f:#}");
     // Restored: the same entries are a sliver of the machine's maximum.
-    assert_ne!(fs::read_to_string(CT_MAX).unwrap().trim(), max.to_string());
+    assert_ne!(
+        machine_sysctl(|| fs::read_to_string(CT_MAX))
+            .unwrap()
+            .trim(),
+        max.to_string()
+    );
     let out = doctor(&lab, 1).wait();
     let r = report(&out);
     assert!(!kinds(&r).contains(&"conntrack_table_fill"), "{r:#}");

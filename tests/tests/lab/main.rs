@@ -8,6 +8,9 @@
 //! `lab::tracer::Tracer` and real clients in the lab's namespaces, and asserts on the NDJSON
 //! records. A helper a second module needs moves to `shared.rs`; the lab itself (pods,
 //! servers, kube-proxy's rules) is the `lab` library in `tests/src`.
+//!
+//! The binary runs in namespaces of its own ([`lab::sandbox`]): two runs of it at once
+//! (two filters, two worktrees) do not see each other's labs.
 mod agent;
 mod alerts;
 mod analyze;
@@ -30,3 +33,9 @@ mod slow_reader;
 mod trace;
 mod transactions;
 mod tunnels;
+
+/// Before `main`, while the process has one thread: namespaces of its own.
+#[ctor::ctor(unsafe)]
+fn own_namespaces() {
+    lab::sandbox::enter();
+}
