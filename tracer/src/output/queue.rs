@@ -26,10 +26,11 @@ use super::{Record, RecordWriter};
 /// 20k queries/s (about 10 packet records each), some 10–20 MB at most.
 pub const RECORDS: usize = 32_768;
 
-/// The nice value a queue's thread runs at: under CPU contention (a 2-core node, the DNS
-/// pods and the tracer) the scheduler gives the thread reading the ring buffer the CPU first,
-/// so a sink that cannot keep up drops records at its queue instead of the kernel dropping
-/// packets at a full ring buffer. On an idle CPU the thread runs as fast as before.
+/// How much nicer than the process a queue's thread runs: under CPU contention (a 2-core
+/// node, the DNS pods and the tracer) the scheduler gives the thread reading the ring buffer
+/// the CPU first, so a sink that cannot keep up drops records at its queue instead of the
+/// kernel dropping packets at a full ring buffer. On an idle CPU the thread runs as fast as
+/// before.
 pub const SINK_NICE: i32 = 10;
 
 /// How long the end of a run waits for a sink's reader to take what is queued.
@@ -325,14 +326,17 @@ fn error_of<T>(s: &State<T>) -> Option<io::Error> {
         .map(|(kind, msg)| io::Error::new(*kind, msg.clone()))
 }
 
-/// Lowers the calling thread (only it: `PRIO_PROCESS` with a thread id) to [`SINK_NICE`].
-/// Best effort: raising one's own nice value needs no privilege, and if it fails the thread
-/// just keeps the process's priority.
+/// Lowers the calling thread (only it: `PRIO_PROCESS` with a thread id) by [`SINK_NICE`]
+/// from the priority it has (a process started with `nice` keeps its queue threads below
+/// it, never above), at most to 19. Best effort: raising one's own nice value needs no
+/// privilege, and if it fails the thread just keeps the process's priority.
 pub fn yield_to_pipeline() {
-    // SAFETY: gettid and setpriority take and return plain integers; no memory is shared.
+    // SAFETY: gettid, getpriority and setpriority take and return plain integers; no memory
+    // is shared.
     unsafe {
-        let tid = libc::gettid();
-        let _ = libc::setpriority(libc::PRIO_PROCESS, tid as libc::id_t, SINK_NICE);
+        let tid = libc::gettid() as libc::id_t;
+        let now = libc::getpriority(libc::PRIO_PROCESS, tid);
+        let _ = libc::setpriority(libc::PRIO_PROCESS, tid, (now + SINK_NICE).min(19));
     }
 }
 
