@@ -15,6 +15,7 @@ use prometheus_client::{
 
 /// The families the two collectors export, as a scrape's `# TYPE` lines name them (a
 /// counter without its `_total`).
+#[cfg(test)]
 pub(super) const COLLECTED: [&str; 6] = [
     "process_cpu_seconds",
     "process_resident_memory_bytes",
