@@ -216,6 +216,16 @@ impl Metrics {
             "Conntrack clashes the kernel resolved (the race happened, nothing was lost)",
             m.clashes_resolved.clone(),
         );
+        // Both kinds at 0 from the start: a rate or increase then counts the first loop
+        // (a counter's first sample is no increase).
+        for kind in [
+            crate::detect::loops::LoopKind::Cycle,
+            crate::detect::loops::LoopKind::Amplification,
+        ] {
+            let _ = m.loops_detected.get_or_create(&labels::KindLabels {
+                kind: labels::loop_kind_label(kind),
+            });
+        }
         r.register(
             "forwarding_loops_detected",
             "Forwarding loops detected",

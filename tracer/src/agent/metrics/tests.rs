@@ -463,6 +463,18 @@ fn kernel_drops_by_bounded_reason() {
 #[test]
 fn loops_detected_and_active() {
     let m = Metrics::new();
+    // Both kinds there at 0 before any loop.
+    let t = m.encode();
+    for kind in ["cycle", "amplification"] {
+        assert_eq!(
+            value(
+                &t,
+                &format!(r#"dnspath_forwarding_loops_detected_total{{kind="{kind}"}}"#)
+            ),
+            Some(0.0),
+            "{t}"
+        );
+    }
     m.observe(&Record::Loop(loop_record(1, LoopState::Detected, 1)));
     m.observe(&Record::Loop(loop_record(1, LoopState::Ongoing, 2)));
     m.observe(&Record::Loop(loop_record(2, LoopState::Detected, 3)));
