@@ -51,9 +51,9 @@ UNANSWERED_ALERT_RATIO = 0.05
 METRIC = re.compile(r"\b((?:dnspath|process)_[a-z_]+)")
 
 
-def zero(sel=NODE):
+def zero():
     """0 for every node with an agent: what `or on (node)` falls back to."""
-    return f"0 * sum by (node) (dnspath_build_info{{{sel if sel == NODE else NODE}}})"
+    return f"0 * sum by (node) (dnspath_build_info{{{NODE}}})"
 
 
 def rate(metric, sel, by):
@@ -65,10 +65,11 @@ def or_zero(expr):
 
 
 def metrics_of(exprs):
-    """The families the expressions read, as docs/metrics.md names them."""
+    """The families the expressions read, as docs/metrics.md names them (the 0 fallback's
+    `dnspath_build_info` aside: it is not what the panel shows)."""
     out = []
     for e in exprs:
-        for m in METRIC.findall(e):
+        for m in METRIC.findall(e.replace(zero(), "")):
             m = re.sub(r"_(bucket|count|sum)$", "", m)
             if m not in out:
                 out.append(m)
@@ -245,8 +246,9 @@ def cluster():
         f" or 0 * {rate(RESP, NODE + ',' + CLIENT_LEGS, 'node')})"
         f" / {rate(RESP, NODE + ',' + CLIENT_LEGS, 'node')}"
     )
+    # `>= 0` leaves out a leg without answers in the window (NaN), rather than draw it.
     leg_q = lambda q: (  # noqa: E731
-        f"histogram_quantile({q}, sum by (le, leg) (rate({LEG}{{{NODE}}}[{RATE}])))",
+        f"histogram_quantile({q}, sum by (le, leg) (rate({LEG}{{{NODE}}}[{RATE}]))) >= 0",
         f"{{{{leg}}}} p{int(q * 100)}",
     )
     return board(
@@ -271,7 +273,7 @@ def cluster():
                 "Client question latency",
                 "The client's first query to the answer it got, retries included: above 4.5 s a lookup waited out a resolver timeout.",
                 [
-                    (f"histogram_quantile({q}, sum by (le) (rate(dnspath_dns_transaction_duration_seconds_bucket{{{NODE}}}[{RATE}])))", f"p{int(q * 100)}")
+                    (f"histogram_quantile({q}, sum by (le) (rate(dnspath_dns_transaction_duration_seconds_bucket{{{NODE}}}[{RATE}]))) >= 0", f"p{int(q * 100)}")
                     for q in (0.5, 0.9, 0.99)
                 ],
                 "s", 8,
@@ -407,7 +409,7 @@ def drilldown():
             graph(
                 "Leg latency p99 by node",
                 "99th percentile of each leg's latency, per node (the histograms have no namespace label).",
-                [(f"histogram_quantile(0.99, sum by (node, leg, le) (rate({LEG}{{{NODE}}}[{RATE}])))", "{{node}} {{leg}}")],
+                [(f"histogram_quantile(0.99, sum by (node, leg, le) (rate({LEG}{{{NODE}}}[{RATE}]))) >= 0", "{{node}} {{leg}}")],
                 "s", 12,
             ),
         ],
