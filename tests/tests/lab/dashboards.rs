@@ -265,6 +265,9 @@ const AGENTS: [(&str, &str); 2] = [("lab-a", "127.0.0.1:9253"), ("lab-b", "127.0
 const MEMORY_LIMIT: u64 = 384 << 20;
 const CPU_LIMIT_CORES: f64 = 1.0;
 
+/// An instant query's series: labels and value.
+type Rows = Vec<(BTreeMap<String, String>, f64)>;
+
 fn now() -> f64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -354,7 +357,7 @@ impl Prometheus {
     }
 
     /// An instant query at `at`: each series' labels and value.
-    fn query(&self, expr: &str, at: f64) -> Vec<(BTreeMap<String, String>, f64)> {
+    fn query(&self, expr: &str, at: f64) -> Rows {
         let (code, body) = self.get(
             "/api/v1/query",
             &[("query", expr.to_string()), ("time", format!("{at:.3}"))],
@@ -438,7 +441,7 @@ fn cgroup_mounts() -> String {
     let own = std::fs::read_to_string("/proc/self/cgroup").unwrap();
     let v1: Vec<&str> = own
         .lines()
-        .filter_map(|l| l.splitn(3, ':').nth(1))
+        .filter_map(|l| l.split(':').nth(1))
         .filter(|c| c.split(',').any(|c| c == "memory" || c == "cpu"))
         .collect();
     let mut sh = String::from("set -e; ");
@@ -663,8 +666,7 @@ fn every_panel_has_data_from_prometheus_scraping_two_agents() {
 
     // Every query of every panel, for one node and for all, returns series.
     let boards = dashboards();
-    let mut results: BTreeMap<(String, String, usize), Vec<(BTreeMap<String, String>, f64)>> =
-        BTreeMap::new();
+    let mut results: BTreeMap<(String, String, usize), Rows> = BTreeMap::new();
     let mut count = 0;
     for (file, d) in &boards {
         let leg_default = d["templating"]["list"]
@@ -715,7 +717,7 @@ fn every_panel_has_data_from_prometheus_scraping_two_agents() {
         "{count} queries of {} panels, every one with data",
         results.len()
     );
-    let at = |file: &str, title: &str, i: usize| -> &Vec<(BTreeMap<String, String>, f64)> {
+    let at = |file: &str, title: &str, i: usize| -> &Rows {
         results
             .get(&(file.to_string(), title.to_string(), i))
             .unwrap_or_else(|| panic!("no panel {title:?} in {file}"))
@@ -727,7 +729,7 @@ fn every_panel_has_data_from_prometheus_scraping_two_agents() {
             .unwrap_or_else(|| panic!("no panel {title:?} in {file}"));
         exprs(p)[i].to_string()
     };
-    let value = |rows: &Vec<(BTreeMap<String, String>, f64)>, k: &str, v: &str| -> f64 {
+    let value = |rows: &Rows, k: &str, v: &str| -> f64 {
         rows.iter()
             .filter(|(l, _)| l.get(k).is_some_and(|x| x == v))
             .map(|(_, v)| v)
