@@ -45,7 +45,8 @@ const PACKAGES: &[&str] = &[
     "openssl",
     "stunnel4",
     // promtool: `check metrics` on the agent's exposition, `check rules`/`test rules` on
-    // deploy/alerts.yaml
+    // deploy/alerts.yaml; the server itself runs every dashboard query in the lab
+    // (tests/tests/lab/dashboards.rs)
     "prometheus",
     "curl",
     // the container image (`cargo xtask image`, built offline from scratch) and the deploy
@@ -56,27 +57,42 @@ const PACKAGES: &[&str] = &[
     "runc",
     "catatonit",
 ];
-/// PyPI packages: `kubernetes-validate` checks deploy/*.yaml against Kubernetes' schemas.
-const PIP_PACKAGES: &[PipPackage] = &[PipPackage {
-    name: "kubernetes-validate",
-    version: "1.37.0",
-    module: "kubernetes_validate",
-}];
+/// PyPI packages: `kubernetes-validate` checks deploy/*.yaml against Kubernetes' schemas;
+/// the Grafana Foundation SDK builds deploy/grafana's dashboards (`dashboards.py`); the
+/// Prometheus Operator's models check deploy/podmonitor.yaml.
+const PIP_PACKAGES: &[PipPackage] = &[
+    PipPackage {
+        name: "kubernetes-validate",
+        version: "1.37.0",
+    },
+    PipPackage {
+        name: "grafana-foundation-sdk",
+        // The SDK's releases carry an epoch; this one builds Grafana 11.6's schema.
+        version: "1769699379!11.6.0",
+    },
+    PipPackage {
+        name: "cloudcoil-models-prometheus-operator",
+        version: "0.80.1.0",
+    },
+];
 
-/// A PyPI package and the module that says its version (`python3 -m MODULE --version`).
+/// A PyPI package at a pinned version.
 struct PipPackage {
     name: &'static str,
     version: &'static str,
-    module: &'static str,
 }
 
-/// Installs those of `packages` whose module is missing or of another version (pip of
-/// `python3`, as root).
+/// Installs those of `packages` that are missing or of another version (pip of `python3`,
+/// as root; the installed version as `importlib.metadata` reads it).
 fn install_pip_packages(packages: &[PipPackage]) -> Result<()> {
     for p in packages {
-        let have = output_ok(Command::new("python3").args(["-m", p.module, "--version"]))
-            .unwrap_or_default();
-        if have.split_whitespace().any(|w| w == p.version) {
+        let have = output_ok(Command::new("python3").args([
+            "-c",
+            "import importlib.metadata, sys; print(importlib.metadata.version(sys.argv[1]))",
+            p.name,
+        ]))
+        .unwrap_or_default();
+        if have.trim() == p.version {
             continue;
         }
         eprintln!("xtask: installing {} {} (pip)", p.name, p.version);

@@ -40,13 +40,27 @@ fn documents(path: &Path) -> Vec<Value> {
         .collect()
 }
 
-/// deploy/*.yaml holding Kubernetes objects (the alert rules are Prometheus files).
+/// The Prometheus Operator's API group: its objects are checked against its own schema
+/// ([`the_podmonitor_passes_the_operators_schema`]), not Kubernetes'.
+const OPERATOR_GROUP: &str = "monitoring.coreos.com/";
+
+fn of_operator(d: &Value) -> bool {
+    d.get("apiVersion")
+        .and_then(Value::as_str)
+        .is_some_and(|v| v.starts_with(OPERATOR_GROUP))
+}
+
+/// deploy/*.yaml holding Kubernetes objects (the alert rules are Prometheus files; the
+/// Operator's objects are checked apart).
 fn manifests() -> Vec<PathBuf> {
     let mut v: Vec<PathBuf> = std::fs::read_dir(deploy_dir())
         .unwrap()
         .map(|e| e.unwrap().path())
         .filter(|p| p.extension().is_some_and(|e| e == "yaml" || e == "yml"))
-        .filter(|p| documents(p).iter().any(|d| d.get("apiVersion").is_some()))
+        .filter(|p| {
+            let docs = documents(p);
+            docs.iter().any(|d| d.get("apiVersion").is_some()) && !docs.iter().any(of_operator)
+        })
         .collect();
     v.sort();
     v
@@ -116,6 +130,85 @@ fn every_manifest_passes_kubernetes_validate() {
         "kubernetes-validate accepted `hostNetwrk`: {}",
         String::from_utf8_lossy(&o.stdout)
     );
+}
+
+/// Validates a PodMonitor against the Prometheus Operator's schema (the pydantic models
+/// of PyPI's `cloudcoil-models-prometheus-operator`, generated from the Operator's CRDs),
+/// strictly: a field the schema does not know is dropped by the model, so the object read
+/// back must equal the file's.
+const VALIDATE_PODMONITOR: &str = r#"
+import json, sys, yaml
+from cloudcoil.models.prometheus_operator.v1 import PodMonitor
+for doc in yaml.safe_load_all(open(sys.argv[1])):
+    if doc is None:
+        continue
+    back = PodMonitor.model_validate(doc).model_dump(by_alias=True, exclude_unset=True, mode="json")
+    if back != doc:
+        sys.exit("fields the schema does not know: %s != %s" % (json.dumps(doc), json.dumps(back)))
+    print("%s %s passed" % (doc["kind"], doc["metadata"]["name"]))
+"#;
+
+fn validate_podmonitor(file: &Path) -> std::process::Output {
+    Command::new("python3")
+        .args(["-c", VALIDATE_PODMONITOR])
+        .arg(file)
+        .output()
+        .expect("python3 (`cargo xtask setup` installs it)")
+}
+
+#[test]
+fn the_podmonitor_passes_the_operators_schema() {
+    let file = deploy_dir().join("podmonitor.yaml");
+    let docs = documents(&file);
+    assert!(docs.iter().all(of_operator), "{docs:?}");
+    assert_eq!(docs[0]["kind"], "PodMonitor");
+    let o = validate_podmonitor(&file);
+    let out = format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert!(
+        o.status.success() && out.contains("PodMonitor dnspath passed"),
+        "deploy/podmonitor.yaml (cloudcoil-models-prometheus-operator, installed by `cargo \
+         xtask setup`): {out}"
+    );
+    // It selects the DaemonSet's pods on a port the pod template names, with the job the
+    // alerts expect.
+    let pm = &docs[0];
+    let ds = daemonset();
+    let labels = &ds["spec"]["template"]["metadata"]["labels"];
+    for (k, v) in pm["spec"]["selector"]["matchLabels"].as_mapping().unwrap() {
+        assert_eq!(&labels[k.as_str().unwrap()], v, "selector {k:?}");
+    }
+    let port = pm["spec"]["podMetricsEndpoints"][0]["port"]
+        .as_str()
+        .unwrap();
+    let ports = &ds["spec"]["template"]["spec"]["containers"][0]["ports"];
+    assert!(
+        ports
+            .as_sequence()
+            .unwrap()
+            .iter()
+            .any(|p| p["name"] == port),
+        "{port}: {ports:?}"
+    );
+    let job_label = pm["spec"]["jobLabel"].as_str().unwrap();
+    assert_eq!(labels[job_label], "dnspath");
+    // The check rejects: a misspelt field fails it.
+    let text = std::fs::read_to_string(&file).unwrap();
+    assert!(text.contains("    - port: metrics"));
+    let dir = std::env::temp_dir().join(format!("dnspath-podmonitor-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let broken = dir.join("podmonitor.yaml");
+    std::fs::write(
+        &broken,
+        text.replace("    - port: metrics", "    - prot: metrics"),
+    )
+    .unwrap();
+    let o = validate_podmonitor(&broken);
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(!o.status.success(), "`prot` accepted: {o:?}");
 }
 
 /// The DaemonSet of deploy/daemonset.yaml.

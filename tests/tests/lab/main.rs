@@ -16,6 +16,7 @@ mod alerts;
 mod analyze;
 mod attach;
 mod conntrack;
+mod dashboards;
 mod deploy;
 mod doctor;
 mod evidence;

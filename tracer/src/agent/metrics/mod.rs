@@ -10,6 +10,7 @@ mod conntrack;
 mod labels;
 mod observe;
 mod otlp;
+mod process;
 
 use std::sync::{Mutex, MutexGuard};
 
@@ -107,7 +108,9 @@ impl Metrics {
     }
 
     pub fn with_config(config: MetricsConfig) -> Self {
-        let mut registry = Registry::with_prefix("dnspath");
+        // The root holds the `process_*` metrics, which keep their common names; every
+        // other metric is the agent's own, under `dnspath_`.
+        let mut registry = Registry::default();
         let m = Metrics {
             config,
             registry: Registry::default(),
@@ -139,7 +142,9 @@ impl Metrics {
             otlp: otlp::OtlpMetrics::default(),
             conntrack: conntrack::ConntrackMetrics::default(),
         };
-        let r = &mut registry;
+        registry.register_collector(Box::new(process::ProcessCollector));
+        let r = registry.sub_registry_with_prefix("dnspath");
+        r.register_collector(Box::new(process::CgroupCollector));
         // A gauge rather than an OpenMetrics `info`: Prometheus' classic text format (what
         // `promtool check metrics` reads) has no info type; CoreDNS does the same.
         let build: Family<BuildLabels, Gauge> = Family::default();
@@ -211,6 +216,16 @@ impl Metrics {
             "Conntrack clashes the kernel resolved (the race happened, nothing was lost)",
             m.clashes_resolved.clone(),
         );
+        // Both kinds at 0 from the start: a rate or increase then counts the first loop
+        // (a counter's first sample is no increase).
+        for kind in [
+            crate::detect::loops::LoopKind::Cycle,
+            crate::detect::loops::LoopKind::Amplification,
+        ] {
+            let _ = m.loops_detected.get_or_create(&labels::KindLabels {
+                kind: labels::loop_kind_label(kind),
+            });
+        }
         r.register(
             "forwarding_loops_detected",
             "Forwarding loops detected",

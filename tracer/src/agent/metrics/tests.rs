@@ -463,6 +463,18 @@ fn kernel_drops_by_bounded_reason() {
 #[test]
 fn loops_detected_and_active() {
     let m = Metrics::new();
+    // Both kinds there at 0 before any loop.
+    let t = m.encode();
+    for kind in ["cycle", "amplification"] {
+        assert_eq!(
+            value(
+                &t,
+                &format!(r#"dnspath_forwarding_loops_detected_total{{kind="{kind}"}}"#)
+            ),
+            Some(0.0),
+            "{t}"
+        );
+    }
     m.observe(&Record::Loop(loop_record(1, LoopState::Detected, 1)));
     m.observe(&Record::Loop(loop_record(1, LoopState::Ongoing, 2)));
     m.observe(&Record::Loop(loop_record(2, LoopState::Detected, 3)));
@@ -937,9 +949,10 @@ fn every_metric_is_documented_in_docs_metrics() {
     // What `Metrics::new` registers (`r.register("name", …)` / `register_with_unit`), with
     // the suffixes the exposition adds, as a scrape shows them.
     let src = include_str!("mod.rs");
-    let registered: std::collections::BTreeSet<String> = src
+    let mut registered: std::collections::BTreeSet<String> = src
         .split("r.register")
         .skip(1)
+        .filter(|call| !call.starts_with("_collector"))
         .filter_map(|call| {
             let name = call.split('"').nth(1)?;
             let with_unit = call.starts_with("_with_unit");
@@ -950,6 +963,8 @@ fn every_metric_is_documented_in_docs_metrics() {
             })
         })
         .collect();
+    // And what the process and cgroup collectors read at each scrape.
+    registered.extend(super::process::COLLECTED.map(String::from));
     // A family with samples shows in the scrape under a registered name.
     let m = Metrics::new();
     m.observe(&service_transaction("www.lab.test.", "A", 40005, "NOERROR"));
@@ -966,9 +981,10 @@ fn every_metric_is_documented_in_docs_metrics() {
     let doc_text = std::fs::read_to_string(doc).unwrap();
     let listed: std::collections::BTreeSet<String> = doc_text
         .lines()
-        .filter_map(|l| l.trim_start().strip_prefix("| `dnspath_"))
+        .filter_map(|l| l.trim_start().strip_prefix("| `"))
+        .filter(|l| l.starts_with("dnspath_") || l.starts_with("process_"))
         .filter_map(|l| l.split_once('`'))
-        .map(|(name, _)| format!("dnspath_{}", name.trim_end_matches("_total")))
+        .map(|(name, _)| name.trim_end_matches("_total").to_owned())
         .collect();
     assert_eq!(listed, registered, "docs/metrics.md's metric table");
 }
