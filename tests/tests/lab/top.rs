@@ -324,6 +324,7 @@ fn the_screen_shows_the_tables_and_gives_the_terminal_back() {
     }
     let client = format!("{}/10.244.1.2", lab.client_ns());
     let screen = tmux.wait_for("q", &[&client], Duration::from_secs(5));
+    eprintln!("the screen after 3 questions:\n{screen}");
     let line = screen
         .lines()
         .find(|l| l.starts_with(&client))
