@@ -30,6 +30,7 @@ use crate::{
         filter::Filter,
         record::StatsRecord,
         sink::{Sink, Sinks},
+        summarize::SummarySink,
         text::TextSink,
         writer::{RecordsOut, WriterSink},
         Format, JsonSink, View,
@@ -352,7 +353,7 @@ pub fn analyze_source<R: std::io::Read>(
         },
         clock,
     );
-    // The one sink: the records shown, as text or NDJSON.
+    // The records shown, as text or NDJSON, after the run's summary (with transactions).
     let shown = RecordsOut::new(opts.view, opts.filter.clone());
     let writer: Box<dyn Sink> = match opts.format {
         Format::Json => Box::new(WriterSink::new(
@@ -362,6 +363,13 @@ pub fn analyze_source<R: std::io::Read>(
         Format::Text => Box::new(WriterSink::new(shown, TextSink::new(BatchWriter::new(out)))),
     };
     let mut sinks = Sinks::new();
+    if opts.view.transactions() {
+        sinks.push(Box::new(SummarySink::new(
+            opts.format,
+            opts.filter.clone(),
+            Box::new(std::io::stderr()),
+        )));
+    }
     sinks.push(writer);
     // Handed over in batches: the same output, the list's calls shared by many packets.
     let mut runner = Runner::new(pipeline, names, &sinks, RECORDS_A_BATCH);
@@ -584,7 +592,7 @@ mod tests {
         ]);
         let names = |recs: &[serde_json::Value]| -> Vec<String> {
             recs.iter()
-                .filter(|r| r["type"] != "stats")
+                .filter(|r| r["type"] != "stats" && r["type"] != "summary")
                 .map(|r| {
                     let q = if r["type"] == "packet" {
                         &r["dns"]["questions"][0]["name"]

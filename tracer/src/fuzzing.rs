@@ -211,7 +211,7 @@ impl Harness {
                 Record::Loop(_) => 3,
                 Record::Race(_) => 4,
                 Record::FragmentLoss(_) => 5,
-                Record::Stats(_) => continue,
+                Record::Stats(_) | Record::Summary(_) => continue,
             };
             if let Some(n) = self.seen.get_mut(kind) {
                 *n += 1;

@@ -132,6 +132,20 @@ const LAYERS: &[(&str, &[&str])] = &[
         ],
     ),
     ("trace", &["engine", "evidence", "output", "runner"]),
+    // The live tables: the engine with one sink counting records into them.
+    (
+        "top",
+        &[
+            "correlate",
+            "decode",
+            "detect",
+            "engine",
+            "event",
+            "output",
+            "runner",
+            "time",
+        ],
+    ),
     // Findings: what the records amount to (doctor's traffic checks, the agent's findings
     // windows) and the per-server tally the agent's event lines share.
     ("findings", &["correlate", "decode", "detect", "output"]),

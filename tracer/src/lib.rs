@@ -56,6 +56,7 @@ pub(crate) mod pipeline;
 pub mod runner;
 pub mod source;
 pub mod time;
+pub mod top;
 pub mod trace;
 
 #[cfg(test)]

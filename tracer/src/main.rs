@@ -1,6 +1,6 @@
 //! `dnspath`: follow DNS packets through every hop of a Kubernetes node.
 //!
-//! One module a command (`main/trace.rs`, …), the flag groups they share (`main/args.rs`),
+//! One module a command (`main/trace.rs`, `main/top.rs`, …), the flag groups they share (`main/args.rs`),
 //! and the one syntax of durations and sizes (`main/units.rs`).
 use std::process::ExitCode;
 
@@ -14,6 +14,8 @@ mod analyze;
 mod args;
 #[path = "main/doctor.rs"]
 mod doctor;
+#[path = "main/top.rs"]
+mod top;
 #[path = "main/trace.rs"]
 mod trace;
 #[path = "main/units.rs"]
@@ -88,6 +90,20 @@ enum Command {
     ///   dnspath doctor -o json
     #[command(verbatim_doc_comment)]
     Doctor(doctor::DoctorArgs),
+    /// Live tables of every namespace's DNS, refreshed every second: clients (questions/s,
+    /// answered %, NXDOMAIN, SERVFAIL, unanswered, late, dropped, p50/p99, search-list
+    /// expansion), servers (rcodes, unanswered, p50/p99, a forwarder's own time against its
+    /// upstream's), names, and a status line (packets/s, loss, races, loops, kernel drops).
+    /// Full-screen on a terminal (80×24 at least; `q` quits, Tab switches table, ←/→ sort);
+    /// `--once` or `-o json` for scripts. Takes `trace`'s filters.
+    ///
+    /// Examples:
+    ///   dnspath top                                   # full-screen, every namespace
+    ///   dnspath top --namespace kube-system --sort p99_ms
+    ///   dnspath top --once --duration 10              # one table after 10 s
+    ///   dnspath top -o json --interval 5 | jq .servers  # a snapshot every 5 s
+    #[command(verbatim_doc_comment)]
+    Top(top::TopArgs),
 }
 
 fn main() -> ExitCode {
@@ -118,6 +134,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Agent(a) => agent::run(a, kernel_log),
         Command::Doctor(a) => doctor::run(a, kernel_log),
         Command::Analyze(a) => analyze::run(a),
+        Command::Top(a) => top::run(a, kernel_log),
     }
 }
 

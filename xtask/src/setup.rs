@@ -49,6 +49,8 @@ const PACKAGES: &[&str] = &[
     // (tests/tests/lab/dashboards.rs)
     "prometheus",
     "curl",
+    // `dnspath top`'s full-screen view in a real terminal (the lab tests' `top::`)
+    "tmux",
     // the container image (`cargo xtask image`, built offline from scratch) and the deploy
     // tests running it and the DaemonSet's pod (podman 4.3 needs runc here, and catatonit
     // for `kube play`)

@@ -31,6 +31,7 @@ mod race_lab;
 mod races;
 mod shared;
 mod slow_reader;
+mod top;
 mod trace;
 mod transactions;
 mod tunnels;

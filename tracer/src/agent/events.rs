@@ -336,6 +336,7 @@ impl Events {
                 }
             }
             Record::Stats(s) => self.count_loss(s),
+            Record::Summary(_) => {}
             Record::Race(_) | Record::Drop(_) | Record::Packet(_) => {}
         }
     }

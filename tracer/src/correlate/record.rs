@@ -133,7 +133,7 @@ words!(LegOutcome {
 });
 
 /// What became of a client's question.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Outcome {
     /// The answer could reach the asking socket.
     Answered,

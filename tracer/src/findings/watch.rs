@@ -43,7 +43,7 @@ impl Watch {
                 self.more.transaction(t);
             }
             Record::FragmentLoss(f) => self.more.fragment_loss(f),
-            Record::Packet(_) | Record::Stats(_) => {}
+            Record::Packet(_) | Record::Stats(_) | Record::Summary(_) => {}
         }
     }
 

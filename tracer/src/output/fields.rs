@@ -286,8 +286,23 @@ fn records() -> Vec<Record> {
         Record::Transaction(Box::new(transaction)),
         Record::Loop(lp),
         Record::Race(Box::new(race)),
+        Record::Summary(Box::new(summary())),
         Record::Stats(Box::new(stats)),
     ]
+}
+
+/// A summary with every list filled, a server's pod among them.
+fn summary() -> crate::output::summary::SummaryRecord {
+    let mut tally = crate::output::summarize::RunTally::default();
+    tally.add(&fixtures::service_transaction(
+        "www.lab.test.",
+        "A",
+        1,
+        "SERVFAIL",
+    ));
+    let mut s = tally.record();
+    s.busiest_servers[0].pod = Some("kube-system/coredns-a".into());
+    s
 }
 
 /// Every key of every record, with its path (`transaction.legs[].hops[].tunnel.key`), as

@@ -8,6 +8,9 @@ pub mod queue;
 pub mod record;
 pub mod report;
 pub mod sink;
+pub mod summarize;
+pub mod summary;
+pub mod tally;
 pub mod text;
 pub mod writer;
 

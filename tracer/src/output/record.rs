@@ -15,6 +15,7 @@ use crate::{
     decode::{dns::RrType, record::DecodeReport},
     detect::{loops::LoopRecord, race::RaceRecord, DetectStats, Detected},
     names::Names,
+    output::summary::SummaryRecord,
 };
 
 #[derive(Clone, Debug, Serialize)]
@@ -30,6 +31,8 @@ pub enum Record {
     #[serde(rename = "fragment_loss")]
     FragmentLoss(Box<FragmentLossRecord>),
     Stats(Box<StatsRecord>),
+    /// What happened to DNS in the run: written once, just before `stats` (JSON).
+    Summary(Box<SummaryRecord>),
 }
 
 /// Totals; written once, at the end of the run (the agent folds them into its metrics every
@@ -68,6 +71,10 @@ pub struct StatsRecord {
     /// Live, with transactions: what the conntrack watchers read and lost.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub conntrack: Option<crate::conntrack::ConntrackStats>,
+    /// `trace -o json` and `analyze -o json`: the run's summary, which the writer writes as a
+    /// `summary` record before this one (not a field of it).
+    #[serde(skip)]
+    pub summary: Option<Box<SummaryRecord>>,
 }
 
 /// What one queued sink did (`stats.sinks`).
@@ -113,6 +120,7 @@ impl Record {
             Record::Race(r) => &**r,
             Record::FragmentLoss(f) => &**f,
             Record::Stats(s) => &**s,
+            Record::Summary(s) => &**s,
         }
     }
 
@@ -126,6 +134,7 @@ impl Record {
             Record::Race(r) => &mut **r,
             Record::FragmentLoss(f) => &mut **f,
             Record::Stats(s) => &mut **s,
+            Record::Summary(s) => &mut **s,
         }
     }
 }

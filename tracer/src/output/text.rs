@@ -493,6 +493,7 @@ impl<W: Write> RecordWriter for TextSink<W> {
             Record::Race(r) => race_line(r),
             Record::FragmentLoss(f) => fragment_loss_line(f),
             Record::Stats(s) => stats_line(s),
+            Record::Summary(s) => super::summary::summary_text(s),
         };
         match &self.node {
             Some(n) => writeln!(self.out, "{n}{line}"),

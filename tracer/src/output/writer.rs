@@ -101,7 +101,11 @@ impl<W: RecordWriter> Sink for WriterSink<W> {
         result
     }
     fn finish(&mut self, stats: &mut StatsRecord, _now_ns: u64) -> io::Result<()> {
-        self.out.write(&Record::Stats(Box::new(stats.clone())))?;
+        let mut stats = stats.clone();
+        if let Some(s) = stats.summary.take() {
+            self.out.write(&Record::Summary(s))?;
+        }
+        self.out.write(&Record::Stats(Box::new(stats)))?;
         self.out.flush()
     }
 }

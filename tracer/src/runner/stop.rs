@@ -4,6 +4,11 @@
 //! records are within `--count`, and the runner stops after the turn it was met in. The
 //! transactions, drops, races and loops of that turn (decided before the stop) go out all
 //! the same; only packets beyond `--count` do not.
+use std::sync::{
+    atomic::{AtomicBool, Ordering},
+    Arc,
+};
+
 use crate::{detect::loops::LoopState, output::Record};
 
 #[derive(Clone, Debug, Default)]
@@ -16,6 +21,9 @@ pub struct StopPolicy {
     /// unfinished TCP messages reported at the end): counted, not written.
     not_written: u64,
     loop_found: bool,
+    /// Set by someone outside the run to end it (`top`'s `q`): the run stops after the turn
+    /// it is seen in, as for a signal.
+    quit: Option<Arc<AtomicBool>>,
 }
 
 impl StopPolicy {
@@ -26,6 +34,12 @@ impl StopPolicy {
             until_loop,
             ..Default::default()
         }
+    }
+
+    /// The same policy, also stopping once `quit` is set (`stats.stopped_by` `quit`).
+    pub fn with_quit(mut self, quit: Arc<AtomicBool>) -> Self {
+        self.quit = Some(quit);
+        self
     }
 
     /// One turn's records, before the sinks: returns how many of their packet records are
@@ -57,6 +71,12 @@ impl StopPolicy {
             Some("count")
         } else if self.until_loop && self.loop_found {
             Some("loop")
+        } else if self
+            .quit
+            .as_ref()
+            .is_some_and(|q| q.load(Ordering::Relaxed))
+        {
+            Some("quit")
         } else {
             None
         }

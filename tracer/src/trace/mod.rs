@@ -12,6 +12,7 @@ use crate::output::{
     filter::Filter,
     otlp::{Exporter, Identity, OtlpConfig},
     sink::Sinks,
+    summarize::SummarySink,
     Format, View,
 };
 
@@ -30,8 +31,9 @@ pub struct OutputOptions {
     pub identity: Identity,
 }
 
-/// `trace`'s sinks from its options: `--otlp`'s exporter if asked, then the text/NDJSON
-/// writer to `out` (last: it takes the records); and its stop policy (`--count`,
+/// `trace`'s sinks from its options: `--otlp`'s exporter if asked, the run's summary (with
+/// transactions: text on stderr, JSON to the writer), then the text/NDJSON writer to `out`
+/// (last: it takes the records); and its stop policy (`--count`,
 /// `--until loop`). The evidence (`-w`, `--record`) is added by [`run_live`], which has
 /// the run's clock and names.
 pub fn output_sinks(
@@ -43,6 +45,13 @@ pub fn output_sinks(
     if let Some(cfg) = otlp {
         let exporter = Exporter::start(cfg)?;
         sinks.push(Box::new(OtlpSink::new(exporter)));
+    }
+    if opts.view.transactions() {
+        sinks.push(Box::new(SummarySink::new(
+            opts.format,
+            opts.filter.clone(),
+            Box::new(std::io::stderr()),
+        )));
     }
     sinks.push(Box::new(TraceWriter::new(opts, out)?));
     Ok((sinks, StopPolicy::new(opts.count, opts.until_loop)))

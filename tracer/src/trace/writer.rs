@@ -84,6 +84,9 @@ impl Sink for TraceWriter {
         let q = self.sink.queue();
         q.wait_written(queue::DRAIN_WAIT);
         let mut stats = stats.clone();
+        if let Some(s) = stats.summary.take() {
+            q.push_last(Record::Summary(s))?;
+        }
         stats.sinks = vec![q.stats()];
         q.push_last(Record::Stats(Box::new(stats)))?;
         let (_, result) = q.finish(deadline.saturating_duration_since(Instant::now()));
@@ -269,6 +272,7 @@ mod tests {
                 Record::Race(_) => "race".into(),
                 Record::FragmentLoss(f) => format!("fragment_loss {}", f.ts_ns),
                 Record::Stats(_) => "stats".into(),
+                Record::Summary(_) => "summary".into(),
             })
             .collect()
     }

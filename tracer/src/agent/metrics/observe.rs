@@ -147,6 +147,7 @@ impl Metrics {
                 self.fragment_losses.inc();
             }
             Record::Stats(s) => self.observe_stats(s),
+            Record::Summary(_) => {}
         }
     }
 
