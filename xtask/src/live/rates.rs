@@ -40,16 +40,19 @@ enum Mode {
     /// The agent exporting a tenth of the traces (`--otlp-sample 0.1`) and every failing or
     /// slow transaction to Phoenix.
     AgentOtlpTenth,
+    /// `dnspath top -o json`: its tables of every namespace, a snapshot a second.
+    Top,
     Tcpdump,
 }
 
 impl Mode {
     /// The sampled export before the full one: Phoenix takes seconds to ingest what a
     /// full export sent it, and refuses more meanwhile.
-    const ALL: [Mode; 6] = [
+    const ALL: [Mode; 7] = [
         Mode::Nothing,
         Mode::Trace,
         Mode::Agent,
+        Mode::Top,
         Mode::AgentOtlpTenth,
         Mode::AgentOtlp,
         Mode::Tcpdump,
@@ -75,6 +78,7 @@ impl Mode {
             Mode::Agent => "dnspath agent",
             Mode::AgentOtlp => "dnspath agent --otlp (Phoenix)",
             Mode::AgentOtlpTenth => "dnspath agent --otlp --otlp-sample 0.1",
+            Mode::Top => "dnspath top -o json",
             Mode::Tcpdump => "tcpdump -w + tshark -r",
         }
     }
@@ -134,6 +138,11 @@ struct Setup<'a> {
     otlp: Option<String>,
 }
 
+/// `dnspath top -o json`'s snapshot lines (the last one says the run's packets).
+fn is_top(line: &str) -> bool {
+    line.contains("\"type\":\"top\"")
+}
+
 /// Runs dnsperf at `rate` under `mode` and measures.
 fn measure(s: &Setup, mode: Mode, rate: u32, o: &LiveOptions) -> crate::Result<Row> {
     let Setup {
@@ -177,6 +186,13 @@ fn measure(s: &Setup, mode: Mode, rate: u32, o: &LiveOptions) -> crate::Result<R
             }
             Some(t)
         }
+        Mode::Top => Some(Tool::start(
+            lab,
+            node,
+            &[dnspath, "top", "-o", "json"],
+            is_top,
+            "dnspath: tracing",
+        )?),
         Mode::Tcpdump => Some(Tool::start(
             lab,
             node,
@@ -298,6 +314,24 @@ fn measure(s: &Setup, mode: Mode, rate: u32, o: &LiveOptions) -> crate::Result<R
                         s * 1e6 / t as f64
                     );
                 }
+            }
+        }
+        Mode::Top => {
+            // Its last snapshot, written at the end: the run's packets and losses.
+            let last = stopped.as_ref().and_then(|s| {
+                s.stdout
+                    .iter()
+                    .rev()
+                    .find_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+            });
+            let status = last.as_ref().map(|v| &v["status"]);
+            row.captured = status.and_then(|s| s["packets"].as_u64());
+            row.lost = status.and_then(|s| s["lost"].as_u64());
+            if last.is_none() {
+                eprintln!(
+                    "bench: dnspath top printed no snapshot: {}",
+                    stopped.map(|s| s.stderr).unwrap_or_default()
+                );
             }
         }
         Mode::Tcpdump => {
@@ -489,6 +523,19 @@ fn print_goals(rate: u32, rows: &[(Mode, Row)]) {
         println!(
             "{}",
             goal_no_loss("trace --all-netns -o json: no packet lost", c.1, c.0 + c.1)
+        );
+    }
+    if let (Some(us), Some(a)) = (row(Mode::Top).and_then(Row::tool_us_per_query), agent_us) {
+        let ratio = us / a.max(1e-9);
+        println!(
+            "{}",
+            goal(
+                "top: ≤ 1× the agent's CPU/query (#46)",
+                &format!("{us:.1} µs = {ratio:.2}×"),
+                ratio,
+                1.0,
+                true
+            )
         );
     }
     for mode in [Mode::AgentOtlpTenth, Mode::AgentOtlp] {
