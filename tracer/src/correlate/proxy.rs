@@ -13,6 +13,12 @@ use crate::event::Direction;
 /// include/net/net_namespace.h).
 const LOOPBACK_IFINDEX: u32 = 1;
 
+/// A query from an address it was routed by (not a loopback one) to a loopback one: what
+/// `nat OUTPUT`'s REDIRECT makes of a query to another address.
+fn redirect_shaped(from: SocketAddr, to: SocketAddr) -> bool {
+    to.ip().is_loopback() && !from.ip().is_loopback()
+}
+
 impl<D: Detector> Correlator<D> {
     /// Whether a query seen as `client` → `server` was redirected to a local port in its own
     /// namespace, and what it asked: it has the address it was routed by (not a loopback
@@ -26,11 +32,7 @@ impl<D: Detector> Correlator<D> {
         client: SocketAddr,
         server: SocketAddr,
     ) -> Option<SocketAddr> {
-        if o.msg.qr
-            || o.at.ifindex != LOOPBACK_IFINDEX
-            || !server.ip().is_loopback()
-            || client.ip().is_loopback()
-        {
+        if o.msg.qr || o.at.ifindex != LOOPBACK_IFINDEX || !redirect_shaped(client, server) {
             return None;
         }
         let asked = self
@@ -110,7 +112,7 @@ impl<D: Detector> Correlator<D> {
             && o.at.dir == Direction::Egress
             && l.delivered_at.netns == o.at.netns
             && o.dst != l.backend
-            && !(o.dst.ip().is_loopback() && !o.src.ip().is_loopback())
+            && !redirect_shaped(o.src, o.dst)
     }
 
     /// An answer to a redirected leg, seen as `server` → `client`: un-NATed on its way back
