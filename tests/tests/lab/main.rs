@@ -25,6 +25,7 @@ mod fragments;
 mod hostile;
 mod loops;
 mod otlp;
+mod pod_proxy;
 mod pods;
 mod prog_test_run;
 mod race_lab;

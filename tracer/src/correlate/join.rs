@@ -136,6 +136,7 @@ impl<D: Detector> Correlator<D> {
                 return;
             };
             let via = via_for(leg, seen_client, seen_server, by_ct);
+            Self::answered_as(leg, seen_client, seen_server);
             let stored = leg.hops.len() < max_hops;
             if stored {
                 leg.hops.push(hop(via));
@@ -307,6 +308,8 @@ impl<D: Detector> Correlator<D> {
             client_drop_ts: Vec::new(),
             timed_out: false,
             cut_short: false,
+            redirected: false,
+            proxy_shared: false,
         };
         if let Some(t) = self.txs.get_mut(&tx) {
             t.legs.push(id);
@@ -314,6 +317,7 @@ impl<D: Detector> Correlator<D> {
         self.touch(tx, o.ts_ns);
         self.timeouts.push(o.ts_ns + self.cfg.timeout_ns, id);
         self.legs.insert(leg);
+        self.pod_proxy_leg(id, &q, &o);
         // The key now names the new leg: so does the memo, for the next end of the veth.
         let generation = (self.legs.generation(), self.ct.generation());
         if let Some(m) = self.join_memo.as_mut().filter(|m| m.is_for(&o)) {
@@ -357,7 +361,7 @@ impl<D: Detector> Correlator<D> {
                     || ((backend_ip.is_loopback() || from.is_loopback())
                         && l.delivered_ns == o.netns)
                     || Self::asked_again_from(l, o);
-                from_server && !Self::peer_client(l, from, &o.netns)
+                from_server && (!Self::peer_client(l, from, &o.netns) || Self::pod_proxy_asks(l, o))
             })
             .map(|l| l.id)
     }

@@ -24,6 +24,7 @@ mod index;
 mod join;
 mod lookup;
 mod model;
+mod proxy;
 pub(crate) mod record;
 mod render;
 mod reorder;
@@ -54,7 +55,7 @@ use model::*;
 pub(crate) use record::LegRole;
 use record::{
     Answered, HopRecord, Join, LegDrop, LegLoop, LegOutcome, LegRecord, LookupRef, NodeCache,
-    Outcome, QuestionRecord, Summary, TransactionRecord,
+    Outcome, PodProxy, QuestionRecord, Summary, TransactionRecord,
 };
 
 /// What the correlate and detect stages report, in the order they decide it; the pipeline
@@ -639,6 +640,8 @@ impl<D: Detector> Correlator<D> {
 mod join_tests;
 #[cfg(test)]
 mod outcome_tests;
+#[cfg(test)]
+mod proxy_tests;
 #[cfg(test)]
 mod tables_tests;
 #[cfg(test)]

@@ -130,6 +130,13 @@ pub(super) struct Leg {
     pub(super) timed_out: bool,
     /// Still waiting when the input ended (trace stopped before the timeout).
     pub(super) cut_short: bool,
+    /// The query was redirected to a local port in the client's own namespace (`-j
+    /// REDIRECT` in its `nat OUTPUT`: a DNS proxy in the pod): `server` is what the client
+    /// asked, `backend` the proxy's socket ([`Correlator::redirect_of`]).
+    pub(super) redirected: bool,
+    /// A redirected query the pod's proxy asked on for without it being the parent: the
+    /// proxy's one query was for this client and another asking the same at once.
+    pub(super) proxy_shared: bool,
 }
 
 impl Leg {

@@ -172,6 +172,22 @@ words!(NodeCache {
     Bypass => "bypass",
 });
 
+/// A client's query that its own pod's `nat OUTPUT` redirected to a local port, where a DNS
+/// proxy took it (Istio's DNS capture, a sidecar cache).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PodProxy {
+    /// The proxy answered without asking anyone.
+    Hit,
+    /// The proxy asked on: its query is this leg's child, or (asked once for several
+    /// clients asking the same at once) another redirected leg's.
+    Miss,
+}
+
+words!(PodProxy {
+    Hit => "hit",
+    Miss => "miss",
+});
+
 /// One query and its response between a client socket and a server.
 #[derive(Clone, Debug, Serialize)]
 pub struct LegRecord {
@@ -206,6 +222,10 @@ pub struct LegRecord {
     /// Served by the node cache (hit or miss), or a client query around it.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub node_cache: Option<NodeCache>,
+    /// Redirected to a DNS proxy in the client's own pod: hit or miss (`server` is what the
+    /// client asked, `backend` the proxy's socket).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pod_proxy: Option<PodProxy>,
     pub hops: Vec<HopRecord>,
     /// `analyze` of several nodes' captures: the node whose capture its hops are from.
     #[serde(skip_serializing_if = "Option::is_none")]

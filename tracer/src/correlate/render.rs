@@ -505,6 +505,7 @@ impl<D: Detector> Correlator<D> {
                         .min()
                 };
                 let node_cache = self.node_cache_of(&l, parents.contains(&l.id));
+                let pod_proxy = Self::pod_proxy_of(&l, parents.contains(&l.id));
                 // The drop that kept the answer from the socket says more than an earlier
                 // one (a dropped first copy of the query, say).
                 let undelivered = l.undelivered_drop().cloned();
@@ -569,6 +570,7 @@ impl<D: Detector> Correlator<D> {
                     retransmits: l.retransmits,
                     drop: undelivered.or(l.drop),
                     node_cache,
+                    pod_proxy,
                     hops: hop_records,
                     // What `races_of` reports as a race drop.
                     race_drop: l.parent.is_none() && l.race.is_some(),

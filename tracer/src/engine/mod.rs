@@ -13,6 +13,7 @@ use std::{
 use tokio::signal::unix::{signal, SignalKind};
 
 mod conntrack;
+mod redirects;
 
 use crate::{
     decode::decoder::Decoder,
@@ -290,11 +291,15 @@ pub async fn run_live(
     // The events of one turn: conntrack first (the batch's packets may have been NATed by
     // these entries), then the ring buffer's, then drops that found it full, once what came
     // before them is read.
+    // Ports a watched one is redirected to (a DNS proxy in a pod), captured once seen.
+    let mut redirects = redirects::Redirects::new(&opts.capture.ports);
     let mut gather = |events: &mut Vec<SourceEvent>,
                       runner: &mut Runner,
                       source: &LiveSource,
-                      reserve: &mut DropReserve| {
+                      reserve: &mut DropReserve,
+                      maps: &mut KernelMaps| {
         ct_events.extend(ct_rx.try_iter());
+        learn_redirects(&mut redirects, &ct_events, maps);
         runner.push(&mut ct_events);
         reserve.poll_after(source, events);
     };
@@ -337,7 +342,7 @@ pub async fn run_live(
             }
             tokio::task::yield_now().await;
         }
-        gather(&mut events, &mut runner, &source, &mut reserve);
+        gather(&mut events, &mut runner, &source, &mut reserve, &mut maps);
         // The whole turn is written even when it ends the run: what it holds was decided
         // before the stop.
         let at = Tick::Live {
@@ -415,7 +420,7 @@ pub async fn run_live(
         let give_up_at = clock.now_ns().saturating_add(STOP_READ_NS);
         loop {
             source.poll_now(&mut events);
-            gather(&mut events, &mut runner, &source, &mut reserve);
+            gather(&mut events, &mut runner, &source, &mut reserve, &mut maps);
             if events.is_empty() {
                 break;
             }
@@ -483,6 +488,36 @@ pub async fn run_live(
         loop_found,
         output_closed,
     })
+}
+
+/// Captures the ports conntrack's `events` show a watched port redirected to, the first
+/// time each is seen (said on stderr: the user did not ask for it).
+fn learn_redirects(
+    redirects: &mut redirects::Redirects,
+    events: &[SourceEvent],
+    maps: &mut KernelMaps,
+) {
+    for ev in events {
+        let SourceEvent::Conntrack(ct) = ev else {
+            continue;
+        };
+        let capped = redirects.capped;
+        if let Some(port) = redirects.learn(ct) {
+            match maps.capture_port(port) {
+                Ok(()) => eprintln!(
+                    "dnspath: capturing port {port} too: conntrack shows {} redirected to {} (a DNS proxy in the pod)",
+                    ct.orig.dst, ct.reply.src
+                ),
+                Err(e) => log::warn!("capturing port {port}, where DNS is redirected: {e}"),
+            }
+        } else if capped == 0 && redirects.capped > 0 {
+            log::warn!(
+                "{} ports learnt where DNS is redirected, the most captured; {} is not",
+                redirects::MAX_LEARNED,
+                ct.reply.src.port()
+            );
+        }
+    }
 }
 
 /// The start-up line saying what this kernel gave us, e.g.

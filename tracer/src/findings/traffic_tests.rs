@@ -67,6 +67,7 @@ fn tx(
             retransmits: 0,
             drop: None,
             node_cache: None,
+            pod_proxy: None,
             hops: Vec::new(),
             race_drop: false,
             closes_loop: None,

@@ -22,6 +22,8 @@ pub struct KernelMaps {
     shed_on: BpfHashMap<MapData, u64, u8>,
     shed_count: PerCpuHashMap<MapData, u64, u64>,
     shed_active: Array<MapData, u32>,
+    /// The watched ports (`PORTS`: a non-zero value at a port's index).
+    ports: Array<MapData, u8>,
     kernel_log: Option<KernelLog>,
 }
 
@@ -38,6 +40,7 @@ impl KernelMaps {
             shed_on: BpfHashMap::try_from(pinned(dir, "SHED_ON")?)?,
             shed_count: PerCpuHashMap::try_from(pinned(dir, "SHED_COUNT")?)?,
             shed_active: Array::try_from(pinned(dir, "SHED_ACTIVE")?)?,
+            ports: Array::try_from(pinned(dir, "PORTS")?)?,
             kernel_log,
         })
     }
@@ -58,6 +61,12 @@ impl KernelMaps {
         if let Some(l) = self.kernel_log.as_mut() {
             l.flush();
         }
+    }
+
+    /// The TC programs capture `port` too from now on (a port DNS is redirected to).
+    pub fn capture_port(&mut self, port: u16) -> Result<(), KernelError> {
+        self.ports.set(u32::from(port), 1, 0)?;
+        Ok(())
     }
 
     /// Storm shedding (`tracer_common::shed`): from now on the TC programs only count the

@@ -18,7 +18,9 @@ pub const DEFAULT_SNAPLEN: u32 = 2048;
 /// What the kernel programs capture, for `trace` and `agent`.
 #[derive(Args)]
 pub struct CaptureArgs {
-    /// UDP/TCP port to capture (repeatable).
+    /// UDP/TCP port to capture (repeatable), e.g. `--port 53 --port 5353`. A port that
+    /// conntrack shows one of these redirected to (a DNS proxy in a pod, `-j REDIRECT
+    /// --to-ports 15053`) is captured too, from then on.
     #[arg(short, long = "port", default_values_t = [53u16])]
     pub ports: Vec<u16>,
     /// DNS bytes kept of each packet, after the UDP/TCP header (max 4096). The default

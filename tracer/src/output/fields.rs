@@ -182,6 +182,8 @@ fn records() -> Vec<Record> {
     ];
     // Served by the node cache; its answer cut by the capture.
     leg.node_cache = Some(crate::correlate::record::NodeCache::Hit);
+    // (Not both at once in a trace: a field each.)
+    leg.pod_proxy = Some(crate::correlate::record::PodProxy::Hit);
     leg.answer_cut = Some(dns::Cut::default());
     // From `analyze` of several nodes' captures.
     leg.node = Some("node-a".into());
@@ -337,6 +339,7 @@ fn every_documented_field_is_written() {
         "vni",
         "missing_fragments",
         "node_cache",
+        "pod_proxy",
         "verdict",
     ] {
         assert!(table.contains(k), "{k} not in the tables");

@@ -330,6 +330,7 @@ mod tests {
                 retransmits: 0,
                 drop: None,
                 node_cache: None,
+                pod_proxy: None,
                 hops: vec![hop.clone(), hop],
                 race_drop: false,
                 closes_loop: None,

@@ -170,7 +170,9 @@ use crate::time::format_duration as dur;
 
 fn leg_line(l: &LegRecord) -> String {
     use crate::correlate::record::LegOutcome;
-    let nat = if l.backend != l.server {
+    let nat = if l.pod_proxy.is_some() {
+        format!(" ⇒REDIRECT {}", l.backend)
+    } else if l.backend != l.server {
         format!(" ⇒DNAT {}", l.backend)
     } else {
         String::new()
@@ -220,6 +222,10 @@ fn leg_line(l: &LegRecord) -> String {
         Some(c) => format!(", node cache {}", c.as_str()),
         None => String::new(),
     };
+    let proxy = match l.pod_proxy {
+        Some(p) => format!(", pod proxy {}", p.as_str()),
+        None => String::new(),
+    };
     let node = match &l.node {
         Some(n) => format!(", node {}", esc(n)),
         None => String::new(),
@@ -230,7 +236,7 @@ fn leg_line(l: &LegRecord) -> String {
         _ => "",
     };
     format!(
-        "{role}{} {} → {}{nat} id {}: {result}{lat} [{} join, {} hop{}{retx}{cache}{node}]",
+        "{role}{} {} → {}{nat} id {}: {result}{lat} [{} join, {} hop{}{retx}{cache}{proxy}{node}]",
         l.proto,
         l.client,
         l.server,

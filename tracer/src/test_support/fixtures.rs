@@ -94,6 +94,7 @@ pub(crate) fn leg(
         retransmits: 0,
         drop: None,
         node_cache: None,
+        pod_proxy: None,
         hops: Vec::new(),
         race_drop: false,
         closes_loop: None,

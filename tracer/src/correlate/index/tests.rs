@@ -73,6 +73,8 @@ fn leg(id: u64, client: &str, name: &str, dns_id: u16, parent: Option<u64>) -> L
         client_drop_ts: Vec::new(),
         timed_out: false,
         cut_short: false,
+        redirected: false,
+        proxy_shared: false,
     }
 }
 

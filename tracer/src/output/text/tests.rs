@@ -272,6 +272,7 @@ fn hostile_transaction_fields_are_escaped() {
             response: false,
         }),
         node_cache: None,
+        pod_proxy: None,
         hops: vec![
             hop.clone(),
             HopRecord {
@@ -542,6 +543,7 @@ fn a_leg_of_one_hop_says_hop() {
         retransmits: 0,
         drop: None,
         node_cache: None,
+        pod_proxy: None,
         hops: vec![hop.clone()],
         race_drop: false,
         closes_loop: None,
