@@ -1,6 +1,7 @@
 //! `dnspath top` in the lab: the batch tables against traffic of known shape (the numbers
 //! equal what was sent), the stop summary of `trace`, and the full-screen view in a real
-//! terminal (tmux): its header and rows, and the terminal given back after `q` and SIGTERM.
+//! terminal (tmux): its header and rows, a loop's banner, and the terminal given back after
+//! `q` and SIGTERM.
 use std::{
     path::{Path, PathBuf},
     process::Command,
@@ -374,4 +375,37 @@ fn the_screen_shows_the_tables_and_gives_the_terminal_back() {
     );
     assert_eq!(tmux.format("term", "#{alternate_on}"), "0", "{screen}");
     assert_eq!(tmux.format("term", "#{cursor_flag}"), "1");
+}
+
+/// A forwarding loop started while `top` is on the screen (a dnsdist pod forwarding to the
+/// cluster DNS Service, asked a name it cannot answer) is a banner above the tables; `q`
+/// still quits cleanly under it.
+#[test]
+fn a_loop_started_while_watching_is_a_banner() {
+    if !lab::tracer::root_or_skip("network namespaces, eBPF") {
+        return;
+    }
+    require_tools(&["tmux", "dig"]);
+    let cfg = lab::LabConfig {
+        dns_pods: vec![crate::shared::dnsdist_to_cluster_ip()],
+        ..lab::LabConfig::default()
+    };
+    let Some(lab) = crate::shared::lab_of(cfg) else {
+        return;
+    };
+    let tmux = Tmux::new(lab.temp_dir());
+    start_top(&lab, &tmux, "loop");
+    let screen = tmux.wait_for("loop", &["[clients]", "CLIENT"], Duration::from_secs(30));
+    assert!(!screen.contains("LOOP"), "no loop yet: {screen}");
+    let _ = lab.dig(&["+time=1", "+tries=1", "self.lab.test.", "A"]);
+    let screen = tmux.wait_for("loop", &["LOOP", "self.lab.test."], Duration::from_secs(15));
+    eprintln!("the screen with the loop:\n{screen}");
+    let banner = screen
+        .lines()
+        .find(|l| l.contains("LOOP"))
+        .unwrap_or_default();
+    assert!(banner.contains("self.lab.test."), "{screen}");
+    tmux.run(&["send-keys", "-t", "loop", "q"]);
+    let screen = tmux.wait_for("loop", &["EXITED 0"], Duration::from_secs(10));
+    assert_eq!(tmux.format("loop", "#{alternate_on}"), "0", "{screen}");
 }
