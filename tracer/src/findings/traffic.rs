@@ -43,7 +43,10 @@ struct ServerAgg {
     queries: u64,
     unanswered: u64,
     servfail: u64,
+    /// Names of queries it failed on its own…
     names: BTreeSet<String>,
+    /// … and of those another server's failure caused.
+    names_caused: BTreeSet<String>,
     /// Of `unanswered` and `servfail`, those another server's failure caused (the joined
     /// legs say so: [`causes::root_causes`]).
     caused: CausedBy,
@@ -201,10 +204,12 @@ struct Symptom {
 impl ServerFailure {
     /// The finding of `n` of `server`'s failures, with `symptoms`: the failures of the
     /// servers in front of it that its own caused, said after it (cause first).
+    /// `caused_too`: some of the `n` were caused by another server (one too quiet to be
+    /// reported), so their names are examples too.
     fn finding(
         &self,
         server: &SocketAddr,
-        n: u64,
+        (n, caused_too): (u64, bool),
         s: &ServerAgg,
         symptoms: &[Symptom],
     ) -> Option<Finding> {
@@ -235,8 +240,13 @@ impl ServerFailure {
             f.why.push_str(" The servers that forwarded these queries to it failed them because it did: their failures are its symptom, not faults of their own, and are not reported again.");
         }
         let label = self.label;
-        f.evidence
-            .extend(s.names.iter().map(|n| format!("{label}: {n}")));
+        let caused = s.names_caused.iter().filter(|_| caused_too);
+        f.evidence.extend(
+            s.names
+                .iter()
+                .chain(caused)
+                .map(|n| format!("{label}: {n}")),
+        );
         f.fix = self.fix.into();
         Some(f)
     }
@@ -319,16 +329,21 @@ impl TrafficFolder {
                     Failure::Unanswered => s.unanswered += 1,
                     Failure::Servfail => s.servfail += 1,
                 }
-                add_example(&mut s.names, &t.question.name);
                 let by = cause
                     .and_then(|c| t.legs.get(c))
                     .and_then(|c| Some((c.server, Failure::of_leg(c)?)))
                     .filter(|(server, _)| *server != leg.server);
-                if let Some((server, how)) = by {
-                    let key = (failure, server, how);
-                    if s.caused.len() < causes::MAX_CAUSES || s.caused.contains_key(&key) {
+                let key = by
+                    .map(|(server, how)| (failure, server, how))
+                    .filter(|key| {
+                        s.caused.len() < causes::MAX_CAUSES || s.caused.contains_key(key)
+                    });
+                match key {
+                    Some(key) => {
                         *s.caused.entry(key).or_default() += 1;
+                        add_example(&mut s.names_caused, &t.question.name);
                     }
+                    None => add_example(&mut s.names, &t.question.name),
                 }
             }
         }
@@ -509,6 +524,7 @@ impl TrafficFolder {
                     .map(|(_, n)| n)
                     .sum();
                 let n = s.failed(kind.how).saturating_sub(folded);
+                let caused_too = n > s.own(kind.how);
                 let symptoms: Vec<Symptom> = if is_cause(server, kind.how) {
                     self.servers
                         .iter()
@@ -527,7 +543,7 @@ impl TrafficFolder {
                 } else {
                     Vec::new()
                 };
-                out.extend(kind.finding(server, n, s, &symptoms));
+                out.extend(kind.finding(server, (n, caused_too), s, &symptoms));
             }
         }
     }

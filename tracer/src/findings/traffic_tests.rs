@@ -503,6 +503,9 @@ fn a_forwarder_failing_on_its_own_is_not_folded() {
         svc.seen,
         "10.96.0.10:53 left 5 of 10 queries unanswered (50%)"
     );
+    // Its own failures' names, not the upstream's.
+    assert_eq!(svc.evidence, ["unanswered: own.lab.test."]);
+    assert_eq!(up.evidence[1..], ["unanswered: void.lab.test."]);
     assert_eq!((up.subject.as_str(), up.count), (UP, 5));
     assert!(
         up.seen.contains("and so 10.96.0.10:53 left 5 of its 10"),
@@ -532,4 +535,8 @@ fn a_cause_below_the_threshold_folds_nothing() {
         panic!("{found:#?}")
     };
     assert_eq!((one.subject.as_str(), one.count), (SVC, 3));
+    assert_eq!(
+        one.evidence,
+        ["unanswered: own.lab.test.", "unanswered: void.lab.test."]
+    );
 }
