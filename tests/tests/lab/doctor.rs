@@ -1708,3 +1708,97 @@ addResponseAction(makeRule('fail.lab.test.'), DropResponseAction())\n",
         "{r:#}"
     );
 }
+
+/// An upstream that never answers, over UDP or TCP: a UDP socket nobody reads and a TCP
+/// listener that takes every connection and reads nothing.
+const SILENT_UDP_AND_TCP: &str = r#"
+import socket, sys, time
+addr = sys.argv[1]
+u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+u.bind((addr, 53))
+t = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+t.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+t.bind((addr, 53))
+t.listen(64)
+t.settimeout(1.0)
+held = []
+end = time.time() + 60
+while time.time() < end:
+    try:
+        c, _ = t.accept()
+        held.append(c)
+    except socket.timeout:
+        pass
+"#;
+
+/// NodeLocal DNSCache → cluster DNS (its misses over TCP to kube-dns-upstream, whose pods
+/// forward over TCP too) → an upstream that never answers: the cache and the CoreDNS pod
+/// fail every lookup because the upstream does. One finding, the upstream's, with both
+/// servers in front of it folded under it.
+#[test]
+fn a_dead_upstream_behind_node_cache_and_cluster_dns_is_one_finding() {
+    let Some(mut lab) = lab() else { return };
+    let _cache = NodeCache::start(&lab).unwrap();
+    let silent = ["python3", "-c", SILENT_UDP_AND_TCP, lab::hole::HOLE_ADDR];
+    let hole = Hole::serving(&lab, "hole", lab::hole::HOLE_ADDR, &silent).unwrap();
+    let hole_at = format!("{}:53", lab::hole::HOLE_ADDR);
+    let to: std::net::SocketAddr = hole_at.parse().unwrap();
+    for i in 0..2 {
+        lab.reconfigure_dns_pod(
+            i,
+            DnsPodConfig::new(DnsServerKind::Dnsdist).forwarding_to(to),
+        )
+        .unwrap();
+    }
+    let t = Tracer::start(
+        &lab,
+        lab.node_ns(),
+        &[
+            "doctor",
+            "-o",
+            "json",
+            "--duration",
+            "10s",
+            "--timeout",
+            "1",
+        ],
+    )
+    .unwrap();
+    for i in 0..5 {
+        let _ = lab.dig(&["+time=1", "+tries=1", &format!("q{i}.void.lab.test."), "A"]);
+    }
+    let out = t.wait();
+    drop(hole);
+    let r = report(&out);
+    let subjects: Vec<&str> = r["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|f| f["kind"] == "unanswered_queries" || f["kind"] == "servfail")
+        .map(|f| f["subject"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        subjects,
+        [hole_at.as_str()],
+        "one cause, one finding: {r:#}"
+    );
+    let f = finding(&r, "unanswered_queries");
+    let seen = f["seen"].as_str().unwrap();
+    // The cache as the clients asked it (on the ClusterIP), and the CoreDNS pod its misses
+    // reach (kube-dns-upstream's DNAT happens in the node's own OUTPUT, before any hop).
+    let cache = format!("{}:53", lab.cluster_ip());
+    let coredns = format!("{}:53", lab.ip_of(Pod::Dns(0)));
+    assert!(
+        seen.starts_with(&format!("{hole_at} left ")) && seen.contains(", and so "),
+        "{f:#}"
+    );
+    for front in [&cache, &coredns] {
+        assert!(seen.contains(&format!("{front} left ")), "{front}: {f:#}");
+        assert!(
+            evidence(f)
+                .iter()
+                .any(|e| e.starts_with(&format!("symptom: {front} left "))),
+            "{front}: {f:#}"
+        );
+    }
+}
