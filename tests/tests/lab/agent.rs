@@ -905,7 +905,7 @@ fn a_query_across_nodes_is_counted_once() {
 /// lab under load (many clients, one name, retries allowed) finds nothing — every
 /// `dnspath_findings` series stays 0 and no `finding` line is written — and an upstream
 /// that never answers becomes `unanswered_queries` in the gauge and as an event line in
-/// doctor's words.
+/// doctor's words, the Service in front of it folded under it.
 #[test]
 fn findings_windows_name_a_dead_upstream_and_nothing_on_a_healthy_lab() {
     let Some(mut lab) = lab(LabConfig::default()) else {
@@ -1014,6 +1014,17 @@ fn findings_windows_name_a_dead_upstream_and_nothing_on_a_healthy_lab() {
     );
     assert!(
         f["evidence"].to_string().contains(".void.lab.test."),
+        "{f:#}"
+    );
+    // One cause, one finding: the Service the clients asked is the upstream's symptom,
+    // folded under it in every window, never a finding line of its own.
+    let svc = format!("{}:53", lab.cluster_ip());
+    assert!(!subjects.contains(svc.as_str()), "{lines:#?}");
+    assert!(
+        f["seen"]
+            .as_str()
+            .unwrap()
+            .contains(&format!(", and so {svc} left ")),
         "{f:#}"
     );
     assert!(!f["fix"].as_str().unwrap().is_empty(), "{f:#}");

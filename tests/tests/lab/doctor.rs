@@ -1427,9 +1427,11 @@ fn ndots_5_clients_asking_external_names_are_an_ndots_amplification() {
 const SERVFAIL_SERVER: &str = "10.250.0.57";
 
 /// Both "CoreDNS" pods forwarding to an upstream that never answers (a socket nobody reads):
-/// the Service address the client asked and the upstream are each an `unanswered_queries`
-/// warning, with the names. Then forwarding to a real named whose zone failed to load: each is
-/// a `servfail` warning instead, and nothing is unanswered.
+/// one `unanswered_queries` warning, the upstream's — the cause, named first — with the
+/// Service address the client asked folded under it as its symptom (the joined legs prove
+/// it), not two warnings of equal rank. Then forwarding to a real named whose zone failed to
+/// load: one `servfail` warning, named's, with the Service's SERVFAILs folded under it, and
+/// nothing unanswered.
 #[test]
 fn an_upstream_that_never_answers_or_servfails_is_named() {
     let Some(mut lab) = lab() else { return };
@@ -1477,25 +1479,29 @@ fn an_upstream_that_never_answers_or_servfails_is_named() {
     drop(hole);
     let r = report(&out);
     assert_eq!(out.status.code(), Some(1), "warning: {r:#}");
-    let mut want = vec![hole_at.clone(), svc.clone()];
-    want.sort();
-    assert_eq!(subjects(&r, "unanswered_queries"), want, "{r:#}");
+    assert_eq!(
+        subjects(&r, "unanswered_queries"),
+        std::slice::from_ref(&hole_at),
+        "one cause, one finding: {r:#}"
+    );
     assert_eq!(subjects(&r, "servfail"), Vec::<String>::new(), "{r:#}");
     let f = finding(&r, "unanswered_queries");
     assert_eq!(f["count"], 5, "{f:#}");
-    assert!(
-        f["seen"]
-            .as_str()
-            .unwrap()
-            .contains("left 5 of 5 queries unanswered (100%)"),
+    assert_eq!(
+        f["seen"],
+        format!(
+            "{hole_at} left 5 of 5 queries unanswered (100%), and so {svc} left 5 of its 5 queries unanswered"
+        ),
         "{f:#}"
     );
+    let ev = evidence(f);
     assert!(
-        f["evidence"]
-            .to_string()
-            .contains("unanswered: q0.void.lab.test."),
+        ev.contains(&&*format!(
+            "symptom: {svc} left 5 of its 5 queries unanswered: each forwarded on to {hole_at}, where it went unanswered (joined legs)"
+        )),
         "{f:#}"
     );
+    assert!(ev.contains(&"unanswered: q0.void.lab.test."), "{f:#}");
 
     // A real named whose only zone's file is missing: it starts, and answers SERVFAIL.
     let dir = lab.temp_dir().join("servfail");
@@ -1549,9 +1555,11 @@ zone "broken.test" {{ type primary; file "{d}/broken.test.zone"; }};
     drop(server);
     let r = report(&out);
     assert_eq!(out.status.code(), Some(1), "warning: {r:#}");
-    let mut want = vec![format!("{SERVFAIL_SERVER}:53"), svc];
-    want.sort();
-    assert_eq!(subjects(&r, "servfail"), want, "{r:#}");
+    assert_eq!(
+        subjects(&r, "servfail"),
+        [format!("{SERVFAIL_SERVER}:53")],
+        "{r:#}"
+    );
     assert_eq!(
         subjects(&r, "unanswered_queries"),
         Vec::<String>::new(),
@@ -1566,4 +1574,231 @@ zone "broken.test" {{ type primary; file "{d}/broken.test.zone"; }};
         "{f:#}"
     );
     assert!(f["fix"].as_str().unwrap().contains("upstream"), "{f:#}");
+    assert!(
+        f["seen"].as_str().unwrap().ends_with(&format!(
+            ", and so {svc} answered SERVFAIL to 5 of its 5 queries"
+        )),
+        "{f:#}"
+    );
+}
+
+/// A forwarder of its own (dnsdist, in a pod namespace of its own).
+const FORWARDER: &str = "10.250.0.58";
+
+/// A forwarder in front of two upstreams: the lab's, healthy, and one that never answers
+/// (a pool for `void.lab.test`). It drops the healthy upstream's answers for
+/// `fail.lab.test` itself (`DropResponseAction`): those are its own failures, its upstream
+/// answered every one. Two causes, two findings: the silent upstream, with the forwarder's
+/// `void` queries folded under it; and the forwarder, for its `fail` queries alone — not
+/// folded under the upstream's.
+#[test]
+fn a_forwarder_failing_on_its_own_is_not_folded_under_its_upstream() {
+    let Some(lab) = lab() else { return };
+    let hole = Hole::new(&lab).unwrap();
+    let hole_at = format!("{}:53", lab::hole::HOLE_ADDR);
+    let fwd_at = format!("{FORWARDER}:53");
+    let dir = lab.temp_dir().join("own-forwarder");
+    fs::create_dir_all(&dir).unwrap();
+    let conf = dir.join("dnsdist.conf");
+    fs::write(
+        &conf,
+        format!(
+            "setLocal('{fwd_at}')\n\
+setACL({{'0.0.0.0/0', '::/0'}})\n\
+setSecurityPollSuffix('')\n\
+newServer({{address='{up}:53'}}):setUp()\n\
+newServer({{address='{hole_at}', pool='silent'}}):setUp()\n\
+addAction(makeRule('void.lab.test.'), PoolAction('silent'))\n\
+addResponseAction(makeRule('fail.lab.test.'), DropResponseAction())\n",
+            up = addr::UPSTREAM
+        ),
+    )
+    .unwrap();
+    let conf = conf.to_string_lossy().into_owned();
+    let dnsdist = ["dnsdist", "--supervised", "--disable-syslog", "-C", &conf];
+    let server = Hole::serving(&lab, "fwd", FORWARDER, &dnsdist).unwrap();
+    let at = format!("@{FORWARDER}");
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while !lab
+        .dig(&["+time=1", "+tries=1", &at, "www.lab.test.", "A"])
+        .status
+        .success()
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the forwarder never answered"
+        );
+        thread::sleep(Duration::from_millis(200));
+    }
+    let t = Tracer::start(
+        &lab,
+        lab.node_ns(),
+        &[
+            "doctor",
+            "-o",
+            "json",
+            "--duration",
+            "16s",
+            "--timeout",
+            "1",
+        ],
+    )
+    .unwrap();
+    // Through the healthy upstream, answered.
+    let ok = lab.dig(&["+time=1", "+tries=1", &at, "www.lab.test.", "A"]);
+    assert!(
+        String::from_utf8_lossy(&ok.stdout).contains("10.250.0.80"),
+        "{ok:?}"
+    );
+    for zone in ["void", "fail"] {
+        for i in 0..5 {
+            let name = format!("q{i}.{zone}.lab.test.");
+            let _ = lab.dig(&["+time=1", "+tries=1", &at, &name, "A"]);
+        }
+    }
+    let out = t.wait();
+    drop(server);
+    drop(hole);
+    let r = report(&out);
+    let unanswered: Vec<&Value> = r["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|f| f["kind"] == "unanswered_queries")
+        .collect();
+    let of = |subject: &str| {
+        *unanswered
+            .iter()
+            .find(|f| f["subject"] == subject)
+            .unwrap_or_else(|| panic!("no unanswered_queries of {subject}: {r:#}"))
+    };
+    assert_eq!(unanswered.len(), 2, "{r:#}");
+    // The silent upstream: the cause of the forwarder's `void` failures.
+    let up = of(&hole_at);
+    assert_eq!(up["count"], 5, "{up:#}");
+    let seen = up["seen"].as_str().unwrap();
+    assert!(
+        seen.starts_with(&format!(
+            "{hole_at} left 5 of 5 queries unanswered (100%), and so {fwd_at} left 5 of its "
+        )),
+        "{up:#}"
+    );
+    // The forwarder: its own five, the `fail` names only, no symptom of anything.
+    let fwd = of(&fwd_at);
+    assert_eq!(fwd["count"], 5, "{fwd:#}");
+    assert!(
+        fwd["seen"]
+            .as_str()
+            .unwrap()
+            .starts_with(&format!("{fwd_at} left 5 of ")),
+        "{fwd:#}"
+    );
+    let ev = evidence(fwd);
+    assert!(ev.contains(&"unanswered: q0.fail.lab.test."), "{fwd:#}");
+    assert!(
+        !ev.iter()
+            .any(|e| e.contains("void") || e.starts_with("symptom")),
+        "{fwd:#}"
+    );
+    // The healthy upstream failed nothing.
+    assert!(
+        !r["findings"]
+            .to_string()
+            .contains(&format!("{}:53 left", addr::UPSTREAM)),
+        "{r:#}"
+    );
+}
+
+/// An upstream that never answers, over UDP or TCP: a UDP socket nobody reads and a TCP
+/// listener that takes every connection and reads nothing.
+const SILENT_UDP_AND_TCP: &str = r#"
+import socket, sys, time
+addr = sys.argv[1]
+u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+u.bind((addr, 53))
+t = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+t.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+t.bind((addr, 53))
+t.listen(64)
+t.settimeout(1.0)
+held = []
+end = time.time() + 60
+while time.time() < end:
+    try:
+        c, _ = t.accept()
+        held.append(c)
+    except socket.timeout:
+        pass
+"#;
+
+/// NodeLocal DNSCache → cluster DNS (its misses over TCP to kube-dns-upstream, whose pods
+/// forward over TCP too) → an upstream that never answers: the cache and the CoreDNS pod
+/// fail every lookup because the upstream does. One finding, the upstream's, with both
+/// servers in front of it folded under it.
+#[test]
+fn a_dead_upstream_behind_node_cache_and_cluster_dns_is_one_finding() {
+    let Some(mut lab) = lab() else { return };
+    let _cache = NodeCache::start(&lab).unwrap();
+    let silent = ["python3", "-c", SILENT_UDP_AND_TCP, lab::hole::HOLE_ADDR];
+    let hole = Hole::serving(&lab, "hole", lab::hole::HOLE_ADDR, &silent).unwrap();
+    let hole_at = format!("{}:53", lab::hole::HOLE_ADDR);
+    let to: std::net::SocketAddr = hole_at.parse().unwrap();
+    for i in 0..2 {
+        lab.reconfigure_dns_pod(
+            i,
+            DnsPodConfig::new(DnsServerKind::Dnsdist).forwarding_to(to),
+        )
+        .unwrap();
+    }
+    let t = Tracer::start(
+        &lab,
+        lab.node_ns(),
+        &[
+            "doctor",
+            "-o",
+            "json",
+            "--duration",
+            "10s",
+            "--timeout",
+            "1",
+        ],
+    )
+    .unwrap();
+    for i in 0..5 {
+        let _ = lab.dig(&["+time=1", "+tries=1", &format!("q{i}.void.lab.test."), "A"]);
+    }
+    let out = t.wait();
+    drop(hole);
+    let r = report(&out);
+    let subjects: Vec<&str> = r["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|f| f["kind"] == "unanswered_queries" || f["kind"] == "servfail")
+        .map(|f| f["subject"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        subjects,
+        [hole_at.as_str()],
+        "one cause, one finding: {r:#}"
+    );
+    let f = finding(&r, "unanswered_queries");
+    let seen = f["seen"].as_str().unwrap();
+    // The cache as the clients asked it (on the ClusterIP), and the CoreDNS pod its misses
+    // reach (kube-dns-upstream's DNAT happens in the node's own OUTPUT, before any hop).
+    let cache = format!("{}:53", lab.cluster_ip());
+    let coredns = format!("{}:53", lab.ip_of(Pod::Dns(0)));
+    assert!(
+        seen.starts_with(&format!("{hole_at} left ")) && seen.contains(", and so "),
+        "{f:#}"
+    );
+    for front in [&cache, &coredns] {
+        assert!(seen.contains(&format!("{front} left ")), "{front}: {f:#}");
+        assert!(
+            evidence(f)
+                .iter()
+                .any(|e| e.starts_with(&format!("symptom: {front} left "))),
+            "{front}: {f:#}"
+        );
+    }
 }

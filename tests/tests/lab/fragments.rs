@@ -626,31 +626,39 @@ fn later_fragments_dropped_on_a_hop_are_a_fragment_loss_there() {
 /// dig must not get it whole. Waits past the 2 s reassembly timeout, so the hops after the
 /// rule report their loss; stops the server. The trace's records.
 fn dig_big_through_fraglast_drop(lab: &Lab, server: Child, ns: &str, chain: &str) -> Vec<Value> {
+    dig_big_through_rules(
+        lab,
+        server,
+        ns,
+        chain,
+        &[&["--fraglast", "-j", "DROP"]],
+        &[],
+    )
+}
+
+/// As [`dig_big_through_fraglast_drop`], with `rules` (each `-m frag` and its verdict) in
+/// that order and `trace_args` added to the trace's.
+fn dig_big_through_rules(
+    lab: &Lab,
+    server: Child,
+    ns: &str,
+    chain: &str,
+    rules: &[&[&str]],
+    trace_args: &[&str],
+) -> Vec<Value> {
     let (client, up, node) = (lab.client_ns(), lab.upstream_ns(), lab.node_ns());
     let up6 = lab.ip6_of(Pod::Upstream).to_string();
-    let rule = [
-        "ip6tables",
-        "-w",
-        "-A",
-        chain,
-        "-s",
-        &up6,
-        "-m",
-        "frag",
-        "--fraglast",
-        "-j",
-        "DROP",
+    for r in rules {
+        let mut rule = vec!["ip6tables", "-w", "-A", chain, "-s", &up6, "-m", "frag"];
+        rule.extend_from_slice(r);
+        let out = lab.exec(ns, &rule);
+        assert!(out.status.success(), "{rule:?}: {out:?}");
+    }
+    let mut args = vec![
+        "trace", "-o", "json", "--port", PORT, "--netns", client, "--netns", up,
     ];
-    let out = lab.exec(ns, &rule);
-    assert!(out.status.success(), "{rule:?}: {out:?}");
-    let t = Tracer::start(
-        lab,
-        node,
-        &[
-            "trace", "-o", "json", "--port", PORT, "--netns", client, "--netns", up,
-        ],
-    )
-    .unwrap();
+    args.extend_from_slice(trace_args);
+    let t = Tracer::start(lab, node, &args).unwrap();
     let out = dig_big(lab, &up6);
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(
@@ -784,7 +792,166 @@ fn later_fragments_dropped_in_the_clients_namespace_are_not_an_answer() {
     let [t] = &txs[..] else {
         panic!("one transaction expected: {txs:?}")
     };
-    assert_dropped_at(t, client, d["ifname"].as_str().unwrap(), &d["reason"]);
+    assert_dropped_in_the_client_at(t, client, d["ifname"].as_str().unwrap(), &d["reason"]);
     assert_eq!(t["latency_ns"], Value::Null, "{t}");
+    // The last of three fragments, named.
+    let part = &t["legs"][0]["drop"]["fragments"];
+    assert_eq!(
+        (&part["fragments"], &part["numbers"]),
+        (&Value::from(3), &serde_json::json!([3])),
+        "{t}"
+    );
+    assert!(
+        t["summary"].as_str().unwrap().ends_with(&format!(
+            ": IP fragment 3 of 3 (bytes 2464-{0} of {0})",
+            part["total_len"]
+        )),
+        "{t}"
+    );
     assert_accounted(last_stats(&recs));
+}
+
+/// An answer that reached the client's interface and was dropped in the client's namespace,
+/// by `reason` at `netns`/`ifname`: `dropped`, and said so — never "unanswered".
+fn assert_dropped_in_the_client_at(t: &Value, netns: &str, ifname: &str, reason: &Value) {
+    assert_eq!(t["outcome"], "dropped", "{t}");
+    let summary = t["summary"].as_str().unwrap();
+    assert!(
+        summary.starts_with(&format!(
+            "answer NOERROR reached the client's interface, then was dropped by the kernel ({} at ",
+            reason.as_str().unwrap()
+        )) && !summary.contains("unanswered"),
+        "{t}"
+    );
+    let leg = &t["legs"][0];
+    assert_eq!(leg["outcome"], "dropped", "{t}");
+    let drop = &leg["drop"];
+    assert_eq!(
+        (
+            &drop["netns"],
+            &drop["ifname"],
+            &drop["reason"],
+            &drop["response"]
+        ),
+        (
+            &Value::from(netns),
+            &Value::from(ifname),
+            reason,
+            &Value::from(true)
+        ),
+        "{t}"
+    );
+}
+
+/// The answer's fragments 2 and 3 of 3 dropped by a rule in the client pod's namespace
+/// (`ip6tables -A INPUT -m frag --fragfirst -j ACCEPT`, then `-m frag -j DROP`): every
+/// fragment reached the pod's `eth0` (dnspath's TC program saw them, the answer whole), the
+/// kernel dropped fragment 2 before fragment 3 completed it there and fragment 3 after. The
+/// summary, the leg's `drop` and the pcapng (`-w`) comments name both fragments, their bytes
+/// and the answer's size, and nothing calls the answer "unanswered".
+#[test]
+fn fragments_2_and_3_dropped_in_the_clients_namespace_are_named() {
+    let Some((lab, server)) = lab(&["dnsmasq", "dig", "ip6tables"]) else {
+        return;
+    };
+    let client = lab.client_ns();
+    let src = format!("[{}]:{PORT}", lab.ip6_of(Pod::Upstream));
+    let file = lab.temp_dir().join("fragments-2-3.pcapng");
+    let w = file.to_string_lossy().into_owned();
+    let recs = dig_big_through_rules(
+        &lab,
+        server,
+        client,
+        "INPUT",
+        &[&["--fragfirst", "-j", "ACCEPT"], &["-j", "DROP"]],
+        &["-w", &w],
+    );
+    // Whole at the client's interface: the case is the one meant.
+    let answers = big_answers(&recs);
+    assert!(
+        answers
+            .iter()
+            .any(|a| a.0 == client && a.2 == "ingress" && a.3 == src),
+        "{answers:?}"
+    );
+    // Two kernel drops in the client's namespace, each numbered by its datagram's first
+    // fragment.
+    let drops: Vec<&Value> = fragment_drops(&recs)
+        .into_iter()
+        .filter(|d| d["netns"] == client && d["src"] == src.as_str())
+        .collect();
+    let mut numbers: Vec<u64> = drops
+        .iter()
+        .map(|d| {
+            assert_answer_fragment_drop(d);
+            assert_eq!(d["fragment"]["fragments"], 3, "{d}");
+            d["fragment"]["number"].as_u64().unwrap()
+        })
+        .collect();
+    numbers.sort_unstable();
+    assert_eq!(numbers, [2, 3], "{drops:?}");
+    let total = drops[0]["fragment"]["total_len"].as_u64().unwrap();
+    assert!(total > 2464 + 8, "{drops:?}");
+
+    let txs: Vec<_> = of_type(&recs, "transaction")
+        .into_iter()
+        .filter(|t| t["question"]["name"] == NAME)
+        .collect();
+    let [t] = &txs[..] else {
+        panic!("one transaction expected: {txs:?}")
+    };
+    eprintln!("{}", t["summary"]);
+    assert_dropped_in_the_client_at(
+        t,
+        client,
+        drops[0]["ifname"].as_str().unwrap(),
+        &drops[0]["reason"],
+    );
+    let dropped = format!("IP fragments 2 and 3 of 3 (bytes 1232-{total} of {total})");
+    assert!(
+        t["summary"]
+            .as_str()
+            .unwrap()
+            .ends_with(&format!(": {dropped}")),
+        "{t}"
+    );
+    assert_eq!(
+        t["legs"][0]["drop"]["fragments"],
+        serde_json::json!({
+            "ip_id": drops[0]["fragment"]["ip_id"],
+            "fragments": 3,
+            "numbers": [2, 3],
+            "bytes": [{"start": 1232, "end": total}],
+            "total_len": total
+        }),
+        "{t}"
+    );
+    assert_accounted(last_stats(&recs));
+
+    // The evidence file: the answer's copy at the client's interface says what was lost,
+    // each fragment's drop which fragment it was, claimed by the transaction.
+    let bytes = std::fs::read(&file).unwrap();
+    let text = String::from_utf8_lossy(&bytes);
+    let txn = format!("txn={} leg=0 ", t["id"]);
+    assert!(
+        text.contains(&format!("outcome=dropped lost=[{dropped}]")),
+        "no lost=[{dropped}] in {w}"
+    );
+    for n in [2, 3] {
+        let end = if n == 3 { total } else { 2464 };
+        let comment = format!(
+            "fragment=[IP fragment {n} of 3 (bytes {}-{end} of {total})]",
+            (n - 1) * 1232
+        );
+        let at = text
+            .find(&comment)
+            .unwrap_or_else(|| panic!("no {comment} in {w}"));
+        // The drop's comment starts with its transaction.
+        let start = text[..at].rfind("dnspath at=dnspath/drops ").unwrap();
+        assert!(
+            text[start..at].contains(&txn),
+            "{}",
+            &text[start..at + comment.len()]
+        );
+    }
 }

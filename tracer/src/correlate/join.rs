@@ -474,7 +474,13 @@ impl<D: Detector> Correlator<D> {
                 confirm_failed: d.confirm_failed,
             });
         }
-        let drop = LegDrop {
+        // A loss is no kernel drop: no packet of it is in the evidence.
+        let fragment_drops_ns = if d.fragment.is_some() && d.reason != FRAGMENT_LOSS {
+            vec![d.ts_ns]
+        } else {
+            Vec::new()
+        };
+        let mut drop = LegDrop {
             pod: Default::default(),
             ts_ns: d.ts_ns,
             netns: d.netns,
@@ -482,7 +488,19 @@ impl<D: Detector> Correlator<D> {
             reason: d.reason,
             location: d.location,
             response: msg.qr,
+            fragment_drops_ns,
+            fragments: d.fragment,
         };
+        // Another fragment of an answer already dropped in the same namespace: each drop
+        // that names it says all of what was lost (fragments 2 and 3 of 3, not one).
+        if drop.fragments.is_some() {
+            for kept in [leg.drop.as_mut(), leg.client_drop.as_mut()]
+                .into_iter()
+                .flatten()
+            {
+                merge_fragment_drop(kept, &mut drop);
+            }
+        }
         // The answer was at the client's interface and the client's own namespace dropped
         // it on the way to the socket (a closed socket, a rule, a full buffer).
         if msg.qr && d.netns_cookie == leg.client_point.netns && leg.reached_client() {
@@ -572,6 +590,28 @@ impl<D: Detector> Correlator<D> {
             .sweep(legs.len(), |id| legs.get(&id).is_some());
         Some(leg)
     }
+}
+
+/// `new` and `kept` are drops of fragments of one datagram in one namespace and of the same
+/// kind (kernel drops, or losses): each takes the other's part and drop times.
+fn merge_fragment_drop(kept: &mut LegDrop, new: &mut LegDrop) {
+    let (Some(k), Some(n)) = (kept.fragments.as_mut(), new.fragments.as_mut()) else {
+        return;
+    };
+    let same_kind = (kept.reason == FRAGMENT_LOSS) == (new.reason == FRAGMENT_LOSS);
+    if k.ip_id != n.ip_id || kept.netns != new.netns || !same_kind || kept.response != new.response
+    {
+        return;
+    }
+    k.merge(n);
+    n.clone_from(k);
+    for &ts in &new.fragment_drops_ns {
+        if !kept.fragment_drops_ns.contains(&ts) && kept.fragment_drops_ns.len() < MAX_CLIENT_DROPS
+        {
+            kept.fragment_drops_ns.push(ts);
+        }
+    }
+    new.fragment_drops_ns.clone_from(&kept.fragment_drops_ns);
 }
 
 pub(super) fn via_for(

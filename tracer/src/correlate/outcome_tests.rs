@@ -3,6 +3,7 @@
 use super::test_support::{at, msg, summary, Correlator, Feed, MS, TCP, UDP};
 use super::*;
 use crate::{
+    decode::record::DroppedPart,
     event::{CtFlow, CtSnapshot, Direction},
     output::record::Record,
 };
@@ -256,6 +257,7 @@ fn drop_is_attached_to_its_leg() {
             reply: flow("10.244.1.3:53", "10.244.1.2:5000"),
         }),
         msg: Some(q().into()),
+        fragment: None,
     })));
     f.c.tick(8_000 * MS, &mut f.out);
     assert!(
@@ -438,6 +440,7 @@ fn an_answer_lost_on_the_way_is_dropped_not_answered() {
                 ct: None,
                 confirm_failed: None,
                 msg: Some(partial.into()),
+                fragment: None,
             })));
         }
         let txs = f.txs(3_000 * MS);
@@ -500,12 +503,34 @@ fn pod_query(f: &mut Feed, ts: u64, cport: u16, id: u16, answer_ts: Option<u64>)
 
 /// The kernel dropping the answer to `cport`/`id` in the client's namespace at `ts`.
 fn answer_drop_at_client(f: &mut Feed, ts: u64, cport: u16, id: u16, reason: &str, location: &str) {
+    answer_drop(
+        f,
+        ts,
+        (2, "client", "eth0"),
+        cport,
+        id,
+        (reason, location),
+        None,
+    );
+}
+
+/// The kernel dropping (part of) the answer to `cport`/`id` at `ts` in namespace
+/// `(cookie, name, interface)`.
+fn answer_drop(
+    f: &mut Feed,
+    ts: u64,
+    (netns_cookie, netns, ifname): (u64, &str, &str),
+    cport: u16,
+    id: u16,
+    (reason, location): (&str, &str),
+    fragment: Option<DroppedPart>,
+) {
     f.c.on_observed(Observed::Drop(Box::new(DropObservation {
         ts_ns: ts,
         cpu: 0,
-        netns_cookie: 2,
-        netns: "client".into(),
-        ifname: "eth0".into(),
+        netns_cookie,
+        netns: netns.into(),
+        ifname: ifname.into(),
         reason: reason.into(),
         location: location.into(),
         function: location.split('+').next().unwrap_or("").into(),
@@ -527,7 +552,138 @@ fn answer_drop_at_client(f: &mut Feed, ts: u64, cport: u16, id: u16, reason: &st
             )
             .into(),
         ),
+        fragment,
     })));
+}
+
+/// Fragment `number` of an answer of three fragments of 1232 bytes (3558 in all), as the
+/// decoder names a dropped one from its datagram's first fragment.
+fn fragment_of_three(ip_id: u32, number: usize) -> DroppedPart {
+    crate::decode::record::DroppedFragment {
+        ip_id,
+        offset: (number - 1) * 1232,
+        len: if number == 3 { 3558 - 2464 } else { 1232 },
+        number: Some(number),
+        fragments: Some(3),
+        total_len: Some(3558),
+    }
+    .part()
+}
+
+const FRAG_RULE: (&str, &str) = ("NETFILTER_DROP", "nft_do_chain+0x46f");
+
+/// A rule in the client pod dropping the answer's fragments 2 and 3 (`ip6tables -A INPUT -m
+/// frag`): every fragment reached the pod's `eth0`, so the answer is whole there (stamped
+/// when fragment 3 completed it) and the kernel dropped fragment 2 before that, fragment 3
+/// after. The answer reached the client's door: `dropped`, never "unanswered", and what was
+/// dropped is named — both fragments, in one leg drop, each kernel drop kept for the
+/// evidence.
+#[test]
+fn an_answers_fragments_dropped_in_the_clients_namespace_are_named() {
+    let mut f = Feed::new();
+    pod_query(&mut f, MS, 40000, 7, Some(3 * MS));
+    let client = (2, "client", "eth0");
+    answer_drop(
+        &mut f,
+        3 * MS - 10_000,
+        client,
+        40000,
+        7,
+        FRAG_RULE,
+        Some(fragment_of_three(9, 2)),
+    );
+    answer_drop(
+        &mut f,
+        3 * MS + 20_000,
+        client,
+        40000,
+        7,
+        FRAG_RULE,
+        Some(fragment_of_three(9, 3)),
+    );
+    let txs = f.txs(20_000 * MS);
+    let [t] = &txs[..] else { panic!("{txs:?}") };
+    assert_eq!(t.outcome, Outcome::Dropped, "{}", summary(t));
+    assert_eq!(
+        summary(t),
+        "answer NOERROR reached the client's interface, then was dropped by the kernel \
+         (NETFILTER_DROP at nft_do_chain+0x46f): IP fragments 2 and 3 of 3 (bytes 1232-3558 of 3558)"
+    );
+    let leg = &t.legs[0];
+    assert_eq!(leg.outcome, LegOutcome::Dropped);
+    let d = leg.drop.as_ref().unwrap();
+    assert_eq!(&*d.netns, "client");
+    let part = d.fragments.as_ref().unwrap();
+    assert_eq!((part.fragments, &part.numbers[..]), (Some(3), &[2, 3][..]));
+    assert_eq!(d.fragment_drops_ns, [3 * MS - 10_000, 3 * MS + 20_000]);
+    let json = serde_json::to_value(leg).unwrap();
+    assert_eq!(
+        json["drop"]["fragments"],
+        serde_json::json!({
+            "ip_id": 9, "fragments": 3, "numbers": [2, 3],
+            "bytes": [{"start": 1232, "end": 3558}], "total_len": 3558
+        }),
+        "{json}"
+    );
+}
+
+/// The same fragments dropped on the node, before the client's interface: the client never
+/// saw the answer, which is unanswered for it — and the drop still says what it took. A
+/// fragment of another datagram (another IP id) dropped there too is not counted as this
+/// answer's.
+#[test]
+fn an_answers_fragments_dropped_on_the_way_are_named_and_unanswered() {
+    let mut f = Feed::new();
+    pod_query(&mut f, MS, 40000, 7, None);
+    // The answer, whole on the node's ingress from the server.
+    f.see(
+        2 * MS,
+        at(1, 4, Direction::Ingress),
+        "node",
+        "vdnsa",
+        UDP,
+        "10.96.0.10:53",
+        "10.244.1.2:40000",
+        msg(
+            7,
+            true,
+            "late.lab.test.",
+            "A",
+            "NOERROR",
+            &["10.250.0.80"],
+            false,
+        ),
+    );
+    let node = (1, "node", "vclient");
+    answer_drop(
+        &mut f,
+        2 * MS + 10_000,
+        node,
+        40000,
+        7,
+        FRAG_RULE,
+        Some(fragment_of_three(9, 3)),
+    );
+    answer_drop(
+        &mut f,
+        2 * MS + 20_000,
+        node,
+        40000,
+        7,
+        FRAG_RULE,
+        Some(fragment_of_three(10, 2)),
+    );
+    let txs = f.txs(20_000 * MS);
+    let [t] = &txs[..] else { panic!("{txs:?}") };
+    assert_eq!(t.outcome, Outcome::Dropped, "{}", summary(t));
+    assert_eq!(
+        summary(t),
+        "dropped by the kernel (NETFILTER_DROP at nft_do_chain+0x46f): the answer's IP \
+         fragment 3 of 3 (bytes 2464-3558 of 3558), unanswered"
+    );
+    let d = t.legs[0].drop.as_ref().unwrap();
+    assert_eq!(d.fragments.as_ref().map(|p| &p.numbers[..]), Some(&[3][..]));
+    assert_eq!(d.fragment_drops_ns, [2 * MS + 10_000]);
 }
 
 #[test]
@@ -700,11 +856,13 @@ fn an_answer_dropped_in_the_clients_namespace_is_dropped_not_answered() {
     assert_eq!(t.outcome, Outcome::Dropped, "{}", summary(t));
     assert_eq!(t.legs[0].outcome, LegOutcome::Dropped);
     assert_eq!(t.latency_ns, None);
-    assert!(
-        summary(t).contains("NETFILTER_DROP at nft_do_chain"),
-        "{}",
-        summary(t)
+    // Dropped after the client's door: no fragments to name, and never "unanswered".
+    assert_eq!(
+        summary(t),
+        "answer NOERROR reached the client's interface, then was dropped by the kernel \
+         (NETFILTER_DROP at nft_do_chain+0x3e8)"
     );
+    assert!(t.legs[0].drop.as_ref().unwrap().fragments.is_none());
 }
 
 #[test]
@@ -739,6 +897,7 @@ fn a_drop_in_another_namespace_after_the_answer_arrived_is_not_the_clients() {
             )
             .into(),
         ),
+        fragment: None,
     })));
     let txs = f.txs(20_000 * MS);
     assert_eq!(txs[0].outcome, Outcome::Answered, "{}", summary(&txs[0]));

@@ -11,7 +11,7 @@ use crate::{
     decode::{
         dns::{Cut, Rcode, RrClass, RrType},
         ip::{serialize_addr, Addr},
-        record::{Incident, Names, PodRef, Proto, RecordKind},
+        record::{DroppedPart, Incident, Names, PodRef, Proto, RecordKind},
     },
     event::Direction,
     time::{format_duration as dur, WallTime},
@@ -82,6 +82,15 @@ pub struct LegDrop {
     pub location: String,
     /// The response was dropped (not the query).
     pub response: bool,
+    /// What of an IP-fragmented answer was dropped (or never came): its fragments, their
+    /// bytes and the datagram's length; every such drop of the datagram at this place
+    /// (each drop's time in `fragment_drops_ns`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fragments: Option<DroppedPart>,
+    /// The times of the kernel drops of those fragments, for the evidence files (not in
+    /// the JSON: each is a `drop` record of its own).
+    #[serde(skip)]
+    pub fragment_drops_ns: Vec<u64>,
 }
 
 impl LegDrop {
@@ -378,12 +387,21 @@ pub enum Summary {
         netns: String,
         ifname: String,
         retried: bool,
+        /// Which of its IP fragments never came, their bytes and the datagram's length.
+        part: Option<DroppedPart>,
     },
     /// The kernel dropped the query or its answer.
     Dropped {
         reason: String,
         location: String,
         retried: bool,
+        /// The answer reached the client's interface and was dropped after it, in the
+        /// client's own namespace, before the asking socket (never "unanswered": the server
+        /// did answer, up to the client's door).
+        at_client: bool,
+        /// The drop took IP fragments of the answer: which, their bytes, the datagram's
+        /// length.
+        part: Option<DroppedPart>,
     },
     /// The answer reached the client's namespace `answer_ns` after the first query, but the
     /// client had stopped waiting: the kernel dropped it for want of a socket (`reason` at
@@ -661,18 +679,56 @@ pub fn transaction_summary(t: &TransactionRecord) -> String {
             netns,
             ifname,
             retried,
-        } => format!(
-            "answer lost on the way: {location} at {netns}/{ifname}, unanswered{}",
-            retried_note(*retried)
-        ),
+            part,
+        } => {
+            // `fragment 2 of 3 never seen` says the numbers; the part adds the bytes.
+            let what = match part {
+                Some(p) => format!("{} never seen", p.describe()),
+                None => location.clone(),
+            };
+            format!(
+                "answer lost on the way: {what} at {netns}/{ifname}, unanswered{}",
+                retried_note(*retried)
+            )
+        }
         Summary::Dropped {
             reason,
             location,
             retried,
-        } => format!(
-            "dropped by the kernel ({reason} at {location}), unanswered{}",
-            retried_note(*retried)
-        ),
+            at_client: true,
+            part,
+        } => {
+            let rcode = t
+                .rcode
+                .as_deref()
+                .map(|r| format!(" {r}"))
+                .unwrap_or_default();
+            let mut s = format!(
+                "answer{rcode} reached the client's interface, then was dropped by the kernel ({reason} at {location})"
+            );
+            if let Some(p) = part {
+                let _ = write!(s, ": {}", p.describe());
+            }
+            s.push_str(retried_note(*retried));
+            s
+        }
+        Summary::Dropped {
+            reason,
+            location,
+            retried,
+            at_client: false,
+            part,
+        } => match part {
+            Some(p) => format!(
+                "dropped by the kernel ({reason} at {location}): the answer's {}, unanswered{}",
+                p.describe(),
+                retried_note(*retried)
+            ),
+            None => format!(
+                "dropped by the kernel ({reason} at {location}), unanswered{}",
+                retried_note(*retried)
+            ),
+        },
         Summary::Late {
             answer_ns,
             gave_up_ns,

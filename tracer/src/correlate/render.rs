@@ -399,6 +399,8 @@ impl<D: Detector> Correlator<D> {
                         reason,
                         location,
                         retried,
+                        at_client: true,
+                        part: undelivered.and_then(|d| d.fragments.clone()),
                     },
                 )
             }
@@ -431,6 +433,7 @@ impl<D: Detector> Correlator<D> {
                         netns: d.netns.to_string(),
                         ifname: d.ifname.to_string(),
                         retried,
+                        part: d.fragments.clone(),
                     },
                 ),
                 Some(d) => (
@@ -439,6 +442,8 @@ impl<D: Detector> Correlator<D> {
                         reason: d.reason.clone(),
                         location: d.location.clone(),
                         retried,
+                        at_client: false,
+                        part: d.fragments.clone().filter(|_| d.response),
                     },
                 ),
                 None if final_root.cut_short => (Outcome::Pending, Summary::Pending),

@@ -86,6 +86,7 @@ mod tests {
             ct: None,
             confirm_failed: None,
             msg: None,
+            fragment: None,
         }))
     }
 

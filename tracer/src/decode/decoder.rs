@@ -283,6 +283,7 @@ impl Decoder {
                     ct: None,
                     confirm_failed: None,
                     msg: Some(Arc::new(msg.clone())),
+                    fragment: Some(r.part()),
                 })));
             }
             out.push(DecodeReport::FragmentLoss(r).into());

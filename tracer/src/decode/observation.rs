@@ -3,7 +3,7 @@
 use std::{net::SocketAddr, sync::Arc};
 
 use crate::{
-    decode::{dns::DnsMessage, tunnel::Tunnel},
+    decode::{dns::DnsMessage, record::DroppedPart, tunnel::Tunnel},
     event::{CtSnapshot, ObservationPoint},
 };
 
@@ -53,6 +53,8 @@ pub struct DropObservation {
     /// failed (`NF_DROP`); `None` without the hook.
     pub confirm_failed: Option<bool>,
     pub msg: Option<Arc<DnsMessage>>,
+    /// The drop took (or the loss lacked) part of an IP-fragmented datagram: which.
+    pub fragment: Option<DroppedPart>,
 }
 
 /// A drop is boxed: drops are rare, and every message moves through the reorder buffer at

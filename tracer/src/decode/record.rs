@@ -313,7 +313,7 @@ pub struct FragmentRange {
     pub len: usize,
 }
 
-#[derive(Clone, Copy, Debug, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 pub struct MissingRange {
     pub start: usize,
     /// `null`: to the unknown end of the datagram.
@@ -321,6 +321,17 @@ pub struct MissingRange {
 }
 
 impl FragmentLossRecord {
+    /// What never came, as the part of the datagram a leg lost.
+    pub fn part(&self) -> DroppedPart {
+        DroppedPart {
+            ip_id: self.ip_id,
+            fragments: self.fragments.filter(|_| self.missing_fragments.is_some()),
+            numbers: self.missing_fragments.clone().unwrap_or_default(),
+            bytes: self.missing.clone(),
+            total_len: self.total_len,
+        }
+    }
+
     /// What never came, in a few words: `fragment 2 of 3 never seen`, or byte ranges.
     pub fn what_missing(&self) -> String {
         match (self.fragments, &self.missing_fragments) {
@@ -474,6 +485,117 @@ pub struct DroppedFragment {
     pub offset: usize,
     /// Its data length.
     pub len: usize,
+    /// Which fragment it is (1-based) and of how many, when its datagram's first fragment
+    /// was seen (or is this one) and the fragments follow the usual layout.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub number: Option<usize>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fragments: Option<usize>,
+    /// The datagram's IP payload length (UDP header and message), from the first
+    /// fragment's UDP header, when it was seen.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub total_len: Option<usize>,
+}
+
+impl DroppedFragment {
+    /// This fragment as the part of its datagram a drop took.
+    pub fn part(&self) -> DroppedPart {
+        DroppedPart {
+            ip_id: self.ip_id,
+            fragments: self.number.and(self.fragments),
+            numbers: self.number.into_iter().collect(),
+            bytes: vec![MissingRange {
+                start: self.offset,
+                end: Some(self.offset + self.len),
+            }],
+            total_len: self.total_len,
+        }
+    }
+}
+
+/// What of an IP-fragmented answer never reached where it was going: the fragments the
+/// kernel dropped, or that never came (a leg's `drop.fragments`, docs/output.md).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct DroppedPart {
+    /// The IP Identification shared by the datagram's fragments.
+    pub ip_id: u32,
+    /// How many fragments the datagram had, when the layout tells.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fragments: Option<usize>,
+    /// The 1-based numbers of the fragments lost, in order, when the layout tells.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub numbers: Vec<usize>,
+    /// The byte ranges of the datagram's IP payload lost, in order (`end` null: to its
+    /// unknown end).
+    pub bytes: Vec<MissingRange>,
+    /// The datagram's IP payload length (the UDP header and the whole message), when known.
+    pub total_len: Option<usize>,
+}
+
+impl DroppedPart {
+    /// Another fragment of the same datagram lost too: both in one. A part of another
+    /// datagram (another IP id) is not merged.
+    pub fn merge(&mut self, other: &DroppedPart) {
+        if other.ip_id != self.ip_id {
+            return;
+        }
+        self.fragments = self.fragments.or(other.fragments);
+        self.total_len = self.total_len.or(other.total_len);
+        // Numbers only while every piece has one: else the bytes say it.
+        if self.numbers.is_empty() || other.numbers.is_empty() {
+            self.numbers.clear();
+            self.fragments = None;
+        } else {
+            self.numbers.extend(&other.numbers);
+            self.numbers.sort_unstable();
+            self.numbers.dedup();
+        }
+        self.bytes.extend(&other.bytes);
+        self.bytes
+            .sort_by_key(|r| (r.start, r.end.is_none(), r.end));
+        let mut merged: Vec<MissingRange> = Vec::with_capacity(self.bytes.len());
+        for r in self.bytes.drain(..) {
+            match merged.last_mut() {
+                Some(last) if last.end.is_none_or(|e| r.start <= e) => {
+                    last.end = match (last.end, r.end) {
+                        (Some(a), Some(b)) => Some(a.max(b)),
+                        _ => None,
+                    };
+                }
+                _ => merged.push(r),
+            }
+        }
+        self.bytes = merged;
+    }
+
+    /// In a few words: `IP fragments 2 and 3 of 3 (bytes 1232-3558 of 3558)`, or the bytes
+    /// alone where the fragments cannot be numbered.
+    pub fn describe(&self) -> String {
+        let ranges = self
+            .bytes
+            .iter()
+            .map(|r| match r.end {
+                Some(e) => format!("{}-{e}", r.start),
+                None => format!("{}-end", r.start),
+            })
+            .collect::<Vec<_>>()
+            .join(", ");
+        let of = self
+            .total_len
+            .map(|t| format!(" of {t}"))
+            .unwrap_or_default();
+        match (self.fragments, &self.numbers[..]) {
+            (Some(count), [n]) => format!("IP fragment {n} of {count} (bytes {ranges}{of})"),
+            (Some(count), [rest @ .., last]) if !rest.is_empty() => format!(
+                "IP fragments {} and {last} of {count} (bytes {ranges}{of})",
+                rest.iter()
+                    .map(ToString::to_string)
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+            _ => format!("IP fragment bytes {ranges}{of}"),
+        }
+    }
 }
 
 /// The kernel side of a live run: its counters and what could be set up.

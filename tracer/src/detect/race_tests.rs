@@ -194,6 +194,7 @@ fn dnat_drop(ts: u64, client: &str, status: u64, m: DnsMessage) -> Observed {
             reply: flow("10.244.1.3:53", client),
         }),
         msg: Some(m.into()),
+        fragment: None,
     }))
 }
 

@@ -229,6 +229,11 @@ impl Annotator {
                 question = Some((m.id, q.name.to_ascii_lowercase(), q.qtype));
             }
         }
+        // Which part of its datagram the dropped fragment was (after the fields `analyze`
+        // reads back: a bracketed value ends them).
+        if let Some(f) = &r.fragment {
+            let _ = write!(comment, " fragment=[{}]", f.part().describe());
+        }
         self.hold(Held {
             packet: EvidencePacket {
                 ts_ns: d.ts_ns,
@@ -288,15 +293,21 @@ impl Annotator {
             };
             let role = leg.role.as_str();
             let n = leg.hops.len();
-            // An answer that never reached the asking socket says so on every copy of it.
+            // An answer that never reached the asking socket says so on every copy of it,
+            // and what of it was lost when that was some of its IP fragments.
             let fate = match leg.outcome {
-                LegOutcome::Late => " outcome=late",
-                LegOutcome::Dropped if leg.rcode.is_some() => " outcome=dropped",
-                _ => "",
+                LegOutcome::Late => " outcome=late".to_owned(),
+                LegOutcome::Dropped if leg.rcode.is_some() => {
+                    match leg.drop.as_ref().and_then(|d| d.fragments.as_ref()) {
+                        Some(p) => format!(" outcome=dropped lost=[{}]", p.describe()),
+                        None => " outcome=dropped".to_owned(),
+                    }
+                }
+                _ => String::new(),
             };
             for (hi, hop) in leg.hops.iter().enumerate() {
                 let msg = if hop.qr { "response" } else { "query" };
-                let fate = if hop.qr { fate } else { "" };
+                let fate = if hop.qr { fate.as_str() } else { "" };
                 if let Some(h) = self.find(hop.ts_ns, &hop.netns, &hop.ifname, hop.dir.as_str()) {
                     let _ = write!(
                         h.notes,
@@ -308,9 +319,13 @@ impl Annotator {
                 }
             }
             if let Some(d) = &leg.drop {
-                if let Some(h) = self.find(d.ts_ns, &d.netns, &d.ifname, "drop") {
-                    let _ = write!(h.notes, "txn={} leg={li} role={role} ", t.id);
-                    h.claimed = true;
+                // The drop, and every other drop of the answer's fragments it stands for.
+                let others = d.fragment_drops_ns.iter().filter(|&&ts| ts != d.ts_ns);
+                for ts in std::iter::once(&d.ts_ns).chain(others) {
+                    if let Some(h) = self.find(*ts, &d.netns, &d.ifname, "drop") {
+                        let _ = write!(h.notes, "txn={} leg={li} role={role} ", t.id);
+                        h.claimed = true;
+                    }
                 }
             }
         }

@@ -248,3 +248,108 @@ fn the_byte_bound_covers_what_held_packets_take() {
         "{counted} bytes counted, {taken} taken"
     );
 }
+
+/// An answer whose IP fragments 2 and 3 a rule in the client's namespace dropped: its copy
+/// at the client's interface says what was lost, each fragment's drop says which fragment
+/// it was and is claimed by the leg (and `analyze` still reads the drop back).
+#[test]
+fn dropped_fragments_of_an_answer_are_named_in_the_comments() {
+    use crate::decode::record::{DroppedFragment, DroppedPart, MissingRange};
+    let mut a = Annotator::new(cfg(1 << 20));
+    let (p, r) = query(100, 3, 7, "big.lab.test.");
+    let fragment = |number: usize, ts_ns: u64| {
+        let mut d = fixtures::drop_record("NETFILTER_DROP", None);
+        d.ts_ns = ts_ns;
+        d.fragment = Some(DroppedFragment {
+            ip_id: 9,
+            offset: (number - 1) * 1232,
+            len: if number == 3 { 1094 } else { 1232 },
+            number: Some(number),
+            fragments: Some(3),
+            total_len: Some(3558),
+        });
+        let k = KernelDrop {
+            ts_ns,
+            cpu: 1,
+            netns: 4096,
+            ifindex: 7,
+            reason: 0,
+            location: 0,
+            ct: None,
+            orig_len: 60,
+            data: vec![0x45; 60].into(),
+            confirm_failed: false,
+            named: None,
+        };
+        (k, d)
+    };
+    let (k2, d2) = fragment(2, 90);
+    let (k3, d3) = fragment(3, 110);
+    // In capture order: fragment 2 dropped before fragment 3 completed the answer.
+    a.drop(&k2, &d2);
+    a.packet(&p, &[&r]);
+    a.drop(&k3, &d3);
+    let mut leg = fixtures::dropped(
+        fixtures::leg(
+            LegRole::Query,
+            "10.0.0.1:5000",
+            "10.0.0.2:53",
+            "10.0.0.2:53",
+            None,
+            None,
+        ),
+        "NETFILTER_DROP",
+    );
+    leg.rcode = Some("NOERROR".into());
+    let mut response = hop(&r);
+    response.qr = true;
+    leg.hops = vec![response];
+    if let Some(d) = leg.drop.as_mut() {
+        d.ts_ns = 110;
+        d.response = true;
+        d.fragments = Some(DroppedPart {
+            ip_id: 9,
+            fragments: Some(3),
+            numbers: vec![2, 3],
+            bytes: vec![MissingRange {
+                start: 1232,
+                end: Some(3558),
+            }],
+            total_len: Some(3558),
+        });
+        d.fragment_drops_ns = vec![90, 110];
+    }
+    let mut t = fixtures::transaction("big.lab.test.", "TXT", "10.0.0.1:5000", None, vec![leg]);
+    t.id = 42;
+    a.records(&[Record::Transaction(Box::new(t))]);
+    let mut out = Vec::new();
+    a.release(200, false, &mut out);
+    assert_eq!(out.len(), 3, "every one claimed: {out:?}");
+    let [drop2, answer, drop3] = &out[..] else {
+        unreachable!()
+    };
+    assert!(
+        answer.comment.contains(
+            "msg=response outcome=dropped lost=[IP fragments 2 and 3 of 3 (bytes 1232-3558 of 3558)] "
+        ),
+        "{}",
+        answer.comment
+    );
+    for (d, words) in [
+        (drop2, "IP fragment 2 of 3 (bytes 1232-2464 of 3558)"),
+        (drop3, "IP fragment 3 of 3 (bytes 2464-3558 of 3558)"),
+    ] {
+        assert!(
+            d.comment.starts_with("txn=42 leg=0 role=query drop="),
+            "{}",
+            d.comment
+        );
+        assert!(
+            d.comment.ends_with(&format!(" fragment=[{words}]")),
+            "{}",
+            d.comment
+        );
+        let back = crate::source::file::drops::parse_drop_comment(&d.comment).unwrap();
+        assert_eq!(back.netns, "node", "{back:?}");
+    }
+}

@@ -8,6 +8,7 @@ use std::{
 };
 
 use super::{
+    causes::{self, CausedBy},
     finding::{Finding, FindingKind},
     servers::{Failure, PerServer},
 };
@@ -42,7 +43,33 @@ struct ServerAgg {
     queries: u64,
     unanswered: u64,
     servfail: u64,
+    /// Names of queries it failed on its own…
     names: BTreeSet<String>,
+    /// … and of those another server's failure caused.
+    names_caused: BTreeSet<String>,
+    /// Of `unanswered` and `servfail`, those another server's failure caused (the joined
+    /// legs say so: [`causes::root_causes`]).
+    caused: CausedBy,
+}
+
+impl ServerAgg {
+    fn failed(&self, how: Failure) -> u64 {
+        match how {
+            Failure::Unanswered => self.unanswered,
+            Failure::Servfail => self.servfail,
+        }
+    }
+
+    /// Its failures of kind `how` that were its own (no other server's caused them).
+    fn own(&self, how: Failure) -> u64 {
+        let caused: u64 = self
+            .caused
+            .iter()
+            .filter(|((k, _, _), _)| *k == how)
+            .map(|(_, n)| n)
+            .sum();
+        self.failed(how).saturating_sub(caused)
+    }
 }
 
 #[derive(Default)]
@@ -131,8 +158,7 @@ fn add_example(set: &mut BTreeSet<String>, name: &str) {
 /// [`MIN_UNANSWERED`] queries and [`MIN_UNANSWERED_PCT`] of them).
 struct ServerFailure {
     kind: FindingKind,
-    /// Its count in the server's tally.
-    count: fn(&ServerAgg) -> u64,
+    how: Failure,
     /// What was seen, from the server, the count, its queries and the share in percent.
     seen: fn(&SocketAddr, u64, u64, u64) -> String,
     /// What the example names are, in the evidence.
@@ -143,7 +169,7 @@ struct ServerFailure {
 
 const UNANSWERED: ServerFailure = ServerFailure {
     kind: FindingKind::UnansweredQueries,
-    count: |s| s.unanswered,
+    how: Failure::Unanswered,
     seen: |server, n, queries, pct| {
         format!("{server} left {n} of {queries} queries unanswered ({pct}%)")
     },
@@ -154,26 +180,73 @@ const UNANSWERED: ServerFailure = ServerFailure {
 
 const SERVFAIL: ServerFailure = ServerFailure {
     kind: FindingKind::Servfail,
-    count: |s| s.servfail,
+    how: Failure::Servfail,
     seen: |server, n, queries, _| format!("{server} answered SERVFAIL to {n} of {queries} queries"),
     label: "SERVFAIL",
     why: "SERVFAIL is a failed lookup: the server could not get an answer from its upstream.",
     fix: "Look at the server's upstream (its `forward` targets) and its logs (`kubectl logs`, the errors plugin).",
 };
 
+/// `n` failures of `queries` are frequent enough to report.
+fn frequent(n: u64, queries: u64) -> bool {
+    n >= MIN_UNANSWERED && n * 100 / queries.max(1) >= MIN_UNANSWERED_PCT
+}
+
+/// A server whose failures another's caused, folded under that cause's finding: how it
+/// failed, how often, of how many queries.
+struct Symptom {
+    server: SocketAddr,
+    how: Failure,
+    n: u64,
+    queries: u64,
+}
+
 impl ServerFailure {
-    fn finding(&self, server: &SocketAddr, s: &ServerAgg) -> Option<Finding> {
-        let n = (self.count)(s);
-        let pct = n * 100 / s.queries.max(1);
-        if n < MIN_UNANSWERED || pct < MIN_UNANSWERED_PCT {
+    /// The finding of `n` of `server`'s failures, with `symptoms`: the failures of the
+    /// servers in front of it that its own caused, said after it (cause first).
+    /// `caused_too`: some of the `n` were caused by another server (one too quiet to be
+    /// reported), so their names are examples too.
+    fn finding(
+        &self,
+        server: &SocketAddr,
+        (n, caused_too): (u64, bool),
+        s: &ServerAgg,
+        symptoms: &[Symptom],
+    ) -> Option<Finding> {
+        if !frequent(n, s.queries) {
             return None;
         }
-        let seen = (self.seen)(server, n, s.queries, pct);
+        let pct = n * 100 / s.queries.max(1);
+        let mut seen = (self.seen)(server, n, s.queries, pct);
+        if !symptoms.is_empty() {
+            let words: Vec<String> = symptoms
+                .iter()
+                .map(|y| causes::symptom_words(&y.server, y.how, y.n, y.queries))
+                .collect();
+            seen.push_str(", and so ");
+            seen.push_str(&words.join(" and "));
+        }
         let mut f = Finding::new(self.kind, server.to_string(), seen);
         f.count = n;
         f.why = self.why.into();
+        for y in symptoms {
+            f.evidence.push(format!(
+                "symptom: {}: each forwarded on to {server}, where {} (joined legs)",
+                causes::symptom_words(&y.server, y.how, y.n, y.queries),
+                causes::failed_words(self.how)
+            ));
+        }
+        if !symptoms.is_empty() {
+            f.why.push_str(" The servers that forwarded these queries to it failed them because it did: their failures are its symptom, not faults of their own, and are not reported again.");
+        }
         let label = self.label;
-        f.evidence = s.names.iter().map(|n| format!("{label}: {n}")).collect();
+        let caused = s.names_caused.iter().filter(|_| caused_too);
+        f.evidence.extend(
+            s.names
+                .iter()
+                .chain(caused)
+                .map(|n| format!("{label}: {n}")),
+        );
         f.fix = self.fix.into();
         Some(f)
     }
@@ -245,7 +318,8 @@ impl TrafficFolder {
 
     pub fn transaction(&mut self, t: &TransactionRecord) {
         self.transactions += 1;
-        for leg in &t.legs {
+        let causes = causes::root_causes(t);
+        for (leg, cause) in t.legs.iter().zip(causes) {
             let Some(s) = self.servers.tally(leg.server, MAX_SERVERS) else {
                 continue;
             };
@@ -255,7 +329,22 @@ impl TrafficFolder {
                     Failure::Unanswered => s.unanswered += 1,
                     Failure::Servfail => s.servfail += 1,
                 }
-                add_example(&mut s.names, &t.question.name);
+                let by = cause
+                    .and_then(|c| t.legs.get(c))
+                    .and_then(|c| Some((c.server, Failure::of_leg(c)?)))
+                    .filter(|(server, _)| *server != leg.server);
+                let key = by
+                    .map(|(server, how)| (failure, server, how))
+                    .filter(|key| {
+                        s.caused.len() < causes::MAX_CAUSES || s.caused.contains_key(key)
+                    });
+                match key {
+                    Some(key) => {
+                        *s.caused.entry(key).or_default() += 1;
+                        add_example(&mut s.names_caused, &t.question.name);
+                    }
+                    None => add_example(&mut s.names, &t.question.name),
+                }
             }
         }
         if t.outcome == Outcome::Late {
@@ -331,11 +420,7 @@ impl TrafficFolder {
             f.fix = "Add `options single-request-reopen` (glibc) to the pod's dnsConfig, run NodeLocal DNSCache (no DNAT for pod queries), or use a kernel ≥ 5.6 whose clash resolution keeps both.".into();
             out.push(f);
         }
-        for (server, s) in self.servers.iter() {
-            for how in [&UNANSWERED, &SERVFAIL] {
-                out.extend(how.finding(server, s));
-            }
-        }
+        self.server_findings(&mut out);
         for (client, l) in &self.late {
             let servers: Vec<String> = l.servers.iter().map(ToString::to_string).collect();
             let mut f = Finding::new(
@@ -418,6 +503,49 @@ impl TrafficFolder {
             out.push(f);
         }
         out
+    }
+
+    /// Unanswered and SERVFAIL per server, following the tree: a server whose own failures
+    /// are frequent is a cause, and the failures of the servers in front of it that it caused
+    /// are folded under its finding; what is left of theirs (their own, or caused by a server
+    /// too quiet to report) is theirs.
+    fn server_findings(&self, out: &mut Vec<Finding>) {
+        let is_cause = |server: &SocketAddr, how: Failure| {
+            self.servers
+                .get(server)
+                .is_some_and(|s| frequent(s.own(how), s.queries))
+        };
+        for (server, s) in self.servers.iter() {
+            for kind in [&UNANSWERED, &SERVFAIL] {
+                let folded: u64 = s
+                    .caused
+                    .iter()
+                    .filter(|((how, by, by_how), _)| *how == kind.how && is_cause(by, *by_how))
+                    .map(|(_, n)| n)
+                    .sum();
+                let n = s.failed(kind.how).saturating_sub(folded);
+                let caused_too = n > s.own(kind.how);
+                let symptoms: Vec<Symptom> = if is_cause(server, kind.how) {
+                    self.servers
+                        .iter()
+                        .flat_map(|(front, f)| {
+                            f.caused
+                                .iter()
+                                .filter(|((_, by, by_how), _)| by == server && *by_how == kind.how)
+                                .map(|((how, _, _), &n)| Symptom {
+                                    server: *front,
+                                    how: *how,
+                                    n,
+                                    queries: f.queries,
+                                })
+                        })
+                        .collect()
+                } else {
+                    Vec::new()
+                };
+                out.extend(kind.finding(server, (n, caused_too), s, &symptoms));
+            }
+        }
     }
 
     fn loop_findings(&self, out: &mut Vec<Finding>) {

@@ -313,3 +313,230 @@ fn each_rotation_of_a_cycle_is_one_key() {
     );
     assert!(from_least(Vec::new()).is_empty());
 }
+
+const SVC: &str = "10.96.0.10:53";
+const CACHE: &str = "169.254.20.10:53";
+const UP: &str = "10.250.0.54:53";
+
+/// A client's question through a chain of forwarders: `(server, outcome, rcode)` from the
+/// client's leg down, each leg the child of the one before.
+fn chain(id: u64, name: &str, legs: &[(&str, LegOutcome, Option<&str>)]) -> TransactionRecord {
+    let (_, first, rcode) = legs[0];
+    let outcome = match first {
+        LegOutcome::Answered => Outcome::Answered,
+        _ => Outcome::Unanswered,
+    };
+    let mut t = tx(id, id, name, outcome, rcode, first);
+    let template = t.legs[0].clone();
+    t.legs = legs
+        .iter()
+        .enumerate()
+        .map(|(i, &(server, outcome, rcode))| LegRecord {
+            id: id * 10 + i as u64,
+            parent: i.checked_sub(1),
+            role: if i == 0 {
+                LegRole::Query
+            } else {
+                LegRole::Forward
+            },
+            server: addr(server),
+            backend: addr(server),
+            outcome,
+            rcode: rcode.map(Into::into),
+            ..template.clone()
+        })
+        .collect();
+    t
+}
+
+fn server_findings(f: &TrafficFolder) -> Vec<Finding> {
+    f.findings()
+        .into_iter()
+        .filter(|f| {
+            matches!(
+                f.kind,
+                FindingKind::UnansweredQueries | FindingKind::Servfail
+            )
+        })
+        .collect()
+}
+
+use LegOutcome::{Answered, Unanswered};
+
+/// Both forwarders' failures caused by the upstream that never answers: one finding, the
+/// cause's, with the symptom folded under it — not two of equal rank.
+#[test]
+fn an_upstreams_failures_are_one_finding_with_the_forwarders_folded_under_it() {
+    let mut f = TrafficFolder::default();
+    for i in 0..5 {
+        let name = format!("q{i}.void.lab.test.");
+        f.transaction(&chain(
+            i,
+            &name,
+            &[(SVC, Unanswered, None), (UP, Unanswered, None)],
+        ));
+    }
+    let found = server_findings(&f);
+    let [one] = &found[..] else {
+        panic!("{found:#?}")
+    };
+    assert_eq!(
+        (one.kind, one.subject.as_str(), one.count),
+        (FindingKind::UnansweredQueries, UP, 5)
+    );
+    assert_eq!(
+        one.seen,
+        "10.250.0.54:53 left 5 of 5 queries unanswered (100%), and so 10.96.0.10:53 left 5 of its 5 queries unanswered"
+    );
+    assert_eq!(
+        one.evidence[0],
+        "symptom: 10.96.0.10:53 left 5 of its 5 queries unanswered: each forwarded on to 10.250.0.54:53, where it went unanswered (joined legs)"
+    );
+    assert!(one
+        .evidence
+        .iter()
+        .any(|e| e == "unanswered: q0.void.lab.test."));
+    assert!(one.why.contains("not faults of their own"), "{}", one.why);
+
+    // SERVFAIL from the forwarder because its upstream never answered: the same cause.
+    let mut f = TrafficFolder::default();
+    for i in 0..5 {
+        let name = format!("q{i}.void.lab.test.");
+        f.transaction(&chain(
+            i,
+            &name,
+            &[(SVC, Answered, Some("SERVFAIL")), (UP, Unanswered, None)],
+        ));
+    }
+    let found = server_findings(&f);
+    let [one] = &found[..] else {
+        panic!("{found:#?}")
+    };
+    assert_eq!(
+        (one.kind, one.subject.as_str()),
+        (FindingKind::UnansweredQueries, UP)
+    );
+    assert!(
+        one.seen
+            .ends_with("and so 10.96.0.10:53 answered SERVFAIL to 5 of its 5 queries"),
+        "{}",
+        one.seen
+    );
+}
+
+/// node cache → cluster DNS → upstream: both in front are the upstream's symptoms.
+#[test]
+fn a_chain_of_forwarders_is_folded_under_its_last_server() {
+    let mut f = TrafficFolder::default();
+    for i in 0..4 {
+        f.transaction(&chain(
+            i,
+            "x.void.test.",
+            &[
+                (CACHE, Unanswered, None),
+                (SVC, Unanswered, None),
+                (UP, Unanswered, None),
+            ],
+        ));
+    }
+    let found = server_findings(&f);
+    let [one] = &found[..] else {
+        panic!("{found:#?}")
+    };
+    assert_eq!(one.subject, UP);
+    // The symptoms in the order of their servers' addresses.
+    assert!(
+        one.seen.ends_with(
+            "and so 10.96.0.10:53 left 4 of its 4 queries unanswered and 169.254.20.10:53 left 4 of its 4 queries unanswered"
+        ),
+        "{}",
+        one.seen
+    );
+    assert_eq!(
+        one.evidence
+            .iter()
+            .filter(|e| e.starts_with("symptom: "))
+            .count(),
+        2
+    );
+}
+
+/// A forwarder failing with a healthy upstream is its own finding; next to an upstream's
+/// failures, each cause keeps its own finding with only its own queries.
+#[test]
+fn a_forwarder_failing_on_its_own_is_not_folded() {
+    let mut f = TrafficFolder::default();
+    for i in 0..5 {
+        f.transaction(&chain(
+            i,
+            "own.lab.test.",
+            &[(SVC, Unanswered, None), (UP, Answered, Some("NOERROR"))],
+        ));
+    }
+    let found = server_findings(&f);
+    let [one] = &found[..] else {
+        panic!("{found:#?}")
+    };
+    assert_eq!((one.subject.as_str(), one.count), (SVC, 5));
+    assert_eq!(
+        one.seen,
+        "10.96.0.10:53 left 5 of 5 queries unanswered (100%)"
+    );
+    assert!(!one.evidence.iter().any(|e| e.starts_with("symptom")));
+
+    // And five more whose upstream never answered: two causes, two findings.
+    for i in 5..10 {
+        f.transaction(&chain(
+            i,
+            "void.lab.test.",
+            &[(SVC, Unanswered, None), (UP, Unanswered, None)],
+        ));
+    }
+    let mut found = server_findings(&f);
+    // By subject as text: 10.250… before 10.96….
+    found.sort_by(|a, b| a.subject.cmp(&b.subject));
+    let [up, svc] = &found[..] else {
+        panic!("{found:#?}")
+    };
+    assert_eq!((svc.subject.as_str(), svc.count), (SVC, 5));
+    assert_eq!(
+        svc.seen,
+        "10.96.0.10:53 left 5 of 10 queries unanswered (50%)"
+    );
+    // Its own failures' names, not the upstream's.
+    assert_eq!(svc.evidence, ["unanswered: own.lab.test."]);
+    assert_eq!(up.evidence[1..], ["unanswered: void.lab.test."]);
+    assert_eq!((up.subject.as_str(), up.count), (UP, 5));
+    assert!(
+        up.seen.contains("and so 10.96.0.10:53 left 5 of its 10"),
+        "{}",
+        up.seen
+    );
+}
+
+/// An upstream too quiet to report is no cause: the forwarder's failures stay its finding.
+#[test]
+fn a_cause_below_the_threshold_folds_nothing() {
+    let mut f = TrafficFolder::default();
+    for i in 0..2 {
+        f.transaction(&chain(
+            i,
+            "void.lab.test.",
+            &[(SVC, Unanswered, None), (UP, Unanswered, None)],
+        ));
+    }
+    f.transaction(&chain(
+        2,
+        "own.lab.test.",
+        &[(SVC, Unanswered, None), (UP, Answered, Some("NOERROR"))],
+    ));
+    let found = server_findings(&f);
+    let [one] = &found[..] else {
+        panic!("{found:#?}")
+    };
+    assert_eq!((one.subject.as_str(), one.count), (SVC, 3));
+    assert_eq!(
+        one.evidence,
+        ["unanswered: own.lab.test.", "unanswered: void.lab.test."]
+    );
+}

@@ -129,6 +129,9 @@ fn records() -> Vec<Record> {
         ip_id: 0x1a2b,
         offset: 1232,
         len: 1232,
+        number: Some(2),
+        fragments: Some(3),
+        total_len: Some(3558),
     });
     drop.malformed = Some("x".into());
     drop.dns = Some(whole.into());
@@ -187,6 +190,22 @@ fn records() -> Vec<Record> {
     leg.answer_cut = Some(dns::Cut::default());
     // From `analyze` of several nodes' captures.
     leg.node = Some("node-a".into());
+    // Its answer's later IP fragments dropped.
+    leg.drop = fixtures::dropped(leg.clone(), "NETFILTER_DROP")
+        .drop
+        .map(|mut d| {
+            d.fragments = Some(crate::decode::record::DroppedPart {
+                ip_id: 0x1a2b,
+                fragments: Some(3),
+                numbers: vec![2, 3],
+                bytes: vec![crate::decode::record::MissingRange {
+                    start: 1232,
+                    end: Some(3558),
+                }],
+                total_len: Some(3558),
+            });
+            d
+        });
     let mut transaction =
         fixtures::transaction("www.lab.test.", "A", "10.244.1.2:1", None, vec![leg]);
     transaction.evidence = Some("DIR/dnspath-x-unanswered.pcapng".into());

@@ -100,6 +100,8 @@ mod tests {
             reason: "NETFILTER_DROP".into(),
             location: "nf_hook_slow".into(),
             response: true,
+            fragments: None,
+            fragment_drops_ns: Vec::new(),
         });
         let record = Record::Transaction(Box::new(fixtures::transaction(
             "www.lab.test.",

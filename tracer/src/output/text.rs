@@ -148,7 +148,15 @@ pub fn drop_line(d: &DropRecord) -> String {
     let fragment = d
         .fragment
         .as_ref()
-        .map(|f| format!(" ip id {:#x} fragment at {}", f.ip_id, f.offset))
+        .map(|f| match (f.number, f.fragments, f.total_len) {
+            (Some(n), Some(m), Some(total)) => format!(
+                " ip id {:#x} fragment {n} of {m} (bytes {}-{} of {total})",
+                f.ip_id,
+                f.offset,
+                f.offset + f.len
+            ),
+            _ => format!(" ip id {:#x} fragment at {}", f.ip_id, f.offset),
+        })
         .unwrap_or_default();
     format!(
         "{} DROP {} {} {} > {}{} reason {} at {} cpu {}{} {}",
@@ -200,10 +208,14 @@ fn leg_line(l: &LegRecord) -> String {
         },
         (LegOutcome::Dropped, _) => match &l.drop {
             Some(d) => format!(
-                "DROPPED {} at {} ({})",
+                "DROPPED {} at {} ({}){}",
                 esc(&d.reason),
                 esc(&d.location),
-                at(&d.netns, &d.ifname, d.pod_ref())
+                at(&d.netns, &d.ifname, d.pod_ref()),
+                d.fragments
+                    .as_ref()
+                    .map(|p| format!(": {}", p.describe()))
+                    .unwrap_or_default()
             ),
             None => "DROPPED".to_string(),
         },

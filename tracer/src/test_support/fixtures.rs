@@ -114,6 +114,8 @@ pub(crate) fn dropped(mut l: LegRecord, reason: &str) -> LegRecord {
         reason: reason.to_string(),
         location: "nf_hook_slow+0x9e".to_string(),
         response: false,
+        fragments: None,
+        fragment_drops_ns: Vec::new(),
     });
     l
 }
@@ -133,6 +135,8 @@ pub(crate) fn transaction(
                 reason: d.reason.clone(),
                 location: d.location.clone(),
                 retried: false,
+                at_client: false,
+                part: None,
             },
         ),
         (None, None) => (

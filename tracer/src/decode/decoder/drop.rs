@@ -13,7 +13,7 @@ use crate::{
     conntrack::CtStatus,
     decode::{
         addr_string,
-        frag::parse_fragment,
+        frag::{fragment_number, parse_fragment, udp_total_len},
         observation::{DropObservation, Observed},
         parse_ip,
         record::{CtEndpoints, CtRecord, DecodeReport, DropRecord, DroppedFragment, Proto},
@@ -139,10 +139,21 @@ impl Decoder {
             dns: None,
             malformed: None,
             capture_truncated: false,
-            fragment: parse_fragment(&d.data).map(|f| DroppedFragment {
-                ip_id: f.id,
-                offset: f.offset,
-                len: f.len,
+            fragment: parse_fragment(&d.data).map(|f| {
+                // The first fragment numbers itself; a later one by its datagram's first,
+                // below.
+                let total_len = (f.offset == 0)
+                    .then(|| udp_total_len(f.proto, f.data))
+                    .flatten();
+                let place = total_len.and_then(|t| fragment_number(f.len, t, 0, f.len));
+                DroppedFragment {
+                    ip_id: f.id,
+                    offset: f.offset,
+                    len: f.len,
+                    number: place.map(|p| p.0),
+                    fragments: place.map(|p| p.1),
+                    total_len,
+                }
             }),
             benign: None,
         };
@@ -222,6 +233,12 @@ impl Decoder {
                 // the way, names the message (so the drop joins its transaction).
                 Transport::Other { proto } => match self.frag.first_fragment_of(&d.data, d.ts_ns) {
                     Some(first) => {
+                        if let (Some(f), Some(total)) = (r.fragment.as_mut(), first.total_len) {
+                            let place = fragment_number(first.len, total, f.offset, f.len);
+                            f.number = place.map(|p| p.0);
+                            f.fragments = place.map(|p| p.1);
+                            f.total_len = Some(total);
+                        }
                         r.proto = Proto::from_number(proto);
                         let (src, dst) = (
                             SocketAddr::new(ip.src, first.ports.0),
@@ -263,6 +280,7 @@ impl Decoder {
                     ct: d.ct,
                     confirm_failed,
                     msg: r.dns.clone(),
+                    fragment: r.fragment.as_ref().map(DroppedFragment::part),
                 })));
             }
         }

@@ -69,10 +69,46 @@ pub struct FirstFragment {
     pub ports: (u16, u16),
     /// Header and question (UDP): what ties the datagram to its transaction.
     pub dns: Option<DnsMessage>,
+    /// The first fragment's data length: the datagram's fragment size, for numbering the
+    /// others ([`fragment_number`]).
+    pub len: usize,
+    /// The datagram's IP payload length, from its UDP header's length field.
+    pub total_len: Option<usize>,
+}
+
+/// Which fragment (1-based) of how many the one at `offset` of `len` bytes is, in a
+/// datagram of `total_len` payload bytes whose first fragment held `first_len`: when the
+/// fragments follow the usual layout (each but the last as long as the first).
+pub fn fragment_number(
+    first_len: usize,
+    total_len: usize,
+    offset: usize,
+    len: usize,
+) -> Option<(usize, usize)> {
+    if first_len == 0 || !first_len.is_multiple_of(8) || first_len >= total_len {
+        return None;
+    }
+    let on_grid = offset.is_multiple_of(first_len)
+        && offset + len <= total_len
+        && (len == first_len || offset + len == total_len);
+    on_grid.then(|| (offset / first_len + 1, total_len.div_ceil(first_len)))
+}
+
+/// The IP payload length a UDP first fragment's header says its datagram has (the UDP
+/// length field counts the header and all the data).
+pub(crate) fn udp_total_len(proto: u8, data: &[u8]) -> Option<usize> {
+    match (proto, data.get(4..6)) {
+        (IPPROTO_UDP, Some(&[l0, l1])) => {
+            Some(usize::from(u16::from_be_bytes([l0, l1]))).filter(|&l| l >= 8)
+        }
+        _ => None,
+    }
 }
 
 struct FirstSeen {
     ts_ns: u64,
+    /// The first fragment's data length on the wire.
+    len: usize,
     /// The first fragment's data from its transport header on, up to [`FIRST_HEAD`] bytes.
     head: Box<[u8]>,
 }
@@ -113,6 +149,7 @@ impl FirstFragments {
             // The same datagram at the next hop (or a reused IP id): the latest wins.
             Some(seen) => {
                 seen.ts_ns = ts_ns;
+                seen.len = f.len;
                 if *seen.head != *head {
                     seen.head = head.into();
                 }
@@ -122,6 +159,7 @@ impl FirstFragments {
                     key,
                     FirstSeen {
                         ts_ns,
+                        len: f.len,
                         head: head.into(),
                     },
                 );
@@ -146,6 +184,11 @@ impl FirstFragments {
             return None;
         }
         let (ports, dns) = first_identity(f.proto, &seen.head)?;
-        Some(FirstFragment { ports, dns })
+        Some(FirstFragment {
+            ports,
+            dns,
+            len: seen.len,
+            total_len: udp_total_len(f.proto, &seen.head),
+        })
     }
 }

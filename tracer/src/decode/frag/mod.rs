@@ -24,7 +24,8 @@ use std::net::IpAddr;
 
 use crate::event::ObservationPoint;
 
-pub use first::{FirstFragment, WatchedDatagrams};
+pub(crate) use first::udp_total_len;
+pub use first::{fragment_number, FirstFragment, WatchedDatagrams};
 pub use loss::{FragmentLoss, LossCause};
 pub use parse::{parse_fragment, Fragment};
 pub use reassemble::{FragStats, Pushed, Reassembler};

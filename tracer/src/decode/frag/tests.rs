@@ -535,12 +535,18 @@ fn a_dropped_later_fragment_is_tied_to_its_query() {
             "10.244.1.2:40000"
         )
     );
+    // Numbered by the first fragment seen: its size and its UDP header's length.
+    let total = udp(&msg).len();
+    assert_eq!(total.div_ceil(1480), 3, "the test's layout");
     assert_eq!(
         a.fragment,
         Some(DroppedFragment {
             ip_id: 0x1a2b,
             offset: 1480,
-            len: 1480
+            len: 1480,
+            number: Some(2),
+            fragments: Some(3),
+            total_len: Some(total),
         })
     );
     assert_eq!(
@@ -548,8 +554,10 @@ fn a_dropped_later_fragment_is_tied_to_its_query() {
         ("[fd00::53]:53", "[fd00::2]:40000")
     );
     assert_eq!(
-        b.fragment.as_ref().map(|f| (f.ip_id, f.offset)),
-        Some((0xdead_beef, 2464))
+        b.fragment
+            .as_ref()
+            .map(|f| (f.ip_id, f.offset, f.number, f.fragments, f.total_len)),
+        Some((0xdead_beef, 2464, Some(3), Some(3), Some(total)))
     );
     for r in [a, b] {
         let m = r.dns.as_ref().unwrap();
@@ -559,7 +567,9 @@ fn a_dropped_later_fragment_is_tied_to_its_query() {
     }
     let line = crate::output::text::drop_line(a);
     assert!(
-        line.contains("udp 10.250.0.53:53 > 10.244.1.2:40000 ip id 0x1a2b fragment at 1480 reason"),
+        line.contains(&format!(
+            "udp 10.250.0.53:53 > 10.244.1.2:40000 ip id 0x1a2b fragment 2 of 3 (bytes 1480-2960 of {total}) reason"
+        )),
         "{line}"
     );
     assert!(line.contains("4660- q: TXT? big.lab.test."), "{line}");
@@ -571,6 +581,13 @@ fn a_dropped_later_fragment_is_tied_to_its_query() {
     assert_eq!(y.dst, "[fd00::2]:40000".parse().unwrap());
     assert!(x.msg.as_ref().is_some_and(|m| m.id == 4660 && m.qr));
     assert_eq!(x.proto, tracer_common::proto::IPPROTO_UDP);
+    // What the drop took, for the leg it joins.
+    let part = x.fragment.as_ref().unwrap();
+    assert_eq!(
+        part.describe(),
+        format!("IP fragment 2 of 3 (bytes 1480-2960 of {total})")
+    );
+    assert_eq!(y.fragment.as_ref().unwrap().numbers, [3]);
 
     // A datagram whose first fragment was never seen, or seen longer ago than the kernel
     // follows its fragments: the addresses only, matched to nothing.
@@ -589,6 +606,13 @@ fn a_dropped_later_fragment_is_tied_to_its_query() {
             "{r:?}"
         );
         assert!(r.dns.is_none() && r.fragment.is_some(), "{r:?}");
+        // Nothing numbers a fragment whose first was not seen.
+        let f = r.fragment.as_ref().unwrap();
+        assert_eq!(
+            (f.number, f.fragments, f.total_len),
+            (None, None, None),
+            "{r:?}"
+        );
     }
     assert_eq!(out.len(), 2);
     obs.clear();
@@ -616,4 +640,71 @@ fn first_fragments_are_bounded() {
     assert_eq!(last.dns.unwrap().id, 4660);
     // First fragments themselves are not looked up.
     assert!(r.first_fragment_of(&firsts[n as usize - 1][0], 2).is_none());
+}
+
+/// A fragment's number comes from the first fragment's size and the datagram's length, only
+/// where the layout is the usual one.
+#[test]
+fn fragments_are_numbered_on_the_first_fragments_grid() {
+    use super::fragment_number;
+    // 3558 bytes in fragments of 1232: 1232, 1232, 1094.
+    assert_eq!(fragment_number(1232, 3558, 0, 1232), Some((1, 3)));
+    assert_eq!(fragment_number(1232, 3558, 1232, 1232), Some((2, 3)));
+    assert_eq!(fragment_number(1232, 3558, 2464, 1094), Some((3, 3)));
+    // Off the grid, too short for a middle one, past the end, or no real first fragment.
+    assert_eq!(fragment_number(1232, 3558, 1000, 1232), None);
+    assert_eq!(fragment_number(1232, 3558, 1232, 600), None);
+    assert_eq!(fragment_number(1232, 3558, 2464, 1200), None);
+    assert_eq!(fragment_number(0, 3558, 0, 0), None);
+    assert_eq!(
+        fragment_number(1236, 3558, 0, 1236),
+        None,
+        "not a multiple of 8"
+    );
+    assert_eq!(fragment_number(3558, 3558, 0, 3558), None, "not fragmented");
+}
+
+/// The drops of one answer's fragments add up to one part, said in a few words; another
+/// datagram's fragment is not added.
+#[test]
+fn dropped_parts_of_one_datagram_merge() {
+    use crate::decode::record::{DroppedFragment, MissingRange};
+    let frag = |ip_id, offset, len, number: Option<usize>| DroppedFragment {
+        ip_id,
+        offset,
+        len,
+        number,
+        fragments: number.map(|_| 3),
+        total_len: Some(3558),
+    };
+    let mut p = frag(9, 2464, 1094, Some(3)).part();
+    assert_eq!(p.describe(), "IP fragment 3 of 3 (bytes 2464-3558 of 3558)");
+    p.merge(&frag(9, 1232, 1232, Some(2)).part());
+    assert_eq!(p.numbers, [2, 3]);
+    assert_eq!(
+        p.bytes,
+        [MissingRange {
+            start: 1232,
+            end: Some(3558)
+        }]
+    );
+    assert_eq!(
+        p.describe(),
+        "IP fragments 2 and 3 of 3 (bytes 1232-3558 of 3558)"
+    );
+    // The same drop again changes nothing; another datagram's is not this one's.
+    let before = p.clone();
+    p.merge(&frag(9, 1232, 1232, Some(2)).part());
+    p.merge(&frag(10, 0, 1232, Some(1)).part());
+    assert_eq!(p, before);
+    // A fragment that cannot be numbered: the bytes say it.
+    let mut q = frag(9, 2464, 1094, Some(3)).part();
+    q.merge(
+        &DroppedFragment {
+            total_len: None,
+            ..frag(9, 0, 1000, None)
+        }
+        .part(),
+    );
+    assert_eq!(q.describe(), "IP fragment bytes 0-1000, 2464-3558 of 3558");
 }

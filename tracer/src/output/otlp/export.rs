@@ -255,9 +255,12 @@ pub fn record_bytes(tx: &TransactionRecord) -> usize {
         l.hops.capacity() * size_of::<HopRecord>() * 9 / 8
             + strings(&l.answers)
             + rcode(&l.rcode)
-            + l.drop
-                .as_ref()
-                .map_or(0, |d| string(&d.reason) + string(&d.location))
+            + l.drop.as_ref().map_or(0, |d| {
+                string(&d.reason)
+                    + string(&d.location)
+                    + d.fragments.as_ref().map_or(0, part_bytes)
+                    + d.fragment_drops_ns.capacity() * size_of::<u64>()
+            })
             + l.closes_loop.as_ref().map_or(0, |lp| {
                 size_of::<crate::correlate::record::LegLoop>()
                     + lp.cycle.capacity() * size_of::<usize>()
@@ -277,6 +280,13 @@ pub fn record_bytes(tx: &TransactionRecord) -> usize {
         + summary_bytes(&tx.summary)
 }
 
+/// The blocks of a dropped answer's part: its fragment numbers and byte ranges.
+fn part_bytes(p: &crate::decode::record::DroppedPart) -> usize {
+    p.numbers.capacity() * std::mem::size_of::<usize>()
+        + p.bytes.capacity() * std::mem::size_of::<crate::decode::record::MissingRange>()
+        + 32
+}
+
 fn summary_bytes(s: &crate::correlate::record::Summary) -> usize {
     use crate::correlate::record::Summary;
     match s {
@@ -284,12 +294,22 @@ fn summary_bytes(s: &crate::correlate::record::Summary) -> usize {
             location,
             netns,
             ifname,
+            part,
             ..
-        } => location.capacity() + netns.capacity() + ifname.capacity() + 48,
-        Summary::Dropped {
-            reason, location, ..
+        } => {
+            location.capacity()
+                + netns.capacity()
+                + ifname.capacity()
+                + 48
+                + part.as_ref().map_or(0, part_bytes)
         }
-        | Summary::Late {
+        Summary::Dropped {
+            reason,
+            location,
+            part,
+            ..
+        } => reason.capacity() + location.capacity() + 32 + part.as_ref().map_or(0, part_bytes),
+        Summary::Late {
             reason, location, ..
         } => reason.capacity() + location.capacity() + 32,
         Summary::Answered(_) | Summary::Pending | Summary::Unanswered { .. } => 0,

@@ -239,6 +239,8 @@ fn a_drop_is_an_error_event() {
         reason: "NETFILTER_DROP".into(),
         location: "nf_hook_slow+0x9e".into(),
         response: false,
+        fragments: None,
+        fragment_drops_ns: Vec::new(),
     });
     let t2 = fixtures::transaction("www.lab.test.", "A", "10.244.1.2:40005", None, vec![leg]);
     t.legs = t2.legs;
@@ -641,6 +643,8 @@ fn requests_are_encoded_as_prost_encodes_them() {
         ifname: "eth0".into(),
         response: false,
         pod: Default::default(),
+        fragments: None,
+        fragment_drops_ns: Vec::new(),
     });
     let txs = [
         tx(Direction::Egress),

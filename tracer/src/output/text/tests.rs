@@ -270,6 +270,8 @@ fn hostile_transaction_fields_are_escaped() {
             reason: evil(),
             location: evil(),
             response: false,
+            fragments: None,
+            fragment_drops_ns: Vec::new(),
         }),
         node_cache: None,
         pod_proxy: None,
@@ -304,6 +306,8 @@ fn hostile_transaction_fields_are_escaped() {
             reason: evil(),
             location: evil(),
             retried: true,
+            at_client: false,
+            part: None,
         },
         legs: vec![
             leg(None, LegRole::Query, LegOutcome::Dropped),
