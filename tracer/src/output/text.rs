@@ -346,6 +346,19 @@ fn loop_path(l: &crate::detect::loops::LoopRecord) -> String {
     p
 }
 
+/// `n` with its digits in groups of three (`1,220,254`): a rate or count read at a glance.
+fn grouped(n: u64) -> String {
+    let digits = n.to_string();
+    let mut out = String::with_capacity(digits.len() + digits.len() / 3);
+    for (i, d) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(d);
+    }
+    out
+}
+
 pub fn loop_line(l: &crate::detect::loops::LoopRecord) -> String {
     use crate::detect::loops::{LoopKind, LoopState};
     let what = match (l.state, l.kind) {
@@ -368,9 +381,9 @@ pub fn loop_line(l: &crate::detect::loops::LoopRecord) -> String {
         esc(report::zone(&l.question.name)),
         loop_path(l),
         l.hop_count,
-        l.rate_pps,
-        l.packets,
-        l.summarised,
+        grouped(l.rate_pps),
+        grouped(l.packets),
+        grouped(l.summarised),
         dur(span),
         if l.clients.is_empty() {
             "-".to_string()

@@ -507,7 +507,7 @@ async fn http_attempt(c: &HttpClient, cfg: &OtlpConfig, body: Bytes) -> Attempt 
     };
     let resp = match tokio::time::timeout(cfg.timeout, c.request(req)).await {
         Err(_) => return Attempt::Retry(format!("no response in {:?}", cfg.timeout)),
-        Ok(Err(e)) => return Attempt::Retry(e.to_string()),
+        Ok(Err(e)) => return Attempt::Retry(http_failure(&e, cfg.endpoint.as_str())),
         Ok(Ok(r)) => r,
     };
     let status = resp.status();
@@ -524,6 +524,26 @@ async fn http_attempt(c: &HttpClient, cfg: &OtlpConfig, body: Bytes) -> Attempt 
     } else {
         Attempt::Fail(format!("HTTP {status}"))
     }
+}
+
+/// Why a request got no response, with the causes hyper nests (`client error
+/// (SendRequest)` alone says nothing) and, at OTLP's gRPC port, the likely mistake.
+fn http_failure(e: &(dyn std::error::Error + 'static), endpoint: &str) -> String {
+    let mut text = format!("http/protobuf: {e}");
+    let mut source = e.source();
+    while let Some(s) = source {
+        text.push_str(&format!(": {s}"));
+        source = s.source();
+    }
+    let grpc_port = endpoint
+        .parse::<hyper::Uri>()
+        .ok()
+        .and_then(|u| u.port_u16())
+        == Some(4317);
+    if grpc_port {
+        text.push_str(" (4317 is OTLP's gRPC port: --otlp-protocol grpc?)");
+    }
+    text
 }
 
 /// The gRPC method spans are exported with.

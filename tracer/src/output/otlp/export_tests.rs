@@ -348,3 +348,38 @@ fn the_queue_is_bounded_in_bytes() {
         "{s:?}"
     );
 }
+
+/// hyper's `client error (SendRequest)` says nothing by itself: the failure names the
+/// protocol tried and its causes, and at OTLP's gRPC port hints `--otlp-protocol grpc`.
+#[test]
+fn a_failed_request_says_its_protocol_causes_and_the_grpc_hint() {
+    #[derive(Debug)]
+    struct Cause;
+    impl std::fmt::Display for Cause {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("connection closed before message completed")
+        }
+    }
+    impl std::error::Error for Cause {}
+    #[derive(Debug)]
+    struct Outer(Cause);
+    impl std::fmt::Display for Outer {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("client error (SendRequest)")
+        }
+    }
+    impl std::error::Error for Outer {
+        fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+            Some(&self.0)
+        }
+    }
+    let grpc = super::http_failure(&Outer(Cause), "http://collector:4317/v1/traces");
+    assert_eq!(
+        grpc,
+        "http/protobuf: client error (SendRequest): connection closed before message \
+         completed (4317 is OTLP's gRPC port: --otlp-protocol grpc?)"
+    );
+    let http = super::http_failure(&Outer(Cause), "http://collector:4318/v1/traces");
+    assert!(http.ends_with("completed"), "{http}");
+    assert!(!http.contains("grpc"), "{http}");
+}

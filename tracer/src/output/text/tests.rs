@@ -559,3 +559,12 @@ fn a_leg_of_one_hop_says_hop() {
     let line = super::leg_line(&leg);
     assert!(line.ends_with("[same-tuple join, 2 hops]"), "{line}");
 }
+
+#[test]
+fn counts_and_rates_are_grouped_by_thousands() {
+    assert_eq!(grouped(0), "0");
+    assert_eq!(grouped(999), "999");
+    assert_eq!(grouped(1_000), "1,000");
+    assert_eq!(grouped(1_220_254), "1,220,254");
+    assert_eq!(grouped(u64::MAX), "18,446,744,073,709,551,615");
+}
