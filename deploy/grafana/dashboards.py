@@ -330,6 +330,12 @@ def cluster():
                 "short", 8, threshold=1,
             ),
             graph(
+                "Detections",
+                "Detections reported, by detection (a record's type: loop, race, ...): what a person acts on, counted once each.",
+                [(or_zero(f"sum by (node, detection) (increase(dnspath_detections_total{{{NODE}}}[{RATE}]))"), "{{node}} {{detection}}")],
+                "short", 8,
+            ),
+            graph(
                 "Kernel drops by reason",
                 "DNS packets the kernel dropped, by skb drop reason; benign ones (normal socket life) summed apart.",
                 [

@@ -22,6 +22,7 @@ use std::{
     sync::{Arc, RwLock},
 };
 
+use crate::output::record::Detected;
 use crate::{
     correlate::{
         record::{LegOutcome, Outcome, Summary, TransactionRecord},
@@ -71,8 +72,9 @@ pub struct Harness {
     drops: u64,
     transactions: HashSet<u64>,
     legs: HashSet<u64>,
-    /// Records of each kind seen (packet, drop, transaction, loop, race, fragment loss).
-    pub seen: [u64; 6],
+    /// Records of each kind seen (packet, drop, transaction, fragment loss, then each
+    /// detection in [`Detected::NAMES`] order).
+    pub seen: [u64; 4 + Detected::NAMES.len()],
     /// Spans made of every transaction and checked ([`check_otlp`]).
     otlp: Option<SpanConfig>,
     /// Spans checked.
@@ -134,7 +136,7 @@ impl Harness {
             drops: 0,
             transactions: HashSet::new(),
             legs: HashSet::new(),
-            seen: [0; 6],
+            seen: [0; 4 + Detected::NAMES.len()],
             otlp: None,
             spans: 0,
         }
@@ -208,9 +210,13 @@ impl Harness {
                     self.transaction(t)?;
                     2
                 }
-                Record::Loop(_) => 3,
-                Record::Race(_) => 4,
-                Record::FragmentLoss(_) => 5,
+                Record::FragmentLoss(_) => 3,
+                Record::Detected(d) => {
+                    4 + Detected::NAMES
+                        .iter()
+                        .position(|n| *n == d.name())
+                        .unwrap_or(0)
+                }
                 Record::Stats(_) | Record::Summary(_) => continue,
             };
             if let Some(n) = self.seen.get_mut(kind) {

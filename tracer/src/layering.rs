@@ -43,11 +43,14 @@ const LAYERS: &[(&str, &[&str])] = &[
         &["conntrack", "event", "kallsyms", "names", "time"],
     ),
     ("correlate", &["conntrack", "decode", "event", "time"]),
+    // How values read on a terminal (escaping, clocks, places): for the detections' own
+    // lines and every text sink.
+    ("show", &["decode", "time"]),
     // What the correlator's legs and transactions add up to: loops, races (the correlator
     // calls them through its `Detector` trait).
     (
         "detect",
-        &["conntrack", "correlate", "decode", "event", "time"],
+        &["conntrack", "correlate", "decode", "event", "show", "time"],
     ),
     (
         "output",
@@ -59,6 +62,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "event",
             "kube",
             "names",
+            "show",
             "source",
             "time",
         ],

@@ -54,6 +54,7 @@ pub mod names;
 pub mod output;
 pub(crate) mod pipeline;
 pub mod runner;
+pub mod show;
 pub mod source;
 pub mod time;
 pub mod top;

@@ -1,11 +1,12 @@
 //! The agent's event stream: NDJSON on stdout (the container's log), one line for each thing a
 //! person acts on — not one per packet or query.
 //!
-//! - `loop` records (`detected`, `ongoing`, `ended`), `race` records with verdict
-//!   `race-drop`, and `drop` records of DNS packets (not the `benign` ones) pass through as
-//!   `trace -o json` writes them (docs/output.md), at most `max_lines_per_window` of each
-//!   kind per window (a loop's `detected` and `ended` always pass); what was held back is
-//!   one `suppressed` line per kind at the end of the window.
+//! - Detections' records as their [`Detection::notice`](crate::detect::Detection::notice)
+//!   says (`loop` records `detected`, `ongoing`, `ended`; `race` records with verdict
+//!   `race-drop`; …), and `drop` records of DNS packets (not the `benign` ones), pass
+//!   through as `trace -o json` writes them (docs/output.md), at most
+//!   `max_lines_per_window` of each kind per window (a loop's `detected` and `ended` always
+//!   pass); what was held back is one `suppressed` line per kind at the end of the window.
 //! - Unanswered (or dropped) client questions and SERVFAIL answers are folded per server
 //!   and window into one `unanswered` / `servfail` line with the `count` folded and a few
 //!   examples. At most `max_keys` servers are kept per window; the rest fold into server
@@ -22,10 +23,7 @@ use std::{io::Write, net::SocketAddr};
 use serde::Serialize;
 
 use crate::{
-    detect::{
-        loops::{LoopRecord, LoopState},
-        race::{RaceRecord, RaceVerdict},
-    },
+    detect::{Detected, Notice},
     findings::{
         finding::{rank, Finding, FindingKind},
         servers::{Failure, PerServer},
@@ -78,8 +76,6 @@ pub enum EventsError {
 #[serde(tag = "type", rename_all = "lowercase")]
 pub enum Event {
     Agent(AgentEvent),
-    Loop(LoopRecord),
-    Race(RaceRecord),
     Drop(DropRecord),
     #[serde(rename = "fragment_loss")]
     FragmentLoss(crate::output::record::FragmentLossRecord),
@@ -88,6 +84,9 @@ pub enum Event {
     Suppressed(Suppressed),
     Warning(Warning),
     Finding(FindingEvent),
+    /// A detection's record (a loop, a race drop, …), under its own `type`.
+    #[serde(untagged)]
+    Detected(Detected),
 }
 
 /// A finding of `dnspath doctor`'s traffic checks over one findings window.
@@ -173,18 +172,16 @@ pub struct Warning {
     pub message: String,
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Limited {
-    Drop = 0,
-    Race = 1,
-    Loop = 2,
-}
+/// The rate limit's kinds: drops (and fragment losses) first, then each detection by its
+/// place in [`Detected::NAMES`].
+const LIMITED_DROP: usize = 0;
 
-const LIMITED: [(Limited, &str); 3] = [
-    (Limited::Drop, "drop"),
-    (Limited::Race, "race"),
-    (Limited::Loop, "loop"),
-];
+fn limited_name(kind: usize) -> &'static str {
+    match kind {
+        LIMITED_DROP => "drop",
+        k => Detected::NAMES.get(k - 1).copied().unwrap_or("detection"),
+    }
+}
 
 /// What an aggregated line is keyed by: the server of the transaction's first leg.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -222,8 +219,9 @@ pub struct Events {
     /// Client questions to a server that failed them, by how; at most `max_keys` keys (the
     /// table's refused ones are the questions folded into server `*`).
     failed: PerServer<(Failure, ServerKey), Folded>,
-    passed: [u32; 3],
-    held: [u64; 3],
+    /// Lines passed and held back this window, by kind (`limited_name`).
+    passed: Vec<u32>,
+    held: Vec<u64>,
     /// Totals of the latest `stats` record (lost, drops_lost), and growth this window.
     lost_totals: (u64, u64),
     lost_growth: (u64, u64),
@@ -262,8 +260,8 @@ impl Events {
             clock,
             window_start: None,
             failed: PerServer::default(),
-            passed: [0; 3],
-            held: [0; 3],
+            passed: vec![0; 1 + Detected::NAMES.len()],
+            held: vec![0; 1 + Detected::NAMES.len()],
             lost_totals: (0, 0),
             lost_growth: (0, 0),
             findings: FindingsWindow::default(),
@@ -313,31 +311,34 @@ impl Events {
         self.findings.watch.observe(record);
         match record {
             Record::Transaction(t) => self.fold_transaction(t),
-            Record::Loop(l) => {
-                let always = matches!(l.state, LoopState::Detected | LoopState::Ended);
-                if always || self.admit(Limited::Loop) {
-                    out.push(Event::Loop(l.clone()));
-                }
-            }
-            Record::Race(r) if r.verdict == RaceVerdict::RaceDrop => {
-                if self.admit(Limited::Race) {
-                    out.push(Event::Race(r.as_ref().clone()));
+            Record::Detected(d) => {
+                let kind = 1 + Detected::NAMES
+                    .iter()
+                    .position(|n| *n == d.name())
+                    .unwrap_or(Detected::NAMES.len());
+                let pass = match d.get().notice() {
+                    Notice::Always => true,
+                    Notice::Limited => self.admit(kind),
+                    Notice::Never => false,
+                };
+                if pass {
+                    out.push(Event::Detected(d.clone()));
                 }
             }
             Record::Drop(d) if d.benign.is_none() => {
-                if self.admit(Limited::Drop) {
+                if self.admit(LIMITED_DROP) {
                     out.push(Event::Drop(d.as_ref().clone()));
                 }
             }
             // A datagram lost on the way is a drop for the person reading the log.
             Record::FragmentLoss(f) => {
-                if self.admit(Limited::Drop) {
+                if self.admit(LIMITED_DROP) {
                     out.push(Event::FragmentLoss(f.as_ref().clone()));
                 }
             }
             Record::Stats(s) => self.count_loss(s),
             Record::Summary(_) => {}
-            Record::Race(_) | Record::Drop(_) | Record::Packet(_) => {}
+            Record::Drop(_) | Record::Packet(_) => {}
         }
     }
 
@@ -417,19 +418,19 @@ impl Events {
                 });
             }
         }
-        for (kind, name) in LIMITED {
-            let held = std::mem::take(&mut self.held[kind as usize]);
+        for (kind, held) in self.held.iter_mut().enumerate() {
+            let held = std::mem::take(held);
             if held > 0 {
                 out.push(Event::Suppressed(Suppressed {
                     ts_ns: now_ns,
                     time: time.clone(),
                     window_start_ns: start,
-                    event: name,
+                    event: limited_name(kind),
                     count: held,
                 }));
             }
         }
-        self.passed = [0; 3];
+        self.passed.fill(0);
         let (lost, drops_lost) = std::mem::take(&mut self.lost_growth);
         if lost > 0 || drops_lost > 0 {
             out.push(Event::Warning(Warning {
@@ -447,13 +448,16 @@ impl Events {
         self.window_start = Some(now_ns);
     }
 
-    fn admit(&mut self, kind: Limited) -> bool {
-        let i = kind as usize;
-        if self.passed[i] < self.cfg.max_lines_per_window {
-            self.passed[i] += 1;
+    fn admit(&mut self, kind: usize) -> bool {
+        let (Some(passed), Some(held)) = (self.passed.get_mut(kind), self.held.get_mut(kind))
+        else {
+            return true;
+        };
+        if *passed < self.cfg.max_lines_per_window {
+            *passed += 1;
             true
         } else {
-            self.held[i] += 1;
+            *held += 1;
             false
         }
     }

@@ -2,6 +2,7 @@ use serde_json::Value;
 
 use super::*;
 use crate::correlate::{record::Outcome, LegRole};
+use crate::detect::{loops::LoopState, race::RaceVerdict};
 use crate::output::record::DecodeStats;
 use crate::test_support::fixtures::{drop_record, dropped, leg, loop_record, race, transaction};
 
@@ -47,8 +48,8 @@ fn kinds(out: &[Event]) -> Vec<&'static str> {
     out.iter()
         .map(|e| match e {
             Event::Agent(_) => "agent",
-            Event::Loop(_) => "loop",
-            Event::Race(_) => "race",
+            Event::Detected(crate::output::record::Detected::Loop(_)) => "loop",
+            Event::Detected(crate::output::record::Detected::Race(_)) => "race",
             Event::Drop(_) => "drop",
             Event::FragmentLoss(_) => "fragment_loss",
             Event::Unanswered(_) => "unanswered",
@@ -232,29 +233,19 @@ fn drops_and_races_are_rate_limited_with_a_count_of_the_rest() {
     );
     for i in 0..25 {
         ev.observe(
-            &Record::Race(Box::new(race(
-                RaceVerdict::RaceDrop,
-                "10.244.1.2:1",
-                i,
-                "A",
-            ))),
+            &Record::detected(race(RaceVerdict::RaceDrop, "10.244.1.2:1", i, "A")),
             S,
             &mut out,
         );
     }
     // Resolved clashes and suspicions are metrics, not events.
     ev.observe(
-        &Record::Race(Box::new(race(RaceVerdict::ResolvedClash, "", 0, "A"))),
+        &Record::detected(race(RaceVerdict::ResolvedClash, "", 0, "A")),
         S,
         &mut out,
     );
     ev.observe(
-        &Record::Race(Box::new(race(
-            RaceVerdict::Suspected,
-            "10.244.1.2:2",
-            0,
-            "AAAA",
-        ))),
+        &Record::detected(race(RaceVerdict::Suspected, "10.244.1.2:2", 0, "AAAA")),
         S,
         &mut out,
     );
@@ -286,26 +277,26 @@ fn loop_detected_and_ended_always_pass_updates_are_limited() {
     let mut ev = events();
     let mut out = Vec::new();
     ev.observe(
-        &Record::Loop(loop_record(1, LoopState::Detected, S)),
+        &Record::detected(loop_record(1, LoopState::Detected, S)),
         S,
         &mut out,
     );
     for i in 0..30 {
         ev.observe(
-            &Record::Loop(loop_record(1, LoopState::Ongoing, S + i)),
+            &Record::detected(loop_record(1, LoopState::Ongoing, S + i)),
             S + i,
             &mut out,
         );
     }
     ev.observe(
-        &Record::Loop(loop_record(1, LoopState::Ended, 2 * S)),
+        &Record::detected(loop_record(1, LoopState::Ended, 2 * S)),
         2 * S,
         &mut out,
     );
     let states: Vec<LoopState> = out
         .iter()
         .filter_map(|e| match e {
-            Event::Loop(l) => Some(l.state),
+            Event::Detected(crate::output::record::Detected::Loop(l)) => Some(l.state),
             _ => None,
         })
         .collect();
@@ -350,7 +341,7 @@ fn the_sink_writes_ndjson_with_trace_field_names() {
     {
         let mut sink = EventSink::new(EventsConfig::default(), Clock::Epoch, &mut buf);
         sink.start(S, Some("kernel 6.18, tcx".to_string())).unwrap();
-        sink.observe(&Record::Loop(loop_record(7, LoopState::Detected, S)), S)
+        sink.observe(&Record::detected(loop_record(7, LoopState::Detected, S)), S)
             .unwrap();
         sink.observe(&unanswered("10.96.0.10:53", 1), 2 * S)
             .unwrap();

@@ -261,7 +261,10 @@ fn drop_is_attached_to_its_leg() {
     })));
     f.c.tick(8_000 * MS, &mut f.out);
     assert!(
-        !f.out.iter().any(|r| matches!(r, Record::Race(_))),
+        !f.out.iter().any(|r| matches!(
+            r,
+            Record::Detected(crate::output::record::Detected::Race(_))
+        )),
         "a rule drop is not a race"
     );
     let txs = f.txs(8_000 * MS);

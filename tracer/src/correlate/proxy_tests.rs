@@ -215,7 +215,12 @@ fn proxy_asks_cluster_dns(f: &mut Feed, t: u64, proto: u8) {
 fn loops(f: &Feed) -> usize {
     f.out
         .iter()
-        .filter(|r| matches!(r, Record::Loop(_)))
+        .filter(|r| {
+            matches!(
+                r,
+                Record::Detected(crate::output::record::Detected::Loop(_))
+            )
+        })
         .count()
 }
 

@@ -13,7 +13,7 @@ use std::{
 
 use serde::{ser::SerializeMap, Serialize, Serializer};
 
-use super::{Control, DetectStats, Detected, Detector};
+use super::{Control, Detected, Detection, Detector, Notice};
 use crate::{
     correlate::{
         detector::LegEvent,
@@ -25,6 +25,7 @@ use crate::{
         dns::RrType,
         record::{Incident, Names, PodRef, RecordKind},
     },
+    show::{at, dur, escape, grouped, wall_clock},
     time::Clock,
 };
 
@@ -270,8 +271,89 @@ impl RecordKind for LoopRecord {
     }
 }
 
+/// A loop's line tells whether it was found, goes on or ended; a found one is news (its
+/// updates are not), and found and ended ones always reach the event stream.
+impl Detection for LoopRecord {
+    fn text(&self) -> String {
+        loop_line(self)
+    }
+    fn failure(&self) -> Option<(&'static str, String)> {
+        (self.state == LoopState::Detected).then(|| {
+            let q = &self.question;
+            (
+                "loop",
+                format!("{} {} went round {}", q.name, q.qtype, loop_path(self)),
+            )
+        })
+    }
+    fn notice(&self) -> Notice {
+        match self.state {
+            LoopState::Detected | LoopState::Ended => Notice::Always,
+            LoopState::Ongoing => Notice::Limited,
+        }
+    }
+}
+
+/// The loop's cycle in one line (as `path`), with each server's pod in place of its
+/// namespace where known.
+fn text_path(l: &LoopRecord) -> String {
+    let Some(first) = l.cycle.first() else {
+        return String::new();
+    };
+    if !l.cycle.iter().any(|h| h.pod.is_known()) {
+        return escape(&loop_path(l)).into_owned();
+    }
+    let mut p = peer(&first.from);
+    for h in &l.cycle {
+        let (server, backend) = (loop_server(h), peer(&h.backend));
+        p.push_str(&format!(" → {server}"));
+        if backend != server {
+            p.push_str(&format!(" ⇒DNAT {backend}"));
+        }
+        let place = match &h.at {
+            Some((netns, ifname)) => at(netns, ifname, &h.pod),
+            None => at("", "", &h.pod),
+        };
+        p.push_str(&format!(" ({place})"));
+    }
+    p
+}
+
+fn loop_line(l: &LoopRecord) -> String {
+    let what = match (l.state, l.kind) {
+        (LoopState::Detected, LoopKind::Cycle) => "FORWARDING LOOP detected",
+        (LoopState::Detected, LoopKind::Amplification) => "AMPLIFICATION STORM detected",
+        (LoopState::Ongoing, _) => "forwarding loop ongoing",
+        (LoopState::Ended, _) => "forwarding loop ended",
+    };
+    let probe = if l.loop_plugin_probe {
+        " (CoreDNS loop plugin probe)"
+    } else {
+        ""
+    };
+    let span = l.last_seen_ns.saturating_sub(l.first_seen_ns);
+    format!(
+        "{} {what}: {} {}{probe} zone {}: {} — {} hop(s), {} pkt/s, {} packets ({} summarised) over {}, clients {}",
+        wall_clock(l.wall_ns),
+        escape(&l.question.name),
+        l.question.qtype,
+        escape(zone(&l.question.name)),
+        text_path(l),
+        l.hop_count,
+        grouped(l.rate_pps),
+        grouped(l.packets),
+        grouped(l.summarised),
+        dur(span),
+        if l.clients.is_empty() {
+            "-".to_string()
+        } else {
+            loop_clients(l).join(",")
+        }
+    )
+}
+
 #[derive(Clone, Debug, Default, Serialize)]
-pub struct LoopStats {
+pub(crate) struct LoopStats {
     pub detected: u64,
     pub ended: u64,
     pub active: u64,
@@ -587,7 +669,7 @@ impl LoopTracker {
 
 impl Detector for LoopTracker {
     type Report = Detected;
-    type Stats = DetectStats;
+    type Stats = LoopStats;
 
     /// A message of a question in an active loop is only counted towards it.
     fn message(&mut self, q: &QKey, ts: u64) -> bool {
@@ -643,7 +725,7 @@ impl Detector for LoopTracker {
                 }
                 LoopState::Ongoing => {}
             }
-            out.push(Detected::Loop(r));
+            out.push(r.into());
         }
     }
 
@@ -651,8 +733,8 @@ impl Detector for LoopTracker {
         self.bounds()
     }
 
-    fn stats(&self, into: &mut DetectStats) {
-        into.loops = self.stats.clone();
+    fn stats(&self, into: &mut LoopStats) {
+        *into = self.stats.clone();
     }
 }
 

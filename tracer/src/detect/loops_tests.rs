@@ -107,7 +107,12 @@ fn busy_forwarder_is_not_an_amplification() {
     let loops: Vec<_> = f
         .out
         .iter()
-        .filter(|r| matches!(r, Record::Loop(_)))
+        .filter(|r| {
+            matches!(
+                r,
+                Record::Detected(crate::output::record::Detected::Loop(_))
+            )
+        })
         .collect();
     assert!(loops.is_empty(), "{loops:#?}");
 }
@@ -172,7 +177,12 @@ fn concurrent_loopback_clients_are_no_loop_but_a_self_forward_is() {
     let loops = f
         .out
         .iter()
-        .filter(|r| matches!(r, Record::Loop(_)))
+        .filter(|r| {
+            matches!(
+                r,
+                Record::Detected(crate::output::record::Detected::Loop(_))
+            )
+        })
         .count();
     assert_eq!(loops, 0, "{:#?}", f.out);
     let txs = f.txs(t0 + 3000 * MS);
@@ -217,7 +227,7 @@ fn concurrent_loopback_clients_are_no_loop_but_a_self_forward_is() {
         .out
         .iter()
         .filter_map(|r| match r {
-            Record::Loop(l) => Some(l),
+            Record::Detected(crate::output::record::Detected::Loop(l)) => Some(l),
             _ => None,
         })
         .collect();

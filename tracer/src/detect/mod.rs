@@ -2,13 +2,17 @@
 //! transaction — forwarding loops ([`loops`]) and the conntrack DNAT race ([`race`]).
 //!
 //! Each detection is a [`Detector`] (the correlator's hooks: messages, legs, conntrack
-//! samples, decided transactions, time) with its record, registered once in
+//! samples, decided transactions, time) with its record, a [`Detection`], registered once in
 //! the `detectors!` list below. A detector that needs the stages before it to act (storm shedding
 //! under a loop) says so with a [`Control`], which the pipeline applies.
 //!
-//! A new detection: its file here (the detector and its record), a variant of [`Detected`]
-//! and a field of [`DetectStats`] if it counts anything, one line in the `detectors!` list; then
-//! the sinks' `Record` and docs/output.md.
+//! A new detection: its file here (the detector, its record and the record's
+//! [`RecordKind`] and [`Detection`]), its tests, one line in the `detectors!` list, and
+//! docs/output.md. Every sink takes it from there: JSON from its `Serialize`, text from
+//! [`Detection::text`], the metric `dnspath_detections_total`, the run's summary and the
+//! agent's events from [`Detection::failure`] and [`Detection::notice`], the flight recorder
+//! from [`RecordKind::incident`]. Sinks that know more of loops and races (the loop banner,
+//! the loop and race metrics, doctor's findings) match on them by name as extras.
 pub(crate) mod loops;
 pub(crate) mod race;
 
@@ -20,33 +24,49 @@ use crate::{
         detector::{Decided, DropEvidence, LegEvent},
         CorrelateConfig, Correlator, DropObservation, QKey,
     },
+    decode::record::RecordKind,
     event::CtStatsSample,
     time::Clock,
 };
 
-/// What the detectors report.
-#[derive(Clone, Debug)]
-#[expect(
-    clippy::large_enum_variant,
-    reason = "made and turned into a Record at once, never stored"
-)]
-pub enum Detected {
-    Loop(loops::LoopRecord),
-    Race(race::RaceRecord),
+/// How the agent's event stream takes a detection's record.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Notice {
+    /// Always written (a loop found, a loop over).
+    Always,
+    /// Written within the event stream's rate limit of its kind (`--max-events-per-window`).
+    Limited,
+    /// Not written (a resolved clash, a suspected race: the metrics count them).
+    Never,
 }
 
-/// The detectors' counters (fields of the `stats` record's `correlate` object).
-#[derive(Clone, Debug, Default, Serialize)]
-pub struct DetectStats {
-    pub loops: loops::LoopStats,
-    pub races: race::RaceStats,
+/// What the sinks ask of a detection's record beyond [`RecordKind`]: answered in the file
+/// that defines it, so that no sink changes for a new detection.
+pub trait Detection: RecordKind {
+    /// Its one text line (or block): a tag people scan for, what it is about, where. Strings
+    /// from the wire escaped (`crate::show::escape`).
+    fn text(&self) -> String;
+    /// Whether it is news to count (a loop detected, not its updates; a race drop, not a
+    /// resolved clash), and how the run's summary lists it: its failure class and one
+    /// example (not escaped yet). Counted by `dnspath_detections_total`.
+    fn failure(&self) -> Option<(&'static str, String)>;
+    /// How the agent's event stream takes it.
+    fn notice(&self) -> Notice {
+        if self.failure().is_some() {
+            Notice::Limited
+        } else {
+            Notice::Never
+        }
+    }
 }
 
-/// Declares [`Detectors`] from its list: each detector's field, type and constructor
-/// (`fn(Clock, &CorrelateConfig) -> Self`). Every hook calls the detectors in list order,
-/// statically (no indirect call per message).
+/// Declares, from the list of detections, [`Detectors`] (each detector's field, type and
+/// constructor `fn(Clock, &CorrelateConfig) -> Self`), [`Detected`] (their records, each
+/// variant its JSON `type`) and [`DetectStats`] (their counters, each under the detector's
+/// field name). Every hook calls the detectors in list order, statically (no indirect call
+/// per message).
 macro_rules! detectors {
-    ($($field:ident: $ty:ty),* $(,)?) => {
+    ($($field:ident: $ty:ty => $variant:ident($record:ty) as $name:literal),* $(,)?) => {
         /// Every detector, in the order their hooks run (and so their records come out).
         pub(crate) struct Detectors {
             $($field: $ty,)*
@@ -58,6 +78,51 @@ macro_rules! detectors {
                     $($field: <$ty>::new(clock, cfg),)*
                 }
             }
+        }
+
+        /// What the detectors report: one record each (boxed: records move through the
+        /// stages' hand-overs at a pointer's size). In JSON, the record's own object under
+        /// its `type`.
+        #[derive(Clone, Debug, Serialize)]
+        #[serde(tag = "type")]
+        pub enum Detected {
+            $(#[serde(rename = $name)] $variant(Box<$record>),)*
+        }
+
+        impl Detected {
+            /// Every detection's `type`, in list order.
+            pub const NAMES: &[&str] = &[$($name),*];
+
+            /// Its `type`.
+            pub fn name(&self) -> &'static str {
+                match self {
+                    $(Self::$variant(_) => $name,)*
+                }
+            }
+
+            pub fn get(&self) -> &dyn Detection {
+                match self {
+                    $(Self::$variant(r) => &**r,)*
+                }
+            }
+
+            pub fn get_mut(&mut self) -> &mut dyn Detection {
+                match self {
+                    $(Self::$variant(r) => &mut **r,)*
+                }
+            }
+        }
+
+        $(impl From<$record> for Detected {
+            fn from(r: $record) -> Self {
+                Self::$variant(Box::new(r))
+            }
+        })*
+
+        /// The detectors' counters (fields of the `stats` record's `correlate` object).
+        #[derive(Clone, Debug, Default, Serialize)]
+        pub struct DetectStats {
+            $(pub(crate) $field: <$ty as Detector>::Stats,)*
         }
 
         impl Detector for Detectors {
@@ -111,7 +176,7 @@ macro_rules! detectors {
             }
 
             fn stats(&self, into: &mut DetectStats) {
-                $(self.$field.stats(into);)*
+                $(self.$field.stats(&mut into.$field);)*
             }
 
             fn check_bounds(&self) -> Result<(), String> {
@@ -124,8 +189,8 @@ macro_rules! detectors {
 
 // The registration: one line a detection.
 detectors! {
-    loops: loops::LoopTracker,
-    races: race::RaceDetector,
+    loops: loops::LoopTracker => Loop(loops::LoopRecord) as "loop",
+    races: race::RaceDetector => Race(race::RaceRecord) as "race",
 }
 
 impl Correlator<Detectors> {

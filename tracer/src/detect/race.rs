@@ -18,7 +18,7 @@ use std::{
 
 use serde::{ser::SerializeMap, Serialize, Serializer};
 
-use super::{DetectStats, Detected, Detector};
+use super::{Detected, Detection, Detector};
 use crate::{
     conntrack::CtStatus,
     correlate::{
@@ -31,6 +31,7 @@ use crate::{
         record::{Incident, Names, PodRef, RecordKind},
     },
     event::{CtCpuStats, CtSnapshot, CtStatsSample},
+    show::{at, escape, wall_clock},
     time::{format_duration as dur, Clock, WallTime},
 };
 
@@ -268,8 +269,57 @@ impl RecordKind for RaceRecord {
     }
 }
 
+/// A race drop is news; a resolved clash or a suspected race is counted, not told.
+impl Detection for RaceRecord {
+    fn text(&self) -> String {
+        race_line(self)
+    }
+    fn failure(&self) -> Option<(&'static str, String)> {
+        (self.verdict == RaceVerdict::RaceDrop).then(|| (self.verdict.as_str(), race_summary(self)))
+    }
+}
+
+fn race_line(r: &RaceRecord) -> String {
+    let tag = match r.verdict {
+        RaceVerdict::RaceDrop => "CONNTRACK RACE",
+        RaceVerdict::ResolvedClash => "conntrack clash resolved",
+        RaceVerdict::Suspected => "SUSPECTED conntrack race",
+    };
+    let mut line = format!(
+        "{} {tag}: {}",
+        wall_clock(r.wall_ns),
+        escape(&race_summary(r))
+    );
+    if let Some(client) = r.client {
+        line.push_str(&format!(
+            " [client {client} in {}",
+            at(&r.client_netns, "", &r.pod)
+        ));
+        if let Some(d) = &r.dropped {
+            line.push_str(&format!(
+                "; {} id {} → {}",
+                d.question.qtype, d.dns_id, d.backend
+            ));
+        }
+        if let Some(s) = &r.sibling {
+            line.push_str(&format!(
+                "; sibling {} id {} → {}",
+                s.question.qtype, s.dns_id, s.backend
+            ));
+        }
+        if let Some(cpu) = r.cpu {
+            line.push_str(&format!(
+                "; CPU {cpu} insert_failed +{} drop +{}",
+                r.counters.insert_failed, r.counters.drop
+            ));
+        }
+        line.push(']');
+    }
+    line
+}
+
 #[derive(Clone, Debug, Default, Serialize)]
-pub struct RaceStats {
+pub(crate) struct RaceStats {
     pub race_drops: u64,
     pub resolved_clashes: u64,
     pub suspected: u64,
@@ -392,7 +442,7 @@ impl RaceDetector {
 
 impl Detector for RaceDetector {
     type Report = Detected;
-    type Stats = DetectStats;
+    type Stats = RaceStats;
 
     /// Kept to confirm races; resolved clashes are reported.
     fn ct_stats(&mut self, s: &CtStatsSample) {
@@ -486,7 +536,7 @@ impl Detector for RaceDetector {
                 break;
             };
             let r = self.with_counters(netns, r);
-            out.push(Detected::Race(r));
+            out.push(r.into());
         }
     }
 
@@ -581,7 +631,7 @@ impl Detector for RaceDetector {
     }
 
     fn settle(&mut self, out: &mut Vec<Detected>) {
-        out.extend(self.out.drain(..).map(Detected::Race));
+        out.extend(self.out.drain(..).map(Detected::from));
     }
 
     fn check_bounds(&self) -> Result<(), String> {
@@ -594,8 +644,8 @@ impl Detector for RaceDetector {
         self.samples.check_bounds()
     }
 
-    fn stats(&self, into: &mut DetectStats) {
-        into.races = self.stats.clone();
+    fn stats(&self, into: &mut RaceStats) {
+        *into = self.stats.clone();
     }
 }
 

@@ -160,7 +160,9 @@ fn ct_sample(ts: u64, insert_failed: u64) -> crate::event::CtStatsSample {
 fn race_records(out: &[Record]) -> Vec<race::RaceRecord> {
     out.iter()
         .filter_map(|r| match r {
-            Record::Race(r) => Some(race::RaceRecord::clone(r)),
+            Record::Detected(crate::output::record::Detected::Race(r)) => {
+                Some(race::RaceRecord::clone(r))
+            }
             _ => None,
         })
         .collect()
@@ -326,7 +328,10 @@ fn race_drop_of_a_query_never_read_is_still_reported() {
     f.c.on_observed(drop(20 * MS, 5001, 0x1a8));
     // Not before the counters after it are sampled.
     f.c.tick(150 * MS, &mut f.out);
-    assert!(!f.out.iter().any(|r| matches!(r, Record::Race(_))));
+    assert!(!f.out.iter().any(|r| matches!(
+        r,
+        Record::Detected(crate::output::record::Detected::Race(_))
+    )));
     f.c.on_ct_stats(ct_sample(200 * MS, 8));
     f.c.tick(300 * MS, &mut f.out);
     let races = race_records(&f.out);
@@ -351,7 +356,10 @@ fn race_drop_of_a_query_never_read_is_still_reported() {
     assert_eq!(
         f.out
             .iter()
-            .filter(|r| matches!(r, Record::Race(_)))
+            .filter(|r| matches!(
+                r,
+                Record::Detected(crate::output::record::Detected::Race(_))
+            ))
             .count(),
         1
     );

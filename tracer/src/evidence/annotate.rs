@@ -22,6 +22,7 @@ use std::{
 use tracer_common::proto::{IPPROTO_TCP, IPPROTO_UDP};
 
 pub use crate::output::evidence::{AnnotateStats, EvidenceStats};
+use crate::output::record::Detected;
 use crate::{
     correlate::record::LegOutcome,
     decode::dns::RrType,
@@ -266,8 +267,10 @@ impl Annotator {
         for r in records {
             match r {
                 Record::Transaction(t) => self.transaction(t),
-                Record::Loop(l) => self.loop_record(l),
-                Record::Race(r) if r.verdict == RaceVerdict::RaceDrop => self.race(r),
+                Record::Detected(Detected::Loop(l)) => self.loop_record(l),
+                Record::Detected(Detected::Race(r)) if r.verdict == RaceVerdict::RaceDrop => {
+                    self.race(r)
+                }
                 _ => {}
             }
         }

@@ -175,9 +175,9 @@ fn races_and_loops_mark_their_packets() {
         );
         s
     });
-    a.records(&[Record::Race(Box::new(race))]);
+    a.records(&[Record::detected(race)]);
     let (l, _) = query(102, 3, 9, "storm.lab.test.");
-    a.records(&[Record::Loop(fixtures::loop_record(
+    a.records(&[Record::detected(fixtures::loop_record(
         7,
         LoopState::Detected,
         90,

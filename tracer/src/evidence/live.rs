@@ -267,7 +267,7 @@ mod tests {
         };
         let kind = |r: Record| r.kind().incident().map(|i| (i.kind, i.ts_ns));
         assert_eq!(
-            kind(Record::Loop(fixtures::loop_record(
+            kind(Record::detected(fixtures::loop_record(
                 1,
                 LoopState::Detected,
                 7
@@ -275,14 +275,14 @@ mod tests {
             Some(("loop", 7))
         );
         assert_eq!(
-            kind(Record::Loop(fixtures::loop_record(
+            kind(Record::detected(fixtures::loop_record(
                 1,
                 LoopState::Ongoing,
                 7
             ))),
             None
         );
-        let race = |v| Record::Race(Box::new(fixtures::race(v, "10.0.0.1:5000", 1, "A")));
+        let race = |v| Record::detected(fixtures::race(v, "10.0.0.1:5000", 1, "A"));
         assert_eq!(
             kind(race(RaceVerdict::RaceDrop)),
             Some(("race-drop", 2_000))
@@ -329,7 +329,9 @@ mod tests {
             Some("lookup of api.lab.test. took 5.00 s: A dropped by conntrack race at +600 µs, retried at +5.00 s")
         );
         r.kind_mut().set_evidence(Some("f.pcapng".into()));
-        let Record::Race(r) = r else { unreachable!() };
+        let Record::Detected(crate::output::record::Detected::Race(r)) = r else {
+            unreachable!()
+        };
         assert_eq!(r.evidence.as_deref(), Some("f.pcapng"));
     }
 

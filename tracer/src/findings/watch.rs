@@ -7,6 +7,7 @@ use super::{
     traffic::TrafficFolder,
     traffic_more::{self, MoreFolder},
 };
+use crate::output::record::Detected;
 use crate::output::Record;
 
 /// Every kind a watch can find (the rest come from the node's files and counters).
@@ -32,8 +33,8 @@ pub struct Watch {
 impl Watch {
     pub fn observe(&mut self, record: &Record) {
         match record {
-            Record::Loop(l) => self.traffic.loop_record(l),
-            Record::Race(r) => self.traffic.race(r),
+            Record::Detected(Detected::Loop(l)) => self.traffic.loop_record(l),
+            Record::Detected(Detected::Race(r)) => self.traffic.race(r),
             // A dropped IP fragment (or a datagram dropped while being fragmented) is the
             // fragment loss's evidence, not a rule's drop.
             Record::Drop(d) if traffic_more::is_fragment_drop(d) => self.more.fragment_drop(d),
@@ -44,6 +45,11 @@ impl Watch {
             }
             Record::FragmentLoss(f) => self.more.fragment_loss(f),
             Record::Packet(_) | Record::Stats(_) | Record::Summary(_) => {}
+            #[expect(
+                unreachable_patterns,
+                reason = "a new detection has no finding of its own"
+            )]
+            Record::Detected(_) => {}
         }
     }
 

@@ -305,8 +305,8 @@ fn records() -> Vec<Record> {
         Record::Drop(Box::new(drop)),
         fixtures::service_transaction("www.lab.test.", "A", 40000, "NOERROR"),
         Record::Transaction(Box::new(transaction)),
-        Record::Loop(lp),
-        Record::Race(Box::new(race)),
+        Record::detected(lp),
+        Record::detected(race),
         Record::Summary(Box::new(summary())),
         Record::Stats(Box::new(stats)),
     ]

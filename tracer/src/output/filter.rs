@@ -523,7 +523,7 @@ mod tests {
                 ..Default::default()
             },
         };
-        let l = Record::Loop(LoopRecord {
+        let l = Record::detected(LoopRecord {
             evidence: None,
             id: 1,
             state: LoopState::Detected,

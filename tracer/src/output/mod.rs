@@ -14,11 +14,7 @@ pub mod tally;
 pub mod text;
 pub mod writer;
 
-use std::{
-    borrow::Cow,
-    fmt::Write as _,
-    io::{self, Write},
-};
+use std::io::{self, Write};
 
 pub use record::Record;
 
@@ -58,39 +54,7 @@ impl View {
     }
 }
 
-/// The text-output form of a string dnspath did not make itself (interface, namespace,
-/// process and file names, kernel symbols, anything from the wire or the host): control
-/// characters (C0 and C1, DEL: newlines, ESC, ...) and the invisible Unicode characters that
-/// reorder or hide text (bidi overrides, zero-width) are shown as `\xHH` / `\u{HHHH}`, so
-/// that such a string can neither break a line, forge one nor drive the terminal. A string
-/// that was not UTF-8 was already made so lossily (U+FFFD) where it was read. Backslashes are
-/// left alone: DNS names come here in their presentation form (`\DDD`), and escaping again
-/// must change nothing.
-pub fn escape(s: &str) -> Cow<'_, str> {
-    fn hidden(c: char) -> bool {
-        c.is_control()
-            || matches!(c,
-                '\u{200b}'..='\u{200f}'
-                | '\u{2028}'..='\u{202e}'
-                | '\u{2060}'..='\u{2069}'
-                | '\u{feff}'
-                | '\u{fff9}'..='\u{fffb}')
-    }
-    if !s.chars().any(hidden) {
-        return Cow::Borrowed(s);
-    }
-    let mut out = String::with_capacity(s.len() + 8);
-    for c in s.chars() {
-        if !hidden(c) {
-            out.push(c);
-        } else if (c as u32) < 0x100 {
-            let _ = write!(out, "\\x{:02x}", c as u32);
-        } else {
-            let _ = write!(out, "\\u{{{:04x}}}", c as u32);
-        }
-    }
-    Cow::Owned(out)
-}
+pub use crate::show::escape;
 
 /// Where records are written one at a time: a text or NDJSON formatter, or a queue in front
 /// of one. (What a run's turns go to is a [`sink::Sink`].)

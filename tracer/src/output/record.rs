@@ -9,11 +9,12 @@ pub use crate::{
         CtEndpoints, CtRecord, DecodeStats, DropRecord, DroppedFragment, FragmentLossRecord,
         FragmentRange, KernelStats, MissingRange, PacketRecord, PodRef, RecordKind,
     },
+    detect::{Detected, Detection},
 };
 use crate::{
     correlate::{CorrelateReport, CorrelateStats},
     decode::{dns::RrType, record::DecodeReport},
-    detect::{loops::LoopRecord, race::RaceRecord, DetectStats, Detected},
+    detect::DetectStats,
     names::Names,
     output::summary::SummaryRecord,
 };
@@ -26,13 +27,14 @@ pub enum Record {
     // the stages' hand-overs (736 bytes a record, for all of them, when stats were inline).
     Drop(Box<DropRecord>),
     Transaction(Box<TransactionRecord>),
-    Loop(LoopRecord),
-    Race(Box<RaceRecord>),
     #[serde(rename = "fragment_loss")]
     FragmentLoss(Box<FragmentLossRecord>),
     Stats(Box<StatsRecord>),
     /// What happened to DNS in the run: written once, just before `stats` (JSON).
     Summary(Box<SummaryRecord>),
+    /// A detection's record (a loop, a race, …), under its own `type`.
+    #[serde(untagged)]
+    Detected(Detected),
 }
 
 /// Totals; written once, at the end of the run (the agent folds them into its metrics every
@@ -109,6 +111,11 @@ pub struct OtlpStats {
 }
 
 impl Record {
+    /// A detection's record.
+    pub fn detected(r: impl Into<Detected>) -> Self {
+        Record::Detected(r.into())
+    }
+
     /// What every kind answers the sinks (filter, pod annotation): the one place that
     /// matches on the kind for them.
     pub fn kind(&self) -> &dyn RecordKind {
@@ -116,11 +123,10 @@ impl Record {
             Record::Packet(p) => p,
             Record::Drop(d) => &**d,
             Record::Transaction(t) => &**t,
-            Record::Loop(l) => l,
-            Record::Race(r) => &**r,
             Record::FragmentLoss(f) => &**f,
             Record::Stats(s) => &**s,
             Record::Summary(s) => &**s,
+            Record::Detected(d) => d.get(),
         }
     }
 
@@ -130,11 +136,10 @@ impl Record {
             Record::Packet(p) => p,
             Record::Drop(d) => &mut **d,
             Record::Transaction(t) => &mut **t,
-            Record::Loop(l) => l,
-            Record::Race(r) => &mut **r,
             Record::FragmentLoss(f) => &mut **f,
             Record::Stats(s) => &mut **s,
             Record::Summary(s) => &mut **s,
+            Record::Detected(d) => d.get_mut(),
         }
     }
 }
@@ -170,8 +175,7 @@ impl From<CorrelateReport<Detected>> for Record {
     fn from(r: CorrelateReport<Detected>) -> Self {
         match r {
             CorrelateReport::Transaction(t) => Record::Transaction(Box::new(t)),
-            CorrelateReport::Detected(Detected::Loop(l)) => Record::Loop(l),
-            CorrelateReport::Detected(Detected::Race(r)) => Record::Race(Box::new(r)),
+            CorrelateReport::Detected(d) => Record::Detected(d),
         }
     }
 }

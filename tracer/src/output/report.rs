@@ -93,7 +93,7 @@ mod tests {
         r.netns = RaceNetns::Cookie(0x1234);
         r.dropped = None;
         assert_eq!(
-            json(Record::Race(Box::new(r))),
+            json(Record::detected(r)),
             r#"{"type":"race","verdict":"resolved-clash","ts_ns":2000,"time":"2026-11-30T21:00:00.000000Z","netns":"netns:0x1234","client":"","client_netns":"client","pod":"ns/p","pod_uid":"u-1","container":"c","container_id":"cid","pod_veth":true,"dropped":null,"sibling":null,"cpu":1,"counters":{"insert_failed":1,"drop":1,"clash_resolve":0},"counter_confirmed":true,"kernel_confirm_failed":null,"drop_reason":"NETFILTER_DROP","drop_location":"nf_hook_slow+0x9e","retry_ns":5000000000,"total_delay_ns":5001000000,"summary":"0 conntrack clash(es) resolved by the kernel on CPU 1: the race happened, nothing was lost","evidence":"e"}"#
         );
 
@@ -111,7 +111,7 @@ mod tests {
         l.clients = vec![addr("10.0.0.2:9"), addr("10.0.0.1:10"), addr("[::1]:5")];
         l.evidence = Some("l.pcapng".into());
         assert_eq!(
-            json(Record::Loop(l)),
+            json(Record::detected(l)),
             r#"{"type":"loop","id":3,"state":"detected","kind":"amplification","ts_ns":10,"time":"2026-11-30T21:00:00.000000Z","question":{"name":"com.","type":"A","class":"IN"},"zone":".","loop_plugin_probe":false,"cycle":[{"from":"10.244.1.3:40000","server":"10.96.0.10:53","backend":"10.244.1.4:53","at":"node/vdnsb","pod":"ns/p","pod_uid":"u-1","container":"c","container_id":"cid","pod_veth":true},{"from":"10.0.0.9","server":"(not visible)","backend":"10.0.0.8","at":""}],"path":"10.244.1.3:40000 → 10.96.0.10:53 ⇒DNAT 10.244.1.4:53 (node/vdnsb) → (not visible) ⇒DNAT 10.0.0.8 ()","hop_count":2,"rate_pps":200000,"packets":10,"summarised":5,"clients":["10.0.0.1:10","10.0.0.2:9","[::1]:5"],"first_seen_ns":10,"detected_ns":10,"evidence":"l.pcapng","last_seen_ns":10}"#
         );
     }

@@ -8,7 +8,6 @@ use crate::{
         escape,
         filter::Filter,
         record::{Record, StatsRecord},
-        report::{loop_path, race_summary},
         sink::{Batch, PacketRecords, Sink, Wants},
         summary::{summary_text, Busiest, FailureClass, Share, SummaryRecord, BUSIEST},
         tally::{client_of, served_legs, Capped, Latency},
@@ -62,17 +61,10 @@ impl RunTally {
     pub fn add(&mut self, r: &Record) {
         match r {
             Record::Transaction(t) => self.add_transaction(t),
-            Record::Loop(l) if l.state == crate::detect::loops::LoopState::Detected => {
-                let ex = format!(
-                    "{} {} went round {}",
-                    escape(&l.question.name),
-                    l.question.qtype,
-                    escape(&loop_path(l))
-                );
-                self.failure("loop", || ex);
-            }
-            Record::Race(r) if r.verdict == crate::detect::race::RaceVerdict::RaceDrop => {
-                self.failure(r.verdict.as_str(), || escape(&race_summary(r)).into_owned());
+            Record::Detected(d) => {
+                if let Some((class, example)) = d.get().failure() {
+                    self.failure(class, || escape(&example).into_owned());
+                }
             }
             Record::Drop(d) if d.benign.is_none() => {
                 let class = format!("kernel drop {}", escape(&d.reason));
@@ -304,8 +296,8 @@ mod tests {
             unanswered,
             Record::Drop(Box::new(drop_record("NETFILTER_DROP", None))),
             Record::Drop(Box::new(drop_record("QUEUE_PURGE", Some("socket closed")))),
-            Record::Loop(loop_record(1, LoopState::Detected, 10)),
-            Record::Loop(loop_record(1, LoopState::Ongoing, 20)),
+            Record::detected(loop_record(1, LoopState::Detected, 10)),
+            Record::detected(loop_record(1, LoopState::Ongoing, 20)),
         ];
         let s = tally(&records);
         assert_eq!(s.questions, 6);

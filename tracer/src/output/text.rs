@@ -3,15 +3,15 @@
 use std::io::{self, Write};
 
 use super::{
-    escape as esc,
     record::{
-        DropRecord, FragmentLossRecord, LegRecord, PacketRecord, PodRef, StatsRecord,
-        TransactionRecord,
+        DropRecord, FragmentLossRecord, LegRecord, PacketRecord, StatsRecord, TransactionRecord,
     },
-    report::{self, loop_server, peer},
-    Record, RecordWriter,
+    report, Record, RecordWriter,
 };
-use crate::{event::Direction, time::WallTime};
+use crate::{
+    event::Direction,
+    show::{at, escape as esc, record_clock, wall_clock},
+};
 
 pub struct TextSink<W: Write> {
     out: W,
@@ -31,47 +31,11 @@ impl<W: Write> TextSink<W> {
     }
 }
 
-/// `HH:MM:SS.micros` from an RFC 3339 time.
-fn clock(time: &str) -> &str {
-    time.get(11..26).unwrap_or(time)
-}
-
-/// `HH:MM:SS.micros` of a record's time.
-fn record_clock(time: WallTime) -> String {
-    wall_clock(time.0)
-}
-
-/// `HH:MM:SS.micros` of Unix-epoch nanoseconds.
-fn wall_clock(wall_ns: u64) -> String {
-    let t = report::wall(wall_ns).to_string();
-    clock(&t).to_string()
-}
-
 fn short_dir(dir: Direction) -> &'static str {
     match dir {
         Direction::Ingress => "in ",
         Direction::Egress => "out",
         Direction::Unknown => "   ",
-    }
-}
-
-/// Where something was seen: `namespace/interface`, with a pod's `k8s-namespace/name` in
-/// place of its network namespace's name, and after the node-side end of its veth.
-fn at(netns: &str, ifname: &str, pod: &PodRef) -> String {
-    let label = pod
-        .pod
-        .as_deref()
-        .map(|p| esc(p).into_owned())
-        .or_else(|| pod.pod_uid.as_deref().map(|u| format!("pod:{}", esc(u))));
-    let ifname = if ifname.is_empty() {
-        String::new()
-    } else {
-        format!("/{}", esc(ifname))
-    };
-    match label {
-        Some(l) if pod.pod_veth => format!("{}{ifname}({l})", esc(netns)),
-        Some(l) => format!("{l}{ifname}"),
-        None => format!("{}{ifname}", esc(netns)),
     }
 }
 
@@ -321,118 +285,6 @@ pub fn transaction_block(t: &TransactionRecord) -> String {
     out
 }
 
-/// The loop's cycle in one line (as `path`), with each server's pod in place of its
-/// namespace where known.
-fn loop_path(l: &crate::detect::loops::LoopRecord) -> String {
-    let Some(first) = l.cycle.first() else {
-        return String::new();
-    };
-    if !l.cycle.iter().any(|h| h.pod.is_known()) {
-        return esc(&report::loop_path(l)).into_owned();
-    }
-    let mut p = peer(&first.from);
-    for h in &l.cycle {
-        let (server, backend) = (loop_server(h), peer(&h.backend));
-        p.push_str(&format!(" → {server}"));
-        if backend != server {
-            p.push_str(&format!(" ⇒DNAT {backend}"));
-        }
-        let place = match &h.at {
-            Some((netns, ifname)) => at(netns, ifname, &h.pod),
-            None => at("", "", &h.pod),
-        };
-        p.push_str(&format!(" ({place})"));
-    }
-    p
-}
-
-/// `n` with its digits in groups of three (`1,220,254`): a rate or count read at a glance.
-fn grouped(n: u64) -> String {
-    let digits = n.to_string();
-    let mut out = String::with_capacity(digits.len() + digits.len() / 3);
-    for (i, d) in digits.chars().enumerate() {
-        if i > 0 && (digits.len() - i).is_multiple_of(3) {
-            out.push(',');
-        }
-        out.push(d);
-    }
-    out
-}
-
-pub fn loop_line(l: &crate::detect::loops::LoopRecord) -> String {
-    use crate::detect::loops::{LoopKind, LoopState};
-    let what = match (l.state, l.kind) {
-        (LoopState::Detected, LoopKind::Cycle) => "FORWARDING LOOP detected",
-        (LoopState::Detected, LoopKind::Amplification) => "AMPLIFICATION STORM detected",
-        (LoopState::Ongoing, _) => "forwarding loop ongoing",
-        (LoopState::Ended, _) => "forwarding loop ended",
-    };
-    let probe = if l.loop_plugin_probe {
-        " (CoreDNS loop plugin probe)"
-    } else {
-        ""
-    };
-    let span = l.last_seen_ns.saturating_sub(l.first_seen_ns);
-    format!(
-        "{} {what}: {} {}{probe} zone {}: {} — {} hop(s), {} pkt/s, {} packets ({} summarised) over {}, clients {}",
-        wall_clock(l.wall_ns),
-        esc(&l.question.name),
-        l.question.qtype,
-        esc(report::zone(&l.question.name)),
-        loop_path(l),
-        l.hop_count,
-        grouped(l.rate_pps),
-        grouped(l.packets),
-        grouped(l.summarised),
-        dur(span),
-        if l.clients.is_empty() {
-            "-".to_string()
-        } else {
-            report::loop_clients(l).join(",")
-        }
-    )
-}
-
-pub fn race_line(r: &crate::detect::race::RaceRecord) -> String {
-    use crate::detect::race::RaceVerdict;
-    let tag = match r.verdict {
-        RaceVerdict::RaceDrop => "CONNTRACK RACE",
-        RaceVerdict::ResolvedClash => "conntrack clash resolved",
-        RaceVerdict::Suspected => "SUSPECTED conntrack race",
-    };
-    let mut line = format!(
-        "{} {tag}: {}",
-        wall_clock(r.wall_ns),
-        esc(&report::race_summary(r))
-    );
-    if let Some(client) = r.client {
-        line.push_str(&format!(
-            " [client {client} in {}",
-            at(&r.client_netns, "", &r.pod)
-        ));
-        if let Some(d) = &r.dropped {
-            line.push_str(&format!(
-                "; {} id {} → {}",
-                d.question.qtype, d.dns_id, d.backend
-            ));
-        }
-        if let Some(s) = &r.sibling {
-            line.push_str(&format!(
-                "; sibling {} id {} → {}",
-                s.question.qtype, s.dns_id, s.backend
-            ));
-        }
-        if let Some(cpu) = r.cpu {
-            line.push_str(&format!(
-                "; CPU {cpu} insert_failed +{} drop +{}",
-                r.counters.insert_failed, r.counters.drop
-            ));
-        }
-        line.push(']');
-    }
-    line
-}
-
 pub fn stats_line(s: &StatsRecord) -> String {
     let d = &s.decode;
     let mut line = format!(
@@ -520,8 +372,7 @@ impl<W: Write> RecordWriter for TextSink<W> {
             Record::Drop(d) if d.benign.is_some() => return Ok(()),
             Record::Drop(d) => drop_line(d),
             Record::Transaction(t) => transaction_block(t),
-            Record::Loop(l) => loop_line(l),
-            Record::Race(r) => race_line(r),
+            Record::Detected(d) => d.get().text(),
             Record::FragmentLoss(f) => fragment_loss_line(f),
             Record::Stats(s) => stats_line(s),
             Record::Summary(s) => super::summary::summary_text(s),

@@ -9,6 +9,7 @@ use std::sync::{
     Arc,
 };
 
+use crate::output::record::Detected;
 use crate::{detect::loops::LoopState, output::Record};
 
 #[derive(Clone, Debug, Default)]
@@ -53,7 +54,9 @@ impl StopPolicy {
                     self.packets += 1;
                     allowed += 1;
                 }
-                Record::Loop(l) => self.loop_found |= l.state == LoopState::Detected,
+                Record::Detected(Detected::Loop(l)) => {
+                    self.loop_found |= l.state == LoopState::Detected
+                }
                 _ => {}
             }
         }

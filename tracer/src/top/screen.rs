@@ -259,7 +259,7 @@ mod tests {
                 "NOERROR",
             ));
         }
-        t.add(&Record::Loop(loop_record(7, LoopState::Detected, 1)));
+        t.add(&Record::detected(loop_record(7, LoopState::Detected, 1)));
         let Record::Transaction(mut evil) = service_transaction("e.lab.test.", "A", 1, "NOERROR")
         else {
             panic!("a transaction")

@@ -4,6 +4,7 @@
 //! interval: [`Tables::roll`] closes one.
 use std::collections::BTreeMap;
 
+use crate::output::record::Detected;
 use crate::{
     correlate::record::{LegOutcome, Outcome, TransactionRecord},
     decode::dns::Rcode,
@@ -172,8 +173,8 @@ impl Tables {
     pub fn add(&mut self, r: &Record) {
         match r {
             Record::Transaction(t) => self.add_transaction(t),
-            Record::Loop(l) => self.add_loop(l),
-            Record::Race(r) => {
+            Record::Detected(Detected::Loop(l)) => self.add_loop(l),
+            Record::Detected(Detected::Race(r)) => {
                 self.status.races += 1;
                 if r.verdict == RaceVerdict::RaceDrop {
                     self.status.race_drops += 1;

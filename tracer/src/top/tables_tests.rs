@@ -63,13 +63,13 @@ fn traffic() -> Vec<Record> {
             "NETFILTER_DROP",
         )],
     ))));
-    r.push(Record::Race(Box::new(race(
+    r.push(Record::detected(race(
         RaceVerdict::RaceDrop,
         "10.244.1.2:5000",
         7,
         "A",
-    ))));
-    r.push(Record::Loop(loop_record(4, LoopState::Detected, 1)));
+    )));
+    r.push(Record::detected(loop_record(4, LoopState::Detected, 1)));
     r.push(Record::Drop(Box::new(drop_record("NETFILTER_DROP", None))));
     r.push(Record::Drop(Box::new(drop_record("NETFILTER_DROP", None))));
     r.push(Record::Drop(Box::new(drop_record(
@@ -149,7 +149,7 @@ fn clients_servers_names_and_status_count_what_was_sent() {
     // Sorted by questions, most first; the loop's banner until it ends.
     assert_eq!(snap.clients.rows[0][0], Cell::Text(a.into()));
     assert_eq!(snap.loop_banners().len(), 1);
-    t.add(&Record::Loop(loop_record(4, LoopState::Ended, 2)));
+    t.add(&Record::detected(loop_record(4, LoopState::Ended, 2)));
     assert!(t.snapshot(&Shown::new(10), 0).loop_banners().is_empty());
 }
 

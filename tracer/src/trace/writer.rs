@@ -241,7 +241,7 @@ mod tests {
     }
 
     fn loop_record(state: LoopState) -> Record {
-        Record::Loop(LoopRecord {
+        Record::detected(LoopRecord {
             evidence: None,
             id: 1,
             state,
@@ -268,8 +268,10 @@ mod tests {
                 Record::Packet(p) => format!("packet {}", p.ts_ns),
                 Record::Drop(d) => format!("drop {}", d.ts_ns),
                 Record::Transaction(t) => format!("transaction {}", t.id),
-                Record::Loop(l) => format!("loop {:?}", l.state),
-                Record::Race(_) => "race".into(),
+                Record::Detected(crate::output::record::Detected::Loop(l)) => {
+                    format!("loop {:?}", l.state)
+                }
+                Record::Detected(d) => d.name().into(),
                 Record::FragmentLoss(f) => format!("fragment_loss {}", f.ts_ns),
                 Record::Stats(_) => "stats".into(),
                 Record::Summary(_) => "summary".into(),

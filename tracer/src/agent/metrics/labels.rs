@@ -214,6 +214,11 @@ pub(super) struct KindLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(super) struct DetectionLabels {
+    pub(super) detection: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub(super) struct EventLabels {
     pub(super) event: &'static str,
 }

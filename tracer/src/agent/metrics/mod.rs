@@ -23,9 +23,9 @@ use prometheus_client::{
 };
 
 use labels::{
-    latency_family, BuildLabels, CauseLabels, DropLabels, EventLabels, FindingLabels, KindLabels,
-    LegLabels, QtypeLabels, QueryLabels, ReasonLabels, ResponseLabels, SearchLabels, SinkLabels,
-    TableLabels, TransactionLabels,
+    latency_family, BuildLabels, CauseLabels, DetectionLabels, DropLabels, EventLabels,
+    FindingLabels, KindLabels, LegLabels, QtypeLabels, QueryLabels, ReasonLabels, ResponseLabels,
+    SearchLabels, SinkLabels, TableLabels, TransactionLabels,
 };
 
 /// What the metrics look like beyond the fixed sets.
@@ -74,6 +74,7 @@ pub struct Metrics {
     clashes_resolved: Counter,
     loops_detected: Family<KindLabels, Counter>,
     loops_active: Gauge,
+    detections: Family<DetectionLabels, Counter>,
     events_lost: Family<EventLabels, Counter>,
     sink_dropped: Family<SinkLabels, Counter>,
     malformed: Family<ReasonLabels, Counter>,
@@ -129,6 +130,7 @@ impl Metrics {
             clashes_resolved: Counter::default(),
             loops_detected: Family::default(),
             loops_active: Gauge::default(),
+            detections: Family::default(),
             events_lost: Family::default(),
             sink_dropped: Family::default(),
             malformed: Family::default(),
@@ -251,6 +253,16 @@ impl Metrics {
             "Packets or TCP-framed messages that could not be decoded, by reason",
             m.malformed.clone(),
         );
+        r.register(
+            "detections",
+            "Detections reported, by detection (its record's type: loop, race, ...): a loop found, a race drop; not a loop's updates nor a resolved clash",
+            m.detections.clone(),
+        );
+        for detection in crate::detect::Detected::NAMES {
+            m.detections
+                .get_or_create(&DetectionLabels { detection })
+                .inc_by(0);
+        }
         r.register(
             "ip_fragment_losses",
             "DNS datagrams whose IP fragments never all reached a hop (large answers lost on the way)",

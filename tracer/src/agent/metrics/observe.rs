@@ -10,9 +10,9 @@ use prometheus_client::metrics::{counter::Counter, histogram::Histogram};
 use super::{
     labels::{
         is_reason_name, leg_label, loop_kind_label, malformed_label, pod_namespace, qtype_label,
-        rcode_label, CauseLabels, DropLabels, EventLabels, FindingLabels, KindLabels, LegLabels,
-        NamespaceLabel, QtypeLabels, QueryLabels, ReasonLabels, ResponseLabels, SearchLabels,
-        TableLabels, TransactionLabels,
+        rcode_label, CauseLabels, DetectionLabels, DropLabels, EventLabels, FindingLabels,
+        KindLabels, LegLabels, NamespaceLabel, QtypeLabels, QueryLabels, ReasonLabels,
+        ResponseLabels, SearchLabels, TableLabels, TransactionLabels,
     },
     Metrics, MAX_DROP_REASONS,
 };
@@ -22,6 +22,7 @@ use crate::{
     detect::{
         loops::{LoopRecord, LoopState},
         race::{RaceRecord, RaceVerdict},
+        Detected,
     },
     output::{
         otlp::spans::client_is_local,
@@ -139,10 +140,9 @@ impl Metrics {
     pub fn observe(&self, record: &Record) {
         match record {
             Record::Transaction(t) => self.observe_transaction(t),
-            Record::Race(r) => self.observe_race(r),
+            Record::Detected(d) => self.observe_detected(d),
             Record::Packet(p) => self.observe_packet(p),
             Record::Drop(d) => self.observe_drop(d),
-            Record::Loop(l) => self.observe_loop(l),
             Record::FragmentLoss(_) => {
                 self.fragment_losses.inc();
             }
@@ -414,6 +414,23 @@ impl Metrics {
         }
         if evicted > 0 {
             self.evict("metrics_search_lookups", evicted);
+        }
+    }
+
+    /// A detection: counted when it is news; loops and races also in their own metrics.
+    fn observe_detected(&self, d: &Detected) {
+        if d.get().failure().is_some() {
+            self.detections
+                .get_or_create(&DetectionLabels {
+                    detection: d.name(),
+                })
+                .inc();
+        }
+        match d {
+            Detected::Loop(l) => self.observe_loop(l),
+            Detected::Race(r) => self.observe_race(r),
+            #[expect(unreachable_patterns, reason = "a new detection is counted above only")]
+            _ => {}
         }
     }
 

@@ -255,12 +255,12 @@ fn retries_by_cause() {
         Some("NOERROR"),
         vec![ruled, retry],
     ))));
-    m.observe(&Record::Race(Box::new(race(
+    m.observe(&Record::detected(race(
         RaceVerdict::RaceDrop,
         client,
         raced.dns_id,
         "A",
-    ))));
+    )));
     m.observe(&service_transaction("next.lab.test.", "A", 7000, "NOERROR"));
     let t = m.encode();
     let v = |c: &str| value(&t, &format!(r#"dnspath_dns_retries_total{{cause="{c}"}}"#));
@@ -347,28 +347,28 @@ fn a_retry_after_a_drop_counts_with_its_transaction() {
         )
     };
     assert_eq!(kernel_drop(&m), Some(1.0));
-    m.observe(&Record::Race(Box::new(race(
+    m.observe(&Record::detected(race(
         RaceVerdict::RaceDrop,
         client,
         4660,
         "A",
-    ))));
+    )));
     assert_eq!(kernel_drop(&m), Some(1.0), "counted once");
 }
 
 #[test]
 fn races_and_clashes() {
     let m = Metrics::new();
-    m.observe(&Record::Race(Box::new(race(
+    m.observe(&Record::detected(race(
         RaceVerdict::Suspected,
         "10.244.1.2:1",
         1,
         "AAAA",
-    ))));
+    )));
     let mut clash = race(RaceVerdict::ResolvedClash, "", 0, "A");
     clash.dropped = None;
     clash.counters.clash_resolve = 3;
-    m.observe(&Record::Race(Box::new(clash)));
+    m.observe(&Record::detected(clash));
     let t = m.encode();
     assert_eq!(
         value(
@@ -475,9 +475,9 @@ fn loops_detected_and_active() {
             "{t}"
         );
     }
-    m.observe(&Record::Loop(loop_record(1, LoopState::Detected, 1)));
-    m.observe(&Record::Loop(loop_record(1, LoopState::Ongoing, 2)));
-    m.observe(&Record::Loop(loop_record(2, LoopState::Detected, 3)));
+    m.observe(&Record::detected(loop_record(1, LoopState::Detected, 1)));
+    m.observe(&Record::detected(loop_record(1, LoopState::Ongoing, 2)));
+    m.observe(&Record::detected(loop_record(2, LoopState::Detected, 3)));
     let t = m.encode();
     assert_eq!(
         value(
@@ -487,12 +487,12 @@ fn loops_detected_and_active() {
         Some(2.0)
     );
     assert_eq!(value(&t, "dnspath_forwarding_loops_active"), Some(2.0));
-    m.observe(&Record::Loop(loop_record(1, LoopState::Ended, 4)));
+    m.observe(&Record::detected(loop_record(1, LoopState::Ended, 4)));
     assert_eq!(
         value(&m.encode(), "dnspath_forwarding_loops_active"),
         Some(1.0)
     );
-    m.observe(&Record::Loop(loop_record(2, LoopState::Ended, 5)));
+    m.observe(&Record::detected(loop_record(2, LoopState::Ended, 5)));
     let t = m.encode();
     assert_eq!(value(&t, "dnspath_forwarding_loops_active"), Some(0.0));
     assert_eq!(
@@ -713,13 +713,13 @@ fn promtool_accepts_the_exposition() {
     let m = Metrics::new();
     m.observe(&service_transaction("www.lab.test.", "A", 40005, "NOERROR"));
     m.observe(&Record::Drop(Box::new(drop_record("NETFILTER_DROP", None))));
-    m.observe(&Record::Loop(loop_record(1, LoopState::Detected, 1)));
-    m.observe(&Record::Race(Box::new(race(
+    m.observe(&Record::detected(loop_record(1, LoopState::Detected, 1)));
+    m.observe(&Record::detected(race(
         RaceVerdict::RaceDrop,
         "10.244.1.2:1",
         1,
         "A",
-    ))));
+    )));
     m.observe_stats(&StatsRecord {
         decode: DecodeStats {
             lost: 1,
@@ -811,7 +811,7 @@ fn every_agent_table_stays_within_its_cap() {
             None,
         ))));
         // And a loop of its own that never ends.
-        m.observe(&Record::Loop(loop_record(i, LoopState::Detected, 1)));
+        m.observe(&Record::detected(loop_record(i, LoopState::Detected, 1)));
     }
     m.observe_events(&ev);
     let text = m.encode();

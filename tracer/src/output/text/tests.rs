@@ -8,12 +8,15 @@ use crate::{
     detect::{
         loops::{LoopHop, LoopKind, LoopRecord, LoopState, Peer},
         race::{CounterDeltas, RaceNetns, RaceQuery, RaceRecord, RaceVerdict},
+        Detection,
     },
     event::{Direction, KernelSetup},
+    output::record::PodRef,
     output::record::{
         CtEndpoints, CtRecord, DecodeStats, HopRecord, KernelStats, LegDrop, LookupRef,
         QuestionRecord,
     },
+    show::grouped,
     time::WallTime,
 };
 
@@ -373,7 +376,7 @@ fn loop_path_names_the_pods_of_its_servers() {
         detected_ns: 1,
         last_seen_ns: 1,
     };
-    let line = loop_line(&l);
+    let line = l.text();
     assert!(
         line.contains(
             "10.244.1.4:40000 → 10.96.0.10:53 ⇒DNAT 10.244.1.4:53 (node/vdnsb(kube-system/coredns-b))"
@@ -390,11 +393,11 @@ fn loop_path_names_the_pods_of_its_servers() {
         h.pod = PodRef::default();
     }
     assert!(
-        loop_line(&l).contains(
+        l.text().contains(
             " 10.244.1.4:40000 → 10.96.0.10:53 ⇒DNAT 10.244.1.4:53 (node/vdnsb) → 10.96.0.10:53 ⇒DNAT 10.244.1.3:53 (ns-a/eth0) "
         ),
         "{}",
-        loop_line(&l)
+        l.text()
     );
 }
 
@@ -428,7 +431,7 @@ fn hostile_loop_race_and_stats_fields_are_escaped() {
     // Name, type, and the namespace and interface in the path (the zone is part of the
     // name).
     // The name, the zone, the hop's namespace and interface (not the type: a code).
-    check(&Record::Loop(l), 1, 3);
+    check(&Record::detected(l), 1, 3);
     let q = RaceQuery {
         dns_id: 1,
         question: question(),
@@ -458,7 +461,7 @@ fn hostile_loop_race_and_stats_fields_are_escaped() {
     };
     // The name and type in the summary, the client's namespace, the two queries' types.
     // The name and the client's namespace (the types are codes).
-    check(&Record::Race(Box::new(r)), 1, 2);
+    check(&Record::detected(r), 1, 2);
     let s = StatsRecord {
         decode: DecodeStats {
             kernel: Some(KernelStats {
