@@ -48,8 +48,7 @@ fn kinds(out: &[Event]) -> Vec<&'static str> {
     out.iter()
         .map(|e| match e {
             Event::Agent(_) => "agent",
-            Event::Detected(crate::output::record::Detected::Loop(_)) => "loop",
-            Event::Detected(crate::output::record::Detected::Race(_)) => "race",
+            Event::Detected(d) => d.name(),
             Event::Drop(_) => "drop",
             Event::FragmentLoss(_) => "fragment_loss",
             Event::Unanswered(_) => "unanswered",

@@ -257,3 +257,11 @@ fn concurrent_loopback_clients_are_no_loop_but_a_self_forward_is() {
         Some(true)
     );
 }
+
+impl crate::detect::Sample for LoopRecord {
+    fn sample() -> Self {
+        let mut lp = crate::test_support::fixtures::loop_record(1, LoopState::Detected, 1);
+        lp.evidence = Some("DIR/dnspath-x-loop.pcapng".into());
+        lp
+    }
+}

@@ -60,6 +60,13 @@ pub trait Detection: RecordKind {
     }
 }
 
+/// A detection's record with every optional part filled: what docs/output.md's check
+/// (`output/fields.rs`) writes. Each detection's tests give theirs.
+#[cfg(test)]
+pub(crate) trait Sample {
+    fn sample() -> Self;
+}
+
 /// Declares, from the list of detections, [`Detectors`] (each detector's field, type and
 /// constructor `fn(Clock, &CorrelateConfig) -> Self`), [`Detected`] (their records, each
 /// variant its JSON `type`) and [`DetectStats`] (their counters, each under the detector's
@@ -113,6 +120,14 @@ macro_rules! detectors {
             }
         }
 
+        #[cfg(test)]
+        impl Detected {
+            /// Every detection's [`Sample`].
+            pub(crate) fn samples() -> Vec<Detected> {
+                vec![$(<$record as Sample>::sample().into()),*]
+            }
+        }
+
         $(impl From<$record> for Detected {
             fn from(r: $record) -> Self {
                 Self::$variant(Box::new(r))
@@ -122,7 +137,8 @@ macro_rules! detectors {
         /// The detectors' counters (fields of the `stats` record's `correlate` object).
         #[derive(Clone, Debug, Default, Serialize)]
         pub struct DetectStats {
-            $(pub(crate) $field: <$ty as Detector>::Stats,)*
+            $(#[serde(skip_serializing_if = "no_counters")]
+            pub(crate) $field: <$ty as Detector>::Stats,)*
         }
 
         impl Detector for Detectors {
@@ -185,6 +201,11 @@ macro_rules! detectors {
             }
         }
     };
+}
+
+/// A detector without counters of its own (`type Stats = ()`) writes none in `stats`.
+fn no_counters<T: 'static>(_: &T) -> bool {
+    std::any::TypeId::of::<T>() == std::any::TypeId::of::<()>()
 }
 
 // The registration: one line a detection.

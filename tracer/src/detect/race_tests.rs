@@ -364,3 +364,12 @@ fn race_drop_of_a_query_never_read_is_still_reported() {
         1
     );
 }
+
+impl crate::detect::Sample for RaceRecord {
+    fn sample() -> Self {
+        let mut race =
+            crate::test_support::fixtures::race(RaceVerdict::RaceDrop, "10.244.1.2:1", 1, "A");
+        race.evidence = Some("DIR/dnspath-x-race-drop.pcapng".into());
+        race
+    }
+}

@@ -33,8 +33,14 @@ pub struct Watch {
 impl Watch {
     pub fn observe(&mut self, record: &Record) {
         match record {
-            Record::Detected(Detected::Loop(l)) => self.traffic.loop_record(l),
-            Record::Detected(Detected::Race(r)) => self.traffic.race(r),
+            // Loops and races have findings of their own; other detections none yet.
+            Record::Detected(d) => {
+                if let Detected::Loop(l) = d {
+                    self.traffic.loop_record(l);
+                } else if let Detected::Race(r) = d {
+                    self.traffic.race(r);
+                }
+            }
             // A dropped IP fragment (or a datagram dropped while being fragmented) is the
             // fragment loss's evidence, not a rule's drop.
             Record::Drop(d) if traffic_more::is_fragment_drop(d) => self.more.fragment_drop(d),
@@ -45,11 +51,6 @@ impl Watch {
             }
             Record::FragmentLoss(f) => self.more.fragment_loss(f),
             Record::Packet(_) | Record::Stats(_) | Record::Summary(_) => {}
-            #[expect(
-                unreachable_patterns,
-                reason = "a new detection has no finding of its own"
-            )]
-            Record::Detected(_) => {}
         }
     }
 

@@ -9,9 +9,10 @@ use serde_json::Value;
 use crate::{
     correlate::CorrelateStats,
     decode::dns,
-    detect::{loops::LoopState, race::RaceVerdict},
     event::{KernelCounters, KernelSetup},
-    output::record::{CtEndpoints, CtRecord, DecodeStats, KernelStats, Record, StatsRecord},
+    output::record::{
+        CtEndpoints, CtRecord, DecodeStats, Detected, KernelStats, Record, StatsRecord,
+    },
     test_support::fixtures,
 };
 
@@ -226,10 +227,6 @@ fn records() -> Vec<Record> {
         container_id: Some("containerd://x".into()),
         pod_veth: true,
     };
-    let mut lp = fixtures::loop_record(1, LoopState::Detected, 1);
-    lp.evidence = Some("DIR/dnspath-x-loop.pcapng".into());
-    let mut race = fixtures::race(RaceVerdict::RaceDrop, "10.244.1.2:1", 1, "A");
-    race.evidence = Some("DIR/dnspath-x-race-drop.pcapng".into());
     let stats = StatsRecord {
         evidence: Some(crate::output::evidence::EvidenceStats {
             annotate: Default::default(),
@@ -299,17 +296,17 @@ fn records() -> Vec<Record> {
         dns: Some(whole_again),
         summary: "x".into(),
     };
-    vec![
+    let mut all = vec![
         Record::Packet(packet),
         Record::FragmentLoss(Box::new(loss)),
         Record::Drop(Box::new(drop)),
         fixtures::service_transaction("www.lab.test.", "A", 40000, "NOERROR"),
         Record::Transaction(Box::new(transaction)),
-        Record::detected(lp),
-        Record::detected(race),
         Record::Summary(Box::new(summary())),
         Record::Stats(Box::new(stats)),
-    ]
+    ];
+    all.extend(Detected::samples().into_iter().map(Record::Detected));
+    all
 }
 
 /// A summary with every list filled, a server's pod among them.

@@ -426,11 +426,10 @@ impl Metrics {
                 })
                 .inc();
         }
-        match d {
-            Detected::Loop(l) => self.observe_loop(l),
-            Detected::Race(r) => self.observe_race(r),
-            #[expect(unreachable_patterns, reason = "a new detection is counted above only")]
-            _ => {}
+        if let Detected::Loop(l) = d {
+            self.observe_loop(l);
+        } else if let Detected::Race(r) = d {
+            self.observe_race(r);
         }
     }
 
