@@ -46,6 +46,10 @@ impl<D: Detector> Correlator<D> {
         qr: bool,
     ) -> (SocketAddr, bool) {
         match self.ct.lookup(proto, src, dst) {
+            // An answer in its entry's original direction opened that entry: the query's own
+            // entry was gone (deleted, expired) when it came back, so this one says nothing of
+            // the query's client (and the answer is not reverse-NATed).
+            Some(m) if qr && !m.reply_dir => (dst, false),
             Some(m) => (m.orig.src, true),
             None => (if qr { dst } else { src }, false),
         }

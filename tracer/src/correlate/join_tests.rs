@@ -1072,3 +1072,57 @@ fn a_packet_inside_and_outside_a_tunnel_is_one_leg() {
         .get("tunnel")
         .is_none());
 }
+
+/// The query's conntrack entry deleted before its answer came back (kube-proxy on an
+/// endpoint change, `conntrack -F`): the answer, not reverse-NATed, opens an entry of its
+/// own, server → client. That entry says nothing of the query's client: the answer still
+/// joins its leg by the client's port, and is seen arriving from the pod.
+#[test]
+fn an_answer_that_opened_its_own_conntrack_entry_joins_its_leg() {
+    let mut f = Feed::new();
+    let flow = |s: &str, d: &str| CtFlow {
+        src: s.parse().unwrap(),
+        dst: d.parse().unwrap(),
+        proto: UDP,
+    };
+    f.c.on_conntrack(&ConntrackEvent {
+        ts_ns: 0,
+        netns: 1,
+        change: CtChange::New,
+        status: 0x8,
+        zone: 0,
+        orig: flow("10.244.1.3:53", "10.244.1.2:4000"),
+        reply: flow("10.244.1.2:4000", "10.244.1.3:53"),
+    });
+    let q = || msg(9, false, "x.test.", "A", "NOERROR", &[], false);
+    let a = || msg(9, true, "x.test.", "A", "NOERROR", &["10.250.0.80"], false);
+    let eth0 = |dir| at(2, 2, dir);
+    let client = "10.244.1.2:4000";
+    f.see(
+        MS,
+        eth0(Direction::Egress),
+        "client",
+        "eth0",
+        UDP,
+        client,
+        "10.96.0.10:53",
+        q(),
+    );
+    let pod = "10.244.1.3:53";
+    f.see(
+        2 * MS,
+        eth0(Direction::Ingress),
+        "client",
+        "eth0",
+        UDP,
+        pod,
+        client,
+        a(),
+    );
+    let txs = f.txs(60_000 * MS);
+    assert_eq!(txs.len(), 1, "{txs:#?}");
+    let leg = &txs[0].legs[0];
+    assert_eq!(leg.hops.len(), 2, "{leg:#?}");
+    assert_eq!(leg.hops[1].src.to_string(), pod);
+    assert_eq!(f.c.stats().orphan_responses, 0);
+}
