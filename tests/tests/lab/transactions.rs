@@ -588,3 +588,77 @@ fn a_question_asked_over_ipv6_and_forwarded_over_ipv4_is_one_tree() {
         "{txs:#?}"
     );
 }
+
+/// A second "Service" in the node's `nat` table: `10.96.0.99:53` DNATed to the slow server.
+const SLOW_SERVICE: &str = "10.96.0.99";
+
+/// An answer that missed its reverse NAT (docs/output.md, `unexpected_source`): the client
+/// asks a Service DNATed to a server that answers after 1.5 s, and the node's conntrack entry
+/// of the query is deleted meanwhile (as kube-proxy does to a Service's UDP entries when an
+/// endpoint goes). The answer then reaches the client from the server's own address, which
+/// dig's socket does not take. Named once, with both addresses, after its transaction; the
+/// same lookup with its entry left alone is not.
+#[test]
+fn an_answer_that_missed_its_reverse_nat_is_named() {
+    let Some(lab) = lab() else { return };
+    let slow = Hole::slow(&lab, Duration::from_millis(1500), 1).unwrap();
+    let dnat = [
+        "PREROUTING",
+        "-t",
+        "nat",
+        "-d",
+        SLOW_SERVICE,
+        "-p",
+        "udp",
+        "--dport",
+        "53",
+        "-j",
+        "DNAT",
+        "--to-destination",
+        SLOW_ADDR,
+    ];
+    let o = lab.iptables_rule(lab.node_ns(), "-I", &dnat);
+    assert!(o.status.success(), "{o:?}");
+    let t = trace_lab(&lab, &[slow.ns()]);
+    let at = format!("@{SLOW_SERVICE}");
+    // Its entry left alone: answered from the Service.
+    let o = lab.dig(&["+time=3", "+tries=1", &at, "kept.lab.test.", "A"]);
+    assert!(o.status.success(), "{o:?}");
+    // Its entry deleted while the server takes its time.
+    let (o, deleted) = std::thread::scope(|s| {
+        let dig = s.spawn(|| lab.dig(&["+time=3", "+tries=1", &at, "unnat.lab.test.", "A"]));
+        std::thread::sleep(Duration::from_millis(600));
+        let deleted = lab.exec(
+            lab.node_ns(),
+            &["conntrack", "-D", "-p", "udp", "--orig-dst", SLOW_SERVICE],
+        );
+        (dig.join().unwrap(), deleted)
+    });
+    assert!(deleted.status.success(), "{deleted:?}");
+    assert!(!o.status.success(), "dig must not take the answer: {o:?}");
+    std::thread::sleep(Duration::from_millis(1500));
+    let out = t.stop();
+    assert!(out.status.success(), "{}", out.stderr);
+    let recs = ndjson(&out.stdout);
+    let found: Vec<&Value> = recs
+        .iter()
+        .filter(|r| r["type"] == "unexpected_source")
+        .collect();
+    let txs = transactions(&out.stdout);
+    assert_eq!(
+        found.len(),
+        1,
+        "{found:#?}\n{:#}",
+        the_one(&txs, "unnat.lab.test.")
+    );
+    let u = found[0];
+    assert_eq!(u["question"]["name"], "unnat.lab.test.", "{u:#}");
+    assert_eq!(u["asked"], format!("{SLOW_SERVICE}:53"), "{u:#}");
+    assert_eq!(u["answered_from"], format!("{SLOW_ADDR}:53"), "{u:#}");
+    assert_eq!(u["netns"], lab.client_ns(), "{u:#}");
+    let tx = the_one(&txs, "unnat.lab.test.");
+    assert_eq!(u["transaction"], tx["id"], "{u:#}\n{tx:#}");
+    assert_ne!(tx["outcome"], "answered", "{tx:#}");
+    the_one(&txs, "kept.lab.test.");
+    lab.iptables_rule(lab.node_ns(), "-D", &dnat);
+}

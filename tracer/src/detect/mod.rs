@@ -15,6 +15,7 @@
 //! the loop and race metrics, doctor's findings) match on them by name as extras.
 pub(crate) mod loops;
 pub(crate) mod race;
+pub(crate) mod unexpected;
 
 use serde::Serialize;
 
@@ -212,6 +213,8 @@ fn no_counters<T: 'static>(_: &T) -> bool {
 detectors! {
     loops: loops::LoopTracker => Loop(loops::LoopRecord) as "loop",
     races: race::RaceDetector => Race(race::RaceRecord) as "race",
+    unexpected: unexpected::UnexpectedSources
+        => UnexpectedSource(unexpected::UnexpectedSourceRecord) as "unexpected_source",
 }
 
 impl Correlator<Detectors> {
