@@ -531,6 +531,16 @@ def agent_health():
                 [(f"max by (node) (dnspath_netns_unreadable_processes{{{NODE}}})", "{{node}}")],
                 "short", 12,
             ),
+            graph(
+                "Conntrack namespaces",
+                "Namespaces since the agent started whose conntrack is not followed (over the cap of 1,024, or their appearance lost on a full queue: races there judged without the counters), and those read without the kernel's port filter (a CPU cost, nothing lost).",
+                [
+                    (f"max by (node) (dnspath_conntrack_netns_capped_total{{{NODE}}})", "{{node}} over the cap"),
+                    (f"max by (node) (dnspath_conntrack_netns_changes_lost_total{{{NODE}}})", "{{node}} changes lost"),
+                    (f"max by (node) (dnspath_conntrack_netns_unfiltered_total{{{NODE}}})", "{{node}} unfiltered"),
+                ],
+                "short", 12,
+            ),
         ],
     )
 

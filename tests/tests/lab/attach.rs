@@ -296,6 +296,8 @@ fn conntrack_is_followed_in_a_namespace_beyond_the_64th() {
     );
     let ct = &lab::tracer::last_stats(&recs)["conntrack"];
     assert_eq!(ct["netns_capped"], 0, "{ct}");
+    assert_eq!(ct["netns_changes_lost"], 0, "{ct}");
+    assert_eq!(ct["kernel_unfiltered"], 0, "{ct}");
     let live = ct["events"].as_u64().unwrap_or(0) - ct["existing"].as_u64().unwrap_or(0);
     assert!(
         live >= 1,

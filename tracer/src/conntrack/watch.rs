@@ -127,6 +127,9 @@ impl WatchCounters {
             dump_cut: get(&self.dump_cut),
             queue_full: get(&self.queue_full),
             netns_capped: get(&self.netns_capped),
+            kernel_unfiltered: get(&self.kernel_unfiltered),
+            // The attacher's count, not the watchers': the live run fills it in.
+            netns_changes_lost: 0,
         }
     }
 }
@@ -134,7 +137,7 @@ impl WatchCounters {
 /// The conntrack watchers' counters in a `stats` record (live, with transactions; see
 /// [`WatchCounters`] for each): what was read, and what was lost and why. `lost` is
 /// `overruns + malformed + dump_cut + queue_full`, a lower bound (an overrun drops an
-/// unknown number of events, counted once).
+/// unknown number of events, counted once). The last three count namespaces, not events.
 #[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
 pub struct ConntrackStats {
     pub events: u64,
@@ -146,6 +149,12 @@ pub struct ConntrackStats {
     pub dump_cut: u64,
     pub queue_full: u64,
     pub netns_capped: u64,
+    /// Namespaces' appearances and departures the attacher could not hand the watchers
+    /// (`kernel::attach::AttachSpec::netns_changes_lost`): an appearance lost is a
+    /// namespace whose conntrack is not followed.
+    pub netns_changes_lost: u64,
+    /// See [`WatchCounters::kernel_unfiltered`]: a cost, not a loss.
+    pub kernel_unfiltered: u64,
 }
 
 /// How a watcher runs.
@@ -196,8 +205,6 @@ pub struct WatchSummary {
     /// Its counters (shared with whoever else holds [`WatchOptions::counters`]).
     pub counts: ConntrackStats,
     pub filtered: u64,
-    /// See [`WatchCounters::kernel_unfiltered`].
-    pub kernel_unfiltered: u64,
     pub stats_samples: u64,
     /// Why the thread ended early, if it did (a namespace that fails is warned about and
     /// no longer watched; the others go on).
@@ -210,7 +217,6 @@ impl WatchSummary {
         Self {
             counts: c.snapshot(),
             filtered: get(&c.filtered),
-            kernel_unfiltered: get(&c.kernel_unfiltered),
             stats_samples: get(&c.stats_samples),
             error,
         }

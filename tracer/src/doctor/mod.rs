@@ -88,6 +88,10 @@ pub struct Checked {
     /// 4,096 servers, or 65,536 lookups of one client): the findings' counts are lower
     /// bounds.
     pub untracked: u64,
+    /// Namespaces whose conntrack the watch did not follow: over its cap of 1,024, or a
+    /// namespace change lost on its full queue (`stats.conntrack.netns_capped` and
+    /// `netns_changes_lost`): races there are judged without the kernel's counters.
+    pub conntrack_unfollowed: u64,
 }
 
 /// `-o json`: one document.
@@ -360,6 +364,10 @@ pub async fn run(opts: DoctorOptions, out: &mut dyn Write) -> Result<u8, DoctorE
     let stats = final_stats.unwrap_or(summary.stats);
     checked.packets = stats.decode.packets;
     checked.drops = stats.decode.drops;
+    checked.conntrack_unfollowed = stats
+        .conntrack
+        .as_ref()
+        .map_or(0, |c| c.netns_capped + c.netns_changes_lost);
     let worst = findings.iter().map(|f| f.severity).max();
     let report = Report {
         version: REPORT_VERSION,
@@ -389,8 +397,16 @@ pub fn write_text(r: &Report, out: &mut dyn Write) -> std::io::Result<()> {
     } else {
         format!("kube-proxy {}", c.kube_proxy_mode.join("+"))
     };
+    let unfollowed = if c.conntrack_unfollowed > 0 {
+        format!(
+            " (not followed in {} namespace(s): races there judged without its counters)",
+            c.conntrack_unfollowed
+        )
+    } else {
+        String::new()
+    };
     let looked = format!(
-        "{} DNS server(s) ({} with cgroups), {} Service port(s) ({proxy}), {} pod resolv.conf, {} kubelet log file(s), conntrack {}, {} transaction(s) in {:.0} s",
+        "{} DNS server(s) ({} with cgroups), {} Service port(s) ({proxy}), {} pod resolv.conf, {} kubelet log file(s), conntrack {}{unfollowed}, {} transaction(s) in {:.0} s",
         c.dns_servers.len(),
         c.cgroups,
         c.services,
@@ -519,5 +535,25 @@ mod tests {
         assert!(String::from_utf8(out)
             .unwrap()
             .starts_with("dnspath doctor: no findings."));
+    }
+
+    /// Namespaces conntrack did not follow are said only when there are some.
+    #[test]
+    fn text_names_unfollowed_conntrack_only_when_some() {
+        let text = |r: &Report| {
+            let mut out = Vec::new();
+            write_text(r, &mut out).unwrap();
+            String::from_utf8(out).unwrap()
+        };
+        let mut r = report();
+        assert!(!text(&r).contains("not followed"), "{}", text(&r));
+        r.checked.conntrack_unfollowed = 3;
+        assert!(
+            text(&r).contains(
+                "(not followed in 3 namespace(s): races there judged without its counters)"
+            ),
+            "{}",
+            text(&r)
+        );
     }
 }

@@ -237,7 +237,9 @@ pub async fn run_live(
     // The live run's own counts in a `stats` record.
     let live_stats = |mut s: StatsRecord, reserve: &DropReserve| {
         if opts.transactions {
-            s.conntrack = Some(ct_counters.snapshot());
+            let mut ct = ct_counters.snapshot();
+            ct.netns_changes_lost = opts.attach.netns_changes_lost.load(Ordering::Relaxed);
+            s.conntrack = Some(ct);
         }
         s.drops_reserve = Some(reserve.read);
         s

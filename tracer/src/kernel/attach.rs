@@ -57,8 +57,11 @@ pub struct AttachSpec {
     /// [`netns::AllNetns::unreadable`]).
     pub netns_unreadable: Arc<AtomicU64>,
     /// Told of every namespace appearing and going away; a full channel loses the change
-    /// (counted in [`Attacher::ns_changes_lost`]), it never blocks the attacher.
+    /// (counted in [`AttachSpec::netns_changes_lost`]), it never blocks the attacher.
     pub ns_changes: Option<SyncSender<NsChange>>,
+    /// Written by the attacher, for whoever holds a clone (the live run's `stats`):
+    /// changes [`AttachSpec::ns_changes`] had no room for.
+    pub netns_changes_lost: Arc<AtomicU64>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -113,8 +116,6 @@ pub struct Attacher {
     /// to find the node-side ends of their veths).
     pod_links: HashMap<NsKey, (u64, Vec<Link>)>,
     discovery: Discovery,
-    /// Namespace changes [`AttachSpec::ns_changes`] had no room for.
-    pub ns_changes_lost: u64,
 }
 
 /// A namespace's interfaces to attach to.
@@ -156,7 +157,6 @@ impl Attacher {
             pods: PodResolver::new(crate::host::root()),
             pod_links: HashMap::new(),
             discovery,
-            ns_changes_lost: 0,
         })
     }
 
@@ -232,7 +232,16 @@ impl Attacher {
         };
         match tx.try_send(change) {
             Ok(()) => {}
-            Err(TrySendError::Full(_)) => self.ns_changes_lost += 1,
+            Err(TrySendError::Full(_)) => {
+                if self.spec.netns_changes_lost.fetch_add(1, Ordering::Relaxed) == 0 {
+                    log::warn!(
+                        "the queue of namespace changes to conntrack is full: namespaces \
+                         appearing now are not followed by conntrack (their hops across NAT \
+                         joined by the fallback method), those going away are followed \
+                         until the end (counted in netns_changes_lost)"
+                    );
+                }
+            }
             // Nobody listens any more.
             Err(TrySendError::Disconnected(_)) => self.spec.ns_changes = None,
         }

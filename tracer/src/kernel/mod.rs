@@ -266,15 +266,18 @@ impl Probes {
         // drop reasons' names; without it both degrade, neither fails.
         let mut offsets = KernelOffsets::UNSET;
         let mut drop_reasons = HashMap::new();
-        match btf::KernelBtf::load().and_then(|b| {
-            let reasons = if opts.drops {
-                b.drop_reasons()
-            } else {
-                HashMap::new()
-            };
-            Ok((b.kernel_offsets()?, reasons))
-        }) {
-            Ok((o, reasons)) => (offsets, drop_reasons) = (o, reasons),
+        // Read once: the drop program's load takes its hook's type id from the same reading
+        // (`KernelBtf::for_tracepoint`), made now so that the file is handed back before the
+        // object is loaded.
+        let drop_hook_btf = match btf::KernelBtf::load().and_then(|b| Ok((b.kernel_offsets()?, b)))
+        {
+            Ok((o, b)) => {
+                offsets = o;
+                if opts.drops {
+                    drop_reasons = b.drop_reasons();
+                }
+                opts.drops.then(|| b.for_tracepoint("kfree_skb"))
+            }
             Err(e) => {
                 if opts.drops {
                     setup.degraded.push(format!("kernel drops not traced: {e}"));
@@ -283,8 +286,9 @@ impl Probes {
                     "the TC programs are loaded and verified once per namespace (no struct \
                      offsets for reading a packet's namespace: {e})"
                 ));
+                None
             }
-        }
+        };
         adjust(&mut offsets);
         let shared = offsets.skb_dev != 0 && offsets.dev_nd_net != 0;
         crate::memory::release_freed();
@@ -346,8 +350,8 @@ impl Probes {
             prog.load().map_err(|e| load_error(name, e))?;
         }
         let mut drops_enabled = false;
-        if opts.drops && offsets.skb_head != 0 {
-            match Self::attach_drops(&mut primary, at_least(5, 17)) {
+        if let (true, Some(btf)) = (offsets.skb_head != 0, drop_hook_btf) {
+            match btf.and_then(|btf| Self::attach_drops(&mut primary, &btf, at_least(5, 17))) {
                 Ok((hook, with_reason)) => {
                     drops_enabled = true;
                     setup.hooks.push(hook);
@@ -361,8 +365,6 @@ impl Probes {
                 Err(e @ KernelError::Permission(_)) => return Err(e),
                 Err(e) => setup.degraded.push(format!("kernel drops not traced: {e}")),
             }
-            // attach_drops parsed the kernel's BTF (aya's) for the tp_btf program.
-            crate::memory::release_freed();
         }
         let mut confirm_hook = false;
         if drops_enabled {
@@ -424,10 +426,10 @@ impl Probes {
     /// kernel has it (≥ 5.17), else (or if the verifier refuses it) the one without.
     fn attach_drops(
         ebpf: &mut Ebpf,
+        btf: &aya::Btf,
         reason_expected: bool,
     ) -> Result<(&'static str, bool), KernelError> {
         const HOOK: &str = "tp_btf/kfree_skb";
-        let btf = aya::Btf::from_sys_fs().map_err(|e| KernelError::Btf(e.to_string()))?;
         let variants: &[(&'static str, bool)] = if reason_expected {
             &[
                 ("dnspath_kfree_skb", true),
@@ -439,7 +441,7 @@ impl Probes {
         let mut last = None;
         for (name, with_reason) in variants {
             let prog: &mut BtfTracePoint = program(ebpf, name)?.try_into()?;
-            match prog.load("kfree_skb", &btf) {
+            match prog.load("kfree_skb", btf) {
                 Ok(()) => {}
                 Err(e) => {
                     let e = load_error(name, e);

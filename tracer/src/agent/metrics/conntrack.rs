@@ -23,6 +23,9 @@ pub(super) struct ConntrackMetrics {
     pub(super) events: Counter,
     pub(super) lost: Family<CtLostLabels, Counter>,
     pub(super) resyncs: Counter,
+    pub(super) netns_capped: Counter,
+    pub(super) netns_changes_lost: Counter,
+    pub(super) netns_unfiltered: Counter,
     last: Mutex<ConntrackStats>,
 }
 
@@ -32,6 +35,17 @@ impl ConntrackMetrics {
         let mut last = self.last.lock().unwrap_or_else(|e| e.into_inner());
         add_growth(&self.events, now.events, last.events);
         add_growth(&self.resyncs, now.resyncs, last.resyncs);
+        add_growth(&self.netns_capped, now.netns_capped, last.netns_capped);
+        add_growth(
+            &self.netns_changes_lost,
+            now.netns_changes_lost,
+            last.netns_changes_lost,
+        );
+        add_growth(
+            &self.netns_unfiltered,
+            now.kernel_unfiltered,
+            last.kernel_unfiltered,
+        );
         for (reason, n, was) in [
             ("overrun", now.overruns, last.overruns),
             ("malformed", now.malformed, last.malformed),
@@ -49,7 +63,7 @@ mod tests {
     use crate::{agent::metrics::Metrics, conntrack::ConntrackStats, output::record::StatsRecord};
 
     /// The watchers' running totals become counters that grow by what was added, each loss
-    /// under its reason.
+    /// under its reason; the namespaces' counts likewise.
     #[test]
     fn watcher_totals_are_counters() {
         let m = Metrics::new();
@@ -67,6 +81,9 @@ mod tests {
             c.events = 250;
             c.queue_full = 7;
             c.dump_cut = 3;
+            c.netns_capped = 2;
+            c.netns_changes_lost = 5;
+            c.kernel_unfiltered = 1;
         }
         m.observe_stats(&s);
         let text = m.encode();
@@ -77,6 +94,9 @@ mod tests {
             r#"dnspath_conntrack_events_lost_total{reason="queue_full"} 7"#,
             r#"dnspath_conntrack_events_lost_total{reason="dump_cut"} 3"#,
             r#"dnspath_conntrack_events_lost_total{reason="malformed"} 0"#,
+            "dnspath_conntrack_netns_capped_total 2",
+            "dnspath_conntrack_netns_changes_lost_total 5",
+            "dnspath_conntrack_netns_unfiltered_total 1",
         ] {
             assert!(text.contains(line), "{line} not in\n{text}");
         }

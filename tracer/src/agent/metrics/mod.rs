@@ -357,6 +357,21 @@ impl Metrics {
             "Conntrack tables dumped again after an overrun",
             m.conntrack.resyncs.clone(),
         );
+        r.register(
+            "conntrack_netns_capped",
+            "Namespaces whose conntrack is not followed because the watchers follow 1,024 already",
+            m.conntrack.netns_capped.clone(),
+        );
+        r.register(
+            "conntrack_netns_changes_lost",
+            "Namespaces' appearances and departures lost on the way to the conntrack watchers (queue of 8,192 full); one appeared then is not followed",
+            m.conntrack.netns_changes_lost.clone(),
+        );
+        r.register(
+            "conntrack_netns_unfiltered",
+            "Namespaces whose conntrack events are all read, for want of the kernel's port filter (a cost, not a loss)",
+            m.conntrack.netns_unfiltered.clone(),
+        );
         Metrics { registry, ..m }
     }
 
