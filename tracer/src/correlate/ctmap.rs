@@ -12,7 +12,7 @@ use std::{
     net::{Ipv4Addr, SocketAddr, SocketAddrV4},
 };
 
-use crate::event::{ConntrackEvent, CtChange, CtFlow};
+use crate::event::{ConntrackEvent, CtChange, CtFlow, Proto};
 
 /// Where a packet seen as (src → dst) belongs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -196,7 +196,8 @@ impl CtMap {
         self.generation
     }
 
-    pub(crate) fn lookup(&self, proto: u8, src: SocketAddr, dst: SocketAddr) -> Option<Mapped> {
+    pub(crate) fn lookup(&self, proto: Proto, src: SocketAddr, dst: SocketAddr) -> Option<Mapped> {
+        let proto = proto.number();
         match v4_pair(src, dst) {
             Some((s, d)) => self
                 .v4
@@ -236,24 +237,24 @@ mod tests {
         });
         let a = |s: &str| s.parse::<SocketAddr>().unwrap();
         let pre = m
-            .lookup(17, a("10.244.1.3:4000"), a("10.96.0.10:53"))
+            .lookup(Proto::Udp, a("10.244.1.3:4000"), a("10.96.0.10:53"))
             .unwrap();
         let post = m
-            .lookup(17, a("169.254.1.1:6000"), a("10.244.1.3:53"))
+            .lookup(Proto::Udp, a("169.254.1.1:6000"), a("10.244.1.3:53"))
             .unwrap();
         assert_eq!(pre.orig, post.orig);
         assert!(!post.reply_dir);
         let answer = m
-            .lookup(17, a("10.244.1.3:53"), a("169.254.1.1:6000"))
+            .lookup(Proto::Udp, a("10.244.1.3:53"), a("169.254.1.1:6000"))
             .unwrap();
         assert!(answer.reply_dir);
         assert_eq!(answer.orig.src, a("10.244.1.3:4000"));
         let unnat = m
-            .lookup(17, a("10.96.0.10:53"), a("10.244.1.3:4000"))
+            .lookup(Proto::Udp, a("10.96.0.10:53"), a("10.244.1.3:4000"))
             .unwrap();
         assert!(unnat.reply_dir);
         assert!(m
-            .lookup(6, a("10.244.1.3:4000"), a("10.96.0.10:53"))
+            .lookup(Proto::Tcp, a("10.244.1.3:4000"), a("10.96.0.10:53"))
             .is_none());
     }
 
@@ -312,21 +313,25 @@ mod tests {
             (true, "[fd00::0]:7", "[fd00:96::a]:53", "[fd00:244::3]:53"),
         ] {
             let orig = nat_event(7, v6).orig;
-            let fwd = m.lookup(17, a(client), a(pod)).unwrap();
+            let fwd = m.lookup(Proto::Udp, a(client), a(pod)).unwrap();
             assert_eq!((fwd.orig, fwd.reply_dir), (orig, false), "{client}");
-            let back = m.lookup(17, a(pod), a(client)).unwrap();
+            let back = m.lookup(Proto::Udp, a(pod), a(client)).unwrap();
             assert_eq!((back.orig, back.reply_dir), (orig, true));
-            let unnat = m.lookup(17, a(cip), a(client)).unwrap();
+            let unnat = m.lookup(Proto::Udp, a(cip), a(client)).unwrap();
             assert_eq!((unnat.orig, unnat.reply_dir), (orig, true));
-            assert!(m.lookup(6, a(client), a(cip)).is_none());
+            assert!(m.lookup(Proto::Tcp, a(client), a(cip)).is_none());
         }
         // Both families count against one bound: the larger loses its oldest first.
         for i in 8..20 {
             m.learn(&nat_event(i, false));
             assert!(m.len() <= 16);
         }
-        assert!(m.lookup(17, a("10.0.0.1:7"), a("10.96.0.10:53")).is_none());
-        assert!(m.lookup(17, a("10.0.0.1:19"), a("10.96.0.10:53")).is_some());
+        assert!(m
+            .lookup(Proto::Udp, a("10.0.0.1:7"), a("10.96.0.10:53"))
+            .is_none());
+        assert!(m
+            .lookup(Proto::Udp, a("10.0.0.1:19"), a("10.96.0.10:53"))
+            .is_some());
         assert!(m.evicted >= 8);
     }
 

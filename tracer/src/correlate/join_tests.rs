@@ -145,7 +145,7 @@ fn conntrack_joins_snat_hairpin() {
     let flow = |s: &str, d: &str| CtFlow {
         src: s.parse().unwrap(),
         dst: d.parse().unwrap(),
-        proto: UDP,
+        proto: UDP.number(),
     };
     f.c.on_conntrack(&ConntrackEvent {
         ts_ns: 0,
@@ -220,7 +220,7 @@ fn udp_flow(s: &str, d: &str) -> CtFlow {
     CtFlow {
         src: s.parse().unwrap(),
         dst: d.parse().unwrap(),
-        proto: UDP,
+        proto: UDP.number(),
     }
 }
 

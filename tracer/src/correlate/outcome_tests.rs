@@ -235,7 +235,7 @@ fn drop_is_attached_to_its_leg() {
     let flow = |s: &str, d: &str| CtFlow {
         src: s.parse().unwrap(),
         dst: d.parse().unwrap(),
-        proto: UDP,
+        proto: UDP.number(),
     };
     f.c.on_observed(Observed::Drop(Box::new(DropObservation {
         ts_ns: MS + 1000,

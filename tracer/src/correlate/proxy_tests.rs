@@ -36,11 +36,11 @@ fn lo(dir: Direction) -> ObservationPoint {
 
 /// Conntrack in the client's namespace: `client` asked the ClusterIP, REDIRECT sent it to
 /// the proxy.
-fn redirect_entry(f: &mut Feed, proto: u8, client: &str) {
+fn redirect_entry(f: &mut Feed, proto: Proto, client: &str) {
     let flow = |s: &str, d: &str| CtFlow {
         src: s.parse().unwrap(),
         dst: d.parse().unwrap(),
-        proto,
+        proto: proto.number(),
     };
     f.c.on_conntrack(&ConntrackEvent {
         ts_ns: 0,
@@ -55,7 +55,7 @@ fn redirect_entry(f: &mut Feed, proto: u8, client: &str) {
 
 /// `client`'s question on the client pod's `lo`, redirected to the proxy (both ends of
 /// `lo`), at `t`.
-fn app_asks(f: &mut Feed, t: u64, proto: u8, client: &str, id: u16) {
+fn app_asks(f: &mut Feed, t: u64, proto: Proto, client: &str, id: u16) {
     for (k, dir) in [Direction::Egress, Direction::Ingress]
         .into_iter()
         .enumerate()
@@ -74,7 +74,7 @@ fn app_asks(f: &mut Feed, t: u64, proto: u8, client: &str, id: u16) {
 }
 
 /// The proxy's answer to `client` on `lo`, un-NATed: from the ClusterIP.
-fn proxy_answers(f: &mut Feed, t: u64, proto: u8, client: &str, id: u16) {
+fn proxy_answers(f: &mut Feed, t: u64, proto: Proto, client: &str, id: u16) {
     for (k, dir) in [Direction::Egress, Direction::Ingress]
         .into_iter()
         .enumerate()
@@ -94,7 +94,7 @@ fn proxy_answers(f: &mut Feed, t: u64, proto: u8, client: &str, id: u16) {
 
 /// The proxy's own query to the ClusterIP from the pod (not redirected: its uid is
 /// exempt), DNAT'd on the node to CoreDNS, which asks the upstream; the answers back.
-fn proxy_asks_cluster_dns(f: &mut Feed, t: u64, proto: u8) {
+fn proxy_asks_cluster_dns(f: &mut Feed, t: u64, proto: Proto) {
     let steps: [(u64, ObservationPoint, &str, &str, &str, &str, DnsMessage); 12] = [
         (
             0,

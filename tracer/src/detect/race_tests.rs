@@ -172,7 +172,7 @@ fn dnat_drop(ts: u64, client: &str, status: u64, m: DnsMessage) -> Observed {
     let flow = |s: &str, d: &str| CtFlow {
         src: s.parse().unwrap(),
         dst: d.parse().unwrap(),
-        proto: UDP,
+        proto: UDP.number(),
     };
     Observed::Drop(Box::new(DropObservation {
         ts_ns: ts,
