@@ -212,29 +212,19 @@ impl CtMap {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::event::CtFlow;
+    use crate::test_support::fixtures::ct_event;
 
-    fn flow(s: &str, d: &str) -> CtFlow {
-        CtFlow {
-            src: s.parse().unwrap(),
-            dst: d.parse().unwrap(),
-            proto: 17,
-        }
-    }
+    const UDP: u8 = tracer_common::proto::IPPROTO_UDP;
 
     #[test]
     fn every_wire_form_maps_to_the_original_tuple() {
         let mut m = CtMap::new(100);
         // Hairpin: pod .3 asks the ClusterIP, DNAT back to itself, SNAT to 169.254.1.1.
-        m.learn(&ConntrackEvent {
-            ts_ns: 0,
-            netns: 1,
-            change: CtChange::New,
-            status: 0,
-            zone: 0,
-            orig: flow("10.244.1.3:4000", "10.96.0.10:53"),
-            reply: flow("10.244.1.3:53", "169.254.1.1:6000"),
-        });
+        m.learn(&ct_event(
+            UDP,
+            ("10.244.1.3:4000", "10.96.0.10:53"),
+            ("10.244.1.3:53", "169.254.1.1:6000"),
+        ));
         let a = |s: &str| s.parse::<SocketAddr>().unwrap();
         let pre = m
             .lookup(Proto::Udp, a("10.244.1.3:4000"), a("10.96.0.10:53"))
@@ -262,15 +252,12 @@ mod tests {
     fn bounded() {
         let mut m = CtMap::new(40);
         for i in 0..1000u16 {
-            m.learn(&ConntrackEvent {
-                ts_ns: 0,
-                netns: 1,
-                change: CtChange::New,
-                status: 0,
-                zone: 0,
-                orig: flow(&format!("10.0.0.1:{}", 1000 + i), "10.96.0.10:53"),
-                reply: flow("10.244.1.3:53", &format!("10.0.0.1:{}", 1000 + i)),
-            });
+            let client = format!("10.0.0.1:{}", 1000 + i);
+            m.learn(&ct_event(
+                UDP,
+                (&client, "10.96.0.10:53"),
+                ("10.244.1.3:53", &client),
+            ));
             assert!(m.len() <= 40);
         }
         assert!(m.evicted > 0);
@@ -290,15 +277,7 @@ mod tests {
                 "10.244.1.3:53".to_string(),
             )
         };
-        ConntrackEvent {
-            ts_ns: 0,
-            netns: 1,
-            change: CtChange::New,
-            status: 0,
-            zone: 0,
-            orig: flow(&client, &cip),
-            reply: flow(&pod, &client),
-        }
+        ct_event(UDP, (&client, &cip), (&pod, &client))
     }
 
     #[test]

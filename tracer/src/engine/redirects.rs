@@ -65,24 +65,7 @@ impl Redirects {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::event::{CtChange, CtFlow};
-
-    fn ev(proto: u8, orig: (&str, &str), reply: (&str, &str)) -> ConntrackEvent {
-        let flow = |(s, d): (&str, &str)| CtFlow {
-            src: s.parse().unwrap(),
-            dst: d.parse().unwrap(),
-            proto,
-        };
-        ConntrackEvent {
-            ts_ns: 0,
-            netns: 1,
-            change: CtChange::New,
-            status: 0,
-            zone: 0,
-            orig: flow(orig),
-            reply: flow(reply),
-        }
-    }
+    use crate::test_support::fixtures::ct_event as ev;
 
     #[test]
     fn a_redirect_of_a_watched_port_teaches_its_target_once() {
