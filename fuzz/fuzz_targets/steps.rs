@@ -13,7 +13,7 @@ use bytes::Bytes;
 use dnspath::{
     event::{
         CapturedPacket, ConntrackEvent, CtChange, CtCpuStats, CtFlow, CtSnapshot, CtStatsSample,
-        Direction, KernelDrop, ObservationPoint, SourceEvent,
+        Direction, KernelDrop, ObservationPoint, Proto, SourceEvent,
     },
     fuzzing::Harness,
 };
@@ -203,7 +203,7 @@ fn point(at: u8) -> ObservationPoint {
 
 /// The query's conntrack entry: client → server, DNATed to `backend`.
 fn entry(m: &Msg, backend: u8) -> (CtFlow, CtFlow) {
-    let proto = if m.tcp { 6 } else { 17 };
+    let proto = if m.tcp { Proto::Tcp } else { Proto::Udp }.number();
     let c = addr(m.client, client_port(m));
     let s = addr(m.server, 53);
     let b = addr(backend, 53);

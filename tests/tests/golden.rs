@@ -2,8 +2,9 @@
 //! text, `-o json`, `--view packets` and `--failures`, byte for byte against the expected
 //! files next to it, normalised as `lab::golden` says. No root needed: it reads files.
 //! `cargo xtask bless` rewrites the expected files on purpose; `tests/golden/README.md` says
-//! how each capture was made.
-use std::{collections::BTreeSet, fs};
+//! how each capture was made. Also: two of the captures as two nodes' (`analyze a=… b=…`),
+//! for what a run of several nodes writes at its end.
+use std::{collections::BTreeSet, fs, process::Command};
 
 use lab::{golden, tracer::dnspath_bin};
 
@@ -58,5 +59,57 @@ fn analyze_prints_the_expected_outputs_of_every_capture() {
         failures.len(),
         dir.display(),
         failures.join("\n")
+    );
+}
+
+/// `analyze` of several nodes' captures ends as one capture's does: with the run's summary,
+/// of every node's questions, on stderr before the files' lines (text) or as a `summary`
+/// record of no node just before the nodes' `stats` records (`-o json`).
+#[test]
+fn several_nodes_captures_end_with_the_runs_summary() {
+    let run = |flags: &[&str]| {
+        let out = Command::new(dnspath_bin())
+            .current_dir(golden::dir())
+            .arg("analyze")
+            .args(flags)
+            .args(["a=lab.pcapng", "b=late.pcapng"])
+            .env("TZ", "UTC")
+            .env("LC_ALL", "C")
+            .env_remove("RUST_LOG")
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert!(out.status.success(), "{stderr}");
+        (String::from_utf8_lossy(&out.stdout).into_owned(), stderr)
+    };
+    let (json, _) = run(&["-o", "json"]);
+    let recs: Vec<serde_json::Value> = json
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let types: Vec<&str> = recs.iter().map(|r| r["type"].as_str().unwrap()).collect();
+    let n = types.len();
+    assert_eq!(types[n - 3..], ["summary", "stats", "stats"], "{types:?}");
+    assert_eq!(types.iter().filter(|t| **t == "summary").count(), 1);
+    let summary = &recs[n - 3];
+    assert!(summary.get("node").is_none(), "{summary}");
+    let txs: Vec<&serde_json::Value> = recs.iter().filter(|r| r["type"] == "transaction").collect();
+    for node in ["a", "b"] {
+        assert!(
+            txs.iter().any(|t| t["node"] == node),
+            "no transaction of {node}"
+        );
+    }
+    assert_eq!(summary["questions"], txs.len(), "{summary}");
+
+    let (_, stderr) = run(&[]);
+    let first = stderr.lines().next().unwrap_or_default();
+    assert!(
+        first.starts_with(&format!("--- summary: {} question(s)", txs.len())),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("\ndnspath: lab.pcapng (node a)"),
+        "{stderr}"
     );
 }

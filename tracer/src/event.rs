@@ -3,7 +3,10 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 
 use bytes::Bytes;
 use serde::Serialize;
-use tracer_common::CtTuple;
+use tracer_common::{
+    proto::{IPPROTO_TCP, IPPROTO_UDP},
+    CtTuple,
+};
 
 /// Direction of a packet at its observation point.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -38,6 +41,56 @@ impl Direction {
     }
 }
 
+/// The transport of a packet, drop or leg: UDP, TCP, or `Ip` for a drop whose transport is
+/// not known (a later fragment no first fragment named) or is neither.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Proto {
+    Ip,
+    Udp,
+    Tcp,
+}
+
+words!(Proto {
+    Ip => "ip",
+    Udp => "udp",
+    Tcp => "tcp",
+});
+
+impl Proto {
+    /// The transport of IP protocol number `n` (`Ip` for one that is neither UDP nor TCP).
+    pub fn from_number(n: u8) -> Self {
+        match n {
+            IPPROTO_UDP => Proto::Udp,
+            IPPROTO_TCP => Proto::Tcp,
+            _ => Proto::Ip,
+        }
+    }
+
+    /// UDP or TCP by its word (`udp`, `tcp`); `None` for any other.
+    pub fn transport_named(word: &str) -> Option<Self> {
+        [Proto::Udp, Proto::Tcp]
+            .into_iter()
+            .find(|p| p.as_str() == word)
+    }
+
+    /// Its IP protocol number (0 for `Ip`, which names none).
+    pub fn number(self) -> u8 {
+        match self {
+            Proto::Udp => IPPROTO_UDP,
+            Proto::Tcp => IPPROTO_TCP,
+            Proto::Ip => 0,
+        }
+    }
+}
+
+/// Tests compare with the IP protocol number they expect.
+#[cfg(test)]
+impl PartialEq<u8> for Proto {
+    fn eq(&self, n: &u8) -> bool {
+        self.number() == *n
+    }
+}
+
 /// Where a packet was seen: network namespace (cookie), interface, direction.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct ObservationPoint {
@@ -66,6 +119,8 @@ pub struct CapturedPacket {
 pub struct CtFlow {
     pub src: SocketAddr,
     pub dst: SocketAddr,
+    /// The tuple's IP protocol number, as conntrack has it: a dropped packet's entry can be
+    /// of another protocol than UDP or TCP (a GRE tunnel's), whose number a file keeps.
     pub proto: u8,
 }
 

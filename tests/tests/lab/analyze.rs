@@ -1191,6 +1191,11 @@ fn captures_of_two_nodes_join_into_one_transaction_per_query() {
         .filter(|r| r["question"]["name"] != "ready.tunnel.test.")
         .count();
     assert_eq!(alone_b, 0, "{recs:#?}");
+    // The run's summary just before them: every transaction written, a joined query once.
+    let summary = &recs[recs.len() - 3];
+    assert_eq!(summary["type"], "summary", "{summary}");
+    let written = recs.iter().filter(|r| r["type"] == "transaction").count();
+    assert_eq!(summary["questions"], written, "{summary}");
     // A stats record per node.
     let stats: Vec<&Value> = recs.iter().filter(|r| r["type"] == "stats").collect();
     assert_eq!(stats.len(), 2);

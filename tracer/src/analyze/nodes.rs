@@ -2,7 +2,8 @@
 //! through stages of its own (decode, correlate, detect: what that node's agent would have
 //! made of it), the files read together in capture time; the nodes' transactions then meet
 //! in the join stage ([`super::join`]), where a query that crossed nodes becomes one
-//! transaction. Every record names its node (`node`; text: `[node] `).
+//! transaction. Every record names its node (`node`; text: `[node] `); the run's summary is
+//! of them all, a joined query counted once.
 use std::{
     cell::RefCell,
     io::{Read, Write},
@@ -22,8 +23,9 @@ use crate::{
     names::Names,
     output::{
         otlp::ids::IdKey,
-        record::StatsRecord,
+        record::{StatsRecord, TransactionRecord},
         sink::{Batch, Sink, Sinks},
+        summarize::SummarySink,
         text::TextSink,
         writer::RecordsOut,
         Format, JsonSink, Record, RecordWriter,
@@ -99,21 +101,21 @@ impl Sink for Collect {
     }
 }
 
-/// The text or NDJSON writer, told each record's node.
+/// The text or NDJSON writer, told each record's node (`None`: the whole run's).
 enum Out {
     Json(JsonSink<BatchWriter>),
     Text(TextSink<BatchWriter>),
 }
 
 impl Out {
-    fn write(&mut self, node: &str, r: &Record) -> std::io::Result<()> {
+    fn write(&mut self, node: Option<&str>, r: &Record) -> std::io::Result<()> {
         match self {
             Out::Json(j) => {
-                j.set_node(Some(node));
+                j.set_node(node);
                 j.write(r)
             }
             Out::Text(t) => {
-                t.set_node(Some(node));
+                t.set_node(node);
                 t.write(r)
             }
         }
@@ -124,6 +126,54 @@ impl Out {
             Out::Json(j) => j.flush(),
             Out::Text(t) => t.flush(),
         }
+    }
+}
+
+/// Where the nodes' records go once decided (transactions once joined): the run's summary
+/// counts them (with transactions: not `--view packets`), the writer shows what the view
+/// and filters keep.
+struct Shown {
+    records: RecordsOut,
+    summary: Option<SummarySink>,
+    out: Out,
+}
+
+impl Shown {
+    fn record(&mut self, node: &str, r: &Record, now_ns: u64) -> std::io::Result<()> {
+        if let Some(s) = &mut self.summary {
+            s.batch(Batch {
+                records: std::slice::from_ref(r),
+                sources: &[],
+                packets_allowed: None,
+                packet_records_held: 0,
+                now_ns,
+            })?;
+        }
+        if self.records.keep(r, &mut None) {
+            self.out.write(Some(node), r)?;
+        }
+        Ok(())
+    }
+
+    /// The summary (text: on stderr; JSON: a record before the nodes' `stats`), then each
+    /// node's `stats`.
+    fn finish<'n>(
+        &mut self,
+        stats: impl Iterator<Item = (&'n str, &'n StatsRecord)>,
+        now_ns: u64,
+    ) -> std::io::Result<()> {
+        if let Some(s) = &mut self.summary {
+            let mut run = StatsRecord::default();
+            s.finish(&mut run, now_ns)?;
+            if let Some(summary) = run.summary {
+                self.out.write(None, &Record::Summary(summary))?;
+            }
+        }
+        for (node, stats) in stats {
+            self.out
+                .write(Some(node), &Record::Stats(Box::new(stats.clone())))?;
+        }
+        self.out.flush()
     }
 }
 
@@ -143,8 +193,9 @@ pub struct NodesReport {
 const HOLD_AFTER_TIMEOUT_NS: u64 = 5_000_000_000;
 
 /// Reads every node's capture (each up to its first damage), writes every record with its
-/// node and the transactions joined across nodes, then a `stats` record per node; a report
-/// per node, in the order given.
+/// node and the transactions joined across nodes, then the run's summary (with transactions:
+/// JSON, a `summary` record; text, on stderr) and a `stats` record per node; a report per
+/// node, in the order given.
 pub fn analyze_nodes(
     opts: &AnalyzeOptions,
     captures: &[NodeCapture],
@@ -192,10 +243,19 @@ pub fn analyze_nodes(
             records,
         });
     }
-    let shown = RecordsOut::new(opts.view, opts.filter.clone());
-    let mut out = match opts.format {
-        Format::Json => Out::Json(JsonSink::new(BatchWriter::new(out), Default::default())),
-        Format::Text => Out::Text(TextSink::new(BatchWriter::new(out))),
+    let mut shown = Shown {
+        records: RecordsOut::new(opts.view, opts.filter.clone()),
+        summary: opts.view.transactions().then(|| {
+            SummarySink::new(
+                opts.format,
+                opts.filter.clone(),
+                Box::new(std::io::stderr()),
+            )
+        }),
+        out: match opts.format {
+            Format::Json => Out::Json(JsonSink::new(BatchWriter::new(out), Default::default())),
+            Format::Text => Out::Text(TextSink::new(BatchWriter::new(out))),
+        },
     };
     let mut join = NodeJoin::new(
         IdKey::default(),
@@ -250,24 +310,23 @@ pub fn analyze_nodes(
             }
             last_tick = now;
         }
-        route(&mut nodes, &mut join, now, &shown, &mut out, &mut joined)?;
+        route(&mut nodes, &mut join, now, &mut shown, &mut joined)?;
         join.ready(Some(now), &mut joined);
-        write_joined(&nodes, &mut joined, &shown, &mut out)?;
+        write_joined(&nodes, &mut joined, now, &mut shown)?;
     }
     // Every node's open transactions at once: the join pairs them across nodes.
     for n in &mut nodes {
         n.runner.finish(now, &mut n.sinks, &mut n.policy)?;
     }
-    route(&mut nodes, &mut join, now, &shown, &mut out, &mut joined)?;
+    route(&mut nodes, &mut join, now, &mut shown, &mut joined)?;
     join.ready(None, &mut joined);
-    write_joined(&nodes, &mut joined, &shown, &mut out)?;
+    write_joined(&nodes, &mut joined, now, &mut shown)?;
+    let stats: Vec<StatsRecord> = nodes.iter().map(|n| n.runner.stats()).collect();
+    shown.finish(nodes.iter().map(|n| &*n.name).zip(&stats), now)?;
     let mut reports = Vec::with_capacity(nodes.len());
-    for n in nodes {
-        let stats = n.runner.stats();
-        out.write(&n.name, &Record::Stats(Box::new(stats.clone())))?;
+    for (n, stats) in nodes.into_iter().zip(stats) {
         reports.push(report_of(&n.source, n.ports.skipped, stats, n.stopped_by));
     }
-    out.flush()?;
     Ok(NodesReport {
         nodes: reports,
         joined: join.joined,
@@ -280,19 +339,14 @@ fn route(
     nodes: &mut [Node<'_>],
     join: &mut NodeJoin,
     now: u64,
-    shown: &RecordsOut,
-    out: &mut Out,
-    early: &mut Vec<(usize, crate::output::record::TransactionRecord)>,
+    shown: &mut Shown,
+    early: &mut Vec<(usize, TransactionRecord)>,
 ) -> Result<(), AnalyzeError> {
     for (i, n) in nodes.iter_mut().enumerate() {
         for r in n.records.borrow_mut().drain(..) {
             match r {
                 Record::Transaction(t) => join.push(i, *t, now, early),
-                r => {
-                    if shown.keep(&r, &mut None) {
-                        out.write(&n.name, &r)?;
-                    }
-                }
+                r => shown.record(&n.name, &r, now)?,
             }
         }
     }
@@ -301,16 +355,13 @@ fn route(
 
 fn write_joined(
     nodes: &[Node<'_>],
-    joined: &mut Vec<(usize, crate::output::record::TransactionRecord)>,
-    shown: &RecordsOut,
-    out: &mut Out,
+    joined: &mut Vec<(usize, TransactionRecord)>,
+    now: u64,
+    shown: &mut Shown,
 ) -> Result<(), AnalyzeError> {
     for (i, t) in joined.drain(..) {
-        let r = Record::Transaction(Box::new(t));
-        if shown.keep(&r, &mut None) {
-            let name = nodes.get(i).map_or("", |n| &*n.name);
-            out.write(name, &r)?;
-        }
+        let name = nodes.get(i).map_or("", |n| &*n.name);
+        shown.record(name, &Record::Transaction(Box::new(t)), now)?;
     }
     Ok(())
 }

@@ -500,14 +500,10 @@ pub(super) fn hand_over(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::event::CtFlow;
+    use crate::test_support::fixtures::ct_flow;
 
     fn entry(orig: (&str, &str), reply: (&str, &str)) -> CtEntry {
-        let f = |(s, d): (&str, &str)| CtFlow {
-            src: s.parse().unwrap(),
-            dst: d.parse().unwrap(),
-            proto: 17,
-        };
+        let f = |(s, d)| ct_flow(tracer_common::proto::IPPROTO_UDP, s, d);
         CtEntry {
             status: 0,
             zone: 0,

@@ -12,7 +12,7 @@ use std::{
     net::{Ipv4Addr, SocketAddr, SocketAddrV4},
 };
 
-use crate::event::{ConntrackEvent, CtChange, CtFlow};
+use crate::event::{ConntrackEvent, CtChange, CtFlow, Proto};
 
 /// Where a packet seen as (src → dst) belongs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -196,7 +196,8 @@ impl CtMap {
         self.generation
     }
 
-    pub(crate) fn lookup(&self, proto: u8, src: SocketAddr, dst: SocketAddr) -> Option<Mapped> {
+    pub(crate) fn lookup(&self, proto: Proto, src: SocketAddr, dst: SocketAddr) -> Option<Mapped> {
+        let proto = proto.number();
         match v4_pair(src, dst) {
             Some((s, d)) => self
                 .v4
@@ -211,49 +212,39 @@ impl CtMap {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::event::CtFlow;
+    use crate::test_support::fixtures::ct_event;
 
-    fn flow(s: &str, d: &str) -> CtFlow {
-        CtFlow {
-            src: s.parse().unwrap(),
-            dst: d.parse().unwrap(),
-            proto: 17,
-        }
-    }
+    const UDP: u8 = tracer_common::proto::IPPROTO_UDP;
 
     #[test]
     fn every_wire_form_maps_to_the_original_tuple() {
         let mut m = CtMap::new(100);
         // Hairpin: pod .3 asks the ClusterIP, DNAT back to itself, SNAT to 169.254.1.1.
-        m.learn(&ConntrackEvent {
-            ts_ns: 0,
-            netns: 1,
-            change: CtChange::New,
-            status: 0,
-            zone: 0,
-            orig: flow("10.244.1.3:4000", "10.96.0.10:53"),
-            reply: flow("10.244.1.3:53", "169.254.1.1:6000"),
-        });
+        m.learn(&ct_event(
+            UDP,
+            ("10.244.1.3:4000", "10.96.0.10:53"),
+            ("10.244.1.3:53", "169.254.1.1:6000"),
+        ));
         let a = |s: &str| s.parse::<SocketAddr>().unwrap();
         let pre = m
-            .lookup(17, a("10.244.1.3:4000"), a("10.96.0.10:53"))
+            .lookup(Proto::Udp, a("10.244.1.3:4000"), a("10.96.0.10:53"))
             .unwrap();
         let post = m
-            .lookup(17, a("169.254.1.1:6000"), a("10.244.1.3:53"))
+            .lookup(Proto::Udp, a("169.254.1.1:6000"), a("10.244.1.3:53"))
             .unwrap();
         assert_eq!(pre.orig, post.orig);
         assert!(!post.reply_dir);
         let answer = m
-            .lookup(17, a("10.244.1.3:53"), a("169.254.1.1:6000"))
+            .lookup(Proto::Udp, a("10.244.1.3:53"), a("169.254.1.1:6000"))
             .unwrap();
         assert!(answer.reply_dir);
         assert_eq!(answer.orig.src, a("10.244.1.3:4000"));
         let unnat = m
-            .lookup(17, a("10.96.0.10:53"), a("10.244.1.3:4000"))
+            .lookup(Proto::Udp, a("10.96.0.10:53"), a("10.244.1.3:4000"))
             .unwrap();
         assert!(unnat.reply_dir);
         assert!(m
-            .lookup(6, a("10.244.1.3:4000"), a("10.96.0.10:53"))
+            .lookup(Proto::Tcp, a("10.244.1.3:4000"), a("10.96.0.10:53"))
             .is_none());
     }
 
@@ -261,15 +252,12 @@ mod tests {
     fn bounded() {
         let mut m = CtMap::new(40);
         for i in 0..1000u16 {
-            m.learn(&ConntrackEvent {
-                ts_ns: 0,
-                netns: 1,
-                change: CtChange::New,
-                status: 0,
-                zone: 0,
-                orig: flow(&format!("10.0.0.1:{}", 1000 + i), "10.96.0.10:53"),
-                reply: flow("10.244.1.3:53", &format!("10.0.0.1:{}", 1000 + i)),
-            });
+            let client = format!("10.0.0.1:{}", 1000 + i);
+            m.learn(&ct_event(
+                UDP,
+                (&client, "10.96.0.10:53"),
+                ("10.244.1.3:53", &client),
+            ));
             assert!(m.len() <= 40);
         }
         assert!(m.evicted > 0);
@@ -289,15 +277,7 @@ mod tests {
                 "10.244.1.3:53".to_string(),
             )
         };
-        ConntrackEvent {
-            ts_ns: 0,
-            netns: 1,
-            change: CtChange::New,
-            status: 0,
-            zone: 0,
-            orig: flow(&client, &cip),
-            reply: flow(&pod, &client),
-        }
+        ct_event(UDP, (&client, &cip), (&pod, &client))
     }
 
     #[test]
@@ -312,21 +292,25 @@ mod tests {
             (true, "[fd00::0]:7", "[fd00:96::a]:53", "[fd00:244::3]:53"),
         ] {
             let orig = nat_event(7, v6).orig;
-            let fwd = m.lookup(17, a(client), a(pod)).unwrap();
+            let fwd = m.lookup(Proto::Udp, a(client), a(pod)).unwrap();
             assert_eq!((fwd.orig, fwd.reply_dir), (orig, false), "{client}");
-            let back = m.lookup(17, a(pod), a(client)).unwrap();
+            let back = m.lookup(Proto::Udp, a(pod), a(client)).unwrap();
             assert_eq!((back.orig, back.reply_dir), (orig, true));
-            let unnat = m.lookup(17, a(cip), a(client)).unwrap();
+            let unnat = m.lookup(Proto::Udp, a(cip), a(client)).unwrap();
             assert_eq!((unnat.orig, unnat.reply_dir), (orig, true));
-            assert!(m.lookup(6, a(client), a(cip)).is_none());
+            assert!(m.lookup(Proto::Tcp, a(client), a(cip)).is_none());
         }
         // Both families count against one bound: the larger loses its oldest first.
         for i in 8..20 {
             m.learn(&nat_event(i, false));
             assert!(m.len() <= 16);
         }
-        assert!(m.lookup(17, a("10.0.0.1:7"), a("10.96.0.10:53")).is_none());
-        assert!(m.lookup(17, a("10.0.0.1:19"), a("10.96.0.10:53")).is_some());
+        assert!(m
+            .lookup(Proto::Udp, a("10.0.0.1:7"), a("10.96.0.10:53"))
+            .is_none());
+        assert!(m
+            .lookup(Proto::Udp, a("10.0.0.1:19"), a("10.96.0.10:53"))
+            .is_some());
         assert!(m.evicted >= 8);
     }
 

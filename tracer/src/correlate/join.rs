@@ -40,7 +40,7 @@ impl<D: Detector> Correlator<D> {
     /// addresses differ from it.
     pub(super) fn canonical_client(
         &self,
-        proto: u8,
+        proto: Proto,
         src: SocketAddr,
         dst: SocketAddr,
         qr: bool,
@@ -428,7 +428,7 @@ impl<D: Detector> Correlator<D> {
             return None;
         }
         let role = match &latest.response {
-            Some(r) if r.tc && o.proto == tracer_common::proto::IPPROTO_TCP => LegRole::TcpFallback,
+            Some(r) if r.tc && o.proto == Proto::Tcp => LegRole::TcpFallback,
             Some(_) => return None,
             None if latest.client == client || o.ts_ns - latest.first_ts >= retry_min_ns => {
                 LegRole::Retry

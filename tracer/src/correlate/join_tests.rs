@@ -2,7 +2,7 @@
 //! and legs into one tree per question.
 use super::test_support::{at, msg, summary, Correlator, Feed, MS, TCP, UDP};
 use super::*;
-use crate::event::{CtChange, CtFlow, Direction};
+use crate::{event::Direction, test_support::fixtures::ct_event};
 
 /// Client → ClusterIP (DNAT to a CoreDNS pod) → upstream, and the answers back.
 fn dnat_path(f: &mut Feed, t0: u64, cport: u16, id: u16, name: &str) {
@@ -142,19 +142,13 @@ fn dnat_and_forward_make_one_tree() {
 #[test]
 fn conntrack_joins_snat_hairpin() {
     let mut f = Feed::new();
-    let flow = |s: &str, d: &str| CtFlow {
-        src: s.parse().unwrap(),
-        dst: d.parse().unwrap(),
-        proto: UDP,
-    };
     f.c.on_conntrack(&ConntrackEvent {
-        ts_ns: 0,
-        netns: 1,
-        change: CtChange::New,
         status: 0x1b0,
-        zone: 0,
-        orig: flow("10.244.1.3:4000", "10.96.0.10:53"),
-        reply: flow("10.244.1.3:53", "169.254.1.1:6000"),
+        ..ct_event(
+            UDP.number(),
+            ("10.244.1.3:4000", "10.96.0.10:53"),
+            ("10.244.1.3:53", "169.254.1.1:6000"),
+        )
     });
     let q = || msg(9, false, "x.test.", "A", "NOERROR", &[], false);
     let a = || msg(9, true, "x.test.", "A", "NXDOMAIN", &[], false);
@@ -216,14 +210,6 @@ fn hop_message(shared: bool, m: &Arc<DnsMessage>) -> Arc<DnsMessage> {
     }
 }
 
-fn udp_flow(s: &str, d: &str) -> CtFlow {
-    CtFlow {
-        src: s.parse().unwrap(),
-        dst: d.parse().unwrap(),
-        proto: UDP,
-    }
-}
-
 /// A reported leg: its client, outcome, hop count and join.
 type JoinedLeg = (SocketAddr, LegOutcome, usize, Join);
 
@@ -274,12 +260,8 @@ fn hops_sharing_one_message_join_as_hops_with_their_own() {
             // Conntrack learns the DNAT between the two ends of the client's veth.
             f.c.on_conntrack(&ConntrackEvent {
                 ts_ns: t0 + 3_000,
-                netns: 1,
-                change: CtChange::New,
                 status: 0x1b0,
-                zone: 0,
-                orig: udp_flow(c, vip),
-                reply: udp_flow(pod, c),
+                ..ct_event(UDP.number(), (c, vip), (pod, c))
             });
             f.see(
                 t0 + 5_000,
@@ -393,12 +375,8 @@ fn a_shared_message_joins_afresh_once_conntrack_learns_its_flow() {
         f.c.tick(100 * MS, &mut f.out);
         f.c.on_conntrack(&ConntrackEvent {
             ts_ns: 3 * MS,
-            netns: 1,
-            change: CtChange::New,
             status: 0x1b0,
-            zone: 0,
-            orig: udp_flow(pod, vip),
-            reply: udp_flow(pod53, snat),
+            ..ct_event(UDP.number(), (pod, vip), (pod53, snat))
         });
         f.see(
             101 * MS,

@@ -43,7 +43,7 @@ pub(crate) use crate::decode::observation::{
 };
 use crate::{
     decode::dns::{Cut, DnsMessage, RrClass, RrType},
-    event::{ConntrackEvent, CtStatsSample, ObservationPoint},
+    event::{ConntrackEvent, CtStatsSample, ObservationPoint, Proto},
     time::Clock,
 };
 use ctmap::CtMap;
@@ -299,7 +299,7 @@ const MAX_CACHE_UPSTREAMS: usize = 64;
 /// compared is never another message's.
 struct JoinMemo {
     msg: Arc<DnsMessage>,
-    proto: u8,
+    proto: Proto,
     src: SocketAddr,
     dst: SocketAddr,
     /// (legs, conntrack) generations it holds for.

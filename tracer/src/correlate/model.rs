@@ -20,7 +20,7 @@ impl QuestionRecord {
 
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub(super) struct LegKey {
-    pub(super) proto: u8,
+    pub(super) proto: Proto,
     pub(super) client_port: u16,
     pub(super) id: u16,
     pub(super) q: QKey,

@@ -4,8 +4,9 @@ use super::test_support::{at, msg, summary, Correlator, Feed, MS, TCP, UDP};
 use super::*;
 use crate::{
     decode::record::DroppedPart,
-    event::{CtFlow, CtSnapshot, Direction},
+    event::{CtSnapshot, Direction},
     output::record::Record,
+    test_support::fixtures::ct_flow,
 };
 
 #[test]
@@ -232,11 +233,7 @@ fn drop_is_attached_to_its_leg() {
         "10.96.0.10:53",
         q(),
     );
-    let flow = |s: &str, d: &str| CtFlow {
-        src: s.parse().unwrap(),
-        dst: d.parse().unwrap(),
-        proto: UDP,
-    };
+    let flow = |s, d| ct_flow(UDP.number(), s, d);
     f.c.on_observed(Observed::Drop(Box::new(DropObservation {
         ts_ns: MS + 1000,
         cpu: 0,

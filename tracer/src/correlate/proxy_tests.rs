@@ -4,8 +4,9 @@
 use super::test_support::{at, msg, Feed, MS, TCP, UDP};
 use super::*;
 use crate::{
-    event::{CtChange, CtFlow, Direction},
+    event::Direction,
     output::{record::Record, text},
+    test_support::fixtures::ct_event,
 };
 
 const APP: &str = "10.244.1.2:40000";
@@ -36,65 +37,46 @@ fn lo(dir: Direction) -> ObservationPoint {
 
 /// Conntrack in the client's namespace: `client` asked the ClusterIP, REDIRECT sent it to
 /// the proxy.
-fn redirect_entry(f: &mut Feed, proto: u8, client: &str) {
-    let flow = |s: &str, d: &str| CtFlow {
-        src: s.parse().unwrap(),
-        dst: d.parse().unwrap(),
-        proto,
-    };
+fn redirect_entry(f: &mut Feed, proto: Proto, client: &str) {
     f.c.on_conntrack(&ConntrackEvent {
-        ts_ns: 0,
         netns: 2,
-        change: CtChange::New,
-        status: 0,
-        zone: 0,
-        orig: flow(client, CLUSTER_IP),
-        reply: flow(PROXY, client),
+        ..ct_event(proto.number(), (client, CLUSTER_IP), (PROXY, client))
     });
+}
+
+/// `m` from `src` to `dst` at both ends of the client pod's `lo`, from `t` on.
+fn on_lo(f: &mut Feed, t: u64, proto: Proto, src: &str, dst: &str, m: DnsMessage) {
+    for (k, dir) in [Direction::Egress, Direction::Ingress]
+        .into_iter()
+        .enumerate()
+    {
+        f.see(
+            t + k as u64 * 1_000,
+            lo(dir),
+            "client",
+            "lo",
+            proto,
+            src,
+            dst,
+            m.clone(),
+        );
+    }
 }
 
 /// `client`'s question on the client pod's `lo`, redirected to the proxy (both ends of
 /// `lo`), at `t`.
-fn app_asks(f: &mut Feed, t: u64, proto: u8, client: &str, id: u16) {
-    for (k, dir) in [Direction::Egress, Direction::Ingress]
-        .into_iter()
-        .enumerate()
-    {
-        f.see(
-            t + k as u64 * 1_000,
-            lo(dir),
-            "client",
-            "lo",
-            proto,
-            client,
-            PROXY,
-            q(id),
-        );
-    }
+fn app_asks(f: &mut Feed, t: u64, proto: Proto, client: &str, id: u16) {
+    on_lo(f, t, proto, client, PROXY, q(id));
 }
 
 /// The proxy's answer to `client` on `lo`, un-NATed: from the ClusterIP.
-fn proxy_answers(f: &mut Feed, t: u64, proto: u8, client: &str, id: u16) {
-    for (k, dir) in [Direction::Egress, Direction::Ingress]
-        .into_iter()
-        .enumerate()
-    {
-        f.see(
-            t + k as u64 * 1_000,
-            lo(dir),
-            "client",
-            "lo",
-            proto,
-            CLUSTER_IP,
-            client,
-            a(id),
-        );
-    }
+fn proxy_answers(f: &mut Feed, t: u64, proto: Proto, client: &str, id: u16) {
+    on_lo(f, t, proto, CLUSTER_IP, client, a(id));
 }
 
 /// The proxy's own query to the ClusterIP from the pod (not redirected: its uid is
 /// exempt), DNAT'd on the node to CoreDNS, which asks the upstream; the answers back.
-fn proxy_asks_cluster_dns(f: &mut Feed, t: u64, proto: u8) {
+fn proxy_asks_cluster_dns(f: &mut Feed, t: u64, proto: Proto) {
     let steps: [(u64, ObservationPoint, &str, &str, &str, &str, DnsMessage); 12] = [
         (
             0,

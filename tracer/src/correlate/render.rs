@@ -561,7 +561,7 @@ impl<D: Detector> Correlator<D> {
                     id: l.id,
                     parent: l.parent.and_then(index_of),
                     role: l.role,
-                    proto: crate::decode::record::Proto::from_number(l.key.proto),
+                    proto: l.key.proto,
                     client: l.client,
                     server: l.server,
                     backend: l.backend,

@@ -80,7 +80,7 @@ mod tests {
             location: String::new(),
             function: String::new(),
             benign: false,
-            proto: 17,
+            proto: crate::decode::record::Proto::Udp,
             src: "10.0.0.1:5000".parse().unwrap(),
             dst: "10.0.0.2:53".parse().unwrap(),
             ct: None,

@@ -20,8 +20,8 @@ pub(crate) fn summary(t: &TransactionRecord) -> String {
 }
 
 pub(crate) const MS: u64 = 1_000_000;
-pub(crate) const UDP: u8 = 17;
-pub(crate) const TCP: u8 = 6;
+pub(crate) const UDP: Proto = Proto::Udp;
+pub(crate) const TCP: Proto = Proto::Tcp;
 
 pub(crate) fn msg(
     id: u16,
@@ -94,7 +94,7 @@ impl Feed {
         point: ObservationPoint,
         ns: &str,
         ifn: &str,
-        proto: u8,
+        proto: Proto,
         src: &str,
         dst: &str,
         m: impl Into<Arc<DnsMessage>>,

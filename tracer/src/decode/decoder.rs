@@ -3,8 +3,6 @@
 //! counters that account for every packet, and typed observations for the correlate stage.
 use std::{collections::HashMap, net::SocketAddr, sync::Arc};
 
-use tracer_common::proto::{IPPROTO_TCP, IPPROTO_UDP};
-
 use crate::{
     decode::{
         dns,
@@ -206,7 +204,6 @@ impl Decoder {
     fn observe(
         &mut self,
         r: &PacketRecord,
-        proto: u8,
         src: SocketAddr,
         dst: SocketAddr,
         at: ObservationPoint,
@@ -217,7 +214,7 @@ impl Decoder {
                 at,
                 netns: r.netns.clone(),
                 ifname: r.ifname.clone(),
-                proto,
+                proto: r.proto,
                 src,
                 dst,
                 msg: Arc::clone(msg),
@@ -277,7 +274,7 @@ impl Decoder {
                     location: r.what_missing(),
                     function: String::new(),
                     benign: false,
-                    proto: l.key.proto,
+                    proto: Proto::from_number(l.key.proto),
                     src: SocketAddr::new(l.key.src, sport),
                     dst: SocketAddr::new(l.key.dst, dport),
                     ct: None,

@@ -4,7 +4,7 @@ use std::{net::SocketAddr, sync::Arc};
 
 use crate::{
     decode::{dns::DnsMessage, record::DroppedPart, tunnel::Tunnel},
-    event::{CtSnapshot, ObservationPoint},
+    event::{CtSnapshot, ObservationPoint, Proto},
 };
 
 /// `reason` of a drop observation that is a datagram whose IP fragments never all reached a
@@ -20,8 +20,8 @@ pub struct Observation {
     /// every hop that is this observation).
     pub netns: Arc<str>,
     pub ifname: Arc<str>,
-    /// IPPROTO_UDP or IPPROTO_TCP.
-    pub proto: u8,
+    /// UDP or TCP.
+    pub proto: Proto,
     pub src: SocketAddr,
     pub dst: SocketAddr,
     /// The message as decoded, shared with the packet's record (and with every other hop
@@ -45,7 +45,7 @@ pub struct DropObservation {
     /// The function part of `location`.
     pub function: String,
     pub benign: bool,
-    pub proto: u8,
+    pub proto: Proto,
     pub src: SocketAddr,
     pub dst: SocketAddr,
     pub ct: Option<CtSnapshot>,

@@ -3,8 +3,10 @@
 use std::sync::Arc;
 
 use serde::Serialize;
-use tracer_common::proto::{IPPROTO_TCP, IPPROTO_UDP};
 
+/// The transport as records write it: sources below the decode stage name it too
+/// (a capture file's conntrack tuples), so it is defined with what they hand over.
+pub use crate::event::Proto;
 /// `Names` for the later stages' records to fill in their pods ([`RecordKind::annotate_pods`]):
 /// names sit below every stage, reached like `PodRef` through the records' own module.
 pub use crate::names::{Names, PodRef};
@@ -78,49 +80,6 @@ fn any_question_of(dns: Option<&DnsMessage>, f: &mut dyn FnMut(&str, RrType) -> 
 /// nothing.
 fn response_rcode(dns: Option<&DnsMessage>) -> Option<&str> {
     dns.filter(|m| m.qr).map(|m| &*m.rcode)
-}
-
-/// The transport of a packet, drop or leg: UDP, TCP, or `Ip` for a drop whose transport is
-/// not known (a later fragment no first fragment named) or is neither.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Proto {
-    Ip,
-    Udp,
-    Tcp,
-}
-
-words!(Proto {
-    Ip => "ip",
-    Udp => "udp",
-    Tcp => "tcp",
-});
-
-impl Proto {
-    /// The transport of IP protocol number `n` (`Ip` for one that is neither UDP nor TCP).
-    pub fn from_number(n: u8) -> Self {
-        match n {
-            IPPROTO_UDP => Proto::Udp,
-            IPPROTO_TCP => Proto::Tcp,
-            _ => Proto::Ip,
-        }
-    }
-
-    /// Its IP protocol number (0 for `Ip`, which names none).
-    pub fn number(self) -> u8 {
-        match self {
-            Proto::Udp => IPPROTO_UDP,
-            Proto::Tcp => IPPROTO_TCP,
-            Proto::Ip => 0,
-        }
-    }
-}
-
-/// Tests compare with the IP protocol number they expect.
-#[cfg(test)]
-impl PartialEq<u8> for Proto {
-    fn eq(&self, n: &u8) -> bool {
-        self.number() == *n
-    }
 }
 
 /// One DNS message (or one packet that should have carried one) at one observation point.

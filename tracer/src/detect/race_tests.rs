@@ -6,16 +6,13 @@ use crate::{
     },
     decode::dns::DnsMessage,
     detect::race,
-    event::{CtFlow, Direction},
+    event::Direction,
     output::{record::Record, report},
+    test_support::fixtures::ct_flow,
 };
 
 fn ct(status: u64) -> CtSnapshot {
-    let f = |s: &str, d: &str| CtFlow {
-        src: s.parse().unwrap(),
-        dst: d.parse().unwrap(),
-        proto: 17,
-    };
+    let f = |s, d| ct_flow(UDP.number(), s, d);
     CtSnapshot {
         status,
         orig: f("10.244.1.2:5000", "10.96.0.10:53"),
@@ -171,11 +168,7 @@ fn race_records(out: &[Record]) -> Vec<race::RaceRecord> {
 /// A kernel drop at `nf_hook_slow` on CPU 1 of netns 1 (`node`, `vclient`) of `client`'s
 /// query `m` to the ClusterIP, DNAT'd to 10.244.1.3:53, its conntrack entry in `status`.
 fn dnat_drop(ts: u64, client: &str, status: u64, m: DnsMessage) -> Observed {
-    let flow = |s: &str, d: &str| CtFlow {
-        src: s.parse().unwrap(),
-        dst: d.parse().unwrap(),
-        proto: UDP,
-    };
+    let flow = |s, d| ct_flow(UDP.number(), s, d);
     Observed::Drop(Box::new(DropObservation {
         ts_ns: ts,
         cpu: 1,

@@ -7,7 +7,7 @@
 //! event on the kernel programs capture that port too. Known only once the first such flow
 //! is in conntrack: at start from the table's dump, else from its first event, so a
 //! question redirected to a port not learnt yet is seen by its (un-NATed) answer alone.
-use crate::event::ConntrackEvent;
+use crate::event::{ConntrackEvent, Proto};
 
 /// At most this many ports are learnt; beyond, a warning, once.
 pub(super) const MAX_LEARNED: usize = 64;
@@ -44,7 +44,7 @@ impl Redirects {
         let (orig, reply) = (&ev.orig, &ev.reply);
         let to = reply.src;
         let local = to.ip().is_loopback() || to.ip() == orig.src.ip();
-        let redirect = matches!(orig.proto, 6 | 17)
+        let redirect = Proto::from_number(orig.proto) != Proto::Ip
             && local
             && to != orig.dst
             && !orig.dst.ip().is_loopback()
@@ -65,24 +65,7 @@ impl Redirects {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::event::{CtChange, CtFlow};
-
-    fn ev(proto: u8, orig: (&str, &str), reply: (&str, &str)) -> ConntrackEvent {
-        let flow = |(s, d): (&str, &str)| CtFlow {
-            src: s.parse().unwrap(),
-            dst: d.parse().unwrap(),
-            proto,
-        };
-        ConntrackEvent {
-            ts_ns: 0,
-            netns: 1,
-            change: CtChange::New,
-            status: 0,
-            zone: 0,
-            orig: flow(orig),
-            reply: flow(reply),
-        }
-    }
+    use crate::test_support::fixtures::ct_event as ev;
 
     #[test]
     fn a_redirect_of_a_watched_port_teaches_its_target_once() {

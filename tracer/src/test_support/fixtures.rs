@@ -1,4 +1,5 @@
-//! Records as the pipeline makes them, for the tests of the sinks, the agent and evidence.
+//! Records as the pipeline makes them, for the tests of the sinks, the agent and evidence;
+//! conntrack's flows and entries, for the stages' tests.
 use std::net::SocketAddr;
 
 use crate::{
@@ -10,6 +11,7 @@ use crate::{
         loops::{LoopHop, LoopKind, LoopRecord, LoopState, Peer},
         race::{CounterDeltas, RaceNetns, RaceQuery, RaceRecord, RaceVerdict},
     },
+    event::{ConntrackEvent, CtChange, CtFlow},
     output::record::{
         DropRecord, LegDrop, LegRecord, LookupRef, PacketRecord, QuestionRecord, Record,
         TransactionRecord,
@@ -20,6 +22,29 @@ use crate::{
 /// The socket address `a` (a fixture's own, well formed).
 pub(crate) fn addr(a: &str) -> SocketAddr {
     a.parse().unwrap_or(SocketAddr::from(([0, 0, 0, 0], 0)))
+}
+
+/// A conntrack tuple of IP protocol `proto` from `src` to `dst`.
+pub(crate) fn ct_flow(proto: u8, src: &str, dst: &str) -> CtFlow {
+    CtFlow {
+        src: addr(src),
+        dst: addr(dst),
+        proto,
+    }
+}
+
+/// A new conntrack entry in namespace 1, its original and reply tuples each `(src, dst)`;
+/// no status bits, zone 0, at time 0.
+pub(crate) fn ct_event(proto: u8, orig: (&str, &str), reply: (&str, &str)) -> ConntrackEvent {
+    ConntrackEvent {
+        ts_ns: 0,
+        netns: 1,
+        change: CtChange::New,
+        status: 0,
+        zone: 0,
+        orig: ct_flow(proto, orig.0, orig.1),
+        reply: ct_flow(proto, reply.0, reply.1),
+    }
 }
 
 /// 2026-11-30T21:00:00.000000Z as Unix-epoch nanoseconds.

@@ -26,7 +26,7 @@ fn leg(id: u64, client: &str, name: &str, dns_id: u16, parent: Option<u64>) -> L
     Leg {
         id,
         key: LegKey {
-            proto: 17,
+            proto: crate::decode::record::Proto::Udp,
             client_port: client.port(),
             id: dns_id,
             q: q(name),

@@ -3,8 +3,6 @@
 //! the correlate stage.
 use std::net::SocketAddr;
 
-use tracer_common::proto::{IPPROTO_TCP, IPPROTO_UDP};
-
 use super::{
     packet::{cut_by_capture, decode_message, Decoded},
     Decoder,
@@ -158,7 +156,7 @@ impl Decoder {
             benign: None,
         };
         let mut tcp_flags = None;
-        // Protocol and ports of a UDP or TCP packet, for the correlate stage.
+        // Addresses and ports of a UDP or TCP packet, for the correlate stage.
         let mut endpoints = None;
         match parse_ip(&d.data) {
             Ok(ip) => match ip.transport {
@@ -171,7 +169,7 @@ impl Decoder {
                         SocketAddr::new(ip.src, sport),
                         SocketAddr::new(ip.dst, dport),
                     );
-                    endpoints = Some((IPPROTO_UDP, src, dst));
+                    endpoints = Some((src, dst));
                     r.proto = Proto::Udp;
                     r.src = addr_string(src);
                     r.dst = addr_string(dst);
@@ -203,7 +201,7 @@ impl Decoder {
                         SocketAddr::new(ip.src, sport),
                         SocketAddr::new(ip.dst, dport),
                     );
-                    endpoints = Some((IPPROTO_TCP, src, dst));
+                    endpoints = Some((src, dst));
                     r.proto = Proto::Tcp;
                     r.src = addr_string(src);
                     r.dst = addr_string(dst);
@@ -244,7 +242,7 @@ impl Decoder {
                             SocketAddr::new(ip.src, first.ports.0),
                             SocketAddr::new(ip.dst, first.ports.1),
                         );
-                        endpoints = Some((proto, src, dst));
+                        endpoints = Some((src, dst));
                         r.src = addr_string(src);
                         r.dst = addr_string(dst);
                         r.dns = first.dns.map(std::sync::Arc::new);
@@ -263,7 +261,7 @@ impl Decoder {
             self.stats.drops_benign += 1;
         }
         if let Some(obs) = self.observed.as_mut() {
-            if let Some((proto, src, dst)) = endpoints {
+            if let Some((src, dst)) = endpoints {
                 obs.push(Observed::Drop(Box::new(DropObservation {
                     ts_ns: r.ts_ns,
                     cpu: d.cpu,
@@ -274,7 +272,7 @@ impl Decoder {
                     location: r.location.clone(),
                     function,
                     benign: r.benign.is_some(),
-                    proto,
+                    proto: r.proto,
                     src,
                     dst,
                     ct: d.ct,

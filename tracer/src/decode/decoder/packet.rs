@@ -96,7 +96,7 @@ impl Decoder {
         &mut self,
         mut r: PacketRecord,
         decoded: Decoded,
-        (proto, src, dst, at): (u8, SocketAddr, SocketAddr, ObservationPoint),
+        (src, dst, at): (SocketAddr, SocketAddr, ObservationPoint),
         out: &mut Vec<impl From<DecodeReport>>,
     ) {
         match decoded {
@@ -112,7 +112,7 @@ impl Decoder {
                             at,
                             netns: r.netns,
                             ifname: r.ifname,
-                            proto,
+                            proto: r.proto,
                             src,
                             dst,
                             msg: m,
@@ -133,7 +133,7 @@ impl Decoder {
                 r.malformed = Some(why);
             }
         }
-        self.observe(&r, proto, src, dst, at);
+        self.observe(&r, src, dst, at);
         out.push(DecodeReport::Packet(r).into());
     }
 
@@ -246,7 +246,7 @@ impl Decoder {
                     }
                     d => d,
                 };
-                self.record_decoded(r, decoded, (IPPROTO_UDP, src, dst, p.at), out);
+                self.record_decoded(r, decoded, (src, dst, p.at), out);
             }
             Transport::Tcp {
                 sport,
@@ -327,7 +327,7 @@ impl Decoder {
             }
         };
         self.stats.tcp_messages += 1;
-        self.record_decoded(r, decoded, (IPPROTO_TCP, src, dst, at), out);
+        self.record_decoded(r, decoded, (src, dst, at), out);
     }
 
     /// Reports what TCP flows that were forgotten (evicted, idle, or at the end) still held:

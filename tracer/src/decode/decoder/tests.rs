@@ -345,11 +345,8 @@ fn question_keys_match_from_wire_and_text() {
 
 #[test]
 fn conntrack_status_names() {
-    let flow = |s: &str, d: &str| crate::event::CtFlow {
-        src: s.parse().unwrap(),
-        dst: d.parse().unwrap(),
-        proto: 17,
-    };
+    let flow =
+        |s, d| crate::test_support::fixtures::ct_flow(tracer_common::proto::IPPROTO_UDP, s, d);
     let r = ct_record(&CtSnapshot {
         status: 0x1a0,
         orig: flow("10.244.1.2:5000", "10.96.0.10:53"),

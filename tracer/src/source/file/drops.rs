@@ -19,7 +19,7 @@
 //! their bracketed values are skipped whole.
 use std::{fmt::Write as _, net::SocketAddr};
 
-use crate::event::{CtFlow, CtSnapshot, NamedDrop};
+use crate::event::{CtFlow, CtSnapshot, NamedDrop, Proto};
 
 /// Why a drop's comment could not be read.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -86,9 +86,8 @@ impl DropDetails {
 /// `PROTO/SRC>DST`, PROTO `udp`, `tcp` or the number (a value never starts with `[`, which
 /// opens a bracketed one).
 fn write_flow(out: &mut String, f: &CtFlow) {
-    let _ = match f.proto {
-        6 => write!(out, "tcp/{}>{}", f.src, f.dst),
-        17 => write!(out, "udp/{}>{}", f.src, f.dst),
+    let _ = match Proto::from_number(f.proto) {
+        Proto::Ip => write!(out, "{}/{}>{}", f.proto, f.src, f.dst),
         p => write!(out, "{p}/{}>{}", f.src, f.dst),
     };
 }
@@ -142,10 +141,9 @@ fn flow(key: &'static str, v: &str) -> Result<CtFlow, DropCommentError> {
     Ok(CtFlow {
         src: src.parse::<SocketAddr>().map_err(|_| bad())?,
         dst: dst.parse::<SocketAddr>().map_err(|_| bad())?,
-        proto: match proto {
-            "tcp" => 6,
-            "udp" => 17,
-            p => p.parse::<u8>().map_err(|_| bad())?,
+        proto: match Proto::transport_named(proto) {
+            Some(p) => p.number(),
+            None => proto.parse::<u8>().map_err(|_| bad())?,
         },
     })
 }
