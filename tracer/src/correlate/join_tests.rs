@@ -1058,19 +1058,13 @@ fn a_packet_inside_and_outside_a_tunnel_is_one_leg() {
 #[test]
 fn an_answer_that_opened_its_own_conntrack_entry_joins_its_leg() {
     let mut f = Feed::new();
-    let flow = |s: &str, d: &str| CtFlow {
-        src: s.parse().unwrap(),
-        dst: d.parse().unwrap(),
-        proto: UDP,
-    };
     f.c.on_conntrack(&ConntrackEvent {
-        ts_ns: 0,
-        netns: 1,
-        change: CtChange::New,
         status: 0x8,
-        zone: 0,
-        orig: flow("10.244.1.3:53", "10.244.1.2:4000"),
-        reply: flow("10.244.1.2:4000", "10.244.1.3:53"),
+        ..ct_event(
+            UDP.number(),
+            ("10.244.1.3:53", "10.244.1.2:4000"),
+            ("10.244.1.2:4000", "10.244.1.3:53"),
+        )
     });
     let q = || msg(9, false, "x.test.", "A", "NOERROR", &[], false);
     let a = || msg(9, true, "x.test.", "A", "NOERROR", &["10.250.0.80"], false);

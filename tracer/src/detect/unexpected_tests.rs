@@ -33,7 +33,7 @@ fn a() -> DnsMessage {
 
 /// The client's query leaving its pod's `eth0` to `asked`, and the answers arriving there
 /// from each of `from`; then every record out.
-fn exchange(proto: u8, asked: &str, from: &[&str]) -> Vec<Record> {
+fn exchange(proto: Proto, asked: &str, from: &[&str]) -> Vec<Record> {
     let mut f = Feed::new();
     let eth0 = |dir| at(2, 2, dir);
     f.see(
