@@ -31,16 +31,21 @@ fn a() -> DnsMessage {
     )
 }
 
-/// The client's query leaving its pod's `eth0` to `asked`, and the answers arriving there
+/// The client's query leaving its pod on `eth0` to `asked`, and the answers arriving there
 /// from each of `from`; then every record out.
 fn exchange(proto: Proto, asked: &str, from: &[&str]) -> Vec<Record> {
+    exchange_on((2, "eth0"), proto, asked, from)
+}
+
+/// [`exchange`] on interface `(ifindex, name)` of the client's pod.
+fn exchange_on(dev: (u32, &str), proto: Proto, asked: &str, from: &[&str]) -> Vec<Record> {
     let mut f = Feed::new();
-    let eth0 = |dir| at(2, 2, dir);
+    let here = |dir| at(2, dev.0, dir);
     f.see(
         MS,
-        eth0(Direction::Egress),
+        here(Direction::Egress),
         "client",
-        "eth0",
+        dev.1,
         proto,
         CLIENT,
         asked,
@@ -50,9 +55,9 @@ fn exchange(proto: Proto, asked: &str, from: &[&str]) -> Vec<Record> {
         let t = (2 + i as u64) * MS;
         f.see(
             t,
-            eth0(Direction::Ingress),
+            here(Direction::Ingress),
             "client",
-            "eth0",
+            dev.1,
             proto,
             src,
             CLIENT,
@@ -125,30 +130,8 @@ fn a_redirect_to_a_proxy_on_lo_is_not_named() {
     // Istio's REDIRECT: the query goes to 127.0.0.1:15053 on `lo`, the answer comes back
     // from the ClusterIP asked (un-NATed on its way out), with or without the conntrack
     // entry that tells the correlator so.
-    let mut f = Feed::new();
-    let lo = |dir| at(2, 1, dir);
-    f.see(
-        MS,
-        lo(Direction::Egress),
-        "client",
-        "lo",
-        UDP,
-        CLIENT,
-        "127.0.0.1:15053",
-        q(),
-    );
-    f.see(
-        2 * MS,
-        lo(Direction::Egress),
-        "client",
-        "lo",
-        UDP,
-        CLUSTER_IP,
-        CLIENT,
-        a(),
-    );
-    f.c.tick(60_000 * MS, &mut f.out);
-    assert!(found(&f.out).is_empty(), "{:?}", f.out);
+    let out = exchange_on((1, "lo"), UDP, "127.0.0.1:15053", &[CLUSTER_IP]);
+    assert!(found(&out).is_empty(), "{out:?}");
 }
 
 impl Sample for UnexpectedSourceRecord {
