@@ -266,6 +266,7 @@ fn records() -> Vec<Record> {
         }],
         otlp: Some(Default::default()),
         conntrack: Some(Default::default()),
+        learnt_ports: Some(Default::default()),
         drops_reserve: Some(0),
         ..StatsRecord::default()
     };
