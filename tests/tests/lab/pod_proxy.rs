@@ -7,7 +7,8 @@
 //! OUTPUT` redirects its UDP and TCP port-53 traffic to a local port (15053) where a real
 //! forwarder (dnsmasq, caching) listens as another uid, exempt from the rule (`-m owner !
 //! --uid-owner`), and asks cluster DNS itself. Traced with the default `--port 53`: the
-//! proxy's port is learnt from conntrack. Root only; `--test-threads=1`.
+//! proxy's port is learnt from conntrack, and captured in that pod's namespace only. Root
+//! only; `--test-threads=1`.
 use std::{
     process::Child,
     time::{Duration, Instant},
@@ -263,4 +264,83 @@ fn a_dns_proxy_in_the_client_pod_is_one_tree_hit_and_miss() {
             assert_eq!(app_legs(t), 1, "a root that is not the app's: {t:#}");
         }
     }
+}
+
+/// A port learnt from one pod's redirect is captured in that pod's namespace alone: another
+/// pod's UDP to that port — to its own loopback, and across the node to the upstream's
+/// address — leaves no record on any interface of any other namespace (a proxy on 443 or
+/// 8080 must not make the node's HTTPS a flood of malformed DNS), while the first pod's
+/// redirected query is still seen on its way to the proxy (its answer is un-NATed to the
+/// ClusterIP's port 53 before it reaches `lo`).
+#[test]
+fn a_learnt_port_is_captured_only_in_the_pod_that_redirects_to_it() {
+    let Some(lab) = lab_of(LabConfig::default()) else {
+        return;
+    };
+    lab::tracer::require_tools(&["dnsmasq"]);
+    let _proxy = start_pod_proxy(&lab);
+    let mut args = vec!["trace", "-o", "json", "--timeout", "3"];
+    for ns in lab.namespaces().into_iter().skip(1) {
+        args.extend(["--netns", ns]);
+    }
+    let mut t = Tracer::start(&lab, lab.node_ns(), &args).unwrap();
+    dig(&lab, &["+time=2", "+tries=1", "ns.lab.test.", "A"]);
+    t.wait_for_stderr(
+        &format!("capturing port {PROXY_PORT} too"),
+        Duration::from_secs(5),
+    )
+    .unwrap();
+    // Another pod, on the learnt port: nothing listens, each probe is one datagram out and
+    // an ICMP error back.
+    let other = lab.ns_of(Pod::Dns(0));
+    let upstream = lab.ip_of(Pod::Upstream).to_string();
+    let port = format!("-p{PROXY_PORT}");
+    for to in ["127.0.0.1", upstream.as_str()] {
+        for _ in 0..3 {
+            let at = format!("@{to}");
+            let probe = [
+                "dig",
+                "+time=1",
+                "+tries=1",
+                &at,
+                &port,
+                "probe.lab.test.",
+                "A",
+            ];
+            let o = lab.exec(other, &probe);
+            assert_ne!(o.status.code(), Some(127), "{o:?}");
+        }
+    }
+    // The pod that taught it: still traced.
+    dig(&lab, &["+time=2", "+tries=1", "www.lab.test.", "A"]);
+    std::thread::sleep(Duration::from_millis(800));
+    let out = t.stop();
+    let recs = out.records();
+    let on_port = |r: &&Value| {
+        r["type"] == "packet"
+            && [&r["src"], &r["dst"]].iter().any(|a| {
+                a.as_str()
+                    .is_some_and(|a| a.ends_with(&format!(":{PROXY_PORT}")))
+            })
+    };
+    let elsewhere: Vec<&Value> = recs
+        .iter()
+        .filter(on_port)
+        .filter(|r| r["netns"] != lab.client_ns())
+        .collect();
+    assert!(
+        elsewhere.is_empty(),
+        "port {PROXY_PORT} captured outside the pod that redirects to it: {elsewhere:#?}"
+    );
+    assert!(
+        recs.iter()
+            .filter(on_port)
+            .any(|r| r["netns"] == lab.client_ns()
+                && r["dns"]["questions"][0]["name"] == "www.lab.test."
+                && r["dst"] == format!("127.0.0.1:{PROXY_PORT}")),
+        "the app's redirected query: {recs:#?}"
+    );
+    let stats = recs.iter().rev().find(|r| r["type"] == "stats").unwrap();
+    assert_eq!(stats["learnt_ports"]["captured"], 1, "{stats:#}");
+    assert_eq!(stats["learnt_ports"]["refused"], 0, "{stats:#}");
 }
