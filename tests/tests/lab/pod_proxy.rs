@@ -344,3 +344,93 @@ fn a_learnt_port_is_captured_only_in_the_pod_that_redirects_to_it() {
     assert_eq!(stats["learnt_ports"]["captured"], 1, "{stats:#}");
     assert_eq!(stats["learnt_ports"]["refused"], 0, "{stats:#}");
 }
+
+/// A namespace made by the test, deleted on drop (if the test has not deleted it itself).
+struct TestNetns(String);
+
+impl Drop for TestNetns {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("ip")
+            .args(["netns", "del", &self.0])
+            .output();
+    }
+}
+
+fn ip(args: &[&str]) {
+    let o = std::process::Command::new("ip")
+        .args(args)
+        .output()
+        .unwrap();
+    ok(&format!("ip {}", args.join(" ")), o);
+}
+
+/// The ports a namespace taught are forgotten when it goes: a namespace made while tracing
+/// (`--all-netns`) redirects its port-53 queries to 15053, teaching it; deleted, its pair
+/// leaves the kernel's `LEARNT_PORTS` (`stats.learnt_ports`: learnt 1, forgotten 1,
+/// captured 0).
+#[test]
+fn a_namespace_gone_takes_its_learnt_ports_with_it() {
+    let Some(lab) = lab_of(LabConfig::default()) else {
+        return;
+    };
+    let args = ["trace", "-o", "json", "--all-netns", "--timeout", "1"];
+    let mut t = Tracer::start(&lab, lab.node_ns(), &args).unwrap();
+    let name = format!("{}-redir", lab.prefix());
+    ip(&["netns", "add", &name]);
+    let ns = TestNetns(name.clone());
+    ip(&["-n", &name, "link", "set", "lo", "up"]);
+    // A "ClusterIP" of its own on `lo`, so the query is not to a loopback address.
+    ip(&["-n", &name, "addr", "add", "10.99.0.10/32", "dev", "lo"]);
+    let rule = [
+        "nat",
+        "-A",
+        "OUTPUT",
+        "-p",
+        "udp",
+        "--dport",
+        "53",
+        "-j",
+        "REDIRECT",
+        "--to-ports",
+        PROXY_PORT,
+    ];
+    ok("REDIRECT", lab.iptables_rule(&name, "-t", &rule));
+    // Nothing listens on 15053: the query is redirected (a conntrack entry) and refused.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let dig = [
+            "netns",
+            "exec",
+            &name,
+            "dig",
+            "+time=1",
+            "+tries=1",
+            "@10.99.0.10",
+            "gone.test.",
+        ];
+        let _ = std::process::Command::new("ip").args(dig).output();
+        if t.wait_for_stderr(
+            &format!("capturing port {PROXY_PORT} too in netns {name}"),
+            Duration::from_millis(1000),
+        )
+        .is_ok()
+        {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the namespace's redirect was never learnt"
+        );
+    }
+    drop(ns);
+    // Discovery sees it go (inotify on /run/netns), then the conntrack thread tells the run
+    // loop; well within this.
+    std::thread::sleep(Duration::from_millis(2000));
+    let out = t.stop();
+    let recs = out.records();
+    let stats = recs.iter().rev().find(|r| r["type"] == "stats").unwrap();
+    let learnt = &stats["learnt_ports"];
+    assert_eq!(learnt["learnt"], 1, "{stats:#}");
+    assert_eq!(learnt["forgotten"], 1, "{stats:#}");
+    assert_eq!(learnt["captured"], 0, "{stats:#}");
+}
