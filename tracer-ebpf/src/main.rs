@@ -611,8 +611,9 @@ fn tunnelled<P: packet::PacketRead>(
     };
     // SAFETY: TUNNEL_ARG..TUNNEL_ARG + 16 is inside `data`, past MAX_PACKET_DATA (asserted);
     // `ev` is this CPU's scratch event.
+    let arg = unsafe { (*ev).data.as_mut_ptr().add(TUNNEL_ARG) as *mut u32 };
+    // SAFETY: `arg` as above.
     let (l3_off, tci, inner_type, inner_off) = unsafe {
-        let arg = (*ev).data.as_mut_ptr().add(TUNNEL_ARG) as *mut u32;
         core::ptr::write_volatile(arg, l3_off as u32);
         core::ptr::write_volatile(arg.add(1), tci);
         core::ptr::write_volatile(arg.add(2), inner_type as u32);
@@ -627,8 +628,17 @@ fn tunnelled<P: packet::PacketRead>(
     if inner_off > INNER_OFF_MASK || l3_off > OUTER_OFF_MASK {
         return Ok(None);
     }
-    let inner_off = (inner_off & INNER_OFF_MASK) as usize;
-    let l3_off = (l3_off & OUTER_OFF_MASK) as usize;
+    // The offsets used are masked from a second read: after the check above LLVM drops a
+    // mask of the same value as redundant, and where it then spills the value and reloads a
+    // copy, 5.10's and 6.1's verifiers do not carry the check's bound to the copy ("R1
+    // offset is outside of the packet"; 6.12's do).
+    // SAFETY: as above.
+    let (inner_off, l3_off) = unsafe {
+        (
+            (core::ptr::read_volatile(arg.add(3)) & INNER_OFF_MASK) as usize,
+            (core::ptr::read_volatile(arg) & OUTER_OFF_MASK) as usize,
+        )
+    };
     let Some(t) = packet::transport(p, inner_type, inner_off)? else {
         return Ok(None);
     };
