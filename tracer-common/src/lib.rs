@@ -114,6 +114,31 @@ pub struct FragKey {
     pub _pad: u16,
 }
 
+/// Values in the `PORTS` array (index: the port), bits: [`PORT_EVERYWHERE`] for a port given
+/// with `--port`, captured in every namespace; [`PORT_LEARNT`] for a port some namespace
+/// redirects a watched one to (a DNS proxy in a pod), captured only in the namespaces
+/// `LEARNT_PORTS` holds it for. 0: not captured.
+pub mod ports {
+    pub const PORT_EVERYWHERE: u8 = 1;
+    pub const PORT_LEARNT: u8 = 2;
+}
+pub use ports::{PORT_EVERYWHERE, PORT_LEARNT};
+
+/// Most (namespace, port) pairs learnt at once (the `LEARNT_PORTS` hash map's size): beyond,
+/// userspace refuses, counts and warns.
+pub const MAX_LEARNT_PORTS: u32 = 64;
+
+/// A port captured in one network namespace only: the key of `LEARNT_PORTS`. `netns` is the
+/// namespace's id as the TC programs report it (`PacketHeader::netns_cookie`: its cookie,
+/// or its inode number before Linux 5.14).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct LearntPort {
+    pub netns: u64,
+    pub port: u16,
+    pub _pad: [u8; 6],
+}
+
 /// Storm shedding in the kernel: under a forwarding loop (hundreds of thousands of packets a
 /// second of one question), userspace puts the question's hash in `SHED_ON`, and the TC
 /// programs count that question's UDP packets per CPU in `SHED_COUNT` instead of copying them
@@ -592,6 +617,7 @@ mod pod {
     unsafe impl aya::Pod for super::KernelOffsets {}
     unsafe impl aya::Pod for super::CtTuple {}
     unsafe impl aya::Pod for super::FragKey {}
+    unsafe impl aya::Pod for super::LearntPort {}
     unsafe impl aya::Pod for super::PacketHeader {}
     unsafe impl aya::Pod for super::DropEvent {}
     unsafe impl aya::Pod for super::SeenMessage {}
@@ -624,5 +650,6 @@ mod tests {
         assert_eq!(size_of::<DropEvent>(), 144 + MAX_DROP_DATA);
         assert_eq!(size_of::<KernelOffsets>(), 24 * 4);
         assert_eq!(size_of::<FragKey>(), 16 + 16 + 4 + 1 + 1 + 2);
+        assert_eq!(size_of::<LearntPort>(), 8 + 2 + 6);
     }
 }

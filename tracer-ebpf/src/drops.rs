@@ -21,7 +21,8 @@ use tracer_common::{
 };
 
 use crate::{
-    count, packet, wakeup_flag, wanted, watched, DROP_RESERVE, EVENTS, KERNEL_OFFSETS, LOG_TARGET,
+    count, learnt_here, packet, wakeup_flag, wanted, watched, DROP_RESERVE, EVENTS, KERNEL_OFFSETS,
+    LOG_TARGET,
 };
 
 /// The skb of the `__nf_conntrack_confirm` call in progress on this CPU (netfilter hooks
@@ -258,7 +259,7 @@ fn try_kfree_skb(ctx: &BtfTracePointContext, reason: u32) -> Result<(), ()> {
                         len: n as usize,
                     };
                     if plainly_unwanted(&copied) {
-                        Some(false)
+                        Some(None)
                     } else {
                         drop_wanted(&copied).ok()
                     }
@@ -272,7 +273,33 @@ fn try_kfree_skb(ctx: &BtfTracePointContext, reason: u32) -> Result<(), ()> {
             Some(w) => w,
             None => drop_wanted(&pkt)?,
         };
-        if !want {
+        let Some(learnt) = want else {
+            return Ok(());
+        };
+        // The namespace of the device the packet was on, or of its socket.
+        let dev: u64 = kread(skb, o.skb_dev).unwrap_or(0);
+        let (ifindex, net): (u32, u64) = if dev != 0 {
+            (
+                kread(dev, o.dev_ifindex).unwrap_or(0),
+                kread(dev, o.dev_nd_net).unwrap_or(0),
+            )
+        } else {
+            let sk: u64 = kread(skb, o.skb_sk).unwrap_or(0);
+            let net = if sk != 0 {
+                kread(sk, o.sk_net).unwrap_or(0)
+            } else {
+                0
+            };
+            (0, net)
+        };
+        let netns: u64 = if net == 0 {
+            0
+        } else if o.net_id_is_inum != 0 {
+            kread::<u32>(net, o.net_cookie).unwrap_or(0) as u64
+        } else {
+            kread(net, o.net_cookie).unwrap_or(0)
+        };
+        if learnt != 0 && !learnt_here(netns, learnt) {
             return Ok(());
         }
         let location: u64 = ctx.arg(1);
@@ -312,26 +339,8 @@ fn try_kfree_skb(ctx: &BtfTracePointContext, reason: u32) -> Result<(), ()> {
         // skb->len counts from skb->data; the network header may lie before or after it.
         (*ev).orig_len = (len as u64 + data_off).saturating_sub(nh as u64) as u32;
 
-        let dev: u64 = kread(skb, o.skb_dev).unwrap_or(0);
-        let net: u64 = if dev != 0 {
-            (*ev).ifindex = kread(dev, o.dev_ifindex).unwrap_or(0);
-            kread(dev, o.dev_nd_net).unwrap_or(0)
-        } else {
-            (*ev).ifindex = 0;
-            let sk: u64 = kread(skb, o.skb_sk).unwrap_or(0);
-            if sk != 0 {
-                kread(sk, o.sk_net).unwrap_or(0)
-            } else {
-                0
-            }
-        };
-        (*ev).netns_cookie = if net == 0 {
-            0
-        } else if o.net_id_is_inum != 0 {
-            kread::<u32>(net, o.net_cookie).unwrap_or(0) as u64
-        } else {
-            kread(net, o.net_cookie).unwrap_or(0)
-        };
+        (*ev).ifindex = ifindex;
+        (*ev).netns_cookie = netns;
 
         (*ev).has_ct = 0;
         (*ev).ct_status = 0;
@@ -436,12 +445,13 @@ fn plainly_unwanted(c: &packet::Copied) -> bool {
 
 /// Whether a freed packet (`p` starts at its network header) is one to report: on a watched
 /// port, or a later fragment of a watched datagram — a fragment freed by reassembly
-/// (timeout, overlap) or by a rule is the reason a large answer never arrives.
+/// (timeout, overlap) or by a rule is the reason a large answer never arrives. As
+/// [`wanted`]: `Some(ports)` when only a learnt port matched.
 #[inline(always)]
-fn drop_wanted<P: packet::PacketRead>(p: &P) -> Result<bool, ()> {
+fn drop_wanted<P: packet::PacketRead>(p: &P) -> Result<Option<u32>, ()> {
     let first: u8 = p.ptr_at(0)?;
     let Some(t) = packet::transport(p, packet::ethertype_of_version(first), 0)? else {
-        return Ok(false);
+        return Ok(None);
     };
     wanted(p, &t, false)
 }

@@ -16,7 +16,7 @@ use aya_ebpf::{
     bindings::{__sk_buff, BPF_RB_AVAIL_DATA, BPF_RB_FORCE_WAKEUP, BPF_RB_NO_WAKEUP},
     helpers::{bpf_get_smp_processor_id, bpf_ktime_get_boot_ns, generated::bpf_skb_load_bytes},
     macros::{classifier, map},
-    maps::{Array, LruHashMap, PerCpuArray, RingBuf},
+    maps::{Array, HashMap, LruHashMap, PerCpuArray, RingBuf},
     programs::TcContext,
 };
 use aya_log_ebpf::{debug, trace};
@@ -24,9 +24,9 @@ use packet::PacketRead as _;
 use tracer_common::{
     counter,
     proto::{ETH_P_8021AD, ETH_P_8021Q, ETH_P_QINQ1, IPPROTO_TCP, IPPROTO_UDP, UDP_HEADER_LEN},
-    CaptureConfig, Dir, EventKind, FragKey, KernelOffsets, PacketEvent, PacketHeader,
-    FRAG_KEY_LIFETIME_NS, MAX_FRAG_KEYS, MAX_PACKET_DATA, MAX_SNAPLEN, PACKET_DATA_MASK,
-    PACKET_HEADER_LEN,
+    CaptureConfig, Dir, EventKind, FragKey, KernelOffsets, LearntPort, PacketEvent, PacketHeader,
+    FRAG_KEY_LIFETIME_NS, MAX_FRAG_KEYS, MAX_LEARNT_PORTS, MAX_PACKET_DATA, MAX_SNAPLEN,
+    PACKET_DATA_MASK, PACKET_HEADER_LEN, PORT_EVERYWHERE, PORT_LEARNT,
 };
 
 mod copies;
@@ -39,7 +39,7 @@ mod storm;
 const SHED_ARG: usize = tracer_common::PACKET_DATA_BUF - 8;
 const _: () = assert!(SHED_ARG >= MAX_PACKET_DATA);
 
-/// Where [`forget_ranges`] passes a [`Found`] through memory (five u32s before `SHED_ARG`).
+/// Where [`forget_ranges`] passes a [`Found`] through memory (six u32s before `SHED_ARG`).
 const FOUND_ARG: usize = SHED_ARG - 24;
 const _: () = assert!(FOUND_ARG >= MAX_PACKET_DATA);
 
@@ -68,9 +68,18 @@ static EVENTS: RingBuf = RingBuf::with_byte_size(8 * 1024 * 1024, 0);
 #[map]
 static DROP_RESERVE: RingBuf = RingBuf::with_byte_size(256 * 1024, 0);
 
-/// Watched ports: a non-zero value at index PORT means "capture".
+/// Watched ports, at index PORT (`tracer_common::ports`): `PORT_EVERYWHERE` (a `--port`)
+/// captures it in every namespace; `PORT_LEARNT` (a port some pod redirects DNS to) only in
+/// the namespaces [`LEARNT_PORTS`] holds it for. One lookup decides a packet on neither.
 #[map]
 static PORTS: Array<u8> = Array::with_max_entries(65536, 0);
+
+/// (namespace, port) pairs userspace learnt from conntrack: a pod redirects a watched port to
+/// this one (its DNS proxy). Looked up only for a packet whose port is `PORT_LEARNT` and not
+/// `PORT_EVERYWHERE`, with the packet's namespace ([`netns_id`]): a pod's proxy on 443 or
+/// 8080 costs every other namespace's traffic on that port one lookup, not a copy.
+#[map]
+static LEARNT_PORTS: HashMap<LearntPort, u8> = HashMap::with_max_entries(MAX_LEARNT_PORTS, 0);
 
 /// Per-CPU scratch space where a packet event is built before it is copied into the ring
 /// buffer with only the bytes it needs (a DNS packet is ~100 bytes; the event can hold 4 KB).
@@ -136,34 +145,70 @@ fn count(index: u32) {
     }
 }
 
+/// `port`'s bits in [`PORTS`]: 0 when it is not captured anywhere.
 #[inline(always)]
-fn watched(port: u16) -> bool {
-    matches!(PORTS.get(port as u32), Some(v) if *v != 0)
+fn port_flags(port: u16) -> u8 {
+    PORTS.get(port as u32).map_or(0, |v| *v)
 }
 
-/// Whether to report this packet: a watched port, or a later fragment of a datagram whose
-/// first fragment was on one (within [`FRAG_KEY_LIFETIME_NS`]). With `remember`, a first
-/// fragment on a watched port records its datagram's key.
+/// Whether `port` is captured in some namespace.
 #[inline(always)]
-fn wanted<P: packet::PacketRead>(p: &P, t: &packet::Transport, remember: bool) -> Result<bool, ()> {
+fn watched(port: u16) -> bool {
+    port_flags(port) != 0
+}
+
+/// Whether to report this packet: `Some(0)` for a port watched everywhere, or a later fragment
+/// of a datagram whose first fragment was on one (within [`FRAG_KEY_LIFETIME_NS`]);
+/// `Some(ports)` (source port in the high half) when only a learnt port matched, which
+/// [`learnt_here`] decides once the packet's namespace is known; `None` for neither. With
+/// `remember`, a first fragment on a port watched everywhere records its datagram's key.
+/// A learnt port's fragments are not followed: it carries a pod's DNS to its own proxy,
+/// over `lo` (64 KiB MTU), where nothing is fragmented.
+#[inline(always)]
+fn wanted<P: packet::PacketRead>(
+    p: &P,
+    t: &packet::Transport,
+    remember: bool,
+) -> Result<Option<u32>, ()> {
     if t.frag == packet::FRAG_LATER {
         let key = packet::frag_key(p, t)?;
         // SAFETY: the value is a plain u64 read while the map holds it.
         let Some(seen) = (unsafe { FRAGS.get(&key) }) else {
-            return Ok(false);
+            return Ok(None);
         };
         // SAFETY: helper call.
         let now = unsafe { bpf_ktime_get_boot_ns() };
-        return Ok(now.saturating_sub(*seen) < FRAG_KEY_LIFETIME_NS);
+        return Ok((now.saturating_sub(*seen) < FRAG_KEY_LIFETIME_NS).then_some(0));
     }
-    let hit = watched(t.sport) || watched(t.dport);
-    if hit && remember && t.frag == packet::FRAG_FIRST {
-        let key = packet::frag_key(p, t)?;
-        // SAFETY: helper call.
-        let now = unsafe { bpf_ktime_get_boot_ns() };
-        let _ = FRAGS.insert(&key, &now, 0);
+    let flags = port_flags(t.sport) | port_flags(t.dport);
+    if flags & PORT_EVERYWHERE != 0 {
+        if remember && t.frag == packet::FRAG_FIRST {
+            let key = packet::frag_key(p, t)?;
+            // SAFETY: helper call.
+            let now = unsafe { bpf_ktime_get_boot_ns() };
+            let _ = FRAGS.insert(&key, &now, 0);
+        }
+        return Ok(Some(0));
     }
-    Ok(hit)
+    if flags & PORT_LEARNT != 0 {
+        return Ok(Some(((t.sport as u32) << 16) | t.dport as u32));
+    }
+    Ok(None)
+}
+
+/// Whether namespace `netns` learnt either of `ports` (as [`wanted`] returns them).
+#[inline(always)]
+fn learnt_here(netns: u64, ports: u32) -> bool {
+    let learnt = |port: u32| {
+        let key = LearntPort {
+            netns,
+            port: port as u16,
+            _pad: [0; 6],
+        };
+        // SAFETY: only whether the map holds the key is read.
+        unsafe { LEARNT_PORTS.get(&key) }.is_some()
+    };
+    learnt(ports >> 16) || learnt(ports & 0xffff)
 }
 
 /// TC classifier on ingress of devices with an Ethernet header (veth, physical NICs, `lo`).
@@ -290,13 +335,18 @@ fn try_tc(ctx: &TcContext, has_eth: bool, dir: u8) -> Result<(), ()> {
             None => return Ok(()),
         },
     };
-    count(counter::PACKETS_MATCHED);
     let Some(ev) = SCRATCH.get_ptr_mut(0) else {
+        count(counter::PACKETS_MATCHED);
         count(counter::PACKETS_LOST_COPY);
         return Ok(());
     };
     // SAFETY: `ev` is this CPU's scratch event; the area used is past any packet bytes.
     let t = unsafe { forget_ranges(ev, found) };
+    let netns = netns_id(skb);
+    if t.learnt != 0 && !learnt_here(netns, t.learnt) {
+        return Ok(());
+    }
+    count(counter::PACKETS_MATCHED);
     let vlan_tci: u16 = if t.tci & TCI_PRESENT != 0 {
         t.tci as u16
     } else if vlan_present != 0 {
@@ -345,7 +395,7 @@ fn try_tc(ctx: &TcContext, has_eth: bool, dir: u8) -> Result<(), ()> {
             kind: EventKind::Packet as u32,
             cpu: bpf_get_smp_processor_id(),
             ts_ns: bpf_ktime_get_boot_ns(),
-            netns_cookie: netns_id(skb),
+            netns_cookie: netns,
             ifindex: (*skb).ifindex,
             orig_len: pkt_len as u32,
             cap_len: cap,
@@ -483,14 +533,16 @@ fn socket_of(skb: *mut __sk_buff) -> Option<u64> {
 }
 
 /// A packet to copy: where its IP and transport headers start, its protocol, its fragment
-/// kind ([`packet::FRAG_NONE`] ...) and the innermost in-packet VLAN tag ([`TCI_PRESENT`] set
-/// when there is one).
+/// kind ([`packet::FRAG_NONE`] ...), the innermost in-packet VLAN tag ([`TCI_PRESENT`] set
+/// when there is one), and, when only a learnt port matched, its ports ([`wanted`]): copied
+/// only if its namespace learnt one.
 struct Found {
     l3_off: usize,
     l4_off: usize,
     proto: u8,
     frag: u8,
     tci: u32,
+    learnt: u32,
 }
 
 /// In [`Found::tci`]: a tag was in the packet.
@@ -514,13 +566,14 @@ fn walk<P: packet::PacketRead>(
         return Ok(None);
     };
     if let Some(t) = packet::ports(p, &n, l3_off)? {
-        if wanted(p, &t, true)? {
+        if let Some(learnt) = wanted(p, &t, true)? {
             return Ok(Some(Found {
                 l3_off: t.l3_off,
                 l4_off: t.l4_off,
                 proto: t.proto,
                 frag: t.frag,
                 tci,
+                learnt,
             }));
         }
     }
@@ -558,8 +611,9 @@ fn tunnelled<P: packet::PacketRead>(
     };
     // SAFETY: TUNNEL_ARG..TUNNEL_ARG + 16 is inside `data`, past MAX_PACKET_DATA (asserted);
     // `ev` is this CPU's scratch event.
+    let arg = unsafe { (*ev).data.as_mut_ptr().add(TUNNEL_ARG) as *mut u32 };
+    // SAFETY: `arg` as above.
     let (l3_off, tci, inner_type, inner_off) = unsafe {
-        let arg = (*ev).data.as_mut_ptr().add(TUNNEL_ARG) as *mut u32;
         core::ptr::write_volatile(arg, l3_off as u32);
         core::ptr::write_volatile(arg.add(1), tci);
         core::ptr::write_volatile(arg.add(2), inner_type as u32);
@@ -574,20 +628,30 @@ fn tunnelled<P: packet::PacketRead>(
     if inner_off > INNER_OFF_MASK || l3_off > OUTER_OFF_MASK {
         return Ok(None);
     }
-    let inner_off = (inner_off & INNER_OFF_MASK) as usize;
-    let l3_off = (l3_off & OUTER_OFF_MASK) as usize;
+    // The offsets used are masked from a second read: after the check above LLVM drops a
+    // mask of the same value as redundant, and where it then spills the value and reloads a
+    // copy, 5.10's and 6.1's verifiers do not carry the check's bound to the copy ("R1
+    // offset is outside of the packet"; 6.12's do).
+    // SAFETY: as above.
+    let (inner_off, l3_off) = unsafe {
+        (
+            (core::ptr::read_volatile(arg.add(3)) & INNER_OFF_MASK) as usize,
+            (core::ptr::read_volatile(arg) & OUTER_OFF_MASK) as usize,
+        )
+    };
     let Some(t) = packet::transport(p, inner_type, inner_off)? else {
         return Ok(None);
     };
-    if !wanted(p, &t, true)? {
+    let Some(learnt) = wanted(p, &t, true)? else {
         return Ok(None);
-    }
+    };
     Ok(Some(Found {
         l3_off,
         l4_off: t.l4_off,
         proto: t.proto,
         frag: t.frag,
         tci,
+        learnt,
     }))
 }
 
@@ -599,7 +663,7 @@ fn tunnelled<P: packet::PacketRead>(
 /// `ev` is this CPU's scratch event.
 #[inline(always)]
 unsafe fn forget_ranges(ev: *mut PacketEvent, found: Found) -> Found {
-    // SAFETY: FOUND_ARG..FOUND_ARG + 20 is inside `data`, past MAX_PACKET_DATA (asserted).
+    // SAFETY: FOUND_ARG..FOUND_ARG + 24 is inside `data`, past MAX_PACKET_DATA (asserted).
     unsafe {
         let arg = (*ev).data.as_mut_ptr().add(FOUND_ARG) as *mut u32;
         core::ptr::write_volatile(arg, found.l3_off as u32);
@@ -607,12 +671,14 @@ unsafe fn forget_ranges(ev: *mut PacketEvent, found: Found) -> Found {
         core::ptr::write_volatile(arg.add(2), found.proto as u32);
         core::ptr::write_volatile(arg.add(3), found.frag as u32);
         core::ptr::write_volatile(arg.add(4), found.tci);
+        core::ptr::write_volatile(arg.add(5), found.learnt);
         Found {
             l3_off: core::ptr::read_volatile(arg) as usize,
             l4_off: core::ptr::read_volatile(arg.add(1)) as usize,
             proto: core::ptr::read_volatile(arg.add(2)) as u8,
             frag: core::ptr::read_volatile(arg.add(3)) as u8,
             tci: core::ptr::read_volatile(arg.add(4)),
+            learnt: core::ptr::read_volatile(arg.add(5)),
         }
     }
 }

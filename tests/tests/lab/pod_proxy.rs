@@ -7,7 +7,8 @@
 //! OUTPUT` redirects its UDP and TCP port-53 traffic to a local port (15053) where a real
 //! forwarder (dnsmasq, caching) listens as another uid, exempt from the rule (`-m owner !
 //! --uid-owner`), and asks cluster DNS itself. Traced with the default `--port 53`: the
-//! proxy's port is learnt from conntrack. Root only; `--test-threads=1`.
+//! proxy's port is learnt from conntrack, and captured in that pod's namespace only. Root
+//! only; `--test-threads=1`.
 use std::{
     process::Child,
     time::{Duration, Instant},
@@ -263,4 +264,173 @@ fn a_dns_proxy_in_the_client_pod_is_one_tree_hit_and_miss() {
             assert_eq!(app_legs(t), 1, "a root that is not the app's: {t:#}");
         }
     }
+}
+
+/// A port learnt from one pod's redirect is captured in that pod's namespace alone: another
+/// pod's UDP to that port — to its own loopback, and across the node to the upstream's
+/// address — leaves no record on any interface of any other namespace (a proxy on 443 or
+/// 8080 must not make the node's HTTPS a flood of malformed DNS), while the first pod's
+/// redirected query is still seen on its way to the proxy (its answer is un-NATed to the
+/// ClusterIP's port 53 before it reaches `lo`).
+#[test]
+fn a_learnt_port_is_captured_only_in_the_pod_that_redirects_to_it() {
+    let Some(lab) = lab_of(LabConfig::default()) else {
+        return;
+    };
+    lab::tracer::require_tools(&["dnsmasq"]);
+    let _proxy = start_pod_proxy(&lab);
+    let mut args = vec!["trace", "-o", "json", "--timeout", "3"];
+    for ns in lab.namespaces().into_iter().skip(1) {
+        args.extend(["--netns", ns]);
+    }
+    let mut t = Tracer::start(&lab, lab.node_ns(), &args).unwrap();
+    dig(&lab, &["+time=2", "+tries=1", "ns.lab.test.", "A"]);
+    t.wait_for_stderr(
+        &format!("capturing port {PROXY_PORT} too"),
+        Duration::from_secs(5),
+    )
+    .unwrap();
+    // Another pod, on the learnt port: nothing listens, each probe is one datagram out and
+    // an ICMP error back.
+    let other = lab.ns_of(Pod::Dns(0));
+    let upstream = lab.ip_of(Pod::Upstream).to_string();
+    let port = format!("-p{PROXY_PORT}");
+    for to in ["127.0.0.1", upstream.as_str()] {
+        for _ in 0..3 {
+            let at = format!("@{to}");
+            let probe = [
+                "dig",
+                "+time=1",
+                "+tries=1",
+                &at,
+                &port,
+                "probe.lab.test.",
+                "A",
+            ];
+            let o = lab.exec(other, &probe);
+            assert_ne!(o.status.code(), Some(127), "{o:?}");
+        }
+    }
+    // The pod that taught it: still traced.
+    dig(&lab, &["+time=2", "+tries=1", "www.lab.test.", "A"]);
+    std::thread::sleep(Duration::from_millis(800));
+    let out = t.stop();
+    let recs = out.records();
+    let on_port = |r: &&Value| {
+        r["type"] == "packet"
+            && [&r["src"], &r["dst"]].iter().any(|a| {
+                a.as_str()
+                    .is_some_and(|a| a.ends_with(&format!(":{PROXY_PORT}")))
+            })
+    };
+    let elsewhere: Vec<&Value> = recs
+        .iter()
+        .filter(on_port)
+        .filter(|r| r["netns"] != lab.client_ns())
+        .collect();
+    assert!(
+        elsewhere.is_empty(),
+        "port {PROXY_PORT} captured outside the pod that redirects to it: {elsewhere:#?}"
+    );
+    assert!(
+        recs.iter()
+            .filter(on_port)
+            .any(|r| r["netns"] == lab.client_ns()
+                && r["dns"]["questions"][0]["name"] == "www.lab.test."
+                && r["dst"] == format!("127.0.0.1:{PROXY_PORT}")),
+        "the app's redirected query: {recs:#?}"
+    );
+    let stats = recs.iter().rev().find(|r| r["type"] == "stats").unwrap();
+    assert_eq!(stats["learnt_ports"]["captured"], 1, "{stats:#}");
+    assert_eq!(stats["learnt_ports"]["refused"], 0, "{stats:#}");
+}
+
+/// A namespace made by the test, deleted on drop (if the test has not deleted it itself).
+struct TestNetns(String);
+
+impl Drop for TestNetns {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("ip")
+            .args(["netns", "del", &self.0])
+            .output();
+    }
+}
+
+fn ip(args: &[&str]) {
+    let o = std::process::Command::new("ip")
+        .args(args)
+        .output()
+        .unwrap();
+    ok(&format!("ip {}", args.join(" ")), o);
+}
+
+/// The ports a namespace taught are forgotten when it goes: a namespace made while tracing
+/// (`--all-netns`) redirects its port-53 queries to 15053, teaching it; deleted, its pair
+/// leaves the kernel's `LEARNT_PORTS` (`stats.learnt_ports`: learnt 1, forgotten 1,
+/// captured 0).
+#[test]
+fn a_namespace_gone_takes_its_learnt_ports_with_it() {
+    let Some(lab) = lab_of(LabConfig::default()) else {
+        return;
+    };
+    let args = ["trace", "-o", "json", "--all-netns", "--timeout", "1"];
+    let mut t = Tracer::start(&lab, lab.node_ns(), &args).unwrap();
+    let name = format!("{}-redir", lab.prefix());
+    ip(&["netns", "add", &name]);
+    let ns = TestNetns(name.clone());
+    ip(&["-n", &name, "link", "set", "lo", "up"]);
+    // A "ClusterIP" of its own on `lo`, so the query is not to a loopback address.
+    ip(&["-n", &name, "addr", "add", "10.99.0.10/32", "dev", "lo"]);
+    let rule = [
+        "nat",
+        "-A",
+        "OUTPUT",
+        "-p",
+        "udp",
+        "--dport",
+        "53",
+        "-j",
+        "REDIRECT",
+        "--to-ports",
+        PROXY_PORT,
+    ];
+    ok("REDIRECT", lab.iptables_rule(&name, "-t", &rule));
+    // Nothing listens on 15053: the query is redirected (a conntrack entry) and refused.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let dig = [
+            "netns",
+            "exec",
+            &name,
+            "dig",
+            "+time=1",
+            "+tries=1",
+            "@10.99.0.10",
+            "gone.test.",
+        ];
+        let _ = std::process::Command::new("ip").args(dig).output();
+        if t.wait_for_stderr(
+            &format!("capturing port {PROXY_PORT} too in netns {name}"),
+            Duration::from_millis(1000),
+        )
+        .is_ok()
+        {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the namespace's redirect was never learnt"
+        );
+    }
+    drop(ns);
+    // Discovery sees it go (inotify on /run/netns), then the conntrack thread tells the run
+    // loop; well within this.
+    std::thread::sleep(Duration::from_millis(2000));
+    let out = t.stop();
+    let recs = out.records();
+    let stats = recs.iter().rev().find(|r| r["type"] == "stats").unwrap();
+    let learnt = &stats["learnt_ports"];
+    assert_eq!(learnt["learnt"], 1, "{stats:#}");
+    assert_eq!(learnt["forgotten"], 1, "{stats:#}");
+    assert_eq!(learnt["captured"], 0, "{stats:#}");
 }

@@ -145,6 +145,61 @@ fn a_record_names_the_namespace_of_its_device() {
     );
 }
 
+/// A port learnt in one namespace (a pod's DNS proxy: `KernelMaps::capture_port_in`) is
+/// captured there alone, both ways, and not even counted as matched elsewhere; a `--port`
+/// stays everywhere; released (its namespace gone), it is captured nowhere.
+#[test]
+fn a_learnt_port_is_captured_only_in_its_namespace() {
+    let Some(mut rig) = rig() else { return };
+    if !rig.probes.shared_programs() {
+        eprintln!("skipped: no kernel BTF, one program instance per namespace");
+        return;
+    }
+    const PROXY: u16 = 15053;
+    let to_proxy = eth(
+        &[],
+        0x0800,
+        &ipv4(17, 0, 0, &udp(40000, PROXY, &dns_query(0))),
+    );
+    let from_proxy = eth(
+        &[],
+        0x0800,
+        &ipv4(17, 0, 0, &udp(PROXY, 40000, &dns_query(0))),
+    );
+    let to_53 = eth(&[], 0x0800, &ipv4(17, 0, 0, &udp(40000, 53, &dns_query(0))));
+    let own = dnspath::kernel::netns::current_netns_cookie().unwrap();
+    let matched = |grew: [u64; COUNTERS]| grew[counter::PACKETS_MATCHED as usize];
+    // Before: nowhere.
+    let (ev, grew) = rig.run(ETH_EGRESS, &to_proxy);
+    assert!(ev.is_empty(), "{ev:?}");
+    assert_eq!(matched(grew), 0);
+    rig.maps.capture_port_in(own, PROXY).unwrap();
+    for frame in [&to_proxy, &from_proxy] {
+        let (ev, grew) = rig.run(ETH_EGRESS, frame);
+        assert_eq!(one_packet(&ev).at.netns, own);
+        assert_eq!(matched(grew), 1);
+    }
+    // Another namespace (this thread's alone): the learnt port is not captured there, the
+    // port given is.
+    let (learnt, given) = std::thread::scope(|s| {
+        s.spawn(|| {
+            // SAFETY: unshare(2) of this thread's network namespace; no memory involved.
+            assert_eq!(unsafe { libc::unshare(libc::CLONE_NEWNET) }, 0, "unshare");
+            (rig.run(ETH_EGRESS, &to_proxy), rig.run(ETH_EGRESS, &to_53))
+        })
+        .join()
+        .unwrap()
+    });
+    assert!(learnt.0.is_empty(), "learnt elsewhere: {:?}", learnt.0);
+    assert_eq!(matched(learnt.1), 0, "not even counted as matched");
+    assert_eq!(matched(given.1), 1, "--port 53 everywhere");
+    // Released (its namespace gone): nowhere again.
+    rig.maps.release_port_in(own, PROXY, false).unwrap();
+    let (ev, grew) = rig.run(ETH_EGRESS, &to_proxy);
+    assert!(ev.is_empty(), "{ev:?}");
+    assert_eq!(matched(grew), 0);
+}
+
 #[test]
 fn vlan_tags_in_the_packet_are_walked() {
     let Some(mut rig) = rig() else { return };

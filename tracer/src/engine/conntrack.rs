@@ -1,7 +1,10 @@
 //! Conntrack of the namespaces where DNAT happens, for joining hops across NAT: one watch
 //! thread for all of them, feeding the run loop's channel.
 use std::{
-    sync::{mpsc::Receiver, Arc},
+    sync::{
+        mpsc::{Receiver, SyncSender},
+        Arc,
+    },
     time::Duration,
 };
 
@@ -20,13 +23,15 @@ pub(super) const NS_CHANGES: usize = 8192;
 /// named with `--netns`, and with `--all-netns` every one (pod namespaces, named or held by
 /// processes), at most [`crate::conntrack::MAX_NAMESPACES`]; each added when the attacher
 /// reports it (`changes`, from start-up on) and removed when it goes. An idle namespace costs
-/// the watch thread nothing (see `StatsSchedule`). Without conntrack: a warning, and hops
+/// the watch thread nothing (see `StatsSchedule`). Each namespace gone is also told to `gone`
+/// (the run loop forgets the ports it taught). Without conntrack: a warning, and hops
 /// across NAT are joined by the fallback method.
 pub(super) fn start(
     opts: &RunOptions,
     tx: &std::sync::mpsc::SyncSender<SourceEvent>,
     counters: &Arc<WatchCounters>,
     changes: Receiver<NsChange>,
+    gone: SyncSender<u64>,
 ) -> Option<ConntrackWatchers> {
     // Statistics every 200 ms while a namespace has DNS flows (see `StatsSchedule`): a race
     // drop is judged by the per-CPU counters sampled on both sides of it.
@@ -61,6 +66,8 @@ pub(super) fn start(
                 },
                 NsChange::Gone { cookie } => {
                     handle.remove(cookie);
+                    // As many as `changes` holds: full only if the run loop is gone.
+                    let _ = gone.try_send(cookie);
                 }
             }
         }

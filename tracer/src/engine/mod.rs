@@ -14,6 +14,7 @@ use tokio::signal::unix::{signal, SignalKind};
 
 mod conntrack;
 mod redirects;
+use redirects::Redirects;
 
 use crate::{
     decode::decoder::Decoder,
@@ -25,6 +26,7 @@ use crate::{
         shed::Shedder,
         KernelError, KernelMaps, ProbeOptions, Probes,
     },
+    names::SharedNames,
     output::{otlp::OtlpError, record::StatsRecord, sink::Sinks},
     pipeline::{Pipeline, PipelineConfig, TICK, TICK_NS},
     runner::{stop::StopPolicy, Runner, Tick},
@@ -229,17 +231,20 @@ pub async fn run_live(
         std::sync::mpsc::sync_channel::<SourceEvent>(crate::conntrack::QUEUE_EVENTS);
     // The watch thread's counters: the `stats` records' and metrics' `conntrack`.
     let ct_counters = Arc::new(crate::conntrack::WatchCounters::default());
+    // Namespaces gone, from the conntrack thread: the ports they taught are forgotten.
+    let (gone_tx, gone_rx) = std::sync::mpsc::sync_channel::<u64>(conntrack::NS_CHANGES);
     let ct_watchers = if opts.transactions {
-        conntrack::start(&opts, &ct_tx, &ct_counters, ns_rx)
+        conntrack::start(&opts, &ct_tx, &ct_counters, ns_rx, gone_tx)
     } else {
         None
     };
     // The live run's own counts in a `stats` record.
-    let live_stats = |mut s: StatsRecord, reserve: &DropReserve| {
+    let live_stats = |mut s: StatsRecord, reserve: &DropReserve, redirects: &Redirects| {
         if opts.transactions {
             let mut ct = ct_counters.snapshot();
             ct.netns_changes_lost = opts.attach.netns_changes_lost.load(Ordering::Relaxed);
             s.conntrack = Some(ct);
+            s.learnt_ports = Some(redirects.stats());
         }
         s.drops_reserve = Some(reserve.read);
         s
@@ -247,6 +252,7 @@ pub async fn run_live(
     drop(ct_tx);
 
     let output_names = Arc::clone(&names);
+    let redirect_names = Arc::clone(&names);
     let mut decoder = Decoder::new(clock, names, Kallsyms::load(), reasons);
     decoder.set_confirm_hook(confirm_hook);
     if !opts.every_packet && !opts.evidence.wanted() {
@@ -294,14 +300,18 @@ pub async fn run_live(
     // these entries), then the ring buffer's, then drops that found it full, once what came
     // before them is read.
     // Ports a watched one is redirected to (a DNS proxy in a pod), captured once seen.
-    let mut redirects = redirects::Redirects::new(&opts.capture.ports);
+    let mut redirects = Redirects::new(&opts.capture.ports);
     let mut gather = |events: &mut Vec<SourceEvent>,
                       runner: &mut Runner,
+                      redirects: &mut Redirects,
                       source: &LiveSource,
                       reserve: &mut DropReserve,
                       maps: &mut KernelMaps| {
         ct_events.extend(ct_rx.try_iter());
-        learn_redirects(&mut redirects, &ct_events, maps);
+        learn_redirects(redirects, &ct_events, maps, &redirect_names);
+        for netns in gone_rx.try_iter() {
+            forget_redirects(redirects, netns, maps);
+        }
         runner.push(&mut ct_events);
         reserve.poll_after(source, events);
     };
@@ -340,11 +350,18 @@ pub async fn run_live(
             if now >= next_periodic_ns {
                 next_periodic_ns = now.saturating_add(PERIODIC_NS);
                 refresh_counters(runner.pipeline_mut(), &maps);
-                sinks.periodic(&live_stats(runner.stats(), &reserve), now);
+                sinks.periodic(&live_stats(runner.stats(), &reserve, &redirects), now);
             }
             tokio::task::yield_now().await;
         }
-        gather(&mut events, &mut runner, &source, &mut reserve, &mut maps);
+        gather(
+            &mut events,
+            &mut runner,
+            &mut redirects,
+            &source,
+            &mut reserve,
+            &mut maps,
+        );
         // The whole turn is written even when it ends the run: what it holds was decided
         // before the stop.
         let at = Tick::Live {
@@ -422,7 +439,14 @@ pub async fn run_live(
         let give_up_at = clock.now_ns().saturating_add(STOP_READ_NS);
         loop {
             source.poll_now(&mut events);
-            gather(&mut events, &mut runner, &source, &mut reserve, &mut maps);
+            gather(
+                &mut events,
+                &mut runner,
+                &mut redirects,
+                &source,
+                &mut reserve,
+                &mut maps,
+            );
             if events.is_empty() {
                 break;
             }
@@ -461,7 +485,7 @@ pub async fn run_live(
     }
     let loop_found = policy.loop_found();
     refresh_counters(runner.pipeline_mut(), &maps);
-    let mut stats = live_stats(runner.stats(), &reserve);
+    let mut stats = live_stats(runner.stats(), &reserve, &redirects);
     stats.not_written = policy.not_written();
     stats.stopped_by = Some(stopped_by.to_string());
     if let Some(k) = stats.decode.kernel.as_mut() {
@@ -495,29 +519,52 @@ pub async fn run_live(
 /// Captures the ports conntrack's `events` show a watched port redirected to, the first
 /// time each is seen (said on stderr: the user did not ask for it).
 fn learn_redirects(
-    redirects: &mut redirects::Redirects,
+    redirects: &mut Redirects,
     events: &[SourceEvent],
     maps: &mut KernelMaps,
+    names: &SharedNames,
 ) {
     for ev in events {
         let SourceEvent::Conntrack(ct) = ev else {
             continue;
         };
-        let capped = redirects.capped;
-        if let Some(port) = redirects.learn(ct) {
-            match maps.capture_port(port) {
+        let refused = redirects.refused;
+        if let Some(l) = redirects.learn(ct) {
+            let port = l.port;
+            match maps.capture_port_in(l.netns, port) {
                 Ok(()) => eprintln!(
-                    "dnspath: capturing port {port} too: conntrack shows {} redirected to {} (a DNS proxy in the pod)",
-                    ct.orig.dst, ct.reply.src
+                    "dnspath: capturing port {port} too in {}: conntrack shows {} redirected to {} (a DNS proxy in the pod)",
+                    netns_name(names, l.netns),
+                    ct.orig.dst,
+                    ct.reply.src
                 ),
                 Err(e) => log::warn!("capturing port {port}, where DNS is redirected: {e}"),
             }
-        } else if capped == 0 && redirects.capped > 0 {
+        } else if refused == 0 && redirects.refused > 0 {
             log::warn!(
-                "{} ports learnt where DNS is redirected, the most captured; {} is not",
+                "{} ports learnt where DNS is redirected, the most captured; {} in {} is not, \
+                 nor any more until a namespace goes (counted in stats.learnt_ports.refused)",
                 redirects::MAX_LEARNED,
-                ct.reply.src.port()
+                ct.reply.src.port(),
+                netns_name(names, ct.netns)
             );
+        }
+    }
+}
+
+/// `netns NAME`, or `netns 0x…` for a namespace not named yet.
+fn netns_name(names: &SharedNames, netns: u64) -> String {
+    match names.read().ok().as_ref().and_then(|n| n.netns(netns)) {
+        Some(name) => format!("netns {name}"),
+        None => format!("netns {netns:#x}"),
+    }
+}
+
+/// Stops capturing the ports namespace `netns` taught: it is gone.
+fn forget_redirects(redirects: &mut Redirects, netns: u64, maps: &mut KernelMaps) {
+    for (port, elsewhere) in redirects.forget(netns) {
+        if let Err(e) = maps.release_port_in(netns, port, elsewhere) {
+            log::warn!("no longer capturing port {port} of netns {netns:#x}, which is gone: {e}");
         }
     }
 }

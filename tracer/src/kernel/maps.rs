@@ -9,7 +9,7 @@ use std::path::Path;
 use aya::maps::{
     Array, HashMap as BpfHashMap, Map, MapData, PerCpuArray, PerCpuHashMap, PerCpuValues,
 };
-use tracer_common::counter;
+use tracer_common::{counter, LearntPort, PORT_LEARNT};
 
 use super::KernelError;
 
@@ -22,8 +22,10 @@ pub struct KernelMaps {
     shed_on: BpfHashMap<MapData, u64, u8>,
     shed_count: PerCpuHashMap<MapData, u64, u64>,
     shed_active: Array<MapData, u32>,
-    /// The watched ports (`PORTS`: a non-zero value at a port's index).
+    /// The watched ports (`PORTS`: `tracer_common::ports`' bits at a port's index).
     ports: Array<MapData, u8>,
+    /// Ports captured in one namespace only (`LEARNT_PORTS`).
+    learnt_ports: BpfHashMap<MapData, LearntPort, u8>,
     kernel_log: Option<KernelLog>,
 }
 
@@ -41,6 +43,7 @@ impl KernelMaps {
             shed_count: PerCpuHashMap::try_from(pinned(dir, "SHED_COUNT")?)?,
             shed_active: Array::try_from(pinned(dir, "SHED_ACTIVE")?)?,
             ports: Array::try_from(pinned(dir, "PORTS")?)?,
+            learnt_ports: BpfHashMap::try_from(pinned(dir, "LEARNT_PORTS")?)?,
             kernel_log,
         })
     }
@@ -63,10 +66,33 @@ impl KernelMaps {
         }
     }
 
-    /// The TC programs capture `port` too from now on (a port DNS is redirected to).
-    pub fn capture_port(&mut self, port: u16) -> Result<(), KernelError> {
-        self.ports.set(u32::from(port), 1, 0)?;
+    /// The TC programs capture `port` in namespace `netns` too from now on (a port its DNS
+    /// is redirected to): the pair first, then the port's `PORT_LEARNT` bit, which sends its
+    /// packets to the pair's lookup. Only the run loop changes that bit; a `--port`'s bit was
+    /// set at load.
+    pub fn capture_port_in(&mut self, netns: u64, port: u16) -> Result<(), KernelError> {
+        self.learnt_ports.insert(learnt(netns, port), 1, 0)?;
+        let flags = self.ports.get(&u32::from(port), 0)?;
+        self.ports.set(u32::from(port), flags | PORT_LEARNT, 0)?;
         Ok(())
+    }
+
+    /// `port` is no longer captured in `netns` (gone); `elsewhere`: another namespace still
+    /// has it learnt, so its `PORT_LEARNT` bit stays.
+    pub fn release_port_in(
+        &mut self,
+        netns: u64,
+        port: u16,
+        elsewhere: bool,
+    ) -> Result<(), KernelError> {
+        if !elsewhere {
+            let flags = self.ports.get(&u32::from(port), 0)?;
+            self.ports.set(u32::from(port), flags & !PORT_LEARNT, 0)?;
+        }
+        match self.learnt_ports.remove(&learnt(netns, port)) {
+            Ok(()) | Err(aya::maps::MapError::KeyNotFound) => Ok(()),
+            Err(e) => Err(e.into()),
+        }
     }
 
     /// Storm shedding (`tracer_common::shed`): from now on the TC programs only count the
@@ -113,5 +139,13 @@ impl KernelMaps {
     fn set_shed_active(&mut self, active: u32) -> Result<(), KernelError> {
         self.shed_active.set(0, active, 0)?;
         Ok(())
+    }
+}
+
+fn learnt(netns: u64, port: u16) -> LearntPort {
+    LearntPort {
+        netns,
+        port,
+        _pad: [0; 6],
     }
 }

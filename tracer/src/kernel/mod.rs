@@ -76,11 +76,12 @@ pub const TC_PROGRAMS: [(&str, bool, TcAttachType); 4] = [
 /// Maps shared by every instance of the object, pinned so that later instances reuse them
 /// (`SEEN` and `NEXT_MSG` are only used with BTF, by the one instance; shared, the others
 /// cost no kernel memory of their own).
-const SHARED_MAPS: [&str; 11] = [
+const SHARED_MAPS: [&str; 12] = [
     "EVENTS",
     "DROP_RESERVE",
     "AYA_LOGS",
     "PORTS",
+    "LEARNT_PORTS",
     "COUNTERS",
     "FRAGS",
     "SHED_ON",
@@ -340,7 +341,7 @@ impl Probes {
                     .ok_or_else(|| KernelError::Object("map PORTS".into()))?,
             )?;
             for p in &opts.ports {
-                ports.set(u32::from(*p), 1, 0)?;
+                ports.set(u32::from(*p), tracer_common::PORT_EVERYWHERE, 0)?;
             }
         }
         // The TC programs go through the verifier now, once, so that a rejection is one

@@ -263,6 +263,7 @@ fn records() -> Vec<Record> {
         }],
         otlp: Some(Default::default()),
         conntrack: Some(Default::default()),
+        learnt_ports: Some(Default::default()),
         drops_reserve: Some(0),
         ..StatsRecord::default()
     };

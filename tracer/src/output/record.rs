@@ -73,10 +73,26 @@ pub struct StatsRecord {
     /// Live, with transactions: what the conntrack watchers read and lost.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub conntrack: Option<crate::conntrack::ConntrackStats>,
+    /// Live, with transactions: ports pods redirect DNS to, captured in their namespace.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub learnt_ports: Option<LearntPortStats>,
     /// `trace -o json` and `analyze -o json`: the run's summary, which the writer writes as a
     /// `summary` record before this one (not a field of it).
     #[serde(skip)]
     pub summary: Option<Box<SummaryRecord>>,
+}
+
+/// Ports a watched one is redirected to within a pod (its DNS proxy), each captured in that
+/// pod's namespace only (`stats.learnt_ports`).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct LearntPortStats {
+    /// (namespace, port) pairs captured when the record was made.
+    pub captured: u64,
+    /// Pairs learnt over the run, and of them those forgotten with their namespace.
+    pub learnt: u64,
+    pub forgotten: u64,
+    /// Redirects not learnt because the most pairs (64) were.
+    pub refused: u64,
 }
 
 /// What one queued sink did (`stats.sinks`).
