@@ -211,12 +211,7 @@ impl Harness {
                     2
                 }
                 Record::FragmentLoss(_) => 3,
-                Record::Detected(d) => {
-                    4 + Detected::NAMES
-                        .iter()
-                        .position(|n| *n == d.name())
-                        .unwrap_or(0)
-                }
+                Record::Detected(d) => 4 + d.index(),
                 Record::Stats(_) | Record::Summary(_) => continue,
             };
             if let Some(n) = self.seen.get_mut(kind) {

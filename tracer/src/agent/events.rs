@@ -312,10 +312,7 @@ impl Events {
         match record {
             Record::Transaction(t) => self.fold_transaction(t),
             Record::Detected(d) => {
-                let kind = 1 + Detected::NAMES
-                    .iter()
-                    .position(|n| *n == d.name())
-                    .unwrap_or(Detected::NAMES.len());
+                let kind = 1 + d.index();
                 let pass = match d.get().notice() {
                     Notice::Always => true,
                     Notice::Limited => self.admit(kind),

@@ -101,6 +101,16 @@ macro_rules! detectors {
             /// Every detection's `type`, in list order.
             pub const NAMES: &[&str] = &[$($name),*];
 
+            /// Its place in [`Detected::NAMES`].
+            pub fn index(&self) -> usize {
+                let mut i = 0;
+                $(if matches!(self, Self::$variant(_)) {
+                    return i;
+                }
+                i += 1;)*
+                i
+            }
+
             /// Its `type`.
             pub fn name(&self) -> &'static str {
                 match self {
